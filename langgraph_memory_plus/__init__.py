@@ -1,0 +1,25 @@
+"""langgraph-memory-plus: production memory for LangGraph agents.
+
+Drop-in checkpointers for ``graph.compile(checkpointer=...)``::
+
+    from langgraph_memory_plus import PostgresSaver
+
+    with PostgresSaver.from_conn_string("postgresql://...") as saver:
+        saver.setup()
+        graph = builder.compile(checkpointer=saver)
+"""
+
+from .checkpoint.config import TTLConfig
+from .checkpoint.postgres import AsyncPostgresSaver, PostgresSaver
+from .errors import ConflictError, InvalidConfigError, MemoryPlusError, ValueTooLargeError
+
+__all__ = [
+    "AsyncPostgresSaver",
+    "ConflictError",
+    "InvalidConfigError",
+    "MemoryPlusError",
+    "PostgresSaver",
+    "TTLConfig",
+    "ValueTooLargeError",
+]
+__version__ = "0.1.0"

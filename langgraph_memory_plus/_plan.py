@@ -1,0 +1,40 @@
+"""Plans: storage operations written once, driven by thin sync and async drivers.
+
+A plan is a generator that yields *commands* (a SQL statement, a Redis call) and receives
+each command's result back through ``send``; its return value is the operation's result.
+The plan holds all the logic (what to ask, how to decode the answer, what to ask next);
+a driver only knows how to run one command, synchronously or with ``await``. This is the
+split psycopg 3 uses between its generators and its connection classes, and it is what
+lets one implementation serve ``get_tuple`` and ``aget_tuple`` alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, TypeVar
+
+C = TypeVar("C")
+R = TypeVar("R")
+
+Plan = Generator[C, Any, R]
+"""A generator yielding commands of type ``C`` and returning ``R``."""
+
+
+def drive(plan: Plan[C, R], execute: Callable[[C], Any]) -> R:
+    """Run ``plan`` to completion, executing each command synchronously."""
+    try:
+        command = next(plan)
+        while True:
+            command = plan.send(execute(command))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def adrive(plan: Plan[C, R], execute: Callable[[C], Awaitable[Any]]) -> R:
+    """Run ``plan`` to completion, awaiting each command."""
+    try:
+        command = next(plan)
+        while True:
+            command = plan.send(await execute(command))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]

@@ -1,0 +1,259 @@
+"""Turning checkpoints into stored records and back, the same way for every backend.
+
+The storage model is LangGraph's triad: one record per checkpoint (without its channel
+values), one blob per (channel, version), and one record per pending write. Blobs are
+shared by every checkpoint that has the same channel version, so a channel that did not
+change in a step costs nothing.
+
+Values go through the saver's ``serde`` (LangGraph's ``JsonPlusSerializer`` by default,
+or whatever the user passed, e.g. ``EncryptedSerializer``) and are opaque to the
+database. What the database must read (parent, run id, channel versions, metadata for
+``list(filter=...)``) is stored beside them in plain columns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from ..errors import ValueTooLargeError
+from .config import Target, checkpoint_config
+
+EMPTY = "empty"
+"""Blob type of a channel version that has no value (the channel was cleared)."""
+
+DELTA_COUNTERS = "counters_since_delta_snapshot"
+
+Typed = tuple[str, bytes]
+
+
+def version_text(version: str | int | float) -> str:
+    """Channel versions as stored text: exact for the str/int/float versions LangGraph uses."""
+    return version if isinstance(version, str) else repr(version)
+
+
+def json_safe(value: Any) -> Any:
+    """A JSON projection of metadata that PostgreSQL's ``jsonb`` accepts.
+
+    ``jsonb`` rejects ``\\u0000`` and non-finite numbers. The projection is only used to
+    narrow ``list(filter=...)`` in the database; the exact metadata is decoded from its
+    serialized copy and the filter re-checked on it, so an escape that collides with
+    real text can only cost a discarded row, never a wrong result.
+    """
+    if isinstance(value, str):
+        return value.replace("\x00", "\\u0000")
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, Mapping):
+        return {json_safe(str(k)): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return repr(value).replace("\x00", "\\u0000")
+
+
+def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
+    """``list(filter=...)`` semantics of ``InMemorySaver``: top-level equality."""
+    return not filter or all(metadata.get(k) == v for k, v in filter.items())
+
+
+@dataclass(frozen=True)
+class EncodedBlob:
+    channel: str
+    version: str
+    type: str
+    data: bytes | None
+
+
+@dataclass(frozen=True)
+class EncodedWrite:
+    task_id: str
+    idx: int
+    channel: str
+    type: str
+    data: bytes
+    task_path: str
+
+
+@dataclass(frozen=True)
+class EncodedCheckpoint:
+    checkpoint_id: str
+    parent_id: str | None
+    checkpoint: Typed
+    metadata: Typed
+    metadata_json: dict[str, Any]
+    run_id: str | None
+    channel_versions: dict[str, str]
+    blobs: list[EncodedBlob]
+    delta_channels: list[str] = field(default_factory=list)
+    """Channels this checkpoint's metadata marks as ``DeltaChannel``s."""
+    delta_snapshots: list[str] = field(default_factory=list)
+    """Delta channels whose full value (a snapshot) is stored at this checkpoint."""
+
+
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    """A checkpoint as read back from storage, before decoding."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    checkpoint: Typed
+    metadata: Typed
+    blobs: Sequence[tuple[str, str, bytes | None]]  # (channel, type, data)
+    writes: Sequence[tuple[str, str, str, bytes, str, int]]
+    # (task_id, channel, type, data, task_path, idx)
+
+
+@dataclass(frozen=True)
+class ChainLink:
+    """One ancestor met while walking a checkpoint's parent chain for delta history."""
+
+    checkpoint_id: str
+    seeds: Mapping[str, tuple[str, bytes | None]]  # channel -> stored blob found here
+    writes: Sequence[tuple[str, str, str, bytes, str, int]]  # as StoredCheckpoint.writes
+
+
+class CheckpointCodec:
+    """Encodes and decodes checkpoints with one serializer; holds no connection."""
+
+    def __init__(self, serde: SerializerProtocol, *, max_value_bytes: int) -> None:
+        self.serde = serde
+        self.max_value_bytes = max_value_bytes
+
+    def _dump(self, value: Any, what: str) -> Typed:
+        typ, data = self.serde.dumps_typed(value)
+        if len(data) > self.max_value_bytes:
+            raise ValueTooLargeError(what, len(data), self.max_value_bytes)
+        return typ, data
+
+    def encode_checkpoint(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> EncodedCheckpoint:
+        parent_id = config["configurable"].get("checkpoint_id") or None
+        body: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = body.pop("channel_values", None) or {}
+        blobs = []
+        for channel, version in new_versions.items():
+            if channel in values:
+                typ, data = self._dump(values[channel], f"channel {channel!r}")
+                blobs.append(EncodedBlob(channel, version_text(version), typ, data))
+            else:
+                blobs.append(EncodedBlob(channel, version_text(version), EMPTY, None))
+        meta = get_checkpoint_metadata(config, metadata)
+        counters = meta.get(DELTA_COUNTERS)
+        delta_channels = sorted(counters) if isinstance(counters, Mapping) else []
+        run_id = meta.get("run_id")
+        return EncodedCheckpoint(
+            checkpoint_id=checkpoint["id"],
+            parent_id=parent_id,
+            checkpoint=self._dump(body, "checkpoint"),
+            metadata=self._dump(meta, "metadata"),
+            metadata_json=json_safe(dict(meta)),
+            run_id=run_id if isinstance(run_id, str) else None,
+            channel_versions={
+                ch: version_text(v) for ch, v in checkpoint["channel_versions"].items()
+            },
+            blobs=blobs,
+            delta_channels=delta_channels,
+            delta_snapshots=[ch for ch in delta_channels if ch in values],
+        )
+
+    def encode_writes(
+        self, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+    ) -> list[EncodedWrite]:
+        encoded = []
+        for idx, (channel, value) in enumerate(writes):
+            typ, data = self._dump(value, f"write to channel {channel!r}")
+            encoded.append(
+                EncodedWrite(
+                    task_id, WRITES_IDX_MAP.get(channel, idx), channel, typ, data, task_path
+                )
+            )
+        return encoded
+
+    def _load(self, typ: str, data: bytes | None) -> Any:
+        return self.serde.loads_typed((typ, data or b""))
+
+    def decode_writes(
+        self, rows: Iterable[tuple[str, str, str, bytes, str, int]]
+    ) -> list[PendingWrite]:
+        """Pending writes in ``writes_sort_key`` order, the order live execution applies them."""
+        ordered = sorted(rows, key=lambda w: writes_sort_key(w[4], w[0], w[5]))
+        return [(task_id, ch, self._load(typ, data)) for task_id, ch, typ, data, _, _ in ordered]
+
+    def decode_metadata(self, stored: Typed) -> CheckpointMetadata:
+        return cast(CheckpointMetadata, self._load(*stored))
+
+    def decode_tuple(
+        self, stored: StoredCheckpoint, metadata: CheckpointMetadata | None = None
+    ) -> CheckpointTuple:
+        body = self._load(*stored.checkpoint)
+        body["channel_values"] = {
+            ch: self._load(typ, data) for ch, typ, data in stored.blobs if typ != EMPTY
+        }
+        parent = (
+            checkpoint_config(stored.thread_id, stored.checkpoint_ns, stored.parent_id)
+            if stored.parent_id
+            else None
+        )
+        return CheckpointTuple(
+            config=checkpoint_config(stored.thread_id, stored.checkpoint_ns, stored.checkpoint_id),
+            checkpoint=body,
+            metadata=metadata if metadata is not None else self.decode_metadata(stored.metadata),
+            parent_config=parent,
+            pending_writes=self.decode_writes(stored.writes),
+        )
+
+    def delta_history(
+        self, channels: Sequence[str], chain: Sequence[ChainLink]
+    ) -> dict[str, DeltaChannelHistory]:
+        """Assemble ``get_delta_channel_history`` from a parent chain, newest ancestor first.
+
+        Each channel takes the writes of every ancestor up to and including the first one
+        that stores a value for it (its seed), oldest first; see
+        ``BaseCheckpointSaver.get_delta_channel_history`` for the contract.
+        """
+        result: dict[str, DeltaChannelHistory] = {}
+        for channel in channels:
+            per_link: list[list[PendingWrite]] = []
+            seed: tuple[str, bytes | None] | None = None
+            for link in chain:
+                mine = [w for w in link.writes if w[1] == channel]
+                per_link.append(self.decode_writes(mine))
+                if channel in link.seeds:
+                    seed = link.seeds[channel]
+                    break
+            entry: DeltaChannelHistory = {
+                "writes": [w for writes in reversed(per_link) for w in writes]
+            }
+            if seed is not None and seed[0] != EMPTY:
+                entry["seed"] = self._load(*seed)
+            result[channel] = entry
+        return result
+
+
+def target_of(stored: StoredCheckpoint) -> Target:
+    return Target(stored.thread_id, stored.checkpoint_ns, stored.checkpoint_id)

@@ -1,0 +1,188 @@
+"""What a saver reads from a ``RunnableConfig``, and the options every saver shares.
+
+Checked once here so every backend rejects the same bad input with the same message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from langchain_core.runnables import RunnableConfig
+
+from ..errors import InvalidConfigError
+
+
+class TTLConfig(TypedDict, total=False):
+    """Thread expiry, as the ``ttl=`` option of every saver.
+
+    ``default_ttl`` is in minutes (fractions allowed); a thread expires that long after its
+    last write, or its last read when ``refresh_on_read`` is true.
+    """
+
+    default_ttl: float | None
+    refresh_on_read: bool
+
+
+@dataclass(frozen=True)
+class SaverSettings:
+    """Validated saver options."""
+
+    ttl_seconds: float | None = None
+    refresh_on_read: bool = False
+    keep_last: int | None = None
+
+    @classmethod
+    def build(cls, ttl: TTLConfig | None, keep_last: int | None) -> SaverSettings:
+        ttl_seconds: float | None = None
+        refresh = False
+        if ttl is not None:
+            if not isinstance(ttl, Mapping):
+                raise InvalidConfigError("ttl must be a dict like {'default_ttl': minutes}")
+            unknown = set(ttl) - {"default_ttl", "refresh_on_read"}
+            if unknown:
+                raise InvalidConfigError(f"unknown ttl option(s): {sorted(unknown)}")
+            minutes = ttl.get("default_ttl")
+            if minutes is not None:
+                if (
+                    isinstance(minutes, bool)
+                    or not isinstance(minutes, (int, float))
+                    or not math.isfinite(minutes)
+                    or minutes <= 0
+                ):
+                    raise InvalidConfigError(
+                        f"ttl['default_ttl'] must be a positive number of minutes, got {minutes!r}"
+                    )
+                ttl_seconds = float(minutes) * 60.0
+            refresh = bool(ttl.get("refresh_on_read", False))
+        if keep_last is not None and (
+            isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1
+        ):
+            raise InvalidConfigError(f"keep_last must be a positive integer, got {keep_last!r}")
+        return cls(ttl_seconds=ttl_seconds, refresh_on_read=refresh, keep_last=keep_last)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The thread, namespace and (optional) checkpoint a config points at."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str | None
+
+    @property
+    def thread_key(self) -> bytes:
+        """A fixed-size key for the thread id: ids of any length and characters index alike."""
+        return thread_key(self.thread_id)
+
+    def config(self, checkpoint_id: str) -> RunnableConfig:
+        return checkpoint_config(self.thread_id, self.checkpoint_ns, checkpoint_id)
+
+
+def thread_key(thread_id: str) -> bytes:
+    return hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).digest()
+
+
+def checkpoint_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def _configurable(config: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(config, Mapping):
+        raise InvalidConfigError(
+            f"{what} must be a RunnableConfig dict, got {type(config).__name__}"
+        )
+    configurable = config.get("configurable")
+    if not isinstance(configurable, Mapping):
+        raise InvalidConfigError(
+            f"{what} has no 'configurable' dict; pass "
+            "{'configurable': {'thread_id': ...}} so the saver knows which thread to use"
+        )
+    return configurable
+
+
+def _text(value: Any, key: str, what: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int,)) and not isinstance(value, bool):
+        return str(value)
+    if value.__class__.__name__ == "UUID":
+        return str(value)
+    raise InvalidConfigError(f"{what}['configurable']['{key}'] must be a string, got {value!r}")
+
+
+def read_target(config: Any, what: str = "config") -> Target:
+    """Parse a config that must name a thread; the error says which key is missing."""
+    configurable = _configurable(config, what)
+    raw_thread = configurable.get("thread_id")
+    if raw_thread is None or raw_thread == "":
+        raise InvalidConfigError(
+            f"{what}['configurable']['thread_id'] is required: the checkpointer stores state "
+            "per thread, e.g. graph.invoke(inputs, {'configurable': {'thread_id': '1'}})"
+        )
+    thread_id = _text(raw_thread, "thread_id", what)
+    ns = configurable.get("checkpoint_ns")
+    checkpoint_ns = "" if ns is None else _text(ns, "checkpoint_ns", what)
+    raw_id = configurable.get("checkpoint_id")
+    checkpoint_id = None if raw_id in (None, "") else _text(raw_id, "checkpoint_id", what)
+    return Target(thread_id, checkpoint_ns, checkpoint_id)
+
+
+def read_checkpoint_target(config: Any, what: str = "config") -> Target:
+    """Like :func:`read_target`, for operations that need a ``checkpoint_id`` too."""
+    target = read_target(config, what)
+    if target.checkpoint_id is None:
+        raise InvalidConfigError(
+            f"{what}['configurable']['checkpoint_id'] is required for this call "
+            "(use the config returned by put())"
+        )
+    return target
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    """The arguments of ``list()``, validated, plus the keyset cursor of the next page."""
+
+    thread_id: str | None
+    checkpoint_ns: str | None
+    checkpoint_id: str | None
+    filter: Mapping[str, Any] | None
+    before: str | None
+    limit: int | None
+    after: tuple[str, bytes, str] | None = None  # (checkpoint_id, thread_key, ns) last seen
+
+    @classmethod
+    def build(
+        cls,
+        config: RunnableConfig | None,
+        filter: Mapping[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> ListQuery:
+        thread_id = checkpoint_ns = checkpoint_id = None
+        if config is not None:
+            configurable = _configurable(config, "config")
+            if configurable.get("thread_id") not in (None, ""):
+                target = read_target(config)
+                thread_id = target.thread_id
+                checkpoint_id = target.checkpoint_id
+                if configurable.get("checkpoint_ns") is not None:
+                    checkpoint_ns = target.checkpoint_ns
+        before_id = None
+        if before is not None:
+            raw = _configurable(before, "before").get("checkpoint_id")
+            before_id = None if raw in (None, "") else _text(raw, "checkpoint_id", "before")
+        if filter is not None and not isinstance(filter, Mapping):
+            raise InvalidConfigError(f"filter must be a dict, got {type(filter).__name__}")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise InvalidConfigError(f"limit must be an integer, got {limit!r}")
+        return cls(thread_id, checkpoint_ns, checkpoint_id, filter or None, before_id, limit)

@@ -1,0 +1,5 @@
+"""PostgreSQL checkpointers."""
+
+from .saver import AsyncPostgresSaver, PostgresSaver
+
+__all__ = ["AsyncPostgresSaver", "PostgresSaver"]

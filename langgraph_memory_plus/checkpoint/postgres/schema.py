@@ -1,0 +1,112 @@
+"""PostgreSQL tables of the checkpointer and their versioned migrations.
+
+Layout (every table in the configured schema, prefixed ``lgmp_`` so it can sit beside
+LangGraph's own saver in one database):
+
+- ``lgmp_threads``: one row per thread. Rows are keyed by SHA-256 of the thread id, so
+  ids of any length and any characters fit a btree; the id itself is kept as bytes
+  (``text`` cannot hold ``\\u0000``). Holds the thread's expiry (TTL is per thread, so
+  a thread never half-expires) and, after ``delete_thread``, a tombstone: checkpoint
+  ids at or below ``live_after`` belong to deleted history and late writes to them
+  are refused.
+- ``lgmp_checkpoints``: one row per checkpoint, without channel values.
+- ``lgmp_blobs``: one row per (channel, version); shared by checkpoints.
+- ``lgmp_writes``: pending writes per checkpoint and task.
+
+Migrations are applied in order under a transaction-scoped advisory lock, so several
+processes may call ``setup()`` at once, and inside a caller's open transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from ...errors import InvalidConfigError
+
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
+
+# Position in this list is the migration's version; append only. Each migration is a
+# sequence of single statements (the driver sends them with the extended protocol).
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """
+        CREATE TABLE IF NOT EXISTS {s}.lgmp_threads (
+            thread_key bytea PRIMARY KEY,
+            thread_id bytea,
+            expires_at timestamptz,
+            live_after text,
+            updated_at timestamptz NOT NULL DEFAULT now()
+        )
+        """,
+        """
+        CREATE INDEX IF NOT EXISTS lgmp_threads_expires_at_idx
+            ON {s}.lgmp_threads (expires_at) WHERE expires_at IS NOT NULL
+        """,
+        """
+        CREATE INDEX IF NOT EXISTS lgmp_threads_tombstone_idx
+            ON {s}.lgmp_threads (updated_at) WHERE thread_id IS NULL
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS {s}.lgmp_checkpoints (
+            thread_key bytea NOT NULL,
+            checkpoint_ns text NOT NULL,
+            checkpoint_id text NOT NULL,
+            parent_checkpoint_id text,
+            run_id text,
+            checkpoint_type text NOT NULL,
+            checkpoint bytea NOT NULL,
+            metadata_type text NOT NULL,
+            metadata bytea NOT NULL,
+            metadata_json jsonb NOT NULL,
+            channel_versions jsonb NOT NULL,
+            delta_seeds jsonb,
+            PRIMARY KEY (thread_key, checkpoint_ns, checkpoint_id)
+        )
+        """,
+        """
+        CREATE INDEX IF NOT EXISTS lgmp_checkpoints_run_id_idx
+            ON {s}.lgmp_checkpoints (run_id) WHERE run_id IS NOT NULL
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS {s}.lgmp_blobs (
+            thread_key bytea NOT NULL,
+            checkpoint_ns text NOT NULL,
+            channel text NOT NULL,
+            version text NOT NULL,
+            type text NOT NULL,
+            blob bytea,
+            PRIMARY KEY (thread_key, checkpoint_ns, channel, version)
+        )
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS {s}.lgmp_writes (
+            thread_key bytea NOT NULL,
+            checkpoint_ns text NOT NULL,
+            checkpoint_id text NOT NULL,
+            task_id text NOT NULL,
+            idx integer NOT NULL,
+            task_path text NOT NULL,
+            channel text NOT NULL,
+            type text NOT NULL,
+            blob bytea NOT NULL,
+            PRIMARY KEY (thread_key, checkpoint_ns, checkpoint_id, task_id, idx)
+        )
+        """,
+    ),
+)
+
+
+def quote_schema(schema: str) -> str:
+    """The schema as a quoted SQL identifier, after checking it is a plain name."""
+    if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
+        raise InvalidConfigError(
+            f"schema must be a plain SQL name (letters, digits, _ and $), got {schema!r}"
+        )
+    return f'"{schema}"'
+
+
+def advisory_lock_id(schema: str) -> int:
+    """A stable 64-bit lock id per schema, so setups of different schemas don't wait."""
+    digest = hashlib.sha256(f"langgraph-memory-plus:checkpoint:{schema}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)

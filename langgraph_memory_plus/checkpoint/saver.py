@@ -1,0 +1,345 @@
+"""The public ``BaseCheckpointSaver`` API, written once for every backend and both modes.
+
+Each method parses its arguments, asks the backend's :class:`CheckpointPlans` for a plan
+and hands the plan to the driver: ``_run`` (blocking) or ``_arun`` (awaitable). A
+synchronous driver runs its async methods in a worker thread; an asynchronous driver runs
+its sync methods on its event loop from other threads. Drivers implement only those two
+methods and the connection handling behind them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from .._plan import Plan
+from ..errors import InvalidConfigError
+from .codec import CheckpointCodec, EncodedCheckpoint, EncodedWrite
+from .config import (
+    ListQuery,
+    SaverSettings,
+    Target,
+    TTLConfig,
+    read_checkpoint_target,
+    read_target,
+)
+
+R = TypeVar("R")
+
+PRUNE_STRATEGIES = ("keep_latest", "delete")
+LIST_PAGE_SIZE = 100
+
+
+class CheckpointPlans(Protocol):
+    """What a backend provides: one plan per storage operation, no I/O of its own."""
+
+    max_value_bytes: int
+
+    def setup(self) -> Plan[Any, None]: ...
+
+    def get_tuple(
+        self, codec: CheckpointCodec, target: Target
+    ) -> Plan[Any, CheckpointTuple | None]: ...
+
+    def list_page(
+        self, codec: CheckpointCodec, query: ListQuery, page_size: int
+    ) -> Plan[Any, tuple[list[CheckpointTuple], ListQuery | None]]: ...
+
+    def put(self, target: Target, encoded: EncodedCheckpoint) -> Plan[Any, None]: ...
+
+    def put_writes(self, target: Target, writes: list[EncodedWrite]) -> Plan[Any, None]: ...
+
+    def delete_thread(self, thread_id: str) -> Plan[Any, None]: ...
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[Any, None]: ...
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Plan[Any, None]: ...
+
+    def prune(self, thread_ids: Sequence[str], keep_latest: bool) -> Plan[Any, None]: ...
+
+    def delta_history(
+        self, codec: CheckpointCodec, target: Target, channels: Sequence[str]
+    ) -> Plan[Any, dict[str, DeltaChannelHistory]]: ...
+
+    def sweep_expired(self, batch_size: int) -> Plan[Any, tuple[int, bool]]:
+        """One batch: (threads deleted, whether more may be waiting)."""
+        ...
+
+
+def _thread_ids(thread_ids: Sequence[str], what: str) -> list[str]:
+    if isinstance(thread_ids, str):
+        raise InvalidConfigError(f"{what} takes a list of thread ids, not a single string")
+    return [read_target({"configurable": {"thread_id": t}}).thread_id for t in thread_ids]
+
+
+class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
+    """Shared saver logic; subclasses supply ``_plans``, ``_run`` and ``_arun``."""
+
+    _plans: CheckpointPlans
+
+    def __init__(
+        self,
+        *,
+        serde: SerializerProtocol | None = None,
+        ttl: TTLConfig | None = None,
+        keep_last: int | None = None,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.settings = SaverSettings.build(ttl, keep_last)
+
+    @abstractmethod
+    def _run(self, plan: Plan[Any, R]) -> R:
+        """Run one plan to completion, blocking."""
+
+    @abstractmethod
+    async def _arun(self, plan: Plan[Any, R]) -> R:
+        """Run one plan to completion without blocking the event loop."""
+
+    @property
+    def _codec(self) -> CheckpointCodec:
+        # Built per call: ``with_allowlist`` clones the saver with a new ``serde``.
+        return CheckpointCodec(self.serde, max_value_bytes=self._plans.max_value_bytes)
+
+    # -- plans for each public method -------------------------------------------------
+
+    def _get_tuple_plan(self, config: RunnableConfig) -> Plan[Any, CheckpointTuple | None]:
+        return self._plans.get_tuple(self._codec, read_target(config))
+
+    def _put_plan(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> tuple[Plan[Any, None], RunnableConfig]:
+        target = read_target(config)
+        encoded = self._codec.encode_checkpoint(config, checkpoint, metadata, new_versions)
+        return self._plans.put(target, encoded), target.config(checkpoint["id"])
+
+    def _put_writes_plan(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Plan[Any, None]:
+        target = read_checkpoint_target(config)
+        return self._plans.put_writes(target, self._codec.encode_writes(writes, task_id, task_path))
+
+    def _prune_plan(self, thread_ids: Sequence[str], strategy: str) -> Plan[Any, None]:
+        if strategy not in PRUNE_STRATEGIES:
+            raise InvalidConfigError(
+                f"unknown prune strategy {strategy!r}; use one of {PRUNE_STRATEGIES}"
+            )
+        return self._plans.prune(_thread_ids(thread_ids, "prune"), strategy == "keep_latest")
+
+    def _delta_plan(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> Plan[Any, dict[str, DeltaChannelHistory]]:
+        return self._plans.delta_history(self._codec, read_target(config), list(channels))
+
+    @staticmethod
+    def _check_batch(batch_size: int) -> int:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
+        return batch_size
+
+    # -- synchronous API --------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._run(self._get_tuple_plan(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        query: ListQuery | None = ListQuery.build(config, filter, before, limit)
+        while query is not None:
+            page, query = self._run(self._plans.list_page(self._codec, query, LIST_PAGE_SIZE))
+            yield from page
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        plan, saved = self._put_plan(config, checkpoint, metadata, new_versions)
+        self._run(plan)
+        return saved
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._run(self._put_writes_plan(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._run(self._plans.delete_thread(_thread_ids([thread_id], "delete_thread")[0]))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._run(self._plans.delete_for_runs([str(r) for r in run_ids]))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        source, target = _thread_ids([source_thread_id, target_thread_id], "copy_thread")
+        self._run(self._plans.copy_thread(source, target))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._run(self._prune_plan(thread_ids, strategy))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self._run(self._delta_plan(config, channels)) if channels else {}
+
+    def sweep_expired(self, batch_size: int = 500) -> int:
+        """Delete expired threads, ``batch_size`` per transaction; returns how many.
+
+        Expired threads are already invisible to every read; sweeping reclaims the space.
+        """
+        batch, total, more = self._check_batch(batch_size), 0, True
+        while more:
+            deleted, more = self._run(self._plans.sweep_expired(batch))
+            total += deleted
+        return total
+
+    # -- asynchronous API -------------------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._arun(self._get_tuple_plan(config))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        query: ListQuery | None = ListQuery.build(config, filter, before, limit)
+        while query is not None:
+            page, query = await self._arun(
+                self._plans.list_page(self._codec, query, LIST_PAGE_SIZE)
+            )
+            for item in page:
+                yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        plan, saved = self._put_plan(config, checkpoint, metadata, new_versions)
+        await self._arun(plan)
+        return saved
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self._arun(self._put_writes_plan(config, writes, task_id, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._arun(self._plans.delete_thread(_thread_ids([thread_id], "delete_thread")[0]))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._arun(self._plans.delete_for_runs([str(r) for r in run_ids]))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        source, target = _thread_ids([source_thread_id, target_thread_id], "copy_thread")
+        await self._arun(self._plans.copy_thread(source, target))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._arun(self._prune_plan(thread_ids, strategy))
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return await self._arun(self._delta_plan(config, channels)) if channels else {}
+
+    async def asweep_expired(self, batch_size: int = 500) -> int:
+        """Async :meth:`sweep_expired`."""
+        batch, total, more = self._check_batch(batch_size), 0, True
+        while more:
+            deleted, more = await self._arun(self._plans.sweep_expired(batch))
+            total += deleted
+        return total
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """String versions with a random suffix, as LangGraph's own savers use.
+
+        The suffix keeps two branches forked from one checkpoint from minting the same
+        version for different values, which matters because blobs are keyed by version.
+        """
+        if current is None:
+            current_v = 0
+        elif isinstance(current, int):
+            current_v = current
+        else:
+            current_v = int(current.split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
+
+
+class SyncDriver(CheckpointSaverBase, ABC):
+    """A saver whose storage calls block; its async methods run in a worker thread."""
+
+    async def _arun(self, plan: Plan[Any, R]) -> R:
+        return await asyncio.to_thread(self._run, plan)
+
+
+class AsyncDriver(CheckpointSaverBase, ABC):
+    """A saver whose storage calls are awaited; sync calls are served on its event loop."""
+
+    loop: asyncio.AbstractEventLoop
+
+    def _bind_loop(self) -> None:
+        try:
+            self.loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.loop = asyncio.new_event_loop()
+
+    def _run(self, plan: Plan[Any, R]) -> R:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            plan.close()
+            raise asyncio.InvalidStateError(
+                f"synchronous calls to {type(self).__name__} would block its own event loop; "
+                "use the async methods (aget_tuple, ainvoke, ...) from async code"
+            )
+        if not self.loop.is_running():
+            plan.close()
+            raise asyncio.InvalidStateError(
+                f"{type(self).__name__} serves synchronous calls on the event loop it was "
+                "created in, and that loop is not running"
+            )
+        return asyncio.run_coroutine_threadsafe(self._arun(plan), self.loop).result()
