@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from psycopg.types.json import Jsonb
 
 from ..._plan import Plan
+from ..._postgres import Query, Rows
 from ...errors import ValueTooLargeError
 from ..codec import (
     EMPTY,
@@ -45,18 +45,6 @@ TOMBSTONE_HOURS = 24
 
 # Rows of a delta-history walk are bounded so a corrupt parent cycle cannot spin forever.
 MAX_CHAIN_DEPTH = 1_000_000
-
-
-@dataclass(frozen=True)
-class Query:
-    """One statement for a driver to run; ``fetch`` says whether rows come back."""
-
-    sql: str
-    params: Sequence[Any] | dict[str, Any] | None = None
-    fetch: bool = False
-
-
-Rows = list[tuple[Any, ...]]
 
 
 def _thread_id_bytes(thread_id: str) -> bytes:

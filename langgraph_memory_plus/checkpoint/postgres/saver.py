@@ -1,48 +1,28 @@
 """``PostgresSaver`` and ``AsyncPostgresSaver``: thin drivers over the shared plans.
 
-Each runs a plan inside one transaction on one connection: borrowed from a pool (so
-concurrent calls run concurrently, one connection each) or, for a single connection,
-taken under a lock (a connection runs one transaction at a time). ``conn.transaction()``
-becomes a savepoint when the caller's connection is already inside a transaction.
+All behaviour lives in :mod:`.plans` (SQL and decoding) and the shared saver core; these
+classes only pair the plans with a runner from :mod:`langgraph_memory_plus._postgres`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import AsyncIterator, Iterator
-from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from psycopg import AsyncConnection, AsyncCursor, Connection, Cursor
-from psycopg.rows import TupleRow, tuple_row
+from psycopg import AsyncConnection, Connection
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from ..._plan import Plan, adrive, drive
-from ...errors import InvalidConfigError
+from ..._plan import Plan
+from ..._postgres import AsyncPgRunner, PgRunner, open_async_pool, open_pool
 from ..config import TTLConfig
 from ..saver import AsyncDriver, SyncDriver
-from .plans import PostgresCheckpointPlans, Query
+from .plans import PostgresCheckpointPlans
 
 R = TypeVar("R")
 
 DEFAULT_SCHEMA = "public"
-
-
-def _execute(cur: Cursor[TupleRow], query: Query) -> Any:
-    cur.execute(query.sql, query.params)
-    return cur.fetchall() if query.fetch else None
-
-
-async def _aexecute(cur: AsyncCursor[TupleRow], query: Query) -> Any:
-    await cur.execute(query.sql, query.params)
-    return await cur.fetchall() if query.fetch else None
-
-
-def _pool_kwargs(prepare_threshold: int | None) -> dict[str, Any]:
-    # Autocommit: every plan opens its own explicit transaction.
-    return {"autocommit": True, "prepare_threshold": prepare_threshold}
 
 
 class PostgresSaver(SyncDriver):
@@ -71,16 +51,10 @@ class PostgresSaver(SyncDriver):
         keep_last: int | None = None,
         pipeline: bool = False,
     ) -> None:
-        if not isinstance(conn, (Connection, ConnectionPool)):
-            raise InvalidConfigError(
-                f"PostgresSaver needs a psycopg Connection or ConnectionPool, got "
-                f"{type(conn).__name__} (use AsyncPostgresSaver for async connections)"
-            )
+        self._runner = PgRunner(conn, pipeline=pipeline, owner=type(self).__name__)
         super().__init__(serde=serde, ttl=ttl, keep_last=keep_last)
         self.conn = conn
-        self.pipeline = pipeline
         self._plans = PostgresCheckpointPlans(schema, self.settings)
-        self._lock = threading.Lock()
 
     @classmethod
     @contextmanager
@@ -96,43 +70,26 @@ class PostgresSaver(SyncDriver):
         """Open a connection pool for ``conn_string`` and a saver on it; close both after.
 
         ``prepare_threshold=None`` turns off server-side prepared statements, as
-        PgBouncer in transaction mode requires.
+        PgBouncer in transaction mode requires. ``options`` are the constructor's.
         """
-        with ConnectionPool(
+        with open_pool(
             conn_string,
             min_size=pool_min_size,
             max_size=pool_max_size,
-            kwargs=_pool_kwargs(prepare_threshold),
-            check=ConnectionPool.check_connection,
-            open=False,
+            prepare_threshold=prepare_threshold,
         ) as pool:
-            pool.wait()
             yield cls(pool, **options)
 
     def setup(self) -> None:
         """Create or migrate the tables; safe to run repeatedly and concurrently."""
         self._run(self._plans.setup())
 
-    @contextmanager
-    def _connection(self) -> Iterator[Connection[Any]]:
-        if isinstance(self.conn, ConnectionPool):
-            with self.conn.connection() as conn:
-                yield conn
-        else:
-            with self._lock:
-                yield self.conn
-
     def _run(self, plan: Plan[Any, R]) -> R:
-        with self._connection() as conn, ExitStack() as stack:
-            if self.pipeline:
-                stack.enter_context(conn.pipeline())
-            stack.enter_context(conn.transaction())
-            cur = stack.enter_context(conn.cursor(row_factory=tuple_row, binary=True))
-            return drive(plan, lambda q: _execute(cur, q))
+        return self._runner.run(plan)
 
 
 class AsyncPostgresSaver(AsyncDriver):
-    """The asyncio twin of :class:`PostgresSaver`, on ``AsyncConnection`` / ``AsyncConnectionPool``.
+    """The asyncio twin of :class:`PostgresSaver`, on ``AsyncConnection`` or a pool.
 
     Its sync methods may be called from other threads while its event loop runs.
     """
@@ -147,16 +104,10 @@ class AsyncPostgresSaver(AsyncDriver):
         keep_last: int | None = None,
         pipeline: bool = False,
     ) -> None:
-        if not isinstance(conn, (AsyncConnection, AsyncConnectionPool)):
-            raise InvalidConfigError(
-                f"AsyncPostgresSaver needs a psycopg AsyncConnection or AsyncConnectionPool, "
-                f"got {type(conn).__name__} (use PostgresSaver for blocking connections)"
-            )
+        self._runner = AsyncPgRunner(conn, pipeline=pipeline, owner=type(self).__name__)
         super().__init__(serde=serde, ttl=ttl, keep_last=keep_last)
         self.conn = conn
-        self.pipeline = pipeline
         self._plans = PostgresCheckpointPlans(schema, self.settings)
-        self._lock = asyncio.Lock()
         self._bind_loop()
 
     @classmethod
@@ -171,34 +122,17 @@ class AsyncPostgresSaver(AsyncDriver):
         **options: Any,
     ) -> AsyncIterator[AsyncPostgresSaver]:
         """Async :meth:`PostgresSaver.from_conn_string`."""
-        async with AsyncConnectionPool(
+        async with open_async_pool(
             conn_string,
             min_size=pool_min_size,
             max_size=pool_max_size,
-            kwargs=_pool_kwargs(prepare_threshold),
-            check=AsyncConnectionPool.check_connection,
-            open=False,
+            prepare_threshold=prepare_threshold,
         ) as pool:
-            await pool.wait()
             yield cls(pool, **options)
 
     async def setup(self) -> None:
         """Create or migrate the tables; safe to run repeatedly and concurrently."""
         await self._arun(self._plans.setup())
 
-    @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[AsyncConnection[Any]]:
-        if isinstance(self.conn, AsyncConnectionPool):
-            async with self.conn.connection() as conn:
-                yield conn
-        else:
-            async with self._lock:
-                yield self.conn
-
     async def _arun(self, plan: Plan[Any, R]) -> R:
-        async with self._connection() as conn, AsyncExitStack() as stack:
-            if self.pipeline:
-                await stack.enter_async_context(conn.pipeline())
-            await stack.enter_async_context(conn.transaction())
-            cur = await stack.enter_async_context(conn.cursor(row_factory=tuple_row, binary=True))
-            return await adrive(plan, lambda q: _aexecute(cur, q))
+        return await self._runner.run(plan)

@@ -1,0 +1,160 @@
+"""Running plans on PostgreSQL: shared by the checkpointers and the stores.
+
+A runner takes a plan (see :mod:`._plan`) and runs it inside one transaction on one
+connection: borrowed from a pool, so concurrent calls run concurrently, or, for a single
+connection, taken under a lock, since a connection runs one transaction at a time.
+``conn.transaction()`` becomes a savepoint when the caller's connection is already
+inside a transaction. Results come back as tuples in binary format whatever row factory
+the caller's connection uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from psycopg import AsyncConnection, AsyncCursor, Connection, Cursor
+from psycopg.rows import TupleRow, tuple_row
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from ._plan import Plan, adrive, drive
+from .errors import InvalidConfigError
+
+R = TypeVar("R")
+
+Rows = list[tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class Query:
+    """One statement for a runner to send; ``fetch`` says whether rows come back."""
+
+    sql: str
+    params: Sequence[Any] | dict[str, Any] | None = None
+    fetch: bool = False
+
+
+def _execute(cur: Cursor[TupleRow], query: Query) -> Rows | None:
+    cur.execute(query.sql, query.params)
+    return cur.fetchall() if query.fetch else None
+
+
+async def _aexecute(cur: AsyncCursor[TupleRow], query: Query) -> Rows | None:
+    await cur.execute(query.sql, query.params)
+    return await cur.fetchall() if query.fetch else None
+
+
+def pool_kwargs(prepare_threshold: int | None) -> dict[str, Any]:
+    """Connection options of the pools this package opens.
+
+    Autocommit, because every plan opens its own explicit transaction;
+    ``prepare_threshold=None`` turns off server-side prepared statements, as PgBouncer in
+    transaction mode requires.
+    """
+    return {"autocommit": True, "prepare_threshold": prepare_threshold}
+
+
+@contextmanager
+def open_pool(
+    conn_string: str, *, min_size: int, max_size: int, prepare_threshold: int | None
+) -> Iterator[ConnectionPool[Any]]:
+    """A pool that checks connections before lending them, so a dead one is replaced."""
+    with ConnectionPool(
+        conn_string,
+        min_size=min_size,
+        max_size=max_size,
+        kwargs=pool_kwargs(prepare_threshold),
+        check=ConnectionPool.check_connection,
+        open=False,
+    ) as pool:
+        pool.wait()
+        yield pool
+
+
+@asynccontextmanager
+async def open_async_pool(
+    conn_string: str, *, min_size: int, max_size: int, prepare_threshold: int | None
+) -> AsyncIterator[AsyncConnectionPool[Any]]:
+    """Async :func:`open_pool`."""
+    async with AsyncConnectionPool(
+        conn_string,
+        min_size=min_size,
+        max_size=max_size,
+        kwargs=pool_kwargs(prepare_threshold),
+        check=AsyncConnectionPool.check_connection,
+        open=False,
+    ) as pool:
+        await pool.wait()
+        yield pool
+
+
+class PgRunner:
+    """Runs plans on a blocking ``Connection`` or ``ConnectionPool``."""
+
+    def __init__(self, conn: Connection[Any] | ConnectionPool[Any], *, pipeline: bool, owner: str):
+        if not isinstance(conn, (Connection, ConnectionPool)):
+            raise InvalidConfigError(
+                f"{owner} needs a psycopg Connection or ConnectionPool, got "
+                f"{type(conn).__name__} (use the Async class for async connections)"
+            )
+        self.conn = conn
+        self.pipeline = pipeline
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def _connection(self) -> Iterator[Connection[Any]]:
+        if isinstance(self.conn, ConnectionPool):
+            with self.conn.connection() as conn:
+                yield conn
+        else:
+            with self._lock:
+                yield self.conn
+
+    def run(self, plan: Plan[Query, R]) -> R:
+        with self._connection() as conn, ExitStack() as stack:
+            if self.pipeline:
+                stack.enter_context(conn.pipeline())
+            stack.enter_context(conn.transaction())
+            cur = stack.enter_context(conn.cursor(row_factory=tuple_row, binary=True))
+            return drive(plan, lambda q: _execute(cur, q))
+
+
+class AsyncPgRunner:
+    """Runs plans on an ``AsyncConnection`` or ``AsyncConnectionPool``."""
+
+    def __init__(
+        self,
+        conn: AsyncConnection[Any] | AsyncConnectionPool[Any],
+        *,
+        pipeline: bool,
+        owner: str,
+    ):
+        if not isinstance(conn, (AsyncConnection, AsyncConnectionPool)):
+            raise InvalidConfigError(
+                f"{owner} needs a psycopg AsyncConnection or AsyncConnectionPool, got "
+                f"{type(conn).__name__} (use the blocking class for blocking connections)"
+            )
+        self.conn = conn
+        self.pipeline = pipeline
+        self._lock = asyncio.Lock()
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[AsyncConnection[Any]]:
+        if isinstance(self.conn, AsyncConnectionPool):
+            async with self.conn.connection() as conn:
+                yield conn
+        else:
+            async with self._lock:
+                yield self.conn
+
+    async def run(self, plan: Plan[Query, R]) -> R:
+        async with self._connection() as conn, AsyncExitStack() as stack:
+            if self.pipeline:
+                await stack.enter_async_context(conn.pipeline())
+            await stack.enter_async_context(conn.transaction())
+            cur = await stack.enter_async_context(conn.cursor(row_factory=tuple_row, binary=True))
+            return await adrive(plan, lambda q: _aexecute(cur, q))
