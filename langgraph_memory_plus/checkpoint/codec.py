@@ -31,6 +31,7 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from ..errors import ValueTooLargeError
 from .config import Target, checkpoint_config
@@ -104,8 +105,8 @@ class EncodedCheckpoint:
     blobs: list[EncodedBlob]
     delta_channels: list[str] = field(default_factory=list)
     """Channels this checkpoint's metadata marks as ``DeltaChannel``s."""
-    delta_snapshots: list[str] = field(default_factory=list)
-    """Delta channels whose full value (a snapshot) is stored at this checkpoint."""
+    valued_channels: list[str] = field(default_factory=list)
+    """Channels with a stored value at this checkpoint: a delta replay seeds from it."""
 
 
 @dataclass(frozen=True)
@@ -163,8 +164,13 @@ class CheckpointCodec:
             else:
                 blobs.append(EncodedBlob(channel, version_text(version), EMPTY, None))
         meta = get_checkpoint_metadata(config, metadata)
+        # A DeltaChannel shows as update counters in the metadata, or, at the steps that
+        # reset those counters, as a snapshot value.
         counters = meta.get(DELTA_COUNTERS)
-        delta_channels = sorted(counters) if isinstance(counters, Mapping) else []
+        delta_channels = sorted(
+            set(counters if isinstance(counters, Mapping) else ())
+            | {ch for ch, value in values.items() if isinstance(value, _DeltaSnapshot)}
+        )
         run_id = meta.get("run_id")
         return EncodedCheckpoint(
             checkpoint_id=checkpoint["id"],
@@ -178,7 +184,7 @@ class CheckpointCodec:
             },
             blobs=blobs,
             delta_channels=delta_channels,
-            delta_snapshots=[ch for ch in delta_channels if ch in values],
+            valued_channels=sorted(values),
         )
 
     def encode_writes(

@@ -70,7 +70,7 @@ class PostgresCheckpointPlans:
         self._wr = f"{s}.lgmp_writes"
         self._s = s
         # The thread row a write creates or refreshes. It is also the lock that orders a
-        # write against delete_thread, and it refuses a late write to deleted history.
+        # write against delete_thread; it returns the tombstone left by a deletion.
         self._upsert_thread = f"""
             INSERT INTO {self._th} AS t (thread_key, thread_id, expires_at, updated_at)
             VALUES (%(tk)s, %(tid)s, now() + make_interval(secs => %(ttl)s), now())
@@ -78,10 +78,9 @@ class PostgresCheckpointPlans:
                 thread_id = EXCLUDED.thread_id,
                 expires_at = EXCLUDED.expires_at,
                 updated_at = EXCLUDED.updated_at
-            WHERE t.live_after IS NULL OR %(guard)s::text IS NULL OR %(guard)s::text > t.live_after
             RETURNING (
                 SELECT o.expires_at <= now() FROM {self._th} o WHERE o.thread_key = t.thread_key
-            ) AS was_expired"""
+            ) AS was_expired, t.live_after"""
         self._visible = "t.thread_id IS NOT NULL AND (t.expires_at IS NULL OR t.expires_at > now())"
 
     # -- setup ------------------------------------------------------------------------
@@ -115,7 +114,7 @@ class PostgresCheckpointPlans:
             FROM (
                 SELECT c.*, t.thread_id
                 FROM {self._ck} c JOIN {self._th} t ON t.thread_key = c.thread_key
-                WHERE {self._visible} AND {where}
+                WHERE {self._visible} AND NOT c.replay_only AND {where}
                 ORDER BY c.checkpoint_id DESC, c.thread_key DESC, c.checkpoint_ns DESC
                 {limit}
             ) c
@@ -195,10 +194,12 @@ class PostgresCheckpointPlans:
         if query.before is not None:
             wheres.append("c.checkpoint_id < %s")
             params.append(query.before)
-        if query.filter:
-            # Narrows in the database; the exact check runs on the decoded metadata.
+        # The database narrows by containment; the exact check runs on the decoded
+        # metadata. ``None`` is left out: it also matches a missing key, as in InMemorySaver.
+        present = {k: v for k, v in (query.filter or {}).items() if v is not None}
+        if present:
             wheres.append("c.metadata_json @> %s")
-            params.append(Jsonb(json_safe(dict(query.filter))))
+            params.append(Jsonb(json_safe(present)))
         if query.after is not None:
             wheres.append("(c.checkpoint_id, c.thread_key, c.checkpoint_ns) < (%s, %s, %s)")
             params.extend(query.after)
@@ -241,7 +242,8 @@ class PostgresCheckpointPlans:
             WITH RECURSIVE target AS (
                 SELECT c.parent_checkpoint_id
                 FROM {self._ck} c JOIN {self._th} t ON t.thread_key = c.thread_key
-                WHERE {self._visible} AND c.thread_key = %(tk)s AND c.checkpoint_ns = %(ns)s {pick}
+                WHERE {self._visible} AND NOT c.replay_only
+                    AND c.thread_key = %(tk)s AND c.checkpoint_ns = %(ns)s {pick}
                 ORDER BY c.checkpoint_id DESC LIMIT 1
             ), chain AS (
                 SELECT c.checkpoint_id, c.parent_checkpoint_id, c.channel_versions,
@@ -329,7 +331,7 @@ class PostgresCheckpointPlans:
             m_json=Jsonb(encoded.metadata_json),
             versions=Jsonb(encoded.channel_versions),
             delta=encoded.delta_channels,
-            snaps=encoded.delta_snapshots,
+            valued=encoded.valued_channels,
             b_ch=[b.channel for b in encoded.blobs],
             b_ver=[b.version for b in encoded.blobs],
             b_ty=[b.type for b in encoded.blobs],
@@ -357,12 +359,17 @@ class PostgresCheckpointPlans:
                 metadata, metadata_json, channel_versions, delta_seeds)
             SELECT %(tk)s, %(ns)s, %(id)s, %(parent)s, %(run_id)s, %(c_type)s, %(c_blob)s,
                 %(m_type)s, %(m_blob)s, %(m_json)s, %(versions)s,
-                CASE WHEN cardinality(%(delta)s::text[]) > 0 THEN (
-                    SELECT jsonb_object_agg(d.ch, CASE WHEN d.ch = ANY(%(snaps)s::text[])
+                (
+                    SELECT jsonb_object_agg(d.ch, CASE WHEN d.ch = ANY(%(valued)s::text[])
                         THEN %(id)s
                         ELSE coalesce((SELECT p.delta_seeds ->> d.ch FROM parent p), '') END)
-                    FROM unnest(%(delta)s::text[]) AS d(ch)
-                ) END
+                    FROM (
+                        SELECT unnest(%(delta)s::text[]) AS ch
+                        UNION
+                        SELECT k FROM parent p CROSS JOIN LATERAL jsonb_object_keys(p.delta_seeds) k
+                        WHERE %(versions)s::jsonb ? k
+                    ) d
+                )
             FROM thread
             ON CONFLICT (thread_key, checkpoint_ns, checkpoint_id) DO UPDATE SET
                 parent_checkpoint_id = EXCLUDED.parent_checkpoint_id,
@@ -374,21 +381,23 @@ class PostgresCheckpointPlans:
                 metadata_json = EXCLUDED.metadata_json,
                 channel_versions = EXCLUDED.channel_versions,
                 delta_seeds = EXCLUDED.delta_seeds
-            RETURNING (SELECT was_expired FROM thread)""",
+            RETURNING (SELECT was_expired FROM thread), (SELECT live_after FROM thread)""",
             params,
             fetch=True,
         )
-        if not rows:
-            logger.warning(
-                "dropped a checkpoint whose parent belongs to a deleted thread's history"
-            )
+        was_expired, live_after = rows[0]
+        refused = (
+            live_after is not None
+            and encoded.parent_id is not None
+            and not (yield from self._exists(params, encoded.parent_id))
+        )
+        if refused:
+            yield from self._refuse(params)
             return
-        if rows[0][0]:
+        if was_expired:
             yield from self._purge_before(target.thread_key, encoded.checkpoint_id)
         if self.settings.keep_last is not None:
-            yield from self._trim(
-                [target.thread_key], target.checkpoint_ns, self.settings.keep_last
-            )
+            yield from self._trim(target.thread_key, target.checkpoint_ns, self.settings.keep_last)
 
     def put_writes(self, target: Target, writes: list[EncodedWrite]) -> Plan[Query, None]:
         if not writes:
@@ -396,7 +405,7 @@ class PostgresCheckpointPlans:
         assert target.checkpoint_id is not None
         params = self._thread_params(target, target.checkpoint_id)
         params.update(
-            cid=target.checkpoint_id,
+            id=target.checkpoint_id,
             task_id=writes[0].task_id,
             path=writes[0].task_path,
             idx=[w.idx for w in writes],
@@ -410,7 +419,7 @@ class PostgresCheckpointPlans:
             written AS (
                 INSERT INTO {self._wr} (thread_key, checkpoint_ns, checkpoint_id, task_id, idx,
                     task_path, channel, type, blob)
-                SELECT %(tk)s, %(ns)s, %(cid)s, %(task_id)s, w.idx, %(path)s, w.channel, w.type,
+                SELECT %(tk)s, %(ns)s, %(id)s, %(task_id)s, w.idx, %(path)s, w.channel, w.type,
                     w.blob
                 FROM unnest(%(idx)s::int[], %(ch)s::text[], %(ty)s::text[], %(bl)s::bytea[])
                     AS w(idx, channel, type, blob)
@@ -420,14 +429,69 @@ class PostgresCheckpointPlans:
                     type = EXCLUDED.type, blob = EXCLUDED.blob
                     WHERE EXCLUDED.idx < 0
             )
-            SELECT was_expired FROM thread""",
+            SELECT was_expired, live_after FROM thread""",
             params,
             fetch=True,
         )
-        if not rows:
-            logger.warning("dropped writes to a checkpoint of a deleted thread's history")
-        elif rows[0][0]:
+        was_expired, live_after = rows[0]
+        refused = (
+            live_after is not None
+            and target.checkpoint_id <= live_after
+            and not (yield from self._exists(params, target.checkpoint_id))
+        )
+        if refused:
+            yield from self._refuse(params)
+            return
+        if was_expired:
             yield from self._purge_before(target.thread_key, target.checkpoint_id)
+
+    def _exists(self, params: dict[str, Any], checkpoint_id: str) -> Plan[Query, bool]:
+        """Whether a checkpoint exists, seen from a fresh snapshot.
+
+        Asked after the thread row is locked, so a delete_thread that committed while we
+        waited for the lock is seen (the first statement's snapshot predates it).
+        """
+        rows: Rows = yield Query(
+            f"SELECT EXISTS (SELECT 1 FROM {self._ck} WHERE thread_key = %(tk)s "
+            "AND checkpoint_ns = %(ns)s AND checkpoint_id = %(check)s)",
+            {**params, "check": checkpoint_id},
+            fetch=True,
+        )
+        return bool(rows[0][0])
+
+    def _refuse(self, params: dict[str, Any]) -> Plan[Query, None]:
+        """Undo a write from a run that outlived its deleted thread.
+
+        Once a thread was deleted, a checkpoint is kept only if its parent still exists
+        (a fresh run has none), and writes only if their checkpoint exists or is newer
+        than the deletion; so a run that keeps going cannot bring the thread back. The
+        refused checkpoint id joins the tombstone, so writes that follow it are refused.
+        """
+        logger.warning("dropped a write of a run whose thread was deleted")
+        freed: Rows = yield Query(
+            f"""
+            WITH gone AS (
+                DELETE FROM {self._ck} WHERE thread_key = %(tk)s AND checkpoint_ns = %(ns)s
+                    AND checkpoint_id = %(id)s
+                RETURNING channel_versions
+            ), gone_writes AS (
+                DELETE FROM {self._wr} WHERE thread_key = %(tk)s AND checkpoint_ns = %(ns)s
+                    AND checkpoint_id = %(id)s
+            )
+            SELECT DISTINCT %(tk)s::bytea, %(ns)s::text, v.key, v.value
+            FROM gone g CROSS JOIN LATERAL jsonb_each_text(g.channel_versions) v""",
+            params,
+            fetch=True,
+        )
+        yield Query(
+            f"""UPDATE {self._th} SET live_after = greatest(live_after, %(id)s),
+                thread_id = CASE WHEN EXISTS (
+                    SELECT 1 FROM {self._ck} WHERE thread_key = %(tk)s
+                ) THEN thread_id END
+            WHERE thread_key = %(tk)s""",
+            params,
+        )
+        yield from self._collect_blobs(freed)
 
     def _purge_before(self, tk: bytes, checkpoint_id: str) -> Plan[Query, None]:
         """Drop what an expired thread held before a write revived it."""
@@ -463,45 +527,50 @@ class PostgresCheckpointPlans:
             (tks, nss, chs, vers),
         )
 
-    def _trim(self, tks: list[bytes], checkpoint_ns: str | None, keep: int) -> Plan[Query, None]:
-        """Keep the newest ``keep`` checkpoints per (thread, namespace).
+    def _trim(self, tk: bytes, checkpoint_ns: str, keep: int) -> Plan[Query, None]:
+        """Keep the newest ``keep`` checkpoints of one thread namespace.
 
-        Ancestors that a kept checkpoint's ``DeltaChannel`` replay needs (back to the
-        checkpoint holding each channel's seed, recorded at put time in ``delta_seeds``)
-        are kept too, with their writes. A kept checkpoint whose parent is deleted gets
-        no parent, as after LangGraph's own prune.
+        A ``DeltaChannel`` value is rebuilt by replaying writes back to the checkpoint
+        holding its last snapshot (its seed, recorded per channel at put time in
+        ``delta_seeds``). Older checkpoints a kept one still replays from stay stored as
+        ``replay_only``: read by delta replay, never returned by ``get_tuple``/``list``
+        (they could not be rebuilt themselves when channels snapshot at different steps).
+        Everything older goes, with its writes and the blobs nothing else uses. A kept
+        checkpoint whose parent is deleted gets no parent, as after LangGraph's prune.
         """
-        ns_filter = "" if checkpoint_ns is None else "AND checkpoint_ns = %(ns)s"
         freed: Rows = yield Query(
             f"""
-            WITH ranked AS (
-                SELECT thread_key, checkpoint_ns, checkpoint_id, delta_seeds,
-                       row_number() OVER (PARTITION BY thread_key, checkpoint_ns
-                                          ORDER BY checkpoint_id DESC) AS n
-                FROM {self._ck} WHERE thread_key = ANY(%(tks)s) {ns_filter}
-            ), floors AS (
-                SELECT k.thread_key, k.checkpoint_ns,
+            WITH kept AS (
+                SELECT checkpoint_id, delta_seeds FROM {self._ck}
+                WHERE thread_key = %(tk)s AND checkpoint_ns = %(ns)s
+                ORDER BY checkpoint_id DESC LIMIT %(keep)s
+            ), cut AS (
+                SELECT min(k.checkpoint_id) AS oldest_kept,
                        least(min(k.checkpoint_id), min(s.value)) AS floor
-                FROM ranked k LEFT JOIN LATERAL jsonb_each_text(k.delta_seeds) s ON true
-                WHERE k.n <= %(keep)s
-                GROUP BY k.thread_key, k.checkpoint_ns
+                FROM kept k LEFT JOIN LATERAL jsonb_each_text(k.delta_seeds) s ON true
             ), gone AS (
-                DELETE FROM {self._ck} c USING floors f
-                WHERE c.thread_key = f.thread_key AND c.checkpoint_ns = f.checkpoint_ns
-                    AND c.checkpoint_id < f.floor
-                RETURNING c.thread_key, c.checkpoint_ns, c.checkpoint_id, c.channel_versions
+                DELETE FROM {self._ck} c USING cut
+                WHERE c.thread_key = %(tk)s AND c.checkpoint_ns = %(ns)s
+                    AND c.checkpoint_id < cut.floor
+                RETURNING c.checkpoint_id, c.channel_versions
             ), gone_writes AS (
                 DELETE FROM {self._wr} w USING gone g
-                WHERE w.thread_key = g.thread_key AND w.checkpoint_ns = g.checkpoint_ns
+                WHERE w.thread_key = %(tk)s AND w.checkpoint_ns = %(ns)s
                     AND w.checkpoint_id = g.checkpoint_id
-            ), orphans AS (
-                UPDATE {self._ck} c SET parent_checkpoint_id = NULL FROM floors f
-                WHERE c.thread_key = f.thread_key AND c.checkpoint_ns = f.checkpoint_ns
-                    AND c.checkpoint_id >= f.floor AND c.parent_checkpoint_id < f.floor
+            ), survivors AS (
+                UPDATE {self._ck} c SET
+                    replay_only = c.checkpoint_id < cut.oldest_kept,
+                    parent_checkpoint_id = CASE WHEN c.parent_checkpoint_id < cut.floor
+                        THEN NULL ELSE c.parent_checkpoint_id END
+                FROM cut
+                WHERE c.thread_key = %(tk)s AND c.checkpoint_ns = %(ns)s
+                    AND c.checkpoint_id >= cut.floor
+                    AND ((c.checkpoint_id < cut.oldest_kept AND NOT c.replay_only)
+                         OR c.parent_checkpoint_id < cut.floor)
             )
-            SELECT DISTINCT g.thread_key, g.checkpoint_ns, v.key, v.value
+            SELECT DISTINCT %(tk)s::bytea, %(ns)s::text, v.key, v.value
             FROM gone g CROSS JOIN LATERAL jsonb_each_text(g.channel_versions) v""",
-            {"tks": tks, "ns": checkpoint_ns, "keep": keep},
+            {"tk": tk, "ns": checkpoint_ns, "keep": keep},
             fetch=True,
         )
         yield from self._collect_blobs(freed)
@@ -588,10 +657,10 @@ class PostgresCheckpointPlans:
             )
             INSERT INTO {self._ck} (thread_key, checkpoint_ns, checkpoint_id,
                 parent_checkpoint_id, run_id, checkpoint_type, checkpoint, metadata_type,
-                metadata, metadata_json, channel_versions, delta_seeds)
+                metadata, metadata_json, channel_versions, delta_seeds, replay_only)
             SELECT %(dst)s, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id,
                 checkpoint_type, checkpoint, metadata_type, metadata, metadata_json,
-                channel_versions, delta_seeds
+                channel_versions, delta_seeds, replay_only
             FROM {self._ck} WHERE thread_key = %(src)s AND EXISTS (SELECT 1 FROM thread)
             ON CONFLICT DO NOTHING""",
             params,
@@ -602,7 +671,14 @@ class PostgresCheckpointPlans:
             return
         tks = sorted({thread_key(t) for t in thread_ids})
         if keep_latest:
-            yield from self._trim(tks, None, 1)
+            namespaces: Rows = yield Query(
+                f"SELECT DISTINCT thread_key, checkpoint_ns FROM {self._ck} "
+                "WHERE thread_key = ANY(%s)",
+                (tks,),
+                fetch=True,
+            )
+            for tk, ns in namespaces:
+                yield from self._trim(tk, ns, 1)
         else:
             yield from self._delete_threads(tks)
 

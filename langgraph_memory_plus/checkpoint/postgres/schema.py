@@ -9,7 +9,8 @@ LangGraph's own saver in one database):
   a thread never half-expires) and, after ``delete_thread``, a tombstone: checkpoint
   ids at or below ``live_after`` belong to deleted history and late writes to them
   are refused.
-- ``lgmp_checkpoints``: one row per checkpoint, without channel values.
+- ``lgmp_checkpoints``: one row per checkpoint, without channel values. With retention,
+  old checkpoints that ``DeltaChannel`` replay still reads stay as ``replay_only`` rows.
 - ``lgmp_blobs``: one row per (channel, version); shared by checkpoints.
 - ``lgmp_writes``: pending writes per checkpoint and task.
 
@@ -61,6 +62,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             metadata_json jsonb NOT NULL,
             channel_versions jsonb NOT NULL,
             delta_seeds jsonb,
+            replay_only boolean NOT NULL DEFAULT false,
             PRIMARY KEY (thread_key, checkpoint_ns, checkpoint_id)
         )
         """,
