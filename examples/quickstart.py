@@ -14,6 +14,7 @@ import uuid
 from typing import Annotated
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
@@ -43,7 +44,7 @@ def build_graph(saver: PostgresSaver) -> CompiledStateGraph[State, None, State, 
 
 
 def main() -> None:
-    config = {"configurable": {"thread_id": f"quickstart-{uuid.uuid4().hex[:8]}"}}
+    config: RunnableConfig = {"configurable": {"thread_id": f"quickstart-{uuid.uuid4().hex[:8]}"}}
 
     with PostgresSaver.from_conn_string(URL) as saver:
         saver.setup()

@@ -11,14 +11,17 @@ Drop-in checkpointers for ``graph.compile(checkpointer=...)``::
 
 from .checkpoint.config import TTLConfig
 from .checkpoint.postgres import AsyncPostgresSaver, PostgresSaver
+from .checkpoint.redis import AsyncRedisSaver, RedisSaver
 from .errors import ConflictError, InvalidConfigError, MemoryPlusError, ValueTooLargeError
 
 __all__ = [
     "AsyncPostgresSaver",
+    "AsyncRedisSaver",
     "ConflictError",
     "InvalidConfigError",
     "MemoryPlusError",
     "PostgresSaver",
+    "RedisSaver",
     "TTLConfig",
     "ValueTooLargeError",
 ]

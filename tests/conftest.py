@@ -7,16 +7,28 @@ instead, so a green CI always means the storage tests ran.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+)
 from typing import Any
 
 import psycopg
 import pytest
 
 PG_ADMIN_URL = os.environ.get("LGMP_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("LGMP_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 IN_CI = bool(os.environ.get("CI"))
 
 
@@ -48,11 +60,130 @@ def pg_url() -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
 
 
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The single-node Redis the tests use; every test run writes under its own prefix."""
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=5).ping()
+    except redis.RedisError as exc:
+        _service_missing(f"Redis at {REDIS_URL}", exc)
+    return REDIS_URL
+
+
+def _free_port_pair(start: int) -> int:
+    """A port free on loopback whose cluster-bus twin (port + 10000) is free too."""
+    for port in range(start, start + 500):
+        try:
+            for p in (port, port + 10000):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port pair for a Redis Cluster node")
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """A real three-master Redis Cluster on loopback, started for this test run."""
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    if not server or not cli:
+        _service_missing(
+            "redis-server/redis-cli (for the local Redis Cluster)", FileNotFoundError()
+        )
+    assert server and cli
+    workdir = tempfile.mkdtemp(prefix="lgmp-cluster-")
+    ports: list[int] = []
+    try:
+        for _ in range(3):
+            port = _free_port_pair((ports[-1] + 1) if ports else 7101)
+            ports.append(port)
+            node_dir = os.path.join(workdir, str(port))
+            os.makedirs(node_dir)
+            subprocess.run(
+                [server, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+                 "--cluster-config-file", os.path.join(node_dir, "nodes.conf"), "--dir", node_dir,
+                 "--save", "", "--appendonly", "no", "--daemonize", "yes",
+                 "--logfile", os.path.join(node_dir, "log")],
+                check=True,
+            )  # fmt: skip
+        for port in ports:
+            _wait_for(lambda p=port: _ping(cli, p), f"Redis node on port {port}")
+        subprocess.run(
+            [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports),
+             "--cluster-replicas", "0", "--cluster-yes"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        _wait_for(lambda: _cluster_ok(cli, ports), "the Redis Cluster to report cluster_state:ok")
+        yield f"redis+cluster://127.0.0.1:{ports[0]}"
+    except (OSError, subprocess.CalledProcessError, TimeoutError) as exc:
+        _service_missing("a local Redis Cluster", exc)
+    finally:
+        for port in ports:
+            subprocess.run([cli, "-p", str(port), "shutdown", "nosave"], capture_output=True)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _ping(cli: str, port: int) -> bool:
+    out = subprocess.run([cli, "-p", str(port), "ping"], capture_output=True, text=True)
+    return out.stdout.strip() == "PONG"
+
+
+def _cluster_ok(cli: str, ports: list[int]) -> bool:
+    for port in ports:
+        out = subprocess.run(
+            [cli, "-p", str(port), "cluster", "info"], capture_output=True, text=True
+        )
+        if "cluster_state:ok" not in out.stdout:
+            return False
+    return True
+
+
+def _wait_for(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="session")
+def redis_prefix() -> Iterator[str]:
+    """A key prefix unique to this test run; its keys are removed at the end."""
+    prefix = f"lgmp-test-{uuid.uuid4().hex[:12]}"
+    yield prefix
+    import redis
+
+    with contextlib.suppress(redis.RedisError):  # the server may be gone by now
+        client = redis.Redis.from_url(REDIS_URL)
+        for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+            client.delete(key)
+
+
+BACKENDS = ["postgres", "redis", "redis-cluster"]
+
+
+def _backend_target(backend: str, request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    """The URL and the options that put a backend's saver on this run's storage."""
+    if backend == "postgres":
+        return request.getfixturevalue("pg_url"), {}
+    if backend == "redis":
+        return request.getfixturevalue("redis_url"), {
+            "key_prefix": request.getfixturevalue("redis_prefix")
+        }
+    if backend == "redis-cluster":
+        return request.getfixturevalue("redis_cluster_url"), {"key_prefix": "lgmp-test"}
+    raise AssertionError(f"unknown backend {backend}")
+
+
 SaverFactory = Callable[..., AbstractContextManager[Any]]
 AsyncSaverFactory = Callable[..., AbstractAsyncContextManager[Any]]
 
 
-@pytest.fixture(params=["postgres"])
+@pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     """The storage backend a parameterized test runs on."""
     return str(request.param)
@@ -64,36 +195,32 @@ def saver_factory(backend: str, request: pytest.FixtureRequest) -> SaverFactory:
 
     Opening a second one while the first is closed is how tests model a process restart.
     """
-    if backend == "postgres":
-        from langgraph_memory_plus import PostgresSaver
+    from langgraph_memory_plus import PostgresSaver, RedisSaver
 
-        url = request.getfixturevalue("pg_url")
+    cls = PostgresSaver if backend == "postgres" else RedisSaver
+    url, defaults = _backend_target(backend, request)
 
-        @contextmanager
-        def open_pg(**options: Any) -> Iterator[Any]:
-            with PostgresSaver.from_conn_string(url, **options) as saver:
-                saver.setup()
-                yield saver
+    @contextmanager
+    def open_saver(**options: Any) -> Iterator[Any]:
+        with cls.from_conn_string(url, **{**defaults, **options}) as saver:
+            saver.setup()
+            yield saver
 
-        return open_pg
-    raise AssertionError(f"unknown backend {backend}")
+    return open_saver
 
 
 @pytest.fixture
 def async_saver_factory(backend: str, request: pytest.FixtureRequest) -> AsyncSaverFactory:
     """``async_saver_factory(**options)`` opens a new async saver on the same storage."""
-    from contextlib import asynccontextmanager
+    from langgraph_memory_plus import AsyncPostgresSaver, AsyncRedisSaver
 
-    if backend == "postgres":
-        from langgraph_memory_plus import AsyncPostgresSaver
+    cls = AsyncPostgresSaver if backend == "postgres" else AsyncRedisSaver
+    url, defaults = _backend_target(backend, request)
 
-        url = request.getfixturevalue("pg_url")
+    @asynccontextmanager
+    async def open_saver(**options: Any) -> AsyncIterator[Any]:
+        async with cls.from_conn_string(url, **{**defaults, **options}) as saver:
+            await saver.setup()
+            yield saver
 
-        @asynccontextmanager
-        async def open_pg(**options: Any) -> AsyncIterator[Any]:
-            async with AsyncPostgresSaver.from_conn_string(url, **options) as saver:
-                await saver.setup()
-                yield saver
-
-        return open_pg
-    raise AssertionError(f"unknown backend {backend}")
+    return open_saver

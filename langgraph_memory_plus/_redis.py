@@ -1,0 +1,116 @@
+"""Running plans on Redis: shared by the Redis checkpointers and stores.
+
+Plans yield :class:`Eval` (a named Lua script on keys of one hash slot, atomic on a
+single node and in Redis Cluster alike) or :class:`Scan` (admin paths only: listing
+every thread). Runners register the scripts once and send them with ``EVALSHA``,
+falling back to ``EVAL`` when the server has forgotten them (e.g. after a restart).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+
+from ._plan import Plan, adrive, drive
+from .errors import InvalidConfigError
+
+R = TypeVar("R")
+
+SyncClient = redis.Redis | redis.cluster.RedisCluster
+AsyncClient = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
+
+
+@dataclass(frozen=True)
+class Eval:
+    """Run the script registered as ``script`` on ``keys`` (all in one hash slot)."""
+
+    script: str
+    keys: Sequence[bytes]
+    args: Sequence[bytes | str | int | float]
+
+
+@dataclass(frozen=True)
+class Scan:
+    """Every key matching a glob pattern, across all nodes of a cluster."""
+
+    match: bytes
+
+
+def glob_escape(text: str) -> str:
+    """``text`` as a literal inside a Redis ``SCAN MATCH`` pattern."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+def _check_client(client: Any, allowed: tuple[type, ...], owner: str) -> None:
+    if not isinstance(client, allowed):
+        names = ", ".join(t.__name__ for t in allowed)
+        raise InvalidConfigError(f"{owner} needs one of {names}, got {type(client).__name__}")
+    if cast(Any, client).get_encoder().decode_responses:
+        raise InvalidConfigError(
+            f"{owner} stores binary values: give it a client made with decode_responses=False"
+        )
+
+
+def sync_client_from_url(url: str, **kwargs: Any) -> SyncClient:
+    """A client for ``redis://``, ``rediss://`` or ``redis+cluster://`` (``rediss+cluster://``)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise InvalidConfigError("a Redis URL looks like redis://host:6379/0")
+    if scheme.endswith("+cluster"):
+        return redis.cluster.RedisCluster.from_url(
+            f"{scheme[: -len('+cluster')]}://{rest}", **kwargs
+        )
+    return redis.Redis.from_url(url, **kwargs)
+
+
+def async_client_from_url(url: str, **kwargs: Any) -> AsyncClient:
+    """Async :func:`sync_client_from_url`."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise InvalidConfigError("a Redis URL looks like redis://host:6379/0")
+    if scheme.endswith("+cluster"):
+        return redis.asyncio.cluster.RedisCluster.from_url(
+            f"{scheme[: -len('+cluster')]}://{rest}", **kwargs
+        )
+    return redis.asyncio.Redis.from_url(url, **kwargs)
+
+
+class RedisRunner:
+    """Runs plans on a blocking ``Redis`` or ``RedisCluster`` client."""
+
+    def __init__(self, client: SyncClient, scripts: Mapping[str, str], *, owner: str) -> None:
+        _check_client(client, (redis.Redis, redis.cluster.RedisCluster), owner)
+        self.client = client
+        self._scripts = {name: client.register_script(src) for name, src in scripts.items()}
+
+    def _execute(self, command: Eval | Scan) -> Any:
+        if isinstance(command, Eval):
+            return self._scripts[command.script](keys=command.keys, args=command.args)
+        return list(self.client.scan_iter(match=command.match, count=1000))
+
+    def run(self, plan: Plan[Eval | Scan, R]) -> R:
+        return drive(plan, self._execute)
+
+
+class AsyncRedisRunner:
+    """Runs plans on an asyncio ``Redis`` or ``RedisCluster`` client."""
+
+    def __init__(self, client: AsyncClient, scripts: Mapping[str, str], *, owner: str) -> None:
+        _check_client(client, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster), owner)
+        self.client = client
+        self._scripts = {name: client.register_script(src) for name, src in scripts.items()}
+
+    async def _execute(self, command: Eval | Scan) -> Any:
+        if isinstance(command, Eval):
+            return await self._scripts[command.script](keys=command.keys, args=command.args)
+        return [key async for key in self.client.scan_iter(match=command.match, count=1000)]
+
+    async def run(self, plan: Plan[Eval | Scan, R]) -> R:
+        return await adrive(plan, self._execute)

@@ -1,0 +1,488 @@
+"""The Redis checkpointer's Lua scripts.
+
+Every script works on the eight keys of one thread (see :mod:`.plans` for the layout),
+which share a hash tag, so each script is one atomic step on a single node and in Redis
+Cluster alike. Values the scripts must read (parents, run ids, ``DeltaChannel`` seeds,
+blob fields) live in a small per-checkpoint "meta" record written as netstrings
+(``<len>:<bytes>``, binary safe and trivial to parse in Lua); checkpoint bodies and
+values stay opaque bytes that only Python decodes.
+"""
+
+from __future__ import annotations
+
+PRELUDE = r"""
+local K_THREAD, K_IDX, K_CK, K_META, K_BLOBS, K_WRITES, K_WIDX, K_REPLAY =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+
+-- Byte order, not the server's collation (Redis sets LC_COLLATE from its environment).
+local function before(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+
+local function unpack_list(s)
+  local out, pos = {}, 1
+  if not s then return out end
+  while pos <= #s do
+    local colon = string.find(s, ':', pos, true)
+    local n = tonumber(string.sub(s, pos, colon - 1))
+    out[#out + 1] = string.sub(s, colon + 1, colon + n)
+    pos = colon + n + 1
+  end
+  return out
+end
+
+local function pack_list(t)
+  local parts = {}
+  for i = 1, #t do parts[i] = #t[i] .. ':' .. t[i] end
+  return table.concat(parts)
+end
+
+-- meta: parent, run id, seed count, (channel, seed checkpoint id)*, blob field*
+local function read_meta(member)
+  local raw = redis.call('HGET', K_META, member)
+  if not raw then return nil end
+  local t = unpack_list(raw)
+  local n = tonumber(t[3])
+  local meta = {parent = t[1], run_id = t[2], seeds = {}, seed_order = {}, blobs = {}}
+  for i = 0, n - 1 do
+    local ch = t[4 + 2 * i]
+    meta.seeds[ch] = t[5 + 2 * i]
+    meta.seed_order[#meta.seed_order + 1] = ch
+  end
+  for i = 4 + 2 * n, #t do meta.blobs[#meta.blobs + 1] = t[i] end
+  return meta
+end
+
+local function write_meta(member, meta)
+  local t = {meta.parent, meta.run_id, tostring(#meta.seed_order)}
+  for _, ch in ipairs(meta.seed_order) do
+    t[#t + 1] = ch
+    t[#t + 1] = meta.seeds[ch]
+  end
+  for _, f in ipairs(meta.blobs) do t[#t + 1] = f end
+  redis.call('HSET', K_META, member, pack_list(t))
+end
+
+local function members_of(ns, key)
+  return redis.call('ZREVRANGEBYLEX', key or K_IDX, '(' .. ns .. '\1', '[' .. ns .. '\0')
+end
+
+-- The member for a checkpoint id, or the namespace's newest one for ''.
+local function pick(ns, cid)
+  if cid ~= '' then return ns .. '\0' .. cid end
+  return redis.call('ZREVRANGEBYLEX', K_IDX, '(' .. ns .. '\1', '[' .. ns .. '\0', 'LIMIT', 0, 1)[1]
+end
+
+local function write_fields(member)
+  return redis.call('ZRANGEBYLEX', K_WIDX, '[' .. member .. '\0', '(' .. member .. '\1')
+end
+
+local function write_values(fields)
+  if #fields == 0 then return {} end
+  return redis.call('HMGET', K_WRITES, unpack(fields))
+end
+
+local function fetch(member)
+  local ck = redis.call('HGET', K_CK, member)
+  if not ck then return false end
+  local meta = read_meta(member)
+  local blobs = {}
+  if #meta.blobs > 0 then blobs = redis.call('HMGET', K_BLOBS, unpack(meta.blobs)) end
+  return {member, ck, meta.parent, meta.blobs, blobs, write_values(write_fields(member))}
+end
+
+local function touch(ttl_ms)
+  local ttl = tonumber(ttl_ms)
+  for i = 1, #KEYS do
+    if ttl > 0 then redis.call('PEXPIRE', KEYS[i], ttl) else redis.call('PERSIST', KEYS[i]) end
+  end
+end
+
+local function refresh(ttl_ms)
+  local ttl = tonumber(ttl_ms)
+  if ttl > 0 then
+    for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ttl) end
+  end
+end
+
+-- Once a thread was deleted (`live_after` set), a checkpoint is kept only if its parent
+-- still exists (a fresh run has none), and writes only if their checkpoint exists or is
+-- newer than the deletion: a run that outlives its thread cannot bring it back.
+local function may_put(ns, parent)
+  return (not redis.call('HGET', K_THREAD, 'live_after')) or parent == ''
+    or redis.call('HEXISTS', K_CK, ns .. '\0' .. parent) == 1
+end
+
+local function may_write(ns, cid)
+  local live_after = redis.call('HGET', K_THREAD, 'live_after')
+  return (not live_after) or before(live_after, cid)
+    or redis.call('HEXISTS', K_CK, ns .. '\0' .. cid) == 1
+end
+
+-- The channel of a blob field (ns NUL channel NUL version).
+local function channel_of(ns, field)
+  local rest = string.sub(field, #ns + 2)
+  return string.sub(rest, 1, string.find(rest, '\0', 1, true) - 1)
+end
+
+local function split_member(member)
+  local sep = string.find(member, '\0', 1, true)
+  return string.sub(member, 1, sep - 1), string.sub(member, sep + 1)
+end
+
+-- Delete checkpoints with their writes, then the blobs no remaining checkpoint of
+-- their namespaces refers to.
+local function drop(doomed, namespaces)
+  local freed = {}
+  for _, m in ipairs(doomed) do
+    local meta = read_meta(m)
+    if meta then
+      for _, f in ipairs(meta.blobs) do freed[f] = true end
+    end
+    for _, f in ipairs(write_fields(m)) do
+      redis.call('HDEL', K_WRITES, f)
+      redis.call('ZREM', K_WIDX, f)
+    end
+    redis.call('HDEL', K_CK, m)
+    redis.call('HDEL', K_META, m)
+    redis.call('ZREM', K_IDX, m)
+    redis.call('ZREM', K_REPLAY, m)
+  end
+  if next(freed) == nil then return end
+  for ns in pairs(namespaces) do
+    for _, key in ipairs({K_IDX, K_REPLAY}) do
+      for _, m in ipairs(members_of(ns, key)) do
+        local meta = read_meta(m)
+        if meta then
+          for _, f in ipairs(meta.blobs) do freed[f] = nil end
+        end
+      end
+    end
+  end
+  for f in pairs(freed) do redis.call('HDEL', K_BLOBS, f) end
+end
+
+-- Keep the newest `keep` checkpoints of a namespace. Older ones that a kept checkpoint's
+-- DeltaChannel replay reads (back to its seeds) move to the replay index: replay reads
+-- them, get and list never return them. Everything older goes, as in the PostgreSQL saver.
+local function trim(ns, keep)
+  local members = members_of(ns)
+  if #members <= keep then return end
+  local _, oldest_kept = split_member(members[keep])
+  local floor = oldest_kept
+  for i = 1, keep do
+    local meta = read_meta(members[i])
+    if meta then
+      for _, seed in pairs(meta.seeds) do
+        if before(seed, floor) then floor = seed end
+      end
+    end
+  end
+  local doomed = {}
+  for i = keep + 1, #members do
+    local _, cid = split_member(members[i])
+    redis.call('ZREM', K_IDX, members[i])
+    if before(cid, floor) then
+      doomed[#doomed + 1] = members[i]
+    else
+      redis.call('ZADD', K_REPLAY, 0, members[i])
+    end
+  end
+  local stale = redis.call('ZRANGEBYLEX', K_REPLAY, '[' .. ns .. '\0', '(' .. ns .. '\0' .. floor)
+  for _, m in ipairs(stale) do doomed[#doomed + 1] = m end
+  if #doomed == 0 then return end
+  drop(doomed, {[ns] = true})
+  for _, key in ipairs({K_IDX, K_REPLAY}) do
+    for _, m in ipairs(members_of(ns, key)) do
+      local meta = read_meta(m)
+      if meta and meta.parent ~= '' and before(meta.parent, floor) then
+        meta.parent = ''
+        write_meta(m, meta)
+      end
+    end
+  end
+end
+"""
+
+# ARGV: ttl_ms, thread_id, ns, checkpoint_id, parent, run_id, record, keep_last,
+#       n, delta channel*n, n, channel with a value here*n, n, blob field*n (one per
+#       channel version of the checkpoint),
+#       then (blob field, value, empty flag) for each new version.
+PUT = r"""
+local ttl, thread_id, ns, cid, parent, run_id, record, keep =
+  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
+local member = ns .. '\0' .. cid
+if not may_put(ns, parent) then
+  -- Refused; later writes to it are refused too, and any that came first are dropped.
+  local live_after = redis.call('HGET', K_THREAD, 'live_after')
+  if before(live_after, cid) then redis.call('HSET', K_THREAD, 'live_after', cid) end
+  for _, f in ipairs(write_fields(member)) do
+    redis.call('HDEL', K_WRITES, f)
+    redis.call('ZREM', K_WIDX, f)
+  end
+  return 0
+end
+local pos = 9
+local function take_list()
+  local n = tonumber(ARGV[pos])
+  local out = {}
+  for i = 1, n do out[i] = ARGV[pos + i] end
+  pos = pos + n + 1
+  return out
+end
+local delta, valued = take_list(), {}
+for _, ch in ipairs(take_list()) do valued[ch] = true end
+local refs = take_list()
+local meta = {parent = parent, run_id = run_id, seeds = {}, seed_order = {}, blobs = refs}
+-- DeltaChannel seeds: the channels marked here, and those the parent tracked that this
+-- checkpoint still has (a step that resets the counters, or update_state, marks none).
+local pmeta = nil
+if parent ~= '' then pmeta = read_meta(ns .. '\0' .. parent) end
+local tracked = {}
+for _, ch in ipairs(delta) do tracked[#tracked + 1] = ch end
+if pmeta then
+  local present = {}
+  for _, f in ipairs(refs) do present[channel_of(ns, f)] = true end
+  for _, ch in ipairs(pmeta.seed_order) do
+    if present[ch] then tracked[#tracked + 1] = ch end
+  end
+end
+for _, ch in ipairs(tracked) do
+  if not meta.seeds[ch] then
+    local seed = ''
+    if valued[ch] then seed = cid elseif pmeta and pmeta.seeds[ch] then seed = pmeta.seeds[ch] end
+    meta.seeds[ch] = seed
+    meta.seed_order[#meta.seed_order + 1] = ch
+  end
+end
+while pos <= #ARGV do
+  if ARGV[pos + 2] == '1' then
+    redis.call('HDEL', K_BLOBS, ARGV[pos])
+  else
+    redis.call('HSET', K_BLOBS, ARGV[pos], ARGV[pos + 1])
+  end
+  pos = pos + 3
+end
+write_meta(member, meta)
+redis.call('HSET', K_CK, member, record)
+redis.call('ZADD', K_IDX, 0, member)
+redis.call('HSET', K_THREAD, 'id', thread_id)
+if keep > 0 then trim(ns, keep) end
+touch(ttl)
+return 1
+"""
+
+# ARGV: ttl_ms, thread_id, ns, checkpoint_id, task_id, then (idx, record) pairs.
+PUT_WRITES = r"""
+local ttl, thread_id, ns, cid, task_id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+if not may_write(ns, cid) then return 0 end
+local member = ns .. '\0' .. cid
+for pos = 6, #ARGV, 2 do
+  local field = member .. '\0' .. task_id .. '\0' .. ARGV[pos]
+  if tonumber(ARGV[pos]) < 0 then
+    redis.call('HSET', K_WRITES, field, ARGV[pos + 1])
+  else
+    redis.call('HSETNX', K_WRITES, field, ARGV[pos + 1])
+  end
+  redis.call('ZADD', K_WIDX, 0, field)
+end
+redis.call('HSET', K_THREAD, 'id', thread_id)
+touch(ttl)
+return 1
+"""
+
+# ARGV: ns, checkpoint_id ('' for the latest), refresh ttl_ms ('0': none)
+GET = r"""
+local ns, cid = ARGV[1], ARGV[2]
+local member = pick(ns, cid)
+if not member then return false end
+local out = fetch(member)
+if out then refresh(ARGV[3]) end
+return out
+"""
+
+# ARGV: ns, checkpoint id bound (exclusive; '' for none), limit, refresh ttl_ms
+PAGE = r"""
+local ns = ARGV[1]
+local hi = '(' .. ns .. '\1'
+if ARGV[2] ~= '' then hi = '(' .. ns .. '\0' .. ARGV[2] end
+local members = redis.call(
+  'ZREVRANGEBYLEX', K_IDX, hi, '[' .. ns .. '\0', 'LIMIT', 0, tonumber(ARGV[3]))
+local out = {}
+for _, m in ipairs(members) do
+  local f = fetch(m)
+  if f then out[#out + 1] = f end
+end
+if #out > 0 then refresh(ARGV[4]) end
+return out
+"""
+
+MEMBERS = r"""
+return redis.call('ZRANGE', K_IDX, 0, -1)
+"""
+
+# ARGV: refresh ttl_ms, then members
+FETCH = r"""
+local out = {}
+for i = 2, #ARGV do
+  local f = fetch(ARGV[i])
+  if f then out[#out + 1] = f end
+end
+if #out > 0 then refresh(ARGV[1]) end
+return out
+"""
+
+# ARGV: ns, checkpoint_id ('' for the latest), max depth, then channels.
+# Returns, per ancestor from the target's parent up: id, its writes, the stored values
+# of still-unseeded channels found there; a channel stops at its first stored value.
+DELTA = r"""
+local ns, cid, max_depth = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local member = pick(ns, cid)
+local meta = member and read_meta(member)
+if not meta then return {} end
+local remaining, left = {}, 0
+for i = 4, #ARGV do
+  if not remaining[ARGV[i]] then
+    remaining[ARGV[i]] = true
+    left = left + 1
+  end
+end
+local out, cur, depth = {}, meta.parent, 0
+while cur ~= '' and left > 0 and depth < max_depth do
+  local m = ns .. '\0' .. cur
+  local pm = read_meta(m)
+  if not pm then break end
+  local seeds = {}
+  for _, f in ipairs(pm.blobs) do
+    local ch = channel_of(ns, f)
+    if remaining[ch] then
+      local v = redis.call('HGET', K_BLOBS, f)
+      if v then
+        seeds[#seeds + 1] = ch
+        seeds[#seeds + 1] = v
+      end
+    end
+  end
+  for i = 1, #seeds, 2 do
+    if remaining[seeds[i]] then
+      remaining[seeds[i]] = nil
+      left = left - 1
+    end
+  end
+  out[#out + 1] = {cur, write_values(write_fields(m)), seeds}
+  cur = pm.parent
+  depth = depth + 1
+end
+return out
+"""
+
+# ARGV: tombstone ttl_ms. Leaves only the thread hash, holding the newest deleted
+# checkpoint id so late writes to the deleted history are refused.
+DELETE = r"""
+local newest = redis.call('HGET', K_THREAD, 'live_after') or ''
+for _, key in ipairs({K_IDX, K_REPLAY}) do
+  for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+    local _, c = split_member(m)
+    if before(newest, c) then newest = c end
+  end
+end
+for _, f in ipairs(redis.call('ZRANGE', K_WIDX, 0, -1)) do
+  local _, rest = split_member(f)
+  local c = string.sub(rest, 1, string.find(rest, '\0', 1, true) - 1)
+  if before(newest, c) then newest = c end
+end
+redis.call('DEL', K_THREAD, K_IDX, K_CK, K_META, K_BLOBS, K_WRITES, K_WIDX, K_REPLAY)
+if newest ~= '' then
+  redis.call('HSET', K_THREAD, 'live_after', newest)
+  redis.call('PEXPIRE', K_THREAD, tonumber(ARGV[1]))
+end
+return 1
+"""
+
+PRUNE_LATEST = r"""
+local seen = {}
+for _, m in ipairs(redis.call('ZRANGE', K_IDX, 0, -1)) do
+  local ns = split_member(m)
+  if not seen[ns] then
+    seen[ns] = true
+    trim(ns, 1)
+  end
+end
+return 1
+"""
+
+# ARGV: run ids
+DELETE_RUNS = r"""
+local runs = {}
+for i = 1, #ARGV do runs[ARGV[i]] = true end
+local all = redis.call('HGETALL', K_META)
+local doomed, namespaces = {}, {}
+for i = 1, #all, 2 do
+  local t = unpack_list(all[i + 1])
+  if runs[t[2]] then
+    doomed[#doomed + 1] = all[i]
+    namespaces[split_member(all[i])] = true
+  end
+end
+drop(doomed, namespaces)
+return #doomed
+"""
+
+THREAD_ID = r"""
+return redis.call('HGET', K_THREAD, 'id')
+"""
+
+DUMP = r"""
+if redis.call('EXISTS', K_IDX) == 0 then return false end
+return {
+  redis.call('HGETALL', K_CK), redis.call('HGETALL', K_META),
+  redis.call('HGETALL', K_BLOBS), redis.call('HGETALL', K_WRITES),
+  redis.call('ZRANGE', K_REPLAY, 0, -1)
+}
+"""
+
+# ARGV: ttl_ms, thread_id, then netstring lists of (field, value) pairs for the
+# checkpoint, meta, blob and write hashes, and of the replay-only members. Existing
+# entries of the target win.
+RESTORE = r"""
+local function fill(key, packed)
+  local t = unpack_list(packed)
+  for i = 1, #t, 2 do redis.call('HSETNX', key, t[i], t[i + 1]) end
+  return t
+end
+local ck = fill(K_CK, ARGV[3])
+local replay = {}
+for _, m in ipairs(unpack_list(ARGV[7])) do replay[m] = true end
+for i = 1, #ck, 2 do redis.call('ZADD', replay[ck[i]] and K_REPLAY or K_IDX, 0, ck[i]) end
+fill(K_META, ARGV[4])
+fill(K_BLOBS, ARGV[5])
+local w = fill(K_WRITES, ARGV[6])
+for i = 1, #w, 2 do redis.call('ZADD', K_WIDX, 0, w[i]) end
+redis.call('HDEL', K_THREAD, 'live_after')
+redis.call('HSET', K_THREAD, 'id', ARGV[2])
+touch(ARGV[1])
+return 1
+"""
+
+SCRIPTS: dict[str, str] = {
+    name: PRELUDE + body
+    for name, body in {
+        "put": PUT,
+        "put_writes": PUT_WRITES,
+        "get": GET,
+        "page": PAGE,
+        "members": MEMBERS,
+        "fetch": FETCH,
+        "delta": DELTA,
+        "delete": DELETE,
+        "prune_latest": PRUNE_LATEST,
+        "delete_runs": DELETE_RUNS,
+        "thread_id": THREAD_ID,
+        "dump": DUMP,
+        "restore": RESTORE,
+    }.items()
+}
