@@ -95,13 +95,14 @@ async def open_async_pool(
 class PgRunner:
     """Runs plans on a blocking ``Connection`` or ``ConnectionPool``."""
 
-    def __init__(self, conn: Connection[Any] | ConnectionPool[Any], *, pipeline: bool, owner: str):
+    def __init__(self, conn: object, *, pipeline: bool, owner: str) -> None:
+        # ``object``: the type is checked here, with an error that names the right class.
         if not isinstance(conn, (Connection, ConnectionPool)):
             raise InvalidConfigError(
                 f"{owner} needs a psycopg Connection or ConnectionPool, got "
                 f"{type(conn).__name__} (use the Async class for async connections)"
             )
-        self.conn = conn
+        self.conn: Connection[Any] | ConnectionPool[Any] = conn
         self.pipeline = pipeline
         self._lock = threading.Lock()
 
@@ -126,19 +127,13 @@ class PgRunner:
 class AsyncPgRunner:
     """Runs plans on an ``AsyncConnection`` or ``AsyncConnectionPool``."""
 
-    def __init__(
-        self,
-        conn: AsyncConnection[Any] | AsyncConnectionPool[Any],
-        *,
-        pipeline: bool,
-        owner: str,
-    ):
+    def __init__(self, conn: object, *, pipeline: bool, owner: str) -> None:
         if not isinstance(conn, (AsyncConnection, AsyncConnectionPool)):
             raise InvalidConfigError(
                 f"{owner} needs a psycopg AsyncConnection or AsyncConnectionPool, got "
                 f"{type(conn).__name__} (use the blocking class for blocking connections)"
             )
-        self.conn = conn
+        self.conn: AsyncConnection[Any] | AsyncConnectionPool[Any] = conn
         self.pipeline = pipeline
         self._lock = asyncio.Lock()
 

@@ -85,10 +85,11 @@ def async_client_from_url(url: str, **kwargs: Any) -> AsyncClient:
 class RedisRunner:
     """Runs plans on a blocking ``Redis`` or ``RedisCluster`` client."""
 
-    def __init__(self, client: SyncClient, scripts: Mapping[str, str], *, owner: str) -> None:
+    def __init__(self, client: object, scripts: Mapping[str, str], *, owner: str) -> None:
+        # ``object``: the type is checked here, with an error that names the right class.
         _check_client(client, (redis.Redis, redis.cluster.RedisCluster), owner)
-        self.client = client
-        self._scripts = {name: client.register_script(src) for name, src in scripts.items()}
+        self.client = cast(SyncClient, client)
+        self._scripts = {name: self.client.register_script(src) for name, src in scripts.items()}
 
     def _execute(self, command: Eval | Scan) -> Any:
         if isinstance(command, Eval):
@@ -102,10 +103,10 @@ class RedisRunner:
 class AsyncRedisRunner:
     """Runs plans on an asyncio ``Redis`` or ``RedisCluster`` client."""
 
-    def __init__(self, client: AsyncClient, scripts: Mapping[str, str], *, owner: str) -> None:
+    def __init__(self, client: object, scripts: Mapping[str, str], *, owner: str) -> None:
         _check_client(client, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster), owner)
-        self.client = client
-        self._scripts = {name: client.register_script(src) for name, src in scripts.items()}
+        self.client = cast(AsyncClient, client)
+        self._scripts = {name: self.client.register_script(src) for name, src in scripts.items()}
 
     async def _execute(self, command: Eval | Scan) -> Any:
         if isinstance(command, Eval):

@@ -9,7 +9,6 @@ methods and the connection handling behind them.
 
 from __future__ import annotations
 
-import asyncio
 import random
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -26,6 +25,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from .._bridge import AsyncBridge, SyncBridge
 from .._plan import Plan
 from ..errors import InvalidConfigError
 from .codec import CheckpointCodec, EncodedCheckpoint, EncodedWrite
@@ -307,39 +307,13 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
         return f"{current_v + 1:032}.{random.random():016}"
 
 
-class SyncDriver(CheckpointSaverBase, ABC):
+class SyncDriver(SyncBridge, CheckpointSaverBase, ABC):
     """A saver whose storage calls block; its async methods run in a worker thread."""
 
-    async def _arun(self, plan: Plan[Any, R]) -> R:
-        return await asyncio.to_thread(self._run, plan)
 
-
-class AsyncDriver(CheckpointSaverBase, ABC):
+class AsyncDriver(AsyncBridge, CheckpointSaverBase, ABC):
     """A saver whose storage calls are awaited; sync calls are served on its event loop."""
 
-    loop: asyncio.AbstractEventLoop
-
-    def _bind_loop(self) -> None:
-        try:
-            self.loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self.loop = asyncio.new_event_loop()
-
-    def _run(self, plan: Plan[Any, R]) -> R:
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self.loop:
-            plan.close()
-            raise asyncio.InvalidStateError(
-                f"synchronous calls to {type(self).__name__} would block its own event loop; "
-                "use the async methods (aget_tuple, ainvoke, ...) from async code"
-            )
-        if not self.loop.is_running():
-            plan.close()
-            raise asyncio.InvalidStateError(
-                f"{type(self).__name__} serves synchronous calls on the event loop it was "
-                "created in, and that loop is not running"
-            )
-        return asyncio.run_coroutine_threadsafe(self._arun(plan), self.loop).result()
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._bind_loop()

@@ -386,13 +386,7 @@ class PostgresCheckpointPlans:
             fetch=True,
         )
         was_expired, live_after = rows[0]
-        refused = (
-            live_after is not None
-            and encoded.parent_id is not None
-            and not (yield from self._exists(params, encoded.parent_id))
-        )
-        if refused:
-            yield from self._refuse(params)
+        if (yield from self._refused(params, live_after, encoded.parent_id)):
             return
         if was_expired:
             yield from self._purge_before(target.thread_key, encoded.checkpoint_id)
@@ -434,30 +428,32 @@ class PostgresCheckpointPlans:
             fetch=True,
         )
         was_expired, live_after = rows[0]
-        refused = (
-            live_after is not None
-            and target.checkpoint_id <= live_after
-            and not (yield from self._exists(params, target.checkpoint_id))
-        )
-        if refused:
-            yield from self._refuse(params)
+        newer = live_after is None or target.checkpoint_id > live_after
+        if (yield from self._refused(params, live_after, None if newer else target.checkpoint_id)):
             return
         if was_expired:
             yield from self._purge_before(target.thread_key, target.checkpoint_id)
 
-    def _exists(self, params: dict[str, Any], checkpoint_id: str) -> Plan[Query, bool]:
-        """Whether a checkpoint exists, seen from a fresh snapshot.
+    def _refused(
+        self, params: dict[str, Any], live_after: str | None, must_exist: str | None
+    ) -> Plan[Query, bool]:
+        """On a deleted thread, undo this write unless ``must_exist`` still exists.
 
-        Asked after the thread row is locked, so a delete_thread that committed while we
-        waited for the lock is seen (the first statement's snapshot predates it).
+        Checked with a statement of its own, after the thread row is locked: its fresh
+        snapshot sees a delete_thread that committed while we waited for the lock.
         """
+        if live_after is None or must_exist is None:
+            return False
         rows: Rows = yield Query(
             f"SELECT EXISTS (SELECT 1 FROM {self._ck} WHERE thread_key = %(tk)s "
             "AND checkpoint_ns = %(ns)s AND checkpoint_id = %(check)s)",
-            {**params, "check": checkpoint_id},
+            {**params, "check": must_exist},
             fetch=True,
         )
-        return bool(rows[0][0])
+        if rows[0][0]:
+            return False
+        yield from self._refuse(params)
+        return True
 
     def _refuse(self, params: dict[str, Any]) -> Plan[Query, None]:
         """Undo a write from a run that outlived its deleted thread.

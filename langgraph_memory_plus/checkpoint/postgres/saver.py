@@ -17,25 +17,30 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from ..._plan import Plan
 from ..._postgres import AsyncPgRunner, PgRunner, open_async_pool, open_pool
 from ..config import TTLConfig
-from ..saver import AsyncDriver, SyncDriver
+from ..saver import AsyncDriver, CheckpointSaverBase, SyncDriver
 from .plans import PostgresCheckpointPlans
 
 R = TypeVar("R")
 
 DEFAULT_SCHEMA = "public"
 
+AnyConnection = (
+    Connection[Any] | ConnectionPool[Any] | AsyncConnection[Any] | AsyncConnectionPool[Any]
+)
 
-class PostgresSaver(SyncDriver):
-    """A LangGraph checkpointer on PostgreSQL (blocking; its async methods use a thread).
+
+class _PostgresOptions(CheckpointSaverBase):
+    """The constructor both PostgreSQL savers share.
 
     Args:
-        conn: a ``psycopg.Connection`` or a ``psycopg_pool.ConnectionPool``. Prefer a
-            pool: calls then run concurrently and a broken connection is replaced.
-        schema: the PostgreSQL schema holding the tables (created by :meth:`setup`).
+        conn: a connection or a pool (``psycopg`` / ``psycopg_pool``; async ones for the
+            async class). Prefer a pool: calls then run concurrently and a broken
+            connection is replaced.
+        schema: the PostgreSQL schema holding the tables (created by ``setup()``).
         serde: the serializer for checkpoint values; LangGraph's by default.
         ttl: ``{"default_ttl": minutes, "refresh_on_read": bool}``: threads expire that
             long after their last write (or read). Expired threads are never returned;
-            :meth:`sweep_expired` reclaims their rows.
+            ``sweep_expired()`` reclaims their rows.
         keep_last: keep only the newest N checkpoints per thread and namespace
             (``1`` gives a "shallow" saver).
         pipeline: send each operation's statements in pipeline mode.
@@ -43,7 +48,7 @@ class PostgresSaver(SyncDriver):
 
     def __init__(
         self,
-        conn: Connection[Any] | ConnectionPool[Any],
+        conn: AnyConnection,
         *,
         schema: str = DEFAULT_SCHEMA,
         serde: SerializerProtocol | None = None,
@@ -51,10 +56,24 @@ class PostgresSaver(SyncDriver):
         keep_last: int | None = None,
         pipeline: bool = False,
     ) -> None:
-        self._runner = PgRunner(conn, pipeline=pipeline, owner=type(self).__name__)
+        self._connect(conn, pipeline)
         super().__init__(serde=serde, ttl=ttl, keep_last=keep_last)
         self.conn = conn
         self._plans = PostgresCheckpointPlans(schema, self.settings)
+
+    def _connect(self, conn: AnyConnection, pipeline: bool) -> None:
+        raise NotImplementedError
+
+
+class PostgresSaver(_PostgresOptions, SyncDriver):
+    """A LangGraph checkpointer on PostgreSQL (blocking; its async methods use a thread).
+
+    Takes a ``psycopg.Connection`` or ``psycopg_pool.ConnectionPool``; see
+    :class:`_PostgresOptions` for the options.
+    """
+
+    def _connect(self, conn: AnyConnection, pipeline: bool) -> None:
+        self._runner = PgRunner(conn, pipeline=pipeline, owner=type(self).__name__)
 
     @classmethod
     @contextmanager
@@ -88,27 +107,14 @@ class PostgresSaver(SyncDriver):
         return self._runner.run(plan)
 
 
-class AsyncPostgresSaver(AsyncDriver):
+class AsyncPostgresSaver(_PostgresOptions, AsyncDriver):
     """The asyncio twin of :class:`PostgresSaver`, on ``AsyncConnection`` or a pool.
 
     Its sync methods may be called from other threads while its event loop runs.
     """
 
-    def __init__(
-        self,
-        conn: AsyncConnection[Any] | AsyncConnectionPool[Any],
-        *,
-        schema: str = DEFAULT_SCHEMA,
-        serde: SerializerProtocol | None = None,
-        ttl: TTLConfig | None = None,
-        keep_last: int | None = None,
-        pipeline: bool = False,
-    ) -> None:
+    def _connect(self, conn: AnyConnection, pipeline: bool) -> None:
         self._runner = AsyncPgRunner(conn, pipeline=pipeline, owner=type(self).__name__)
-        super().__init__(serde=serde, ttl=ttl, keep_last=keep_last)
-        self.conn = conn
-        self._plans = PostgresCheckpointPlans(schema, self.settings)
-        self._bind_loop()
 
     @classmethod
     @asynccontextmanager

@@ -23,7 +23,7 @@ from ..._redis import (
     sync_client_from_url,
 )
 from ..config import TTLConfig
-from ..saver import AsyncDriver, SyncDriver
+from ..saver import AsyncDriver, CheckpointSaverBase, SyncDriver
 from .lua import SCRIPTS
 from .plans import RedisCheckpointPlans
 
@@ -32,11 +32,12 @@ R = TypeVar("R")
 DEFAULT_PREFIX = "lgmp"
 
 
-class RedisSaver(SyncDriver):
-    """A LangGraph checkpointer on Redis (blocking; its async methods use a thread).
+class _RedisOptions(CheckpointSaverBase):
+    """The constructor both Redis savers share.
 
     Args:
-        client: a ``redis.Redis`` or ``redis.cluster.RedisCluster`` client made with
+        client: a ``redis.Redis`` or ``redis.cluster.RedisCluster`` client (their
+            ``redis.asyncio`` twins for the async class) made with
             ``decode_responses=False``.
         key_prefix: the first part of every key, so several apps can share one Redis.
         serde: the serializer for checkpoint values; LangGraph's by default.
@@ -47,17 +48,27 @@ class RedisSaver(SyncDriver):
 
     def __init__(
         self,
-        client: SyncClient,
+        client: SyncClient | AsyncClient,
         *,
         key_prefix: str = DEFAULT_PREFIX,
         serde: SerializerProtocol | None = None,
         ttl: TTLConfig | None = None,
         keep_last: int | None = None,
     ) -> None:
-        self._runner = RedisRunner(client, SCRIPTS, owner=type(self).__name__)
+        self._connect(client)
         super().__init__(serde=serde, ttl=ttl, keep_last=keep_last)
         self.client = client
         self._plans = RedisCheckpointPlans(key_prefix, self.settings)
+
+    def _connect(self, client: SyncClient | AsyncClient) -> None:
+        raise NotImplementedError
+
+
+class RedisSaver(_RedisOptions, SyncDriver):
+    """A LangGraph checkpointer on Redis (blocking; its async methods use a thread)."""
+
+    def _connect(self, client: SyncClient | AsyncClient) -> None:
+        self._runner = RedisRunner(client, SCRIPTS, owner=type(self).__name__)
 
     @classmethod
     @contextmanager
@@ -80,23 +91,11 @@ class RedisSaver(SyncDriver):
         return self._runner.run(plan)
 
 
-class AsyncRedisSaver(AsyncDriver):
+class AsyncRedisSaver(_RedisOptions, AsyncDriver):
     """The asyncio twin of :class:`RedisSaver`, on ``redis.asyncio`` clients."""
 
-    def __init__(
-        self,
-        client: AsyncClient,
-        *,
-        key_prefix: str = DEFAULT_PREFIX,
-        serde: SerializerProtocol | None = None,
-        ttl: TTLConfig | None = None,
-        keep_last: int | None = None,
-    ) -> None:
+    def _connect(self, client: SyncClient | AsyncClient) -> None:
         self._runner = AsyncRedisRunner(client, SCRIPTS, owner=type(self).__name__)
-        super().__init__(serde=serde, ttl=ttl, keep_last=keep_last)
-        self.client = client
-        self._plans = RedisCheckpointPlans(key_prefix, self.settings)
-        self._bind_loop()
 
     @classmethod
     @asynccontextmanager
