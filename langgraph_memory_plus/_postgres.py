@@ -1,10 +1,12 @@
 """Running plans on PostgreSQL: shared by the checkpointers and the stores.
 
-A runner takes a plan (see :mod:`._plan`) and runs it inside one transaction on one
-connection: borrowed from a pool, so concurrent calls run concurrently, or, for a single
-connection, taken under a lock, since a connection runs one transaction at a time.
-``conn.transaction()`` becomes a savepoint when the caller's connection is already
-inside a transaction. Results come back as tuples in binary format whatever row factory
+A runner takes a plan (see :mod:`._plan`) and runs it on one connection: borrowed from
+a pool, so concurrent calls run concurrently, or, for a single connection, taken under a
+lock, since a connection runs one transaction at a time. A plan's statements run in one
+transaction (``conn.transaction()``, a savepoint when the caller's connection is already
+inside one), except a leading statement marked standalone, which an autocommit
+connection runs on its own: the common single-statement write then costs one round
+trip. Results come back as tuples in binary format whatever row factory
 the caller's connection uses.
 """
 
@@ -31,11 +33,18 @@ Rows = list[tuple[Any, ...]]
 
 @dataclass(frozen=True)
 class Query:
-    """One statement for a runner to send; ``fetch`` says whether rows come back."""
+    """One statement for a runner to send; ``fetch`` says whether rows come back.
+
+    ``standalone``: the statement is complete and atomic on its own, so on an
+    autocommit connection it runs without ``BEGIN``/``COMMIT`` round trips. The first
+    statement of a plan that is not standalone opens a transaction, which every later
+    statement of the plan joins.
+    """
 
     sql: str
     params: Sequence[Any] | dict[str, Any] | None = None
     fetch: bool = False
+    standalone: bool = False
 
 
 def _execute(cur: Cursor[TupleRow], query: Query) -> Rows | None:
@@ -119,9 +128,17 @@ class PgRunner:
         with self._connection() as conn, ExitStack() as stack:
             if self.pipeline:
                 stack.enter_context(conn.pipeline())
-            stack.enter_context(conn.transaction())
             cur = stack.enter_context(conn.cursor(row_factory=tuple_row, binary=True))
-            return drive(plan, lambda q: _execute(cur, q))
+            in_transaction = False
+
+            def execute(query: Query) -> Rows | None:
+                nonlocal in_transaction
+                if not in_transaction and not (query.standalone and conn.autocommit):
+                    stack.enter_context(conn.transaction())
+                    in_transaction = True
+                return _execute(cur, query)
+
+            return drive(plan, execute)
 
 
 class AsyncPgRunner:
@@ -150,6 +167,14 @@ class AsyncPgRunner:
         async with self._connection() as conn, AsyncExitStack() as stack:
             if self.pipeline:
                 await stack.enter_async_context(conn.pipeline())
-            await stack.enter_async_context(conn.transaction())
             cur = await stack.enter_async_context(conn.cursor(row_factory=tuple_row, binary=True))
-            return await adrive(plan, lambda q: _aexecute(cur, q))
+            in_transaction = False
+
+            async def execute(query: Query) -> Rows | None:
+                nonlocal in_transaction
+                if not in_transaction and not (query.standalone and conn.autocommit):
+                    await stack.enter_async_context(conn.transaction())
+                    in_transaction = True
+                return await _aexecute(cur, query)
+
+            return await adrive(plan, execute)

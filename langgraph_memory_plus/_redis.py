@@ -17,6 +17,8 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from ._plan import Plan, adrive, drive
 from .errors import InvalidConfigError
@@ -58,6 +60,26 @@ def _check_client(client: Any, allowed: tuple[type, ...], owner: str) -> None:
         )
 
 
+def _client_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Defaults for the clients this package opens from a URL.
+
+    A short retry on connection errors (every script is idempotent, so a retry after a
+    lost reply is safe), and no maintenance notifications: with them on, redis-py 8's
+    asyncio pool skips its check for connections a server restart left dead.
+    """
+    options: dict[str, Any] = {
+        "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
+        "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
+    }
+    try:
+        from redis.maint_notifications import MaintNotificationsConfig
+    except ImportError:  # redis-py before 7
+        pass
+    else:
+        options["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
+    return {**options, **kwargs}
+
+
 def sync_client_from_url(url: str, **kwargs: Any) -> SyncClient:
     """A client for ``redis://``, ``rediss://`` or ``redis+cluster://`` (``rediss+cluster://``)."""
     scheme, sep, rest = url.partition("://")
@@ -79,7 +101,7 @@ def async_client_from_url(url: str, **kwargs: Any) -> AsyncClient:
         return redis.asyncio.cluster.RedisCluster.from_url(
             f"{scheme[: -len('+cluster')]}://{rest}", **kwargs
         )
-    return redis.asyncio.Redis.from_url(url, **kwargs)
+    return redis.asyncio.Redis.from_url(url, **_client_options(kwargs))
 
 
 class RedisRunner:

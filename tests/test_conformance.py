@@ -17,10 +17,12 @@ from typing import Any
 
 import psycopg
 import pytest
+import redis
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import Capability
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from redis.cluster import RedisCluster
 
 pytestmark = pytest.mark.storage
 
@@ -67,6 +69,47 @@ async def open_async_postgres_saver(pg_url: str) -> AsyncIterator[Any]:
         yield saver
 
 
+@asynccontextmanager
+async def _redis_prefix(url: str) -> AsyncIterator[str]:
+    """A fresh key prefix per capability suite (its threads are its own); keys dropped after."""
+    prefix = f"lgmp-conf-{uuid.uuid4().hex[:12]}"
+    try:
+        yield prefix
+    finally:
+        scheme, _, rest = url.partition("://")
+        admin: redis.Redis | RedisCluster = (
+            RedisCluster.from_url(f"{scheme.removesuffix('+cluster')}://{rest}")
+            if scheme.endswith("+cluster")
+            else redis.Redis.from_url(url)
+        )
+        with admin:
+            for key in admin.scan_iter(match=f"{prefix}:*", count=1000):
+                admin.delete(key)
+
+
+@asynccontextmanager
+async def open_redis_saver(url: str) -> AsyncIterator[Any]:
+    """The sync class from a URL (single node or ``redis+cluster://``)."""
+    from langgraph_memory_plus import RedisSaver
+
+    async with _redis_prefix(url) as prefix:
+        with RedisSaver.from_conn_string(url, key_prefix=prefix) as saver:
+            saver.setup()
+            yield saver
+
+
+@asynccontextmanager
+async def open_async_redis_saver(url: str) -> AsyncIterator[Any]:
+    from langgraph_memory_plus import AsyncRedisSaver
+
+    async with (
+        _redis_prefix(url) as prefix,
+        AsyncRedisSaver.from_conn_string(url, key_prefix=prefix) as saver,
+    ):
+        await saver.setup()
+        yield saver
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
@@ -77,6 +120,10 @@ class Target:
 TARGETS = [
     Target("PostgresSaver", "pg_url", open_postgres_saver),
     Target("AsyncPostgresSaver", "pg_url", open_async_postgres_saver),
+    Target("RedisSaver", "redis_url", open_redis_saver),
+    Target("AsyncRedisSaver", "redis_url", open_async_redis_saver),
+    Target("RedisSaver[cluster]", "redis_cluster_url", open_redis_saver),
+    Target("AsyncRedisSaver[cluster]", "redis_cluster_url", open_async_redis_saver),
 ]
 
 

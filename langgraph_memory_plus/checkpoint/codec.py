@@ -14,8 +14,9 @@ database. What the database must read (parent, run id, channel versions, metadat
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -34,7 +35,20 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from ..errors import ValueTooLargeError
-from .config import Target, checkpoint_config
+from .config import Target, checkpoint_config, thread_key
+from .lists import (
+    LIST_TYPE,
+    MIN_ITEMS,
+    Fetch,
+    ItemRow,
+    ListMemo,
+    ListMemory,
+    ListRef,
+    ListRequest,
+    MemoKey,
+    chunk_list,
+    resolve_list,
+)
 
 EMPTY = "empty"
 """Blob type of a channel version that has no value (the channel was cleared)."""
@@ -42,6 +56,8 @@ EMPTY = "empty"
 DELTA_COUNTERS = "counters_since_delta_snapshot"
 
 Typed = tuple[str, bytes]
+
+_ABSENT = object()
 
 
 def version_text(version: str | int | float) -> str:
@@ -102,11 +118,20 @@ class EncodedCheckpoint:
     metadata_json: dict[str, Any]
     run_id: str | None
     channel_versions: dict[str, str]
+    """Versions as text, as blobs are keyed."""
+    versions_json: dict[str, Any]
+    """Versions to store beside the checkpoint: native when the body leaves them out."""
     blobs: list[EncodedBlob]
     delta_channels: list[str] = field(default_factory=list)
     """Channels this checkpoint's metadata marks as ``DeltaChannel``s."""
     valued_channels: list[str] = field(default_factory=list)
     """Channels with a stored value at this checkpoint: a delta replay seeds from it."""
+    items: dict[bytes, Typed] = field(default_factory=dict)
+    """New list items (see :mod:`.lists`) by id."""
+    nodes: dict[bytes, list[bytes]] = field(default_factory=dict)
+    """New list pages and spines by id."""
+    memos: dict[MemoKey, ListMemo] = field(default_factory=dict)
+    """What to remember once the checkpoint is stored."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +147,8 @@ class StoredCheckpoint:
     blobs: Sequence[tuple[str, str, bytes | None]]  # (channel, type, data)
     writes: Sequence[tuple[str, str, str, bytes, str, int]]
     # (task_id, channel, type, data, task_path, idx)
+    channel_versions: Mapping[str, Any] | None = None
+    """The stored ``versions_json``, for bodies stored without their versions."""
 
 
 @dataclass(frozen=True)
@@ -136,9 +163,12 @@ class ChainLink:
 class CheckpointCodec:
     """Encodes and decodes checkpoints with one serializer; holds no connection."""
 
-    def __init__(self, serde: SerializerProtocol, *, max_value_bytes: int) -> None:
+    def __init__(
+        self, serde: SerializerProtocol, *, max_value_bytes: int, memory: ListMemory
+    ) -> None:
         self.serde = serde
         self.max_value_bytes = max_value_bytes
+        self.memory = memory
 
     def _dump(self, value: Any, what: str) -> Typed:
         typ, data = self.serde.dumps_typed(value)
@@ -148,6 +178,7 @@ class CheckpointCodec:
 
     def encode_checkpoint(
         self,
+        target: Target,
         config: RunnableConfig,
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
@@ -157,12 +188,39 @@ class CheckpointCodec:
         body: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = body.pop("channel_values", None) or {}
         blobs = []
+        items: dict[bytes, Typed] = {}
+        nodes: dict[bytes, list[bytes]] = {}
+        memos: dict[MemoKey, ListMemo] = {}
+        tk = target.thread_key
         for channel, version in new_versions.items():
-            if channel in values:
-                typ, data = self._dump(values[channel], f"channel {channel!r}")
-                blobs.append(EncodedBlob(channel, version_text(version), typ, data))
-            else:
+            what = f"channel {channel!r}"
+            value = values.get(channel, _ABSENT)
+            if value is _ABSENT:
                 blobs.append(EncodedBlob(channel, version_text(version), EMPTY, None))
+            elif type(value) is list and len(value) >= MIN_ITEMS:
+                key = (tk, target.checkpoint_ns, channel)
+                chunked = chunk_list(
+                    tk, value, self.memory.get(key), partial(self._dump, what=what)
+                )
+                blobs.append(
+                    EncodedBlob(channel, version_text(version), LIST_TYPE, chunked.ref.encode())
+                )
+                items.update(chunked.items)
+                nodes.update(chunked.nodes)
+                if chunked.memo is not None:
+                    memos[key] = chunked.memo
+            else:
+                typ, data = self._dump(value, what)
+                blobs.append(EncodedBlob(channel, version_text(version), typ, data))
+        # Versions are stored beside the checkpoint anyway (blobs are looked up by them),
+        # so the body leaves them out unless a float version would not come back exact.
+        versions = checkpoint["channel_versions"]
+        native = all(
+            isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool))
+            for v in versions.values()
+        )
+        if native:
+            body.pop("channel_versions", None)
         meta = get_checkpoint_metadata(config, metadata)
         # A DeltaChannel shows as update counters in the metadata, or, at the steps that
         # reset those counters, as a snapshot value.
@@ -179,13 +237,43 @@ class CheckpointCodec:
             metadata=self._dump(meta, "metadata"),
             metadata_json=json_safe(dict(meta)),
             run_id=run_id if isinstance(run_id, str) else None,
-            channel_versions={
-                ch: version_text(v) for ch, v in checkpoint["channel_versions"].items()
-            },
+            channel_versions={ch: version_text(v) for ch, v in versions.items()},
+            versions_json=dict(versions)
+            if native
+            else {ch: version_text(v) for ch, v in versions.items()},
             blobs=blobs,
             delta_channels=delta_channels,
             valued_channels=sorted(values),
+            items=items,
+            nodes=nodes,
+            memos=memos,
         )
+
+    def commit(self, encoded: EncodedCheckpoint) -> None:
+        """Remember the lists of a checkpoint that is now stored, for the next step."""
+        for key, memo in encoded.memos.items():
+            self.memory.remember(key, memo)
+
+    def resolve_lists(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        blobs: Iterable[tuple[str, str, bytes | None]],
+        fetch: Fetch,
+        parse: Callable[[Any], Iterable[ItemRow]] = iter,
+    ) -> Generator[Any, Any, dict[str, list[Any]]]:
+        """Rebuild the list channels among ``blobs`` (a plan step; see :mod:`.lists`)."""
+        tk = thread_key(thread_id)
+        lists: dict[str, list[Any]] = {}
+        for channel, typ, data in blobs:
+            if typ == LIST_TYPE and data is not None:
+                key = (tk, checkpoint_ns, channel)
+                memo = self.memory.get(key)
+                request = ListRequest(key, ListRef.decode(data), memo.by_item() if memo else {})
+                lists[channel] = yield from resolve_list(
+                    request, self.memory, fetch, self._load, parse
+                )
+        return lists
 
     def encode_writes(
         self, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
@@ -214,11 +302,19 @@ class CheckpointCodec:
         return cast(CheckpointMetadata, self._load(*stored))
 
     def decode_tuple(
-        self, stored: StoredCheckpoint, metadata: CheckpointMetadata | None = None
+        self,
+        stored: StoredCheckpoint,
+        metadata: CheckpointMetadata | None = None,
+        lists: Mapping[str, list[Any]] | None = None,
     ) -> CheckpointTuple:
+        """Decode a stored checkpoint; ``lists`` holds its list channels, already rebuilt."""
         body = self._load(*stored.checkpoint)
+        if "channel_versions" not in body:
+            body["channel_versions"] = dict(stored.channel_versions or {})
         body["channel_values"] = {
-            ch: self._load(typ, data) for ch, typ, data in stored.blobs if typ != EMPTY
+            ch: lists[ch] if typ == LIST_TYPE and lists else self._load(typ, data)
+            for ch, typ, data in stored.blobs
+            if typ != EMPTY
         }
         parent = (
             checkpoint_config(stored.thread_id, stored.checkpoint_ns, stored.parent_id)
@@ -234,7 +330,10 @@ class CheckpointCodec:
         )
 
     def delta_history(
-        self, channels: Sequence[str], chain: Sequence[ChainLink]
+        self,
+        channels: Sequence[str],
+        chain: Sequence[ChainLink],
+        lists: Mapping[str, list[Any]] | None = None,
     ) -> dict[str, DeltaChannelHistory]:
         """Assemble ``get_delta_channel_history`` from a parent chain, newest ancestor first.
 
@@ -255,11 +354,9 @@ class CheckpointCodec:
             entry: DeltaChannelHistory = {
                 "writes": [w for writes in reversed(per_link) for w in writes]
             }
-            if seed is not None and seed[0] != EMPTY:
+            if seed is not None and seed[0] == LIST_TYPE and lists is not None:
+                entry["seed"] = lists[channel]
+            elif seed is not None and seed[0] != EMPTY:
                 entry["seed"] = self._load(*seed)
             result[channel] = entry
         return result
-
-
-def target_of(stored: StoredCheckpoint) -> Target:
-    return Target(stored.thread_id, stored.checkpoint_ns, stored.checkpoint_id)

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
+from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, DeltaChannelHistory
 from psycopg.types.json import Jsonb
 
 from ..._plan import Plan
@@ -32,6 +32,7 @@ from ..codec import (
     metadata_matches,
 )
 from ..config import ListQuery, SaverSettings, Target, thread_key
+from ..lists import LIST_TYPE, ListRequest
 from .schema import MIGRATIONS, advisory_lock_id, quote_schema
 
 logger = logging.getLogger("langgraph_memory_plus.checkpoint.postgres")
@@ -39,6 +40,12 @@ logger = logging.getLogger("langgraph_memory_plus.checkpoint.postgres")
 # PostgreSQL refuses a field over 1 GiB and a message over 1 GiB; stay clear of both.
 MAX_VALUE_BYTES = 512 * 1024 * 1024
 MAX_STATEMENT_BYTES = 1000 * 1024 * 1024
+
+# A thread's expiry is moved on a write only when it lags the exact value by more than
+# this share of the TTL (and at most this many seconds), so a burst of writes updates the
+# thread row once instead of queueing on it.
+TTL_SLACK = 0.1
+MAX_TTL_SLACK_SECONDS = 5.0
 
 # How long a deleted thread's tombstone keeps refusing late writes of its old history.
 TOMBSTONE_HOURS = 24
@@ -68,19 +75,91 @@ class PostgresCheckpointPlans:
         self._th = f"{s}.lgmp_threads"
         self._bl = f"{s}.lgmp_blobs"
         self._wr = f"{s}.lgmp_writes"
+        self._it = f"{s}.lgmp_items"
+        self._nd = f"{s}.lgmp_nodes"
         self._s = s
         # The thread row a write creates or refreshes. It is also the lock that orders a
         # write against delete_thread; it returns the tombstone left by a deletion.
         self._upsert_thread = f"""
-            INSERT INTO {self._th} AS t (thread_key, thread_id, expires_at, updated_at)
-            VALUES (%(tk)s, %(tid)s, now() + make_interval(secs => %(ttl)s), now())
+            INSERT INTO {self._th} AS t (thread_key, thread_id, expires_at)
+            VALUES (%(tk)s, %(tid)s, now() + make_interval(secs => %(ttl)s))
             ON CONFLICT (thread_key) DO UPDATE SET
                 thread_id = EXCLUDED.thread_id,
-                expires_at = EXCLUDED.expires_at,
-                updated_at = EXCLUDED.updated_at
-            RETURNING (
+                expires_at = EXCLUDED.expires_at
+            RETURNING t.live_after, coalesce((
                 SELECT o.expires_at <= now() FROM {self._th} o WHERE o.thread_key = t.thread_key
-            ) AS was_expired, t.live_after"""
+            ), false) AS was_expired"""
+        self._put_payload = f"""
+            parent AS (
+                SELECT p.delta_seeds FROM {self._ck} p
+                WHERE p.thread_key = %(tk)s AND p.checkpoint_ns = %(ns)s
+                    AND p.checkpoint_id = %(parent)s
+            ), blobs AS (
+                INSERT INTO {self._bl} (thread_key, checkpoint_ns, channel, version, type, blob)
+                SELECT %(tk)s, %(ns)s, b.channel, b.version, b.type, b.blob
+                FROM unnest(%(b_ch)s::text[], %(b_ver)s::text[], %(b_ty)s::text[],
+                            %(b_bl)s::bytea[]) AS b(channel, version, type, blob)
+                WHERE EXISTS (SELECT 1 FROM ok)
+                ON CONFLICT (thread_key, checkpoint_ns, channel, version)
+                    DO UPDATE SET type = EXCLUDED.type, blob = EXCLUDED.blob
+            ), items AS (
+                INSERT INTO {self._it} (thread_key, checkpoint_ns, item_id, type, data)
+                SELECT %(tk)s, %(ns)s, i.id, i.type, i.data
+                FROM unnest(%(i_id)s::bytea[], %(i_ty)s::text[], %(i_bl)s::bytea[])
+                    AS i(id, type, data)
+                WHERE EXISTS (SELECT 1 FROM ok)
+                ON CONFLICT DO NOTHING
+            ), nodes AS (
+                INSERT INTO {self._nd} (thread_key, checkpoint_ns, node_id, children)
+                SELECT %(tk)s, %(ns)s, n.id, n.children
+                FROM unnest(%(n_id)s::bytea[], %(n_ch)s::bytea[]) AS n(id, children)
+                WHERE EXISTS (SELECT 1 FROM ok)
+                ON CONFLICT DO NOTHING
+            ), saved AS (
+                INSERT INTO {self._ck} (thread_key, checkpoint_ns, checkpoint_id,
+                    parent_checkpoint_id, run_id, checkpoint_type, checkpoint, metadata_type,
+                    metadata, metadata_json, channel_versions, delta_seeds)
+                SELECT %(tk)s, %(ns)s, %(id)s, %(parent)s, %(run_id)s, %(c_type)s, %(c_blob)s,
+                    %(m_type)s, %(m_blob)s, %(m_json)s, %(versions)s,
+                    (
+                        SELECT jsonb_object_agg(d.ch, CASE WHEN d.ch = ANY(%(valued)s::text[])
+                            THEN %(id)s
+                            ELSE coalesce((SELECT p.delta_seeds ->> d.ch FROM parent p), '') END)
+                        FROM (
+                            SELECT unnest(%(delta)s::text[]) AS ch
+                            UNION
+                            SELECT k FROM parent p
+                            CROSS JOIN LATERAL jsonb_object_keys(p.delta_seeds) k
+                            WHERE %(versions)s::jsonb ? k
+                        ) d
+                    )
+                FROM ok
+                ON CONFLICT (thread_key, checkpoint_ns, checkpoint_id) DO UPDATE SET
+                    parent_checkpoint_id = EXCLUDED.parent_checkpoint_id,
+                    run_id = EXCLUDED.run_id,
+                    checkpoint_type = EXCLUDED.checkpoint_type,
+                    checkpoint = EXCLUDED.checkpoint,
+                    metadata_type = EXCLUDED.metadata_type,
+                    metadata = EXCLUDED.metadata,
+                    metadata_json = EXCLUDED.metadata_json,
+                    channel_versions = EXCLUDED.channel_versions,
+                    delta_seeds = EXCLUDED.delta_seeds
+                RETURNING 1
+            )"""
+        self._writes_payload = f"""
+            written AS (
+                INSERT INTO {self._wr} (thread_key, checkpoint_ns, checkpoint_id, task_id, idx,
+                    task_path, channel, type, blob)
+                SELECT %(tk)s, %(ns)s, %(id)s, %(task_id)s, w.idx, %(path)s, w.channel, w.type,
+                    w.blob
+                FROM unnest(%(idx)s::int[], %(ch)s::text[], %(ty)s::text[], %(bl)s::bytea[])
+                    AS w(idx, channel, type, blob)
+                WHERE EXISTS (SELECT 1 FROM ok)
+                ON CONFLICT (thread_key, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
+                    task_path = EXCLUDED.task_path, channel = EXCLUDED.channel,
+                    type = EXCLUDED.type, blob = EXCLUDED.blob
+                    WHERE EXCLUDED.idx < 0
+            )"""
         self._visible = "t.thread_id IS NOT NULL AND (t.expires_at IS NULL OR t.expires_at > now())"
 
     # -- setup ------------------------------------------------------------------------
@@ -110,7 +189,8 @@ class PostgresCheckpointPlans:
             SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
                    c.checkpoint_type, c.checkpoint, c.metadata_type, c.metadata, c.thread_key,
                    bl.channels, bl.types, bl.blobs,
-                   wr.task_ids, wr.channels, wr.types, wr.blobs, wr.paths, wr.idxs
+                   wr.task_ids, wr.channels, wr.types, wr.blobs, wr.paths, wr.idxs,
+                   c.channel_versions
             FROM (
                 SELECT c.*, t.thread_id
                 FROM {self._ck} c JOIN {self._th} t ON t.thread_key = c.thread_key
@@ -122,9 +202,13 @@ class PostgresCheckpointPlans:
                 SELECT array_agg(b.channel) AS channels, array_agg(b.type) AS types,
                        array_agg(b.blob) AS blobs
                 FROM jsonb_each_text(c.channel_versions) v
-                JOIN {self._bl} b ON b.thread_key = c.thread_key
-                    AND b.checkpoint_ns = c.checkpoint_ns
-                    AND b.channel = v.key AND b.version = v.value
+                CROSS JOIN LATERAL (
+                    -- one primary-key probe per channel, never a scan of the thread's blobs
+                    SELECT b.channel, b.type, b.blob FROM {self._bl} b
+                    WHERE b.thread_key = c.thread_key AND b.checkpoint_ns = c.checkpoint_ns
+                        AND b.channel = v.key AND b.version = v.value
+                    LIMIT 1
+                ) b
             ) bl ON true
             LEFT JOIN LATERAL (
                 SELECT array_agg(w.task_id) AS task_ids, array_agg(w.channel) AS channels,
@@ -139,7 +223,7 @@ class PostgresCheckpointPlans:
     @staticmethod
     def _stored(row: tuple[Any, ...]) -> StoredCheckpoint:
         (tid, ns, cid, parent, ctype, cblob, mtype, mblob, _tk,
-         b_ch, b_ty, b_bl, w_task, w_ch, w_ty, w_bl, w_path, w_idx) = row  # fmt: skip
+         b_ch, b_ty, b_bl, w_task, w_ch, w_ty, w_bl, w_path, w_idx, versions) = row  # fmt: skip
         return StoredCheckpoint(
             thread_id=_thread_id_text(tid),
             checkpoint_ns=ns,
@@ -151,6 +235,7 @@ class PostgresCheckpointPlans:
             writes=list(zip(w_task, w_ch, w_ty, w_bl, w_path, w_idx, strict=True))
             if w_task
             else [],
+            channel_versions=versions,
         )
 
     def _refresh(self, keys: list[bytes]) -> Query:
@@ -158,6 +243,7 @@ class PostgresCheckpointPlans:
             f"UPDATE {self._th} SET expires_at = now() + make_interval(secs => %s) "
             "WHERE thread_key = ANY(%s) AND expires_at IS NOT NULL",
             (self.settings.ttl_seconds, keys),
+            standalone=True,
         )
 
     def get_tuple(
@@ -168,12 +254,14 @@ class PostgresCheckpointPlans:
         if target.checkpoint_id is not None:
             where += " AND c.checkpoint_id = %s"
             params.append(target.checkpoint_id)
-        rows: Rows = yield Query(self._select(where, "LIMIT 1"), params, fetch=True)
+        rows: Rows = yield Query(
+            self._select(where, "LIMIT 1"), params, fetch=True, standalone=True
+        )
         if not rows:
             return None
         if self.settings.refresh_on_read and self.settings.ttl_seconds is not None:
             yield self._refresh([rows[0][8]])
-        return codec.decode_tuple(self._stored(rows[0]))
+        return (yield from self._decode(codec, self._stored(rows[0])))
 
     def list_page(
         self, codec: CheckpointCodec, query: ListQuery, page_size: int
@@ -205,14 +293,17 @@ class PostgresCheckpointPlans:
             params.extend(query.after)
         size = page_size if query.limit is None else min(page_size, query.limit)
         rows: Rows = yield Query(
-            self._select(" AND ".join(wheres), f"LIMIT {int(size)}"), params, fetch=True
+            self._select(" AND ".join(wheres), f"LIMIT {int(size)}"),
+            params,
+            fetch=True,
+            standalone=True,
         )
         page: list[CheckpointTuple] = []
         for row in rows:
             stored = self._stored(row)
             metadata = codec.decode_metadata(stored.metadata)
             if metadata_matches(metadata, query.filter):
-                page.append(codec.decode_tuple(stored, metadata))
+                page.append((yield from self._decode(codec, stored, metadata)))
         if page and self.settings.refresh_on_read and self.settings.ttl_seconds is not None:
             yield self._refresh(sorted({row[8] for row in rows}))
         limit = None if query.limit is None else query.limit - len(page)
@@ -289,6 +380,7 @@ class PostgresCheckpointPlans:
                 "channels": list(channels),
             },
             fetch=True,
+            standalone=True,
         )
         chain = [
             ChainLink(
@@ -302,24 +394,83 @@ class PostgresCheckpointPlans:
             )
             for cid, s_ch, s_ty, s_bl, w_task, w_ch, w_ty, w_bl, w_path, w_idx in rows
         ]
-        return codec.delta_history(channels, chain)
+        seeds = [(ch, typ, data) for link in chain for ch, (typ, data) in link.seeds.items()]
+        lists = yield from codec.resolve_lists(
+            target.thread_id, target.checkpoint_ns, seeds, self._fetch_list
+        )
+        return codec.delta_history(channels, chain, lists)
 
     # -- writes -----------------------------------------------------------------------
 
-    def _thread_params(self, target: Target, guard: str | None) -> dict[str, Any]:
+    def _thread_params(self, target: Target) -> dict[str, Any]:
+        ttl = self.settings.ttl_seconds
         return {
             "tk": target.thread_key,
             "tid": _thread_id_bytes(target.thread_id),
-            "ttl": self.settings.ttl_seconds,
-            "guard": guard,
+            "ttl": ttl,
+            "slack": None if ttl is None else min(ttl * TTL_SLACK, MAX_TTL_SLACK_SECONDS),
             "ns": target.checkpoint_ns,
         }
 
+    def _thread_ctes(self, fast: bool) -> str:
+        """The ``thread`` and ``ok`` CTEs that open a write statement; see :meth:`_write`."""
+        if not fast:
+            return f"thread AS ({self._upsert_thread}), ok AS (SELECT 1 FROM thread)"
+        return f"""
+            ins AS (
+                INSERT INTO {self._th} (thread_key, thread_id, expires_at)
+                VALUES (%(tk)s, %(tid)s, now() + make_interval(secs => %(ttl)s))
+                ON CONFLICT (thread_key) DO NOTHING
+                RETURNING NULL::text AS live_after, false AS was_expired
+            ), cur AS (
+                SELECT t.live_after, coalesce(t.expires_at <= now(), false) AS was_expired
+                FROM {self._th} t WHERE t.thread_key = %(tk)s FOR KEY SHARE
+            ), thread AS (
+                SELECT * FROM ins UNION ALL SELECT * FROM cur
+            ), ok AS (
+                SELECT 1 FROM thread WHERE live_after IS NULL AND NOT was_expired LIMIT 1
+            ), touch AS (
+                UPDATE {self._th} t SET expires_at = now() + make_interval(secs => %(ttl)s)
+                WHERE t.thread_key = %(tk)s AND EXISTS (SELECT 1 FROM ok)
+                    AND NOT EXISTS (SELECT 1 FROM ins)
+                    AND ((t.expires_at IS NULL) <> (%(ttl)s::float8 IS NULL)
+                         OR t.expires_at < now() + make_interval(secs => %(ttl)s - %(slack)s))
+            )"""
+
+    def _write(
+        self, params: dict[str, Any], payload: str
+    ) -> Plan[Query, tuple[bool, str | None, bool]]:
+        """Run a write (``payload``: CTEs that insert when ``ok`` has a row).
+
+        The fast path is one standalone statement that takes only a shared lock on the
+        thread row, so a step's concurrent put and put_writes don't queue behind each
+        other, and refreshes the expiry only when it has drifted by more than the slack.
+        It declines (writes nothing) when the thread is new to a racing writer, deleted
+        or expired; then the locked path runs in a transaction and reports the tombstone
+        (``live_after``) and whether the thread had expired, for the caller to act on.
+        Returns (fast path taken, live_after, was_expired).
+        """
+        tail = """
+            SELECT (SELECT count(*) FROM ok), (SELECT live_after FROM thread LIMIT 1),
+                   coalesce((SELECT bool_or(was_expired) FROM thread), false)"""
+        rows: Rows = yield Query(
+            f"WITH {self._thread_ctes(True)}, {payload} {tail}", params, fetch=True, standalone=True
+        )
+        if rows[0][0]:
+            return True, None, False
+        rows = yield Query(f"WITH {self._thread_ctes(False)}, {payload} {tail}", params, fetch=True)
+        return False, rows[0][1], bool(rows[0][2])
+
     def put(self, target: Target, encoded: EncodedCheckpoint) -> Plan[Query, None]:
-        sizes = sum(len(b.data or b"") for b in encoded.blobs) + len(encoded.checkpoint[1])
+        sizes = (
+            sum(len(b.data or b"") for b in encoded.blobs)
+            + sum(len(data) for _, data in encoded.items.values())
+            + len(encoded.checkpoint[1])
+        )
         if sizes > MAX_STATEMENT_BYTES:
             raise ValueTooLargeError("the checkpoint's values together", sizes, MAX_STATEMENT_BYTES)
-        params = self._thread_params(target, encoded.parent_id)
+        params = self._thread_params(target)
+        stored = [b for b in encoded.blobs if b.type != EMPTY]
         params.update(
             id=encoded.checkpoint_id,
             parent=encoded.parent_id,
@@ -329,67 +480,25 @@ class PostgresCheckpointPlans:
             m_type=encoded.metadata[0],
             m_blob=encoded.metadata[1],
             m_json=Jsonb(encoded.metadata_json),
-            versions=Jsonb(encoded.channel_versions),
+            versions=Jsonb(encoded.versions_json),
             delta=encoded.delta_channels,
             valued=encoded.valued_channels,
-            b_ch=[b.channel for b in encoded.blobs],
-            b_ver=[b.version for b in encoded.blobs],
-            b_ty=[b.type for b in encoded.blobs],
-            b_bl=[b.data for b in encoded.blobs],
+            b_ch=[b.channel for b in stored],
+            b_ver=[b.version for b in stored],
+            b_ty=[b.type for b in stored],
+            b_bl=[b.data for b in stored],
+            i_id=list(encoded.items),
+            i_ty=[typ for typ, _ in encoded.items.values()],
+            i_bl=[data for _, data in encoded.items.values()],
+            n_id=list(encoded.nodes),
+            n_ch=[b"".join(children) for children in encoded.nodes.values()],
         )
-        rows: Rows = yield Query(
-            f"""
-            WITH thread AS ({self._upsert_thread}),
-            parent AS (
-                SELECT p.delta_seeds FROM {self._ck} p
-                WHERE p.thread_key = %(tk)s AND p.checkpoint_ns = %(ns)s
-                    AND p.checkpoint_id = %(parent)s
-            ),
-            blobs AS (
-                INSERT INTO {self._bl} (thread_key, checkpoint_ns, channel, version, type, blob)
-                SELECT %(tk)s, %(ns)s, b.channel, b.version, b.type, b.blob
-                FROM unnest(%(b_ch)s::text[], %(b_ver)s::text[], %(b_ty)s::text[],
-                            %(b_bl)s::bytea[]) AS b(channel, version, type, blob)
-                WHERE EXISTS (SELECT 1 FROM thread)
-                ON CONFLICT (thread_key, checkpoint_ns, channel, version)
-                    DO UPDATE SET type = EXCLUDED.type, blob = EXCLUDED.blob
-            )
-            INSERT INTO {self._ck} (thread_key, checkpoint_ns, checkpoint_id,
-                parent_checkpoint_id, run_id, checkpoint_type, checkpoint, metadata_type,
-                metadata, metadata_json, channel_versions, delta_seeds)
-            SELECT %(tk)s, %(ns)s, %(id)s, %(parent)s, %(run_id)s, %(c_type)s, %(c_blob)s,
-                %(m_type)s, %(m_blob)s, %(m_json)s, %(versions)s,
-                (
-                    SELECT jsonb_object_agg(d.ch, CASE WHEN d.ch = ANY(%(valued)s::text[])
-                        THEN %(id)s
-                        ELSE coalesce((SELECT p.delta_seeds ->> d.ch FROM parent p), '') END)
-                    FROM (
-                        SELECT unnest(%(delta)s::text[]) AS ch
-                        UNION
-                        SELECT k FROM parent p CROSS JOIN LATERAL jsonb_object_keys(p.delta_seeds) k
-                        WHERE %(versions)s::jsonb ? k
-                    ) d
-                )
-            FROM thread
-            ON CONFLICT (thread_key, checkpoint_ns, checkpoint_id) DO UPDATE SET
-                parent_checkpoint_id = EXCLUDED.parent_checkpoint_id,
-                run_id = EXCLUDED.run_id,
-                checkpoint_type = EXCLUDED.checkpoint_type,
-                checkpoint = EXCLUDED.checkpoint,
-                metadata_type = EXCLUDED.metadata_type,
-                metadata = EXCLUDED.metadata,
-                metadata_json = EXCLUDED.metadata_json,
-                channel_versions = EXCLUDED.channel_versions,
-                delta_seeds = EXCLUDED.delta_seeds
-            RETURNING (SELECT was_expired FROM thread), (SELECT live_after FROM thread)""",
-            params,
-            fetch=True,
-        )
-        was_expired, live_after = rows[0]
-        if (yield from self._refused(params, live_after, encoded.parent_id)):
-            return
-        if was_expired:
-            yield from self._purge_before(target.thread_key, encoded.checkpoint_id)
+        fast, live_after, was_expired = yield from self._write(params, self._put_payload)
+        if not fast:
+            if (yield from self._refused(params, live_after, encoded.parent_id)):
+                return
+            if was_expired:
+                yield from self._purge_before(target.thread_key, encoded.checkpoint_id)
         if self.settings.keep_last is not None:
             yield from self._trim(target.thread_key, target.checkpoint_ns, self.settings.keep_last)
 
@@ -397,7 +506,7 @@ class PostgresCheckpointPlans:
         if not writes:
             return
         assert target.checkpoint_id is not None
-        params = self._thread_params(target, target.checkpoint_id)
+        params = self._thread_params(target)
         params.update(
             id=target.checkpoint_id,
             task_id=writes[0].task_id,
@@ -407,27 +516,9 @@ class PostgresCheckpointPlans:
             ty=[w.type for w in writes],
             bl=[w.data for w in writes],
         )
-        rows: Rows = yield Query(
-            f"""
-            WITH thread AS ({self._upsert_thread}),
-            written AS (
-                INSERT INTO {self._wr} (thread_key, checkpoint_ns, checkpoint_id, task_id, idx,
-                    task_path, channel, type, blob)
-                SELECT %(tk)s, %(ns)s, %(id)s, %(task_id)s, w.idx, %(path)s, w.channel, w.type,
-                    w.blob
-                FROM unnest(%(idx)s::int[], %(ch)s::text[], %(ty)s::text[], %(bl)s::bytea[])
-                    AS w(idx, channel, type, blob)
-                WHERE EXISTS (SELECT 1 FROM thread)
-                ON CONFLICT (thread_key, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
-                    task_path = EXCLUDED.task_path, channel = EXCLUDED.channel,
-                    type = EXCLUDED.type, blob = EXCLUDED.blob
-                    WHERE EXCLUDED.idx < 0
-            )
-            SELECT was_expired, live_after FROM thread""",
-            params,
-            fetch=True,
-        )
-        was_expired, live_after = rows[0]
+        fast, live_after, was_expired = yield from self._write(params, self._writes_payload)
+        if fast:
+            return
         newer = live_after is None or target.checkpoint_id > live_after
         if (yield from self._refused(params, live_after, None if newer else target.checkpoint_id)):
             return
@@ -496,20 +587,24 @@ class PostgresCheckpointPlans:
                 f"DELETE FROM {table} WHERE thread_key = %s AND checkpoint_id < %s",
                 (tk, checkpoint_id),
             )
-        yield Query(
+        lists: Rows = yield Query(
             f"""DELETE FROM {self._bl} b WHERE b.thread_key = %s AND NOT EXISTS (
                 SELECT 1 FROM {self._ck} c WHERE c.thread_key = b.thread_key
                     AND c.checkpoint_ns = b.checkpoint_ns
-                    AND c.channel_versions ->> b.channel = b.version)""",
+                    AND c.channel_versions ->> b.channel = b.version)
+            RETURNING b.checkpoint_ns, b.type = '{LIST_TYPE}'""",
             (tk,),
+            fetch=True,
         )
+        for ns in sorted({ns for ns, is_list in lists if is_list}):
+            yield from self._collect_items(tk, ns)
 
     def _collect_blobs(self, freed: Rows) -> Plan[Query, None]:
         """Delete blobs that deleted checkpoints used and no remaining checkpoint uses."""
         if not freed:
             return
         tks, nss, chs, vers = (list(col) for col in zip(*freed, strict=True))
-        yield Query(
+        lists: Rows = yield Query(
             f"""
             DELETE FROM {self._bl} b
             USING unnest(%s::bytea[], %s::text[], %s::text[], %s::text[])
@@ -519,9 +614,97 @@ class PostgresCheckpointPlans:
                 AND NOT EXISTS (
                     SELECT 1 FROM {self._ck} c
                     WHERE c.thread_key = f.thread_key AND c.checkpoint_ns = f.checkpoint_ns
-                        AND c.channel_versions ->> f.channel = f.version)""",
+                        AND c.channel_versions ->> f.channel = f.version)
+            RETURNING b.thread_key, b.checkpoint_ns, b.type = '{LIST_TYPE}'""",
             (tks, nss, chs, vers),
+            fetch=True,
         )
+        for tk, ns in sorted({(bytes(tk), ns) for tk, ns, is_list in lists if is_list}):
+            yield from self._collect_items(tk, ns)
+
+    def _collect_items(self, tk: bytes, checkpoint_ns: str) -> Plan[Query, None]:
+        """Delete list items, pages and spines no remaining list version reaches."""
+        ids = "substring({col} FROM (g - 1) * 16 + 1 FOR 16)"
+        yield Query(
+            f"""
+            WITH lb AS (
+                SELECT blob FROM {self._bl}
+                WHERE thread_key = %(tk)s AND checkpoint_ns = %(ns)s AND type = '{LIST_TYPE}'
+            ), spines AS (
+                SELECT DISTINCT substring(blob FROM 1 FOR 16) AS id FROM lb
+            ), pages AS (
+                SELECT DISTINCT {ids.format(col="n.children")} AS id
+                FROM {self._nd} n JOIN spines s ON n.node_id = s.id
+                CROSS JOIN LATERAL generate_series(1, length(n.children) / 16) g
+                WHERE n.thread_key = %(tk)s AND n.checkpoint_ns = %(ns)s
+            ), live_items AS (
+                SELECT {ids.format(col="n.children")} AS id
+                FROM {self._nd} n JOIN pages p ON n.node_id = p.id
+                CROSS JOIN LATERAL generate_series(1, length(n.children) / 16) g
+                WHERE n.thread_key = %(tk)s AND n.checkpoint_ns = %(ns)s
+                UNION
+                SELECT substring(lb.blob FROM 17 + (g - 1) * 16 FOR 16) FROM lb
+                CROSS JOIN LATERAL generate_series(1, (length(lb.blob) - 16) / 16) g
+            ), dead_nodes AS (
+                DELETE FROM {self._nd} n
+                WHERE n.thread_key = %(tk)s AND n.checkpoint_ns = %(ns)s
+                    AND n.node_id NOT IN (SELECT id FROM spines UNION ALL SELECT id FROM pages)
+            )
+            DELETE FROM {self._it} i
+            WHERE i.thread_key = %(tk)s AND i.checkpoint_ns = %(ns)s
+                AND i.item_id NOT IN (SELECT id FROM live_items)""",
+            {"tk": tk, "ns": checkpoint_ns},
+        )
+
+    def _fetch_list(self, request: ListRequest) -> Query:
+        """The items of a stored list in order; bytes only for those not known here."""
+        tk, ns, _ = request.key
+        return Query(
+            f"""
+            WITH pages AS (
+                SELECT g AS pord, substring(s.children FROM (g - 1) * 16 + 1 FOR 16) AS id
+                FROM {self._nd} s
+                CROSS JOIN LATERAL generate_series(1, length(s.children) / 16) g
+                WHERE s.thread_key = %(tk)s AND s.checkpoint_ns = %(ns)s
+                    AND s.node_id = %(spine)s
+            ), ids AS (
+                SELECT p.pord, g AS iord,
+                       substring(n.children FROM (g - 1) * 16 + 1 FOR 16) AS id
+                FROM pages p
+                JOIN {self._nd} n ON n.thread_key = %(tk)s AND n.checkpoint_ns = %(ns)s
+                    AND n.node_id = p.id
+                CROSS JOIN LATERAL generate_series(1, length(n.children) / 16) g
+                UNION ALL
+                SELECT 2147483647, g, substring(%(tail)s FROM (g - 1) * 16 + 1 FOR 16)
+                FROM generate_series(1, length(%(tail)s) / 16) g
+            )
+            SELECT ids.id, i.type,
+                   CASE WHEN ids.id = ANY(%(known)s::bytea[]) THEN NULL ELSE i.data END
+            FROM ids
+            LEFT JOIN {self._it} i ON i.thread_key = %(tk)s AND i.checkpoint_ns = %(ns)s
+                AND i.item_id = ids.id
+            ORDER BY ids.pord, ids.iord""",
+            {
+                "tk": tk,
+                "ns": ns,
+                "spine": request.ref.spine,
+                "tail": b"".join(request.ref.tail),
+                "known": list(request.known),
+            },
+            fetch=True,
+            standalone=True,
+        )
+
+    def _decode(
+        self,
+        codec: CheckpointCodec,
+        stored: StoredCheckpoint,
+        metadata: CheckpointMetadata | None = None,
+    ) -> Plan[Query, CheckpointTuple]:
+        lists = yield from codec.resolve_lists(
+            stored.thread_id, stored.checkpoint_ns, stored.blobs, self._fetch_list
+        )
+        return codec.decode_tuple(stored, metadata, lists)
 
     def _trim(self, tk: bytes, checkpoint_ns: str, keep: int) -> Plan[Query, None]:
         """Keep the newest ``keep`` checkpoints of one thread namespace.
@@ -589,8 +772,10 @@ class PostgresCheckpointPlans:
                 FROM unnest(%(tks)s::bytea[]) AS k(tk)
             ), d1 AS (DELETE FROM {self._ck} WHERE thread_key = ANY(%(tks)s)),
             d2 AS (DELETE FROM {self._bl} WHERE thread_key = ANY(%(tks)s)),
-            d3 AS (DELETE FROM {self._wr} WHERE thread_key = ANY(%(tks)s))
-            UPDATE {self._th} t SET thread_id = NULL, expires_at = NULL, updated_at = now(),
+            d3 AS (DELETE FROM {self._wr} WHERE thread_key = ANY(%(tks)s)),
+            d4 AS (DELETE FROM {self._it} WHERE thread_key = ANY(%(tks)s)),
+            d5 AS (DELETE FROM {self._nd} WHERE thread_key = ANY(%(tks)s))
+            UPDATE {self._th} t SET thread_id = NULL, expires_at = NULL, deleted_at = now(),
                 live_after = greatest(t.live_after, last.id)
             FROM last WHERE t.thread_key = last.tk""",
             {"tks": tks},
@@ -631,11 +816,11 @@ class PostgresCheckpointPlans:
             WITH source AS (
                 SELECT 1 FROM {self._th} t WHERE t.thread_key = %(src)s AND {self._visible}
             ), thread AS (
-                INSERT INTO {self._th} AS t (thread_key, thread_id, expires_at, updated_at)
-                SELECT %(dst)s, %(dst_id)s, now() + make_interval(secs => %(ttl)s), now()
+                INSERT INTO {self._th} AS t (thread_key, thread_id, expires_at)
+                SELECT %(dst)s, %(dst_id)s, now() + make_interval(secs => %(ttl)s)
                 FROM source
                 ON CONFLICT (thread_key) DO UPDATE SET thread_id = EXCLUDED.thread_id,
-                    expires_at = EXCLUDED.expires_at, updated_at = EXCLUDED.updated_at,
+                    expires_at = EXCLUDED.expires_at, deleted_at = NULL,
                     live_after = NULL
                 RETURNING 1
             ), blobs AS (
@@ -648,6 +833,16 @@ class PostgresCheckpointPlans:
                     task_path, channel, type, blob)
                 SELECT %(dst)s, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel,
                     type, blob FROM {self._wr}
+                WHERE thread_key = %(src)s AND EXISTS (SELECT 1 FROM thread)
+                ON CONFLICT DO NOTHING
+            ), items AS (
+                INSERT INTO {self._it} (thread_key, checkpoint_ns, item_id, type, data)
+                SELECT %(dst)s, checkpoint_ns, item_id, type, data FROM {self._it}
+                WHERE thread_key = %(src)s AND EXISTS (SELECT 1 FROM thread)
+                ON CONFLICT DO NOTHING
+            ), nodes AS (
+                INSERT INTO {self._nd} (thread_key, checkpoint_ns, node_id, children)
+                SELECT %(dst)s, checkpoint_ns, node_id, children FROM {self._nd}
                 WHERE thread_key = %(src)s AND EXISTS (SELECT 1 FROM thread)
                 ON CONFLICT DO NOTHING
             )
@@ -686,7 +881,7 @@ class PostgresCheckpointPlans:
                 SELECT thread_key, thread_id IS NOT NULL AS live FROM {self._th}
                 WHERE expires_at <= now()
                    OR (thread_id IS NULL
-                       AND updated_at < now() - make_interval(hours => {TOMBSTONE_HOURS}))
+                       AND deleted_at < now() - make_interval(hours => {TOMBSTONE_HOURS}))
                 LIMIT %(n)s FOR UPDATE SKIP LOCKED
             ), d1 AS (
                 DELETE FROM {self._ck} WHERE thread_key IN (SELECT thread_key FROM victims)
@@ -695,6 +890,10 @@ class PostgresCheckpointPlans:
             ), d3 AS (
                 DELETE FROM {self._wr} WHERE thread_key IN (SELECT thread_key FROM victims)
             ), d4 AS (
+                DELETE FROM {self._it} WHERE thread_key IN (SELECT thread_key FROM victims)
+            ), d5 AS (
+                DELETE FROM {self._nd} WHERE thread_key IN (SELECT thread_key FROM victims)
+            ), d6 AS (
                 DELETE FROM {self._th} WHERE thread_key IN (SELECT thread_key FROM victims)
             )
             SELECT count(*) FILTER (WHERE live), count(*) FROM victims""",

@@ -13,6 +13,9 @@ LangGraph's own saver in one database):
   old checkpoints that ``DeltaChannel`` replay still reads stay as ``replay_only`` rows.
 - ``lgmp_blobs``: one row per (channel, version); shared by checkpoints.
 - ``lgmp_writes``: pending writes per checkpoint and task.
+- ``lgmp_items`` and ``lgmp_nodes`` (migration 1): list channels stored as items,
+  pages and spines, so a long ``messages`` list costs O(T), not O(T^2); see
+  :mod:`langgraph_memory_plus.checkpoint.lists`.
 
 Migrations are applied in order under a transaction-scoped advisory lock, so several
 processes may call ``setup()`` at once, and inside a caller's open transaction.
@@ -37,7 +40,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             thread_id bytea,
             expires_at timestamptz,
             live_after text,
-            updated_at timestamptz NOT NULL DEFAULT now()
+            deleted_at timestamptz
         )
         """,
         """
@@ -46,7 +49,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
         """
         CREATE INDEX IF NOT EXISTS lgmp_threads_tombstone_idx
-            ON {s}.lgmp_threads (updated_at) WHERE thread_id IS NULL
+            ON {s}.lgmp_threads (deleted_at) WHERE thread_id IS NULL
         """,
         """
         CREATE TABLE IF NOT EXISTS {s}.lgmp_checkpoints (
@@ -93,6 +96,27 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             type text NOT NULL,
             blob bytea NOT NULL,
             PRIMARY KEY (thread_key, checkpoint_ns, checkpoint_id, task_id, idx)
+        )
+        """,
+    ),
+    (
+        """
+        CREATE TABLE IF NOT EXISTS {s}.lgmp_items (
+            thread_key bytea NOT NULL,
+            checkpoint_ns text NOT NULL,
+            item_id bytea NOT NULL,
+            type text NOT NULL,
+            data bytea NOT NULL,
+            PRIMARY KEY (thread_key, checkpoint_ns, item_id)
+        )
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS {s}.lgmp_nodes (
+            thread_key bytea NOT NULL,
+            checkpoint_ns text NOT NULL,
+            node_id bytea NOT NULL,
+            children bytea NOT NULL,
+            PRIMARY KEY (thread_key, checkpoint_ns, node_id)
         )
         """,
     ),

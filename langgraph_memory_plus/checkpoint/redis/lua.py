@@ -1,6 +1,6 @@
 """The Redis checkpointer's Lua scripts.
 
-Every script works on the eight keys of one thread (see :mod:`.plans` for the layout),
+Every script works on the ten keys of one thread (see :mod:`.plans` for the layout),
 which share a hash tag, so each script is one atomic step on a single node and in Redis
 Cluster alike. Values the scripts must read (parents, run ids, ``DeltaChannel`` seeds,
 blob fields) live in a small per-checkpoint "meta" record written as netstrings
@@ -11,8 +11,11 @@ values stay opaque bytes that only Python decodes.
 from __future__ import annotations
 
 PRELUDE = r"""
-local K_THREAD, K_IDX, K_CK, K_META, K_BLOBS, K_WRITES, K_WIDX, K_REPLAY =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local K_THREAD, K_IDX, K_CK, K_META, K_BLOBS, K_WRITES, K_WIDX, K_REPLAY, K_ITEMS, K_NODES =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+-- A list version's blob: this prefix, then a 16-byte spine id (zeros: none), then the
+-- 16-byte ids of the items after the last full page (see checkpoint/lists.py).
+local LIST_PREFIX, NO_SPINE = '\0lgmp:list\0', string.rep('\0', 16)
 
 -- Byte order, not the server's collation (Redis sets LC_COLLATE from its environment).
 local function before(a, b)
@@ -95,17 +98,39 @@ local function fetch(member)
   return {member, ck, meta.parent, meta.blobs, blobs, write_values(write_fields(member))}
 end
 
+-- One absolute deadline for every key of the thread: PEXPIRE would read the clock per
+-- key, and keys could straddle a millisecond and expire apart.
+local function expire_all_at(deadline_ms)
+  for i = 1, #KEYS do redis.call('PEXPIREAT', KEYS[i], deadline_ms) end
+end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
 local function touch(ttl_ms)
   local ttl = tonumber(ttl_ms)
-  for i = 1, #KEYS do
-    if ttl > 0 then redis.call('PEXPIRE', KEYS[i], ttl) else redis.call('PERSIST', KEYS[i]) end
+  if ttl > 0 then
+    expire_all_at(now_ms() + ttl)
+  else
+    for i = 1, #KEYS do redis.call('PERSIST', KEYS[i]) end
   end
 end
 
 local function refresh(ttl_ms)
   local ttl = tonumber(ttl_ms)
-  if ttl > 0 then
-    for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ttl) end
+  if ttl > 0 then expire_all_at(now_ms() + ttl) end
+end
+
+-- After a change that is not a write (prune, delete_for_runs), keys it created get the
+-- expiry the thread already has.
+local function keep_expiry()
+  local left = redis.call('PTTL', K_IDX)
+  if left > 0 then
+    expire_all_at(now_ms() + left)
+  else
+    for i = 1, #KEYS do redis.call('PERSIST', KEYS[i]) end
   end
 end
 
@@ -132,6 +157,42 @@ end
 local function split_member(member)
   local sep = string.find(member, '\0', 1, true)
   return string.sub(member, 1, sep - 1), string.sub(member, sep + 1)
+end
+
+local function each_id(ids, fn)
+  for i = 1, #ids, 16 do fn(string.sub(ids, i, i + 15)) end
+end
+
+-- Delete the list items, pages and spines of a namespace that no list version reaches.
+local function collect_items(ns)
+  local pre = ns .. '\0'
+  local live_nodes, live_items = {}, {}
+  local function mark_item(id) live_items[id] = true end
+  local all = redis.call('HGETALL', K_BLOBS)
+  for i = 1, #all, 2 do
+    local v = all[i + 1]
+    if string.sub(all[i], 1, #pre) == pre and string.sub(v, 1, #LIST_PREFIX) == LIST_PREFIX then
+      local ref = string.sub(v, #LIST_PREFIX + 1)
+      local spine = string.sub(ref, 1, 16)
+      if spine ~= NO_SPINE and not live_nodes[spine] then
+        live_nodes[spine] = true
+        each_id(redis.call('HGET', K_NODES, pre .. spine) or '', function(page)
+          if not live_nodes[page] then
+            live_nodes[page] = true
+            each_id(redis.call('HGET', K_NODES, pre .. page) or '', mark_item)
+          end
+        end)
+      end
+      each_id(string.sub(ref, 17), mark_item)
+    end
+  end
+  for _, pair in ipairs({{K_NODES, live_nodes}, {K_ITEMS, live_items}}) do
+    for _, f in ipairs(redis.call('HKEYS', pair[1])) do
+      if string.sub(f, 1, #pre) == pre and not pair[2][string.sub(f, #pre + 1)] then
+        redis.call('HDEL', pair[1], f)
+      end
+    end
+  end
 end
 
 -- Delete checkpoints with their writes, then the blobs no remaining checkpoint of
@@ -163,7 +224,15 @@ local function drop(doomed, namespaces)
       end
     end
   end
-  for f in pairs(freed) do redis.call('HDEL', K_BLOBS, f) end
+  local lists = {}
+  for f in pairs(freed) do
+    local v = redis.call('HGET', K_BLOBS, f)
+    if v and string.sub(v, 1, #LIST_PREFIX) == LIST_PREFIX then
+      lists[string.sub(f, 1, string.find(f, '\0', 1, true) - 1)] = true
+    end
+    redis.call('HDEL', K_BLOBS, f)
+  end
+  for ns in pairs(lists) do collect_items(ns) end
 end
 
 -- Keep the newest `keep` checkpoints of a namespace. Older ones that a kept checkpoint's
@@ -210,7 +279,8 @@ end
 
 # ARGV: ttl_ms, thread_id, ns, checkpoint_id, parent, run_id, record, keep_last,
 #       n, delta channel*n, n, channel with a value here*n, n, blob field*n (one per
-#       channel version of the checkpoint),
+#       channel version of the checkpoint), n, (list item field, value)*n,
+#       n, (list node field, children)*n,
 #       then (blob field, value, empty flag) for each new version.
 PUT = r"""
 local ttl, thread_id, ns, cid, parent, run_id, record, keep =
@@ -237,6 +307,11 @@ end
 local delta, valued = take_list(), {}
 for _, ch in ipairs(take_list()) do valued[ch] = true end
 local refs = take_list()
+for _, key in ipairs({K_ITEMS, K_NODES}) do
+  local n = tonumber(ARGV[pos])
+  for i = 1, n do redis.call('HSETNX', key, ARGV[pos + 2 * i - 1], ARGV[pos + 2 * i]) end
+  pos = pos + 2 * n + 1
+end
 local meta = {parent = parent, run_id = run_id, seeds = {}, seed_order = {}, blobs = refs}
 -- DeltaChannel seeds: the channels marked here, and those the parent tracked that this
 -- checkpoint still has (a step that resets the counters, or update_state, marks none).
@@ -321,8 +396,34 @@ if #out > 0 then refresh(ARGV[4]) end
 return out
 """
 
+# ARGV: limit (0: all), checkpoint id bound (exclusive; '' for none), exact checkpoint id
+# ('' for any). Per namespace, the newest `limit` members below the bound: the caller
+# merges them, so a cross-namespace page never reads a whole namespace.
 MEMBERS = r"""
-return redis.call('ZRANGE', K_IDX, 0, -1)
+local limit, bound, exact = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local out, cursor = {}, '-'
+while true do
+  local first = redis.call('ZRANGEBYLEX', K_IDX, cursor, '+', 'LIMIT', 0, 1)[1]
+  if not first then break end
+  local ns = split_member(first)
+  if exact ~= '' then
+    if redis.call('HEXISTS', K_CK, ns .. '\0' .. exact) == 1 then
+      out[#out + 1] = ns .. '\0' .. exact
+    end
+  else
+    local hi = '(' .. ns .. '\1'
+    if bound ~= '' then hi = '(' .. ns .. '\0' .. bound end
+    local page
+    if limit > 0 then
+      page = redis.call('ZREVRANGEBYLEX', K_IDX, hi, '[' .. ns .. '\0', 'LIMIT', 0, limit)
+    else
+      page = redis.call('ZREVRANGEBYLEX', K_IDX, hi, '[' .. ns .. '\0')
+    end
+    for _, m in ipairs(page) do out[#out + 1] = m end
+  end
+  cursor = '[' .. ns .. '\1'
+end
+return out
 """
 
 # ARGV: refresh ttl_ms, then members
@@ -395,7 +496,7 @@ for _, f in ipairs(redis.call('ZRANGE', K_WIDX, 0, -1)) do
   local c = string.sub(rest, 1, string.find(rest, '\0', 1, true) - 1)
   if before(newest, c) then newest = c end
 end
-redis.call('DEL', K_THREAD, K_IDX, K_CK, K_META, K_BLOBS, K_WRITES, K_WIDX, K_REPLAY)
+redis.call('DEL', unpack(KEYS))
 if newest ~= '' then
   redis.call('HSET', K_THREAD, 'live_after', newest)
   redis.call('PEXPIRE', K_THREAD, tonumber(ARGV[1]))
@@ -412,6 +513,7 @@ for _, m in ipairs(redis.call('ZRANGE', K_IDX, 0, -1)) do
     trim(ns, 1)
   end
 end
+keep_expiry()
 return 1
 """
 
@@ -429,7 +531,32 @@ for i = 1, #all, 2 do
   end
 end
 drop(doomed, namespaces)
+keep_expiry()
 return #doomed
+"""
+
+# ARGV: ns, spine id ('' for none), tail ids, then ids whose values the caller has.
+# Returns (id, value) pairs in list order; value false for a known id, '' if missing.
+RESOLVE = r"""
+local pre = ARGV[1] .. '\0'
+local known = {}
+for i = 4, #ARGV do known[ARGV[i]] = true end
+local out = {}
+local function add(id)
+  out[#out + 1] = id
+  if known[id] then
+    out[#out + 1] = false
+  else
+    out[#out + 1] = redis.call('HGET', K_ITEMS, pre .. id) or ''
+  end
+end
+if ARGV[2] ~= '' then
+  each_id(redis.call('HGET', K_NODES, pre .. ARGV[2]) or '', function(page)
+    each_id(redis.call('HGET', K_NODES, pre .. page) or '', add)
+  end)
+end
+each_id(ARGV[3], add)
+return out
 """
 
 THREAD_ID = r"""
@@ -441,13 +568,14 @@ if redis.call('EXISTS', K_IDX) == 0 then return false end
 return {
   redis.call('HGETALL', K_CK), redis.call('HGETALL', K_META),
   redis.call('HGETALL', K_BLOBS), redis.call('HGETALL', K_WRITES),
-  redis.call('ZRANGE', K_REPLAY, 0, -1)
+  redis.call('ZRANGE', K_REPLAY, 0, -1),
+  redis.call('HGETALL', K_ITEMS), redis.call('HGETALL', K_NODES)
 }
 """
 
 # ARGV: ttl_ms, thread_id, then netstring lists of (field, value) pairs for the
-# checkpoint, meta, blob and write hashes, and of the replay-only members. Existing
-# entries of the target win.
+# checkpoint, meta, blob and write hashes, of the replay-only members, and of the list
+# item and node hashes. Existing entries of the target win.
 RESTORE = r"""
 local function fill(key, packed)
   local t = unpack_list(packed)
@@ -460,6 +588,8 @@ for _, m in ipairs(unpack_list(ARGV[7])) do replay[m] = true end
 for i = 1, #ck, 2 do redis.call('ZADD', replay[ck[i]] and K_REPLAY or K_IDX, 0, ck[i]) end
 fill(K_META, ARGV[4])
 fill(K_BLOBS, ARGV[5])
+fill(K_ITEMS, ARGV[8])
+fill(K_NODES, ARGV[9])
 local w = fill(K_WRITES, ARGV[6])
 for i = 1, #w, 2 do redis.call('ZADD', K_WIDX, 0, w[i]) end
 redis.call('HDEL', K_THREAD, 'live_after')
@@ -482,6 +612,7 @@ SCRIPTS: dict[str, str] = {
         "prune_latest": PRUNE_LATEST,
         "delete_runs": DELETE_RUNS,
         "thread_id": THREAD_ID,
+        "resolve": RESOLVE,
         "dump": DUMP,
         "restore": RESTORE,
     }.items()

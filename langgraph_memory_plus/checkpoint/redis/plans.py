@@ -1,6 +1,6 @@
 """The Redis checkpointer's operations as plans over the Lua scripts in :mod:`.lua`.
 
-Key layout: a thread's data is eight keys ``{prefix}:{<tag>}:<kind>``. The hash tag is
+Key layout: a thread's data is ten keys ``{prefix}:{<tag>}:<kind>``. The hash tag is
 a hex SHA-256 prefix of the thread id, so any thread id (with ``{``, ``}``, NUL or
 megabytes of text) maps to one safe tag and all of a thread's keys share a cluster hash
 slot; every update of a thread is then one atomic script, on Redis Cluster too.
@@ -16,19 +16,23 @@ slot; every update of a thread is then one atomic script, on Redis Cluster too.
   checkpoint.
 - ``replay`` (sorted set): with retention, old checkpoints that ``DeltaChannel`` replay
   still reads; never returned by ``get_tuple`` or ``list``.
+- ``items`` and ``nodes`` (hashes): list channels stored as items, pages and spines, so
+  a long ``messages`` list costs O(T), not O(T^2) (see ``checkpoint/lists.py``).
 
 A fixed number of keys per thread keeps TTL cheap: every write sets the same expiry on
-all eight, so a thread expires whole, never half.
+all ten, so a thread expires whole, never half.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import ormsgpack
-from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
+from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, DeltaChannelHistory
 
 from ..._plan import Plan
 from ..._redis import Eval, Scan, glob_escape
@@ -43,12 +47,16 @@ from ..codec import (
     metadata_matches,
 )
 from ..config import ListQuery, SaverSettings, Target
+from ..lists import LIST_TYPE, ItemRow, ListRequest
 
 # Redis refuses a bulk string over 512 MiB by default (proto-max-bulk-len).
 MAX_VALUE_BYTES = 500 * 1024 * 1024
 TOMBSTONE_MS = 24 * 3600 * 1000
 MAX_CHAIN_DEPTH = 1_000_000
-KINDS = ("thread", "idx", "ck", "meta", "blobs", "writes", "widx", "replay")
+KINDS = ("thread", "idx", "ck", "meta", "blobs", "writes", "widx", "replay", "items", "nodes")
+
+# A list version's blob value: this prefix, then its ListRef (see ..lists).
+LIST_PREFIX = b"\x00lgmp:list\x00"
 
 Command = Eval | Scan
 
@@ -65,6 +73,27 @@ def _no_nul(text: str, what: str) -> bytes:
     if "\x00" in text:
         raise InvalidConfigError(f"{what} must not contain NUL characters: {text[:80]!r}")
     return _utf8(text)
+
+
+def _blob(value: bytes) -> tuple[str, bytes]:
+    if value.startswith(LIST_PREFIX):
+        return LIST_TYPE, value[len(LIST_PREFIX) :]
+    typ, data = ormsgpack.unpackb(value)
+    return typ, data
+
+
+def _item_rows(reply: list[bytes | None]) -> Iterator[ItemRow]:
+    """The RESOLVE script's (id, value) pairs as rows: None known, b"" missing."""
+    for i in range(0, len(reply), 2):
+        iid, value = reply[i], reply[i + 1]
+        assert iid is not None
+        if value is None:
+            yield iid, "", None
+        elif value == b"":
+            yield iid, None, None
+        else:
+            typ, data = ormsgpack.unpackb(value)
+            yield iid, typ, data
 
 
 def thread_tag(thread_id: str) -> str:
@@ -106,13 +135,12 @@ class RedisCheckpointPlans:
     @staticmethod
     def _stored(thread_id: str, ns: str, reply: list[Any]) -> StoredCheckpoint:
         member, record, parent, fields, values, writes = reply
-        ctype, cblob, mtype, mblob = ormsgpack.unpackb(record)
+        ctype, cblob, mtype, mblob, versions = ormsgpack.unpackb(record)
         blobs = []
         skip = len(_utf8(ns)) + 1
         for field, value in zip(fields, values, strict=True):
             if value is not None:
-                typ, data = ormsgpack.unpackb(value)
-                blobs.append((field[skip:].split(b"\x00", 1)[0].decode(), typ, data))
+                blobs.append((field[skip:].split(b"\x00", 1)[0].decode(), *_blob(value)))
         return StoredCheckpoint(
             thread_id=thread_id,
             checkpoint_ns=ns,
@@ -122,6 +150,7 @@ class RedisCheckpointPlans:
             metadata=(mtype, mblob),
             blobs=blobs,
             writes=[tuple(ormsgpack.unpackb(w)) for w in writes if w is not None],
+            channel_versions=versions,
         )
 
     # -- plans ------------------------------------------------------------------------
@@ -142,7 +171,38 @@ class RedisCheckpointPlans:
         )
         if not reply:
             return None
-        return codec.decode_tuple(self._stored(target.thread_id, target.checkpoint_ns, reply))
+        stored = self._stored(target.thread_id, target.checkpoint_ns, reply)
+        return (yield from self._decode(codec, stored))
+
+    def _decode(
+        self,
+        codec: CheckpointCodec,
+        stored: StoredCheckpoint,
+        metadata: CheckpointMetadata | None = None,
+    ) -> Plan[Command, CheckpointTuple]:
+        keys = self.keys(stored.thread_id)
+        lists = yield from codec.resolve_lists(
+            stored.thread_id,
+            stored.checkpoint_ns,
+            stored.blobs,
+            partial(self._resolve, keys),
+            _item_rows,
+        )
+        return codec.decode_tuple(stored, metadata, lists)
+
+    @staticmethod
+    def _resolve(keys: list[bytes], request: ListRequest) -> Eval:
+        """The RESOLVE script call for one stored list."""
+        return Eval(
+            "resolve",
+            keys,
+            [
+                _utf8(request.key[1]),
+                request.ref.spine or b"",
+                b"".join(request.ref.tail),
+                *request.known,
+            ],
+        )
 
     def _decode_page(
         self,
@@ -150,7 +210,7 @@ class RedisCheckpointPlans:
         thread_id: str,
         replies: list[list[Any]],
         query: ListQuery,
-    ) -> list[CheckpointTuple]:
+    ) -> Plan[Command, list[CheckpointTuple]]:
         out = []
         for reply in replies:
             member = reply[0].decode("utf-8", "surrogatepass")
@@ -158,7 +218,7 @@ class RedisCheckpointPlans:
             stored = self._stored(thread_id, ns, reply)
             metadata = codec.decode_metadata(stored.metadata)
             if metadata_matches(metadata, query.filter):
-                out.append(codec.decode_tuple(stored, metadata))
+                out.append((yield from self._decode(codec, stored, metadata)))
         return out
 
     def list_page(
@@ -166,39 +226,61 @@ class RedisCheckpointPlans:
     ) -> Plan[Command, tuple[list[CheckpointTuple], ListQuery | None]]:
         if query.limit is not None and query.limit <= 0:
             return [], None
-        if query.thread_id is not None and query.checkpoint_ns is not None:
-            return (yield from self._namespace_page(codec, query, page_size))
-        # Across namespaces or threads: gather the ids, order them, fetch in pages.
         if query.thread_id is not None:
-            thread_ids = [query.thread_id]
-        else:
-            thread_ids = []
-            for tag in (yield from self._all_thread_keys()):
-                raw = yield Eval("thread_id", self._keys_of_tag(tag), [])
-                if raw is not None:
-                    thread_ids.append(raw.decode("utf-8", "surrogatepass"))
+            return (yield from self._thread_page(codec, query, page_size))
+        # Every thread (an admin path: SCAN walks the keyspace), thread by thread.
         found: list[CheckpointTuple] = []
-        for thread_id in thread_ids:
-            keys = self.keys(thread_id)
-            members: list[bytes] = yield Eval("members", keys, [])
-            wanted = []
-            for raw in members:
-                ns, cid = raw.decode("utf-8", "surrogatepass").split("\x00", 1)
-                if query.checkpoint_ns is not None and ns != query.checkpoint_ns:
-                    continue
-                if query.checkpoint_id is not None and cid != query.checkpoint_id:
-                    continue
-                if query.before is not None and cid >= query.before:
-                    continue
-                wanted.append((cid, ns, raw))
-            wanted.sort(reverse=True)
-            for start in range(0, len(wanted), page_size):
-                chunk = [raw for _, _, raw in wanted[start : start + page_size]]
-                replies = yield Eval("fetch", keys, [self._refresh_ms, *chunk])
-                found.extend(self._decode_page(codec, thread_id, replies, query))
-                if query.limit is not None and len(found) >= query.limit:
-                    return found[: query.limit], None
+        for tag in (yield from self._all_thread_keys()):
+            raw = yield Eval("thread_id", self._keys_of_tag(tag), [])
+            if raw is None:
+                continue
+            left = None if query.limit is None else query.limit - len(found)
+            sub: ListQuery | None = replace(
+                query, thread_id=raw.decode("utf-8", "surrogatepass"), limit=left
+            )
+            while sub is not None:
+                page, sub = yield from self._thread_page(codec, sub, page_size)
+                found.extend(page)
+            if query.limit is not None and len(found) >= query.limit:
+                break
         return found, None
+
+    def _thread_page(
+        self, codec: CheckpointCodec, query: ListQuery, page_size: int
+    ) -> Plan[Command, tuple[list[CheckpointTuple], ListQuery | None]]:
+        """One page of a thread's checkpoints, newest first, across its namespaces.
+
+        The MEMBERS script returns at most ``size`` candidates per namespace, so a page
+        costs the same whatever the thread's length.
+        """
+        assert query.thread_id is not None
+        if query.checkpoint_ns is not None:
+            return (yield from self._namespace_page(codec, query, page_size))
+        keys = self.keys(query.thread_id)
+        size = page_size if query.limit is None else min(page_size, query.limit)
+        bounds = [b for b in (query.before, query.after[0] if query.after else None) if b]
+        members: list[bytes] = yield Eval(
+            "members",
+            keys,
+            [size, _utf8(min(bounds) if bounds else ""), _utf8(query.checkpoint_id or "")],
+        )
+        candidates: list[tuple[str, str, bytes]] = []
+        for raw in members:
+            ns, cid = raw.decode("utf-8", "surrogatepass").split("\x00", 1)
+            candidates.append((cid, ns, raw))
+        ordered = sorted(candidates, reverse=True)[:size]
+        if query.checkpoint_id is not None and query.before is not None:
+            ordered = [m for m in ordered if m[0] < query.before]
+        replies = (
+            (yield Eval("fetch", keys, [self._refresh_ms, *(raw for _, _, raw in ordered)]))
+            if ordered
+            else []
+        )
+        page = yield from self._decode_page(codec, query.thread_id, replies, query)
+        limit = None if query.limit is None else query.limit - len(page)
+        if len(ordered) < size or limit == 0 or query.checkpoint_id is not None:
+            return page, None
+        return page, replace(query, limit=limit, after=(ordered[-1][0], b"", ""))
 
     def _namespace_page(
         self, codec: CheckpointCodec, query: ListQuery, page_size: int
@@ -210,14 +292,16 @@ class RedisCheckpointPlans:
             if query.before is not None and query.checkpoint_id >= query.before:
                 return [], None
             reply = yield Eval("get", keys, [ns, _utf8(query.checkpoint_id), self._refresh_ms])
-            page = self._decode_page(codec, query.thread_id, [reply] if reply else [], query)
+            page = yield from self._decode_page(
+                codec, query.thread_id, [reply] if reply else [], query
+            )
             return page, None
         bounds = [b for b in (query.before, query.after[0] if query.after else None) if b]
         size = page_size if query.limit is None else min(page_size, query.limit)
         replies = yield Eval(
             "page", keys, [ns, _utf8(min(bounds) if bounds else ""), size, self._refresh_ms]
         )
-        page = self._decode_page(codec, query.thread_id, replies, query)
+        page = yield from self._decode_page(codec, query.thread_id, replies, query)
         limit = None if query.limit is None else query.limit - len(page)
         if len(replies) < size or limit == 0:
             return page, None
@@ -246,7 +330,7 @@ class RedisCheckpointPlans:
             _no_nul(encoded.checkpoint_id, "checkpoint_id"),
             _utf8(encoded.parent_id or ""),
             _utf8(encoded.run_id or ""),
-            ormsgpack.packb([*encoded.checkpoint, *encoded.metadata]),
+            ormsgpack.packb([*encoded.checkpoint, *encoded.metadata, encoded.versions_json]),
             self.settings.keep_last or 0,
         ]
         for names in (encoded.delta_channels, encoded.valued_channels):
@@ -254,10 +338,18 @@ class RedisCheckpointPlans:
             args.extend(_utf8(n) for n in names)
         args.append(len(refs))
         args.extend(refs)
+        args.append(len(encoded.items))
+        for iid, item in encoded.items.items():
+            args.extend((nsz + iid, ormsgpack.packb(list(item))))
+        args.append(len(encoded.nodes))
+        for nid, children in encoded.nodes.items():
+            args.extend((nsz + nid, b"".join(children)))
         for blob in encoded.blobs:
             field = nsz + _no_nul(blob.channel, "channel name") + b"\x00" + _utf8(blob.version)
             if blob.type == EMPTY:
                 args.extend((field, b"", b"1"))
+            elif blob.type == LIST_TYPE:
+                args.extend((field, LIST_PREFIX + (blob.data or b""), b"0"))
             else:
                 args.extend((field, ormsgpack.packb([blob.type, blob.data]), b"0"))
         yield Eval("put", self.keys(target.thread_id), args)
@@ -293,10 +385,7 @@ class RedisCheckpointPlans:
         )
         chain = []
         for cid, writes, seeds in reply:
-            found = {}
-            for i in range(0, len(seeds), 2):
-                typ, data = ormsgpack.unpackb(seeds[i + 1])
-                found[seeds[i].decode()] = (typ, data)
+            found = {seeds[i].decode(): _blob(seeds[i + 1]) for i in range(0, len(seeds), 2)}
             chain.append(
                 ChainLink(
                     checkpoint_id=cid.decode(),
@@ -304,7 +393,12 @@ class RedisCheckpointPlans:
                     writes=[tuple(ormsgpack.unpackb(w)) for w in writes if w is not None],
                 )
             )
-        return codec.delta_history(channels, chain)
+        keys = self.keys(target.thread_id)
+        seeds = [(ch, typ, data) for link in chain for ch, (typ, data) in link.seeds.items()]
+        lists = yield from codec.resolve_lists(
+            target.thread_id, target.checkpoint_ns, seeds, partial(self._resolve, keys), _item_rows
+        )
+        return codec.delta_history(channels, chain, lists)
 
     def delete_thread(self, thread_id: str) -> Plan[Command, None]:
         yield Eval("delete", self.keys(thread_id), [TOMBSTONE_MS])

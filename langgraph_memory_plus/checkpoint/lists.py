@@ -1,0 +1,255 @@
+"""O(T) storage for list channels such as ``messages``.
+
+LangGraph stores a channel's whole value again at every new version. For a chat's
+``messages`` (``add_messages``) that is the whole conversation at every step: a T-turn
+thread writes O(T^2) bytes and every step re-serializes the whole history. Here a list
+value is stored as *items* (one per element, each serialized once) arranged in *pages*
+of ``PAGE_SIZE`` item ids; a *spine* lists the full pages. A version's blob is only a
+reference: the spine id plus the ids of the items after the last full page. Full pages
+never change, so a new version costs the new items, at most one new page, one spine
+(which changes once per ``PAGE_SIZE`` items) and a reference of at most ``PAGE_SIZE``
+ids. Nothing about the user's state schema changes; a plain ``add_messages`` graph
+gets this automatically.
+
+Ids are keyed BLAKE2b hashes of the serialized bytes, keyed by the thread, so items are
+deduplicated within a thread only and equal content in two threads gets unrelated ids
+(no plaintext equality leaks across users; with ``EncryptedSerializer`` the hashed bytes
+are ciphertext anyway).
+
+Serializing every element at every step would still be O(T) work per step. So each saver
+remembers, per thread namespace and channel, the last list it wrote or read: its element
+objects, their item ids and a cheap fingerprint of each. A new value reuses the item id of
+every element that is the *same object*, unchanged, and serializes only the rest. Reads
+of a version whose items are known reuse those objects too, and fetch only the bytes of
+unknown items. Everything remembered is a fact about immutable stored content, so a
+stale entry is never wrong, only less useful; a value from another process simply misses.
+
+One caveat, the same as for any state LangGraph hands to nodes: a node that mutates a
+message object *in place* (for example ``msg.additional_kwargs["k"] = v``) instead of
+returning an update is not guaranteed to be noticed. Reassigning a field
+(``msg.content = ...``) is noticed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+LIST_TYPE = "lgmp:list"
+"""Blob type of a list stored as items; the blob's bytes are its :class:`ListRef`."""
+
+PAGE_SIZE = 16
+MIN_ITEMS = 16
+"""Shorter lists are stored whole: a page structure would cost more than it saves."""
+
+ID_SIZE = 16
+NO_SPINE = bytes(ID_SIZE)
+
+Typed = tuple[str, bytes]
+
+
+def item_id(thread_key: bytes, typ: str, data: bytes) -> bytes:
+    h = hashlib.blake2b(digest_size=ID_SIZE, key=thread_key, person=b"lgmp-item")
+    h.update(typ.encode())
+    h.update(b"\x00")
+    h.update(data)
+    return h.digest()
+
+
+def node_id(thread_key: bytes, children: Sequence[bytes], kind: bytes) -> bytes:
+    h = hashlib.blake2b(digest_size=ID_SIZE, key=thread_key, person=b"lgmp-" + kind)
+    for child in children:
+        h.update(child)
+    return h.digest()
+
+
+def split_ids(raw: bytes) -> list[bytes]:
+    return [raw[i : i + ID_SIZE] for i in range(0, len(raw), ID_SIZE)]
+
+
+def fingerprint(value: Any) -> Any:
+    """Changes when a field of ``value`` is reassigned; cheap (no serialization).
+
+    Immutable scalars need none: their identity is their content.
+    """
+    fields = getattr(value, "__dict__", None)
+    if fields is not None:
+        return tuple(map(id, fields.values()))
+    if isinstance(value, dict):
+        return (len(value), *map(id, value.values()))
+    if isinstance(value, list):
+        return (len(value), *map(id, value))
+    return None
+
+
+@dataclass(frozen=True)
+class ListRef:
+    """What a list version's blob holds: its spine (or none) and the tail's item ids."""
+
+    spine: bytes | None
+    tail: list[bytes]
+
+    def encode(self) -> bytes:
+        return (self.spine or NO_SPINE) + b"".join(self.tail)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> ListRef:
+        spine = raw[:ID_SIZE]
+        return cls(None if spine == NO_SPINE else spine, split_ids(raw[ID_SIZE:]))
+
+
+@dataclass
+class ListMemo:
+    """One channel's last known list: the objects and the ids they are stored under."""
+
+    ref: ListRef
+    objects: list[Any]
+    fingerprints: list[Any]
+    item_ids: list[bytes]
+    page_ids: list[bytes]
+
+    def by_item(self) -> dict[bytes, Any]:
+        return dict(zip(self.item_ids, self.objects, strict=True))
+
+
+@dataclass
+class ChunkedList:
+    """A list value split for storage: its reference and what is new."""
+
+    ref: ListRef
+    items: dict[bytes, Typed] = field(default_factory=dict)
+    nodes: dict[bytes, list[bytes]] = field(default_factory=dict)
+    memo: ListMemo | None = None
+
+
+MemoKey = tuple[bytes, str, str]  # thread key, namespace, channel
+
+
+class ListMemory:
+    """Per-saver memory of recent lists, bounded and safe to share between threads."""
+
+    def __init__(self, max_lists: int = 1024) -> None:
+        self.max_lists = max_lists
+        self._lock = threading.Lock()
+        self._memos: OrderedDict[MemoKey, ListMemo] = OrderedDict()
+
+    def get(self, key: MemoKey) -> ListMemo | None:
+        with self._lock:
+            memo = self._memos.get(key)
+            if memo is not None:
+                self._memos.move_to_end(key)
+            return memo
+
+    def remember(self, key: MemoKey, memo: ListMemo) -> None:
+        with self._lock:
+            self._memos[key] = memo
+            self._memos.move_to_end(key)
+            while len(self._memos) > self.max_lists:
+                self._memos.popitem(last=False)
+
+    def forget_thread(self, thread_key: bytes) -> None:
+        with self._lock:
+            for key in [k for k in self._memos if k[0] == thread_key]:
+                del self._memos[key]
+
+
+def chunk_list(
+    thread_key: bytes,
+    values: list[Any],
+    memo: ListMemo | None,
+    dump: Callable[[Any], Typed],
+) -> ChunkedList:
+    """Split ``values`` into items and pages, serializing only elements not in ``memo``."""
+    known: dict[int, tuple[Any, bytes]] = {}
+    if memo is not None:
+        for obj, fp, iid in zip(memo.objects, memo.fingerprints, memo.item_ids, strict=True):
+            known[id(obj)] = (fp, iid)
+    out = ChunkedList(ref=ListRef(None, []))
+    item_ids: list[bytes] = []
+    fingerprints: list[Any] = []
+    for value in values:
+        fp = fingerprint(value)
+        hit = known.get(id(value))
+        if hit is not None and hit[0] == fp:
+            iid = hit[1]
+        else:
+            typ, data = dump(value)
+            iid = item_id(thread_key, typ, data)
+            out.items[iid] = (typ, data)
+        item_ids.append(iid)
+        fingerprints.append(fp)
+    full = len(item_ids) // PAGE_SIZE
+    page_ids: list[bytes] = []
+    for j in range(full):
+        ids = item_ids[j * PAGE_SIZE : (j + 1) * PAGE_SIZE]
+        if memo is not None and memo.item_ids[j * PAGE_SIZE : (j + 1) * PAGE_SIZE] == ids:
+            page_ids.append(memo.page_ids[j])
+        else:
+            pid = node_id(thread_key, ids, b"page")
+            out.nodes[pid] = ids
+            page_ids.append(pid)
+    spine: bytes | None = None
+    if page_ids:
+        if memo is not None and memo.page_ids == page_ids:
+            spine = memo.ref.spine
+        else:
+            spine = node_id(thread_key, page_ids, b"spine")
+            out.nodes[spine] = page_ids
+    out.ref = ListRef(spine, item_ids[full * PAGE_SIZE :])
+    out.memo = ListMemo(out.ref, list(values), fingerprints, item_ids, page_ids)
+    return out
+
+
+@dataclass(frozen=True)
+class ListRequest:
+    """A stored list to rebuild: its reference and the item ids already known here."""
+
+    key: MemoKey
+    ref: ListRef
+    known: dict[bytes, Any]
+
+
+Fetch = Callable[[ListRequest], Any]
+"""Makes the backend command that fetches a stored list's items in order, leaving out
+the bytes of the ids in ``request.known``."""
+
+ItemRow = tuple[bytes, str | None, bytes | None]
+"""``(item id, type, data)``: type ``None`` if the item is missing, data ``None`` if known."""
+
+
+def resolve_list(
+    request: ListRequest,
+    memory: ListMemory,
+    fetch: Fetch,
+    load: Callable[[str, bytes], Any],
+    parse: Callable[[Any], Iterable[ItemRow]],
+) -> Generator[Any, Any, list[Any]]:
+    """Rebuild a stored list (a plan step): from memory when the same reference was seen,
+    else with one backend command that returns only the bytes not already decoded.
+    ``parse`` turns the command's reply into :data:`ItemRow`s."""
+    memo = memory.get(request.key)
+    if memo is not None and memo.ref == request.ref:
+        return list(memo.objects)
+    rows = parse((yield fetch(request)))
+    objects: list[Any] = []
+    item_ids: list[bytes] = []
+    for raw_id, typ, data in rows:
+        iid = bytes(raw_id)
+        if typ is None:
+            raise LookupError("a stored list refers to an item that is missing")
+        objects.append(request.known[iid] if data is None else load(typ, bytes(data)))
+        item_ids.append(iid)
+    full = len(item_ids) // PAGE_SIZE
+    page_ids = [
+        node_id(request.key[0], item_ids[j * PAGE_SIZE : (j + 1) * PAGE_SIZE], b"page")
+        for j in range(full)
+    ]
+    memory.remember(
+        request.key,
+        ListMemo(request.ref, objects, [fingerprint(o) for o in objects], item_ids, page_ids),
+    )
+    return list(objects)

@@ -1,0 +1,260 @@
+"""List channels (``messages``) stored as items and pages: O(T) bytes, same values back.
+
+Every test runs on each backend (postgres, redis, redis-cluster) through the conftest
+factories, and compares what the graph sees with ``InMemorySaver`` where it can.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+import psycopg
+import pytest
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+from typing_extensions import TypedDict
+
+from langgraph_memory_plus.checkpoint.config import thread_key
+from langgraph_memory_plus.checkpoint.lists import PAGE_SIZE
+
+pytestmark = pytest.mark.storage
+
+
+class State(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def chat_graph(**compile_options: Any) -> Any:
+    def model(state: State) -> dict[str, Any]:
+        n = len(state["messages"])
+        return {"messages": [AIMessage(f"answer {n}", id=f"ai-{n}")]}
+
+    builder = StateGraph(State)
+    builder.add_node("model", model)
+    builder.add_edge(START, "model")
+    return builder.compile(**compile_options)
+
+
+def ask(turn: int) -> dict[str, Any]:
+    return {"messages": [HumanMessage(f"question {turn} " + "x" * 40, id=f"human-{turn}")]}
+
+
+def new_config() -> dict[str, Any]:
+    return {"configurable": {"thread_id": f"lists-{uuid.uuid4()}"}}
+
+
+def stored_items(saver: Any, thread_id: str) -> tuple[int, int]:
+    """(list items, list pages + spines) stored for a thread, read from the backend."""
+    tk = thread_key(thread_id)
+    if hasattr(saver, "client"):
+        keys = saver._plans.keys(thread_id)
+        client = saver.client
+        return int(client.hlen(keys[8])), int(client.hlen(keys[9]))
+    with saver.conn.connection() as conn:
+        schema = saver._plans.schema
+        items = conn.execute(
+            f'SELECT count(*) FROM "{schema}".lgmp_items WHERE thread_key = %s', (tk,)
+        ).fetchone()
+        nodes = conn.execute(
+            f'SELECT count(*) FROM "{schema}".lgmp_nodes WHERE thread_key = %s', (tk,)
+        ).fetchone()
+        assert items is not None and nodes is not None
+        return int(items[0]), int(nodes[0])
+
+
+def history_values(graph: Any, config: dict[str, Any]) -> list[list[tuple[str, Any]]]:
+    return [
+        [(m.id, m.content) for m in h.values.get("messages", [])]
+        for h in graph.get_state_history(config)
+    ]
+
+
+@pytest.fixture
+def sync_saver_of(saver_factory: Any) -> Any:
+    return saver_factory
+
+
+def test_long_chat_is_stored_once_and_reads_back_the_same(saver_factory: Any) -> None:
+    """120 turns (240 messages, several full pages) across a restart: every checkpoint in
+    the history equals InMemorySaver's, and each message is stored exactly once."""
+    config = new_config()
+    reference = chat_graph(checkpointer=InMemorySaver())
+    turns = 120
+    with saver_factory() as saver:
+        graph = chat_graph(checkpointer=saver)
+        for turn in range(turns // 2):
+            graph.invoke(ask(turn), config)
+            reference.invoke(ask(turn), config)
+    with saver_factory() as saver:  # a new process: nothing remembered
+        graph = chat_graph(checkpointer=saver)
+        assert graph.get_state(config).values == reference.get_state(config).values
+        for turn in range(turns // 2, turns):
+            graph.invoke(ask(turn), config)
+            reference.invoke(ask(turn), config)
+        state = graph.get_state(config)
+        assert len(state.values["messages"]) == 2 * turns
+        assert state.values == reference.get_state(config).values
+        assert history_values(graph, config) == history_values(reference, config)
+        items, nodes = stored_items(saver, config["configurable"]["thread_id"])
+        assert items == 2 * turns, "every message stored once"
+        # full pages, plus one spine per page count the list reached
+        assert nodes <= 2 * (2 * turns // PAGE_SIZE) + 1
+
+
+async def test_async_long_chat_round_trips(async_saver_factory: Any) -> None:
+    config = new_config()
+    reference = chat_graph(checkpointer=InMemorySaver())
+    async with async_saver_factory() as saver:
+        graph = chat_graph(checkpointer=saver)
+        for turn in range(40):
+            await graph.ainvoke(ask(turn), config)
+            await reference.ainvoke(ask(turn), config)
+    async with async_saver_factory() as saver:
+        graph = chat_graph(checkpointer=saver)
+        ours = [h.values async for h in graph.aget_state_history(config)]
+        theirs = [h.values async for h in reference.aget_state_history(config)]
+        assert ours == theirs
+
+
+def test_a_reassigned_field_is_stored(saver_factory: Any) -> None:
+    """A node that edits a message object it got from state (reassigning ``content``) and
+    returns it: the edit is stored, even though the object is the remembered one."""
+
+    def edit(state: State) -> dict[str, Any]:
+        first = state["messages"][0]
+        first.content = "edited"
+        return {"messages": [first]}
+
+    builder = StateGraph(State)
+    builder.add_node("edit", edit)
+    builder.add_edge(START, "edit")
+    config = new_config()
+    with saver_factory() as saver:
+        chat = chat_graph(checkpointer=saver)
+        for turn in range(12):  # 24 messages: stored as items
+            chat.invoke(ask(turn), config)
+        builder.compile(checkpointer=saver).invoke({"messages": []}, config)
+    with saver_factory() as saver:
+        state = chat_graph(checkpointer=saver).get_state(config)
+        assert state.values["messages"][0].content == "edited"
+        assert len(state.values["messages"]) == 24
+
+
+def test_removed_messages_are_collected_under_retention(saver_factory: Any) -> None:
+    """With keep_last=1, items that no kept version uses are deleted with it."""
+
+    def forget(state: State) -> dict[str, Any]:
+        return {"messages": [RemoveMessage(id=m.id) for m in state["messages"][:-20]]}
+
+    config = new_config()
+    with saver_factory(keep_last=1) as saver:
+        chat = chat_graph(checkpointer=saver)
+        for turn in range(40):
+            chat.invoke(ask(turn), config)
+        builder = StateGraph(State)
+        builder.add_node("forget", forget)
+        builder.add_edge(START, "forget")
+        builder.compile(checkpointer=saver).invoke({"messages": []}, config)
+        # one more step so the version that still had 80 messages is trimmed away
+        chat.invoke(ask(99), config)
+        state = chat.get_state(config)
+        assert len(state.values["messages"]) == 22
+        items, _ = stored_items(saver, config["configurable"]["thread_id"])
+        assert items == 22
+
+
+def test_delete_and_prune_leave_no_items(saver_factory: Any) -> None:
+    with saver_factory() as saver:
+        chat = chat_graph(checkpointer=saver)
+        deleted, pruned = new_config(), new_config()
+        for config in (deleted, pruned):
+            for turn in range(70):
+                chat.invoke(ask(turn), config)
+        before = chat.get_state(pruned).values
+        saver.delete_thread(deleted["configurable"]["thread_id"])
+        assert stored_items(saver, deleted["configurable"]["thread_id"]) == (0, 0)
+        saver.prune([pruned["configurable"]["thread_id"]], strategy="keep_latest")
+        assert chat.get_state(pruned).values == before
+        items, _ = stored_items(saver, pruned["configurable"]["thread_id"])
+        assert items == 140
+        saver.prune([pruned["configurable"]["thread_id"]], strategy="delete")
+        assert stored_items(saver, pruned["configurable"]["thread_id"]) == (0, 0)
+
+
+def test_copy_thread_copies_list_storage(saver_factory: Any) -> None:
+    source, target = new_config(), new_config()
+    with saver_factory() as saver:
+        chat = chat_graph(checkpointer=saver)
+        for turn in range(50):
+            chat.invoke(ask(turn), source)
+        saver.copy_thread(source["configurable"]["thread_id"], target["configurable"]["thread_id"])
+    with saver_factory() as saver:
+        chat = chat_graph(checkpointer=saver)
+        assert chat.get_state(target).values == chat.get_state(source).values
+        chat.invoke(ask(50), target)
+        assert len(chat.get_state(target).values["messages"]) == 102
+        assert len(chat.get_state(source).values["messages"]) == 100
+
+
+class CountingCipher:
+    """A test-only cipher (NOT secure) that records what it was asked to encrypt."""
+
+    def __init__(self) -> None:
+        self.plaintexts: list[bytes] = []
+
+    def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
+        self.plaintexts.append(plaintext)
+        return "counting", bytes(b ^ 0x5A for b in plaintext)
+
+    def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
+        return bytes(b ^ 0x5A for b in ciphertext)
+
+
+def test_encrypted_items_hide_text_and_equality_across_threads(
+    saver_factory: Any, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """Items go through the user's serializer one by one; item ids are keyed by thread,
+    so the same message in two threads is stored under unrelated ids."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    cipher = CountingCipher()
+    serde = EncryptedSerializer(cipher, JsonPlusSerializer())
+    one, two = new_config(), new_config()
+    with saver_factory(serde=serde) as saver:
+        chat = chat_graph(checkpointer=saver)
+        for config in (one, two):
+            for turn in range(10):
+                chat.invoke(ask(turn), config)
+        assert chat.get_state(one).values == chat.get_state(two).values
+        ids = [item_ids(saver, c["configurable"]["thread_id"], request) for c in (one, two)]
+        assert ids[0] and ids[1] and not (ids[0] & ids[1])
+        assert b"question 3" not in b"".join(stored_item_bytes(saver, one, request))
+
+
+def item_ids(saver: Any, thread_id: str, request: pytest.FixtureRequest) -> set[bytes]:
+    if hasattr(saver, "client"):
+        keys = saver._plans.keys(thread_id)
+        return {bytes(f).split(b"\x00", 1)[1] for f in saver.client.hkeys(keys[8])}
+    with psycopg.connect(request.getfixturevalue("pg_url")) as conn:
+        rows = conn.execute(
+            "SELECT item_id FROM lgmp_items WHERE thread_key = %s", (thread_key(thread_id),)
+        ).fetchall()
+    return {bytes(r[0]) for r in rows}
+
+
+def stored_item_bytes(
+    saver: Any, config: dict[str, Any], request: pytest.FixtureRequest
+) -> list[bytes]:
+    thread_id = config["configurable"]["thread_id"]
+    if hasattr(saver, "client"):
+        keys = saver._plans.keys(thread_id)
+        return [bytes(v) for v in saver.client.hvals(keys[8])]
+    with psycopg.connect(request.getfixturevalue("pg_url")) as conn:
+        rows = conn.execute(
+            "SELECT data FROM lgmp_items WHERE thread_key = %s", (thread_key(thread_id),)
+        ).fetchall()
+    return [bytes(r[0]) for r in rows]
