@@ -18,6 +18,7 @@ from typing import Any
 from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, DeltaChannelHistory
 from psycopg.types.json import Jsonb
 
+from ..._migrations import advisory_lock_id, migrate
 from ..._plan import Plan
 from ..._postgres import Query, Rows
 from ...errors import ValueTooLargeError
@@ -33,7 +34,7 @@ from ..codec import (
 )
 from ..config import ListQuery, SaverSettings, Target, thread_key
 from ..lists import LIST_TYPE, ListRequest
-from .schema import MIGRATIONS, advisory_lock_id, quote_schema
+from .schema import MIGRATIONS, quote_schema
 
 logger = logging.getLogger("langgraph_memory_plus.checkpoint.postgres")
 
@@ -165,21 +166,12 @@ class PostgresCheckpointPlans:
     # -- setup ------------------------------------------------------------------------
 
     def setup(self) -> Plan[Query, None]:
-        yield Query("SELECT pg_advisory_xact_lock(%s)", (advisory_lock_id(self.schema),))
-        yield Query(f"CREATE SCHEMA IF NOT EXISTS {self._s}")
-        yield Query(
-            f"CREATE TABLE IF NOT EXISTS {self._s}.lgmp_checkpoint_migrations "
-            "(v integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        yield from migrate(
+            self._s,
+            "lgmp_checkpoint_migrations",
+            advisory_lock_id("checkpoint", self.schema),
+            MIGRATIONS,
         )
-        rows: Rows = yield Query(
-            f"SELECT coalesce(max(v), -1) FROM {self._s}.lgmp_checkpoint_migrations", fetch=True
-        )
-        for version in range(rows[0][0] + 1, len(MIGRATIONS)):
-            for statement in MIGRATIONS[version]:
-                yield Query(statement.format(s=self._s))
-            yield Query(
-                f"INSERT INTO {self._s}.lgmp_checkpoint_migrations (v) VALUES (%s)", (version,)
-            )
 
     # -- reads ------------------------------------------------------------------------
 

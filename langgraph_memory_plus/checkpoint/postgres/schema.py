@@ -23,7 +23,6 @@ processes may call ``setup()`` at once, and inside a caller's open transaction.
 
 from __future__ import annotations
 
-import hashlib
 import re
 
 from ...errors import InvalidConfigError
@@ -130,9 +129,3 @@ def quote_schema(schema: str) -> str:
             f"schema must be a plain SQL name (letters, digits, _ and $), got {schema!r}"
         )
     return f'"{schema}"'
-
-
-def advisory_lock_id(schema: str) -> int:
-    """A stable 64-bit lock id per schema, so setups of different schemas don't wait."""
-    digest = hashlib.sha256(f"langgraph-memory-plus:checkpoint:{schema}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)

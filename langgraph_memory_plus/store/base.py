@@ -1,0 +1,593 @@
+"""The public ``BaseStore`` API, written once for every backend and both calling styles.
+
+``batch`` and ``abatch`` check and encode the ops, then run one *outer plan* (see
+:mod:`langgraph_memory_plus._plan`) whose steps are either "embed these texts" or "run this
+backend plan in one transaction". The blocking driver executes steps with blocking calls,
+the async driver awaits them; everything else (validation, op semantics, the order of
+reads and writes) is shared. Embedding happens before the transaction opens, so a slow
+embedding API never holds a database connection or row locks.
+
+Semantics follow ``InMemoryStore``: within one batch every read sees the store as it was
+before the batch, and the writes apply afterwards, the last op for a key winning. Our
+writes run in the same transaction as the reads, so a failed batch (a conflict, a value
+too large, a dropped connection) leaves nothing applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar, cast
+
+from langgraph.store.base import (
+    NOT_PROVIDED,
+    BaseStore,
+    GetOp,
+    ListNamespacesOp,
+    NotProvided,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+)
+
+from .._bridge import AsyncBridge, SyncBridge
+from .._plan import Plan, adrive, drive
+from ..errors import InvalidConfigError, ValueTooLargeError
+from .filters import Fields, parse_filter
+from .namespaces import (
+    Condition,
+    check_count,
+    check_key,
+    check_labels,
+    check_writable,
+    read_conditions,
+)
+from .ttl import TaskSweeper, ThreadSweeper, item_ttl, read_ttl_config, sweep_interval
+from .values import (
+    EncodedValue,
+    InvalidValueError,
+    VersionedItem,
+    VersionedSearchItem,
+    encode_value,
+    escape_text,
+    utf8_size,
+)
+from .vectors import IndexSettings, Vector
+
+R = TypeVar("R")
+
+Namespace = tuple[str, ...]
+DEFAULT_SWEEP_BATCH = 1000
+
+
+class ConditionalPutOp(NamedTuple):
+    """A ``PutOp`` that applies only if the item is still at ``expected_version``.
+
+    ``expected_version=0`` means "only if the item does not exist" (create). The whole
+    batch fails with ``ConflictError`` otherwise. ``store.put(..., expected_version=...)``
+    builds one; pass it to ``batch`` directly to make several writes conditional at once.
+    """
+
+    op: PutOp
+    expected_version: int
+
+
+# -- what the core hands a backend ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GetRequest:
+    namespace: Namespace
+    key: str
+    refresh: bool
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    prefix: Namespace
+    filter: Fields | None
+    limit: int
+    offset: int
+    refresh: bool
+    query: Vector | None = None
+
+
+@dataclass(frozen=True)
+class ListRequest:
+    conditions: tuple[Condition, ...]
+    max_depth: int | None
+    limit: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """A put (``value`` set) or delete (``value`` None).
+
+    ``vectors`` is ``None`` when the store has no index (leave vectors alone), else the
+    item's complete new set of (name, vector), possibly empty.
+    """
+
+    namespace: Namespace
+    key: str
+    value: EncodedValue | None
+    ttl: float | None
+    expected_version: int | None
+    vectors: list[tuple[str, Vector]] | None = None
+
+
+class StorePlans(Protocol):
+    """What a backend provides: one plan per storage operation, no I/O of its own."""
+
+    max_value_bytes: int
+    max_batch_bytes: int
+    max_key_bytes: int
+    escape_strings: bool
+
+    def setup(self) -> Plan[Any, None]: ...
+
+    def get(self, requests: list[GetRequest]) -> Plan[Any, list[VersionedItem | None]]: ...
+
+    def search(self, request: SearchRequest) -> Plan[Any, list[VersionedSearchItem]]: ...
+
+    def list_namespaces(self, request: ListRequest) -> Plan[Any, list[Namespace]]: ...
+
+    def write(self, requests: list[WriteRequest]) -> Plan[Any, None]: ...
+
+    def count(self, prefix: Namespace) -> Plan[Any, int]: ...
+
+    def delete_namespace(self, prefix: Namespace) -> Plan[Any, int]: ...
+
+    def sweep(self, batch_size: int) -> Plan[Any, tuple[int, bool]]:
+        """One bounded batch: (items deleted, whether more may be waiting)."""
+        ...
+
+
+# -- steps of an outer plan --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Embed:
+    """Step: embed ``texts`` (as queries or as documents); answers a list of vectors."""
+
+    texts: list[str]
+    query: bool
+
+
+@dataclass(frozen=True)
+class Transact:
+    """Step: run a backend plan in one transaction; answers the plan's result."""
+
+    plan: Plan[Any, Any]
+
+
+Step = Embed | Transact
+
+
+@dataclass
+class _Write:
+    request: WriteRequest
+    texts: list[tuple[str, str]]
+
+
+@dataclass
+class _Batch:
+    size: int
+    gets: list[tuple[int, GetRequest]] = field(default_factory=list)
+    searches: list[tuple[int, SearchRequest, str | None]] = field(default_factory=list)
+    lists: list[tuple[int, ListRequest]] = field(default_factory=list)
+    writes: dict[tuple[Namespace, str], _Write] = field(default_factory=dict)
+
+
+class StoreBase(BaseStore, ABC):
+    """Shared store logic; drivers supply ``_plans``, ``_run`` and ``_arun``."""
+
+    supports_ttl = True
+    _plans: StorePlans
+
+    def __init__(
+        self, *, index: Any = None, ttl: Any = None, max_value_bytes: int | None = None
+    ) -> None:
+        self.index = IndexSettings.build(index)
+        self.index_config = None if self.index is None else self.index.config
+        self.ttl_config = read_ttl_config(ttl)
+        self._max_value_bytes = max_value_bytes
+
+    @abstractmethod
+    def _run(self, plan: Plan[Any, R]) -> R:
+        """Run one backend plan in one transaction, blocking."""
+
+    @abstractmethod
+    async def _arun(self, plan: Plan[Any, R]) -> R:
+        """Run one backend plan in one transaction without blocking the event loop."""
+
+    # -- executing steps ------------------------------------------------------------------
+
+    def _step(self, step: Step) -> Any:
+        if isinstance(step, Transact):
+            return self._run(step.plan)
+        assert self.index is not None
+        return self.index.embed(step.texts, step.query)
+
+    async def _astep(self, step: Step) -> Any:
+        if isinstance(step, Transact):
+            return await self._arun(step.plan)
+        assert self.index is not None
+        return await self.index.aembed(step.texts, step.query)
+
+    # -- checking ops -------------------------------------------------------------------
+
+    @property
+    def max_value_bytes(self) -> int:
+        """The largest value (as JSON text, in bytes) a put accepts."""
+        limit = self._plans.max_value_bytes
+        return limit if self._max_value_bytes is None else min(limit, self._max_value_bytes)
+
+    def _address(self, namespace: Namespace, key: str) -> None:
+        escape = escape_text if self._plans.escape_strings else str
+        size = utf8_size(".".join(escape(label) for label in namespace) + escape(key), "key")
+        if size > self._plans.max_key_bytes:
+            raise ValueTooLargeError(
+                "the namespace and key together", size, self._plans.max_key_bytes
+            )
+
+    def _write(self, op: PutOp, expected_version: int | None) -> _Write:
+        key = check_key(op.key)
+        if expected_version is not None and (
+            isinstance(expected_version, bool)
+            or not isinstance(expected_version, int)
+            or expected_version < 0
+        ):
+            raise InvalidConfigError(
+                f"expected_version must be a version read from an item, or 0 for 'absent'; "
+                f"got {expected_version!r}"
+            )
+        if op.value is None:
+            namespace = check_labels(op.namespace)
+            request = WriteRequest(namespace, key, None, None, expected_version)
+            return _Write(request, [])
+        namespace = check_writable(op.namespace)
+        self._address(namespace, key)
+        encoded = encode_value(op.value, escape=self._plans.escape_strings)
+        if encoded.size > self.max_value_bytes:
+            raise ValueTooLargeError(
+                f"the value for key {key!r}", encoded.size, self.max_value_bytes
+            )
+        texts = [] if self.index is None else self.index.texts(op.value, op.index)
+        request = WriteRequest(namespace, key, encoded, item_ttl(op.ttl), expected_version)
+        return _Write(request, texts)
+
+    def _search(self, op: SearchOp) -> tuple[SearchRequest, str | None]:
+        query = op.query if (op.query and self.index is not None) else None
+        if query is not None and not isinstance(query, str):
+            raise InvalidConfigError(f"query must be a string, got {type(query).__name__}")
+        request = SearchRequest(
+            prefix=check_labels(op.namespace_prefix),
+            filter=parse_filter(op.filter),
+            limit=check_count(op.limit, "limit"),
+            offset=check_count(op.offset, "offset"),
+            refresh=bool(op.refresh_ttl),
+        )
+        return request, query
+
+    def _prepare(self, ops: Iterable[Op | ConditionalPutOp]) -> _Batch:
+        batch = _Batch(0)
+        for i, op in enumerate(ops):
+            batch.size = i + 1
+            if isinstance(op, GetOp):
+                request = GetRequest(
+                    check_labels(op.namespace), check_key(op.key), bool(op.refresh_ttl)
+                )
+                batch.gets.append((i, request))
+            elif isinstance(op, SearchOp):
+                batch.searches.append((i, *self._search(op)))
+            elif isinstance(op, ListNamespacesOp):
+                listing = ListRequest(
+                    read_conditions(op.match_conditions),
+                    None if op.max_depth is None else check_count(op.max_depth, "max_depth"),
+                    check_count(op.limit, "limit"),
+                    check_count(op.offset, "offset"),
+                )
+                batch.lists.append((i, listing))
+            elif isinstance(op, (PutOp, ConditionalPutOp)):
+                if isinstance(op, PutOp):
+                    write = self._write(op, None)
+                else:
+                    write = self._write(op.op, op.expected_version)
+                # The last write of a key wins, as in InMemoryStore.
+                address = (write.request.namespace, write.request.key)
+                batch.writes.pop(address, None)
+                batch.writes[address] = write
+            else:
+                raise ValueError(f"Unknown operation type: {type(op)}")
+        total = sum(w.request.value.size for w in batch.writes.values() if w.request.value)
+        if total > self._plans.max_batch_bytes:
+            raise ValueTooLargeError(
+                "the batch's values together", total, self._plans.max_batch_bytes
+            )
+        return batch
+
+    # -- the outer plans ------------------------------------------------------------------
+
+    def _batch_plan(self, ops: Iterable[Op | ConditionalPutOp]) -> Plan[Step, list[Result]]:
+        batch = self._prepare(ops)
+        queries = sorted({q for _, _, q in batch.searches if q is not None})
+        found: dict[str, Vector] = {}
+        if queries:
+            found = dict(zip(queries, (yield Embed(queries, query=True)), strict=True))
+        texts = sorted({text for w in batch.writes.values() for _, text in w.texts})
+        embedded: dict[str, Vector] = {}
+        if texts:
+            embedded = dict(zip(texts, (yield Embed(texts, query=False)), strict=True))
+        searches = [
+            (i, req if q is None else _with_query(req, found[q])) for i, req, q in batch.searches
+        ]
+        writes = [
+            w.request
+            if self.index is None or w.request.value is None
+            else _with_vectors(w.request, [(name, embedded[text]) for name, text in w.texts])
+            for w in batch.writes.values()
+        ]
+        if not batch.size:
+            return []
+        results: list[Result] = yield Transact(self._transaction(batch, searches, writes))
+        return results
+
+    def _transaction(
+        self,
+        batch: _Batch,
+        searches: list[tuple[int, SearchRequest]],
+        writes: list[WriteRequest],
+    ) -> Plan[Any, list[Result]]:
+        results: list[Result] = [None] * batch.size
+        if batch.gets:
+            items = yield from self._plans.get([req for _, req in batch.gets])
+            for (i, _), item in zip(batch.gets, items, strict=True):
+                results[i] = item
+        for i, search in searches:
+            found = yield from self._plans.search(search)
+            results[i] = cast(list[SearchItem], found)
+        for i, listing in batch.lists:
+            results[i] = yield from self._plans.list_namespaces(listing)
+        if writes:
+            yield from self._plans.write(writes)
+        return results
+
+    def _sweep_plan(self, batch_size: int) -> Plan[Step, int]:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
+        total, more = 0, True
+        while more:
+            deleted, more = yield Transact(self._plans.sweep(batch_size))
+            total += deleted
+        return total
+
+    def _put_op(
+        self,
+        namespace: Namespace,
+        key: str,
+        value: Any,
+        index: Literal[False] | list[str] | None,
+        ttl: float | NotProvided | None,
+        expected_version: int | None,
+    ) -> PutOp | ConditionalPutOp:
+        """What ``BaseStore.put`` builds, plus the optional version condition."""
+        namespace = check_writable(namespace)
+        if ttl is NOT_PROVIDED:
+            ttl = (self.ttl_config or {}).get("default_ttl")
+        op = PutOp(namespace, str(key), value, index=index, ttl=ttl)  # type: ignore[arg-type]
+        return op if expected_version is None else ConditionalPutOp(op, expected_version)
+
+    @staticmethod
+    def _delete_op(
+        namespace: Namespace, key: str, expected_version: int | None
+    ) -> PutOp | ConditionalPutOp:
+        op = PutOp(check_labels(namespace), str(key), None, ttl=None)
+        return op if expected_version is None else ConditionalPutOp(op, expected_version)
+
+    @staticmethod
+    def _prefix_to_delete(namespace_prefix: Namespace) -> Namespace:
+        prefix = check_labels(namespace_prefix)
+        if not prefix:
+            raise InvalidConfigError(
+                "delete_namespace needs a non-empty namespace prefix; it will not empty the "
+                "whole store"
+            )
+        return prefix
+
+    # -- blocking API -------------------------------------------------------------------
+
+    def batch(self, ops: Iterable[Op | ConditionalPutOp]) -> list[Result]:
+        """Run ops as one transaction; results in op order (reads see the pre-batch store)."""
+        return drive(self._batch_plan(ops), self._step)
+
+    def put(
+        self,
+        namespace: Namespace,
+        key: str,
+        value: Any,
+        index: Literal[False] | list[str] | None = None,
+        *,
+        ttl: float | NotProvided | None = NOT_PROVIDED,
+        expected_version: int | None = None,
+    ) -> None:
+        """``BaseStore.put``; with ``expected_version`` it raises ``ConflictError`` when the
+        item is no longer at that version (``0``: when it exists)."""
+        self.batch([self._put_op(namespace, key, value, index, ttl, expected_version)])
+
+    def delete(
+        self, namespace: Namespace, key: str, *, expected_version: int | None = None
+    ) -> None:
+        """``BaseStore.delete``, optionally conditional like :meth:`put`."""
+        self.batch([self._delete_op(namespace, key, expected_version)])
+
+    def count(self, namespace_prefix: Namespace = ()) -> int:
+        """How many live items are stored under ``namespace_prefix`` (all, for ``()``)."""
+        return self._run(self._plans.count(check_labels(namespace_prefix)))
+
+    def delete_namespace(self, namespace_prefix: Namespace) -> int:
+        """Delete every item under ``namespace_prefix`` in one transaction; returns how many.
+
+        Meant for erasing a user's data: ``delete_namespace(("users", user_id))``.
+        """
+        return self._run(self._plans.delete_namespace(self._prefix_to_delete(namespace_prefix)))
+
+    # -- asynchronous API ---------------------------------------------------------------
+
+    async def abatch(self, ops: Iterable[Op | ConditionalPutOp]) -> list[Result]:
+        """Async :meth:`batch`."""
+        return await adrive(self._batch_plan(ops), self._astep)
+
+    async def aput(
+        self,
+        namespace: Namespace,
+        key: str,
+        value: Any,
+        index: Literal[False] | list[str] | None = None,
+        *,
+        ttl: float | NotProvided | None = NOT_PROVIDED,
+        expected_version: int | None = None,
+    ) -> None:
+        """Async :meth:`put`."""
+        await self.abatch([self._put_op(namespace, key, value, index, ttl, expected_version)])
+
+    async def adelete(
+        self, namespace: Namespace, key: str, *, expected_version: int | None = None
+    ) -> None:
+        """Async :meth:`delete`."""
+        await self.abatch([self._delete_op(namespace, key, expected_version)])
+
+    async def acount(self, namespace_prefix: Namespace = ()) -> int:
+        """Async :meth:`count`."""
+        return await self._arun(self._plans.count(check_labels(namespace_prefix)))
+
+    async def adelete_namespace(self, namespace_prefix: Namespace) -> int:
+        """Async :meth:`delete_namespace`."""
+        prefix = self._prefix_to_delete(namespace_prefix)
+        return await self._arun(self._plans.delete_namespace(prefix))
+
+
+def _with_query(request: SearchRequest, vector: Vector) -> SearchRequest:
+    return SearchRequest(
+        request.prefix, request.filter, request.limit, request.offset, request.refresh, vector
+    )
+
+
+def _with_vectors(request: WriteRequest, vectors: list[tuple[str, Vector]]) -> WriteRequest:
+    return WriteRequest(
+        request.namespace,
+        request.key,
+        request.value,
+        request.ttl,
+        request.expected_version,
+        vectors,
+    )
+
+
+class SyncStore(SyncBridge, StoreBase, ABC):
+    """A store whose storage calls block; setup and TTL sweeping are blocking too."""
+
+    _sweeper: ThreadSweeper | None = None
+
+    def _before_close(self) -> None:
+        self.stop_ttl_sweeper()
+
+    def setup(self) -> None:
+        """Create or migrate the storage; safe to run repeatedly and concurrently."""
+        self._run(self._plans.setup())
+
+    def sweep_ttl(self, batch_size: int = DEFAULT_SWEEP_BATCH) -> int:
+        """Delete expired items, ``batch_size`` per transaction; returns how many.
+
+        Expired items are already invisible to every read; sweeping reclaims the space.
+        """
+        return drive(self._sweep_plan(batch_size), self._step)
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> Future[None]:
+        """Sweep every ``sweep_interval_minutes`` (default: the ttl config's, else 5)
+        on a daemon thread. Without a ``ttl`` config there is nothing to sweep, and the
+        returned future is already done. Cancel the future or call
+        :meth:`stop_ttl_sweeper` to stop."""
+        if self.ttl_config is None:
+            done: Future[None] = Future()
+            done.set_result(None)
+            return done
+        if self._sweeper is not None and self._sweeper.running:
+            return self._sweeper.future
+        interval = sweep_interval(self.ttl_config, sweep_interval_minutes)
+        self._sweeper = ThreadSweeper(self.sweep_ttl, interval)
+        return self._sweeper.future
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper; False if it was still running after ``timeout`` seconds."""
+        if self._sweeper is None:
+            return True
+        stopped = self._sweeper.stop(timeout)
+        if stopped:
+            self._sweeper = None
+        return stopped
+
+
+class AsyncStore(AsyncBridge, StoreBase, ABC):
+    """A store whose storage calls are awaited; setup and TTL sweeping are awaited too.
+
+    Bound to the event loop running when it is created (its connections belong to it).
+    """
+
+    _sweeper: TaskSweeper | None = None
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._bind_loop()
+
+    async def _before_close(self) -> None:
+        await self.stop_ttl_sweeper()
+
+    async def setup(self) -> None:
+        """Create or migrate the storage; safe to run repeatedly and concurrently."""
+        await self._arun(self._plans.setup())
+
+    async def sweep_ttl(self, batch_size: int = DEFAULT_SWEEP_BATCH) -> int:
+        """Async :meth:`SyncStore.sweep_ttl`."""
+        return await adrive(self._sweep_plan(batch_size), self._astep)
+
+    async def start_ttl_sweeper(
+        self, sweep_interval_minutes: float | None = None
+    ) -> asyncio.Future[None]:
+        """Sweep periodically in a task on the running loop; returns the task (cancel it,
+        or call :meth:`stop_ttl_sweeper`, to stop). Without a ``ttl`` config the returned
+        future is already done."""
+        if self.ttl_config is None:
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+        if self._sweeper is not None and self._sweeper.running:
+            return self._sweeper.task
+        interval = sweep_interval(self.ttl_config, sweep_interval_minutes)
+        self._sweeper = TaskSweeper(self.sweep_ttl, interval)
+        return self._sweeper.task
+
+    async def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper task; False if it was still running after ``timeout`` seconds."""
+        if self._sweeper is None:
+            return True
+        stopped = await self._sweeper.stop(timeout)
+        if stopped:
+            self._sweeper = None
+        return stopped
+
+
+__all__ = [
+    "AsyncStore",
+    "ConditionalPutOp",
+    "InvalidValueError",
+    "StoreBase",
+    "SyncStore",
+    "VersionedItem",
+    "VersionedSearchItem",
+]

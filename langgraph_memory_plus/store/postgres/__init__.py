@@ -1,0 +1,5 @@
+"""PostgreSQL stores."""
+
+from .store import AsyncPostgresStore, PostgresStore
+
+__all__ = ["AsyncPostgresStore", "PostgresStore"]

@@ -1,0 +1,536 @@
+"""The PostgreSQL store's operations as plans: SQL to send, rows to decode.
+
+Nothing here touches a connection; :mod:`.store` runs these plans with a blocking or an
+async cursor, each plan inside the batch's one transaction. Every statement is
+parameterized; the only text put into SQL is the schema name (checked by
+:func:`.schema.quote_schema`), constants of this module, and integers we computed.
+
+Filters are compiled to SQL that answers, per row, TRUE (matches), FALSE (does not) or
+NULL (SQL cannot tell: a numeric comparison with a string like ``"1_000"`` that only
+Python's ``float()`` reads). When a filter can never answer NULL, ``LIMIT``/``OFFSET`` run
+in SQL. Otherwise the rows that are not FALSE stream through a server-side cursor, Python
+decides the NULL ones with :func:`..filters.holds`, and reading stops as soon as the page
+is full, so the cost is the page plus the rows skipped, never the whole table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from ..._migrations import advisory_lock_id, migrate
+from ..._plan import Plan
+from ..._postgres import Query, Rows
+from ...errors import ConflictError
+from ..base import GetRequest, ListRequest, Namespace, SearchRequest, WriteRequest
+from ..filters import Compare, Cond, Elements, Equals, Fields, NotEquals, holds
+from ..values import (
+    VersionedItem,
+    VersionedSearchItem,
+    decode_value,
+    encode_json,
+    escape_text,
+    unescape_text,
+)
+from ..vectors import norm
+from .schema import MIGRATIONS, quote_schema
+
+# jsonb refuses containers over 256 MiB in its binary form, which can be larger than the
+# JSON text; a statement must stay under 1 GiB.
+MAX_VALUE_BYTES = 64 * 1024 * 1024
+MAX_BATCH_BYTES = 512 * 1024 * 1024
+# A btree entry (the primary key) must fit in a third of a page; escaping can double NULs.
+MAX_KEY_BYTES = 1200
+
+CURSOR = "lgmp_store_search"
+# SQL's LIMIT/OFFSET are bigint and array bounds int: larger requests mean "all" anyway.
+MAX_COUNT = 2**62
+MAX_DEPTH = 2**31 - 1
+MAX_PAGE = 1000
+
+LIVE = "(s.expires_at IS NULL OR s.expires_at > now())"
+COLUMNS = (
+    "s.prefix, s.key, s.value, s.escaped, s.version, s.created_at, s.updated_at, s.ttl_minutes"
+)
+
+_SQL_OPS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+_WS = r"[ \t\n\v\f\r]*"
+_MANTISSA = r"[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)"
+# A decimal literal SQL converts exactly as Python's float() does (bounded so the numeric
+# cast cannot overflow), and the looser forms that Python may accept but SQL leaves to it.
+_PLAIN = f"^{_WS}{_MANTISSA}([eE][+-]?[0-9]{{1,4}})?{_WS}$"
+_LOOSE = f"^{_WS}{_MANTISSA}([eE][+-]?[0-9]+)?{_WS}$"
+
+
+def prefix_text(namespace: Namespace) -> str:
+    """The ``prefix`` column for a namespace."""
+    return ".".join(escape_text(label) for label in namespace)
+
+
+def namespace_of(prefix: str) -> Namespace:
+    return tuple(unescape_text(label) for label in prefix.split("."))
+
+
+def _item(row: tuple[Any, ...]) -> VersionedItem:
+    prefix, key, value, escaped, version, created, updated, _ttl = row[:8]
+    return VersionedItem(
+        value=decode_value(value, escaped),
+        key=unescape_text(key),
+        namespace=namespace_of(prefix),
+        created_at=created,
+        updated_at=updated,
+        version=version,
+    )
+
+
+def _search_item(row: tuple[Any, ...], value: Any) -> VersionedSearchItem:
+    prefix, key, _value, _escaped, version, created, updated, _ttl, score = row[:9]
+    return VersionedSearchItem(
+        namespace_of(prefix),
+        unescape_text(key),
+        value,
+        created,
+        updated,
+        None if score is None else float(score),
+        version=version,
+    )
+
+
+def _ambiguous(operand: Any) -> bool:
+    """Whether jsonb ``=`` could disagree with Python ``==`` (``True == 1`` inside)."""
+    if isinstance(operand, bool):
+        return True
+    if isinstance(operand, (int, float)):
+        return operand in (0, 1)
+    if isinstance(operand, list):
+        return any(_ambiguous(x) for x in operand)
+    if isinstance(operand, dict):
+        return any(_ambiguous(x) for x in operand.values())
+    return False
+
+
+class _Sql:
+    """Builds one statement's SQL text and its named parameters together."""
+
+    def __init__(self) -> None:
+        self.params: dict[str, Any] = {}
+
+    def add(self, value: Any, cast: str) -> str:
+        name = f"p{len(self.params)}"
+        self.params[name] = value
+        return f"%({name})s::{cast}"
+
+    def json(self, operand: Any) -> str:
+        return self.add(encode_json(operand, escape=True), "jsonb")
+
+    def scope(self, prefix: Namespace) -> str:
+        """Items in ``prefix`` or below it, as a range on the primary key."""
+        if not prefix:
+            return "true"
+        text = prefix_text(prefix)
+        exact, low, high = (
+            self.add(text, "text"),
+            self.add(text + ".", "text"),
+            self.add(text + "/", "text"),
+        )
+        return f"(s.prefix = {exact} OR (s.prefix >= {low} AND s.prefix < {high}))"
+
+    # -- filters ------------------------------------------------------------------------
+
+    def cond(self, cond: Cond, v: str) -> tuple[str, bool]:
+        """SQL for ``cond`` on the jsonb expression ``v`` (NULL when the field is missing),
+        and whether it is exact (never NULL)."""
+        if isinstance(cond, Equals):
+            return self.equals(cond.operand, v), True
+        if isinstance(cond, NotEquals):
+            return f"(NOT {self.equals(cond.operand, v)})", True
+        if isinstance(cond, Compare):
+            return self.compare(cond, v), False
+        if isinstance(cond, Fields):
+            parts = [
+                self.cond(sub, f"({v} -> {self.add(escape_text(k), 'text')})")
+                for k, sub in cond.fields
+            ]
+            body, exact = _all(parts)
+            if cond.nested:
+                body = f"CASE WHEN jsonb_typeof({v}) = 'object' THEN {body} ELSE false END"
+            return f"({body})", exact
+        if isinstance(cond, Elements):
+            body, exact = _all(self.cond(sub, f"({v} -> {i})") for i, sub in enumerate(cond.items))
+            return self.array(v, len(cond.items), body), exact
+        body, exact = _all(self.cond(sub, v) for sub in cond.conds)
+        return f"({body})", exact
+
+    @staticmethod
+    def array(v: str, length: int, body: str) -> str:
+        return (
+            f"(CASE WHEN jsonb_typeof({v}) = 'array' THEN CASE WHEN jsonb_array_length({v}) "
+            f"= {int(length)} THEN {body} ELSE false END ELSE false END)"
+        )
+
+    def equals(self, operand: Any, v: str) -> str:
+        """Python ``==``, exactly: ``None`` also matches a missing field, ``True == 1``."""
+        if operand is None:
+            return f"({v} IS NULL OR {v} = 'null'::jsonb)"
+        if isinstance(operand, bool):
+            alike = "'true'::jsonb, '1'::jsonb" if operand else "'false'::jsonb, '0'::jsonb"
+            return f"coalesce({v} IN ({alike}), false)"
+        if isinstance(operand, (int, float)) and operand in (0, 1):
+            alike = "'true'::jsonb" if operand == 1 else "'false'::jsonb"
+            return f"coalesce({v} IN ({self.json(operand)}, {alike}), false)"
+        if not _ambiguous(operand):
+            return f"coalesce({v} = {self.json(operand)}, false)"
+        if isinstance(operand, list):
+            body, _ = _all((self.equals(x, f"({v} -> {i})"), True) for i, x in enumerate(operand))
+            return self.array(v, len(operand), body)
+        keys = [escape_text(k) for k in operand]
+        body, _ = _all(
+            (self.equals(x, f"({v} -> {self.add(k, 'text')})"), True)
+            for k, x in zip(keys, operand.values(), strict=True)
+        )
+        return (
+            f"(CASE WHEN jsonb_typeof({v}) = 'object' THEN CASE WHEN (SELECT count(*) FROM "
+            f"jsonb_object_keys({v})) = {len(keys)} THEN {body} ELSE false END ELSE false END)"
+        )
+
+    def compare(self, cond: Compare, v: str) -> str:
+        """Numbers as numbers, in double precision like ``float()``; NULL when SQL can't
+        read a string the way Python would."""
+        if math.isnan(cond.number):
+            return "false"
+        op, x = _SQL_OPS[cond.op], self.add(cond.number, "float8")
+        s = f"({v} #>> '{{}}')"
+        n = f"({s})::numeric"
+        string = (
+            f"CASE WHEN length({s}) <= 400 AND {s} ~ '{_PLAIN}' THEN "
+            f"CASE WHEN {n} = 0 OR abs({n}) BETWEEN 1e-307 AND 1e308 THEN {n}::float8 {op} {x} END "
+            f"WHEN {s} ~ '{_LOOSE}' OR {s} ~* '_|inf|nan' OR octet_length({s}) <> length({s}) "
+            "THEN NULL ELSE false END"
+        )
+        return (
+            f"(CASE jsonb_typeof({v}) "
+            f"WHEN 'number' THEN CASE WHEN abs(({v})::numeric) <= 1e308 "
+            f"THEN ({v})::float8 {op} {x} END "
+            f"WHEN 'boolean' THEN (CASE WHEN {v} = 'true'::jsonb THEN 1.0 ELSE 0.0 END)::float8 "
+            f"{op} {x} "
+            f"WHEN 'string' THEN {string} "
+            "ELSE false END)"
+        )
+
+
+def _all(parts: Iterable[tuple[str, bool]]) -> tuple[str, bool]:
+    items = list(parts)
+    if not items:
+        return "true", True
+    return " AND ".join(sql for sql, _ in items), all(exact for _, exact in items)
+
+
+class PostgresStorePlans:
+    """SQL and decoding for one schema."""
+
+    max_value_bytes = MAX_VALUE_BYTES
+    max_batch_bytes = MAX_BATCH_BYTES
+    max_key_bytes = MAX_KEY_BYTES
+    escape_strings = True
+
+    def __init__(self, schema: str) -> None:
+        self._s = quote_schema(schema)
+        self.schema = schema
+        self._t = f"{self._s}.lgmp_store"
+        self._v = f"{self._s}.lgmp_store_vectors"
+        self._next_version = f"nextval('{self._s}.lgmp_store_version_seq')"
+
+    # -- setup --------------------------------------------------------------------------
+
+    def setup(self) -> Plan[Query, None]:
+        lock = advisory_lock_id("store", self.schema)
+        yield from migrate(self._s, "lgmp_store_migrations", lock, MIGRATIONS)
+
+    # -- reads --------------------------------------------------------------------------
+
+    def get(self, requests: list[GetRequest]) -> Plan[Query, list[VersionedItem | None]]:
+        prefixes = [prefix_text(r.namespace) for r in requests]
+        keys = [escape_text(r.key) for r in requests]
+        rows: Rows = yield Query(
+            f"""
+            WITH req AS (
+                SELECT * FROM unnest(%(p)s::text[], %(k)s::text[], %(r)s::boolean[])
+                    AS r(prefix, key, refresh)
+            ), refreshed AS (
+                UPDATE {self._t} s SET expires_at = now() + s.ttl_minutes * interval '1 minute'
+                FROM req r
+                WHERE s.prefix = r.prefix AND s.key = r.key AND r.refresh
+                    AND s.ttl_minutes IS NOT NULL AND {LIVE}
+            )
+            SELECT {COLUMNS} FROM {self._t} s
+            WHERE (s.prefix, s.key) IN (SELECT prefix, key FROM req) AND {LIVE}""",
+            {"p": prefixes, "k": keys, "r": [r.refresh for r in requests]},
+            fetch=True,
+        )
+        found = {(row[0], row[1]): _item(row) for row in rows}
+        return [found.get(address) for address in zip(prefixes, keys, strict=True)]
+
+    def _refresh(self, rows: list[tuple[Any, ...]]) -> Query:
+        return Query(
+            f"""
+            UPDATE {self._t} s SET expires_at = now() + s.ttl_minutes * interval '1 minute'
+            FROM unnest(%s::text[], %s::text[]) AS r(prefix, key)
+            WHERE s.prefix = r.prefix AND s.key = r.key AND s.ttl_minutes IS NOT NULL""",
+            ([row[0] for row in rows], [row[1] for row in rows]),
+        )
+
+    def search(self, request: SearchRequest) -> Plan[Query, list[VersionedSearchItem]]:
+        if request.limit == 0:
+            return []
+        sql = _Sql()
+        verdict, exact = ("true", True)
+        if request.filter is not None:
+            verdict, exact = sql.cond(request.filter, "s.value")
+        if request.query is None:
+            score, order = "NULL::float8", "s.version DESC"
+        else:
+            score, order = self._score(sql, request.query), "score DESC NULLS LAST, s.version DESC"
+        select = f"""
+            SELECT {COLUMNS}, {score} AS score, {verdict} AS verdict FROM {self._t} s
+            WHERE {LIVE} AND {sql.scope(request.prefix)} AND ({verdict}) IS NOT FALSE
+            ORDER BY {order}"""
+        if exact:
+            page: Rows = yield Query(
+                f"{select} LIMIT {min(request.limit, MAX_COUNT)} "
+                f"OFFSET {min(request.offset, MAX_COUNT)}",
+                sql.params,
+                fetch=True,
+            )
+            items = [_search_item(row, decode_value(row[2], row[3])) for row in page]
+        else:
+            assert request.filter is not None
+            page, items = yield from self._scan(select, sql.params, request)
+        if request.refresh and any(row[7] is not None for row in page):
+            yield self._refresh(page)
+        return items
+
+    def _scan(
+        self, select: str, params: dict[str, Any], request: SearchRequest
+    ) -> Plan[Query, tuple[Rows, list[VersionedSearchItem]]]:
+        """Stream candidates through a cursor, deciding undecided rows in Python."""
+        assert request.filter is not None
+        yield Query(f"DECLARE {CURSOR} NO SCROLL CURSOR FOR {select}", params)
+        size = min(MAX_PAGE, request.offset + request.limit)
+        skipped, page, items = 0, [], list[VersionedSearchItem]()
+        while len(items) < request.limit:
+            rows: Rows = yield Query(f"FETCH {int(size)} FROM {CURSOR}", fetch=True)
+            for row in rows:
+                value = decode_value(row[2], row[3])
+                if row[9] is None and not holds(request.filter, value):
+                    continue
+                if skipped < request.offset:
+                    skipped += 1
+                    continue
+                page.append(row)
+                items.append(_search_item(row, value))
+                if len(items) == request.limit:
+                    break
+            if len(rows) < size:
+                break
+        yield Query(f"CLOSE {CURSOR}")
+        return page, items
+
+    def _score(self, sql: _Sql, query: list[float]) -> str:
+        """Best cosine similarity among the item's vectors; NULL for an item without any."""
+        q, qn = sql.add(query, "float8[]"), sql.add(norm(query), "float8")
+        return f"""(SELECT max(CASE WHEN v.norm > 0 AND {qn} > 0 THEN
+                (SELECT sum(e * f) FROM unnest(v.embedding, {q}) AS t(e, f)) / (v.norm * {qn})
+                ELSE 0 END)
+            FROM {self._v} v WHERE v.prefix = s.prefix AND v.key = s.key)"""
+
+    def list_namespaces(self, request: ListRequest) -> Plan[Query, list[Namespace]]:
+        sql = _Sql()
+        heads = [c.literal_head for c in request.conditions if c.literal_head]
+        narrow = sql.scope(max(heads, key=len)) if heads else "true"
+        wheres = ["true"]
+        for condition in request.conditions:
+            k = len(condition.labels)
+            wheres.append(f"cardinality(a) >= {k}")
+            for i, label in enumerate(condition.labels):
+                if label is None:
+                    continue
+                at = f"cardinality(a) - {k - 1 - i}" if condition.suffix else str(i + 1)
+                wheres.append(f"a[{at}] = {sql.add(escape_text(label), 'text')}")
+        depth = request.max_depth
+        labels = "a" if depth is None else f"a[1:{min(depth, MAX_DEPTH)}]"
+        rows: Rows = yield Query(
+            f"""
+            SELECT DISTINCT ({labels}) COLLATE "C" AS ns FROM (
+                SELECT DISTINCT string_to_array(s.prefix, '.') AS a
+                FROM {self._t} s WHERE {LIVE} AND {narrow}
+            ) n
+            WHERE {" AND ".join(wheres)}
+            ORDER BY ns
+            LIMIT {min(request.limit, MAX_COUNT)} OFFSET {min(request.offset, MAX_COUNT)}""",
+            sql.params,
+            fetch=True,
+        )
+        return [tuple(unescape_text(label) for label in row[0]) for row in rows]
+
+    def count(self, prefix: Namespace) -> Plan[Query, int]:
+        sql = _Sql()
+        rows: Rows = yield Query(
+            f"SELECT count(*) FROM {self._t} s WHERE {LIVE} AND {sql.scope(prefix)}",
+            sql.params,
+            fetch=True,
+        )
+        return int(rows[0][0])
+
+    # -- writes -------------------------------------------------------------------------
+
+    def _insert(self, requests: list[WriteRequest], on_conflict: str) -> Query:
+        return Query(
+            f"""
+            INSERT INTO {self._t} AS s (prefix, key, value, escaped, version, created_at,
+                updated_at, expires_at, ttl_minutes)
+            SELECT w.prefix, w.key, w.value::jsonb, w.escaped, {self._next_version}, now(), now(),
+                now() + w.ttl * interval '1 minute', w.ttl
+            FROM unnest(%(p)s::text[], %(k)s::text[], %(v)s::text[], %(e)s::boolean[],
+                        %(t)s::float8[]) AS w(prefix, key, value, escaped, ttl)
+            ON CONFLICT (prefix, key) {on_conflict}""",
+            {
+                "p": [prefix_text(r.namespace) for r in requests],
+                "k": [escape_text(r.key) for r in requests],
+                "v": [r.value.text for r in requests if r.value is not None],
+                "e": [r.value.escaped for r in requests if r.value is not None],
+                "t": [r.ttl for r in requests],
+            },
+            fetch=True,
+        )
+
+    def _check_versions(self, conditional: list[WriteRequest]) -> Plan[Query, set[tuple[str, str]]]:
+        """Lock the rows conditional writes target and check their versions.
+
+        Returns the addresses that have a row (live or expired). Rows absent now are
+        created with ``ON CONFLICT DO NOTHING``, so a racing creator is caught too.
+        """
+        rows: Rows = yield Query(
+            f"""
+            SELECT s.prefix, s.key, CASE WHEN {LIVE} THEN s.version ELSE 0 END
+            FROM {self._t} s JOIN unnest(%s::text[], %s::text[]) AS r(prefix, key)
+                ON s.prefix = r.prefix AND s.key = r.key
+            ORDER BY s.prefix, s.key FOR UPDATE OF s""",
+            (
+                [prefix_text(r.namespace) for r in conditional],
+                [escape_text(r.key) for r in conditional],
+            ),
+            fetch=True,
+        )
+        current = {(row[0], row[1]): int(row[2]) for row in rows}
+        for request in conditional:
+            found = current.get((prefix_text(request.namespace), escape_text(request.key)), 0)
+            if found != request.expected_version:
+                raise _conflict(request, found)
+        return set(current)
+
+    def write(self, requests: list[WriteRequest]) -> Plan[Query, None]:
+        conditional = [r for r in requests if r.expected_version is not None]
+        existing = (yield from self._check_versions(conditional)) if conditional else set()
+        deletes = [r for r in requests if r.value is None]
+        if deletes:
+            yield Query(
+                f"""DELETE FROM {self._t} s USING unnest(%s::text[], %s::text[]) AS r(prefix, key)
+                WHERE s.prefix = r.prefix AND s.key = r.key""",
+                (
+                    [prefix_text(r.namespace) for r in deletes],
+                    [escape_text(r.key) for r in deletes],
+                ),
+            )
+        puts = [r for r in requests if r.value is not None]
+        creates: list[WriteRequest] = []
+        upserts: list[WriteRequest] = []
+        for r in puts:
+            absent = (prefix_text(r.namespace), escape_text(r.key)) not in existing
+            (creates if r.expected_version is not None and absent else upserts).append(r)
+        if upserts:
+            yield self._insert(
+                upserts,
+                """DO UPDATE SET value = EXCLUDED.value, escaped = EXCLUDED.escaped,
+                    version = EXCLUDED.version,
+                    created_at = CASE WHEN s.expires_at <= now() THEN EXCLUDED.created_at
+                                      ELSE s.created_at END,
+                    updated_at = EXCLUDED.updated_at, expires_at = EXCLUDED.expires_at,
+                    ttl_minutes = EXCLUDED.ttl_minutes
+                RETURNING 1""",
+            )
+        if creates:
+            made: Rows = yield self._insert(creates, "DO NOTHING RETURNING s.prefix, s.key")
+            done = {(row[0], row[1]) for row in made}
+            for request in creates:
+                if (prefix_text(request.namespace), escape_text(request.key)) not in done:
+                    raise _conflict(request, None)
+        indexed = [r for r in puts if r.vectors is not None]
+        if indexed:
+            yield from self._write_vectors(indexed)
+
+    def _write_vectors(self, requests: list[WriteRequest]) -> Plan[Query, None]:
+        yield Query(
+            f"""DELETE FROM {self._v} v USING unnest(%s::text[], %s::text[]) AS r(prefix, key)
+            WHERE v.prefix = r.prefix AND v.key = r.key""",
+            ([prefix_text(r.namespace) for r in requests], [escape_text(r.key) for r in requests]),
+        )
+        rows: list[tuple[str, str, str, list[float]]] = []
+        for r in requests:
+            named = dict(r.vectors or [])
+            prefix, key = prefix_text(r.namespace), escape_text(r.key)
+            rows.extend((prefix, key, name, vector) for name, vector in named.items())
+        if not rows:
+            return
+        dims = len(rows[0][3])
+        yield Query(
+            f"""
+            INSERT INTO {self._v} (prefix, key, field, embedding, norm)
+            SELECT w.prefix, w.key, w.field,
+                (%(flat)s::float8[])[(w.n - 1) * {dims} + 1 : w.n * {dims}], w.norm
+            FROM unnest(%(p)s::text[], %(k)s::text[], %(f)s::text[], %(norms)s::float8[])
+                WITH ORDINALITY AS w(prefix, key, field, norm, n)""",
+            {
+                "p": [row[0] for row in rows],
+                "k": [row[1] for row in rows],
+                "f": [row[2] for row in rows],
+                "norms": [norm(row[3]) for row in rows],
+                "flat": [x for row in rows for x in row[3]],
+            },
+        )
+
+    def delete_namespace(self, prefix: Namespace) -> Plan[Query, int]:
+        sql = _Sql()
+        rows: Rows = yield Query(
+            f"""WITH gone AS (DELETE FROM {self._t} s WHERE {sql.scope(prefix)} RETURNING 1)
+            SELECT count(*) FROM gone""",
+            sql.params,
+            fetch=True,
+        )
+        return int(rows[0][0])
+
+    def sweep(self, batch_size: int) -> Plan[Query, tuple[int, bool]]:
+        rows: Rows = yield Query(
+            f"""
+            WITH victims AS (
+                SELECT prefix, key FROM {self._t} WHERE expires_at <= now()
+                ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED
+            ), gone AS (
+                DELETE FROM {self._t} s USING victims v
+                WHERE s.prefix = v.prefix AND s.key = v.key RETURNING 1
+            )
+            SELECT count(*) FROM gone""",
+            (batch_size,),
+            fetch=True,
+        )
+        deleted = int(rows[0][0])
+        return deleted, deleted >= batch_size
+
+
+def _conflict(request: WriteRequest, found: int | None) -> ConflictError:
+    where = f"item {request.key!r} in namespace {request.namespace}"
+    if found is None or (found and not request.expected_version):
+        return ConflictError(f"{where} already exists (expected_version=0 means 'absent')")
+    if not found:
+        return ConflictError(f"{where} does not exist; expected version {request.expected_version}")
+    return ConflictError(f"{where} is at version {found}, not {request.expected_version}")

@@ -1,0 +1,62 @@
+"""PostgreSQL tables of the store and their versioned migrations.
+
+Layout (in the configured schema, prefixed ``lgmp_`` so it can sit beside LangGraph's own
+``store`` table in one database):
+
+- ``lgmp_store``: one row per item. ``prefix`` is the namespace's labels joined by ``.``
+  (labels cannot contain ``.``), ``key`` the item key; both use the ``C`` collation so a
+  namespace-prefix search is a btree range scan (``prefix >= 'a.b.' AND prefix < 'a.b/'``)
+  and namespaces sort as Python sorts tuples. ``value`` is ``jsonb`` for filtering in SQL;
+  ``escaped`` marks values holding strings that had to be escaped (``\\u0000``).
+  ``version`` comes from a sequence, so it changes on every write and never repeats, even
+  across a delete and re-create. TTL is data: ``expires_at`` (indexed for the sweep) and
+  the item's ``ttl_minutes`` for refresh on read.
+- ``lgmp_store_vectors``: one row per embedded text of an item, as ``float8[]`` with its
+  norm, deleted with the item.
+
+Migrations run in order under a transaction-scoped advisory lock (see
+:mod:`langgraph_memory_plus._migrations`), so several processes may call ``setup()`` at once.
+"""
+
+from __future__ import annotations
+
+from ...checkpoint.postgres.schema import quote_schema
+
+__all__ = ["MIGRATIONS", "quote_schema"]
+
+# Position in this list is the migration's version; append only. Each migration is a
+# sequence of single statements; ``{s}`` is the quoted schema.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        "CREATE SEQUENCE IF NOT EXISTS {s}.lgmp_store_version_seq",
+        """
+        CREATE TABLE IF NOT EXISTS {s}.lgmp_store (
+            prefix text COLLATE "C" NOT NULL,
+            key text COLLATE "C" NOT NULL,
+            value jsonb NOT NULL,
+            escaped boolean NOT NULL DEFAULT false,
+            version bigint NOT NULL,
+            created_at timestamptz NOT NULL DEFAULT now(),
+            updated_at timestamptz NOT NULL DEFAULT now(),
+            expires_at timestamptz,
+            ttl_minutes double precision,
+            PRIMARY KEY (prefix, key)
+        )
+        """,
+        """
+        CREATE INDEX IF NOT EXISTS lgmp_store_expires_at_idx
+            ON {s}.lgmp_store (expires_at) WHERE expires_at IS NOT NULL
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS {s}.lgmp_store_vectors (
+            prefix text COLLATE "C" NOT NULL,
+            key text COLLATE "C" NOT NULL,
+            field text COLLATE "C" NOT NULL,
+            embedding double precision[] NOT NULL,
+            norm double precision NOT NULL,
+            PRIMARY KEY (prefix, key, field),
+            FOREIGN KEY (prefix, key) REFERENCES {s}.lgmp_store (prefix, key) ON DELETE CASCADE
+        )
+        """,
+    ),
+)
