@@ -1,0 +1,75 @@
+"""Keep ``messages`` in bounds: reducers, trimming, summarization, and a turn window.
+
+Every context tool works three ways from one implementation:
+
+* on a plain message list: ``trim(messages, max_tokens=...)``, ``summarize(...)``, or a
+  policy object called directly (``Trimmer(...)(messages)``);
+* as a LangGraph node or ``create_react_agent(pre_model_hook=...)``: ``policy.hook(mode)``;
+* as LangChain 1.x agent middleware: ``policy.middleware(mode)`` (needs ``langchain``,
+  the ``agents`` extra; this package imports without it).
+
+``mode="transient"`` changes only what the model sees (the checkpoint keeps everything);
+``mode="persistent"`` rewrites the state's ``messages`` with ``RemoveMessage`` /
+``REMOVE_ALL_MESSAGES``.
+"""
+
+from ._core import (
+    TokenCounter,
+    count_messages,
+    count_turns,
+    provider_problems,
+    repair_tool_pairs,
+)
+from ._policy import Compaction, ContextPolicy, Mode
+from .hooks import context_hook
+from .reducers import (
+    REMOVE_ALL_MESSAGES,
+    Reducer,
+    dedupe_messages,
+    merge_messages,
+    merge_profile,
+    window_messages,
+)
+from .summarization import (
+    SUMMARY_ID,
+    RunningSummary,
+    Summarizer,
+    SummaryResult,
+    SummaryState,
+    asummarize,
+    summarize,
+)
+from .trimming import Trimmer, trim
+from .turns import TurnError, TurnHistory, TurnRecord, TurnWindow, abbreviate
+
+__all__ = [
+    "REMOVE_ALL_MESSAGES",
+    "SUMMARY_ID",
+    "Compaction",
+    "ContextPolicy",
+    "Mode",
+    "Reducer",
+    "RunningSummary",
+    "Summarizer",
+    "SummaryResult",
+    "SummaryState",
+    "TokenCounter",
+    "Trimmer",
+    "TurnError",
+    "TurnHistory",
+    "TurnRecord",
+    "TurnWindow",
+    "abbreviate",
+    "asummarize",
+    "context_hook",
+    "count_messages",
+    "count_turns",
+    "dedupe_messages",
+    "merge_messages",
+    "merge_profile",
+    "provider_problems",
+    "repair_tool_pairs",
+    "summarize",
+    "trim",
+    "window_messages",
+]
