@@ -13,16 +13,33 @@ from .checkpoint.config import TTLConfig
 from .checkpoint.postgres import AsyncPostgresSaver, PostgresSaver
 from .checkpoint.redis import AsyncRedisSaver, RedisSaver
 from .errors import ConflictError, InvalidConfigError, MemoryPlusError, ValueTooLargeError
+from .messages import (
+    Summarizer,
+    Trimmer,
+    TurnWindow,
+    dedupe_messages,
+    merge_profile,
+    window_messages,
+)
+from .store.postgres import AsyncPostgresStore, PostgresStore
 
 __all__ = [
     "AsyncPostgresSaver",
+    "AsyncPostgresStore",
     "AsyncRedisSaver",
     "ConflictError",
     "InvalidConfigError",
     "MemoryPlusError",
     "PostgresSaver",
+    "PostgresStore",
     "RedisSaver",
+    "Summarizer",
     "TTLConfig",
+    "Trimmer",
+    "TurnWindow",
     "ValueTooLargeError",
+    "dedupe_messages",
+    "merge_profile",
+    "window_messages",
 ]
 __version__ = "0.1.0"
