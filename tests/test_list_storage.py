@@ -258,3 +258,30 @@ def stored_item_bytes(
             "SELECT data FROM lgmp_items WHERE thread_key = %s", (thread_key(thread_id),)
         ).fetchall()
     return [bytes(r[0]) for r in rows]
+
+
+def test_an_expired_thread_leaves_nothing(saver_factory: Any, backend: str) -> None:
+    """After expiry (and, on PostgreSQL, a sweep) no row or key of the thread remains."""
+    import time
+
+    config = new_config()
+    thread_id = config["configurable"]["thread_id"]
+    with saver_factory(ttl={"default_ttl": 0.02}) as saver:  # 1.2 s
+        chat = chat_graph(checkpointer=saver)
+        for turn in range(20):
+            chat.invoke(ask(turn), config)
+        assert stored_items(saver, thread_id)[0] == 40
+        time.sleep(1.5)
+        assert saver.get_tuple(config) is None
+        assert saver.sweep_expired() >= (1 if backend == "postgres" else 0)
+        assert stored_items(saver, thread_id) == (0, 0)
+        if hasattr(saver, "client"):
+            assert not any(saver.client.exists(key) for key in saver._plans.keys(thread_id))
+        else:
+            tk = thread_key(thread_id)
+            with saver.conn.connection() as conn:
+                for table in ("threads", "checkpoints", "blobs", "writes", "items", "nodes"):
+                    row = conn.execute(
+                        f"SELECT count(*) FROM lgmp_{table} WHERE thread_key = %s", (tk,)
+                    ).fetchone()
+                    assert row is not None and row[0] == 0, table
