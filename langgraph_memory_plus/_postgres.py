@@ -126,10 +126,13 @@ class PgRunner:
 
     def run(self, plan: Plan[Query, R]) -> R:
         with self._connection() as conn, ExitStack() as stack:
+            # In pipeline mode the statements are batched anyway; the whole plan runs in
+            # one transaction opened first (psycopg pipelines want BEGIN before cursors).
+            in_transaction = self.pipeline
             if self.pipeline:
                 stack.enter_context(conn.pipeline())
+                stack.enter_context(conn.transaction())
             cur = stack.enter_context(conn.cursor(row_factory=tuple_row, binary=True))
-            in_transaction = False
 
             def execute(query: Query) -> Rows | None:
                 nonlocal in_transaction
@@ -165,10 +168,11 @@ class AsyncPgRunner:
 
     async def run(self, plan: Plan[Query, R]) -> R:
         async with self._connection() as conn, AsyncExitStack() as stack:
+            in_transaction = self.pipeline
             if self.pipeline:
                 await stack.enter_async_context(conn.pipeline())
+                await stack.enter_async_context(conn.transaction())
             cur = await stack.enter_async_context(conn.cursor(row_factory=tuple_row, binary=True))
-            in_transaction = False
 
             async def execute(query: Query) -> Rows | None:
                 nonlocal in_transaction

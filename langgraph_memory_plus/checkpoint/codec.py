@@ -195,12 +195,17 @@ class CheckpointCodec:
         for channel, version in new_versions.items():
             what = f"channel {channel!r}"
             value = values.get(channel, _ABSENT)
+            written = self.memory.take_written((tk, target.checkpoint_ns, channel))
             if value is _ABSENT:
                 blobs.append(EncodedBlob(channel, version_text(version), EMPTY, None))
             elif type(value) is list and len(value) >= MIN_ITEMS:
                 key = (tk, target.checkpoint_ns, channel)
                 chunked = chunk_list(
-                    tk, value, self.memory.get(key), partial(self._dump, what=what)
+                    tk,
+                    value,
+                    self.memory.get(key),
+                    partial(self._dump, what=what),
+                    written,
                 )
                 blobs.append(
                     EncodedBlob(channel, version_text(version), LIST_TYPE, chunked.ref.encode())
@@ -268,18 +273,21 @@ class CheckpointCodec:
         for channel, typ, data in blobs:
             if typ == LIST_TYPE and data is not None:
                 key = (tk, checkpoint_ns, channel)
-                memo = self.memory.get(key)
-                request = ListRequest(key, ListRef.decode(data), memo.by_item() if memo else {})
+                request = ListRequest(key, ListRef.decode(data), {})
                 lists[channel] = yield from resolve_list(
                     request, self.memory, fetch, self._load, parse
                 )
         return lists
 
     def encode_writes(
-        self, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+        self, target: Target, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
     ) -> list[EncodedWrite]:
         encoded = []
         for idx, (channel, value) in enumerate(writes):
+            # What a task returns for a list channel may be an edited element: the next
+            # put of that list checks these objects for changes (see lists.chunk_list).
+            key = (target.thread_key, target.checkpoint_ns, channel)
+            self.memory.note_written(key, value if isinstance(value, list) else [value])
             typ, data = self._dump(value, f"write to channel {channel!r}")
             encoded.append(
                 EncodedWrite(

@@ -35,8 +35,8 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Generator, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 LIST_TYPE = "lgmp:list"
@@ -136,6 +136,8 @@ class ListMemory:
         self.max_lists = max_lists
         self._lock = threading.Lock()
         self._memos: OrderedDict[MemoKey, ListMemo] = OrderedDict()
+        # Objects tasks returned as updates (they hold a reference, so ids stay unique).
+        self._written: dict[MemoKey, dict[int, Any]] = {}
 
     def get(self, key: MemoKey) -> ListMemo | None:
         with self._lock:
@@ -151,10 +153,22 @@ class ListMemory:
             while len(self._memos) > self.max_lists:
                 self._memos.popitem(last=False)
 
+    def note_written(self, key: MemoKey, objects: Iterable[Any]) -> None:
+        """Remember objects a task returned for a remembered list, until its next put."""
+        with self._lock:
+            if key in self._memos:
+                self._written.setdefault(key, {}).update((id(o), o) for o in objects)
+
+    def take_written(self, key: MemoKey) -> dict[int, Any]:
+        with self._lock:
+            return self._written.pop(key, {})
+
     def forget_thread(self, thread_key: bytes) -> None:
         with self._lock:
             for key in [k for k in self._memos if k[0] == thread_key]:
                 del self._memos[key]
+            for key in [k for k in self._written if k[0] == thread_key]:
+                del self._written[key]
 
 
 def chunk_list(
@@ -162,26 +176,40 @@ def chunk_list(
     values: list[Any],
     memo: ListMemo | None,
     dump: Callable[[Any], Typed],
+    written: Mapping[int, Any] | None = None,
 ) -> ChunkedList:
-    """Split ``values`` into items and pages, serializing only elements not in ``memo``."""
-    known: dict[int, tuple[Any, bytes]] = {}
-    if memo is not None:
-        for obj, fp, iid in zip(memo.objects, memo.fingerprints, memo.item_ids, strict=True):
-            known[id(obj)] = (fp, iid)
+    """Split ``values`` into items and pages, serializing only elements not in ``memo``.
+
+    An element that is the same object as one in ``memo`` keeps its item id, unless it
+    is among ``written`` (the objects this step's tasks returned as updates, which a
+    node may have edited in place) and its fingerprint changed. The common case, an
+    appended message, costs one identity check per element.
+    """
+    objects = memo.objects if memo is not None else []
+    index_of: dict[int, int] | None = None
+    written = written or {}
     out = ChunkedList(ref=ListRef(None, []))
     item_ids: list[bytes] = []
     fingerprints: list[Any] = []
-    for value in values:
-        fp = fingerprint(value)
-        hit = known.get(id(value))
-        if hit is not None and hit[0] == fp:
-            iid = hit[1]
-        else:
-            typ, data = dump(value)
-            iid = item_id(thread_key, typ, data)
-            out.items[iid] = (typ, data)
+    for i, value in enumerate(values):
+        j: int | None = i if i < len(objects) and objects[i] is value else None
+        if j is None and memo is not None:
+            if index_of is None:
+                index_of = {id(obj): k for k, obj in enumerate(objects)}
+            j = index_of.get(id(value))
+        if (
+            j is not None
+            and memo is not None
+            and (id(value) not in written or fingerprint(value) == memo.fingerprints[j])
+        ):
+            item_ids.append(memo.item_ids[j])
+            fingerprints.append(memo.fingerprints[j])
+            continue
+        typ, data = dump(value)
+        iid = item_id(thread_key, typ, data)
+        out.items[iid] = (typ, data)
         item_ids.append(iid)
-        fingerprints.append(fp)
+        fingerprints.append(fingerprint(value))
     full = len(item_ids) // PAGE_SIZE
     page_ids: list[bytes] = []
     for j in range(full):
@@ -210,7 +238,7 @@ class ListRequest:
 
     key: MemoKey
     ref: ListRef
-    known: dict[bytes, Any]
+    known: Mapping[bytes, Any]
 
 
 Fetch = Callable[[ListRequest], Any]
@@ -234,6 +262,8 @@ def resolve_list(
     memo = memory.get(request.key)
     if memo is not None and memo.ref == request.ref:
         return list(memo.objects)
+    if memo is not None:
+        request = replace(request, known=memo.by_item())
     rows = parse((yield fetch(request)))
     objects: list[Any] = []
     item_ids: list[bytes] = []

@@ -147,7 +147,8 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
         task_path: str,
     ) -> Plan[Any, None]:
         target = read_checkpoint_target(config)
-        return self._plans.put_writes(target, self._codec.encode_writes(writes, task_id, task_path))
+        encoded = self._codec.encode_writes(target, writes, task_id, task_path)
+        return self._plans.put_writes(target, encoded)
 
     def _prune_plan(self, thread_ids: Sequence[str], strategy: str) -> Plan[Any, None]:
         if strategy not in PRUNE_STRATEGIES:
