@@ -6,6 +6,10 @@ The plan holds all the logic (what to ask, how to decode the answer, what to ask
 a driver only knows how to run one command, synchronously or with ``await``. This is the
 split psycopg 3 uses between its generators and its connection classes, and it is what
 lets one implementation serve ``get_tuple`` and ``aget_tuple`` alike.
+
+A command that fails is thrown into the plan at its ``yield``: a plan that does not catch
+it fails with it, as if it had run the command itself; one that must clean up (undo the
+shards a batch already wrote) can catch it, yield more commands, and re-raise.
 """
 
 from __future__ import annotations
@@ -25,7 +29,12 @@ def drive(plan: Plan[C, R], execute: Callable[[C], Any]) -> R:
     try:
         command = next(plan)
         while True:
-            command = plan.send(execute(command))
+            try:
+                result = execute(command)
+            except Exception as exc:
+                command = plan.throw(exc)
+            else:
+                command = plan.send(result)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
 
@@ -35,6 +44,11 @@ async def adrive(plan: Plan[C, R], execute: Callable[[C], Awaitable[Any]]) -> R:
     try:
         command = next(plan)
         while True:
-            command = plan.send(await execute(command))
+            try:
+                result = await execute(command)
+            except Exception as exc:
+                command = plan.throw(exc)
+            else:
+                command = plan.send(result)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]

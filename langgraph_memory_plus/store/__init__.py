@@ -8,14 +8,17 @@ optimistic concurrency (items carry a ``version``; ``put(..., expected_version=.
 from .base import ConditionalPutOp
 from .filters import InvalidFilterError
 from .postgres import AsyncPostgresStore, PostgresStore
+from .redis import AsyncRedisStore, RedisStore
 from .values import InvalidValueError, VersionedItem, VersionedSearchItem
 
 __all__ = [
     "AsyncPostgresStore",
+    "AsyncRedisStore",
     "ConditionalPutOp",
     "InvalidFilterError",
     "InvalidValueError",
     "PostgresStore",
+    "RedisStore",
     "VersionedItem",
     "VersionedSearchItem",
 ]

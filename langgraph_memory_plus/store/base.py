@@ -37,7 +37,7 @@ from langgraph.store.base import (
 
 from .._bridge import AsyncBridge, SyncBridge
 from .._plan import Plan, adrive, drive
-from ..errors import InvalidConfigError, ValueTooLargeError
+from ..errors import ConflictError, InvalidConfigError, ValueTooLargeError
 from .filters import Fields, parse_filter
 from .namespaces import (
     Condition,
@@ -119,6 +119,20 @@ class WriteRequest:
     ttl: float | None
     expected_version: int | None
     vectors: list[tuple[str, Vector]] | None = None
+
+
+def conflict_error(request: WriteRequest, found: int | None) -> ConflictError:
+    """The error for a conditional write whose item is at version ``found`` (0: absent).
+
+    ``found=None``: the item was absent when checked but another writer created it first.
+    Shared so every backend words a lost race the same way.
+    """
+    where = f"item {request.key!r} in namespace {request.namespace}"
+    if found is None or (found and not request.expected_version):
+        return ConflictError(f"{where} already exists (expected_version=0 means 'absent')")
+    if not found:
+        return ConflictError(f"{where} does not exist; expected version {request.expected_version}")
+    return ConflictError(f"{where} is at version {found}, not {request.expected_version}")
 
 
 class StorePlans(Protocol):

@@ -22,8 +22,14 @@ from typing import Any
 from ..._migrations import advisory_lock_id, migrate
 from ..._plan import Plan
 from ..._postgres import Query, Rows
-from ...errors import ConflictError
-from ..base import GetRequest, ListRequest, Namespace, SearchRequest, WriteRequest
+from ..base import (
+    GetRequest,
+    ListRequest,
+    Namespace,
+    SearchRequest,
+    WriteRequest,
+    conflict_error,
+)
 from ..filters import Compare, Cond, Elements, Equals, Fields, NotEquals, holds
 from ..values import (
     VersionedItem,
@@ -426,7 +432,7 @@ class PostgresStorePlans:
         for request in conditional:
             found = current.get((prefix_text(request.namespace), escape_text(request.key)), 0)
             if found != request.expected_version:
-                raise _conflict(request, found)
+                raise conflict_error(request, found)
         return set(current)
 
     def write(self, requests: list[WriteRequest]) -> Plan[Query, None]:
@@ -464,7 +470,7 @@ class PostgresStorePlans:
             done = {(row[0], row[1]) for row in made}
             for request in creates:
                 if (prefix_text(request.namespace), escape_text(request.key)) not in done:
-                    raise _conflict(request, None)
+                    raise conflict_error(request, None)
         indexed = [r for r in puts if r.vectors is not None]
         if indexed:
             yield from self._write_vectors(indexed)
@@ -525,12 +531,3 @@ class PostgresStorePlans:
         )
         deleted = int(rows[0][0])
         return deleted, deleted >= batch_size
-
-
-def _conflict(request: WriteRequest, found: int | None) -> ConflictError:
-    where = f"item {request.key!r} in namespace {request.namespace}"
-    if found is None or (found and not request.expected_version):
-        return ConflictError(f"{where} already exists (expected_version=0 means 'absent')")
-    if not found:
-        return ConflictError(f"{where} does not exist; expected version {request.expected_version}")
-    return ConflictError(f"{where} is at version {found}, not {request.expected_version}")

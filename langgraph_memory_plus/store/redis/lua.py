@@ -1,0 +1,531 @@
+"""The Redis store's Lua scripts.
+
+Two kinds of script, never mixed (see :mod:`.plans` for the key layout and its reasons):
+
+- *Shard scripts* work on one or more shards whose keys share one hash slot (on a single
+  server: any shards). ``KEYS`` holds seven keys per shard, in :data:`SHARD_KINDS` order;
+  ``ARGV`` starts with the script's own arguments, then the number of shards, then each
+  shard's arguments. Each script is one atomic step.
+- *Registry scripts* work on the four registry keys of the store (one hash slot of their
+  own): the lexicographic index of shards, the due index for the TTL sweeper, the
+  per-shard epochs, and the sequence the epochs are drawn from.
+
+Times are the server's (``TIME``), in microseconds since the epoch: exact in Lua's
+doubles until the year 2255. Numbers leave a script formatted with ``%.0f``, since Lua
+prints large numbers in exponent notation and Redis truncates numbers in replies.
+
+An item record (the ``items`` hash value) is ``version,created,updated,ttl`` + ``\\n`` +
+the value's JSON text; the item's expiry lives only in the ``exp`` sorted set, so a
+refresh on read rewrites one score, not the value.
+"""
+
+from __future__ import annotations
+
+SHARD_KINDS = ("meta", "items", "vecs", "order", "exp", "ns", "nsn")
+REGISTRY_KINDS = ("shards", "due", "epoch", "seq")
+
+# How long a closed shard's ``meta`` hash (its version clock and generation) outlives
+# the shard's data: longer than any writer can take between two of its scripts.
+TOMBSTONE_MS = 24 * 3600 * 1000
+
+PRELUDE = (
+    r"""
+local NK = 7
+local function shard(i)
+  local b = (i - 1) * NK
+  return {meta = KEYS[b + 1], items = KEYS[b + 2], vecs = KEYS[b + 3], order = KEYS[b + 4],
+          exp = KEYS[b + 5], ns = KEYS[b + 6], nsn = KEYS[b + 7]}
+end
+
+local argi = 0
+local function arg()
+  argi = argi + 1
+  return ARGV[argi]
+end
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local NOW = now_us()
+
+local function fmt(n) return string.format('%.0f', n) end
+
+-- Reads the shard count, then calls fn(shard keys, shard number) for each shard in turn;
+-- returns the list of fn's results (the usual reply of a shard script).
+local function each_shard(fn)
+  local out = {}
+  for i = 1, tonumber(arg()) do out[i] = fn(shard(i), i) end
+  return out
+end
+
+-- An item id is the namespace's labels joined by NUL, two NULs, then the key.
+local function ns_of(id)
+  return string.sub(id, 1, string.find(id, '\0\0', 1, true) - 1)
+end
+
+-- version (number), created, ttl (strings; ttl '' for none) of a record
+local function header(rec)
+  local c1 = string.find(rec, ',', 1, true)
+  local c2 = string.find(rec, ',', c1 + 1, true)
+  local c3 = string.find(rec, ',', c2 + 1, true)
+  local nl = string.find(rec, '\n', c3 + 1, true)
+  return tonumber(string.sub(rec, 1, c1 - 1)), string.sub(rec, c1 + 1, c2 - 1),
+         string.sub(rec, c3 + 1, nl - 1)
+end
+
+local function live(s, id, now)
+  local e = redis.call('ZSCORE', s.exp, id)
+  return (not e) or tonumber(e) > now
+end
+
+local function unlink(s, id)
+  if redis.call('HDEL', s.items, id) == 0 then return false end
+  redis.call('HDEL', s.vecs, id)
+  redis.call('ZREM', s.order, id)
+  redis.call('ZREM', s.exp, id)
+  local ns = ns_of(id)
+  if redis.call('HINCRBY', s.nsn, ns, -1) <= 0 then
+    redis.call('HDEL', s.nsn, ns)
+    redis.call('ZREM', s.ns, ns)
+  end
+  return true
+end
+
+-- Store a record with its indexes; vec: nil leaves vectors alone, '' removes them.
+local function link(s, id, rec, version, expires, vec)
+  if redis.call('HSET', s.items, id, rec) == 1 then
+    local ns = ns_of(id)
+    if redis.call('HINCRBY', s.nsn, ns, 1) == 1 then redis.call('ZADD', s.ns, 0, ns) end
+  end
+  redis.call('ZADD', s.order, version, id)
+  if expires and expires ~= '' then
+    redis.call('ZADD', s.exp, expires, id)
+  else
+    redis.call('ZREM', s.exp, id)
+  end
+  if vec == '' then
+    redis.call('HDEL', s.vecs, id)
+  elseif vec then
+    redis.call('HSET', s.vecs, id, vec)
+  end
+end
+
+-- An empty shard gives up its registration: writers must enroll it again, and the
+-- generation tells a writer that enrolled before this moment to enroll once more.
+local function close(s)
+  redis.call('DEL', s.items, s.vecs, s.order, s.exp, s.ns, s.nsn)
+  redis.call('HDEL', s.meta, 'reg', 'hint')
+  redis.call('HINCRBY', s.meta, 'gen', 1)
+  redis.call('PEXPIRE', s.meta, """
+    + str(TOMBSTONE_MS)
+    + r""")
+end
+
+local function starts(id, pre) return pre == '' or string.sub(id, 1, #pre) == pre end
+
+-- Items under the namespace prefix p (labels joined by NUL; '' for all) have ids
+-- starting with this.
+local function id_prefix(p)
+  if p == '' then return '' end
+  return p .. '\0'
+end
+
+local function each_expired(s, now, limit, fn)
+  local ids
+  if limit then
+    ids = redis.call('ZRANGEBYSCORE', s.exp, '-inf', fmt(now), 'LIMIT', 0, limit)
+  else
+    ids = redis.call('ZRANGEBYSCORE', s.exp, '-inf', fmt(now))
+  end
+  for _, id in ipairs(ids) do fn(id) end
+  return #ids
+end
+
+local function lex_range(pre)
+  if pre == '' then return '-', '+' end
+  return '[' .. pre, '(' .. pre .. '\1'
+end
+"""
+)
+
+# ARGV: mode ('check' | 'apply'), undo (0/1), shard count; per shard: the generation it
+# was enrolled at ('' if not enrolled by this writer), the due-hint floor enrolled with
+# it, the number of writes, then per write: id, op ('p' put | 'd' delete), expected
+# version ('' for none), ttl in microseconds ('' for none), value record tail, vectors
+# ('-' leave alone, '' none, else the packed vectors).
+#
+# Every check runs before the first write, so a script that refuses writes nothing:
+# 'conflict' (a condition failed), or 'refuse' (a shard must first be enrolled in the
+# registry, or its due hint lowered; the caller does that and runs the script again).
+WRITE = r"""
+local mode, want_undo, n = arg(), arg() == '1', tonumber(arg())
+local now = NOW
+local plans, refusals = {}, {}
+for i = 1, n do
+  local s = shard(i)
+  local enrolled_gen, floor, m = arg(), arg(), tonumber(arg())
+  local writes, has_put, min_exp = {}, false, nil
+  for j = 1, m do
+    local w = {id = arg(), op = arg(), expected = arg(), ttl = arg(), value = arg(), vec = arg()}
+    w.rec = redis.call('HGET', s.items, w.id)
+    w.live = w.rec and live(s, w.id, now)
+    if w.expected ~= '' then
+      local found = 0
+      if w.live then found = header(w.rec) end
+      if found ~= tonumber(w.expected) then return {'conflict', i, j, fmt(found)} end
+    end
+    if w.op == 'p' then
+      has_put = true
+      if w.ttl ~= '' then
+        local e = now + tonumber(w.ttl)
+        if not min_exp or e < min_exp then min_exp = e end
+      end
+    end
+    writes[j] = w
+  end
+  local gen = redis.call('HGET', s.meta, 'gen') or '0'
+  local enrolled = enrolled_gen ~= '' and enrolled_gen == gen
+  local plan = {s = s, writes = writes, has_put = has_put}
+  local needs = false
+  if has_put and not redis.call('HGET', s.meta, 'reg') then
+    if enrolled then plan.set_reg = true else needs = true end
+  end
+  if min_exp then
+    local hint = redis.call('HGET', s.meta, 'hint')
+    if not hint or min_exp < tonumber(hint) then
+      if enrolled and floor ~= '' and tonumber(floor) <= min_exp then
+        plan.set_hint = floor
+      else
+        needs = true
+      end
+    end
+  end
+  if needs then refusals[#refusals + 1] = {i, gen, min_exp and fmt(min_exp) or ''} end
+  plans[i] = plan
+end
+if mode == 'check' then return {'ok'} end
+if #refusals > 0 then return {'refuse', refusals} end
+
+local undo, emptied = {}, {}
+for i = 1, n do
+  local p = plans[i]
+  local s = p.s
+  if p.set_reg then
+    redis.call('HSET', s.meta, 'reg', '1')
+    redis.call('PERSIST', s.meta)
+  end
+  if p.set_hint then redis.call('HSET', s.meta, 'hint', p.set_hint) end
+  local clock = tonumber(redis.call('HGET', s.meta, 'clock') or '0')
+  local deleted = false
+  for _, w in ipairs(p.writes) do
+    local image
+    if want_undo then
+      image = {i, w.id, w.rec or '', fmt(redis.call('ZSCORE', s.exp, w.id) or -1),
+               redis.call('HGET', s.vecs, w.id) or '', ''}
+    end
+    if w.op == 'd' then
+      if w.rec then
+        unlink(s, w.id)
+        deleted = true
+      end
+    else
+      clock = math.max(clock + 1, now)
+      local created = fmt(now)
+      if w.live then
+        local _, c = header(w.rec)
+        created = c
+      end
+      local expires = nil
+      if w.ttl ~= '' then expires = fmt(now + tonumber(w.ttl)) end
+      local vec = nil
+      if w.vec ~= '-' then vec = w.vec end
+      local rec = fmt(clock) .. ',' .. created .. ',' .. fmt(now) .. ',' .. w.ttl .. '\n' .. w.value
+      link(s, w.id, rec, fmt(clock), expires, vec)
+      if image then image[6] = fmt(clock) end
+    end
+    if image then undo[#undo + 1] = image end
+  end
+  if p.has_put then redis.call('HSET', s.meta, 'clock', fmt(clock)) end
+  if deleted and redis.call('EXISTS', s.items) == 0 then emptied[#emptied + 1] = i end
+end
+return {'ok', emptied, undo}
+"""
+
+# Puts back what WRITE replaced, item by item, where the item is still as WRITE left it.
+# ARGV: shard count, then images: shard number, id, old record ('' none), old expiry
+# (-1 none), old vectors ('' none), version WRITE gave the item ('' it deleted it).
+UNDO = r"""
+local n = tonumber(arg())
+while argi < #ARGV do
+  local s = shard(tonumber(arg()))
+  local id, old, old_exp, old_vec, written = arg(), arg(), arg(), arg(), arg()
+  local cur = redis.call('HGET', s.items, id)
+  local untouched = not cur
+  if written ~= '' then untouched = cur and header(cur) == tonumber(written) end
+  if untouched then
+    if old == '' then
+      unlink(s, id)
+    else
+      local expires = nil
+      if old_exp ~= '-1' then expires = old_exp end
+      link(s, id, old, fmt(header(old)), expires, old_vec)
+    end
+  end
+end
+return n
+"""
+
+# ARGV: shard count; per shard: the number of ids, then (id, refresh 0/1) pairs.
+# Reply: per shard, the records (nil where missing or expired).
+GET = r"""
+return each_shard(function(s)
+  local found = {}
+  for j = 1, tonumber(arg()) do
+    local id, refresh = arg(), arg()
+    local rec = redis.call('HGET', s.items, id)
+    if rec and live(s, id, NOW) then
+      if refresh == '1' then
+        local _, _, ttl = header(rec)
+        if ttl ~= '' then redis.call('ZADD', s.exp, fmt(NOW + tonumber(ttl)), id) end
+      end
+      found[j] = rec
+    else
+      found[j] = false
+    end
+  end
+  return found
+end)
+"""
+
+# ARGV: vectors (0/1), shard count; per shard: the namespace prefix and how many of the
+# newest live items under it to return ('' all). Reply: per shard, (id, record[, vectors])
+# of live items under the prefix, newest first.
+SEARCH = r"""
+local with_vec = arg() == '1'
+return each_shard(function(s)
+  local pre, k = id_prefix(arg()), arg()
+  local want = nil
+  if k ~= '' then want = tonumber(k) end
+  local found, count, start = {}, 0, 0
+  while not want or count < want do
+    local ids = redis.call('ZREVRANGE', s.order, start, start + 511)
+    if #ids == 0 then break end
+    start = start + #ids
+    for _, id in ipairs(ids) do
+      if starts(id, pre) and live(s, id, NOW) then
+        found[#found + 1] = id
+        found[#found + 1] = redis.call('HGET', s.items, id)
+        if with_vec then found[#found + 1] = redis.call('HGET', s.vecs, id) or '' end
+        count = count + 1
+        if want and count >= want then break end
+      end
+    end
+  end
+  return found
+end)
+"""
+
+# ARGV: shard count; per shard: the number of ids, then the ids. Restarts the TTL of
+# those that are live and have one.
+REFRESH = r"""
+return each_shard(function(s)
+  for _ = 1, tonumber(arg()) do
+    local id = arg()
+    local rec = redis.call('HGET', s.items, id)
+    if rec and live(s, id, NOW) then
+      local _, _, ttl = header(rec)
+      if ttl ~= '' then redis.call('ZADD', s.exp, fmt(NOW + tonumber(ttl)), id) end
+    end
+  end
+  return 1
+end)
+"""
+
+# ARGV: shard count; per shard: a namespace prefix. Reply: per shard, its namespaces
+# under the prefix that hold a live item, in order.
+NAMESPACES = r"""
+return each_shard(function(s)
+  local lo, hi = lex_range(arg())
+  local expired, found = {}, {}
+  each_expired(s, NOW, nil, function(id)
+    local ns = ns_of(id)
+    expired[ns] = (expired[ns] or 0) + 1
+  end)
+  for _, ns in ipairs(redis.call('ZRANGEBYLEX', s.ns, lo, hi)) do
+    if tonumber(redis.call('HGET', s.nsn, ns) or '0') > (expired[ns] or 0) then
+      found[#found + 1] = ns
+    end
+  end
+  return found
+end)
+"""
+
+# ARGV: shard count; per shard: a namespace prefix. Reply: per shard, its live items
+# under the prefix.
+COUNT = r"""
+return each_shard(function(s)
+  local p = arg()
+  local pre, total = id_prefix(p), 0
+  if p == '' then
+    total = redis.call('HLEN', s.items)
+  else
+    local lo, hi = lex_range(p)
+    for _, ns in ipairs(redis.call('ZRANGEBYLEX', s.ns, lo, hi)) do
+      total = total + tonumber(redis.call('HGET', s.nsn, ns) or '0')
+    end
+  end
+  each_expired(s, NOW, nil, function(id)
+    if starts(id, pre) then total = total - 1 end
+  end)
+  return total
+end)
+"""
+
+# ARGV: shard count; per shard: a namespace prefix. Deletes every item under it, expired
+# or not, and closes the shard if that empties it. Reply: per shard, {deleted, closed}.
+PURGE = r"""
+return each_shard(function(s)
+  local p = arg()
+  local deleted = 0
+  if p == '' then
+    deleted = redis.call('HLEN', s.items)
+  else
+    local pre = id_prefix(p)
+    for _, id in ipairs(redis.call('ZRANGE', s.order, 0, -1)) do
+      if starts(id, pre) then
+        unlink(s, id)
+        deleted = deleted + 1
+      end
+    end
+  end
+  local closed = 0
+  if redis.call('HLEN', s.items) == 0 and (deleted > 0 or redis.call('EXISTS', s.meta) == 1) then
+    close(s)
+    closed = 1
+  end
+  return {deleted, closed}
+end)
+"""
+
+# ARGV: budget, shard count. Deletes up to `budget` expired items of the shards in turn;
+# closes a shard left empty; otherwise sets its due hint to its earliest expiry.
+# Reply: per shard, {deleted, more expired left (0/1), new hint ('' none), closed (0/1)}.
+SWEEP = r"""
+local budget = tonumber(arg())
+return each_shard(function(s)
+  local deleted = 0
+  if budget > 0 then
+    deleted = each_expired(s, NOW, budget, function(id) unlink(s, id) end)
+    budget = budget - deleted
+  end
+  local more = redis.call('ZCOUNT', s.exp, '-inf', fmt(NOW)) > 0
+  local hint, closed = '', 0
+  if redis.call('HLEN', s.items) == 0 then
+    close(s)
+    closed = 1
+  elseif more then
+    hint = redis.call('HGET', s.meta, 'hint') or ''
+  else
+    local first = redis.call('ZRANGE', s.exp, 0, 0, 'WITHSCORES')
+    if first[2] then hint = fmt(tonumber(first[2])) end
+    if hint ~= (redis.call('HGET', s.meta, 'hint') or '') then
+      -- A writer that enrolled against the old hint must enroll again (see plans).
+      if hint == '' then
+        redis.call('HDEL', s.meta, 'hint')
+      else
+        redis.call('HSET', s.meta, 'hint', hint)
+      end
+      redis.call('HINCRBY', s.meta, 'gen', 1)
+    end
+  end
+  return {deleted, more and 1 or 0, hint, closed}
+end)
+"""
+
+REGISTRY_PRELUDE = r"""
+local K_SHARDS, K_DUE, K_EPOCH, K_SEQ = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+"""
+
+# ARGV: (shard path, due hint or '') pairs. Registers each shard, gives it a fresh epoch
+# (so a sweeper that looked before this will not unregister it) and lowers its hint.
+ENROLL = r"""
+for i = 1, #ARGV, 2 do
+  local path, hint = ARGV[i], ARGV[i + 1]
+  redis.call('ZADD', K_SHARDS, 0, path)
+  redis.call('HSET', K_EPOCH, path, redis.call('INCR', K_SEQ))
+  if hint ~= '' then
+    local cur = redis.call('ZSCORE', K_DUE, path)
+    if (not cur) or tonumber(hint) < tonumber(cur) then redis.call('ZADD', K_DUE, hint, path) end
+  end
+end
+return 1
+"""
+
+# ARGV: (path, epoch seen before the shard script ran, action, hint) quads. Acts only
+# where no writer enrolled the shard since: 'close' unregisters it, 'hint' raises its
+# due hint, 'drop' forgets it (no expiring items left), 'keep' leaves it due.
+SETTLE = r"""
+for i = 1, #ARGV, 4 do
+  local path, epoch, action, hint = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  if (redis.call('HGET', K_EPOCH, path) or '') == epoch then
+    if action == 'close' then
+      redis.call('ZREM', K_SHARDS, path)
+      redis.call('ZREM', K_DUE, path)
+      redis.call('HDEL', K_EPOCH, path)
+    elseif action == 'hint' then
+      redis.call('ZADD', K_DUE, 'XX', hint, path)
+    elseif action == 'drop' then
+      redis.call('ZREM', K_DUE, path)
+    end
+  end
+end
+return 1
+"""
+
+# ARGV: 'range', lo, hi, limit: up to `limit` registered shard paths in the lexicographic
+# range; 'due', limit: up to `limit` shards whose due hint has come; or 'paths', path...:
+# the given paths. Reply: (path, epoch or '') pairs.
+REGISTRY = r"""
+local paths
+if ARGV[1] == 'range' then
+  paths = redis.call('ZRANGEBYLEX', K_SHARDS, ARGV[2], ARGV[3], 'LIMIT', 0, tonumber(ARGV[4]))
+elseif ARGV[1] == 'due' then
+  local now = string.format('%.0f', now_us())
+  paths = redis.call('ZRANGEBYSCORE', K_DUE, '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+else
+  paths = {}
+  for i = 2, #ARGV do paths[#paths + 1] = ARGV[i] end
+end
+local out = {}
+for _, path in ipairs(paths) do
+  out[#out + 1] = path
+  out[#out + 1] = redis.call('HGET', K_EPOCH, path) or ''
+end
+return out
+"""
+
+
+def _with(prelude: str, **bodies: str) -> dict[str, str]:
+    return {name: prelude + body for name, body in bodies.items()}
+
+
+SCRIPTS: dict[str, str] = {
+    **_with(
+        PRELUDE,
+        write=WRITE,
+        undo=UNDO,
+        get=GET,
+        search=SEARCH,
+        refresh=REFRESH,
+        namespaces=NAMESPACES,
+        count=COUNT,
+        purge=PURGE,
+        sweep=SWEEP,
+    ),
+    **_with(REGISTRY_PRELUDE, enroll=ENROLL, settle=SETTLE, registry=REGISTRY),
+}

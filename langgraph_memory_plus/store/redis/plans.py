@@ -1,0 +1,639 @@
+"""The Redis store's operations as plans over the Lua scripts in :mod:`.lua`.
+
+Key layout
+----------
+Items are grouped into *shards*: the namespaces that share their first ``shard_depth``
+labels (default 2; a shorter namespace is a shard of its own). ``("users", "u1")``,
+``("users", "u1", "notes")`` and ``("users", "u1", "prefs")`` are one shard. A shard is
+seven keys ``{prefix}:store:{<tag>}:<kind>``, the tag a hex SHA-256 prefix of the shard's
+labels, so one shard is one hash slot and any label text (braces, NUL, megabytes) maps
+to a safe tag:
+
+- ``items`` (hash): item id -> ``version,created,updated,ttl`` + newline + value JSON.
+  An id is the namespace's labels joined by NUL, two NULs, then the key (labels hold no
+  NUL and are never empty, so the first double NUL ends the namespace).
+- ``order`` (sorted set): ids by version, for "newest first" pages without a sort.
+- ``exp`` (sorted set): ids of items with a TTL, by expiry time. Expiry is data: every
+  read compares it with the server's clock, so an expired item is never returned,
+  counted or listed, even before the sweeper deletes it.
+- ``ns`` (sorted set, all scores 0) and ``nsn`` (hash): the shard's namespaces in
+  label order, and how many items each holds.
+- ``vecs`` (hash): id -> the item's embedding vectors (packed doubles).
+- ``meta`` (hash): the version clock, the shard's registration and due hint (below).
+
+An item's ``version`` comes from its shard's clock: the server's time in microseconds, or
+the shard's previous version plus one where that is larger. So versions never repeat,
+even after a shard is emptied and its clock forgotten, and they order writes across
+shards by time: search results come newest first, as on PostgreSQL.
+
+The store's *registry* is four keys in a hash slot of their own: ``shards`` (sorted set,
+scores 0: every shard's labels, so a lexicographic range finds the shards under a
+namespace prefix), ``due`` (sorted set: when each shard next has something for the TTL
+sweeper), ``epoch`` (hash) and ``seq`` (counter).
+
+Why this layout
+---------------
+- **Cluster-safe and spread out.** One shard per user (``("users", id, ...)`` or
+  ``("memories", id)``) spreads a store over a cluster's nodes, and every operation on
+  one shard is one atomic script. One tag for the whole store would put it on one node;
+  one tag per namespace would make a search of ``("users", id)`` visit every one of the
+  user's namespaces in separate scripts. One tag per top-level label is the depth-1
+  case: fine when the first label is a user id, one hot slot when it is ``"memories"``.
+- **Reads touch what they ask for.** ``get`` and anything under a prefix at least
+  ``shard_depth`` labels long go straight to one shard, without the registry. Shorter
+  prefixes (``search(("users",))``, ``list_namespaces()``) read the registry range and
+  visit those shards only; ``list_namespaces`` stops as soon as its page is full and
+  skips whole subtrees that ``max_depth`` folds into a result already listed.
+- **The price:** a filtered or semantic search reads every live item under the prefix in
+  each shard it visits (filters run in Python, scores are exact: there is no index
+  without modules); a search without filter or query reads only its page's worth per
+  shard. A shard is read by one script, which blocks the server while it runs, so keep
+  shards user-sized (that is what ``shard_depth`` is for).
+
+Registration and the sweeper's hints
+------------------------------------
+The registry lives on another slot than the shards, so it is kept right by a protocol
+rather than by atomicity, and it may list empty shards but never misses one:
+
+- A write puts an item into a shard only if the shard's ``meta`` says it is registered;
+  otherwise the script refuses, writing nothing, and the writer *enrolls* the shard
+  (adds it to ``shards`` and gives it a fresh epoch) and runs the script again, passing
+  the shard's generation seen at refusal. The same holds for the due hint: an item
+  whose expiry is earlier than the shard's hint is written only after ``due`` was
+  lowered. So the registry is updated before the data it describes, and a writer that
+  dies in between leaves at most an empty shard listed.
+- A sweeper (or ``delete_namespace``) that empties a shard *closes* it (drops its data
+  and registration, bumps its generation) and then removes it from the registry only
+  if its epoch is unchanged since before the shard script ran. A writer that enrolled
+  in between changed the epoch (the shard stays listed); a writer that enrolled before
+  finds the generation changed and enrolls again. Raising a due hint follows the same
+  rule, so ``due`` never promises a shard later than its earliest expiry.
+
+Atomicity of a batch
+--------------------
+All the writes of a batch that fall into one hash slot run as one script, which checks
+every condition before its first write. On a single server (or Valkey) every shard is
+"in one slot" for this purpose, so a whole batch is one atomic script. On Redis Cluster
+a batch writing shards on several slots runs one script per slot: conditions are checked
+on every slot first (a stale ``expected_version`` fails the batch with nothing written);
+if a condition then fails on a later slot because another writer got there in between,
+the slots already written are undone (each item restored if still as the batch left it)
+before ``ConflictError`` is raised. A connection lost between two slots' scripts leaves
+the earlier slots written; Redis Cluster has no cross-slot transaction to prevent that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import struct
+import sys
+from array import array
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from redis.crc import key_slot
+
+from ..._plan import Plan
+from ..._redis import Eval, Scan
+from ...errors import InvalidConfigError, MemoryPlusError
+from ..base import (
+    GetRequest,
+    ListRequest,
+    Namespace,
+    SearchRequest,
+    WriteRequest,
+    conflict_error,
+)
+from ..filters import holds
+from ..values import VersionedItem, VersionedSearchItem
+from ..vectors import Vector, cosine, norm
+from .lua import REGISTRY_KINDS, SHARD_KINDS
+
+# A script holds its arguments and its reply in memory at once, and Redis refuses a
+# request over 1 GiB (client-query-buffer-limit): values and batches stay well below.
+MAX_VALUE_BYTES = 64 * 1024 * 1024
+MAX_BATCH_BYTES = 256 * 1024 * 1024
+# An item id (namespace and key) is kept in up to four structures of its shard and sent
+# with every read of the item; real ids are far shorter.
+MAX_KEY_BYTES = 4096
+
+DEFAULT_SHARD_DEPTH = 2
+READ_CHUNK = 32  # shards per read script: bounds one script's reply and run time
+REGISTRY_PAGE = 256  # registry entries read per round trip
+LIST_PAGE = 64  # shards visited per round of list_namespaces (it stops early)
+SWEEP_SHARDS = 100  # due shards looked at per sweep batch
+ENROLL_ATTEMPTS = 8
+HINT_MARGIN_US = 1_000_000  # due hints are enrolled this much early (clock steps)
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+logger = logging.getLogger("langgraph_memory_plus.store")
+Command = Eval | Scan
+Arg = bytes | str | int
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def encode_namespace(namespace: Sequence[str]) -> bytes:
+    """Labels joined by NUL: byte order of the result is Python's order of the tuples."""
+    return b"\0".join(_utf8(label) for label in namespace)
+
+
+def decode_namespace(raw: bytes) -> Namespace:
+    return tuple(label.decode("utf-8", "surrogatepass") for label in raw.split(b"\0"))
+
+
+def item_id(namespace: Namespace, key: str) -> bytes:
+    return encode_namespace(namespace) + b"\0\0" + _utf8(key)
+
+
+def split_id(raw: bytes) -> tuple[Namespace, str]:
+    ns, _, key = raw.partition(b"\0\0")
+    return decode_namespace(ns), key.decode("utf-8", "surrogatepass")
+
+
+def lex_range(prefix: bytes) -> tuple[bytes, bytes]:
+    """``ZRANGEBYLEX`` bounds of the members equal to ``prefix`` or below it."""
+    if not prefix:
+        return b"-", b"+"
+    return b"[" + prefix, b"(" + prefix + b"\x01"
+
+
+def pack_vectors(vectors: Sequence[tuple[str, Vector]]) -> bytes:
+    """An item's vectors as ``V`` + dims (uint32) + little-endian doubles; b"" for none."""
+    if not vectors:
+        return b""
+    flat = [x for _, vector in vectors for x in vector]
+    return b"V" + struct.pack(f"<I{len(flat)}d", len(vectors[0][1]), *flat)
+
+
+def unpack_vectors(blob: bytes) -> list[Vector]:
+    if not blob:
+        return []
+    (dims,) = struct.unpack_from("<I", blob, 1)
+    data = array("d")
+    data.frombytes(blob[5:])
+    if sys.byteorder == "big":
+        data.byteswap()
+    return [data[i : i + dims].tolist() for i in range(0, len(data), dims)]
+
+
+def _time(us: bytes) -> datetime:
+    return EPOCH + timedelta(microseconds=int(us))
+
+
+@dataclass(frozen=True)
+class Shard:
+    """A shard's labels (its registry member), its keys, and which script group it is in."""
+
+    path: bytes
+    keys: tuple[bytes, ...]
+    group: int
+
+
+@dataclass(frozen=True)
+class Row:
+    """A decoded item record."""
+
+    id: bytes
+    namespace: Namespace
+    key: str
+    value: dict[str, Any]
+    version: int
+    created: bytes
+    updated: bytes
+    has_ttl: bool
+
+    @classmethod
+    def read(cls, raw_id: bytes, record: bytes) -> Row:
+        head, _, body = record.partition(b"\n")
+        version, created, updated, ttl = head.split(b",")
+        namespace, key = split_id(raw_id)
+        value = json.loads(body)
+        return cls(raw_id, namespace, key, value, int(version), created, updated, ttl != b"")
+
+    def item(self) -> VersionedItem:
+        return VersionedItem(
+            value=self.value,
+            key=self.key,
+            namespace=self.namespace,
+            created_at=_time(self.created),
+            updated_at=_time(self.updated),
+            version=self.version,
+        )
+
+    def search_item(self, score: float | None) -> VersionedSearchItem:
+        return VersionedSearchItem(
+            self.namespace,
+            self.key,
+            self.value,
+            _time(self.created),
+            _time(self.updated),
+            score,
+            version=self.version,
+        )
+
+
+Entries = Sequence[tuple[Shard, Sequence[Arg]]]
+
+
+class RedisStorePlans:
+    """Arguments for the scripts and decoding of their replies, for one key prefix."""
+
+    max_value_bytes = MAX_VALUE_BYTES
+    max_batch_bytes = MAX_BATCH_BYTES
+    max_key_bytes = MAX_KEY_BYTES
+    escape_strings = False  # Redis strings hold NUL; JSON text escapes it anyway
+
+    def __init__(self, prefix: str, shard_depth: int, *, cluster: bool) -> None:
+        if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{}\x00"):
+            raise InvalidConfigError(
+                f"key_prefix must be a non-empty string without braces or NUL, got {prefix!r}"
+            )
+        if isinstance(shard_depth, bool) or not isinstance(shard_depth, int) or shard_depth < 1:
+            raise InvalidConfigError(f"shard_depth must be a positive integer, got {shard_depth!r}")
+        self.prefix = prefix
+        self.depth = shard_depth
+        self.cluster = cluster
+        tag = "r" + hashlib.sha256(_utf8(prefix)).hexdigest()[:8]  # never a shard's tag
+        self.registry = [_utf8(f"{prefix}:store:{{{tag}}}:{kind}") for kind in REGISTRY_KINDS]
+
+    # -- shards and script calls ------------------------------------------------------
+
+    def shard_at(self, path: bytes) -> Shard:
+        tag = hashlib.sha256(path).hexdigest()[:32]
+        keys = tuple(_utf8(f"{self.prefix}:store:{{{tag}}}:{kind}") for kind in SHARD_KINDS)
+        return Shard(path, keys, key_slot(keys[0]) if self.cluster else 0)
+
+    def shard(self, namespace: Namespace) -> Shard:
+        return self.shard_at(encode_namespace(namespace[: self.depth]))
+
+    @staticmethod
+    def groups(shards: Sequence[Shard], chunk: int | None = None) -> list[list[int]]:
+        """Indexes of ``shards`` by script: one group per hash slot (one in all on a
+        single server), split into ``chunk``-sized parts if given."""
+        by_group: dict[int, list[int]] = {}
+        for i, shard in enumerate(shards):
+            by_group.setdefault(shard.group, []).append(i)
+        size = chunk or len(shards) or 1
+        return [part[i : i + size] for part in by_group.values() for i in range(0, len(part), size)]
+
+    @staticmethod
+    def call(
+        script: str, entries: Entries, indexes: Sequence[int], head: Sequence[Arg] = ()
+    ) -> Eval:
+        """One shard script on the shards ``entries[i]`` for ``i`` in ``indexes``."""
+        keys = [key for i in indexes for key in entries[i][0].keys]
+        args: list[Arg] = [*head, len(indexes)]
+        for i in indexes:
+            args.extend(entries[i][1])
+        return Eval(script, keys, args)
+
+    def fan_out(
+        self, script: str, entries: Entries, head: Sequence[Arg] = (), chunk: int = READ_CHUNK
+    ) -> Plan[Command, list[tuple[int, Any]]]:
+        """Run a read script over ``entries``; (entry index, that shard's reply) pairs."""
+        out: list[tuple[int, Any]] = []
+        for indexes in self.groups([shard for shard, _ in entries], chunk):
+            replies = yield self.call(script, entries, indexes, head)
+            out.extend(zip(indexes, replies, strict=True))
+        return out
+
+    def registered(self, prefix: Namespace) -> Plan[Command, list[tuple[bytes, bytes]]]:
+        """(path, epoch) of every registered shard at or below ``prefix``."""
+        lo, hi = lex_range(encode_namespace(prefix))
+        found: list[tuple[bytes, bytes]] = []
+        while True:
+            page = yield from self._registry_page(lo, hi, REGISTRY_PAGE)
+            found.extend(page)
+            if len(page) < REGISTRY_PAGE:
+                return found
+            lo = b"(" + page[-1][0]
+
+    def _registry_page(
+        self, lo: bytes, hi: bytes, limit: int
+    ) -> Plan[Command, list[tuple[bytes, bytes]]]:
+        reply = yield Eval("registry", self.registry, ["range", lo, hi, limit])
+        return list(zip(reply[::2], reply[1::2], strict=True))
+
+    def scope(self, prefix: Namespace) -> Plan[Command, list[Shard]]:
+        """The shards holding items under ``prefix``: one, when the prefix is at least a
+        shard path long (no registry read); else the registered ones below it."""
+        if len(prefix) >= self.depth:
+            return [self.shard(prefix)]
+        return [self.shard_at(path) for path, _ in (yield from self.registered(prefix))]
+
+    # -- setup --------------------------------------------------------------------------
+
+    def setup(self) -> Plan[Command, None]:
+        """Nothing to create: keys come into being with the first write."""
+        return
+        yield
+
+    # -- reads --------------------------------------------------------------------------
+
+    def get(self, requests: list[GetRequest]) -> Plan[Command, list[VersionedItem | None]]:
+        by_shard: dict[bytes, tuple[Shard, list[tuple[int, bytes, bool]]]] = {}
+        for pos, request in enumerate(requests):
+            shard = self.shard(request.namespace)
+            wanted = by_shard.setdefault(shard.path, (shard, []))[1]
+            wanted.append((pos, item_id(request.namespace, request.key), request.refresh))
+        plan = list(by_shard.values())
+        entries = [
+            (shard, [len(ids), *(a for _, raw, r in ids for a in (raw, int(r)))])
+            for shard, ids in plan
+        ]
+        results: list[VersionedItem | None] = [None] * len(requests)
+        for index, records in (yield from self.fan_out("get", entries, chunk=READ_CHUNK)):
+            for (pos, raw, _), record in zip(plan[index][1], records, strict=True):
+                if record is not None:
+                    results[pos] = Row.read(raw, record).item()
+        return results
+
+    def search(self, request: SearchRequest) -> Plan[Command, list[VersionedSearchItem]]:
+        if request.limit == 0:
+            return []
+        shards = yield from self.scope(request.prefix)
+        prefix = encode_namespace(request.prefix)
+        # Without filter or query a shard's newest offset+limit items are all a page can
+        # use; otherwise every live item under the prefix is a candidate.
+        exhaustive = request.filter is not None or request.query is not None
+        want: Arg = "" if exhaustive else request.offset + request.limit
+        scored = request.query is not None
+        step = 3 if scored else 2
+        rows: list[tuple[Row, float | None]] = []
+        entries = [(shard, [prefix, want]) for shard in shards]
+        for _, reply in (yield from self.fan_out("search", entries, head=[int(scored)])):
+            for n in range(0, len(reply), step):
+                row = Row.read(reply[n], reply[n + 1])
+                if request.filter is not None and not holds(request.filter, row.value):
+                    continue
+                score = self._score(request.query, reply[n + 2]) if scored else None
+                rows.append((row, score))
+        if scored:
+            rows.sort(key=lambda r: (r[1] is None, -(r[1] or 0.0), -r[0].version, r[0].id))
+        else:
+            rows.sort(key=lambda r: (-r[0].version, r[0].id))
+        page = rows[request.offset : request.offset + request.limit]
+        if request.refresh:
+            yield from self._refresh([row for row, _ in page if row.has_ttl])
+        return [row.search_item(score) for row, score in page]
+
+    @staticmethod
+    def _score(query: Vector | None, blob: bytes) -> float | None:
+        """Best cosine similarity among an item's vectors; None without vectors."""
+        assert query is not None
+        vectors = unpack_vectors(blob)
+        if not vectors:
+            return None
+        if len(vectors[0]) != len(query):
+            raise InvalidConfigError(
+                f"stored vectors have {len(vectors[0])} dimensions, the query {len(query)}; "
+                "re-index the store after changing index['dims']"
+            )
+        query_norm = norm(query)
+        return max(cosine(query, query_norm, vector, norm(vector)) for vector in vectors)
+
+    def _refresh(self, rows: Sequence[Row]) -> Plan[Command, None]:
+        by_shard: dict[bytes, tuple[Shard, list[bytes]]] = {}
+        for row in rows:
+            shard = self.shard(row.namespace)
+            by_shard.setdefault(shard.path, (shard, []))[1].append(row.id)
+        entries: list[tuple[Shard, list[Arg]]] = [
+            (shard, [len(ids), *ids]) for shard, ids in by_shard.values()
+        ]
+        for indexes in self.groups([shard for shard, _ in entries], READ_CHUNK):
+            yield self.call("refresh", entries, indexes)
+
+    def list_namespaces(self, request: ListRequest) -> Plan[Command, list[Namespace]]:
+        if request.limit == 0:
+            return []
+        heads = [c.literal_head for c in request.conditions if c.literal_head]
+        head = max(heads, key=len) if heads else ()
+        prefix = encode_namespace(head)
+        depth = request.max_depth
+        found: list[Namespace] = []
+        skip = request.offset
+        last: Namespace | None = None
+
+        def take(namespaces: Iterable[bytes]) -> bool:
+            """Adds a shard's namespaces to the page; True once the page is full."""
+            nonlocal skip, last
+            for raw in namespaces:
+                namespace = decode_namespace(raw)
+                if not all(c.matches(namespace) for c in request.conditions):
+                    continue
+                folded = namespace if depth is None else namespace[:depth]
+                if folded == last:
+                    continue  # shards and namespaces come in order: duplicates are adjacent
+                last = folded
+                if skip:
+                    skip -= 1
+                    continue
+                found.append(folded)
+                if len(found) >= request.limit:
+                    return True
+            return False
+
+        if len(head) >= self.depth:
+            replies = yield from self.fan_out("namespaces", [(self.shard(head), [prefix])])
+            take(replies[0][1])
+            return found
+        lo, hi = lex_range(prefix)
+        while True:
+            page = yield from self._registry_page(lo, hi, LIST_PAGE)
+            entries = [(self.shard_at(path), [prefix]) for path, _ in page]
+            visited = dict((yield from self.fan_out("namespaces", entries)))
+            for i in range(len(entries)):
+                if take(visited[i]):
+                    return found
+            if len(page) < LIST_PAGE:
+                return found
+            lo = b"(" + page[-1][0]
+            if last is not None and depth is not None and len(last) == depth <= self.depth:
+                # Every shard below `last` folds into it: jump past them.
+                bound = encode_namespace(last) + b"\x01"
+                if bound > page[-1][0]:
+                    lo = b"[" + bound
+
+    def count(self, prefix: Namespace) -> Plan[Command, int]:
+        shards = yield from self.scope(prefix)
+        entries = [(shard, [encode_namespace(prefix)]) for shard in shards]
+        return sum(int(n) for _, n in (yield from self.fan_out("count", entries)))
+
+    # -- writes -------------------------------------------------------------------------
+
+    def write(self, requests: list[WriteRequest]) -> Plan[Command, None]:
+        by_shard: dict[bytes, tuple[Shard, list[WriteRequest]]] = {}
+        for request in requests:
+            shard = self.shard(request.namespace)
+            by_shard.setdefault(shard.path, (shard, []))[1].append(request)
+        plan = list(by_shard.values())
+        groups = self.groups([shard for shard, _ in plan])
+        undo = len(groups) > 1
+        if undo:  # several slots: fail on a stale condition before writing any of them
+            for indexes in groups:
+                reply = yield self._write_call(plan, indexes, "check", False, {})
+                if reply[0] == b"conflict":
+                    raise self._conflict(plan, indexes, reply)
+        applied: list[tuple[list[int], list[Any]]] = []
+        emptied: list[Shard] = []
+        try:
+            for indexes in groups:
+                reply = yield from self._apply(plan, indexes, undo)
+                applied.append((indexes, reply[2]))
+                emptied.extend(plan[indexes[int(i) - 1]][0] for i in reply[1])
+        except Exception:
+            if applied:
+                yield from self._undo(plan, applied)
+            raise
+        if emptied:
+            # Ask the sweeper to close them. The batch is applied, so a failure here is
+            # only logged: an empty shard left registered costs nothing but its entry.
+            try:
+                yield Eval("enroll", self.registry, [a for s in emptied for a in (s.path, "0")])
+            except Exception:
+                logger.exception("could not mark emptied namespace shards for the sweeper")
+
+    def _apply(
+        self, plan: Sequence[tuple[Shard, Sequence[WriteRequest]]], indexes: list[int], undo: bool
+    ) -> Plan[Command, list[Any]]:
+        """Write one slot's shards, enrolling them first where the script asks to."""
+        tokens: dict[bytes, tuple[bytes, bytes]] = {}
+        for _ in range(ENROLL_ATTEMPTS):
+            reply = yield self._write_call(plan, indexes, "apply", undo, tokens)
+            if reply[0] == b"conflict":
+                raise self._conflict(plan, indexes, reply)
+            if reply[0] != b"refuse":
+                return list(reply)
+            tokens.update((yield from self._enroll(plan, indexes, reply[1])))
+        raise MemoryPlusError(
+            f"could not register a namespace shard in {ENROLL_ATTEMPTS} attempts "
+            "(its namespaces being deleted concurrently?); the batch was not applied"
+        )
+
+    @staticmethod
+    def _write_call(
+        plan: Sequence[tuple[Shard, Sequence[WriteRequest]]],
+        indexes: Sequence[int],
+        mode: str,
+        undo: bool,
+        tokens: dict[bytes, tuple[bytes, bytes]],
+    ) -> Eval:
+        entries = []
+        for shard, requests in plan:
+            gen, floor = tokens.get(shard.path, (b"", b""))
+            args: list[Arg] = [gen, floor, len(requests)]
+            for r in requests:
+                args.extend(
+                    (
+                        item_id(r.namespace, r.key),
+                        "d" if r.value is None else "p",
+                        "" if r.expected_version is None else r.expected_version,
+                        "" if r.ttl is None or r.value is None else max(1, round(r.ttl * 60e6)),
+                        b"" if r.value is None else r.value.text.encode("utf-8"),
+                        "-" if r.vectors is None or r.value is None else pack_vectors(r.vectors),
+                    )
+                )
+            entries.append((shard, args))
+        return RedisStorePlans.call("write", entries, indexes, [mode, int(undo)])
+
+    def _enroll(
+        self,
+        plan: Sequence[tuple[Shard, Sequence[WriteRequest]]],
+        indexes: Sequence[int],
+        refusals: Sequence[Sequence[Any]],
+    ) -> Plan[Command, dict[bytes, tuple[bytes, bytes]]]:
+        """Register refused shards (and lower their due hints); returns the tokens the
+        write script then accepts: the generation seen at refusal, the hint floor."""
+        args: list[Arg] = []
+        tokens: dict[bytes, tuple[bytes, bytes]] = {}
+        for number, gen, earliest in refusals:
+            shard = plan[indexes[int(number) - 1]][0]
+            floor = b"%d" % (int(earliest) - HINT_MARGIN_US) if earliest else b""
+            args.extend((shard.path, floor))
+            tokens[shard.path] = (gen, floor)
+        yield Eval("enroll", self.registry, args)
+        return tokens
+
+    @staticmethod
+    def _conflict(
+        plan: Sequence[tuple[Shard, Sequence[WriteRequest]]],
+        indexes: Sequence[int],
+        reply: Sequence[Any],
+    ) -> Exception:
+        _, number, position, found = reply
+        request = plan[indexes[int(number) - 1]][1][int(position) - 1]
+        return conflict_error(request, int(found))
+
+    def _undo(
+        self,
+        plan: Sequence[tuple[Shard, Sequence[WriteRequest]]],
+        applied: Sequence[tuple[list[int], list[Any]]],
+    ) -> Plan[Command, None]:
+        """Compensate the slots a failed cross-slot batch had already written.
+
+        Best effort: the batch's own error is what the caller sees, so a failure here
+        (the connection is still down) is logged, not raised.
+        """
+        for indexes, images in reversed(applied):
+            if images:
+                keys = [key for i in indexes for key in plan[i][0].keys]
+                args = [len(indexes), *(a for image in images for a in image)]
+                try:
+                    yield Eval("undo", keys, args)
+                except Exception:
+                    logger.exception("could not undo a failed batch's writes on one hash slot")
+
+    def delete_namespace(self, prefix: Namespace) -> Plan[Command, int]:
+        if len(prefix) >= self.depth:
+            path = self.shard(prefix).path
+            reply = yield Eval("registry", self.registry, ["paths", path])
+            targets = [(path, reply[1])]
+        else:
+            targets = yield from self.registered(prefix)
+        # The epochs were read before the shard scripts run: see "Registration".
+        entries = [(self.shard_at(path), [encode_namespace(prefix)]) for path, _ in targets]
+        total, settle = 0, list[Arg]()
+        for i, (deleted, closed) in (yield from self.fan_out("purge", entries)):
+            total += int(deleted)
+            if closed:
+                settle.extend((targets[i][0], targets[i][1], "close", ""))
+        if settle:
+            yield Eval("settle", self.registry, settle)
+        return total
+
+    def sweep(self, batch_size: int) -> Plan[Command, tuple[int, bool]]:
+        reply = yield Eval("registry", self.registry, ["due", SWEEP_SHARDS])
+        due = list(zip(reply[::2], reply[1::2], strict=True))
+        if not due:
+            return 0, False
+        entries = [(self.shard_at(path), ()) for path, _ in due]
+        budget, more = batch_size, len(due) >= SWEEP_SHARDS
+        settle: list[Arg] = []
+        for indexes in self.groups([shard for shard, _ in entries]):
+            if budget <= 0:
+                more = True
+                break
+            replies = yield self.call("sweep", entries, indexes, [budget])
+            for i, (deleted, left, hint, closed) in zip(indexes, replies, strict=True):
+                budget -= int(deleted)
+                more = more or bool(left)
+                action = _settle_action(bool(closed), bool(left), hint)
+                settle.extend((*due[i], action, hint))
+        if settle:
+            yield Eval("settle", self.registry, settle)
+        return batch_size - budget, more or budget <= 0
+
+
+def _settle_action(closed: bool, left: bool, hint: bytes) -> str:
+    if closed:
+        return "close"
+    if left:
+        return "keep"
+    return "hint" if hint else "drop"

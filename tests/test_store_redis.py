@@ -1,0 +1,704 @@
+"""Behaviour, layout and fault tests for ``RedisStore`` / ``AsyncRedisStore``.
+
+Every test runs on the machine's single-node Redis and on the session's three-master
+cluster (the ``where`` parameter), most of them for both classes (``flavour``), each under
+a key prefix of its own that is deleted afterwards.
+
+The behaviour tests that ``test_store_postgres`` writes against its ``open_store`` fixture
+alone (InMemoryStore parity, filters, namespaces, conditional writes, bad input, semantic
+search) are imported from there and collected here again with this module's
+``open_store``, so both backends pass the very same assertions. The tests below are
+Redis's own: the key layout and hash slots, which scripts the hot paths send, TTL as data,
+the registry protocol, cross-slot batches, erasure, and faults. They look at keys through
+the store's own plans (``store._plans.shard(...)``), following the layout documented in
+:mod:`langgraph_memory_plus.store.redis.plans`.
+
+No assertion depends on speed: TTL tests sleep longer than a TTL or compare stored expiry
+times, and waits are bounded polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+import test_redis_saver as saver_tests
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.store.base import (
+    GetOp,
+    InvalidNamespaceError,
+    ListNamespacesOp,
+    PutOp,
+    SearchOp,
+)
+from langgraph.store.memory import InMemoryStore
+from redis.crc import key_slot
+
+# Backend-neutral behaviour tests, run here against Redis (see the module docstring).
+from test_store_postgres import (  # noqa: F401
+    INDEX,
+    WAIT_SECONDS,
+    OpenStore,
+    Ops,
+    Visits,
+    _visit,
+    embed,
+    keys,
+    poll,
+    same,
+    test_bad_filters_raise_clear_errors,
+    test_bad_index_options,
+    test_bad_ttl_options,
+    test_bad_values_are_refused_and_nothing_is_written,
+    test_batch_reads_see_the_store_before_the_batch_writes,
+    test_concurrent_increments_lose_no_update,
+    test_conditional_put_and_delete,
+    test_filters_agree_with_in_memory_store,
+    test_large_values_are_refused_before_writing,
+    test_list_namespaces_matches_in_memory_store,
+    test_namespace_validation_matches_langgraph,
+    test_numbers_keep_their_type_and_value,
+    test_numeric_filter_compares_numbers_as_numbers,
+    test_numeric_filter_skips_values_that_are_not_numbers,
+    test_pagination_has_no_silent_caps,
+    test_put_get_update_delete_like_in_memory,
+    test_search_prefix_boundaries_and_recency_order,
+    test_semantic_search_ranks_like_in_memory_store,
+    test_undecided_rows_page_exactly,
+    test_versions_change_on_every_write_and_never_repeat,
+)
+
+from langgraph_memory_plus._redis import Eval
+from langgraph_memory_plus.errors import ConflictError, InvalidConfigError
+from langgraph_memory_plus.store import ConditionalPutOp, InvalidValueError
+from langgraph_memory_plus.store.redis import AsyncRedisStore, RedisStore
+from langgraph_memory_plus.store.redis.plans import LIST_PAGE, RedisStorePlans
+
+pytestmark = pytest.mark.storage
+
+# Fixtures shared with the Redis saver's tests: the single node / cluster choice, the
+# calling style, a per-test key prefix with an admin client, private servers.
+Space = saver_tests.Space
+where = saver_tests.where
+flavour = saver_tests.flavour
+space = saver_tests.space
+start_redis = saver_tests.start_redis
+
+
+# --------------------------------------------------------------------------------------------
+# Fixtures: stores on this test's prefix, and a look behind the store's back
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def open_store(space: Space, flavour: str) -> OpenStore:
+    """``open_store(**options)`` opens a new store of this test's flavour on its prefix."""
+
+    @asynccontextmanager
+    async def factory(**options: Any) -> AsyncIterator[Ops]:
+        options.setdefault("key_prefix", space.prefix)
+        options.pop("pool_max_size", None)  # the PostgreSQL pool's; redis-py pools by itself
+        if flavour == "sync":
+            with RedisStore.from_conn_string(space.url, **options) as store:
+                store.setup()
+                yield Ops(store, False)
+        else:
+            async with AsyncRedisStore.from_conn_string(space.url, **options) as astore:
+                await astore.setup()
+                yield Ops(astore, True)
+
+    return factory
+
+
+def plans(ops: Ops) -> RedisStorePlans:
+    plans: RedisStorePlans = ops.store._plans
+    return plans
+
+
+def shard_key(ops: Ops, namespace: tuple[str, ...], kind: str) -> bytes:
+    """The key of ``kind`` of the shard holding ``namespace`` (see the plans' layout)."""
+    from langgraph_memory_plus.store.redis.lua import SHARD_KINDS
+
+    return plans(ops).shard(namespace).keys[SHARD_KINDS.index(kind)]
+
+
+def registry_key(ops: Ops, kind: str) -> bytes:
+    from langgraph_memory_plus.store.redis.lua import REGISTRY_KINDS
+
+    return plans(ops).registry[REGISTRY_KINDS.index(kind)]
+
+
+def registered(space: Space, ops: Ops) -> list[tuple[str, ...]]:
+    members = space.admin.zrange(registry_key(ops, "shards"), 0, -1)
+    return [tuple(m.decode().split("\0")) for m in members]
+
+
+Hook = Callable[[Eval], None]
+
+
+def intercept(ops: Ops, hook: Hook) -> list[Eval]:
+    """Record every command the store sends, calling ``hook`` before each is run."""
+    runner = ops.store._runner
+    original = runner._execute
+    seen: list[Eval] = []
+
+    def before(command: Eval) -> None:
+        seen.append(command)
+        hook(command)
+
+    if ops.is_async:
+
+        async def run_async(command: Eval) -> Any:
+            before(command)
+            return await original(command)
+
+        runner._execute = run_async
+    else:
+
+        def run_sync(command: Eval) -> Any:
+            before(command)
+            return original(command)
+
+        runner._execute = run_sync
+    return seen
+
+
+def record(ops: Ops) -> list[Eval]:
+    return intercept(ops, lambda command: None)
+
+
+def scripts(seen: list[Eval]) -> Counter[str]:
+    return Counter(command.script for command in seen)
+
+
+def shards_visited(seen: list[Eval], script: str) -> int:
+    """How many shards the calls of ``script`` covered (7 keys per shard)."""
+    return sum(len(c.keys) // 7 for c in seen if c.script == script)
+
+
+# --------------------------------------------------------------------------------------------
+# Key layout, hash slots and the commands hot paths send
+# --------------------------------------------------------------------------------------------
+
+
+async def test_keys_layout_and_hash_slots(open_store: OpenStore, space: Space) -> None:
+    async with open_store(index=INDEX) as ops:
+        await ops.call("put", ("users", "u1"), "a", {"text": "abc"})
+        await ops.call("put", ("users", "u1", "notes"), "b", {"text": "dd"}, ttl=5)
+        await ops.call("put", ("users", "u2"), "c", {"text": "e"})
+        await ops.call("put", ("solo",), "d", {"text": "f"})
+        found = space.scan_keys()
+        assert all(key.startswith(f"{space.prefix}:store:{{".encode()) for key in found)
+        tags = Counter(re.match(rb".*:store:\{([^}]*)\}:", key)[1] for key in found)  # type: ignore[index]
+        # Three shards (u1 with its sub-namespace, u2, solo) and the registry.
+        assert len(tags) == 4
+        user = ("users", "u1")
+        assert space.admin.hlen(shard_key(ops, user, "items")) == 2
+        assert space.admin.hlen(shard_key(ops, user, "vecs")) == 2
+        assert space.admin.zcard(shard_key(ops, user, "exp")) == 1
+        assert space.admin.zrange(shard_key(ops, user, "ns"), 0, -1) == [
+            b"users\0u1",
+            b"users\0u1\0notes",
+        ]
+        for namespace in (user, ("users", "u2"), ("solo",)):
+            slots = {key_slot(key) for key in plans(ops).shard(namespace).keys}
+            assert len(slots) == 1, namespace
+        assert sorted(registered(space, ops)) == [("solo",), ("users", "u1"), ("users", "u2")]
+        assert len({key_slot(key) for key in plans(ops).registry}) == 1
+
+
+async def test_hot_paths_read_one_shard_and_never_scan(open_store: OpenStore) -> None:
+    async with open_store() as ops:
+        await ops.call("batch", [PutOp(("users", f"u{i}"), "k", {"i": i}) for i in range(20)])
+        seen = record(ops)
+        await ops.call("get", ("users", "u3"), "k")
+        await ops.call("search", ("users", "u3"), filter={"i": 3})
+        await ops.call("list_namespaces", prefix=("users", "u3"))
+        await ops.call("count", ("users", "u3"))
+        await ops.call("put", ("users", "u3"), "k", {"i": 33})
+        assert scripts(seen) == {"get": 1, "search": 1, "namespaces": 1, "count": 1, "write": 1}
+        assert all(len(c.keys) == 7 for c in seen)  # one shard each, no registry
+        seen.clear()
+        assert len(await ops.call("search", ("users",), limit=100)) == 20
+        assert scripts(seen)["registry"] == 1 and shards_visited(seen, "search") == 20
+        assert all(isinstance(c, Eval) for c in seen)  # never a SCAN
+
+
+async def test_a_batch_is_one_script_per_hash_slot(open_store: OpenStore, where: str) -> None:
+    async with open_store() as ops:
+        puts = [PutOp(("users", f"u{i}"), "k", {"i": i}) for i in range(30)]
+        await ops.call("batch", puts)  # enrolls the shards
+        seen = record(ops)
+        await ops.call("batch", [p._replace(value={"i": -1}) for p in puts])
+        slots = {plans(ops).shard(p.namespace).group for p in puts}
+        expected = 1 if where == "single" else len(slots)
+        # Several slots also run a check pass first (see test_cross_slot_batches).
+        assert scripts(seen) == {"write": expected if expected == 1 else 2 * expected}
+
+
+async def test_cluster_spreads_shards_over_its_nodes(space: Space) -> None:
+    if space.where != "cluster":
+        return  # a single server has one node; the layout is the same
+    with RedisStore.from_conn_string(space.url, key_prefix=space.prefix) as store:
+        store.batch([PutOp(("users", f"u{i}"), "k", {"i": i}) for i in range(30)])
+        client: Any = space.admin
+        nodes = {
+            client.get_node_from_key(key).name
+            for key in space.scan_keys()
+            if key.endswith(b":items")
+        }
+        assert len(nodes) == 3
+
+
+# --------------------------------------------------------------------------------------------
+# TTL: expiry as data, refresh on read, the sweeper
+# --------------------------------------------------------------------------------------------
+
+
+async def test_expired_items_are_never_returned_before_a_sweep(
+    open_store: OpenStore, space: Space
+) -> None:
+    async with open_store(ttl={"default_ttl": 0.005}) as ops:  # 0.3 seconds
+        await ops.call("put", ("t", "short"), "k", {"v": 1})
+        await ops.call("put", ("t", "keep"), "k", {"v": 2}, ttl=None)
+        await ops.call("put", ("t", "short"), "long", {"v": 3}, ttl=10)
+        await ops.call("put", ("t", "short", "deep"), "k", {"v": 4})
+        await asyncio.sleep(0.5)
+        assert await ops.call("get", ("t", "short"), "k") is None
+        assert keys(await ops.call("search", ("t",))) == ["long", "k"]
+        assert await ops.call("count", ("t",)) == 2
+        assert await ops.call("list_namespaces") == [("t", "keep"), ("t", "short")]
+        await ops.call("delete", ("t", "short"), "long")
+        assert await ops.call("list_namespaces") == [("t", "keep")]
+        items = shard_key(ops, ("t", "short"), "items")
+        assert space.admin.hlen(items) == 2  # the expired items are still stored...
+        assert await ops.admin("sweep_ttl") == 2  # ...until swept
+        assert space.admin.exists(items) == 0
+        assert registered(space, ops) == [("t", "keep")]  # the emptied shard is closed
+        # Writing an expired item's key starts a new item.
+        await ops.call("put", ("t", "new"), "k", {"v": 4}, ttl=0.005)
+        await asyncio.sleep(0.5)
+        await ops.call("put", ("t", "new"), "k", {"v": 5})
+        fresh = await ops.call("get", ("t", "new"), "k")
+        assert fresh.value == {"v": 5} and fresh.created_at == fresh.updated_at
+
+
+REFRESH_CASES: list[tuple[str, tuple[Any, ...], dict[str, Any], bool]] = [
+    ("get", (("r",), "k"), {"refresh_ttl": False}, False),
+    ("search", (("r",),), {"refresh_ttl": False}, False),
+    ("get", (("r",), "k"), {}, True),
+    ("search", (("r",),), {"filter": {"v": {"$gt": 0}}}, True),
+    ("search", (("r",),), {"filter": {"v": {"$lt": 0}}}, False),  # not on the page
+    ("search", (("r",),), {"limit": 1}, False),  # the page holds only the newer k2
+    ("get", (("r",), "k"), {"refresh_ttl": True}, True),
+]
+
+
+async def test_ttl_refresh_on_read(open_store: OpenStore, space: Space) -> None:
+    """The item's expiry score moves exactly when a read returns it with refresh on."""
+    async with open_store(ttl={"default_ttl": 5}) as ops:
+        await ops.call("put", ("r",), "k", {"v": 1})
+        await ops.call("put", ("r",), "k2", {"v": 2}, ttl=None)
+        exp = shard_key(ops, ("r",), "exp")
+        assert space.admin.zrange(exp, 0, -1) == [b"r\0\0k"]  # k2 has no TTL
+
+        async def moves(store: Ops, name: str, args: tuple[Any, ...], kw: dict[str, Any]) -> bool:
+            before = space.admin.zscore(exp, b"r\0\0k")
+            await asyncio.sleep(0.01)
+            await store.call(name, *args, **kw)
+            return bool(space.admin.zscore(exp, b"r\0\0k") != before)
+
+        for name, args, kwargs, expected in REFRESH_CASES:
+            assert await moves(ops, name, args, kwargs) == expected, (name, kwargs)
+    async with open_store(ttl={"default_ttl": 5, "refresh_on_read": False}) as ops:
+        assert await moves(ops, "get", (("r",), "k"), {}) is False
+        assert await moves(ops, "search", (("r",),), {}) is False
+        assert await moves(ops, "get", (("r",), "k"), {"refresh_ttl": True}) is True
+
+
+async def test_ttl_sweeper_deletes_in_bounded_batches(open_store: OpenStore, space: Space) -> None:
+    async with open_store(ttl={"default_ttl": 0.005, "sweep_interval_minutes": 0.005}) as ops:
+        spaces = [("s", f"n{i}") for i in range(5)]
+        await ops.call(
+            "batch", [PutOp(spaces[i % 5], str(i), {"i": i}, ttl=0.005) for i in range(25)]
+        )
+        await ops.call("put", ("s", "n0"), "forever", {"i": -1}, ttl=None)
+        await asyncio.sleep(0.5)
+        seen = record(ops)
+        assert await ops.admin("sweep_ttl", batch_size=10) == 25
+        budgets = [int(c.args[0]) for c in seen if c.script == "sweep"]
+        assert budgets and all(b <= 10 for b in budgets)
+        assert registered(space, ops) == [("s", "n0")]  # the others were emptied and closed
+        with pytest.raises(InvalidConfigError):
+            await ops.admin("sweep_ttl", batch_size=0)
+        await ops.call("batch", [PutOp(("s", "n9"), str(i), {"i": i}, ttl=0.005) for i in range(5)])
+        await ops.admin("start_ttl_sweeper")
+        await poll(lambda: not space.admin.exists(shard_key(ops, ("s", "n9"), "items")), "sweep")
+        assert await ops.admin("stop_ttl_sweeper", timeout=WAIT_SECONDS) is True
+        assert await ops.call("count") == 1
+    async with open_store() as ops:  # no ttl config: nothing to sweep, nothing started
+        done = await ops.admin("start_ttl_sweeper")
+        assert done.done()
+        assert await ops.admin("stop_ttl_sweeper") is True
+
+
+# --------------------------------------------------------------------------------------------
+# The registry protocol (see "Registration and the sweeper's hints" in the plans)
+# --------------------------------------------------------------------------------------------
+
+
+def on_nth_write(n: int, action: Callable[[], None]) -> Hook:
+    """A hook that runs ``action`` just before the store's ``n``-th write script."""
+    count = 0
+
+    def hook(command: Eval) -> None:
+        nonlocal count
+        if command.script == "write":
+            count += 1
+            if count == n:
+                action()
+
+    return hook
+
+
+async def test_a_shard_closed_while_a_writer_enrolls_it_stays_registered(
+    open_store: OpenStore, space: Space
+) -> None:
+    """The writer enrolls, a delete_namespace empties, closes and unregisters the shard
+    before the writer's second attempt: the writer must enroll again, not write into an
+    unregistered shard that list_namespaces would never see."""
+    with RedisStore.from_conn_string(space.url, key_prefix=space.prefix) as other:
+        async with open_store() as ops:
+            await ops.call("put", ("users", "u9"), "old", {"v": 0})
+            await ops.call("delete", ("users", "u9"), "old")
+            other.sweep_ttl()  # closes the emptied shard: the next put must enroll it
+            assert registered(space, ops) == []
+            ran: list[int] = []
+            seen = intercept(
+                ops,
+                on_nth_write(2, lambda: ran.append(other.delete_namespace(("users", "u9")))),
+            )
+            await ops.call("put", ("users", "u9"), "new", {"v": 1})
+            assert ran == [0] and scripts(seen) == {"write": 3, "enroll": 2}
+            assert await ops.call("list_namespaces") == [("users", "u9")]
+            assert registered(space, ops) == [("users", "u9")]
+
+
+async def test_a_sweep_between_enrolment_and_write_keeps_the_due_hint(
+    open_store: OpenStore, space: Space
+) -> None:
+    """Same race with a TTL item: the sweeper closes the (still empty) shard; the item
+    written afterwards must still be found and deleted by a later sweep."""
+    with RedisStore.from_conn_string(space.url, key_prefix=space.prefix) as other:
+        async with open_store() as ops:
+            swept: list[int] = []
+            intercept(ops, on_nth_write(2, lambda: swept.append(other.sweep_ttl())))
+            await ops.call("put", ("t", "u1"), "k", {"v": 1}, ttl=0.002)
+            assert swept == [0]
+            assert registered(space, ops) == [("t", "u1")]
+            assert space.admin.zscore(registry_key(ops, "due"), b"t\0u1") is not None
+            await asyncio.sleep(0.3)
+            assert other.sweep_ttl() == 1
+            assert registered(space, ops) == []
+            assert space.admin.zcard(registry_key(ops, "due")) == 0
+
+
+# --------------------------------------------------------------------------------------------
+# Optimistic concurrency and cross-slot batches
+# --------------------------------------------------------------------------------------------
+
+
+async def test_two_writers_racing_on_one_item(open_store: OpenStore) -> None:
+    async with open_store() as ops, open_store() as rival:
+        await ops.call("put", ("race",), "profile", {"who": "nobody"})
+        seen = (await ops.call("get", ("race",), "profile")).version
+        await rival.call("put", ("race",), "profile", {"who": "A"}, expected_version=seen)
+        with pytest.raises(ConflictError, match="is at version"):
+            await ops.call("put", ("race",), "profile", {"who": "B"}, expected_version=seen)
+        assert (await ops.call("get", ("race",), "profile")).value == {"who": "A"}
+        await rival.call("put", ("race",), "new", {"who": "A"}, expected_version=0)
+        with pytest.raises(ConflictError, match="already exists"):
+            await ops.call("put", ("race",), "new", {"who": "B"}, expected_version=0)
+
+
+def two_slots(ops: Ops) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Two namespaces whose shards are in different script groups (hash slots)."""
+    first = ("users", "a")
+    for i in range(100):
+        other = ("users", f"b{i}")
+        if plans(ops).shard(other).group != plans(ops).shard(first).group:
+            return first, other
+    raise AssertionError("no second slot found")
+
+
+async def test_cross_slot_batches_apply_all_or_nothing(open_store: OpenStore, space: Space) -> None:
+    async with open_store() as ops:
+        if space.where == "single":
+            # One server: any batch is one script, checked before its first write.
+            batch = [PutOp(("users", f"u{i}"), "k", {"i": i}) for i in range(10)]
+            seen = record(ops)
+            with pytest.raises(ConflictError):
+                await ops.call("batch", [*batch, ConditionalPutOp(batch[0], 42)])
+            assert scripts(seen) == {"write": 1}
+            assert await ops.call("count") == 0
+            return
+        first, second = two_slots(ops)
+        await ops.call("put", first, "x", {"v": "old"})
+        await ops.call("put", second, "y", {"v": "old"})
+        version = (await ops.call("get", second, "y")).version
+        batch: list[Any] = [
+            PutOp(first, "x", {"v": "new"}),
+            PutOp(first, "fresh", {"v": "new"}),
+            ConditionalPutOp(PutOp(second, "y", {"v": "new"}), version + 1),
+        ]
+        # A stale condition on the second slot: found by the check pass, nothing written.
+        with pytest.raises(ConflictError):
+            await ops.call("batch", batch)
+        batch[2] = ConditionalPutOp(PutOp(second, "y", {"v": "new"}), version)
+        # A rival writes between the check pass and the second slot's write: the first
+        # slot's writes are undone before ConflictError is raised.
+        with RedisStore.from_conn_string(space.url, key_prefix=space.prefix) as rival:
+            intercept(ops, on_nth_write(4, lambda: rival.put(second, "y", {"v": "rival"})))
+            with pytest.raises(ConflictError):
+                await ops.call("batch", batch)
+        assert (await ops.call("get", first, "x")).value == {"v": "old"}
+        assert await ops.call("get", first, "fresh") is None
+        assert (await ops.call("get", second, "y")).value == {"v": "rival"}
+        version = (await ops.call("get", second, "y")).version
+        batch[2] = ConditionalPutOp(PutOp(second, "y", {"v": "new"}), version)
+
+        # The connection fails before the second slot's script: the error reaches the
+        # caller, and the first slot's writes are undone.
+        def fail() -> None:
+            raise redis.ConnectionError("lost the connection (injected)")
+
+        intercept(ops, on_nth_write(4, fail))
+        with pytest.raises(redis.ConnectionError, match="injected"):
+            await ops.call("batch", batch)
+        assert (await ops.call("get", first, "x")).value == {"v": "old"}
+        assert await ops.call("get", first, "fresh") is None
+        assert (await ops.call("get", second, "y")).value == {"v": "rival"}
+        intercept(ops, lambda command: None)
+        await ops.call("batch", batch)
+        assert (await ops.call("get", first, "fresh")).value == {"v": "new"}
+        assert (await ops.call("get", second, "y")).value == {"v": "new"}
+
+
+# --------------------------------------------------------------------------------------------
+# delete_namespace, count, list_namespaces at scale, other shard depths
+# --------------------------------------------------------------------------------------------
+
+
+def dump(space: Space) -> bytes:
+    """Every key name and stored byte under the test's prefix, concatenated."""
+    admin: Any = space.admin
+    out = []
+    for key in space.scan_keys():
+        out.append(key)
+        kind = admin.type(key)
+        if kind == b"hash":
+            out.extend(b for pair in admin.hgetall(key).items() for b in pair)
+        elif kind == b"zset":
+            out.extend(admin.zrange(key, 0, -1))
+        elif kind == b"string":
+            out.append(admin.get(key))
+    return b"|".join(out)
+
+
+async def test_delete_namespace_count_and_erasure(open_store: OpenStore, space: Space) -> None:
+    async with open_store(index=INDEX) as ops:
+        for ns in [("users", "u1"), ("users", "u1", "notes"), ("users", "u10"), ("users", "u2")]:
+            await ops.call("put", ns, "a", {"text": "abc", "name": f"secret:{ns[1]}:"})
+            await ops.call("put", ns, "b", {"text": "def"}, ttl=10)
+        await ops.call("put", ("users", "u1"), "old", {"text": "x"}, ttl=0.001)
+        await asyncio.sleep(0.2)
+        assert await ops.call("count") == 8
+        assert await ops.call("count", ("users", "u1")) == 4
+        assert await ops.call("count", ("users", "u1", "notes")) == 2
+        # Deleting below a shard keeps the rest of it.
+        assert await ops.call("delete_namespace", ("users", "u1", "notes")) == 2
+        assert await ops.call("count", ("users", "u1")) == 2
+        assert await ops.call("delete_namespace", ("users", "u1")) == 3  # expired item too
+        assert await ops.call("count", ("users",)) == 4
+        assert await ops.call("list_namespaces") == [("users", "u10"), ("users", "u2")]
+        stored = dump(space)
+        assert b"secret:u1:" not in stored and b"secret:u2:" in stored
+        assert re.search(rb"u1(?!0)", stored) is None  # no label, value, or index entry
+        assert await ops.call("delete_namespace", ("nothing",)) == 0
+        assert await ops.call("delete_namespace", ("users",)) == 4
+        assert await ops.call("count") == 0 and registered(space, ops) == []
+        with pytest.raises(InvalidConfigError):
+            await ops.call("delete_namespace", ())
+        with pytest.raises(InvalidNamespaceError):
+            await ops.call("count", ("a.b",))
+
+
+async def test_list_namespaces_stops_early_and_skips_folded_subtrees(
+    open_store: OpenStore,
+) -> None:
+    async with open_store() as ops:
+        puts = [PutOp((root, f"u{i:03}"), "k", {"i": i}) for root in "st" for i in range(150)]
+        await ops.call("batch", puts)
+        seen = record(ops)
+        first = await ops.call("list_namespaces", limit=3)
+        assert first == [("s", "u000"), ("s", "u001"), ("s", "u002")]
+        assert shards_visited(seen, "namespaces") <= LIST_PAGE
+        seen.clear()
+        assert await ops.call("list_namespaces", max_depth=1) == [("s",), ("t",)]
+        assert shards_visited(seen, "namespaces") <= 2 * LIST_PAGE
+        seen.clear()
+        found = await ops.call("list_namespaces", prefix=("t",), limit=500, offset=140)
+        assert found == [("t", f"u{i:03}") for i in range(140, 150)]
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+async def test_other_shard_depths_agree_with_in_memory_store(
+    open_store: OpenStore, depth: int
+) -> None:
+    ref = InMemoryStore()
+    namespaces = [("a",), ("a", "b"), ("a", "b", "c"), ("a", "b", "c", "d"), ("b", "x", "y")]
+    async with open_store(shard_depth=depth) as ops:
+        for i, ns in enumerate(namespaces):
+            for store in (ops, Ops(ref, False)):
+                await store.call("put", ns, "k", {"i": i})
+                await store.call("put", ns, "j", {"i": -i})
+        for prefix in [(), ("a",), ("a", "b"), ("a", "b", "c"), ("b", "x"), ("z",)]:
+            same(await ops.call("search", prefix, limit=50), ref.search(prefix, limit=50))
+            filtered = await ops.call("search", prefix, filter={"i": {"$gte": 1}}, limit=50)
+            same(filtered, ref.search(prefix, filter={"i": {"$gte": 1}}, limit=50))
+            assert await ops.call("list_namespaces", prefix=prefix) == ref.list_namespaces(
+                prefix=prefix
+            )
+        for max_depth in (1, 2, 3):
+            listed = await ops.call("list_namespaces", max_depth=max_depth)
+            assert listed == ref.list_namespaces(max_depth=max_depth)
+        assert await ops.call("delete_namespace", ("a", "b")) == 6
+        assert await ops.call("list_namespaces") == [("a",), ("b", "x", "y")]
+
+
+async def test_nul_and_odd_characters_round_trip(open_store: OpenStore) -> None:
+    value = {"a": "x\x00y", "k\x00": ["\x00", "\x01"], "{}": "}{", "ok": "ordinary"}
+    names = ["k\x00ey", "\x00", "\x00\x00", "plain", "", "{tag}", "é\U0001f600"]
+    async with open_store() as ops:
+        for key in names:
+            await ops.call("put", ("nul", "\x01label", "{x}"), key, value)
+        for key in names:
+            item = await ops.call("get", ("nul", "\x01label", "{x}"), key)
+            assert item.key == key and item.value == value
+        found = await ops.call("search", ("nul",), filter={"a": "x\x00y"}, limit=20)
+        assert sorted(keys(found)) == sorted(names)
+        assert await ops.call("list_namespaces") == [("nul", "\x01label", "{x}")]
+
+
+# --------------------------------------------------------------------------------------------
+# Options, clients, calling styles, faults, graphs
+# --------------------------------------------------------------------------------------------
+
+
+async def test_options_and_clients_are_checked(open_store: OpenStore, space: Space) -> None:
+    for bad in [{"key_prefix": ""}, {"key_prefix": "a{b}"}, {"key_prefix": "a\x00"}]:
+        with pytest.raises(InvalidConfigError, match="key_prefix"):
+            async with open_store(**bad):
+                pass
+    for depth in [0, -1, True, "2"]:
+        with pytest.raises(InvalidConfigError, match="shard_depth"):
+            async with open_store(shard_depth=depth):
+                pass
+    with pytest.raises(InvalidConfigError, match="decode_responses"):
+        RedisStore(redis.Redis(decode_responses=True))
+    with pytest.raises(InvalidConfigError, match="Redis"):
+        AsyncRedisStore(redis.Redis())
+    with pytest.raises(InvalidConfigError, match="Redis"):
+        RedisStore(redis.asyncio.Redis())
+    async with open_store() as ops, open_store(key_prefix=space.prefix + "-other") as other:
+        await ops.call("put", ("p",), "k", {"v": 1})
+        assert await other.call("get", ("p",), "k") is None
+        assert await other.call("list_namespaces") == []
+        assert await other.call("search", ()) == []
+
+
+async def test_each_class_serves_the_other_calling_style(open_store: OpenStore) -> None:
+    """The sync class awaited (it runs in a worker thread), the async class called from
+    another thread (it runs on its loop), and refused on its own loop (a deadlock)."""
+    async with open_store() as ops:
+        other = Ops(ops.store, not ops.is_async)
+        run = other.call if other.is_async else other.background
+        await run("put", ("x",), "k", {"v": 1})
+        assert (await run("get", ("x",), "k")).value == {"v": 1}
+        assert await run("count") == 1
+        assert (await ops.call("get", ("x",), "k")).value == {"v": 1}
+        if ops.is_async:
+            with pytest.raises(asyncio.InvalidStateError, match="block its own event loop"):
+                await other.call("get", ("x",), "k")
+
+
+async def test_a_dropped_connection_applies_a_batch_whole_or_not_at_all(
+    start_redis: Callable[..., Any], flavour: str
+) -> None:
+    """One server: every batch is one script, so a connection killed around it leaves the
+    batch applied entirely or not at all (redis-py's sync client retries the call, its
+    async client reports the error); the next call reconnects. A stopped server gives a
+    clear ConnectionError."""
+    server = start_redis()
+    admin = server.admin()
+    if flavour == "sync":
+        ops = Ops(RedisStore(redis.Redis.from_url(server.url())), False)
+    else:
+        ops = Ops(AsyncRedisStore(redis.asyncio.Redis.from_url(server.url())), True)
+    batch = [PutOp(("users", f"u{i}"), "k", {"i": i}) for i in range(20)]
+    await ops.call("batch", batch)
+    for value in (-1, -2):
+        admin.client_kill_filter(_type="normal", skipme=True)
+        with suppress(redis.ConnectionError):
+            await ops.call("batch", [p._replace(value={"i": value}) for p in batch])
+        found = {item.value["i"] for item in await ops.call("search", ("users",), limit=50)}
+        assert len(found) == 1 or found == set(range(20)), found
+    server.stop()
+    with pytest.raises(redis.ConnectionError):
+        await ops.call("batch", [p._replace(value={"i": -3}) for p in batch])
+    closed = ops.store.client.aclose() if ops.is_async else ops.store.client.close()
+    if ops.is_async:
+        await closed
+
+
+def visit(state: Visits, runtime: Runtime[None]) -> dict[str, Any]:
+    return _visit(runtime.store, state)
+
+
+async def test_graph_nodes_use_the_store_through_the_runtime(open_store: OpenStore) -> None:
+    """A node reads and writes the store through its runtime. Under ``ainvoke`` the sync
+    node runs in a worker thread, so on the async store it reaches the store's loop from
+    there; its ``a*`` methods are covered by every other test."""
+    builder = StateGraph(Visits)
+    builder.add_node("visit", visit)
+    builder.add_edge(START, "visit")
+    builder.add_edge("visit", END)
+    async with open_store() as ops:
+        graph = builder.compile(store=ops.store)
+        for expected in (1, 2):
+            state = {"user": "u1", "visits": 0}
+            result = await graph.ainvoke(state) if ops.is_async else graph.invoke(state)
+            assert result["visits"] == expected
+    async with open_store() as reopened:  # a "restart"
+        item = await reopened.call("get", ("users", "u1"), "profile")
+        assert item.value == {"visits": 2}
+
+
+def test_bad_values_refused_before_any_script(space: Space) -> None:
+    with RedisStore.from_conn_string(space.url, key_prefix=space.prefix) as store:
+        ops = Ops(store, False)
+        seen = record(ops)
+        for bad in [PutOp(("ok",), "k", ["list"]), PutOp(("ok",), 5, {}), GetOp(("ok",), 5)]:  # type: ignore[arg-type]
+            with pytest.raises(InvalidValueError):
+                store.batch([PutOp(("ok",), "good", {"v": 1}), bad])
+        with pytest.raises(InvalidNamespaceError):
+            store.batch([SearchOp(("a.b",)), ListNamespacesOp()])
+        assert seen == [] and space.scan_keys() == set()
