@@ -21,23 +21,30 @@ from .messages import (
     merge_profile,
     window_messages,
 )
+from .nodes import PreferenceLearner, ProfileInjector, create_memory_tools
 from .store.postgres import AsyncPostgresStore, PostgresStore
+from .store.redis import AsyncRedisStore, RedisStore
 
 __all__ = [
     "AsyncPostgresSaver",
     "AsyncPostgresStore",
     "AsyncRedisSaver",
+    "AsyncRedisStore",
     "ConflictError",
     "InvalidConfigError",
     "MemoryPlusError",
     "PostgresSaver",
     "PostgresStore",
+    "PreferenceLearner",
+    "ProfileInjector",
     "RedisSaver",
+    "RedisStore",
     "Summarizer",
     "TTLConfig",
     "Trimmer",
     "TurnWindow",
     "ValueTooLargeError",
+    "create_memory_tools",
     "dedupe_messages",
     "merge_profile",
     "window_messages",
