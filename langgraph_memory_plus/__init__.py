@@ -1,17 +1,19 @@
 """langgraph-memory-plus: production memory for LangGraph agents.
 
-Drop-in checkpointers for ``graph.compile(checkpointer=...)``::
+One entry point for every backend (PostgreSQL, Redis, SQLite)::
 
-    from langgraph_memory_plus import PostgresSaver
+    from langgraph_memory_plus import from_url
 
-    with PostgresSaver.from_conn_string("postgresql://...") as saver:
-        saver.setup()
-        graph = builder.compile(checkpointer=saver)
+    with from_url("postgresql://...") as memory:  # no URL: a local SQLite file
+        graph = builder.compile(checkpointer=memory.checkpointer, store=memory.store)
+
+or the backend classes directly (``PostgresSaver``, ``RedisStore``, ...).
 """
 
 from .checkpoint.config import TTLConfig
 from .checkpoint.postgres import AsyncPostgresSaver, PostgresSaver
 from .checkpoint.redis import AsyncRedisSaver, RedisSaver
+from .checkpoint.sqlite import AsyncSqliteSaver, SqliteSaver
 from .errors import ConflictError, InvalidConfigError, MemoryPlusError, ValueTooLargeError
 from .messages import (
     Summarizer,
@@ -24,14 +26,20 @@ from .messages import (
 from .nodes import PreferenceLearner, ProfileInjector, create_memory_tools
 from .store.postgres import AsyncPostgresStore, PostgresStore
 from .store.redis import AsyncRedisStore, RedisStore
+from .store.sqlite import AsyncSqliteStore, SqliteStore
+from .url import Memory, MemoryConnectionError, from_url
 
 __all__ = [
     "AsyncPostgresSaver",
     "AsyncPostgresStore",
     "AsyncRedisSaver",
     "AsyncRedisStore",
+    "AsyncSqliteSaver",
+    "AsyncSqliteStore",
     "ConflictError",
     "InvalidConfigError",
+    "Memory",
+    "MemoryConnectionError",
     "MemoryPlusError",
     "PostgresSaver",
     "PostgresStore",
@@ -39,6 +47,8 @@ __all__ = [
     "ProfileInjector",
     "RedisSaver",
     "RedisStore",
+    "SqliteSaver",
+    "SqliteStore",
     "Summarizer",
     "TTLConfig",
     "Trimmer",
@@ -46,6 +56,7 @@ __all__ = [
     "ValueTooLargeError",
     "create_memory_tools",
     "dedupe_messages",
+    "from_url",
     "merge_profile",
     "window_messages",
 ]

@@ -163,7 +163,7 @@ def redis_prefix() -> Iterator[str]:
             client.delete(key)
 
 
-BACKENDS = ["postgres", "redis", "redis-cluster"]
+BACKENDS = ["postgres", "redis", "redis-cluster", "sqlite"]
 
 
 def _backend_target(backend: str, request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
@@ -176,6 +176,8 @@ def _backend_target(backend: str, request: pytest.FixtureRequest) -> tuple[str, 
         }
     if backend == "redis-cluster":
         return request.getfixturevalue("redis_cluster_url"), {"key_prefix": "lgmp-test"}
+    if backend == "sqlite":  # a file of this test's own; every saver the test opens shares it
+        return str(request.getfixturevalue("tmp_path") / "memory.db"), {}
     raise AssertionError(f"unknown backend {backend}")
 
 
@@ -196,8 +198,9 @@ def saver_factory(backend: str, request: pytest.FixtureRequest) -> SaverFactory:
     Opening a second one while the first is closed is how tests model a process restart.
     """
     from langgraph_memory_plus import PostgresSaver, RedisSaver
+    from langgraph_memory_plus.checkpoint.sqlite import SqliteSaver
 
-    cls = PostgresSaver if backend == "postgres" else RedisSaver
+    cls = {"postgres": PostgresSaver, "sqlite": SqliteSaver}.get(backend, RedisSaver)
     url, defaults = _backend_target(backend, request)
 
     @contextmanager
@@ -213,8 +216,9 @@ def saver_factory(backend: str, request: pytest.FixtureRequest) -> SaverFactory:
 def async_saver_factory(backend: str, request: pytest.FixtureRequest) -> AsyncSaverFactory:
     """``async_saver_factory(**options)`` opens a new async saver on the same storage."""
     from langgraph_memory_plus import AsyncPostgresSaver, AsyncRedisSaver
+    from langgraph_memory_plus.checkpoint.sqlite import AsyncSqliteSaver
 
-    cls = AsyncPostgresSaver if backend == "postgres" else AsyncRedisSaver
+    cls = {"postgres": AsyncPostgresSaver, "sqlite": AsyncSqliteSaver}.get(backend, AsyncRedisSaver)
     url, defaults = _backend_target(backend, request)
 
     @asynccontextmanager

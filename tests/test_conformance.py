@@ -3,8 +3,9 @@
 Acceptance: all 8 capabilities detected (none missing) and every conformance test passed, for
 each class. The report table prints with ``pytest -s``.
 
-Adding a backend is one line in ``TARGETS``: its name, the fixture giving its server URL, and
-an async context manager that opens a ready-to-use saver on fresh, isolated storage.
+Adding a backend is one line in ``TARGETS``: its name, the fixture giving its server URL (for
+SQLite: a temporary directory), and an async context manager that opens a ready-to-use saver
+on fresh, isolated storage.
 """
 
 from __future__ import annotations
@@ -110,6 +111,27 @@ async def open_async_redis_saver(url: str) -> AsyncIterator[Any]:
         yield saver
 
 
+@asynccontextmanager
+async def open_sqlite_saver(directory: Any) -> AsyncIterator[Any]:
+    """The sync class on a fresh database file per capability suite."""
+    from langgraph_memory_plus.checkpoint.sqlite import SqliteSaver
+
+    path = directory / f"conf-{uuid.uuid4().hex[:12]}.db"
+    with SqliteSaver.from_conn_string(path) as saver:
+        saver.setup()
+        yield saver
+
+
+@asynccontextmanager
+async def open_async_sqlite_saver(directory: Any) -> AsyncIterator[Any]:
+    from langgraph_memory_plus.checkpoint.sqlite import AsyncSqliteSaver
+
+    path = directory / f"conf-{uuid.uuid4().hex[:12]}.db"
+    async with AsyncSqliteSaver.from_conn_string(path) as saver:
+        await saver.setup()
+        yield saver
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
@@ -124,6 +146,8 @@ TARGETS = [
     Target("AsyncRedisSaver", "redis_url", open_async_redis_saver),
     Target("RedisSaver[cluster]", "redis_cluster_url", open_redis_saver),
     Target("AsyncRedisSaver[cluster]", "redis_cluster_url", open_async_redis_saver),
+    Target("SqliteSaver", "tmp_path", open_sqlite_saver),
+    Target("AsyncSqliteSaver", "tmp_path", open_async_sqlite_saver),
 ]
 
 

@@ -1,12 +1,14 @@
 """List channels (``messages``) stored as items and pages: O(T) bytes, same values back.
 
-Every test runs on each backend (postgres, redis, redis-cluster) through the conftest
+Every test runs on each backend (postgres, redis, redis-cluster, sqlite) through the conftest
 factories, and compares what the graph sees with ``InMemorySaver`` where it can.
 """
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
+from contextlib import closing
 from typing import Annotated, Any
 
 import psycopg
@@ -20,6 +22,7 @@ from typing_extensions import TypedDict
 
 from langgraph_memory_plus.checkpoint.config import thread_key
 from langgraph_memory_plus.checkpoint.lists import PAGE_SIZE
+from langgraph_memory_plus.checkpoint.sqlite import SqlitePool
 
 pytestmark = pytest.mark.storage
 
@@ -47,9 +50,27 @@ def new_config() -> dict[str, Any]:
     return {"configurable": {"thread_id": f"lists-{uuid.uuid4()}"}}
 
 
+def on_sqlite(saver: Any) -> bool:
+    return isinstance(getattr(saver, "conn", None), SqlitePool)
+
+
+def sqlite_rows(saver: Any, sql: str, tk: bytes) -> list[tuple[Any, ...]]:
+    """Rows of a query on a SQLite saver's file, from a connection of the test's own."""
+    with closing(sqlite3.connect(saver.conn.path)) as conn:
+        return conn.execute(sql, (tk,)).fetchall()
+
+
 def stored_items(saver: Any, thread_id: str) -> tuple[int, int]:
     """(list items, list pages + spines) stored for a thread, read from the backend."""
     tk = thread_key(thread_id)
+    if on_sqlite(saver):
+        [(items, nodes)] = sqlite_rows(
+            saver,
+            "SELECT (SELECT count(*) FROM lgmp_items WHERE thread_key = ?1), "
+            "(SELECT count(*) FROM lgmp_nodes WHERE thread_key = ?1)",
+            tk,
+        )
+        return int(items), int(nodes)
     if hasattr(saver, "client"):
         keys = saver._plans.keys(thread_id)
         client = saver.client
@@ -236,6 +257,9 @@ def test_encrypted_items_hide_text_and_equality_across_threads(
 
 
 def item_ids(saver: Any, thread_id: str, request: pytest.FixtureRequest) -> set[bytes]:
+    if on_sqlite(saver):
+        sql = "SELECT item_id FROM lgmp_items WHERE thread_key = ?"
+        return {bytes(r[0]) for r in sqlite_rows(saver, sql, thread_key(thread_id))}
     if hasattr(saver, "client"):
         keys = saver._plans.keys(thread_id)
         return {bytes(f).split(b"\x00", 1)[1] for f in saver.client.hkeys(keys[8])}
@@ -250,6 +274,9 @@ def stored_item_bytes(
     saver: Any, config: dict[str, Any], request: pytest.FixtureRequest
 ) -> list[bytes]:
     thread_id = config["configurable"]["thread_id"]
+    if on_sqlite(saver):
+        sql = "SELECT data FROM lgmp_items WHERE thread_key = ?"
+        return [bytes(r[0]) for r in sqlite_rows(saver, sql, thread_key(thread_id))]
     if hasattr(saver, "client"):
         keys = saver._plans.keys(thread_id)
         return [bytes(v) for v in saver.client.hvals(keys[8])]
@@ -261,7 +288,8 @@ def stored_item_bytes(
 
 
 def test_an_expired_thread_leaves_nothing(saver_factory: Any, backend: str) -> None:
-    """After expiry (and, on PostgreSQL, a sweep) no row or key of the thread remains."""
+    """After expiry (and, on PostgreSQL and SQLite, a sweep) no row or key of the thread
+    remains."""
     import time
 
     config = new_config()
@@ -273,9 +301,13 @@ def test_an_expired_thread_leaves_nothing(saver_factory: Any, backend: str) -> N
         assert stored_items(saver, thread_id)[0] == 40
         time.sleep(1.5)
         assert saver.get_tuple(config) is None
-        assert saver.sweep_expired() >= (1 if backend == "postgres" else 0)
+        assert saver.sweep_expired() >= (1 if backend in ("postgres", "sqlite") else 0)
         assert stored_items(saver, thread_id) == (0, 0)
-        if hasattr(saver, "client"):
+        if on_sqlite(saver):
+            for table in ("threads", "checkpoints", "blobs", "writes", "items", "nodes"):
+                sql = f"SELECT count(*) FROM lgmp_{table} WHERE thread_key = ?"
+                assert sqlite_rows(saver, sql, thread_key(thread_id)) == [(0,)], table
+        elif hasattr(saver, "client"):
             assert not any(saver.client.exists(key) for key in saver._plans.keys(thread_id))
         else:
             tk = thread_key(thread_id)

@@ -2,8 +2,9 @@
 
 Hypothesis draws sequences of puts, deletes, gets, searches (with filters, pagination and
 semantic queries), namespace listings (prefix/suffix conditions with wildcards, depth) and
-mixed batches, runs each on a fresh store of ours and on LangGraph's ``InMemoryStore``, and
-compares every answer. Where LangGraph leaves the order unspecified (search without a
+mixed batches, runs each on a fresh store of ours (PostgreSQL, single-node Redis, Redis
+Cluster, SQLite; blocking and async classes) and on LangGraph's ``InMemoryStore``, and compares
+every answer. Where LangGraph leaves the order unspecified (search without a
 query) a page is checked as "the right number of the right items", and the whole result
 as a set; namespace listings are ordered by definition and compared as lists; semantic
 scores are compared with a tolerance and must be non-increasing.
@@ -19,18 +20,22 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import sqlite3
 import uuid
 from contextlib import AsyncExitStack
 from typing import Any
 
 import psycopg
 import pytest
+import test_redis_saver
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.store.base import GetOp, Item, ListNamespacesOp, MatchCondition, PutOp, SearchOp
 from langgraph.store.memory import InMemoryStore
 
 from langgraph_memory_plus.store import AsyncPostgresStore, PostgresStore
+from langgraph_memory_plus.store.redis import AsyncRedisStore, RedisStore
+from langgraph_memory_plus.store.sqlite import AsyncSqliteStore, SqliteStore
 
 pytestmark = pytest.mark.storage
 
@@ -141,25 +146,39 @@ def to_op(spec: tuple[Any, ...]) -> Any:
 
 
 class Ours:
-    """One blocking interface over either class (the async one driven on its own loop)."""
+    """One blocking interface over any of our classes (the async ones driven on their own loop)."""
 
-    def __init__(self, pg_url: str, is_async: bool) -> None:
-        self.pg_url, self.is_async = pg_url, is_async
-        self.schema = f"diff_{uuid.uuid4().hex[:12]}"  # dropped again on exit
+    def __init__(self, backend: str, url: str, is_async: bool) -> None:
+        self.backend, self.url, self.is_async = backend, url, is_async
+        self.name = f"diff_{uuid.uuid4().hex[:12]}"  # schema or key prefix, removed on exit
         self.ops_run = 0
 
+    def _open(self) -> Any:
+        if self.backend == "postgres":
+            cls: Any = AsyncPostgresStore if self.is_async else PostgresStore
+            return cls.from_conn_string(self.url, schema=self.name, index=INDEX)
+        if self.backend == "sqlite":  # a file per test in a temporary directory
+            cls = AsyncSqliteStore if self.is_async else SqliteStore
+            return cls.from_conn_string(f"{self.url}/{self.name}.db", index=INDEX)
+        cls = AsyncRedisStore if self.is_async else RedisStore
+        return cls.from_conn_string(self.url, key_prefix=self.name, index=INDEX)
+
     def __enter__(self) -> Ours:
-        self.admin = psycopg.connect(self.pg_url, autocommit=True)
+        if self.backend == "postgres":
+            self.admin: Any = psycopg.connect(self.url, autocommit=True)
+        elif self.backend == "sqlite":
+            self.admin = sqlite3.connect(f"{self.url}/{self.name}.db", isolation_level=None)
+        else:
+            self.admin = test_redis_saver.admin_client(self.url)
         if self.is_async:
             self.loop = asyncio.new_event_loop()
             self.stack = AsyncExitStack()
-            cm = AsyncPostgresStore.from_conn_string(self.pg_url, schema=self.schema, index=INDEX)
-            self.store: Any = self.loop.run_until_complete(self.stack.enter_async_context(cm))
+            self.store: Any = self.loop.run_until_complete(
+                self.stack.enter_async_context(self._open())
+            )
             self.loop.run_until_complete(self.store.setup())
         else:
-            self.sync_cm = PostgresStore.from_conn_string(
-                self.pg_url, schema=self.schema, index=INDEX
-            )
+            self.sync_cm = self._open()
             self.store = self.sync_cm.__enter__()
             self.store.setup()
         return self
@@ -170,11 +189,20 @@ class Ours:
             self.loop.close()
         else:
             self.sync_cm.__exit__(*exc)
-        self.admin.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+        if self.backend == "postgres":
+            self.admin.execute(f'DROP SCHEMA IF EXISTS "{self.name}" CASCADE')
+        elif self.backend != "sqlite":  # the temporary directory goes by itself
+            self.reset()
         self.admin.close()
 
     def reset(self) -> None:
-        self.admin.execute(f'DELETE FROM "{self.schema}".lgmp_store')
+        if self.backend in ("postgres", "sqlite"):
+            table = f'"{self.name}".lgmp_store' if self.backend == "postgres" else "lgmp_store"
+            self.admin.execute(f"DELETE FROM {table}")
+            return
+        found = list(self.admin.scan_iter(match=f"{self.name}:*", count=1000))
+        if found:
+            self.admin.delete(*found)  # a cluster client splits this by hash slot
 
     def batch(self, ops: list[Any]) -> list[Any]:
         self.ops_run += len(ops)
@@ -292,12 +320,27 @@ def compare_result(op: Any, mine: Any, want: Any) -> None:
         assert mine is None
 
 
+URL_FIXTURES = {
+    "postgres": "pg_url",
+    "redis": "redis_url",
+    "redis-cluster": "redis_cluster_url",
+    "sqlite": "tmp_path",  # SQLite needs no server: a directory for the database file
+}
+
+
+@pytest.mark.parametrize("backend", list(URL_FIXTURES))
 @pytest.mark.parametrize("flavour", ["sync", "async"])
-def test_random_operations_match_in_memory_store(pg_url: str, flavour: str) -> None:
-    with Ours(pg_url, flavour == "async") as ours:
+def test_random_operations_match_in_memory_store(
+    request: pytest.FixtureRequest, backend: str, flavour: str
+) -> None:
+    url = str(request.getfixturevalue(URL_FIXTURES[backend]))
+    # SQLite's filters are the Python definition itself (filters.holds), so fewer examples
+    # buy the same confidence there; its own tests pin the rest.
+    examples = MAX_EXAMPLES // 2 if backend == "sqlite" else MAX_EXAMPLES
+    with Ours(backend, url, flavour == "async") as ours:
 
         @settings(
-            max_examples=MAX_EXAMPLES,
+            max_examples=examples,
             deadline=None,
             database=None,
             suppress_health_check=[HealthCheck.too_slow],
@@ -312,4 +355,4 @@ def test_random_operations_match_in_memory_store(pg_url: str, flavour: str) -> N
                 compare(ours, ref, spec)
 
         run()
-        assert ours.ops_run >= MAX_EXAMPLES
+        assert ours.ops_run >= examples

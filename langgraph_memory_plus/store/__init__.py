@@ -9,16 +9,19 @@ from .base import ConditionalPutOp
 from .filters import InvalidFilterError
 from .postgres import AsyncPostgresStore, PostgresStore
 from .redis import AsyncRedisStore, RedisStore
+from .sqlite import AsyncSqliteStore, SqliteStore
 from .values import InvalidValueError, VersionedItem, VersionedSearchItem
 
 __all__ = [
     "AsyncPostgresStore",
     "AsyncRedisStore",
+    "AsyncSqliteStore",
     "ConditionalPutOp",
     "InvalidFilterError",
     "InvalidValueError",
     "PostgresStore",
     "RedisStore",
+    "SqliteStore",
     "VersionedItem",
     "VersionedSearchItem",
 ]

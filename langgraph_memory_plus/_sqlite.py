@@ -1,0 +1,484 @@
+"""Running plans on SQLite (the standard library's ``sqlite3``): shared by savers and stores.
+
+SQLite is the embedded backend: a file, no server. What that changes for a runner:
+
+- **Transactions decide concurrency.** SQLite has one writer per database file at a time.
+  A plan's transaction is opened by its first statement: ``BEGIN IMMEDIATE`` (take the
+  write lock now) when that statement is marked ``write``, a plain deferred ``BEGIN`` (a
+  read snapshot; in WAL mode readers never wait for writers) otherwise. A plan that must
+  read and then write atomically (a put reads its thread's tombstone first) marks its first
+  read ``write``. A read-only prefix that is followed by a write (a store batch that reads,
+  then writes; a read that refreshes a TTL) is committed first and the write runs in a new
+  ``BEGIN IMMEDIATE`` transaction: upgrading a read snapshot in place fails outright
+  (``SQLITE_BUSY_SNAPSHOT``) whenever another process committed in between, while a fresh
+  write transaction simply waits its turn.
+- **Several processes, one file.** Connections this package opens use WAL mode (readers and
+  the writer don't block each other), a busy timeout (a writer waits for another process's
+  write to finish instead of failing), and ``synchronous=FULL`` (a committed checkpoint is
+  on disk). Writers of one process to one file queue on a mutex before ``BEGIN IMMEDIATE``,
+  so they take turns instead of sleep-polling against each other; SQLite's busy timeout
+  only arbitrates between processes.
+- **Async without blocking the loop.** ``sqlite3`` only blocks. The async classes run each
+  plan on a worker thread (``asyncio.to_thread``), exactly as the blocking classes serve
+  their own ``a*`` methods (:class:`.._bridge.SyncBridge`); the connections are opened with
+  ``check_same_thread=False`` and each is used by one plan at a time.
+
+Versioned migrations reuse :mod:`._migrations`' idea: a bookkeeping table per component and
+an append-only list of migrations. SQLite has no advisory locks; the migration plan's
+``BEGIN IMMEDIATE`` serializes concurrent ``setup()`` calls from several processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeVar, cast
+from urllib.parse import unquote, urlsplit
+
+from typing_extensions import Self
+
+from ._plan import Plan, drive
+from .errors import InvalidConfigError
+
+R = TypeVar("R")
+
+MIN_VERSION = (3, 24, 0)  # UPSERT (row values and common table expressions are older)
+DEFAULT_POOL_SIZE = 4
+DEFAULT_BUSY_TIMEOUT = 30.0
+MEMORY = ":memory:"
+
+
+@dataclass(frozen=True)
+class Query:
+    """One statement for a runner to send.
+
+    ``fetch``: rows come back (a list of tuples); otherwise the answer is the row count.
+    ``write``: the statement writes, or opens a plan that will write and must not let
+    another writer in between (see the module docstring). ``many``: ``params`` is a
+    sequence of parameter sets for ``executemany``. ``outside``: a statement SQLite refuses
+    inside a transaction (``PRAGMA journal_mode``); it is sent only as a plan's first
+    statement and skipped inside a caller's own open transaction.
+    """
+
+    sql: str
+    params: Sequence[Any] | Mapping[str, Any] = ()
+    fetch: bool = False
+    write: bool = False
+    many: bool = False
+    outside: bool = False
+
+
+Rows = list[tuple[Any, ...]]
+
+
+def check_version() -> None:
+    if sqlite3.sqlite_version_info < MIN_VERSION:
+        raise InvalidConfigError(
+            f"the SQLite backend needs SQLite {'.'.join(map(str, MIN_VERSION))} or newer; "
+            f"this Python's sqlite3 module uses SQLite {sqlite3.sqlite_version}"
+        )
+
+
+def path_from_url(url: str) -> str:
+    """The database path of a ``sqlite://`` URL, as SQLAlchemy reads them.
+
+    ``sqlite:///relative.db`` (relative to the working directory), ``sqlite:////abs/x.db``
+    (absolute), ``sqlite://`` or ``sqlite:///:memory:`` (in memory). Percent escapes are
+    decoded. Options in the query string are :func:`~langgraph_memory_plus.url.from_url`'s
+    business; a caller that only wants the path must have removed them.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite":
+        raise InvalidConfigError(f"not a sqlite:// URL: {url!r}")
+    if parts.netloc:
+        raise InvalidConfigError(
+            f"a SQLite URL names a file, not a host: got {url!r}; use sqlite:///relative.db "
+            "or sqlite:////absolute/path.db"
+        )
+    if parts.query or parts.fragment:
+        raise InvalidConfigError(
+            f"{url!r}: options in a SQLite URL are read by from_url(); pass them as "
+            "keyword arguments here"
+        )
+    path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
+    return path or MEMORY
+
+
+def database_path(target: str | os.PathLike[str]) -> str:
+    """A path, ``":memory:"``, or a ``sqlite://`` URL, as the path ``sqlite3`` opens."""
+    text = os.fspath(target)
+    if not isinstance(text, str):
+        raise InvalidConfigError(f"a SQLite database path must be text, got {target!r}")
+    return path_from_url(text) if text.startswith("sqlite:") else text
+
+
+_WRITE_LOCKS: dict[str, threading.Lock] = {}
+_WRITE_LOCKS_GUARD = threading.Lock()
+
+
+def _write_lock(path: str) -> threading.Lock:
+    """The mutex this process's writers to ``path`` queue on, shared by every pool on it
+    (a saver and a store on one file take turns without polling each other)."""
+    key = os.path.realpath(path)
+    with _WRITE_LOCKS_GUARD:
+        return _WRITE_LOCKS.setdefault(key, threading.Lock())
+
+
+class SqlitePool:
+    """The connections of one process to one SQLite database, opened on first use.
+
+    Up to ``max_size`` plans run at once (readers in parallel; writers one at a time, as
+    SQLite allows). ``":memory:"`` gets exactly one connection, since every connection to
+    ``":memory:"`` would be a database of its own. ``busy_timeout`` (seconds) is how long a
+    writer waits for another process's write before ``sqlite3.OperationalError``.
+
+    A context manager (sync and async) that closes the connections on exit; savers and
+    stores built on it share it (``SqliteSaver(pool)``, ``SqliteStore(pool)``).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_size: int = DEFAULT_POOL_SIZE,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+    ) -> None:
+        check_version()
+        if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1:
+            raise InvalidConfigError(f"pool_max_size must be a positive integer, got {max_size!r}")
+        if (
+            isinstance(busy_timeout, bool)
+            or not isinstance(busy_timeout, (int, float))
+            or not busy_timeout >= 0
+        ):
+            raise InvalidConfigError(
+                f"busy_timeout must be a non-negative number of seconds, got {busy_timeout!r}"
+            )
+        self.path = database_path(path)
+        # "" is a private temporary database per connection, as ":memory:" is.
+        self.in_memory = self.path in (MEMORY, "")
+        self.max_size = 1 if self.in_memory else max_size
+        self.busy_timeout = float(busy_timeout)
+        self.write_lock = threading.Lock() if self.in_memory else _write_lock(self.path)
+        self._slots = threading.BoundedSemaphore(self.max_size)
+        self._lock = threading.Lock()
+        self._idle: list[sqlite3.Connection] = []
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"SqlitePool({self.path!r}, max_size={self.max_size})"
+
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path,
+            timeout=self.busy_timeout,
+            isolation_level=None,  # we send BEGIN/COMMIT ourselves
+            check_same_thread=False,  # one plan at a time, possibly on a worker thread
+        )
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")  # persistent; "memory" for :memory:
+            conn.execute("PRAGMA synchronous=FULL")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @contextmanager
+    def connection(self) -> Iterator[sqlite3.Connection]:
+        """Borrow a connection (waiting while ``max_size`` are in use)."""
+        with self._slots:
+            with self._lock:
+                if self._closed:
+                    raise InvalidConfigError(f"{self!r} is closed")
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                conn = self._open()
+            try:
+                yield conn
+            finally:
+                with self._lock:
+                    keep = not self._closed and not conn.in_transaction
+                    if keep:
+                        self._idle.append(conn)
+                if not keep:
+                    conn.close()
+
+    def check(self) -> None:
+        """Open (or reuse) a connection and read the schema: fails if the file is unusable."""
+        with self.connection() as conn:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
+
+    def close(self) -> None:
+        """Close idle connections now, and the borrowed ones when they come back."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close` from a worker thread (closing may checkpoint the WAL file)."""
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class _Transaction:
+    """One plan's transaction on one connection, opened by its first statement."""
+
+    SAVEPOINT = "lgmp_plan"
+
+    def __init__(self, conn: sqlite3.Connection, write_lock: threading.Lock | None) -> None:
+        self.conn = conn
+        self.write_lock = write_lock
+        self.nested = conn.in_transaction  # the caller's own transaction: use a savepoint
+        self.state = "none"  # none | read | write | nested
+        self.locked = False
+
+    def execute(self, query: Query) -> Any:
+        if query.outside:
+            if self.state == "none" and not self.nested:
+                self.conn.execute(query.sql, query.params)
+            return None
+        self._begin(query.write)
+        if query.many:
+            cursor = self.conn.executemany(query.sql, cast(Any, query.params))
+        else:
+            cursor = self.conn.execute(query.sql, query.params)
+        return cursor.fetchall() if query.fetch else cursor.rowcount
+
+    def _begin(self, write: bool) -> None:
+        if self.state in ("write", "nested") or (self.state == "read" and not write):
+            return
+        if self.nested:
+            self.conn.execute(f"SAVEPOINT {self.SAVEPOINT}")
+            self.state = "nested"
+            return
+        if self.state == "read":
+            self.conn.execute("COMMIT")  # the reads are done; writes get a transaction of their own
+            self.state = "none"
+        if not write:
+            self.conn.execute("BEGIN")
+            self.state = "read"
+            return
+        if self.write_lock is not None:
+            self.write_lock.acquire()
+            self.locked = True
+        self.conn.execute("BEGIN IMMEDIATE")
+        self.state = "write"
+
+    def finish(self, ok: bool) -> None:
+        try:
+            if self.state == "nested":
+                if not ok:
+                    self.conn.execute(f"ROLLBACK TO {self.SAVEPOINT}")
+                self.conn.execute(f"RELEASE {self.SAVEPOINT}")
+            elif self.state != "none" and self.conn.in_transaction:
+                if ok:
+                    try:
+                        self.conn.execute("COMMIT")
+                    except BaseException:
+                        if self.conn.in_transaction:
+                            self.conn.execute("ROLLBACK")
+                        raise
+                else:
+                    self.conn.execute("ROLLBACK")
+        finally:
+            if self.locked and self.write_lock is not None:
+                self.locked = False
+                self.write_lock.release()
+
+
+class SqliteRunner:
+    """Runs plans on a :class:`SqlitePool` or a caller's ``sqlite3.Connection``.
+
+    A caller's connection is used by one plan at a time, under a lock. If it is already
+    inside a transaction when a plan starts, the plan runs in a savepoint of it and the
+    caller commits (as PostgreSQL's runner does with a caller's open transaction).
+    """
+
+    def __init__(self, conn: object, *, owner: str) -> None:
+        # ``object``: the type is checked here, with an error that names the right class.
+        check_version()
+        if not isinstance(conn, (SqlitePool, sqlite3.Connection)):
+            raise InvalidConfigError(
+                f"{owner} needs a sqlite3.Connection or a SqlitePool, got "
+                f"{type(conn).__name__} (use {owner}.from_conn_string(path) to open a file)"
+            )
+        self.conn = conn
+        self.owner = owner
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def _connection(self) -> Iterator[tuple[sqlite3.Connection, threading.Lock | None]]:
+        if isinstance(self.conn, SqlitePool):
+            with self.conn.connection() as conn:
+                yield conn, self.conn.write_lock
+        else:
+            with self._lock:
+                yield self.conn, None
+
+    def run(self, plan: Plan[Query, R]) -> R:
+        try:
+            with self._connection() as (conn, write_lock):
+                transaction = _Transaction(conn, write_lock)
+                try:
+                    result = drive(plan, transaction.execute)
+                except BaseException:
+                    transaction.finish(ok=False)
+                    raise
+                transaction.finish(ok=True)
+                return result
+        except sqlite3.ProgrammingError as exc:
+            if "same thread" in str(exc):
+                raise InvalidConfigError(
+                    f"{self.owner} uses its connection from worker threads (its async methods "
+                    "run there): open it with sqlite3.connect(path, check_same_thread=False)"
+                ) from None
+            raise
+        finally:
+            plan.close()
+
+
+def migrate(table: str, migrations: Sequence[Sequence[str]]) -> Plan[Query, None]:
+    """Apply the migrations not yet recorded in ``table``, in order, in one transaction.
+
+    ``migrations[v]`` is version ``v``: a sequence of single statements. ``table`` is a
+    constant of the caller. WAL mode is switched on first (it is a property of the file).
+    """
+    yield Query("PRAGMA journal_mode=WAL", outside=True)
+    yield Query(
+        f"CREATE TABLE IF NOT EXISTS {table} (v INTEGER PRIMARY KEY, applied_at REAL NOT NULL)",
+        write=True,
+    )
+    rows: Rows = yield Query(f"SELECT coalesce(max(v), -1) FROM {table}", fetch=True)
+    for version in range(rows[0][0] + 1, len(migrations)):
+        for statement in migrations[version]:
+            yield Query(statement)
+        yield Query(f"INSERT INTO {table} (v, applied_at) VALUES (?, ?)", (version, time.time()))
+
+
+# -- the SQLite half of every driver class --------------------------------------------------
+
+
+def _refuse_on_loop(owner: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise asyncio.InvalidStateError(
+        f"synchronous calls to {owner} would block the event loop running in this thread; "
+        "use its async methods (the 'a'-prefixed ones) from async code"
+    )
+
+
+def _before_close(instance: object) -> Any:
+    """Run what an instance does before its pool closes (a store stops its TTL sweeper);
+    returns what the async classes must await, if anything."""
+    before_close = getattr(instance, "_before_close", None)
+    return None if before_close is None else before_close()
+
+
+class _SqliteDriver:
+    """What both flavours share: the runner and opening a pool from a path or URL."""
+
+    _runner: SqliteRunner
+
+    def _connect(self, conn: object) -> None:
+        self._runner = SqliteRunner(conn, owner=type(self).__name__)
+
+    @classmethod
+    def _on_pool(cls, pool: SqlitePool, options: dict[str, Any]) -> Self:
+        instance: Self = cast(Any, cls)(pool, **options)
+        return instance
+
+
+class SqliteSyncDriver(_SqliteDriver):
+    """Blocking: plans run on the calling thread (async methods: a worker thread)."""
+
+    def _run(self, plan: Plan[Any, R]) -> R:
+        return self._runner.run(plan)
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(
+        cls,
+        conn_string: str | os.PathLike[str],
+        *,
+        pool_max_size: int = DEFAULT_POOL_SIZE,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        **options: Any,
+    ) -> Iterator[Self]:
+        """Open a database file (a path, ``":memory:"`` or a ``sqlite:///`` URL) and an
+        instance on it; close both after. ``options`` are the constructor's."""
+        with SqlitePool(conn_string, max_size=pool_max_size, busy_timeout=busy_timeout) as pool:
+            instance = cls._on_pool(pool, options)
+            try:
+                yield instance
+            finally:
+                _before_close(instance)
+
+
+class SqliteAsyncDriver(_SqliteDriver):
+    """Awaited: each plan runs on a worker thread, so the event loop never waits on disk.
+
+    Nothing binds these classes to an event loop (their connections are thread-safe by
+    construction), so their blocking methods also work from any thread that is not running
+    an event loop; on a loop they are refused, as for the other async classes, because they
+    would stall every coroutine for as long as another process holds the write lock.
+    """
+
+    def _bind_loop(self) -> None:
+        """No loop to bind (see the class docstring)."""
+
+    def _run(self, plan: Plan[Any, R]) -> R:
+        try:
+            _refuse_on_loop(type(self).__name__)
+        except BaseException:
+            plan.close()
+            raise
+        return self._runner.run(plan)
+
+    async def _arun(self, plan: Plan[Any, R]) -> R:
+        return await asyncio.to_thread(self._runner.run, plan)
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(
+        cls,
+        conn_string: str | os.PathLike[str],
+        *,
+        pool_max_size: int = DEFAULT_POOL_SIZE,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        **options: Any,
+    ) -> AsyncIterator[Self]:
+        """Async ``from_conn_string``: the same arguments."""
+        async with SqlitePool(
+            conn_string, max_size=pool_max_size, busy_timeout=busy_timeout
+        ) as pool:
+            instance = cls._on_pool(pool, options)
+            try:
+                yield instance
+            finally:
+                pending = _before_close(instance)
+                if pending is not None:
+                    await pending

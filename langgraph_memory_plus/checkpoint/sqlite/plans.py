@@ -1,0 +1,812 @@
+"""The SQLite checkpointer's operations as plans: SQL to send, rows to decode.
+
+The rules are PostgreSQL's (:mod:`..postgres.plans`), rule for rule: TTL as data with
+per-thread expiry and ``sweep_expired``, retention that keeps ``DeltaChannel`` replay
+intact with ``replay_only`` checkpoints, deletion tombstones that refuse late writes,
+O(T) list storage with garbage collection of unreachable items. Two things differ, both
+because SQLite runs inside this process:
+
+- A statement is a function call, not a network round trip. Plans use several plain
+  statements where PostgreSQL needed one clever one (SQLite has no ``LATERAL`` and no
+  arrays), walk a delta history's parent chain one checkpoint at a time, and decide in
+  Python what PostgreSQL decided in SQL (which checkpoints retention keeps, delta seeds).
+- Writers take turns on the whole database (``BEGIN IMMEDIATE``; see :mod:`..._sqlite`).
+  A write plan reads its thread row (tombstone, expiry), decides, then writes, and no
+  other writer can come in between; PostgreSQL's fast-path/locked-path split and its TTL
+  slack (which avoid row-lock queues) have nothing to do here.
+
+Every statement is parameterized. Lists of values travel as one JSON array parameter
+(``json_each``) or as ``VALUES`` rows; text that cannot travel as JSON (NUL in a
+namespace or channel name, which JSON decoding in SQLite truncates) is refused on write.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, DeltaChannelHistory
+
+from ..._plan import Plan
+from ..._sqlite import Query, Rows, migrate
+from ...errors import InvalidConfigError
+from ..codec import (
+    EMPTY,
+    ChainLink,
+    CheckpointCodec,
+    EncodedCheckpoint,
+    EncodedWrite,
+    StoredCheckpoint,
+    json_safe,
+    metadata_matches,
+)
+from ..config import ListQuery, SaverSettings, Target, thread_key
+from ..lists import ID_SIZE, LIST_TYPE, PAGE_SIZE, ListRequest
+from .schema import MIGRATIONS
+
+logger = logging.getLogger("langgraph_memory_plus.checkpoint.sqlite")
+
+# SQLite refuses a string or blob over SQLITE_MAX_LENGTH (1e9 bytes by default).
+MAX_VALUE_BYTES = 500 * 1024 * 1024
+TOMBSTONE_SECONDS = 24 * 3600
+MAX_CHAIN_DEPTH = 1_000_000
+CHUNK = 500  # values per IN (...) list: far below SQLite's limit of bound parameters
+
+VISIBLE = "t.thread_id IS NOT NULL AND (t.expires_at IS NULL OR t.expires_at > :now)"
+THREAD_TABLES = ("lgmp_checkpoints", "lgmp_blobs", "lgmp_writes", "lgmp_items", "lgmp_nodes")
+
+# Ordinals 0 .. PAGE_SIZE - 1: a page holds PAGE_SIZE item ids, a list's tail fewer.
+SLOTS = f"slots(g) AS (SELECT 0 UNION ALL SELECT g + 1 FROM slots WHERE g < {PAGE_SIZE - 1})"
+# The page ids of the spines of a thread namespace's list versions (``lb``: their blobs).
+SPINE_PAGES = f"""
+    lb(blob) AS (
+        SELECT blob FROM lgmp_blobs
+        WHERE thread_key = :tk AND checkpoint_ns = :ns AND type = '{LIST_TYPE}'
+    ), spines(id) AS (
+        SELECT DISTINCT substr(blob, 1, {ID_SIZE}) FROM lb
+    ), walk(children, pos) AS (
+        SELECT n.children, 0 FROM lgmp_nodes n JOIN spines s ON n.node_id = s.id
+        WHERE n.thread_key = :tk AND n.checkpoint_ns = :ns AND length(n.children) >= {ID_SIZE}
+        UNION ALL
+        SELECT children, pos + 1 FROM walk WHERE (pos + 2) * {ID_SIZE} <= length(children)
+    ), pages(id) AS (
+        SELECT DISTINCT substr(children, pos * {ID_SIZE} + 1, {ID_SIZE}) FROM walk
+    )"""
+
+
+def _id_bytes(thread_id: str) -> bytes:
+    """Thread ids are kept as bytes: any string, lone surrogates included, round-trips."""
+    return thread_id.encode("utf-8", "surrogatepass")
+
+
+def _marks(n: int) -> str:
+    return ", ".join("?" * n)
+
+
+def _chunks(values: Sequence[Any]) -> list[Sequence[Any]]:
+    return [values[i : i + CHUNK] for i in range(0, len(values), CHUNK)]
+
+
+def _no_nul(text: str, what: str) -> None:
+    if "\x00" in text:
+        raise InvalidConfigError(f"{what} must not contain NUL characters: {text[:80]!r}")
+
+
+Key = tuple[bytes, str, str]  # thread key, namespace, checkpoint id
+
+
+class SqliteCheckpointPlans:
+    """SQL and decoding for one set of saver settings."""
+
+    max_value_bytes = MAX_VALUE_BYTES
+
+    def __init__(self, settings: SaverSettings) -> None:
+        self.settings = settings
+
+    # -- setup ------------------------------------------------------------------------
+
+    def setup(self) -> Plan[Query, None]:
+        yield from migrate("lgmp_checkpoint_migrations", MIGRATIONS)
+
+    # -- reads ------------------------------------------------------------------------
+
+    @staticmethod
+    def _page(where: str, limit: int) -> str:
+        """Visible checkpoints, newest first; their blobs and writes come from :meth:`_load`."""
+        return f"""
+            SELECT t.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
+                   c.checkpoint_type, c.checkpoint, c.metadata_type, c.metadata, c.thread_key,
+                   c.channel_versions, c.versions_json
+            FROM lgmp_checkpoints c JOIN lgmp_threads t ON t.thread_key = c.thread_key
+            WHERE {VISIBLE} AND NOT c.replay_only AND {where}
+            ORDER BY c.checkpoint_id DESC, c.thread_key DESC, c.checkpoint_ns DESC
+            LIMIT {int(limit)}"""
+
+    def _load(self, rows: Rows) -> Plan[Query, list[StoredCheckpoint]]:
+        """The page's checkpoints with their blobs and pending writes (two statements)."""
+        if not rows:
+            return []
+        keys: list[Key] = [(bytes(r[8]), r[1], r[2]) for r in rows]
+        values = ", ".join(["(?, ?, ?)"] * len(keys))
+        params = [x for key in keys for x in key]
+        blob_rows: Rows = yield Query(
+            f"""
+            WITH k(tk, ns, id) AS (VALUES {values})
+            SELECT k.tk, k.ns, k.id, b.channel, b.type, b.blob
+            FROM k JOIN lgmp_checkpoints c ON c.thread_key = k.tk AND c.checkpoint_ns = k.ns
+                AND c.checkpoint_id = k.id
+            JOIN json_each(c.channel_versions) v
+            JOIN lgmp_blobs b ON b.thread_key = k.tk AND b.checkpoint_ns = k.ns
+                AND b.channel = v.key AND b.version = v.value""",
+            params,
+            fetch=True,
+        )
+        write_rows: Rows = yield Query(
+            f"""
+            WITH k(tk, ns, id) AS (VALUES {values})
+            SELECT w.thread_key, w.checkpoint_ns, w.checkpoint_id,
+                   w.task_id, w.channel, w.type, w.blob, w.task_path, w.idx
+            FROM k JOIN lgmp_writes w ON w.thread_key = k.tk AND w.checkpoint_ns = k.ns
+                AND w.checkpoint_id = k.id""",
+            params,
+            fetch=True,
+        )
+        blobs: dict[Key, list[tuple[str, str, bytes | None]]] = defaultdict(list)
+        for tk, ns, cid, channel, typ, data in blob_rows:
+            blobs[(bytes(tk), ns, cid)].append((channel, typ, data))
+        writes: dict[Key, list[tuple[str, str, str, bytes, str, int]]] = defaultdict(list)
+        for tk, ns, cid, *write in write_rows:
+            writes[(bytes(tk), ns, cid)].append(tuple(write))
+        return [
+            StoredCheckpoint(
+                thread_id=bytes(tid).decode("utf-8", "surrogatepass"),
+                checkpoint_ns=ns,
+                checkpoint_id=cid,
+                parent_id=parent,
+                checkpoint=(ctype, cblob),
+                metadata=(mtype, mblob),
+                blobs=blobs[key],
+                writes=writes[key],
+                channel_versions=json.loads(native or versions),
+            )
+            for key, (tid, ns, cid, parent, ctype, cblob, mtype, mblob, _, versions, native) in zip(
+                keys, rows, strict=True
+            )
+        ]
+
+    def _refresh(self, keys: list[bytes], now: float) -> Query:
+        """Move live threads' expiry on read (``refresh_on_read``); its own transaction."""
+        return Query(
+            f"UPDATE lgmp_threads SET expires_at = ? WHERE thread_key IN ({_marks(len(keys))}) "
+            "AND expires_at IS NOT NULL AND expires_at > ?",
+            [now + (self.settings.ttl_seconds or 0.0), *keys, now],
+            write=True,
+        )
+
+    @property
+    def _refreshes(self) -> bool:
+        return self.settings.refresh_on_read and self.settings.ttl_seconds is not None
+
+    def get_tuple(
+        self, codec: CheckpointCodec, target: Target
+    ) -> Plan[Query, CheckpointTuple | None]:
+        now = time.time()
+        params: dict[str, Any] = {"tk": target.thread_key, "ns": target.checkpoint_ns, "now": now}
+        where = "c.thread_key = :tk AND c.checkpoint_ns = :ns"
+        if target.checkpoint_id is not None:
+            where += " AND c.checkpoint_id = :id"
+            params["id"] = target.checkpoint_id
+        rows: Rows = yield Query(self._page(where, 1), params, fetch=True)
+        if not rows:
+            return None
+        [stored] = yield from self._load(rows)
+        found = yield from self._decode(codec, stored)
+        if self._refreshes:
+            yield self._refresh([target.thread_key], now)
+        return found
+
+    def list_page(
+        self, codec: CheckpointCodec, query: ListQuery, page_size: int
+    ) -> Plan[Query, tuple[list[CheckpointTuple], ListQuery | None]]:
+        if query.limit is not None and query.limit <= 0:
+            return [], None
+        now = time.time()
+        wheres = ["1"]
+        params: dict[str, Any] = {"now": now}
+        if query.thread_id is not None:
+            wheres.append("c.thread_key = :tk")
+            params["tk"] = thread_key(query.thread_id)
+        if query.checkpoint_ns is not None:
+            wheres.append("c.checkpoint_ns = :ns")
+            params["ns"] = query.checkpoint_ns
+        if query.checkpoint_id is not None:
+            wheres.append("c.checkpoint_id = :id")
+            params["id"] = query.checkpoint_id
+        if query.before is not None:
+            wheres.append("c.checkpoint_id < :before")
+            params["before"] = query.before
+        # SQLite narrows by the string-valued keys of the filter (the common case: source,
+        # run_id, user_id); every row is then checked exactly on its decoded metadata, as
+        # InMemorySaver compares (where 1 == 1.0 == True, and None matches a missing key).
+        for i, (key, value) in enumerate((query.filter or {}).items()):
+            if isinstance(value, str):
+                wheres.append(
+                    f"EXISTS (SELECT 1 FROM json_each(c.metadata_json) j WHERE j.key = :fk{i} "
+                    f"AND j.type = 'text' AND j.value = :fv{i})"
+                )
+                params[f"fk{i}"] = json_safe(str(key))
+                params[f"fv{i}"] = json_safe(value)
+        if query.after is not None:
+            wheres.append(
+                "(c.checkpoint_id, c.thread_key, c.checkpoint_ns) < (:a_id, :a_tk, :a_ns)"
+            )
+            params.update(a_id=query.after[0], a_tk=query.after[1], a_ns=query.after[2])
+        size = page_size if query.limit is None else min(page_size, query.limit)
+        rows: Rows = yield Query(self._page(" AND ".join(wheres), size), params, fetch=True)
+        page: list[CheckpointTuple] = []
+        for stored in (yield from self._load(rows)):
+            metadata = codec.decode_metadata(stored.metadata)
+            if metadata_matches(metadata, query.filter):
+                page.append((yield from self._decode(codec, stored, metadata)))
+        if page and self._refreshes:
+            yield self._refresh(sorted({bytes(row[8]) for row in rows}), now)
+        limit = None if query.limit is None else query.limit - len(page)
+        if len(rows) < size or limit == 0:
+            return page, None
+        last = rows[-1]  # the keyset cursor: (checkpoint_id, thread_key, checkpoint_ns)
+        return page, replace(query, limit=limit, after=(last[2], bytes(last[8]), last[1]))
+
+    def _fetch_list(self, request: ListRequest) -> Query:
+        """The items of a stored list in order; bytes only for those not known here.
+
+        Spine and pages are split into ids in SQL (``substr`` on blobs), so a list of any
+        length costs one statement; known ids travel as one JSON array of hex strings.
+        """
+        tk, ns, _ = request.key
+        return Query(
+            f"""
+            WITH RECURSIVE {SLOTS}, spine(children) AS (
+                SELECT children FROM lgmp_nodes
+                WHERE thread_key = :tk AND checkpoint_ns = :ns AND node_id = :spine
+            ), pages(pord, id) AS (
+                SELECT 0, substr(children, 1, {ID_SIZE}) FROM spine
+                WHERE length(children) >= {ID_SIZE}
+                UNION ALL
+                SELECT pages.pord + 1,
+                       substr(spine.children, (pages.pord + 1) * {ID_SIZE} + 1, {ID_SIZE})
+                FROM pages, spine WHERE (pages.pord + 2) * {ID_SIZE} <= length(spine.children)
+            ), ids(pord, iord, id) AS (
+                SELECT p.pord, s.g, substr(n.children, s.g * {ID_SIZE} + 1, {ID_SIZE})
+                FROM pages p JOIN lgmp_nodes n ON n.thread_key = :tk AND n.checkpoint_ns = :ns
+                    AND n.node_id = p.id
+                JOIN slots s ON s.g * {ID_SIZE} < length(n.children)
+                UNION ALL
+                SELECT 9223372036854775807, s.g, substr(:tail, s.g * {ID_SIZE} + 1, {ID_SIZE})
+                FROM slots s WHERE s.g * {ID_SIZE} < length(:tail)
+            )
+            SELECT ids.id, i.type,
+                   CASE WHEN hex(ids.id) IN (SELECT value FROM json_each(:known)) THEN NULL
+                        ELSE i.data END
+            FROM ids
+            LEFT JOIN lgmp_items i ON i.thread_key = :tk AND i.checkpoint_ns = :ns
+                AND i.item_id = ids.id
+            ORDER BY ids.pord, ids.iord""",
+            {
+                "tk": tk,
+                "ns": ns,
+                "spine": request.ref.spine,
+                "tail": b"".join(request.ref.tail),
+                "known": json.dumps([iid.hex().upper() for iid in request.known]),
+            },
+            fetch=True,
+        )
+
+    def _decode(
+        self,
+        codec: CheckpointCodec,
+        stored: StoredCheckpoint,
+        metadata: CheckpointMetadata | None = None,
+    ) -> Plan[Query, CheckpointTuple]:
+        lists = yield from codec.resolve_lists(
+            stored.thread_id, stored.checkpoint_ns, stored.blobs, self._fetch_list
+        )
+        return codec.decode_tuple(stored, metadata, lists)
+
+    def delta_history(
+        self, codec: CheckpointCodec, target: Target, channels: Sequence[str]
+    ) -> Plan[Query, dict[str, DeltaChannelHistory]]:
+        """Walk the parent chain one checkpoint at a time, stopping per channel at its seed."""
+        tk, ns = target.thread_key, target.checkpoint_ns
+        params: dict[str, Any] = {"tk": tk, "ns": ns, "now": time.time()}
+        pick = ""
+        if target.checkpoint_id is not None:
+            pick, params["id"] = "AND c.checkpoint_id = :id", target.checkpoint_id
+        start: Rows = yield Query(
+            f"""SELECT c.parent_checkpoint_id
+            FROM lgmp_checkpoints c JOIN lgmp_threads t ON t.thread_key = c.thread_key
+            WHERE {VISIBLE} AND NOT c.replay_only AND c.thread_key = :tk
+                AND c.checkpoint_ns = :ns {pick}
+            ORDER BY c.checkpoint_id DESC LIMIT 1""",
+            params,
+            fetch=True,
+        )
+        chain: list[ChainLink] = []
+        remaining = list(dict.fromkeys(channels))
+        cursor: str | None = start[0][0] if start else None
+        while cursor is not None and remaining and len(chain) < MAX_CHAIN_DEPTH:
+            found: Rows = yield Query(
+                "SELECT parent_checkpoint_id, channel_versions FROM lgmp_checkpoints "
+                "WHERE thread_key = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+                (tk, ns, cursor),
+                fetch=True,
+            )
+            if not found:
+                break
+            parent, versions = found[0][0], json.loads(found[0][1])
+            wanted = [(ch, versions[ch]) for ch in remaining if ch in versions]
+            seeds: dict[str, tuple[str, bytes | None]] = {}
+            if wanted:
+                seed_rows: Rows = yield Query(
+                    f"""SELECT channel, type, blob FROM lgmp_blobs
+                    WHERE thread_key = ? AND checkpoint_ns = ? AND type <> '{EMPTY}'
+                        AND (channel, version) IN (VALUES {", ".join(["(?, ?)"] * len(wanted))})""",
+                    [tk, ns, *(x for pair in wanted for x in pair)],
+                    fetch=True,
+                )
+                seeds = {ch: (typ, data) for ch, typ, data in seed_rows}
+            writes: Rows = yield Query(
+                f"""SELECT task_id, channel, type, blob, task_path, idx FROM lgmp_writes
+                WHERE thread_key = ? AND checkpoint_ns = ? AND checkpoint_id = ?
+                    AND channel IN ({_marks(len(remaining))})""",
+                [tk, ns, cursor, *remaining],
+                fetch=True,
+            )
+            chain.append(ChainLink(checkpoint_id=cursor, seeds=seeds, writes=writes))
+            remaining = [ch for ch in remaining if ch not in seeds]
+            cursor = parent
+        found_seeds = [(ch, typ, data) for link in chain for ch, (typ, data) in link.seeds.items()]
+        lists = yield from codec.resolve_lists(
+            target.thread_id, target.checkpoint_ns, found_seeds, self._fetch_list
+        )
+        return codec.delta_history(channels, chain, lists)
+
+    # -- writes -----------------------------------------------------------------------
+
+    def _admit(
+        self,
+        target: Target,
+        now: float,
+        written_id: str,
+        must_exist: Callable[[str], str | None],
+    ) -> Plan[Query, bool | None]:
+        """Open a write: take the write lock, read the thread row, create or refresh it.
+
+        Returns ``None`` when the write is refused (see :meth:`_refuse`), else whether the
+        thread had expired (what it held must then go). ``must_exist(live_after)`` names the
+        checkpoint a write to a deleted thread needs in order to be kept, or ``None``.
+        """
+        tk = target.thread_key
+        expires = None if self.settings.ttl_seconds is None else now + self.settings.ttl_seconds
+        rows: Rows = yield Query(
+            "SELECT expires_at, live_after FROM lgmp_threads WHERE thread_key = ?",
+            (tk,),
+            fetch=True,
+            write=True,
+        )
+        if not rows:
+            yield Query(
+                "INSERT INTO lgmp_threads (thread_key, thread_id, expires_at) VALUES (?, ?, ?)",
+                (tk, _id_bytes(target.thread_id), expires),
+            )
+            return False
+        expires_at, live_after = rows[0]
+        if live_after is not None:
+            check = must_exist(live_after)
+            if check is not None:
+                exists: Rows = yield Query(
+                    "SELECT EXISTS (SELECT 1 FROM lgmp_checkpoints WHERE thread_key = ? "
+                    "AND checkpoint_ns = ? AND checkpoint_id = ?)",
+                    (tk, target.checkpoint_ns, check),
+                    fetch=True,
+                )
+                if not exists[0][0]:
+                    yield from self._refuse(tk, written_id)
+                    return None
+        yield Query(
+            "UPDATE lgmp_threads SET thread_id = ?, expires_at = ? WHERE thread_key = ?",
+            (_id_bytes(target.thread_id), expires, tk),
+        )
+        return expires_at is not None and expires_at <= now
+
+    def _refuse(self, tk: bytes, written_id: str) -> Plan[Query, None]:
+        """Drop a write from a run that outlived its deleted thread.
+
+        Once a thread was deleted, a checkpoint is kept only if its parent still exists (a
+        fresh run has none), and writes only if their checkpoint exists or is newer than
+        the deletion; so a run that keeps going cannot bring the thread back. The refused
+        checkpoint id joins the tombstone, so writes that follow it are refused too.
+        Nothing was written yet (the decision comes first), so there is nothing to undo.
+        """
+        logger.warning("dropped a write of a run whose thread was deleted")
+        yield Query(
+            "UPDATE lgmp_threads SET live_after = max(live_after, ?) WHERE thread_key = ?",
+            (written_id, tk),
+        )
+
+    def _delta_seeds(
+        self, tk: bytes, ns: str, encoded: EncodedCheckpoint
+    ) -> Plan[Query, str | None]:
+        """Per ``DeltaChannel``, the checkpoint holding its last snapshot (see :meth:`_trim`)."""
+        inherited: dict[str, str] = {}
+        if encoded.parent_id is not None:
+            rows: Rows = yield Query(
+                "SELECT delta_seeds FROM lgmp_checkpoints "
+                "WHERE thread_key = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+                (tk, ns, encoded.parent_id),
+                fetch=True,
+            )
+            if rows and rows[0][0]:
+                inherited = json.loads(rows[0][0])
+        channels = set(encoded.delta_channels) | {
+            ch for ch in inherited if ch in encoded.versions_json
+        }
+        if not channels:
+            return None
+        valued = set(encoded.valued_channels)
+        return json.dumps(
+            {
+                ch: encoded.checkpoint_id if ch in valued else inherited.get(ch, "")
+                for ch in sorted(channels)
+            }
+        )
+
+    def put(self, target: Target, encoded: EncodedCheckpoint) -> Plan[Query, None]:
+        tk, ns = target.thread_key, target.checkpoint_ns
+        _no_nul(ns, "checkpoint_ns")
+        for channel in encoded.channel_versions:
+            _no_nul(channel, "channel name")
+        now = time.time()
+        expired = yield from self._admit(
+            target, now, encoded.checkpoint_id, lambda _: encoded.parent_id
+        )
+        if expired is None:
+            return
+        stored = [b for b in encoded.blobs if b.type != EMPTY]
+        if stored:
+            yield Query(
+                """
+                INSERT INTO lgmp_blobs (thread_key, checkpoint_ns, channel, version, type, blob)
+                VALUES (?, ?, ?, ?, ?, ?)
+                ON CONFLICT (thread_key, checkpoint_ns, channel, version) DO UPDATE SET
+                    type = excluded.type, blob = excluded.blob""",
+                [(tk, ns, b.channel, b.version, b.type, b.data) for b in stored],
+                many=True,
+            )
+        if encoded.items:
+            yield Query(
+                "INSERT INTO lgmp_items (thread_key, checkpoint_ns, item_id, type, data) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                [(tk, ns, iid, typ, data) for iid, (typ, data) in encoded.items.items()],
+                many=True,
+            )
+        if encoded.nodes:
+            yield Query(
+                "INSERT INTO lgmp_nodes (thread_key, checkpoint_ns, node_id, children) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                [(tk, ns, nid, b"".join(children)) for nid, children in encoded.nodes.items()],
+                many=True,
+            )
+        seeds = yield from self._delta_seeds(tk, ns, encoded)
+        versions = json.dumps(encoded.channel_versions)
+        native = json.dumps(encoded.versions_json)
+        yield Query(
+            """
+            INSERT INTO lgmp_checkpoints (thread_key, checkpoint_ns, checkpoint_id,
+                parent_checkpoint_id, run_id, checkpoint_type, checkpoint, metadata_type,
+                metadata, metadata_json, channel_versions, versions_json, delta_seeds)
+            VALUES (:tk, :ns, :id, :parent, :run_id, :c_type, :c_blob, :m_type, :m_blob,
+                :m_json, :versions, :native, :seeds)
+            ON CONFLICT (thread_key, checkpoint_ns, checkpoint_id) DO UPDATE SET
+                parent_checkpoint_id = excluded.parent_checkpoint_id,
+                run_id = excluded.run_id,
+                checkpoint_type = excluded.checkpoint_type,
+                checkpoint = excluded.checkpoint,
+                metadata_type = excluded.metadata_type,
+                metadata = excluded.metadata,
+                metadata_json = excluded.metadata_json,
+                channel_versions = excluded.channel_versions,
+                versions_json = excluded.versions_json,
+                delta_seeds = excluded.delta_seeds""",
+            {
+                "tk": tk,
+                "ns": ns,
+                "id": encoded.checkpoint_id,
+                "parent": encoded.parent_id,
+                "run_id": encoded.run_id,
+                "c_type": encoded.checkpoint[0],
+                "c_blob": encoded.checkpoint[1],
+                "m_type": encoded.metadata[0],
+                "m_blob": encoded.metadata[1],
+                "m_json": json.dumps(encoded.metadata_json),
+                "versions": versions,
+                "native": None if native == versions else native,
+                "seeds": seeds,
+            },
+        )
+        if expired:
+            yield from self._purge_before(tk, encoded.checkpoint_id)
+        if self.settings.keep_last is not None:
+            yield from self._trim(tk, ns, self.settings.keep_last)
+
+    def put_writes(self, target: Target, writes: list[EncodedWrite]) -> Plan[Query, None]:
+        if not writes:
+            return
+        cid = target.checkpoint_id
+        assert cid is not None
+        tk, ns = target.thread_key, target.checkpoint_ns
+        _no_nul(ns, "checkpoint_ns")
+        expired = yield from self._admit(
+            target, time.time(), cid, lambda live_after: None if cid > live_after else cid
+        )
+        if expired is None:
+            return
+        task_id, path = writes[0].task_id, writes[0].task_path
+        yield Query(
+            """
+            INSERT INTO lgmp_writes (thread_key, checkpoint_ns, checkpoint_id, task_id, idx,
+                task_path, channel, type, blob)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (thread_key, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
+                task_path = excluded.task_path, channel = excluded.channel,
+                type = excluded.type, blob = excluded.blob
+            WHERE excluded.idx < 0""",
+            [(tk, ns, cid, task_id, w.idx, path, w.channel, w.type, w.data) for w in writes],
+            many=True,
+        )
+        if expired:
+            yield from self._purge_before(tk, cid)
+
+    def _purge_before(self, tk: bytes, checkpoint_id: str) -> Plan[Query, None]:
+        """Drop what an expired thread held before a write revived it."""
+        for table in ("lgmp_writes", "lgmp_checkpoints"):
+            yield Query(
+                f"DELETE FROM {table} WHERE thread_key = ? AND checkpoint_id < ?",
+                (tk, checkpoint_id),
+            )
+        unused = """thread_key = :tk AND (checkpoint_ns, channel, version) NOT IN (
+            SELECT c.checkpoint_ns, v.key, v.value
+            FROM lgmp_checkpoints c, json_each(c.channel_versions) v WHERE c.thread_key = :tk)"""
+        yield from self._delete_blobs(unused, {"tk": tk}, tk)
+
+    def _collect_blobs(self, tk: bytes, freed: set[tuple[str, str, str]]) -> Plan[Query, None]:
+        """Delete blobs that deleted checkpoints used and no remaining checkpoint uses."""
+        if not freed:
+            return
+        unused = """thread_key = :tk AND (checkpoint_ns, channel, version) IN (
+            SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
+                   json_extract(value, '$[2]')
+            FROM json_each(:freed)
+            EXCEPT
+            SELECT c.checkpoint_ns, v.key, v.value
+            FROM lgmp_checkpoints c, json_each(c.channel_versions) v
+            WHERE c.thread_key = :tk AND c.checkpoint_ns IN (
+                SELECT json_extract(value, '$[0]') FROM json_each(:freed)))"""
+        yield from self._delete_blobs(unused, {"tk": tk, "freed": json.dumps(sorted(freed))}, tk)
+
+    def _delete_blobs(self, where: str, params: dict[str, Any], tk: bytes) -> Plan[Query, None]:
+        """Delete the blobs ``where`` picks, then the list items only they reached."""
+        lists: Rows = yield Query(
+            f"SELECT DISTINCT checkpoint_ns FROM lgmp_blobs WHERE {where} AND type = '{LIST_TYPE}'",
+            params,
+            fetch=True,
+        )
+        yield Query(f"DELETE FROM lgmp_blobs WHERE {where}", params)
+        for (ns,) in sorted(lists):
+            yield from self._collect_items(tk, ns)
+
+    def _collect_items(self, tk: bytes, checkpoint_ns: str) -> Plan[Query, None]:
+        """Delete list items, pages and spines no remaining list version reaches."""
+        params = {"tk": tk, "ns": checkpoint_ns}
+        yield Query(
+            f"""
+            WITH RECURSIVE {SLOTS}, {SPINE_PAGES}, live(id) AS (
+                SELECT substr(n.children, s.g * {ID_SIZE} + 1, {ID_SIZE})
+                FROM lgmp_nodes n JOIN pages p ON n.node_id = p.id
+                JOIN slots s ON s.g * {ID_SIZE} < length(n.children)
+                WHERE n.thread_key = :tk AND n.checkpoint_ns = :ns
+                UNION
+                SELECT substr(lb.blob, {ID_SIZE + 1} + s.g * {ID_SIZE}, {ID_SIZE})
+                FROM lb JOIN slots s ON {ID_SIZE} + s.g * {ID_SIZE} < length(lb.blob)
+            )
+            DELETE FROM lgmp_items WHERE thread_key = :tk AND checkpoint_ns = :ns
+                AND item_id NOT IN (SELECT id FROM live)""",
+            params,
+        )
+        yield Query(
+            f"""
+            WITH RECURSIVE {SPINE_PAGES}
+            DELETE FROM lgmp_nodes WHERE thread_key = :tk AND checkpoint_ns = :ns
+                AND node_id NOT IN (SELECT id FROM spines UNION ALL SELECT id FROM pages)""",
+            params,
+        )
+
+    def _trim(self, tk: bytes, checkpoint_ns: str, keep: int) -> Plan[Query, None]:
+        """Keep the newest ``keep`` checkpoints of one thread namespace.
+
+        As on PostgreSQL: a ``DeltaChannel`` value is rebuilt by replaying writes back to
+        the checkpoint holding its last snapshot (its seed, recorded per channel at put
+        time in ``delta_seeds``). Older checkpoints a kept one still replays from stay
+        stored as ``replay_only``: read by delta replay, never returned by
+        ``get_tuple``/``list``. Everything older goes, with its writes and the blobs
+        nothing else uses. A kept checkpoint whose parent is deleted gets no parent.
+        """
+        where = "thread_key = :tk AND checkpoint_ns = :ns"
+        kept: Rows = yield Query(
+            f"SELECT checkpoint_id, delta_seeds FROM lgmp_checkpoints WHERE {where} "
+            "ORDER BY checkpoint_id DESC LIMIT :keep",
+            {"tk": tk, "ns": checkpoint_ns, "keep": keep},
+            fetch=True,
+        )
+        if not kept:
+            return
+        oldest = kept[-1][0]
+        seeds = [s for _, raw in kept if raw for s in json.loads(raw).values()]
+        params = {"tk": tk, "ns": checkpoint_ns, "oldest": oldest, "floor": min([oldest, *seeds])}
+        gone: Rows = yield Query(
+            f"SELECT channel_versions FROM lgmp_checkpoints WHERE {where} "
+            "AND checkpoint_id < :floor",
+            params,
+            fetch=True,
+        )
+        if gone:
+            yield Query(
+                f"""DELETE FROM lgmp_writes WHERE {where} AND checkpoint_id IN (
+                    SELECT checkpoint_id FROM lgmp_checkpoints
+                    WHERE {where} AND checkpoint_id < :floor)""",
+                params,
+            )
+            yield Query(
+                f"DELETE FROM lgmp_checkpoints WHERE {where} AND checkpoint_id < :floor", params
+            )
+        yield Query(
+            f"""
+            UPDATE lgmp_checkpoints SET
+                replay_only = checkpoint_id < :oldest,
+                parent_checkpoint_id = CASE WHEN parent_checkpoint_id < :floor
+                    THEN NULL ELSE parent_checkpoint_id END
+            WHERE {where} AND checkpoint_id >= :floor
+                AND ((checkpoint_id < :oldest AND NOT replay_only)
+                     OR parent_checkpoint_id < :floor)""",
+            params,
+        )
+        freed = {(checkpoint_ns, ch, ver) for (raw,) in gone for ch, ver in json.loads(raw).items()}
+        yield from self._collect_blobs(tk, freed)
+
+    # -- deletion and maintenance -----------------------------------------------------
+
+    def _delete_threads(self, tks: Sequence[bytes]) -> Plan[Query, None]:
+        """Delete threads whole, leaving a tombstone (no content) that refuses late writes."""
+        now = time.time()
+        for tk in sorted(set(tks)):
+            yield Query(
+                """
+                UPDATE lgmp_threads SET thread_id = NULL, expires_at = NULL, deleted_at = :now,
+                    live_after = nullif(max(
+                        coalesce(live_after, ''),
+                        coalesce((SELECT max(checkpoint_id) FROM lgmp_checkpoints
+                                  WHERE thread_key = :tk), ''),
+                        coalesce((SELECT max(checkpoint_id) FROM lgmp_writes
+                                  WHERE thread_key = :tk), '')), '')
+                WHERE thread_key = :tk""",
+                {"tk": tk, "now": now},
+                write=True,
+            )
+            for table in THREAD_TABLES:
+                yield Query(f"DELETE FROM {table} WHERE thread_key = ?", (tk,))
+
+    def delete_thread(self, thread_id: str) -> Plan[Query, None]:
+        yield from self._delete_threads([thread_key(thread_id)])
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[Query, None]:
+        freed: dict[bytes, set[tuple[str, str, str]]] = defaultdict(set)
+        for chunk in _chunks(list(dict.fromkeys(run_ids))):
+            match = f"run_id IN ({_marks(len(chunk))})"
+            gone: Rows = yield Query(
+                "SELECT thread_key, checkpoint_ns, checkpoint_id, channel_versions "
+                f"FROM lgmp_checkpoints WHERE {match}",
+                chunk,
+                fetch=True,
+                write=True,
+            )
+            if not gone:
+                continue
+            yield Query(
+                "DELETE FROM lgmp_writes "
+                "WHERE thread_key = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+                [(tk, ns, cid) for tk, ns, cid, _ in gone],
+                many=True,
+            )
+            yield Query(f"DELETE FROM lgmp_checkpoints WHERE {match}", chunk)
+            for tk, ns, _, raw in gone:
+                freed[bytes(tk)].update((ns, ch, ver) for ch, ver in json.loads(raw).items())
+        for tk in sorted(freed):
+            yield from self._collect_blobs(tk, freed[tk])
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Plan[Query, None]:
+        now = time.time()
+        src, dst = thread_key(source_thread_id), thread_key(target_thread_id)
+        ttl = self.settings.ttl_seconds
+        visible: Rows = yield Query(
+            f"SELECT 1 FROM lgmp_threads t WHERE t.thread_key = :src AND {VISIBLE}",
+            {"src": src, "now": now},
+            fetch=True,
+            write=True,
+        )
+        if not visible:
+            return
+        yield Query(
+            """
+            INSERT INTO lgmp_threads (thread_key, thread_id, expires_at) VALUES (?, ?, ?)
+            ON CONFLICT (thread_key) DO UPDATE SET thread_id = excluded.thread_id,
+                expires_at = excluded.expires_at, deleted_at = NULL, live_after = NULL""",
+            (dst, _id_bytes(target_thread_id), None if ttl is None else now + ttl),
+        )
+        columns = {
+            "lgmp_blobs": "checkpoint_ns, channel, version, type, blob",
+            "lgmp_writes": "checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel, "
+            "type, blob",
+            "lgmp_items": "checkpoint_ns, item_id, type, data",
+            "lgmp_nodes": "checkpoint_ns, node_id, children",
+            "lgmp_checkpoints": "checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, "
+            "checkpoint_type, checkpoint, metadata_type, metadata, metadata_json, "
+            "channel_versions, versions_json, delta_seeds, replay_only",
+        }
+        for table, cols in columns.items():
+            yield Query(
+                f"INSERT INTO {table} (thread_key, {cols}) SELECT ?, {cols} FROM {table} "
+                "WHERE thread_key = ? ON CONFLICT DO NOTHING",
+                (dst, src),
+            )
+
+    def prune(self, thread_ids: Sequence[str], keep_latest: bool) -> Plan[Query, None]:
+        if not thread_ids:
+            return
+        tks = sorted({thread_key(t) for t in thread_ids})
+        if not keep_latest:
+            yield from self._delete_threads(tks)
+            return
+        for tk in tks:
+            namespaces: Rows = yield Query(
+                "SELECT DISTINCT checkpoint_ns FROM lgmp_checkpoints WHERE thread_key = ?",
+                (tk,),
+                fetch=True,
+                write=True,
+            )
+            for (ns,) in namespaces:
+                yield from self._trim(tk, ns, 1)
+
+    def sweep_expired(self, batch_size: int) -> Plan[Query, tuple[int, bool]]:
+        """One bounded batch of expired threads (and old tombstones), deleted whole."""
+        params = {"now": time.time(), "old": time.time() - TOMBSTONE_SECONDS, "n": batch_size}
+        victims = """
+            SELECT thread_key FROM lgmp_threads
+            WHERE expires_at <= :now OR (thread_id IS NULL AND deleted_at < :old)
+            ORDER BY thread_key LIMIT :n"""
+        rows: Rows = yield Query(
+            f"""SELECT count(*), coalesce(sum(thread_id IS NOT NULL), 0) FROM lgmp_threads
+            WHERE thread_key IN ({victims})""",
+            params,
+            fetch=True,
+            write=True,
+        )
+        total, live = rows[0]
+        if total:
+            # The thread rows go last: until then every statement picks the same victims.
+            for table in (*THREAD_TABLES, "lgmp_threads"):
+                yield Query(f"DELETE FROM {table} WHERE thread_key IN ({victims})", params)
+        return int(live), int(total) >= batch_size

@@ -1,0 +1,75 @@
+"""``SqliteSaver`` and ``AsyncSqliteSaver``: thin drivers over the shared plans.
+
+All behaviour lives in :mod:`.plans` (SQL and decoding) and the shared saver core; these
+classes only pair the plans with the SQLite driver mixins of
+:mod:`langgraph_memory_plus._sqlite`. The async class runs each plan on a worker thread, as
+``sqlite3`` only blocks; see that module for why this is the whole of "async" here.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from ..._sqlite import SqliteAsyncDriver, SqlitePool, SqliteSyncDriver
+from ..config import TTLConfig
+from ..saver import AsyncDriver, CheckpointSaverBase, SyncDriver
+from .plans import SqliteCheckpointPlans
+
+
+class _SqliteOptions(CheckpointSaverBase):
+    """The constructor both SQLite savers share.
+
+    Args:
+        conn: a :class:`~langgraph_memory_plus._sqlite.SqlitePool` (what
+            ``from_conn_string`` opens: several connections, WAL mode, a busy timeout), or
+            your own ``sqlite3.Connection``, used by one call at a time (open it with
+            ``check_same_thread=False``: async methods run on worker threads). Inside your
+            connection's open transaction a call runs in a savepoint and you commit.
+        serde: the serializer for checkpoint values; LangGraph's by default.
+        ttl: ``{"default_ttl": minutes, "refresh_on_read": bool}``: threads expire that
+            long after their last write (or read). Expired threads are never returned;
+            ``sweep_expired()`` reclaims their rows.
+        keep_last: keep only the newest N checkpoints per thread and namespace
+            (``1`` gives a "shallow" saver).
+    """
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection | SqlitePool,
+        *,
+        serde: SerializerProtocol | None = None,
+        ttl: TTLConfig | None = None,
+        keep_last: int | None = None,
+    ) -> None:
+        self._connect(conn)
+        super().__init__(serde=serde, ttl=ttl, keep_last=keep_last)
+        self.conn = conn
+        self._plans = SqliteCheckpointPlans(self.settings)
+
+    def _connect(self, conn: object) -> None:
+        raise NotImplementedError
+
+
+class SqliteSaver(SqliteSyncDriver, _SqliteOptions, SyncDriver):
+    """A LangGraph checkpointer on a SQLite file (blocking; async methods use a thread).
+
+    ``SqliteSaver.from_conn_string("memory.db", pool_max_size=4, busy_timeout=30,
+    **options)`` opens the file (a path, ``":memory:"`` or a ``sqlite:///`` URL) and
+    closes it afterwards; see :class:`_SqliteOptions` for the options. Several processes
+    may use one file at once.
+    """
+
+    def setup(self) -> None:
+        """Create or migrate the tables; safe to run repeatedly and concurrently."""
+        self._run(self._plans.setup())
+
+
+class AsyncSqliteSaver(SqliteAsyncDriver, _SqliteOptions, AsyncDriver):
+    """The asyncio twin of :class:`SqliteSaver`: every call runs on a worker thread, so
+    the event loop never waits on the disk or on another process's write."""
+
+    async def setup(self) -> None:
+        """Create or migrate the tables; safe to run repeatedly and concurrently."""
+        await self._arun(self._plans.setup())

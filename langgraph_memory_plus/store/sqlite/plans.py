@@ -1,0 +1,382 @@
+"""The SQLite store's operations as plans: SQL to send, rows to decode.
+
+Nothing here touches a connection; :mod:`.store` runs these plans, each batch's in one
+transaction (its reads in a read snapshot, its writes under ``BEGIN IMMEDIATE``; see
+:mod:`langgraph_memory_plus._sqlite`). Every statement is parameterized; lists of
+addresses travel as one JSON array parameter (``json_each``), which is why prefixes and
+keys are stored NUL-free (escaped, as on PostgreSQL).
+
+SQLite runs in this process, so the plans decide in Python what needs Python's rules:
+
+- **Filters** run through the store core's evaluator (:func:`..filters.holds`, the
+  definition), over the items under the search prefix, newest first, read in chunks; reading
+  stops as soon as the page is full, so the cost is the page plus the items skipped.
+- **Semantic search** is exact: every live item under the prefix that passes the filter is
+  scored (best cosine similarity among its vectors, :func:`..vectors.cosine`) and ranked;
+  items without vectors come last, as in ``InMemoryStore``.
+- **Namespace listings** read the distinct namespaces under the longest literal prefix of
+  the conditions and match, truncate and sort them as ``InMemoryStore`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from array import array
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from ..._plan import Plan
+from ..._sqlite import Query, Rows, migrate
+from ..base import GetRequest, ListRequest, Namespace, SearchRequest, WriteRequest, conflict_error
+from ..filters import holds
+from ..postgres.plans import namespace_of, prefix_text
+from ..values import VersionedItem, VersionedSearchItem, decode_value, escape_text, unescape_text
+from ..vectors import Vector, cosine, norm
+from .schema import MIGRATIONS
+
+# SQLite refuses a string over SQLITE_MAX_LENGTH (1e9 bytes); values are JSON text.
+MAX_VALUE_BYTES = 64 * 1024 * 1024
+MAX_BATCH_BYTES = 512 * 1024 * 1024
+MAX_KEY_BYTES = 4096
+MAX_COUNT = 2**62  # SQLite's LIMIT/OFFSET are 64-bit; larger requests mean "all" anyway
+SCAN_CHUNK = 1000
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+LIVE = "(s.expires_at IS NULL OR s.expires_at > :now)"
+COLUMNS = (
+    "s.prefix, s.key, s.value, s.escaped, s.version, s.created_at, s.updated_at, s.ttl_minutes"
+)
+ADDRESSES = (
+    "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:addresses)"
+)
+
+
+Found = tuple[tuple[Any, ...], Any, "float | None"]
+"""A row that passed the search, its decoded value, and its score."""
+
+
+def _address(namespace: Namespace, key: str) -> tuple[str, str]:
+    return prefix_text(namespace), escape_text(key)
+
+
+def _addresses(requests: Sequence[GetRequest | WriteRequest]) -> str:
+    return json.dumps([_address(r.namespace, r.key) for r in requests])
+
+
+def _time(us: int) -> datetime:
+    return EPOCH + timedelta(microseconds=us)
+
+
+def _item(row: tuple[Any, ...]) -> VersionedItem:
+    prefix, key, value, escaped, version, created, updated, _ttl = row
+    return VersionedItem(
+        value=decode_value(json.loads(value), bool(escaped)),
+        key=unescape_text(key),
+        namespace=namespace_of(prefix),
+        created_at=_time(created),
+        updated_at=_time(updated),
+        version=version,
+    )
+
+
+def _search_item(row: tuple[Any, ...], value: Any, score: float | None) -> VersionedSearchItem:
+    prefix, key, _value, _escaped, version, created, updated, _ttl = row
+    return VersionedSearchItem(
+        namespace_of(prefix),
+        unescape_text(key),
+        value,
+        _time(created),
+        _time(updated),
+        score,
+        version=version,
+    )
+
+
+def _pack(vector: Vector) -> bytes:
+    data = array("d", vector)
+    if sys.byteorder == "big":
+        data.byteswap()
+    return data.tobytes()
+
+
+def _unpack(blob: bytes) -> Vector:
+    data = array("d")
+    data.frombytes(blob)
+    if sys.byteorder == "big":
+        data.byteswap()
+    return data.tolist()
+
+
+def _scope(prefix: Namespace, params: dict[str, Any], column: str = "s.prefix") -> str:
+    """Items in ``prefix`` or below it, as a range on the primary key."""
+    if not prefix:
+        return "1"
+    text = prefix_text(prefix)
+    params.update(scope=text, low=text + ".", high=text + "/")
+    return f"({column} = :scope OR ({column} >= :low AND {column} < :high))"
+
+
+class SqliteStorePlans:
+    """SQL and decoding for the store's two tables."""
+
+    max_value_bytes = MAX_VALUE_BYTES
+    max_batch_bytes = MAX_BATCH_BYTES
+    max_key_bytes = MAX_KEY_BYTES
+    escape_strings = True
+
+    # -- setup --------------------------------------------------------------------------
+
+    def setup(self) -> Plan[Query, None]:
+        yield from migrate("lgmp_store_migrations", MIGRATIONS)
+
+    # -- reads --------------------------------------------------------------------------
+
+    def _refresh(self, rows: Rows, now: float) -> Plan[Query, None]:
+        """Move the expiry of the items read that have a TTL (a write of its own)."""
+        timed = [(row[0], row[1]) for row in rows if row[7] is not None]
+        if timed:
+            yield Query(
+                f"""UPDATE lgmp_store SET expires_at = :now + ttl_minutes * 60
+                WHERE (prefix, key) IN ({ADDRESSES}) AND ttl_minutes IS NOT NULL
+                    AND expires_at > :now""",
+                {"now": now, "addresses": json.dumps(timed)},
+                write=True,
+            )
+
+    def get(self, requests: list[GetRequest]) -> Plan[Query, list[VersionedItem | None]]:
+        now = time.time()
+        rows: Rows = yield Query(
+            f"SELECT {COLUMNS} FROM lgmp_store s "
+            f"WHERE (s.prefix, s.key) IN ({ADDRESSES}) AND {LIVE}",
+            {"addresses": _addresses(requests), "now": now},
+            fetch=True,
+        )
+        found = {(row[0], row[1]): row for row in rows}
+        wanted = [_address(r.namespace, r.key) for r in requests]
+        refresh = {a for a, r in zip(wanted, requests, strict=True) if r.refresh and a in found}
+        yield from self._refresh([found[a] for a in sorted(refresh)], now)
+        return [_item(found[a]) if a in found else None for a in wanted]
+
+    def search(self, request: SearchRequest) -> Plan[Query, list[VersionedSearchItem]]:
+        if request.limit == 0:
+            return []
+        now = time.time()
+        params: dict[str, Any] = {"now": now}
+        where = f"{LIVE} AND {_scope(request.prefix, params)}"
+        page: list[Found]
+        if request.query is not None:
+            page = yield from self._ranked(where, params, request)
+        elif request.filter is None:
+            params["limit"] = min(request.limit, MAX_COUNT)
+            params["offset"] = min(request.offset, MAX_COUNT)
+            rows: Rows = yield Query(
+                f"SELECT {COLUMNS} FROM lgmp_store s WHERE {where} "
+                "ORDER BY s.version DESC LIMIT :limit OFFSET :offset",
+                params,
+                fetch=True,
+            )
+            page = [(row, decode_value(json.loads(row[2]), bool(row[3])), None) for row in rows]
+        else:
+            page = yield from self._scan(where, params, request)
+        if request.refresh:
+            yield from self._refresh([row for row, _, _ in page], now)
+        return [_search_item(row, value, score) for row, value, score in page]
+
+    def _scan(
+        self, where: str, params: dict[str, Any], request: SearchRequest
+    ) -> Plan[Query, list[Found]]:
+        """Newest first, a chunk at a time, filtered in Python until the page is full."""
+        assert request.filter is not None
+        size = min(SCAN_CHUNK, request.offset + request.limit)
+        skipped, page = 0, list[Found]()
+        below = ""
+        while len(page) < request.limit:
+            rows: Rows = yield Query(
+                f"SELECT {COLUMNS} FROM lgmp_store s WHERE {where} {below} "
+                "ORDER BY s.version DESC LIMIT :chunk",
+                {**params, "chunk": size},
+                fetch=True,
+            )
+            for row in rows:
+                value = decode_value(json.loads(row[2]), bool(row[3]))
+                if not holds(request.filter, value):
+                    continue
+                if skipped < request.offset:
+                    skipped += 1
+                    continue
+                page.append((row, value, None))
+                if len(page) == request.limit:
+                    break
+            if len(rows) < size:
+                break
+            below, params["below"] = "AND s.version < :below", rows[-1][4]
+        return page
+
+    def _ranked(
+        self, where: str, params: dict[str, Any], request: SearchRequest
+    ) -> Plan[Query, list[Found]]:
+        """Every candidate scored exactly, best first; unscored items after, newest first."""
+        assert request.query is not None
+        rows: Rows = yield Query(
+            f"SELECT {COLUMNS} FROM lgmp_store s WHERE {where}", params, fetch=True
+        )
+        vectors: Rows = yield Query(
+            f"""SELECT v.prefix, v.key, v.embedding, v.norm FROM lgmp_store_vectors v
+            JOIN lgmp_store s ON s.prefix = v.prefix AND s.key = v.key WHERE {where}""",
+            params,
+            fetch=True,
+        )
+        query, query_norm = request.query, norm(request.query)
+        scores: dict[tuple[str, str], float] = {}
+        for prefix, key, blob, length in vectors:
+            score = cosine(query, query_norm, _unpack(blob), length)
+            address = (prefix, key)
+            scores[address] = max(score, scores.get(address, score))
+        ranked = []
+        for row in rows:
+            value = decode_value(json.loads(row[2]), bool(row[3]))
+            if request.filter is None or holds(request.filter, value):
+                ranked.append((row, value, scores.get((row[0], row[1]))))
+        ranked.sort(key=lambda r: (r[2] is None, -(r[2] or 0.0), -r[0][4]))
+        return ranked[request.offset : request.offset + request.limit]
+
+    def list_namespaces(self, request: ListRequest) -> Plan[Query, list[Namespace]]:
+        heads = [c.literal_head for c in request.conditions if c.literal_head]
+        params: dict[str, Any] = {"now": time.time()}
+        narrow = _scope(max(heads, key=len), params) if heads else "1"
+        rows: Rows = yield Query(
+            f"SELECT DISTINCT s.prefix FROM lgmp_store s WHERE {LIVE} AND {narrow}",
+            params,
+            fetch=True,
+        )
+        found = {
+            ns[: request.max_depth] if request.max_depth is not None else ns
+            for ns in (namespace_of(row[0]) for row in rows)
+            if all(c.matches(ns) for c in request.conditions)
+        }
+        return sorted(found)[request.offset : request.offset + request.limit]
+
+    def count(self, prefix: Namespace) -> Plan[Query, int]:
+        params: dict[str, Any] = {"now": time.time()}
+        rows: Rows = yield Query(
+            f"SELECT count(*) FROM lgmp_store s WHERE {LIVE} AND {_scope(prefix, params)}",
+            params,
+            fetch=True,
+        )
+        return int(rows[0][0])
+
+    # -- writes -------------------------------------------------------------------------
+
+    def write(self, requests: list[WriteRequest]) -> Plan[Query, None]:
+        now_us = time.time_ns() // 1000
+        now = now_us / 1e6
+        conditional = [r for r in requests if r.expected_version is not None]
+        if conditional:
+            # Under the write lock: nobody can change these items until we commit.
+            rows: Rows = yield Query(
+                f"""SELECT s.prefix, s.key, CASE WHEN {LIVE} THEN s.version ELSE 0 END
+                FROM lgmp_store s WHERE (s.prefix, s.key) IN ({ADDRESSES})""",
+                {"addresses": _addresses(conditional), "now": now},
+                fetch=True,
+                write=True,
+            )
+            current = {(row[0], row[1]): int(row[2]) for row in rows}
+            for request in conditional:
+                found = current.get(_address(request.namespace, request.key), 0)
+                if found != request.expected_version:
+                    raise conflict_error(request, found)
+        deletes = [r for r in requests if r.value is None]
+        if deletes:
+            addresses = {"addresses": _addresses(deletes)}
+            for table in ("lgmp_store_vectors", "lgmp_store"):
+                yield Query(
+                    f"DELETE FROM {table} WHERE (prefix, key) IN ({ADDRESSES})",
+                    addresses,
+                    write=True,
+                )
+        puts = [r for r in requests if r.value is not None]
+        if puts:
+            yield Query(
+                "UPDATE lgmp_store_clock SET version = version + ? WHERE id = 0",
+                (len(puts),),
+                write=True,
+            )
+            clock: Rows = yield Query("SELECT version FROM lgmp_store_clock", fetch=True)
+            first = int(clock[0][0]) - len(puts) + 1
+            yield Query(
+                """
+                INSERT INTO lgmp_store (prefix, key, value, escaped, version, created_at,
+                    updated_at, expires_at, ttl_minutes)
+                VALUES (:prefix, :key, :value, :escaped, :version, :now_us, :now_us, :expires,
+                    :ttl)
+                ON CONFLICT (prefix, key) DO UPDATE SET value = excluded.value,
+                    escaped = excluded.escaped, version = excluded.version,
+                    created_at = CASE WHEN lgmp_store.expires_at <= :now
+                        THEN excluded.created_at ELSE lgmp_store.created_at END,
+                    updated_at = excluded.updated_at, expires_at = excluded.expires_at,
+                    ttl_minutes = excluded.ttl_minutes""",
+                [
+                    {
+                        "prefix": prefix_text(r.namespace),
+                        "key": escape_text(r.key),
+                        "value": r.value.text,
+                        "escaped": r.value.escaped,
+                        "version": first + i,
+                        "now_us": now_us,
+                        "now": now,
+                        "expires": None if r.ttl is None else now + r.ttl * 60,
+                        "ttl": r.ttl,
+                    }
+                    for i, r in enumerate(puts)
+                    if r.value is not None
+                ],
+                many=True,
+            )
+        indexed = [r for r in puts if r.vectors is not None]
+        if indexed:
+            yield Query(
+                f"DELETE FROM lgmp_store_vectors WHERE (prefix, key) IN ({ADDRESSES})",
+                {"addresses": _addresses(indexed)},
+            )
+            vectors = [
+                (*_address(r.namespace, r.key), name, _pack(vector), norm(vector))
+                for r in indexed
+                for name, vector in dict(r.vectors or []).items()
+            ]
+            if vectors:
+                yield Query(
+                    "INSERT INTO lgmp_store_vectors (prefix, key, field, embedding, norm) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    vectors,
+                    many=True,
+                )
+
+    def delete_namespace(self, prefix: Namespace) -> Plan[Query, int]:
+        params: dict[str, Any] = {}
+        yield Query(
+            f"DELETE FROM lgmp_store_vectors WHERE {_scope(prefix, params, 'prefix')}",
+            params,
+            write=True,
+        )
+        deleted: int = yield Query(
+            f"DELETE FROM lgmp_store WHERE {_scope(prefix, params, 'prefix')}", params
+        )
+        return deleted
+
+    def sweep(self, batch_size: int) -> Plan[Query, tuple[int, bool]]:
+        params = {"now": time.time(), "n": batch_size}
+        victims = """SELECT prefix, key FROM lgmp_store WHERE expires_at <= :now
+            ORDER BY expires_at, prefix, key LIMIT :n"""
+        # The items go last: until then both statements pick the same victims.
+        yield Query(
+            f"DELETE FROM lgmp_store_vectors WHERE (prefix, key) IN ({victims})",
+            params,
+            write=True,
+        )
+        deleted: int = yield Query(
+            f"DELETE FROM lgmp_store WHERE (prefix, key) IN ({victims})", params
+        )
+        return deleted, deleted >= batch_size

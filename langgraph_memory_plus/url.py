@@ -1,0 +1,591 @@
+"""``from_url``: one entry point that opens a checkpointer and a store on any backend.
+
+::
+
+    from langgraph_memory_plus.url import from_url
+
+    with from_url("postgresql://user:pass@host/db", ttl=60 * 24) as memory:
+        graph = builder.compile(checkpointer=memory.checkpointer, store=memory.store)
+        graph.invoke(inputs, {"configurable": {"thread_id": "t1"}})
+
+    async with from_url("redis://localhost:6379/0") as memory:   # the asyncio classes
+        graph = builder.compile(checkpointer=memory.checkpointer, store=memory.store)
+        await graph.ainvoke(inputs, config)
+
+One name for both calling styles: ``from_url(...)`` only reads and checks the URL and the
+options (a bad URL or option fails right there); the ``with`` statement opens the blocking
+classes and ``async with`` the asyncio ones, so the calling style you already write picks the
+flavour and there is no ``afrom_url`` twin to keep in step. Leaving the block closes what was
+opened (pools, clients, files), in reverse order.
+
+URLs: ``postgresql://`` (or ``postgres://``), ``redis://``, ``rediss://``,
+``redis+cluster://`` (``rediss+cluster://``), ``sqlite:///relative.db`` /
+``sqlite:////absolute.db`` (SQLAlchemy's convention; ``sqlite://`` is in memory) and
+``memory://`` (LangGraph's ``InMemorySaver`` / ``InMemoryStore``). With no URL,
+``LANGGRAPH_MEMORY_URL`` is read, and without it a SQLite file in the user's data directory
+(``$XDG_DATA_HOME`` or ``~/.local/share``, then ``langgraph-memory-plus/memory.db``) is used,
+so a first run needs no server and a second run finds what the first one stored.
+
+Options have the same name as keyword arguments and as URL query parameters
+(``?ttl=1440&keep_last=10``); a query parameter that is not one of them is left in the URL
+for the driver (``sslmode=require``). See :data:`OPTIONS` for which backend takes which; an
+option a backend does not take is an error, never silently ignored.
+
+Errors are one line and never show a password: a bad URL or option raises
+:class:`~langgraph_memory_plus.errors.InvalidConfigError`, a server that cannot be reached
+:class:`MemoryConnectionError`, both naming the URL with its password masked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import os
+import re
+from collections.abc import Callable, Generator
+from contextlib import AsyncExitStack, ExitStack
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.store.base import BaseStore
+
+from ._plan import adrive, drive
+from ._sqlite import path_from_url
+from .errors import InvalidConfigError, MemoryPlusError
+
+ENV_VAR = "LANGGRAPH_MEMORY_URL"
+APP_DIR = "langgraph-memory-plus"
+DEFAULT_FILE = "memory.db"
+CONNECT_TIMEOUT = 5  # seconds to wait for a server before saying it cannot be reached
+
+SCHEMES = {
+    "postgresql": "postgres",
+    "postgres": "postgres",
+    "redis": "redis",
+    "rediss": "redis",
+    "redis+cluster": "redis",
+    "rediss+cluster": "redis",
+    "sqlite": "sqlite",
+    "memory": "memory",
+}
+EXAMPLES = "postgresql://, redis://, rediss://, redis+cluster://, sqlite:///file.db, memory://"
+SERVERS = frozenset({"postgres", "redis", "sqlite"})
+EVERY = frozenset(SCHEMES.values())
+
+
+class MemoryConnectionError(MemoryPlusError, ConnectionError):
+    """The backend a URL names cannot be reached (or, for SQLite, its file opened)."""
+
+
+class StoreUnavailableError(MemoryPlusError, NotImplementedError):
+    """This version of the package has no store for the URL's backend."""
+
+
+# -- options ------------------------------------------------------------------------------
+
+
+def _number(name: str, value: Any, *, minimum: float, strict: bool) -> float:
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise InvalidConfigError(f"{name} must be a number, got {value!r}") from None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or (value <= minimum if strict else value < minimum)
+    ):
+        bound = f"greater than {minimum:g}" if strict else f"at least {minimum:g}"
+        raise InvalidConfigError(f"{name} must be a number {bound}, got {value!r}")
+    return float(value)
+
+
+def _integer(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, str) and re.fullmatch(r"\s*[+]?\d+\s*", value):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _boolean(name: str, value: Any) -> bool:
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in ("1", "true", "yes", "on"):
+            return True
+        if word in ("0", "false", "no", "off"):
+            return False
+    if isinstance(value, bool):
+        return value
+    raise InvalidConfigError(f"{name} must be true or false, got {value!r}")
+
+
+def _name(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidConfigError(f"{name} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _object(name: str, value: Any) -> Any:
+    if isinstance(value, str):
+        raise InvalidConfigError(f"{name} cannot be given as text in a URL; pass it as {name}=")
+    return value
+
+
+@dataclass(frozen=True)
+class Option:
+    """One ``from_url`` option: how to read it, which backends take it, what it means."""
+
+    read: Callable[[str, Any], Any]
+    backends: frozenset[str]
+    meaning: str
+
+
+OPTIONS: dict[str, Option] = {
+    "ttl": Option(
+        partial(_number, minimum=0, strict=True),
+        SERVERS,
+        "minutes: a thread expires that long after its last write, a store item after its "
+        "last write (or read)",
+    ),
+    "refresh_on_read": Option(
+        _boolean, SERVERS, "reads also restart the TTL (default: no for threads, yes for items)"
+    ),
+    "keep_last": Option(
+        partial(_integer, minimum=1), SERVERS, "keep the newest N checkpoints per thread"
+    ),
+    "schema": Option(_name, frozenset({"postgres"}), "PostgreSQL schema for the tables"),
+    "key_prefix": Option(_name, frozenset({"redis"}), "first part of every Redis key"),
+    "pool_min_size": Option(
+        partial(_integer, minimum=0), frozenset({"postgres"}), "connections kept open"
+    ),
+    "pool_max_size": Option(
+        partial(_integer, minimum=1),
+        frozenset({"postgres", "redis", "sqlite"}),
+        "most connections open at once",
+    ),
+    "busy_timeout": Option(
+        partial(_number, minimum=0, strict=False),
+        frozenset({"sqlite"}),
+        "seconds a SQLite writer waits for another process's write",
+    ),
+    "setup": Option(_boolean, EVERY, "run setup() (migrations) on entering; default true"),
+    "index": Option(_object, EVERY, "the store's semantic search config (keyword only)"),
+    "serde": Option(_object, EVERY, "the checkpointer's serializer (keyword only)"),
+}
+_SECRET_QUERY = re.compile(r"(?i)([?&])((?:ssl)?password=)[^&#]*")
+_AUTHORITY = re.compile(r"^([^:/?#]+://)([^/?#]*)(.*)$", re.DOTALL)
+
+
+def _split(url: str) -> tuple[str, str, str]:
+    """``url`` as (everything before the query, the query, ``#fragment`` or "").
+
+    Split by hand: ``urlunsplit`` would turn ``sqlite:////abs.db`` into ``sqlite://abs.db``.
+    """
+    rest, hash_, fragment = url.partition("#")
+    base, _, query = rest.partition("?")
+    return base, query, hash_ + fragment
+
+
+def redact(url: str) -> str:
+    """``url`` with its password (in the user info or a ``password=`` parameter) masked."""
+    found = _AUTHORITY.match(url)
+    if found is None:
+        return _SECRET_QUERY.sub(r"\1\2***", url)
+    head, authority, tail = found.groups()
+    userinfo, at, host = authority.rpartition("@")
+    if at and ":" in userinfo:
+        authority = f"{userinfo.split(':', 1)[0]}:***@{host}"
+    return head + authority + _SECRET_QUERY.sub(r"\1\2***", tail)
+
+
+def _password(url: str) -> str | None:
+    try:
+        return unquote(urlsplit(url).password or "") or None
+    except ValueError:
+        return None
+
+
+def default_path() -> Path:
+    """Where ``from_url()`` keeps its SQLite file when no URL is given anywhere."""
+    base = os.environ.get("XDG_DATA_HOME", "")
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".local" / "share"
+    return root / APP_DIR / DEFAULT_FILE
+
+
+def default_url() -> str:
+    """``LANGGRAPH_MEMORY_URL``, else the SQLite file of :func:`default_path`."""
+    path = quote(str(default_path()), safe="/\\:")  # a '%', '?' or '#' in it stays text
+    return os.environ.get(ENV_VAR, "").strip() or f"sqlite:///{path}"
+
+
+# -- opening ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Enter:
+    """Step: enter a context manager (an async one with ``async with``); answers its value."""
+
+    cm: Any
+
+
+@dataclass(frozen=True)
+class _Call:
+    """Step: call ``fn`` (awaiting what it returns, if awaitable); answers its result.
+
+    ``reach``: failing means the backend named so cannot be reached.
+    """
+
+    fn: Callable[[], Any]
+    reach: str | None = None
+
+
+@dataclass(frozen=True)
+class _Defer:
+    """Step: call ``fn`` (awaiting it, if awaitable) when the block is left."""
+
+    fn: Callable[[], Any]
+
+
+_Step = _Enter | _Call | _Defer
+_Opening = Generator[_Step, Any, tuple[Any, Any]]
+
+
+async def _maybe_await(fn: Callable[[], Any]) -> None:
+    result = fn()
+    if inspect.isawaitable(result):
+        await result
+
+
+class Memory:
+    """A checkpointer and a store opened from one URL; see :func:`from_url`.
+
+    ``with`` opens the blocking classes, ``async with`` the asyncio ones; ``checkpointer``
+    and ``store`` are there inside the block. ``url`` is the URL with its password masked.
+    """
+
+    def __init__(self, url: str, backend: str, target: str, options: dict[str, Any]) -> None:
+        self.url = redact(url)
+        self.backend = backend
+        self._raw = url
+        self._target = target
+        self._options = options
+        self._opened: tuple[Any, Any] | None = None
+        self._stack: ExitStack | AsyncExitStack | None = None
+
+    def __repr__(self) -> str:
+        state = "open" if self._opened else "not open"
+        return f"<Memory {self.url} ({state})>"
+
+    @property
+    def checkpointer(self) -> BaseCheckpointSaver[Any]:
+        """The checkpointer, for ``builder.compile(checkpointer=...)``."""
+        saver: BaseCheckpointSaver[Any] = self._open_parts()[0]
+        return saver
+
+    @property
+    def store(self) -> BaseStore:
+        """The store, for ``builder.compile(store=...)``."""
+        store = self._open_parts()[1]
+        if isinstance(store, str):
+            raise StoreUnavailableError(store)
+        result: BaseStore = store
+        return result
+
+    def _open_parts(self) -> tuple[Any, Any]:
+        if self._opened is None:
+            raise InvalidConfigError(
+                f"{self!r}: use it in a 'with' (or 'async with') block, and its checkpointer "
+                "and store inside the block"
+            )
+        return self._opened
+
+    # -- the context managers -----------------------------------------------------------
+
+    def _start(self) -> None:
+        if self._stack is not None:
+            raise InvalidConfigError(f"{self!r} is already open; open another from_url()")
+
+    def __enter__(self) -> Memory:
+        self._start()
+        stack = self._stack = ExitStack()
+        try:
+            self._opened = drive(self._open(is_async=False), partial(self._sync_step, stack))
+        except BaseException:
+            self._close_sync()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._close_sync()
+
+    def _close_sync(self) -> None:
+        stack, self._stack, self._opened = self._stack, None, None
+        assert isinstance(stack, ExitStack)
+        stack.close()
+
+    async def __aenter__(self) -> Memory:
+        self._start()
+        stack = self._stack = AsyncExitStack()
+        try:
+            self._opened = await adrive(self._open(is_async=True), partial(self._async_step, stack))
+        except BaseException:
+            await self._close_async()
+            raise
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._close_async()
+
+    async def _close_async(self) -> None:
+        stack, self._stack, self._opened = self._stack, None, None
+        assert isinstance(stack, AsyncExitStack)
+        await stack.aclose()
+
+    def _sync_step(self, stack: ExitStack, step: _Step) -> Any:
+        if isinstance(step, _Enter):
+            return stack.enter_context(step.cm)
+        if isinstance(step, _Defer):
+            stack.callback(step.fn)
+            return None
+        try:
+            return step.fn()
+        except Exception as exc:
+            if step.reach is None:
+                raise
+            raise self._unreachable(step.reach, exc) from None
+
+    async def _async_step(self, stack: AsyncExitStack, step: _Step) -> Any:
+        if isinstance(step, _Enter):
+            if hasattr(step.cm, "__aenter__"):
+                return await stack.enter_async_context(step.cm)
+            return stack.enter_context(step.cm)
+        if isinstance(step, _Defer):
+            stack.push_async_callback(_maybe_await, step.fn)
+            return None
+        try:
+            result = step.fn()
+            return await result if inspect.isawaitable(result) else result
+        except Exception as exc:
+            if step.reach is None:
+                raise
+            raise self._unreachable(step.reach, exc) from None
+
+    def _unreachable(self, what: str, exc: Exception) -> MemoryConnectionError:
+        """One line naming the URL without its password, and the driver's first line."""
+        lines = str(exc).strip().splitlines() or [type(exc).__name__]
+        reason = lines[0].strip()
+        secret = _password(self._raw)
+        if secret:
+            reason = reason.replace(secret, "***")
+        return MemoryConnectionError(f"cannot reach {what} at {self.url}: {reason}")
+
+    # -- what each backend opens, written once for both flavours --------------------------
+
+    def _open(self, is_async: bool) -> _Opening:
+        opener = {
+            "postgres": self._postgres,
+            "redis": self._redis,
+            "sqlite": self._sqlite,
+            "memory": self._memory,
+        }[self.backend]
+        saver, store = yield from opener(is_async)
+        if self._options.get("setup", True) and self.backend != "memory":
+            yield _Call(saver.setup)
+            if not isinstance(store, str):
+                yield _Call(store.setup)
+        if not isinstance(store, str) and hasattr(store, "_before_close"):
+            yield _Defer(store._before_close)  # stops a TTL sweeper the caller started
+        return saver, store
+
+    def _component_options(self, *names: str) -> dict[str, Any]:
+        """The constructor options of a saver (or store) among ``names``, and the TTL."""
+        o = self._options
+        options: dict[str, Any] = {k: o[k] for k in names if k in o}
+        if "ttl" in o:
+            ttl = {"default_ttl": o["ttl"]}
+            if "refresh_on_read" in o:
+                ttl["refresh_on_read"] = o["refresh_on_read"]
+            options["ttl"] = ttl
+        return options
+
+    def _saver_options(self) -> dict[str, Any]:
+        return self._component_options("keep_last", "serde")
+
+    def _store_options(self) -> dict[str, Any]:
+        return self._component_options("index")
+
+    def _postgres(self, is_async: bool) -> _Opening:
+        import psycopg
+
+        from ._postgres import open_async_pool, open_pool
+        from .checkpoint.postgres import AsyncPostgresSaver, PostgresSaver
+        from .store.postgres import AsyncPostgresStore, PostgresStore
+
+        o, target = self._options, self._target
+        connect = psycopg.AsyncConnection.connect if is_async else psycopg.Connection.connect
+        probe = yield _Call(partial(connect, target, connect_timeout=CONNECT_TIMEOUT), "PostgreSQL")
+        yield _Call(probe.close)
+        pool = yield _Enter(
+            (open_async_pool if is_async else open_pool)(
+                target,
+                min_size=o.get("pool_min_size", 1),
+                max_size=o.get("pool_max_size", 10),
+                prepare_threshold=5,
+            )
+        )
+        schema = {"schema": o["schema"]} if "schema" in o else {}
+        saver_cls = AsyncPostgresSaver if is_async else PostgresSaver
+        store_cls = AsyncPostgresStore if is_async else PostgresStore
+        return (
+            saver_cls(pool, **schema, **self._saver_options()),
+            store_cls(pool, **schema, **self._store_options()),
+        )
+
+    def _redis(self, is_async: bool) -> _Opening:
+        from ._redis import async_client_from_url, sync_client_from_url
+        from .checkpoint.redis import AsyncRedisSaver, RedisSaver
+
+        o = self._options
+        options: dict[str, Any] = {"socket_connect_timeout": CONNECT_TIMEOUT}
+        if "pool_max_size" in o:
+            options["max_connections"] = o["pool_max_size"]
+        connect = async_client_from_url if is_async else sync_client_from_url
+        client = yield _Call(partial(connect, self._target, **options), "Redis")
+        yield _Defer(client.aclose if is_async else client.close)
+        yield _Call(client.ping, "Redis")
+        prefix = {"key_prefix": o["key_prefix"]} if "key_prefix" in o else {}
+        saver_cls = AsyncRedisSaver if is_async else RedisSaver
+        saver = saver_cls(client, **prefix, **self._saver_options())
+        try:
+            from .store.redis import AsyncRedisStore, RedisStore
+        except ImportError:
+            return saver, (
+                "this version of langgraph-memory-plus has no Redis store yet: use "
+                "memory.checkpointer with Redis, and a postgresql:// or sqlite:/// URL "
+                "for the store"
+            )
+        store_cls = AsyncRedisStore if is_async else RedisStore
+        return saver, store_cls(client, **prefix, **self._store_options())
+
+    def _sqlite(self, is_async: bool) -> _Opening:
+        from ._sqlite import SqlitePool
+        from .checkpoint.sqlite import AsyncSqliteSaver, SqliteSaver
+        from .store.sqlite import AsyncSqliteStore, SqliteStore
+
+        o = self._options
+        if self._target == str(default_path()):
+            default_path().parent.mkdir(parents=True, exist_ok=True)
+        sizes = {"max_size": o["pool_max_size"]} if "pool_max_size" in o else {}
+        if "busy_timeout" in o:
+            sizes["busy_timeout"] = o["busy_timeout"]
+        pool = yield _Enter(SqlitePool(self._target, **sizes))
+        check = partial(asyncio.to_thread, pool.check) if is_async else pool.check
+        yield _Call(check, "the SQLite database")
+        saver_cls = AsyncSqliteSaver if is_async else SqliteSaver
+        store_cls = AsyncSqliteStore if is_async else SqliteStore
+        return saver_cls(pool, **self._saver_options()), store_cls(pool, **self._store_options())
+
+    def _memory(self, is_async: bool) -> _Opening:
+        from langgraph.checkpoint.memory import InMemorySaver
+        from langgraph.store.memory import InMemoryStore
+
+        o = self._options
+        saver = InMemorySaver(serde=o.get("serde"))
+        store = InMemoryStore(index=o["index"]) if "index" in o else InMemoryStore()
+        return saver, store
+        yield
+
+
+def from_url(url: str | None = None, **options: Any) -> Memory:
+    """A checkpointer and a store for ``url``, opened by ``with`` or ``async with``.
+
+    ``url``: see the module docstring; ``None`` reads ``LANGGRAPH_MEMORY_URL``, else uses a
+    SQLite file in the user's data directory. ``options`` (also accepted as URL query
+    parameters, with the same names): ``ttl`` (minutes), ``refresh_on_read``, ``keep_last``,
+    ``schema`` (PostgreSQL), ``key_prefix`` (Redis), ``pool_min_size`` (PostgreSQL),
+    ``pool_max_size``, ``busy_timeout`` (SQLite, seconds), ``setup`` (default true: run the
+    migrations on entering), and, as keyword arguments only, ``index`` (the store's
+    semantic search) and ``serde`` (the checkpointer's serializer).
+
+    Raises ``InvalidConfigError`` for a bad URL or option, at once; entering the block
+    raises :class:`MemoryConnectionError` when the backend cannot be reached.
+    """
+    if url is None:
+        url = default_url()
+    if not isinstance(url, str):
+        raise InvalidConfigError(f"from_url needs a URL string, got {type(url).__name__}")
+    shown = redact(url)
+    scheme, sep, _ = url.partition("://")
+    if not sep and url.startswith("sqlite:"):
+        scheme, sep = "sqlite", ":"
+    backend = SCHEMES.get(scheme.lower()) if sep else None
+    if backend is None:
+        what = f"unsupported URL scheme {scheme!r}" if sep else "not a URL"
+        raise InvalidConfigError(f"{what}: {shown}; use one of {EXAMPLES}")
+    try:
+        urlsplit(url).port  # noqa: B018  (reading it checks it)
+    except ValueError as exc:
+        raise InvalidConfigError(f"bad URL {shown}: {exc}") from None
+    base, query, fragment = _split(url)
+    given: dict[str, Any] = {}
+    rest: list[str] = []  # the driver's own parameters, passed on exactly as written
+    for segment in filter(None, query.split("&")):
+        raw_name, _, raw_value = segment.partition("=")
+        name, value = unquote(raw_name), unquote(raw_value)
+        if name in OPTIONS:
+            if name in given:
+                raise InvalidConfigError(f"{name} appears twice in {shown}")
+            given[name] = OPTIONS[name].read(name, value)
+        elif backend in ("sqlite", "memory"):
+            raise InvalidConfigError(
+                f"unknown option {name!r} in {shown}; options are {', '.join(OPTIONS)}"
+            )
+        else:
+            rest.append(segment)
+    for name, value in options.items():
+        if name not in OPTIONS:
+            raise InvalidConfigError(
+                f"unknown option {name!r} for from_url; options are {', '.join(OPTIONS)}"
+            )
+        value = OPTIONS[name].read(name, value)
+        if name in given and given[name] != value:
+            raise InvalidConfigError(
+                f"{name} is given twice, differently: {given[name]!r} in the URL "
+                f"({shown}) and {value!r} as an argument"
+            )
+        given[name] = value
+    for name in given:
+        if backend not in OPTIONS[name].backends:
+            takes = ", ".join(sorted(OPTIONS[name].backends))
+            raise InvalidConfigError(
+                f"option {name!r} does not apply to {shown} (it is for: {takes})"
+            )
+    if backend == "sqlite":
+        target = path_from_url(base + fragment)
+    elif backend == "memory":
+        target = ""
+    else:
+        target = base + ("?" + "&".join(rest) if rest else "") + fragment
+    return Memory(url, backend, target, given)
+
+
+__all__ = [
+    "OPTIONS",
+    "Memory",
+    "MemoryConnectionError",
+    "StoreUnavailableError",
+    "default_path",
+    "default_url",
+    "from_url",
+    "redact",
+]
