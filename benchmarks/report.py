@@ -1,0 +1,166 @@
+"""Collecting samples, medians and ratios, and printing them as markdown tables / JSON."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from .targets import Target, baseline_of
+
+# units whose ratio to the baseline means something (dimensionless ones get none)
+_RATIO_UNITS = {"bytes", "ms", "turns/s", "ops/s"}
+
+
+@dataclass
+class Section:
+    key: str
+    title: str
+    description: list[str] = field(default_factory=list)
+    status: str = "ok"  # ok | skipped
+    notes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    # metric -> unit, and (metric, saver name) -> samples, in insertion order
+    units: dict[str, str] = field(default_factory=dict)
+    samples: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    targets: dict[str, Target] = field(default_factory=dict)
+    # columns of the compact table: a metric, or (label, before, after) shown as "a -> b"
+    summary: list[str | tuple[str, str, str]] = field(default_factory=list)
+
+    def add(self, target: Target, metrics: dict[tuple[str, str], float]) -> None:
+        self.targets.setdefault(target.name, target)
+        for (metric, unit), value in metrics.items():
+            self.units.setdefault(metric, unit)
+            self.samples.setdefault((metric, target.name), []).append(float(value))
+
+    def median(self, metric: str, saver: str) -> float | None:
+        values = [v for v in self.samples.get((metric, saver), []) if not math.isnan(v)]
+        return statistics.median(values) if values else None
+
+    def ratio(self, metric: str, saver: str) -> float | None:
+        value = self.median(metric, saver)
+        base_value = self.median(metric, baseline_of(self.targets[saver]).name)
+        if self.units.get(metric) in _RATIO_UNITS and value is not None and base_value:
+            return value / base_value
+        return None
+
+    def rows(self) -> list[dict[str, Any]]:
+        out = []
+        for metric, unit in self.units.items():
+            for saver in self.targets:
+                if (metric, saver) not in self.samples:
+                    continue
+                value = self.median(metric, saver)
+                base = baseline_of(self.targets[saver]).name
+                ratio = self.ratio(metric, saver)
+                out.append(
+                    {
+                        "saver": saver,
+                        "metric": metric,
+                        "unit": unit,
+                        "median": value,
+                        "ratio": ratio,
+                        "baseline": base,
+                        "samples": self.samples[(metric, saver)],
+                    }
+                )
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "title": self.title,
+            "status": self.status,
+            "description": self.description,
+            "notes": self.notes,
+            "errors": self.errors,
+            "rows": self.rows() if self.status == "ok" else [],
+        }
+
+
+def format_value(value: float | None, unit: str) -> str:
+    if value is None or math.isnan(value):
+        return "n/a"
+    if unit == "bytes":
+        for size, label in ((1e9, "GB"), (1e6, "MB"), (1e3, "KB")):
+            if value >= size:
+                return f"{value / size:.2f} {label}"
+        return f"{value:.0f} B"
+    if unit == "exp":
+        return f"{value:.2f}"
+    if unit == "x":
+        return f"{value:.2f}x"
+    if unit == "count":
+        return f"{value:.0f}"
+    if value >= 100:
+        number = f"{value:.0f}"
+    elif value >= 10:
+        number = f"{value:.1f}"
+    elif value >= 0.1:
+        number = f"{value:.2f}"
+    else:
+        number = f"{value:.2g}"
+    return f"{number} {unit}"
+
+
+def format_ratio(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def _cell(section: Section, metric: str, saver: str, with_ratio: bool = True) -> str:
+    if (metric, saver) not in section.samples:
+        return ""
+    text = format_value(section.median(metric, saver), section.units[metric])
+    ratio = section.ratio(metric, saver)
+    return f"{text} ({ratio:.2f}x)" if with_ratio and ratio is not None else text
+
+
+def summary_markdown(section: Section) -> str:
+    """The compact table: one row per saver, the section's key metrics as columns."""
+    columns = [
+        c
+        for c in section.summary
+        if (c in section.units if isinstance(c, str) else all(m in section.units for m in c[1:]))
+    ]
+    if not columns:
+        return ""
+    names = [c if isinstance(c, str) else c[0] for c in columns]
+    lines = [
+        "| saver | " + " | ".join(names) + " |",
+        "|---" * (len(columns) + 1) + "|",
+    ]
+    for saver in section.targets:
+        cells = []
+        for c in columns:
+            if isinstance(c, str):
+                cells.append(_cell(section, c, saver))
+            else:
+                before, after = (_cell(section, m, saver, with_ratio=False) for m in c[1:])
+                cells.append(f"{before} -> {after}" if before and after else "")
+        lines.append(f"| {saver} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def section_markdown(section: Section) -> str:
+    lines = [f"### {section.title}", ""]
+    if section.status != "ok":
+        lines += [*(f"_{note}_" for note in section.notes), ""]
+        return "\n".join(lines)
+    lines += [*section.description, ""] if section.description else []
+    summary = summary_markdown(section)
+    if summary:
+        lines += ["Summary (ratio vs official PG in parentheses):", "", summary]
+    lines += ["| saver | metric | median | ratio vs official PG |", "|---|---|---|---|"]
+    for row in section.rows():
+        lines.append(
+            f"| {row['saver']} | {row['metric']} | {format_value(row['median'], row['unit'])} "
+            f"| {format_ratio(row['ratio'])} |"
+        )
+    lines.append("")
+    for note in section.notes:
+        lines.append(f"- {note}")
+    for error in section.errors:
+        lines.append(f"- **error**: {error}")
+    if section.notes or section.errors:
+        lines.append("")
+    return "\n".join(lines)

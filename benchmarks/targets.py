@@ -1,0 +1,466 @@
+"""What is benchmarked: savers and stores, each on storage of its own, with a footprint probe.
+
+Every measured unit (one saver, one section, one round) gets fresh, isolated storage:
+
+- PostgreSQL: a database ``lgmp_bench_<slug>_<run id>`` created for the unit and dropped
+  after it, so ``pg_total_relation_size`` of its tables is that saver's footprint alone;
+- our Redis savers: a key prefix of the unit's own (every key is ``<prefix>:...``);
+- the official Redis saver (Redis Stack): ``checkpoint_prefix`` / ``checkpoint_write_prefix``
+  and thread ids carrying the unit's marker (its ``write_keys_zset:<thread>`` keys are not
+  prefixed, but name the thread); its search indexes are dropped after the unit;
+- ``InMemorySaver`` / ``InMemoryStore``: a new instance.
+
+Savers are opened through each library's public API (``from_conn_string`` + ``setup``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import ipaddress
+import itertools
+import socket
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+import redis
+
+OURS, OFFICIAL, MEMORY = "ours", "official", "memory"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One saver or store implementation under test."""
+
+    name: str  # as shown in the tables
+    slug: str  # [a-z0-9_]: database names, key prefixes
+    family: str  # ours | official | memory
+    backend: str  # postgres | redis | redis-stack | memory
+    is_async: bool = False
+    kind: str = "saver"  # saver | store
+
+
+MEMORY_SAVER = Target("InMemorySaver", "memory", MEMORY, "memory")
+OURS_PG = Target("ours PostgresSaver", "ours_pg", OURS, "postgres")
+OURS_PG_ASYNC = Target("ours AsyncPostgresSaver", "ours_pg_async", OURS, "postgres", True)
+OURS_REDIS = Target("ours RedisSaver", "ours_redis", OURS, "redis")
+OURS_REDIS_ASYNC = Target("ours AsyncRedisSaver", "ours_redis_async", OURS, "redis", True)
+OFF_PG = Target("official PostgresSaver", "off_pg", OFFICIAL, "postgres")
+OFF_PG_ASYNC = Target("official AsyncPostgresSaver", "off_pg_async", OFFICIAL, "postgres", True)
+OFF_REDIS = Target("official RedisSaver", "off_redis", OFFICIAL, "redis-stack")
+OFF_REDIS_ASYNC = Target(
+    "official AsyncRedisSaver", "off_redis_async", OFFICIAL, "redis-stack", True
+)
+
+MEMORY_STORE = Target("InMemoryStore", "memstore", MEMORY, "memory", kind="store")
+OURS_PG_STORE = Target("ours PostgresStore", "ours_pgstore", OURS, "postgres", kind="store")
+OURS_REDIS_STORE = Target("ours RedisStore", "ours_redisstore", OURS, "redis", kind="store")
+OFF_PG_STORE = Target("official PostgresStore", "off_pgstore", OFFICIAL, "postgres", kind="store")
+
+
+def baseline_of(target: Target) -> Target:
+    """The official PostgreSQL implementation a target's ratios are taken against."""
+    if target.kind == "store":
+        return OFF_PG_STORE
+    return OFF_PG_ASYNC if target.is_async else OFF_PG
+
+
+def saver_targets(with_redis_stack: bool) -> list[Target]:
+    targets = [MEMORY_SAVER, OURS_PG, OURS_PG_ASYNC, OURS_REDIS, OURS_REDIS_ASYNC, OFF_PG]
+    targets.append(OFF_PG_ASYNC)
+    if with_redis_stack:
+        targets += [OFF_REDIS, OFF_REDIS_ASYNC]
+    return targets
+
+
+def store_targets() -> tuple[list[Target], str | None]:
+    """The stores to compare, or a note saying why the section is skipped."""
+    import langgraph_memory_plus as lgmp
+
+    pairs = ((OURS_PG_STORE, "PostgresStore"), (OURS_REDIS_STORE, "RedisStore"))
+    ours = [target for target, attr in pairs if hasattr(lgmp, attr)]
+    if not ours:
+        return [], (
+            "skipped: langgraph_memory_plus exports neither PostgresStore nor RedisStore yet"
+        )
+    return [MEMORY_STORE, *ours, OFF_PG_STORE], None
+
+
+# ---------------------------------------------------------------------------------------------
+# loopback only
+
+
+def _is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host.startswith("/"):  # a PostgreSQL unix-socket directory: local by definition
+        return True
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_pg_url(url: str) -> None:
+    hosts = psycopg.conninfo.conninfo_to_dict(url).get("host") or ""
+    for host in str(hosts).split(","):
+        if not _is_loopback(host):
+            raise SystemExit(f"refusing {url!r}: benchmarks connect to loopback hosts only")
+
+
+def check_redis_url(url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss") or not _is_loopback(parts.hostname):
+        raise SystemExit(
+            f"refusing {url!r}: benchmarks take a redis:// URL on a loopback host only"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# run-wide settings
+
+
+@dataclass
+class Env:
+    """Server URLs and the run id that keeps this run's databases and keys apart."""
+
+    pg: str
+    redis: str
+    redis_stack: str | None = None
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
+    _units: Iterator[int] = field(default_factory=itertools.count)
+
+    def marker(self, target: Target) -> str:
+        """A unique token for one unit: key prefixes and thread ids contain it."""
+        return f"lgmpb{self.run_id}{target.slug.replace('_', '')}{next(self._units)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# isolated storage per unit, with its footprint
+
+
+class Storage:
+    url: str | None = None
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def footprint(self, obj: Any) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class PgStorage(Storage):
+    """A database of the unit's own; footprint = sum of pg_total_relation_size of its tables."""
+
+    _SIZE_SQL = """
+        SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.relkind IN ('r', 'p', 'm')
+          AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+          AND n.nspname NOT LIKE 'pg_toast%'
+    """
+
+    def __init__(self, admin_url: str, target: Target, env: Env, marker: str) -> None:
+        super().__init__(marker)
+        self.admin_url = admin_url
+        self.dbname = f"lgmp_bench_{target.slug}_{env.run_id}"
+        with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{self.dbname}" WITH (FORCE)')
+            admin.execute(f'CREATE DATABASE "{self.dbname}"')
+        self.url = psycopg.conninfo.make_conninfo(admin_url, dbname=self.dbname)
+        self._probe = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+
+    def footprint(self, obj: Any) -> int:
+        row = self._probe.execute(self._SIZE_SQL).fetchone()
+        return int(row[0]) if row else 0
+
+    def close(self) -> None:
+        with contextlib.suppress(psycopg.Error):
+            self._probe.close()
+        with psycopg.connect(self.admin_url, autocommit=True, connect_timeout=10) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{self.dbname}" WITH (FORCE)')
+
+
+class RedisStorage(Storage):
+    """Keys matching a pattern; footprint = MEMORY USAGE (exact: SAMPLES 0) summed over them."""
+
+    def __init__(self, url: str, marker: str, pattern: str, drop_indexes: bool = False) -> None:
+        super().__init__(marker)
+        self.url = url
+        self.pattern = pattern
+        self.drop_indexes = drop_indexes
+        self.client = redis.Redis.from_url(url, socket_timeout=60, socket_connect_timeout=10)
+        self.client.ping()
+
+    def _keys(self) -> Iterator[list[bytes]]:
+        batch: list[bytes] = []
+        for key in self.client.scan_iter(match=self.pattern, count=1000):
+            batch.append(key)
+            if len(batch) >= 500:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    def footprint(self, obj: Any) -> int:
+        total = 0
+        for batch in self._keys():
+            pipe = self.client.pipeline(transaction=False)
+            for key in batch:
+                pipe.memory_usage(key, samples=0)
+            total += sum(int(n or 0) for n in pipe.execute())
+        return total
+
+    def close(self) -> None:
+        try:
+            for batch in list(self._keys()):
+                self.client.unlink(*batch)
+            if self.drop_indexes:
+                for name in self.client.execute_command("FT._LIST"):
+                    text = name.decode() if isinstance(name, bytes) else str(name)
+                    if text.startswith(self.marker):
+                        self.client.execute_command("FT.DROPINDEX", text)
+        finally:
+            self.client.close()
+
+
+def payload_bytes(obj: Any) -> int:
+    """Bytes held in a tree of dicts/tuples of str/bytes (InMemorySaver's serialized dicts)."""
+    total = 0
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (bytes, bytearray, memoryview)):
+            total += len(item)
+        elif isinstance(item, str):
+            total += len(item.encode("utf-8", "surrogatepass"))
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, (int, float)):
+            total += 8
+    return total
+
+
+class MemoryStorage(Storage):
+    def footprint(self, obj: Any) -> int:
+        if hasattr(obj, "blobs"):  # InMemorySaver
+            return payload_bytes(obj.storage) + payload_bytes(obj.writes) + payload_bytes(obj.blobs)
+        return 0  # InMemoryStore: not measured
+
+
+def make_storage(target: Target, env: Env) -> Storage:
+    marker = env.marker(target)
+    if target.backend == "postgres":
+        return PgStorage(env.pg, target, env, marker)
+    if target.backend == "redis":
+        return RedisStorage(env.redis, marker, f"{marker}:*")
+    if target.backend == "redis-stack":
+        if not env.redis_stack:
+            raise RuntimeError(f"{target.name} needs --redis-stack")
+        return RedisStorage(env.redis_stack, marker, f"*{marker}*", drop_indexes=True)
+    return MemoryStorage(marker)
+
+
+# ---------------------------------------------------------------------------------------------
+# opening savers and stores through their public APIs
+
+
+def _pool_max(pool_size: int) -> int:
+    return max(10, pool_size)
+
+
+@contextlib.contextmanager
+def _open_sync(target: Target, st: Storage, pool_size: int) -> Iterator[Any]:
+    slug = target.slug
+    if slug == "memory":
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        yield InMemorySaver()
+    elif slug == "memstore":
+        from langgraph.store.memory import InMemoryStore
+
+        yield InMemoryStore()
+    elif slug in ("ours_pg", "ours_pgstore"):
+        import langgraph_memory_plus as lgmp
+
+        cls = lgmp.PostgresSaver if slug == "ours_pg" else lgmp.PostgresStore
+        assert st.url
+        with cls.from_conn_string(st.url, pool_max_size=_pool_max(pool_size)) as obj:
+            obj.setup()
+            yield obj
+    elif slug == "ours_redis":
+        from langgraph_memory_plus import RedisSaver
+
+        assert st.url
+        with RedisSaver.from_conn_string(st.url, key_prefix=st.marker) as obj:
+            obj.setup()
+            yield obj
+    elif slug == "ours_redisstore":
+        import langgraph_memory_plus as lgmp
+
+        cls = lgmp.RedisStore
+        params = {  # from_conn_string(url, **options) passes options to the constructor
+            *inspect.signature(cls.from_conn_string).parameters,
+            *inspect.signature(cls.__init__).parameters,
+        }
+        prefix = next((p for p in ("key_prefix", "prefix") if p in params), None)
+        if prefix is None:
+            raise RuntimeError("RedisStore.from_conn_string takes no key prefix to isolate keys")
+        assert st.url
+        with cls.from_conn_string(st.url, **{prefix: st.marker}) as obj:
+            if hasattr(obj, "setup"):
+                obj.setup()
+            yield obj
+    elif slug == "off_pg":
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        assert st.url
+        with PostgresSaver.from_conn_string(st.url) as obj:
+            obj.setup()
+            yield obj
+    elif slug == "off_pgstore":
+        from langgraph.store.postgres import PostgresStore
+
+        assert st.url
+        with PostgresStore.from_conn_string(st.url) as obj:
+            obj.setup()
+            yield obj
+    elif slug == "off_redis":
+        from langgraph.checkpoint.redis import RedisSaver as OfficialRedisSaver
+
+        with OfficialRedisSaver.from_conn_string(
+            st.url,
+            checkpoint_prefix=f"{st.marker}_checkpoint",
+            checkpoint_write_prefix=f"{st.marker}_checkpoint_write",
+        ) as obj:
+            obj.setup()
+            yield obj
+    else:
+        raise AssertionError(f"no sync opener for {slug}")
+
+
+@contextlib.asynccontextmanager
+async def _open_async(target: Target, st: Storage, pool_size: int) -> AsyncIterator[Any]:
+    slug = target.slug
+    if slug == "ours_pg_async":
+        from langgraph_memory_plus import AsyncPostgresSaver
+
+        assert st.url
+        async with AsyncPostgresSaver.from_conn_string(
+            st.url, pool_max_size=_pool_max(pool_size)
+        ) as obj:
+            await obj.setup()
+            yield obj
+    elif slug == "ours_redis_async":
+        from langgraph_memory_plus import AsyncRedisSaver
+
+        assert st.url
+        async with AsyncRedisSaver.from_conn_string(st.url, key_prefix=st.marker) as obj:
+            await obj.setup()
+            yield obj
+    elif slug == "off_pg_async":
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver as OfficialAsyncPg
+
+        assert st.url
+        if pool_size <= 1:  # the documented one-connection form
+            async with OfficialAsyncPg.from_conn_string(st.url) as obj:
+                await obj.setup()
+                yield obj
+        else:  # the documented pool form, sized for the concurrency
+            from psycopg.rows import dict_row
+            from psycopg_pool import AsyncConnectionPool
+
+            async with AsyncConnectionPool(
+                st.url,
+                min_size=pool_size,
+                max_size=pool_size,
+                open=False,
+                kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+            ) as pool:
+                obj = OfficialAsyncPg(pool)
+                await obj.setup()
+                yield obj
+    elif slug == "off_redis_async":
+        from langgraph.checkpoint.redis import AsyncRedisSaver as OfficialAsyncRedis
+
+        async with OfficialAsyncRedis.from_conn_string(
+            st.url,
+            checkpoint_prefix=f"{st.marker}_checkpoint",
+            checkpoint_write_prefix=f"{st.marker}_checkpoint_write",
+        ) as obj:
+            await obj.asetup()
+            yield obj
+    else:
+        raise AssertionError(f"no async opener for {slug}")
+
+
+class Session:
+    """An opened saver or store on its own storage; async ones get a private event loop."""
+
+    def __init__(
+        self, target: Target, obj: Any, storage: Storage, loop: asyncio.AbstractEventLoop | None
+    ) -> None:
+        self.target = target
+        self.obj = obj
+        self.storage = storage
+        self.loop = loop
+        self.marker = storage.marker
+
+    def run(self, coro: Any) -> Any:
+        assert self.loop is not None, "run() is for async targets"
+        return self.loop.run_until_complete(coro)
+
+    def footprint(self) -> int:
+        return self.storage.footprint(self.obj)
+
+
+@contextlib.contextmanager
+def open_session(target: Target, env: Env, *, pool_size: int = 1) -> Iterator[Session]:
+    storage = make_storage(target, env)
+    try:
+        if not target.is_async:
+            with _open_sync(target, storage, pool_size) as obj:
+                yield Session(target, obj, storage, None)
+            return
+        loop = asyncio.new_event_loop()
+        try:
+            cm = _open_async(target, storage, pool_size)
+            obj = loop.run_until_complete(cm.__aenter__())
+            try:
+                yield Session(target, obj, storage, loop)
+            finally:
+                loop.run_until_complete(cm.__aexit__(None, None, None))
+        finally:
+            loop.close()
+    finally:
+        storage.close()
+
+
+def server_versions(env: Env) -> dict[str, str]:
+    """Versions of the servers this run talks to (for the report's header)."""
+    out: dict[str, str] = {}
+    with psycopg.connect(env.pg, connect_timeout=10) as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+        out["postgresql"] = str(row[0]) if row else "?"
+    for label, url in (("redis", env.redis), ("redis_stack", env.redis_stack)):
+        if url:
+            client = redis.Redis.from_url(url, socket_connect_timeout=10)
+            try:
+                out[label] = str(client.info("server").get("redis_version", "?"))
+            finally:
+                client.close()
+    out["host"] = socket.gethostname()
+    return out

@@ -1,0 +1,378 @@
+"""The workloads: a chat graph through the real LangGraph runtime, read paths, throughput, stores.
+
+Each function runs one *unit* (one target, one round) on an opened :class:`Session` and
+returns ``{(metric, unit): value}``. Every loop is bounded in count and by a deadline; a
+unit that hits its deadline stops early and says so (``stopped_early``).
+
+Everything is deterministic: message texts and ids derive from the turn number, the fake
+"model" derives its answer from the conversation, so every saver stores the same values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import operator
+import random
+import statistics
+import time
+from typing import Annotated, Any
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.graph import END, START, StateGraph, add_messages
+from typing_extensions import TypedDict
+
+from .targets import Session
+
+Metrics = dict[tuple[str, str], float]
+
+USER_CHARS = 190  # per user message; with the model's answer about 380 characters a turn
+MODEL_CHARS = 190
+
+_VOCABULARY = """
+    the a of to and in that is for it with as was on be at by this had not are but from or
+    have an they which one you were her all she there would their we him been has when who
+    will more no if out so said what up its about into than them can only other new some
+    could time these two may then do first any my now such like our over man me even most
+    made after also did many before must through back years where much your way well down
+    should because each just those people how too little state good very make world still own
+    see men work long get here between both life being under never day same another know while
+    last might us great old year off come since against go came right used take three memory
+    thread checkpoint graph node message reply question answer summary context token window
+    storage database latency version channel history agent tool result search profile
+"""
+_WORDS = tuple(_VOCABULARY.split())
+
+
+def sentence(seed: str, length: int) -> str:
+    """Deterministic English-like text of exactly ``length`` characters."""
+    rng = random.Random(seed)
+    words: list[str] = []
+    size = 0
+    while size < length:
+        word = rng.choice(_WORDS)
+        words.append(word)
+        size += len(word) + 1
+    text = " ".join(words)
+    return text[: length - 1].rstrip().ljust(length - 1, "s") + "."
+
+
+def user_message(turn: int) -> HumanMessage:
+    return HumanMessage(content=sentence(f"user-{turn}", USER_CHARS), id=f"user-{turn}")
+
+
+class ChatState(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]
+    turns: Annotated[int, operator.add]
+    last_reply_chars: int
+
+
+def chat_graph() -> StateGraph:
+    """START -> model (deterministic fake LLM) -> remember -> END."""
+
+    def model(state: ChatState) -> dict[str, Any]:
+        position = len(state["messages"])
+        answer = AIMessage(
+            content=sentence(f"model-{position}", MODEL_CHARS),
+            id=f"model-{position}",
+            response_metadata={"model_name": "fake-chat-model", "finish_reason": "stop"},
+            usage_metadata={
+                "input_tokens": 48 * position,
+                "output_tokens": 48,
+                "total_tokens": 48 * position + 48,
+            },
+        )
+        return {"messages": [answer]}
+
+    def remember(state: ChatState) -> dict[str, Any]:
+        return {"turns": 1, "last_reply_chars": len(str(state["messages"][-1].content))}
+
+    builder = StateGraph(ChatState)
+    builder.add_node("model", model)
+    builder.add_node("remember", remember)
+    builder.add_edge(START, "model")
+    builder.add_edge("model", "remember")
+    builder.add_edge("remember", END)
+    return builder
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers that hide sync vs async
+
+
+def _config(thread_id: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def _invoke(session: Session, graph: Any, inputs: Any, config: dict[str, Any]) -> Any:
+    if session.loop is None:
+        return graph.invoke(inputs, config)
+    return session.run(graph.ainvoke(inputs, config))
+
+
+def _state_values(session: Session, graph: Any, config: dict[str, Any]) -> dict[str, Any]:
+    if session.loop is None:
+        return dict(graph.get_state(config).values)
+    return dict(session.run(graph.aget_state(config)).values)
+
+
+def _get_tuple(session: Session, config: dict[str, Any]) -> Any:
+    if session.loop is None:
+        return session.obj.get_tuple(config)
+    return session.run(session.obj.aget_tuple(config))
+
+
+def _list(session: Session, config: dict[str, Any], limit: int | None) -> list[Any]:
+    if session.loop is None:
+        return list(session.obj.list(config, limit=limit))
+
+    async def collect() -> list[Any]:
+        return [item async for item in session.obj.alist(config, limit=limit)]
+
+    return list(session.run(collect()))
+
+
+def _median_ms(seconds: list[float]) -> float:
+    return statistics.median(seconds) * 1000.0
+
+
+class StoppedEarly(Exception):
+    """A unit hit its deadline before its counted work was done."""
+
+
+def _check_conversation(values: dict[str, Any], turns: int, where: str) -> list[AnyMessage]:
+    messages = list(values.get("messages", []))
+    if len(messages) != 2 * turns or values.get("turns") != turns:
+        raise AssertionError(
+            f"{where}: expected {2 * turns} messages and turns={turns}, "
+            f"read back {len(messages)} messages and turns={values.get('turns')}"
+        )
+    return messages
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. chat turns
+
+
+def chat_turns(session: Session, turns: list[int], deadline: float) -> dict[str, Any]:
+    """One thread grows to ``max(turns)``; footprint snapshots at every T (and T/2)."""
+    graph = chat_graph().compile(checkpointer=session.obj)
+    # one untimed turn on another thread first: connections, prepared statements, scripts
+    _invoke(session, graph, {"messages": [user_message(1)]}, _config(f"{session.marker}-warm"))
+    config = _config(f"{session.marker}-chat")
+    t_max = max(turns)
+    snapshots = {*turns, *(t // 2 for t in turns if t >= 2)}
+    latencies: list[float] = []
+    footprints: dict[int, int] = {}
+    for turn in range(1, t_max + 1):
+        started = time.perf_counter()
+        _invoke(session, graph, {"messages": [user_message(turn)]}, config)
+        latencies.append(time.perf_counter() - started)
+        if turn in snapshots:
+            footprints[turn] = session.footprint()
+        if time.perf_counter() > deadline:
+            break
+    done = len(latencies)
+    messages = _check_conversation(_state_values(session, graph, config), done, "chat")
+    text_bytes = {
+        t: sum(len(str(m.content).encode()) for m in messages[: 2 * t]) for t in turns if t <= done
+    }
+    return {
+        "turns_done": done,
+        "latencies": latencies,
+        "footprints": footprints,
+        "text_bytes": text_bytes,
+    }
+
+
+def chat_metrics(result: dict[str, Any], turns: list[int]) -> Metrics:
+    latencies: list[float] = result["latencies"]
+    footprints: dict[int, int] = result["footprints"]
+    out: Metrics = {}
+    reached = [t for t in sorted(turns) if t <= len(latencies)]
+    for t in reached:
+        out[(f"footprint @T={t}", "bytes")] = float(footprints[t])
+    for t in reached:
+        k = max(1, t // 10)
+        first = statistics.median(latencies[:k])
+        last = statistics.median(latencies[t - k : t])
+        out[(f"turn p50, first 10% @T={t}", "ms")] = first * 1000.0
+        out[(f"turn p50, last 10% @T={t}", "ms")] = last * 1000.0
+        out[(f"turn p50 last/first @T={t}", "x")] = last / first
+    if len(reached) >= 2:
+        lo, hi = reached[0], reached[-1]
+        if footprints[lo] > 0:
+            out[(f"growth exponent T={lo}..{hi}", "exp")] = math.log(
+                footprints[hi] / footprints[lo]
+            ) / math.log(hi / lo)
+    if reached:
+        hi = reached[-1]
+        half = hi // 2
+        if half >= 1 and half != hi and footprints.get(half, 0) > 0:
+            out[(f"growth exponent top half T={half}..{hi}", "exp")] = math.log(
+                footprints[hi] / footprints[half]
+            ) / math.log(hi / half)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. read paths
+
+
+def read_paths(session: Session, checkpoints: int, reps: int, deadline: float) -> Metrics:
+    """``get_tuple`` latest and ``list(limit=10)`` on a chat thread of >= N checkpoints."""
+    graph = chat_graph().compile(checkpointer=session.obj)
+    _invoke(session, graph, {"messages": [user_message(1)]}, _config(f"{session.marker}-warm"))
+    config = _config(f"{session.marker}-reads")
+    count, turn, per_turn, after_first = 0, 0, 0, 0
+    while count < checkpoints:
+        turn += 1
+        _invoke(session, graph, {"messages": [user_message(turn)]}, config)
+        if turn == 1:
+            count = after_first = len(_list(session, config, None))
+        elif turn == 2:
+            count = len(_list(session, config, None))
+            per_turn = count - after_first
+            if per_turn <= 0:
+                raise AssertionError("a turn added no checkpoint")
+        else:
+            count += per_turn
+        if time.perf_counter() > deadline:
+            raise StoppedEarly(f"building the thread stopped at {count} checkpoints")
+    _check_conversation(_state_values(session, graph, config), turn, "reads")
+    get_times: list[float] = []
+    list_times: list[float] = []
+    expected = min(10, count)
+    for _ in range(reps):
+        started = time.perf_counter()
+        latest = _get_tuple(session, config)
+        get_times.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        page = _list(session, config, 10)
+        list_times.append(time.perf_counter() - started)
+        if latest is None or len(page) != expected:
+            raise AssertionError(f"read back {latest!r:.80} and {len(page)} of {expected} items")
+        if time.perf_counter() > deadline:
+            break
+    return {
+        ("get_tuple latest", "ms"): _median_ms(get_times),
+        ("list(limit=10)", "ms"): _median_ms(list_times),
+        ("checkpoints in the thread", "count"): float(count),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. throughput
+
+
+def throughput(
+    session: Session, threads: int, turns: int, concurrency: int, deadline: float
+) -> tuple[Metrics, bool]:
+    """``threads`` x ``turns`` chat turns with ``concurrency`` threads in flight at once."""
+    graph = chat_graph().compile(checkpointer=session.obj)
+    prefix = f"{session.marker}-tp"
+    _invoke(session, graph, {"messages": [user_message(1)]}, _config(f"{session.marker}-warm"))
+    latencies: list[float] = []
+    finished_threads = 0
+    started = time.perf_counter()
+    if session.loop is None:
+        if concurrency != 1:
+            raise ValueError("sync targets run at concurrency 1")
+        for i in range(threads):
+            if time.perf_counter() > deadline:
+                break
+            config = _config(f"{prefix}{i}")
+            for turn in range(1, turns + 1):
+                t0 = time.perf_counter()
+                graph.invoke({"messages": [user_message(turn)]}, config)
+                latencies.append(time.perf_counter() - t0)
+            finished_threads += 1
+        elapsed = time.perf_counter() - started
+    else:
+        next_thread = iter(range(threads))
+
+        async def worker() -> int:
+            done = 0
+            for i in next_thread:
+                if time.perf_counter() > deadline:
+                    break
+                config = _config(f"{prefix}{i}")
+                for turn in range(1, turns + 1):
+                    t0 = time.perf_counter()
+                    await graph.ainvoke({"messages": [user_message(turn)]}, config)
+                    latencies.append(time.perf_counter() - t0)
+                done += 1
+            return done
+
+        async def main() -> int:
+            return sum(await asyncio.gather(*(worker() for _ in range(concurrency))))
+
+        finished_threads = session.run(main())
+        elapsed = time.perf_counter() - started
+    if finished_threads:
+        _check_conversation(_state_values(session, graph, _config(f"{prefix}0")), turns, "tp")
+    metrics: Metrics = {
+        (f"turns/s @c={concurrency}", "turns/s"): len(latencies) / elapsed,
+        (f"turn p50 @c={concurrency}", "ms"): _median_ms(latencies) if latencies else math.nan,
+    }
+    return metrics, finished_threads < threads
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. stores
+
+KINDS = ("fact", "preference", "episode", "note")
+
+
+def _namespace(i: int, namespaces: int) -> tuple[str, ...]:
+    return ("bench", f"user{i % namespaces}", "memories")
+
+
+def store_ops(session: Session, items: int, reps: int, deadline: float) -> Metrics:
+    """put N items in 100 namespaces, then timed get / search / list_namespaces."""
+    store = session.obj
+    namespaces = max(1, min(100, items // 10))
+    put_times: list[float] = []
+    started = time.perf_counter()
+    for i in range(items):
+        kind = KINDS[(i // namespaces) % len(KINDS)]  # every namespace gets every kind
+        value = {"text": sentence(f"item-{i}", 190), "kind": kind, "n": i}
+        t0 = time.perf_counter()
+        store.put(_namespace(i, namespaces), f"m{i}", value)
+        put_times.append(time.perf_counter() - t0)
+        if time.perf_counter() > deadline:
+            raise StoppedEarly(f"put stopped after {i + 1} items")
+    put_elapsed = time.perf_counter() - started
+    rng = random.Random(7)
+    get_times: list[float] = []
+    search_times: list[float] = []
+    list_times: list[float] = []
+    for _ in range(reps):
+        i = rng.randrange(items)
+        t0 = time.perf_counter()
+        item = store.get(_namespace(i, namespaces), f"m{i}")
+        get_times.append(time.perf_counter() - t0)
+        if item is None or item.value.get("n") != i:
+            raise AssertionError(f"get m{i} read back {item!r:.80}")
+
+        user = rng.randrange(namespaces)
+        t0 = time.perf_counter()
+        hits = store.search(("bench", f"user{user}"), filter={"kind": "fact"}, limit=10)
+        search_times.append(time.perf_counter() - t0)
+        if not hits or any(h.value.get("kind") != "fact" for h in hits) or len(hits) > 10:
+            raise AssertionError(f"search read back {len(hits)} items")
+
+        t0 = time.perf_counter()
+        found = store.list_namespaces(prefix=("bench",), limit=100)
+        list_times.append(time.perf_counter() - t0)
+        if len(found) != min(100, namespaces):
+            raise AssertionError(f"list_namespaces read back {len(found)} namespaces")
+        if time.perf_counter() > deadline:
+            break
+    return {
+        ("put", "ms"): _median_ms(put_times),
+        ("put, sequential", "ops/s"): items / put_elapsed,
+        ("get", "ms"): _median_ms(get_times),
+        ("search(ns, filter, limit=10)", "ms"): _median_ms(search_times),
+        ("list_namespaces(limit=100)", "ms"): _median_ms(list_times),
+    }
