@@ -299,6 +299,19 @@ class CheckpointCodec:
     def _load(self, typ: str, data: bytes | None) -> Any:
         return self.serde.loads_typed((typ, data or b""))
 
+    def decode_stored(
+        self,
+        stored: StoredCheckpoint,
+        metadata: CheckpointMetadata | None,
+        fetch: Fetch,
+        parse: Callable[[Any], Iterable[ItemRow]] = iter,
+    ) -> Generator[Any, Any, CheckpointTuple]:
+        """Decode a stored checkpoint, rebuilding its list channels first (a plan step)."""
+        lists = yield from self.resolve_lists(
+            stored.thread_id, stored.checkpoint_ns, stored.blobs, fetch, parse
+        )
+        return self.decode_tuple(stored, metadata, lists)
+
     def decode_writes(
         self, rows: Iterable[tuple[str, str, str, bytes, str, int]]
     ) -> list[PendingWrite]:

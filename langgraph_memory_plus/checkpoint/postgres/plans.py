@@ -15,7 +15,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, DeltaChannelHistory
+from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from psycopg.types.json import Jsonb
 
 from ..._migrations import advisory_lock_id, migrate
@@ -253,7 +253,7 @@ class PostgresCheckpointPlans:
             return None
         if self.settings.refresh_on_read and self.settings.ttl_seconds is not None:
             yield self._refresh([rows[0][8]])
-        return (yield from self._decode(codec, self._stored(rows[0])))
+        return (yield from codec.decode_stored(self._stored(rows[0]), None, self._fetch_list))
 
     def list_page(
         self, codec: CheckpointCodec, query: ListQuery, page_size: int
@@ -295,7 +295,7 @@ class PostgresCheckpointPlans:
             stored = self._stored(row)
             metadata = codec.decode_metadata(stored.metadata)
             if metadata_matches(metadata, query.filter):
-                page.append((yield from self._decode(codec, stored, metadata)))
+                page.append((yield from codec.decode_stored(stored, metadata, self._fetch_list)))
         if page and self.settings.refresh_on_read and self.settings.ttl_seconds is not None:
             yield self._refresh(sorted({row[8] for row in rows}))
         limit = None if query.limit is None else query.limit - len(page)
@@ -686,17 +686,6 @@ class PostgresCheckpointPlans:
             fetch=True,
             standalone=True,
         )
-
-    def _decode(
-        self,
-        codec: CheckpointCodec,
-        stored: StoredCheckpoint,
-        metadata: CheckpointMetadata | None = None,
-    ) -> Plan[Query, CheckpointTuple]:
-        lists = yield from codec.resolve_lists(
-            stored.thread_id, stored.checkpoint_ns, stored.blobs, self._fetch_list
-        )
-        return codec.decode_tuple(stored, metadata, lists)
 
     def _trim(self, tk: bytes, checkpoint_ns: str, keep: int) -> Plan[Query, None]:
         """Keep the newest ``keep`` checkpoints of one thread namespace.

@@ -180,15 +180,8 @@ class RedisCheckpointPlans:
         stored: StoredCheckpoint,
         metadata: CheckpointMetadata | None = None,
     ) -> Plan[Command, CheckpointTuple]:
-        keys = self.keys(stored.thread_id)
-        lists = yield from codec.resolve_lists(
-            stored.thread_id,
-            stored.checkpoint_ns,
-            stored.blobs,
-            partial(self._resolve, keys),
-            _item_rows,
-        )
-        return codec.decode_tuple(stored, metadata, lists)
+        fetch = partial(self._resolve, self.keys(stored.thread_id))
+        return (yield from codec.decode_stored(stored, metadata, fetch, _item_rows))
 
     @staticmethod
     def _resolve(keys: list[bytes], request: ListRequest) -> Eval:

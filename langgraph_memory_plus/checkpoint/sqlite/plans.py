@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, DeltaChannelHistory
+from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 
 from ..._plan import Plan
 from ..._sqlite import Query, Rows, migrate
@@ -205,7 +205,7 @@ class SqliteCheckpointPlans:
         if not rows:
             return None
         [stored] = yield from self._load(rows)
-        found = yield from self._decode(codec, stored)
+        found = yield from codec.decode_stored(stored, None, self._fetch_list)
         if self._refreshes:
             yield self._refresh([target.thread_key], now)
         return found
@@ -252,7 +252,7 @@ class SqliteCheckpointPlans:
         for stored in (yield from self._load(rows)):
             metadata = codec.decode_metadata(stored.metadata)
             if metadata_matches(metadata, query.filter):
-                page.append((yield from self._decode(codec, stored, metadata)))
+                page.append((yield from codec.decode_stored(stored, metadata, self._fetch_list)))
         if page and self._refreshes:
             yield self._refresh(sorted({bytes(row[8]) for row in rows}), now)
         limit = None if query.limit is None else query.limit - len(page)
@@ -305,17 +305,6 @@ class SqliteCheckpointPlans:
             },
             fetch=True,
         )
-
-    def _decode(
-        self,
-        codec: CheckpointCodec,
-        stored: StoredCheckpoint,
-        metadata: CheckpointMetadata | None = None,
-    ) -> Plan[Query, CheckpointTuple]:
-        lists = yield from codec.resolve_lists(
-            stored.thread_id, stored.checkpoint_ns, stored.blobs, self._fetch_list
-        )
-        return codec.decode_tuple(stored, metadata, lists)
 
     def delta_history(
         self, codec: CheckpointCodec, target: Target, channels: Sequence[str]
