@@ -15,7 +15,7 @@ from typing import Any
 from langgraph.store.base import InvalidNamespaceError, MatchCondition
 
 from ..errors import InvalidConfigError
-from .values import InvalidValueError
+from .values import InvalidValueError, escape_text, unescape_text
 
 WILDCARD = "*"
 
@@ -135,3 +135,17 @@ def read_conditions(conditions: Sequence[Any] | None) -> tuple[Condition, ...]:
             )
         )
     return tuple(out)
+
+
+def prefix_text(namespace: tuple[str, ...]) -> str:
+    """A namespace as one text column: labels (NUL-escaped) joined by ``.``.
+
+    Labels cannot contain ``.`` (LangGraph's rule), so the join is reversible, and the SQL
+    backends index it for prefix searches.
+    """
+    return ".".join(escape_text(label) for label in namespace)
+
+
+def namespace_of(prefix: str) -> tuple[str, ...]:
+    """The namespace a :func:`prefix_text` column holds."""
+    return tuple(unescape_text(label) for label in prefix.split("."))

@@ -31,6 +31,7 @@ from ..base import (
     conflict_error,
 )
 from ..filters import Compare, Cond, Elements, Equals, Fields, NotEquals, holds
+from ..namespaces import namespace_of, prefix_text
 from ..values import (
     VersionedItem,
     VersionedSearchItem,
@@ -67,15 +68,6 @@ _MANTISSA = r"[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)"
 # cast cannot overflow), and the looser forms that Python may accept but SQL leaves to it.
 _PLAIN = f"^{_WS}{_MANTISSA}([eE][+-]?[0-9]{{1,4}})?{_WS}$"
 _LOOSE = f"^{_WS}{_MANTISSA}([eE][+-]?[0-9]+)?{_WS}$"
-
-
-def prefix_text(namespace: Namespace) -> str:
-    """The ``prefix`` column for a namespace."""
-    return ".".join(escape_text(label) for label in namespace)
-
-
-def namespace_of(prefix: str) -> Namespace:
-    return tuple(unescape_text(label) for label in prefix.split("."))
 
 
 def _item(row: tuple[Any, ...]) -> VersionedItem:

@@ -32,7 +32,7 @@ from ..._plan import Plan
 from ..._sqlite import Query, Rows, migrate
 from ..base import GetRequest, ListRequest, Namespace, SearchRequest, WriteRequest, conflict_error
 from ..filters import holds
-from ..postgres.plans import namespace_of, prefix_text
+from ..namespaces import namespace_of, prefix_text
 from ..values import VersionedItem, VersionedSearchItem, decode_value, escape_text, unescape_text
 from ..vectors import Vector, cosine, norm
 from .schema import MIGRATIONS
