@@ -21,7 +21,13 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+try:
+    from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "langgraph_memory_plus.nodes.middleware needs LangChain 1.x agents: "
+        "pip install 'langgraph-memory-plus[agents]'"
+    ) from exc
 from langchain_core.messages import AnyMessage, BaseMessage
 from langgraph.runtime import Runtime
 
