@@ -133,6 +133,13 @@ def _name(name: str, value: Any) -> str:
     return value
 
 
+def _threshold(name: str, value: Any) -> int | None:
+    """``prepare_threshold``: a count, or none/off for no server-side prepared statements."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "off")):
+        return None
+    return _integer(name, value, minimum=0)
+
+
 def _object(name: str, value: Any) -> Any:
     if isinstance(value, str):
         raise InvalidConfigError(f"{name} cannot be given as text in a URL; pass it as {name}=")
@@ -170,6 +177,12 @@ OPTIONS: dict[str, Option] = {
         partial(_integer, minimum=1),
         frozenset({"postgres", "redis", "sqlite"}),
         "most connections open at once",
+    ),
+    "prepare_threshold": Option(
+        _threshold,
+        frozenset({"postgres"}),
+        "executions before psycopg prepares a statement; none (or off) for PgBouncer in "
+        "transaction mode",
     ),
     "busy_timeout": Option(
         partial(_number, minimum=0, strict=False),
@@ -440,7 +453,7 @@ class Memory:
                 target,
                 min_size=o.get("pool_min_size", 1),
                 max_size=o.get("pool_max_size", 10),
-                prepare_threshold=5,
+                prepare_threshold=o.get("prepare_threshold", 5),
             )
         )
         schema = {"schema": o["schema"]} if "schema" in o else {}
@@ -512,7 +525,8 @@ def from_url(url: str | None = None, **options: Any) -> Memory:
     ``url``: see the module docstring; ``None`` reads ``LANGGRAPH_MEMORY_URL``, else uses a
     SQLite file in the user's data directory. ``options`` (also accepted as URL query
     parameters, with the same names): ``ttl`` (minutes), ``refresh_on_read``, ``keep_last``,
-    ``schema`` (PostgreSQL), ``key_prefix`` (Redis), ``pool_min_size`` (PostgreSQL),
+    ``schema`` and ``prepare_threshold`` (PostgreSQL; ``none`` for PgBouncer in transaction
+    mode), ``key_prefix`` (Redis), ``pool_min_size`` (PostgreSQL),
     ``pool_max_size``, ``busy_timeout`` (SQLite, seconds), ``setup`` (default true: run the
     migrations on entering), and, as keyword arguments only, ``index`` (the store's
     semantic search) and ``serde`` (the checkpointer's serializer).

@@ -167,6 +167,17 @@ def test_the_same_option_by_url_or_argument() -> None:
     assert both._options == {"ttl": 90.0}
 
 
+def test_prepare_threshold_parses_off_for_pgbouncer() -> None:
+    by_url = from_url("postgresql://u@h/db?prepare_threshold=none")
+    assert by_url._options == {"prepare_threshold": None}
+    assert from_url("postgresql://u@h/db", prepare_threshold=None)._options == by_url._options
+    assert from_url("postgresql://u@h/db?prepare_threshold=2")._options == {"prepare_threshold": 2}
+    with pytest.raises(InvalidConfigError, match="prepare_threshold"):
+        from_url("postgresql://u@h/db?prepare_threshold=-1")
+    with pytest.raises(InvalidConfigError, match="does not apply"):
+        from_url("sqlite:///x.db", prepare_threshold=None)
+
+
 def test_driver_parameters_stay_in_the_url_exactly_as_written() -> None:
     memory = from_url("postgresql://u@h/db?ttl=5&options=-c%20search_path%3Dx&schema=app")
     assert memory._target == "postgresql://u@h/db?options=-c%20search_path%3Dx"
@@ -280,6 +291,8 @@ def test_postgres_sync_shares_one_pool(pg_url: str) -> None:
             assert isinstance(memory.store, PostgresStore)
             assert memory.checkpointer.conn is memory.store.conn
             assert memory.checkpointer.conn.max_size == 3  # type: ignore[union-attr]
+            with memory.checkpointer.conn.connection() as conn:  # type: ignore[union-attr]
+                assert conn.prepare_threshold == 5  # psycopg's default unless asked
             round_trip(memory)
             assert len(list(memory.checkpointer.list(CONFIG))) == 2
     finally:
@@ -291,9 +304,12 @@ def test_postgres_sync_shares_one_pool(pg_url: str) -> None:
 async def test_postgres_async(pg_url: str) -> None:
     schema = f"url_{uuid.uuid4().hex[:12]}"
     try:
-        async with from_url(f"{pg_as_url(pg_url)}?schema={schema}") as memory:
+        url = f"{pg_as_url(pg_url)}?schema={schema}&prepare_threshold=off"
+        async with from_url(url) as memory:
             assert isinstance(memory.checkpointer, AsyncPostgresSaver)
             assert isinstance(memory.store, AsyncPostgresStore)
+            async with memory.checkpointer.conn.connection() as conn:  # type: ignore[union-attr]
+                assert conn.prepare_threshold is None  # PgBouncer in transaction mode
             await around_trip(memory)
     finally:
         with psycopg.connect(pg_url, autocommit=True) as conn:
