@@ -104,7 +104,9 @@ def format_value(value: float | None, unit: str) -> str:
 
 
 def format_ratio(ratio: float | None) -> str:
-    return "-" if ratio is None else f"{ratio:.2f}x"
+    if ratio is None:
+        return "-"
+    return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"
 
 
 def _cell(section: Section, metric: str, saver: str, with_ratio: bool = True) -> str:
@@ -112,7 +114,7 @@ def _cell(section: Section, metric: str, saver: str, with_ratio: bool = True) ->
         return ""
     text = format_value(section.median(metric, saver), section.units[metric])
     ratio = section.ratio(metric, saver)
-    return f"{text} ({ratio:.2f}x)" if with_ratio and ratio is not None else text
+    return f"{text} ({format_ratio(ratio)})" if with_ratio and ratio is not None else text
 
 
 def summary_markdown(section: Section) -> str:
