@@ -317,3 +317,20 @@ def test_an_expired_thread_leaves_nothing(saver_factory: Any, backend: str) -> N
                         f"SELECT count(*) FROM lgmp_{table} WHERE thread_key = %s", (tk,)
                     ).fetchone()
                     assert row is not None and row[0] == 0, table
+
+
+def test_items_are_stored_compressed(
+    saver_factory: Any, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """Messages are deflated with the preset dictionary before they are stored."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    config = new_config()
+    with saver_factory() as saver:
+        chat = chat_graph(checkpointer=saver)
+        for turn in range(12):
+            chat.invoke(ask(turn), config)
+        messages = chat.get_state(config).values["messages"]
+        stored = sum(map(len, stored_item_bytes(saver, config, request)))
+    raw = sum(len(JsonPlusSerializer().dumps_typed(m)[1]) for m in messages)
+    assert stored < 0.75 * raw

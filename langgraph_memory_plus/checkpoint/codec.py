@@ -35,6 +35,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from ..errors import ValueTooLargeError
+from .compression import compress, decompress
 from .config import Target, checkpoint_config, thread_key
 from .lists import (
     LIST_TYPE,
@@ -210,13 +211,16 @@ class CheckpointCodec:
                 blobs.append(
                     EncodedBlob(channel, version_text(version), LIST_TYPE, chunked.ref.encode())
                 )
-                items.update(chunked.items)
+                # Item ids hash the serialized bytes, so compress only what is stored.
+                items.update((iid, compress(*typed)) for iid, typed in chunked.items.items())
                 nodes.update(chunked.nodes)
                 if chunked.memo is not None:
                     memos[key] = chunked.memo
             else:
-                typ, data = self._dump(value, what)
+                typ, data = compress(*self._dump(value, what))
                 blobs.append(EncodedBlob(channel, version_text(version), typ, data))
+        # The id is stored beside the body (it is the record's key).
+        body.pop("id", None)
         # Versions are stored beside the checkpoint anyway (blobs are looked up by them),
         # so the body leaves them out unless a float version would not come back exact.
         versions = checkpoint["channel_versions"]
@@ -238,8 +242,8 @@ class CheckpointCodec:
         return EncodedCheckpoint(
             checkpoint_id=checkpoint["id"],
             parent_id=parent_id,
-            checkpoint=self._dump(body, "checkpoint"),
-            metadata=self._dump(meta, "metadata"),
+            checkpoint=compress(*self._dump(body, "checkpoint")),
+            metadata=compress(*self._dump(meta, "metadata")),
             metadata_json=json_safe(dict(meta)),
             run_id=run_id if isinstance(run_id, str) else None,
             channel_versions={ch: version_text(v) for ch, v in versions.items()},
@@ -288,7 +292,7 @@ class CheckpointCodec:
             # put of that list checks these objects for changes (see lists.chunk_list).
             key = (target.thread_key, target.checkpoint_ns, channel)
             self.memory.note_written(key, value if isinstance(value, list) else [value])
-            typ, data = self._dump(value, f"write to channel {channel!r}")
+            typ, data = compress(*self._dump(value, f"write to channel {channel!r}"))
             encoded.append(
                 EncodedWrite(
                     task_id, WRITES_IDX_MAP.get(channel, idx), channel, typ, data, task_path
@@ -297,7 +301,7 @@ class CheckpointCodec:
         return encoded
 
     def _load(self, typ: str, data: bytes | None) -> Any:
-        return self.serde.loads_typed((typ, data or b""))
+        return self.serde.loads_typed(decompress(typ, data or b""))
 
     def decode_stored(
         self,
@@ -330,6 +334,7 @@ class CheckpointCodec:
     ) -> CheckpointTuple:
         """Decode a stored checkpoint; ``lists`` holds its list channels, already rebuilt."""
         body = self._load(*stored.checkpoint)
+        body.setdefault("id", stored.checkpoint_id)
         if "channel_versions" not in body:
             body["channel_versions"] = dict(stored.channel_versions or {})
         body["channel_values"] = {
