@@ -33,6 +33,7 @@ returning an update is not guaranteed to be noticed. Reassigning a field
 from __future__ import annotations
 
 import hashlib
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
@@ -111,6 +112,13 @@ class ListMemo:
     fingerprints: list[Any]
     item_ids: list[bytes]
     page_ids: list[bytes]
+    positions: dict[int, int] | None = None
+    """First position of each object by identity; built when first needed."""
+
+    def position_of(self) -> dict[int, int]:
+        if self.positions is None:
+            self.positions = _positions(self.objects)
+        return self.positions
 
     def by_item(self) -> dict[bytes, Any]:
         return dict(zip(self.item_ids, self.objects, strict=True))
@@ -183,19 +191,32 @@ def chunk_list(
     An element that is the same object as one in ``memo`` keeps its item id, unless it
     is among ``written`` (the objects this step's tasks returned as updates, which a
     node may have edited in place) and its fingerprint changed. The common case, an
-    appended message, costs one identity check per element.
+    appended message, costs one identity check per element, done in C.
     """
     objects = memo.objects if memo is not None else []
-    index_of: dict[int, int] | None = None
     written = written or {}
     out = ChunkedList(ref=ListRef(None, []))
-    item_ids: list[bytes] = []
-    fingerprints: list[Any] = []
-    for i, value in enumerate(values):
+    # The common case, elements appended to the remembered list, is decided in C: the
+    # longest prefix of the very same objects keeps its ids, except for objects a task
+    # returned (and so may have edited in place) whose fingerprint changed.
+    same = _same_prefix(values, objects)
+    index_of: dict[int, int] | None = None
+    if written and memo is not None:
+        index_of = memo.position_of()
+        for position in sorted(index_of.get(key, same) for key in written):
+            if position < same and fingerprint(values[position]) != memo.fingerprints[position]:
+                same = position
+                break
+    item_ids = list(memo.item_ids[:same]) if memo is not None else []
+    fingerprints = list(memo.fingerprints[:same]) if memo is not None else []
+    for i in range(same, len(values)):
+        value = values[i]
         j: int | None = i if i < len(objects) and objects[i] is value else None
-        if j is None and memo is not None:
+        # Looking an object up elsewhere only saves serializing it again (ids are content
+        # hashes), so appended elements skip building the index unless a shift did.
+        if j is None and memo is not None and (index_of is not None or i < len(objects)):
             if index_of is None:
-                index_of = {id(obj): k for k, obj in enumerate(objects)}
+                index_of = memo.position_of()
             j = index_of.get(id(value))
         if (
             j is not None
@@ -211,8 +232,10 @@ def chunk_list(
         item_ids.append(iid)
         fingerprints.append(fingerprint(value))
     full = len(item_ids) // PAGE_SIZE
-    page_ids: list[bytes] = []
-    for j in range(full):
+    # Pages wholly inside the unchanged prefix are the remembered pages.
+    kept = min(same // PAGE_SIZE, full, len(memo.page_ids)) if memo is not None else 0
+    page_ids: list[bytes] = list(memo.page_ids[:kept]) if memo is not None else []
+    for j in range(kept, full):
         ids = item_ids[j * PAGE_SIZE : (j + 1) * PAGE_SIZE]
         if memo is not None and memo.item_ids[j * PAGE_SIZE : (j + 1) * PAGE_SIZE] == ids:
             page_ids.append(memo.page_ids[j])
@@ -229,7 +252,27 @@ def chunk_list(
             out.nodes[spine] = page_ids
     out.ref = ListRef(spine, item_ids[full * PAGE_SIZE :])
     out.memo = ListMemo(out.ref, list(values), fingerprints, item_ids, page_ids)
+    if memo is not None and memo.positions is not None and same == len(objects):
+        # Appended to the remembered list: extend its index instead of rebuilding it.
+        positions = dict(memo.positions)
+        for i in range(same, len(values)):
+            positions.setdefault(id(values[i]), i)
+        out.memo.positions = positions
     return out
+
+
+def _same_prefix(values: Sequence[Any], objects: Sequence[Any]) -> int:
+    """How many leading elements of ``values`` are the very objects of ``objects``."""
+    flags = list(map(operator.is_, values, objects))
+    try:
+        return flags.index(False)
+    except ValueError:
+        return len(flags)
+
+
+def _positions(objects: Sequence[Any]) -> dict[int, int]:
+    """First position of each object by identity (built in C: this runs once per put)."""
+    return dict(zip(map(id, reversed(objects)), range(len(objects) - 1, -1, -1), strict=True))
 
 
 @dataclass(frozen=True)
