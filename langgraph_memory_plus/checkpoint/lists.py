@@ -138,25 +138,49 @@ MemoKey = tuple[bytes, str, str]  # thread key, namespace, channel
 
 
 class ListMemory:
-    """Per-saver memory of recent lists, bounded and safe to share between threads."""
+    """Per-saver memory of recent lists, bounded and safe to share between threads.
 
-    def __init__(self, max_lists: int = 1024) -> None:
+    A channel keeps its last few lists, not just one: ``list()`` and history views read
+    older versions, and those reads must not evict the version the next step builds on.
+    The one used last is the one a put compares against.
+    """
+
+    def __init__(self, max_lists: int = 1024, versions_per_list: int = 8) -> None:
         self.max_lists = max_lists
+        self.versions_per_list = versions_per_list
         self._lock = threading.Lock()
-        self._memos: OrderedDict[MemoKey, ListMemo] = OrderedDict()
+        self._memos: OrderedDict[MemoKey, OrderedDict[bytes, ListMemo]] = OrderedDict()  # by ref
         # Objects tasks returned as updates (they hold a reference, so ids stay unique).
         self._written: dict[MemoKey, dict[int, Any]] = {}
 
     def get(self, key: MemoKey) -> ListMemo | None:
+        """The channel's list used last."""
         with self._lock:
-            memo = self._memos.get(key)
-            if memo is not None:
+            versions = self._memos.get(key)
+            if not versions:
+                return None
+            self._memos.move_to_end(key)
+            return next(reversed(versions.values()))
+
+    def find(self, key: MemoKey, ref: ListRef) -> ListMemo | None:
+        """The remembered list stored under ``ref``, which becomes the one used last."""
+        with self._lock:
+            versions = self._memos.get(key)
+            raw = ref.encode()
+            memo = versions.get(raw) if versions else None
+            if versions is not None and memo is not None:
+                versions.move_to_end(raw)
                 self._memos.move_to_end(key)
             return memo
 
     def remember(self, key: MemoKey, memo: ListMemo) -> None:
         with self._lock:
-            self._memos[key] = memo
+            versions = self._memos.setdefault(key, OrderedDict())
+            raw = memo.ref.encode()
+            versions[raw] = memo
+            versions.move_to_end(raw)
+            while len(versions) > self.versions_per_list:
+                versions.popitem(last=False)
             self._memos.move_to_end(key)
             while len(self._memos) > self.max_lists:
                 self._memos.popitem(last=False)
@@ -302,9 +326,10 @@ def resolve_list(
     """Rebuild a stored list (a plan step): from memory when the same reference was seen,
     else with one backend command that returns only the bytes not already decoded.
     ``parse`` turns the command's reply into :data:`ItemRow`s."""
+    found = memory.find(request.key, request.ref)
+    if found is not None:
+        return list(found.objects)
     memo = memory.get(request.key)
-    if memo is not None and memo.ref == request.ref:
-        return list(memo.objects)
     if memo is not None:
         request = replace(request, known=memo.by_item())
     rows = parse((yield fetch(request)))
