@@ -13,6 +13,15 @@ from .targets import Target, baseline_of
 _RATIO_UNITS = {"bytes", "ms", "turns/s", "ops/s"}
 
 
+@dataclass(frozen=True)
+class Share:
+    """A summary column: each saver's median of ``metric`` as a percentage of ``reference``'s."""
+
+    label: str
+    metric: str
+    reference: str  # a saver name, e.g. the InMemorySaver ceiling
+
+
 @dataclass
 class Section:
     key: str
@@ -25,14 +34,28 @@ class Section:
     units: dict[str, str] = field(default_factory=dict)
     samples: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     targets: dict[str, Target] = field(default_factory=dict)
-    # columns of the compact table: a metric, or (label, before, after) shown as "a -> b"
-    summary: list[str | tuple[str, str, str]] = field(default_factory=list)
+    # (metric, saver name) -> the target as it ran for that metric: a sync saver with an
+    # async API runs on an event loop at concurrency > 1, and is compared with async savers
+    flavours: dict[tuple[str, str], Target] = field(default_factory=dict)
+    # columns of the compact table: a metric, (label, before, after) shown as "a -> b", or a
+    # share of a reference saver's median
+    summary: list[str | tuple[str, str, str] | Share] = field(default_factory=list)
 
     def add(self, target: Target, metrics: dict[tuple[str, str], float]) -> None:
         self.targets.setdefault(target.name, target)
         for (metric, unit), value in metrics.items():
             self.units.setdefault(metric, unit)
+            self.flavours.setdefault((metric, target.name), target)
             self.samples.setdefault((metric, target.name), []).append(float(value))
+
+    def baseline(self, metric: str, saver: str) -> Target:
+        """The official implementation this row is compared with (by the flavour it ran as)."""
+        return baseline_of(self.flavours.get((metric, saver), self.targets[saver]))
+
+    def share(self, column: Share, saver: str) -> float | None:
+        value = self.median(column.metric, saver)
+        reference = self.median(column.metric, column.reference)
+        return value / reference if value is not None and reference else None
 
     def median(self, metric: str, saver: str) -> float | None:
         values = [v for v in self.samples.get((metric, saver), []) if not math.isnan(v)]
@@ -40,7 +63,7 @@ class Section:
 
     def ratio(self, metric: str, saver: str) -> float | None:
         value = self.median(metric, saver)
-        base_value = self.median(metric, baseline_of(self.targets[saver]).name)
+        base_value = self.median(metric, self.baseline(metric, saver).name)
         if self.units.get(metric) in _RATIO_UNITS and value is not None and base_value:
             return value / base_value
         return None
@@ -52,7 +75,7 @@ class Section:
                 if (metric, saver) not in self.samples:
                     continue
                 value = self.median(metric, saver)
-                base = baseline_of(self.targets[saver]).name
+                base = self.baseline(metric, saver).name
                 ratio = self.ratio(metric, saver)
                 out.append(
                     {
@@ -119,14 +142,20 @@ def _cell(section: Section, metric: str, saver: str, with_ratio: bool = True) ->
 
 def summary_markdown(section: Section) -> str:
     """The compact table: one row per saver, the section's key metrics as columns."""
-    columns = [
-        c
-        for c in section.summary
-        if (c in section.units if isinstance(c, str) else all(m in section.units for m in c[1:]))
-    ]
+
+    def present(c: str | tuple[str, str, str] | Share) -> bool:
+        if isinstance(c, str):
+            return c in section.units
+        if isinstance(c, Share):
+            return (c.metric, c.reference) in section.samples
+        return all(m in section.units for m in c[1:])
+
+    columns = [c for c in section.summary if present(c)]
     if not columns:
         return ""
-    names = [c if isinstance(c, str) else c[0] for c in columns]
+    names = [
+        c if isinstance(c, str) else c.label if isinstance(c, Share) else c[0] for c in columns
+    ]
     lines = [
         "| saver | " + " | ".join(names) + " |",
         "|---" * (len(columns) + 1) + "|",
@@ -136,6 +165,9 @@ def summary_markdown(section: Section) -> str:
         for c in columns:
             if isinstance(c, str):
                 cells.append(_cell(section, c, saver))
+            elif isinstance(c, Share):
+                share = section.share(c, saver)
+                cells.append(f"{share:.0%}" if share is not None else "")
             else:
                 before, after = (_cell(section, m, saver, with_ratio=False) for m in c[1:])
                 cells.append(f"{before} -> {after}" if before and after else "")

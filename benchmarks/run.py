@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from . import targets as tg
-from .report import Section, format_value, section_markdown
+from . import workloads as wl
+from .report import Section, Share, format_value, section_markdown
 from .targets import Env, Target, open_session
 from .workloads import StoppedEarly, chat_metrics, chat_turns, read_paths, store_ops, throughput
 
@@ -151,6 +152,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=float,
         help="time bound of one unit (one saver, one round); it stops early after",
     )
+    p.add_argument(
+        "--text",
+        choices=wl.TEXTS,
+        default="natural",
+        help="chat text: natural (default; compresses like real English) or repetitive "
+        "(the ~150-word text of earlier runs, which PostgreSQL's TOAST compresses better)",
+    )
     p.add_argument("--json", dest="json_path", help="also write the full report as JSON here")
     p.add_argument("--markdown", dest="md_path", help="also write the tables to this file")
     p.add_argument("--label", default="", help="free text recorded in the report header")
@@ -225,7 +233,7 @@ def chat_section(env: Env, sizes: Sizes, savers: list[Target]) -> Section:
     section.description = [
         f"One thread per saver and round grows to T={t_max} turns through the real LangGraph "
         "runtime (`messages: Annotated[list, add_messages]`, fake model node + a second node, "
-        f"~380 characters of text a turn); footprint is measured at T = "
+        f"~380 characters of {wl.current_text()} text a turn); footprint is measured at T = "
         f"{', '.join(map(str, sizes.turns))} (and T/2 for the top-half exponent). "
         f"{sizes.rounds_for('chat')} round(s).",
         "",
@@ -301,15 +309,20 @@ def throughput_section(env: Env, sizes: Sizes, savers: list[Target]) -> Section:
     section.description = [
         f"{sizes.threads} threads x {sizes.turns_per_thread} turns of the chat graph. "
         "Concurrency 1: every saver, one turn at a time (`invoke` / `ainvoke`). "
-        "Higher concurrency: async savers only, that many threads in flight on one event loop "
-        "(our savers: `from_conn_string` pools; official async PostgreSQL saver: an "
-        "`AsyncConnectionPool` of that size). "
+        "Higher concurrency: async savers, and InMemorySaver through its async methods, that "
+        "many threads in flight on one event loop (our savers: `from_conn_string` pools; "
+        "official async PostgreSQL saver: an `AsyncConnectionPool` of that size). "
+        "InMemorySaver there is the ceiling: the LangGraph runtime alone, no storage, in one "
+        "Python process (CPU-bound under the GIL); its rows at that concurrency count as async. "
         f"{sizes.rounds_for('throughput')} round(s).",
         "",
         _ratio_line(),
     ]
     for concurrency in sizes.concurrency:
-        eligible = [t for t in savers if concurrency == 1 or t.is_async]
+        if concurrency == 1:
+            eligible = list(savers)
+        else:
+            eligible = [t.on_event_loop() for t in savers if t.is_async or t.has_async_api]
 
         def unit(target: Target, c: int = concurrency) -> dict[tuple[str, str], float]:
             with open_session(target, env, pool_size=c) as session:
@@ -328,7 +341,27 @@ def throughput_section(env: Env, sizes: Sizes, savers: list[Target]) -> Section:
             section, eligible, sizes.rounds_for("throughput"), unit, label=f" @c={concurrency}"
         )
     section.summary = [f"turns/s @c={c}" for c in sizes.concurrency]
+    ceiling = tg.MEMORY_SAVER.name
+    shares = [
+        Share(f"turns/s @c={c} of ceiling", f"turns/s @c={c}", ceiling)
+        for c in sizes.concurrency
+        if c > 1
+    ]
+    section.summary += shares
     section.summary += [f"turn p50 @c={c}" for c in sizes.concurrency]
+    for share in shares:
+        top = section.median(share.metric, ceiling)
+        if top is None:
+            continue
+        section.notes.append(
+            f"ceiling {share.metric}: {ceiling} (`ainvoke`, no storage) at "
+            f"{format_value(top, 'turns/s')}; of it: "
+            + ", ".join(
+                f"{name} {value:.0%}"
+                for name in section.targets
+                if name != ceiling and (value := section.share(share, name)) is not None
+            )
+        )
     return section
 
 
@@ -404,6 +437,7 @@ def _meta(env: Env, sizes: Sizes, args: argparse.Namespace) -> dict[str, Any]:
         "label": args.label,
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "mode": "quick" if args.quick else "full",
+        "text": wl.text_description(args.text),
         "sizes": dataclasses.asdict(sizes),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
@@ -443,6 +477,7 @@ def _header_markdown(meta: dict[str, Any]) -> str:
         f"- servers: {servers}",
         f"- packages: {pkgs}",
         f"- our code: {source}",
+        f"- chat text: {meta['text']}",
     ]
     if "loadavg_at_end" in meta:
         lines.append(
@@ -480,6 +515,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "the baseline needs the official saver: pip install langgraph-checkpoint-postgres"
         ) from exc
 
+    try:
+        wl.use_text(args.text)
+    except RuntimeError as exc:
+        raise SystemExit(str(exc)) from exc
     env = Env(pg=args.pg, redis=args.redis, redis_stack=args.redis_stack)
     only = {s.strip() for s in args.savers.split(",")} if args.savers else None
     savers = [t for t in tg.saver_targets(bool(args.redis_stack)) if only is None or t.slug in only]

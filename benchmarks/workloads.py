@@ -11,10 +11,13 @@ Everything is deterministic: message texts and ids derive from the turn number, 
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import math
 import operator
 import random
 import statistics
+import sys
 import time
 from typing import Annotated, Any
 
@@ -28,6 +31,66 @@ Metrics = dict[tuple[str, str], float]
 
 USER_CHARS = 190  # per user message; with the model's answer about 380 characters a turn
 MODEL_CHARS = 190
+
+# ---------------------------------------------------------------------------------------------
+# chat text
+#
+# The text decides how much PostgreSQL's TOAST compression (pglz) can shrink the savers' rows,
+# so it must compress like real English, not better. "natural" (the default) is English made
+# by a word-bigram chain over the prose of the Python docs that ship with the interpreter
+# (``pydoc_data``, read at run time); "repetitive" is the earlier text, uniform draws from
+# ~150 words, which pglz compresses better than real English. See benchmarks/README.md.
+
+TEXTS = ("natural", "repetitive")
+_text = "natural"
+
+TOPIC_TURNS = 8  # a conversation keeps to one topic (a passage of the corpus) this many turns
+TOPIC_WORDS = 600  # words in a topic's passage
+TOPIC_SHARE = 0.8  # how often the next word follows the topic's passage rather than the corpus
+
+
+def use_text(kind: str) -> None:
+    """Select the chat text for this process: ``natural`` (default) or ``repetitive``."""
+    global _text
+    if kind not in TEXTS:
+        raise ValueError(f"unknown text {kind!r}; expected one of {', '.join(TEXTS)}")
+    if kind == "natural":
+        _prose()  # fail early, with the reason, if the corpus is missing
+    _text = kind
+
+
+def current_text() -> str:
+    return _text
+
+
+def text_description(kind: str | None = None) -> str:
+    """One line for the report header."""
+    kind = kind or _text
+    if kind == "repetitive":
+        return "repetitive (uniform draws from ~150 common words)"
+    words, follow, _ = _prose()
+    return (
+        f"natural (word-bigram chain over the prose of Python {sys.version_info[0]}."
+        f"{sys.version_info[1]}'s pydoc_data: {len(words)} words, {len(follow)} distinct; "
+        f"topic every {TOPIC_TURNS} turns)"
+    )
+
+
+def sentence(seed: str, length: int, topic: int = 0) -> str:
+    """Deterministic chat text of exactly ``length`` characters, in the selected style.
+
+    ``seed`` fixes the text; messages with the same ``topic`` (natural text only) share
+    vocabulary and phrases, as consecutive messages of a conversation do.
+    """
+    if _text == "repetitive":
+        return repetitive_text(seed, length)
+    return natural_text(seed, length, topic)
+
+
+def _fit(text: str, length: int, pad: str) -> str:
+    """Cut or pad to ``length - 1`` characters, then a full stop."""
+    return text[: length - 1].rstrip(" ,.;:!?").ljust(length - 1, pad) + "."
+
 
 _VOCABULARY = """
     the a of to and in that is for it with as was on be at by this had not are but from or
@@ -44,8 +107,8 @@ _VOCABULARY = """
 _WORDS = tuple(_VOCABULARY.split())
 
 
-def sentence(seed: str, length: int) -> str:
-    """Deterministic English-like text of exactly ``length`` characters."""
+def repetitive_text(seed: str, length: int) -> str:
+    """Uniform draws from ~150 words (the text of the earlier benchmark runs)."""
     rng = random.Random(seed)
     words: list[str] = []
     size = 0
@@ -53,12 +116,80 @@ def sentence(seed: str, length: int) -> str:
         word = rng.choice(_WORDS)
         words.append(word)
         size += len(word) + 1
-    text = " ".join(words)
-    return text[: length - 1].rstrip().ljust(length - 1, "s") + "."
+    return _fit(" ".join(words), length, "s")
+
+
+_Chain = dict[str, list[str]]
+
+
+def _successors(words: list[str]) -> _Chain:
+    follow: _Chain = {}
+    for a, b in itertools.pairwise(words):
+        follow.setdefault(a, []).append(b)
+    return follow
+
+
+@functools.lru_cache(maxsize=1)
+def _prose() -> tuple[list[str], _Chain, list[str]]:
+    """Words of the prose paragraphs of the stdlib's docs, their successors, sentence starts."""
+    try:
+        from pydoc_data.topics import topics
+    except ImportError as exc:  # some distributions strip the stdlib's docs
+        raise RuntimeError(
+            "the natural chat text reads the stdlib module pydoc_data, which this Python lacks; "
+            "use --text repetitive"
+        ) from exc
+    paragraphs = []
+    for key in sorted(topics):
+        for para in str(topics[key]).split("\n\n"):
+            lines = para.split("\n")
+            if any(line[:1].isspace() for line in lines):  # code, grammar, indented lists
+                continue
+            if any(line.strip() and set(line.strip()) <= set("*=-^~") for line in lines):
+                continue  # headings
+            text = " ".join(line.strip() for line in lines).replace('"', "")
+            prose = sum(c.isalpha() or c == " " for c in text)
+            if len(text) >= 80 and prose >= 0.9 * len(text) and "::" not in text:
+                paragraphs.append(text)
+    words = " ".join(paragraphs).split()
+    if len(words) < 5 * TOPIC_WORDS:
+        raise RuntimeError("pydoc_data holds too little prose for the natural chat text")
+    starts = [b for a, b in itertools.pairwise(words) if a.endswith(".") and b[:1].isupper()]
+    return words, _successors(words), starts
+
+
+@functools.lru_cache(maxsize=256)
+def _topic(topic: int) -> tuple[list[str], _Chain]:
+    """A topic: a passage of the corpus and its own word successors."""
+    words = _prose()[0]
+    start = random.Random(f"topic-{topic}").randrange(len(words) - TOPIC_WORDS)
+    passage = words[start : start + TOPIC_WORDS]
+    return passage, _successors(passage)
+
+
+def natural_text(seed: str, length: int, topic: int = 0) -> str:
+    """English from a word-bigram chain, keeping mostly to the topic's passage."""
+    _, follow, starts = _prose()
+    passage, local = _topic(topic)
+    rng = random.Random(seed)
+    word = rng.choice(passage if rng.random() < TOPIC_SHARE else starts)
+    words = [word[:1].upper() + word[1:]]
+    size = len(word)
+    while size < length:
+        nearby = local.get(word)
+        if nearby and rng.random() < TOPIC_SHARE:
+            word = rng.choice(nearby)
+        else:
+            after = follow.get(word)
+            word = rng.choice(after) if after and rng.random() > 0.02 else rng.choice(starts)
+        words.append(word)
+        size += len(word) + 1
+    return _fit(" ".join(words), length, "s")
 
 
 def user_message(turn: int) -> HumanMessage:
-    return HumanMessage(content=sentence(f"user-{turn}", USER_CHARS), id=f"user-{turn}")
+    text = sentence(f"user-{turn}", USER_CHARS, topic=turn // TOPIC_TURNS)
+    return HumanMessage(content=text, id=f"user-{turn}")
 
 
 class ChatState(TypedDict, total=False):
@@ -72,8 +203,9 @@ def chat_graph() -> StateGraph:
 
     def model(state: ChatState) -> dict[str, Any]:
         position = len(state["messages"])
+        turn = (position + 1) // 2
         answer = AIMessage(
-            content=sentence(f"model-{position}", MODEL_CHARS),
+            content=sentence(f"model-{position}", MODEL_CHARS, topic=turn // TOPIC_TURNS),
             id=f"model-{position}",
             response_metadata={"model_name": "fake-chat-model", "finish_reason": "stop"},
             usage_metadata={
@@ -336,7 +468,8 @@ def store_ops(session: Session, items: int, reps: int, deadline: float) -> Metri
     started = time.perf_counter()
     for i in range(items):
         kind = KINDS[(i // namespaces) % len(KINDS)]  # every namespace gets every kind
-        value = {"text": sentence(f"item-{i}", 190), "kind": kind, "n": i}
+        text = sentence(f"item-{i}", 190, topic=i % namespaces)  # a topic per namespace
+        value = {"text": text, "kind": kind, "n": i}
         t0 = time.perf_counter()
         store.put(_namespace(i, namespaces), f"m{i}", value)
         put_times.append(time.perf_counter() - t0)

@@ -22,6 +22,7 @@ if str(ROOT) not in sys.path:  # benchmarks/ is not installed; it lives beside t
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import run as bench  # noqa: E402
+from benchmarks import workloads  # noqa: E402
 
 pytestmark = pytest.mark.storage
 
@@ -50,6 +51,7 @@ def test_smoke_run_reports_every_section(
 
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     assert report["meta"]["label"] == "smoke"
+    assert report["meta"]["text"].startswith("natural")
     assert report["meta"]["packages"]["langgraph-checkpoint-postgres"]
     sections = report["sections"]
     assert list(sections) == ["chat", "reads", "throughput", "stores"]
@@ -85,9 +87,14 @@ def test_smoke_run_reports_every_section(
 
     throughput = sections["throughput"]["rows"]
     at_two = {row["saver"] for row in throughput if row["metric"] == "turns/s @c=2"}
-    assert at_two == ASYNC  # sync savers run at concurrency 1 only
+    assert at_two == ASYNC | {"InMemorySaver"}  # other sync savers run at concurrency 1 only
     for saver in [*OURS, *BASELINES]:
         assert _by(throughput, saver)["turns/s @c=1"]["median"] > 0
+    memory = _by(throughput, "InMemorySaver")  # the ceiling runs on an event loop at c=2 ...
+    assert memory["turns/s @c=1"]["baseline"] == "official PostgresSaver"
+    assert memory["turns/s @c=2"]["baseline"] == "official AsyncPostgresSaver"  # ... as async
+    assert any(n.startswith("ceiling turns/s @c=2: InMemorySaver") for n in
+               sections["throughput"]["notes"])  # fmt: skip
 
     stores = sections["stores"]
     if stores["status"] == "skipped":
@@ -102,6 +109,8 @@ def test_smoke_run_reports_every_section(
         assert heading in printed
         assert heading in md.read_text()
     assert "| saver | metric | median | ratio vs official PG |" in printed
+    assert "turns/s @c=2 of ceiling" in printed
+    assert "- chat text: natural" in printed
 
     run_id = report["meta"]["run_id"]
     with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -114,6 +123,19 @@ def test_smoke_run_reports_every_section(
         assert list(client.scan_iter(match=f"lgmpb{run_id}*", count=1000)) == []
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("kind", workloads.TEXTS)
+def test_chat_texts_are_deterministic_and_exact(kind: str) -> None:
+    workloads.use_text(kind)
+    try:
+        texts = [workloads.sentence(f"user-{i}", 190, topic=i // 8) for i in range(1, 60)]
+        assert all(len(t) == 190 and t.endswith(".") for t in texts)
+        assert texts == [workloads.sentence(f"user-{i}", 190, topic=i // 8) for i in range(1, 60)]
+        assert len(set(texts)) == len(texts)
+        assert workloads.text_description().startswith(kind)
+    finally:
+        workloads.use_text("natural")
 
 
 @pytest.mark.parametrize(
