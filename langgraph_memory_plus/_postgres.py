@@ -13,10 +13,13 @@ the caller's connection uses.
 from __future__ import annotations
 
 import asyncio
+import re
+import select
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from psycopg import AsyncConnection, AsyncCursor, Connection, Cursor
@@ -47,13 +50,35 @@ class Query:
     standalone: bool = False
 
 
+# Comments, quoted literals and identifiers, dollar-quoted bodies: kept as they are.
+_SQL_TOKENS = re.compile(
+    r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\$(\w*)\$.*?\$\1\$|(?:\s|--[^\n]*)+", re.S
+)
+
+
+@lru_cache(maxsize=512)
+def compact_sql(sql: str) -> str:
+    """``sql`` with its layout whitespace and comments removed.
+
+    psycopg caches the parsing of a query's placeholders only for queries of up to 4 KB
+    and parses longer ones at every execution; our statements are laid out for reading,
+    and the whitespace alone pushed the common writes over that limit.
+    """
+
+    def keep(token: re.Match[str]) -> str:
+        text = token.group(0)
+        return text if text[0] in "'\"$" else " "
+
+    return _SQL_TOKENS.sub(keep, sql).strip()
+
+
 def _execute(cur: Cursor[TupleRow], query: Query) -> Rows | None:
-    cur.execute(query.sql, query.params)
+    cur.execute(compact_sql(query.sql), query.params)
     return cur.fetchall() if query.fetch else None
 
 
 async def _aexecute(cur: AsyncCursor[TupleRow], query: Query) -> Rows | None:
-    await cur.execute(query.sql, query.params)
+    await cur.execute(compact_sql(query.sql), query.params)
     return await cur.fetchall() if query.fetch else None
 
 
@@ -67,17 +92,42 @@ def pool_kwargs(prepare_threshold: int | None) -> dict[str, Any]:
     return {"autocommit": True, "prepare_threshold": prepare_threshold}
 
 
+def _closed_by_server(conn: Connection[Any] | AsyncConnection[Any]) -> bool:
+    """Whether an idle connection has heard from the server, without a round trip.
+
+    Checking a connection with a query before lending it costs a round trip, as much as
+    the common one-statement write itself. An idle connection never expects a message:
+    a server that terminates it (restart, ``pg_terminate_backend``, idle timeout) sends
+    its farewell and closes the socket, which makes the socket readable. Only then does
+    the pool run its real check (which fails, and the connection is replaced).
+    """
+    try:
+        fd = conn.pgconn.socket
+    except Exception:  # closed or broken: let the real check decide
+        return True
+    if not hasattr(select, "poll"):  # Windows
+        return bool(select.select([fd], [], [], 0)[0])
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+    return bool(poller.poll(0))
+
+
 @contextmanager
 def open_pool(
     conn_string: str, *, min_size: int, max_size: int, prepare_threshold: int | None
 ) -> Iterator[ConnectionPool[Any]]:
     """A pool that checks connections before lending them, so a dead one is replaced."""
+
+    def check(conn: Connection[Any]) -> None:
+        if _closed_by_server(conn):
+            ConnectionPool.check_connection(conn)
+
     with ConnectionPool(
         conn_string,
         min_size=min_size,
         max_size=max_size,
         kwargs=pool_kwargs(prepare_threshold),
-        check=ConnectionPool.check_connection,
+        check=check,
         open=False,
     ) as pool:
         pool.wait()
@@ -89,12 +139,17 @@ async def open_async_pool(
     conn_string: str, *, min_size: int, max_size: int, prepare_threshold: int | None
 ) -> AsyncIterator[AsyncConnectionPool[Any]]:
     """Async :func:`open_pool`."""
+
+    async def check(conn: AsyncConnection[Any]) -> None:
+        if _closed_by_server(conn):
+            await AsyncConnectionPool.check_connection(conn)
+
     async with AsyncConnectionPool(
         conn_string,
         min_size=min_size,
         max_size=max_size,
         kwargs=pool_kwargs(prepare_threshold),
-        check=AsyncConnectionPool.check_connection,
+        check=check,
         open=False,
     ) as pool:
         await pool.wait()
