@@ -96,6 +96,17 @@ def _item_rows(reply: list[bytes | None]) -> Iterator[ItemRow]:
             yield iid, typ, data
 
 
+def _versions(encoded: EncodedCheckpoint) -> dict[str, Any] | None:
+    """The versions to keep in the checkpoint record: none when all are text, since the
+    references to its blobs (one per channel, ``ns NUL channel NUL version``) hold them."""
+    versions = encoded.versions_json
+    if versions.keys() == encoded.channel_versions.keys() and all(
+        type(v) is str for v in versions.values()
+    ):
+        return None
+    return versions
+
+
 def thread_tag(thread_id: str) -> str:
     return hashlib.sha256(_utf8(thread_id)).hexdigest()[:32]
 
@@ -138,9 +149,12 @@ class RedisCheckpointPlans:
         ctype, cblob, mtype, mblob, versions = ormsgpack.unpackb(record)
         blobs = []
         skip = len(_utf8(ns)) + 1
-        for field, value in zip(fields, values, strict=True):
+        refs = [bytes(field[skip:]).split(b"\x00", 1) for field in fields]
+        for (channel, _), value in zip(refs, values, strict=True):
             if value is not None:
-                blobs.append((field[skip:].split(b"\x00", 1)[0].decode(), *_blob(value)))
+                blobs.append((channel.decode(), *_blob(value)))
+        if versions is None:  # all text: the blob references spell them out
+            versions = {ch.decode(): ver.decode("utf-8", "surrogatepass") for ch, ver in refs}
         return StoredCheckpoint(
             thread_id=thread_id,
             checkpoint_ns=ns,
@@ -323,7 +337,7 @@ class RedisCheckpointPlans:
             _no_nul(encoded.checkpoint_id, "checkpoint_id"),
             _utf8(encoded.parent_id or ""),
             _utf8(encoded.run_id or ""),
-            ormsgpack.packb([*encoded.checkpoint, *encoded.metadata, encoded.versions_json]),
+            ormsgpack.packb([*encoded.checkpoint, *encoded.metadata, _versions(encoded)]),
             self.settings.keep_last or 0,
         ]
         for names in (encoded.delta_channels, encoded.valued_channels):
