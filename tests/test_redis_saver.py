@@ -1375,3 +1375,27 @@ async def test_a_value_over_the_limit_is_refused_naming_it_before_anything_is_wr
         assert space.hlen(space.tag_of("t"), "ck") == fields
         tup = await ops.get_tuple(cfg("t"))
         assert tup is not None and tup.pending_writes == []
+
+
+# --------------------------------------------------------------------------------------------
+# Drop-in behaviour: the same calls on InMemorySaver and on ours give the same answers
+# --------------------------------------------------------------------------------------------
+
+
+async def test_same_answers_as_inmemory_saver_across_a_restart(space: Space, flavour: str) -> None:
+    """The PostgreSQL saver's differential workload (puts, writes, forks, namespaces, NULs,
+    int and str versions; get_tuple, list with filter/before/limit, delta history) agrees
+    with InMemorySaver, also when a new saver instance reads what the first one wrote."""
+    from test_postgres_saver import Ops as Driver
+    from test_postgres_saver import compare_with_reference, reference, run_workload
+
+    ref = reference()
+    async with space.open(flavour) as ops:
+        ours = Driver(ops.saver, ops.is_async)
+        stored = await run_workload([ours, ref])
+        mismatches = await compare_with_reference(ours, ref, stored)
+    assert not mismatches, f"{len(mismatches)} differences:\n" + "\n".join(mismatches[:15])
+    async with space.open(flavour) as ops:
+        reopened = Driver(ops.saver, ops.is_async)
+        mismatches = await compare_with_reference(reopened, ref, stored)
+    assert not mismatches, "\n".join(mismatches[:10])
