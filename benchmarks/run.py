@@ -159,6 +159,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="chat text: natural (default; compresses like real English) or repetitive "
         "(the ~150-word text of earlier runs, which PostgreSQL's TOAST compresses better)",
     )
+    p.add_argument(
+        "--messages",
+        choices=wl.MESSAGES,
+        default="realistic",
+        help="message envelopes: realistic (default; ids as LangGraph and the provider assign "
+        "them, an OpenAI-like AIMessage with its metadata, seeded) or bare (the ids "
+        "user-<turn>/model-<position> and small metadata of earlier runs)",
+    )
     p.add_argument("--json", dest="json_path", help="also write the full report as JSON here")
     p.add_argument("--markdown", dest="md_path", help="also write the tables to this file")
     p.add_argument("--label", default="", help="free text recorded in the report header")
@@ -233,7 +241,8 @@ def chat_section(env: Env, sizes: Sizes, savers: list[Target]) -> Section:
     section.description = [
         f"One thread per saver and round grows to T={t_max} turns through the real LangGraph "
         "runtime (`messages: Annotated[list, add_messages]`, fake model node + a second node, "
-        f"~380 characters of {wl.current_text()} text a turn); footprint is measured at T = "
+        f"~380 characters of {wl.current_text()} text a turn, {wl.current_messages()} message "
+        "envelopes); footprint is measured at T = "
         f"{', '.join(map(str, sizes.turns))} (and T/2 for the top-half exponent). "
         f"{sizes.rounds_for('chat')} round(s).",
         "",
@@ -438,6 +447,7 @@ def _meta(env: Env, sizes: Sizes, args: argparse.Namespace) -> dict[str, Any]:
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "mode": "quick" if args.quick else "full",
         "text": wl.text_description(args.text),
+        "messages": wl.messages_description(args.messages),
         "sizes": dataclasses.asdict(sizes),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
@@ -478,6 +488,7 @@ def _header_markdown(meta: dict[str, Any]) -> str:
         f"- packages: {pkgs}",
         f"- our code: {source}",
         f"- chat text: {meta['text']}",
+        f"- chat messages: {meta['messages']}",
     ]
     if "loadavg_at_end" in meta:
         lines.append(
@@ -519,6 +530,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         wl.use_text(args.text)
     except RuntimeError as exc:
         raise SystemExit(str(exc)) from exc
+    wl.use_messages(args.messages)
     env = Env(pg=args.pg, redis=args.redis, redis_stack=args.redis_stack)
     only = {s.strip() for s in args.savers.split(",")} if args.savers else None
     savers = [t for t in tg.saver_targets(bool(args.redis_stack)) if only is None or t.slug in only]

@@ -4,8 +4,9 @@ Each function runs one *unit* (one target, one round) on an opened :class:`Sessi
 returns ``{(metric, unit): value}``. Every loop is bounded in count and by a deadline; a
 unit that hits its deadline stops early and says so (``stopped_early``).
 
-Everything is deterministic: message texts and ids derive from the turn number, the fake
-"model" derives its answer from the conversation, so every saver stores the same values.
+Everything is deterministic: message texts and ids derive from the turn number (random-looking
+ids from RNGs seeded by it), the fake "model" derives its answer from the conversation, so every
+saver stores the same values.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import math
 import operator
 import random
 import statistics
+import string
 import sys
 import time
+import uuid
 from typing import Annotated, Any
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
@@ -187,9 +190,156 @@ def natural_text(seed: str, length: int, topic: int = 0) -> str:
     return _fit(" ".join(words), length, "s")
 
 
+# ---------------------------------------------------------------------------------------------
+# message envelopes
+#
+# What a message carries besides its text: ids and the model's metadata, which the savers store
+# with every message (the official PostgreSQL saver again at every step). "realistic" (the
+# default) stores messages as an app on LangGraph with a real chat model does:
+#
+# - a user message arrives without an id and add_messages gives it str(uuid.uuid4());
+# - the model's answer is the AIMessage that ChatOpenAI (langchain-openai 1.x on langchain-core
+#   1.x, Chat Completions, not streaming) returns: id "lc_run--<uuid7 of the LLM run>-0" (set by
+#   BaseChatModel; langchain-core 0.3 wrote "run--<uuid4>-0"), additional_kwargs {"refusal":
+#   None}, response_metadata = OpenAI's usage, model, system_fingerprint, completion id
+#   ("chatcmpl-" + 29 letters and digits), service_tier, and the choice's finish_reason and
+#   logprobs; usage_metadata with input/output token details.
+#
+# The random parts come from RNGs seeded by the turn (user) or the message position (model), so
+# runs are reproducible and every saver stores the same bytes. "bare" is the earlier messages
+# (ids "user-<turn>" and "model-<position>", a small response_metadata), byte for byte.
+
+MESSAGES = ("realistic", "bare")
+_messages = "realistic"
+
+OPENAI_MODEL = "gpt-4o-mini-2024-07-18"  # the "model" field of OpenAI's response
+SYSTEM_FINGERPRINT = "fp_" + f"{random.Random('system-fingerprint').getrandbits(40):010x}"
+CLOCK_START_MS = 1_762_160_400_000  # 2025-11-03 09:00 UTC: uuid7 timestamps of the model runs
+MS_PER_MESSAGE = 12_000  # a turn (user message + answer) every ~24 s
+_ALNUM = string.ascii_letters + string.digits
+
+
+def use_messages(kind: str) -> None:
+    """Select the message envelopes for this process: ``realistic`` (default) or ``bare``."""
+    global _messages
+    if kind not in MESSAGES:
+        raise ValueError(f"unknown messages {kind!r}; expected one of {', '.join(MESSAGES)}")
+    _messages = kind
+
+
+def current_messages() -> str:
+    return _messages
+
+
+def messages_description(kind: str | None = None) -> str:
+    """One line for the report header."""
+    kind = kind or _messages
+    if kind == "bare":
+        return 'bare (ids "user-<turn>" / "model-<position>", small response metadata)'
+    return (
+        "realistic (user ids uuid4 as add_messages assigns them; AIMessage as langchain-openai "
+        f"1.x ChatOpenAI returns it for {OPENAI_MODEL}: lc_run--<uuid7> id, OpenAI token usage, "
+        "chatcmpl id, system fingerprint; seeded, reproducible)"
+    )
+
+
+def user_message_id(turn: int) -> str:
+    if _messages == "bare":
+        return f"user-{turn}"
+    return str(uuid.UUID(int=random.Random(f"user-id-{turn}").getrandbits(128), version=4))
+
+
+def _uuid7(rng: random.Random, ms: int) -> uuid.UUID:
+    """A uuid7 as langchain-core makes them (uuid_utils): ms timestamp, 42-bit counter, random."""
+    counter = rng.getrandbits(41)  # a new millisecond starts the counter at random, MSB 0
+    value = (ms & (2**48 - 1)) << 80 | 7 << 76 | (counter >> 30) << 64
+    value |= 0b10 << 62 | (counter & (2**30 - 1)) << 32 | rng.getrandbits(32)
+    return uuid.UUID(int=value)
+
+
+def model_message_id(position: int) -> str:
+    """The id of the model's answer at ``position`` in the thread (0-based; 2 * turn - 1)."""
+    if _messages == "bare":
+        return f"model-{position}"
+    rng = random.Random(f"model-run-{position}")
+    ms = CLOCK_START_MS + position * MS_PER_MESSAGE + rng.randrange(MS_PER_MESSAGE // 2)
+    return f"lc_run--{_uuid7(rng, ms)}-0"
+
+
+def _tokens(text: str) -> int:
+    """Approximate token count of English text (~4/3 tokens a word)."""
+    return max(1, round(len(text.split()) * 4 / 3))
+
+
+def _prompt_tokens(history: list[AnyMessage]) -> int:
+    """OpenAI's count for a chat prompt: 3 tokens a message + its text, 3 to prime the reply.
+
+    O(1) at every T (the fake model's cost must not grow with the thread): the previous
+    answer's usage already counts everything before it.
+    """
+    if len(history) >= 3 and isinstance(previous := history[-2], AIMessage):
+        usage = previous.usage_metadata
+        if usage is not None:
+            return usage["total_tokens"] + 3 + 3 + _tokens(str(history[-1].content))
+    return 3 + sum(3 + _tokens(str(m.content)) for m in history)
+
+
+def _cached_tokens(previous_prompt: int) -> int:
+    """OpenAI's prompt cache: the previous prompt is a prefix of this one; hits come for
+    prompts of 1,024 tokens and more, in steps of 128."""
+    if previous_prompt < 1024:
+        return 0
+    return 1024 + (previous_prompt - 1024) // 128 * 128
+
+
+def openai_reply(content: str, history: list[AnyMessage]) -> AIMessage:
+    """The AIMessage ChatOpenAI returns for ``content`` after the prompt ``history``."""
+    position = len(history)
+    rng = random.Random(f"model-completion-{position}")
+    prompt = _prompt_tokens(history)
+    previous = history[-2] if position > 2 else None
+    previous_usage = previous.usage_metadata if isinstance(previous, AIMessage) else None
+    cached = _cached_tokens(previous_usage["input_tokens"]) if previous_usage else 0
+    completion = _tokens(content)
+    usage = {
+        "completion_tokens": completion,
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + completion,
+        "completion_tokens_details": {
+            "accepted_prediction_tokens": 0,
+            "audio_tokens": 0,
+            "reasoning_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
+        "prompt_tokens_details": {"audio_tokens": 0, "cached_tokens": cached},
+    }
+    return AIMessage(
+        content=content,
+        additional_kwargs={"refusal": None},
+        response_metadata={
+            "token_usage": usage,
+            "model_provider": "openai",
+            "model_name": OPENAI_MODEL,
+            "system_fingerprint": SYSTEM_FINGERPRINT,
+            "id": "chatcmpl-" + "".join(rng.choice(_ALNUM) for _ in range(29)),
+            "service_tier": "default",
+            "finish_reason": "stop",
+            "logprobs": None,
+        },
+        id=model_message_id(position),
+        usage_metadata={
+            "input_tokens": prompt,
+            "output_tokens": completion,
+            "total_tokens": prompt + completion,
+            "input_token_details": {"audio": 0, "cache_read": cached},
+            "output_token_details": {"audio": 0, "reasoning": 0},
+        },
+    )
+
+
 def user_message(turn: int) -> HumanMessage:
     text = sentence(f"user-{turn}", USER_CHARS, topic=turn // TOPIC_TURNS)
-    return HumanMessage(content=text, id=f"user-{turn}")
+    return HumanMessage(content=text, id=user_message_id(turn))
 
 
 class ChatState(TypedDict, total=False):
@@ -204,8 +354,11 @@ def chat_graph() -> StateGraph:
     def model(state: ChatState) -> dict[str, Any]:
         position = len(state["messages"])
         turn = (position + 1) // 2
+        text = sentence(f"model-{position}", MODEL_CHARS, topic=turn // TOPIC_TURNS)
+        if _messages == "realistic":
+            return {"messages": [openai_reply(text, list(state["messages"]))]}
         answer = AIMessage(
-            content=sentence(f"model-{position}", MODEL_CHARS, topic=turn // TOPIC_TURNS),
+            content=text,
             id=f"model-{position}",
             response_metadata={"model_name": "fake-chat-model", "finish_reason": "stop"},
             usage_metadata={
@@ -279,6 +432,18 @@ def _check_conversation(values: dict[str, Any], turns: int, where: str) -> list[
             f"{where}: expected {2 * turns} messages and turns={turns}, "
             f"read back {len(messages)} messages and turns={values.get('turns')}"
         )
+    for position, message in enumerate(messages):
+        turn = position // 2 + 1
+        kind, expected = (
+            ("human", user_message_id(turn))
+            if position % 2 == 0
+            else ("ai", model_message_id(position))
+        )
+        if message.type != kind or message.id != expected:
+            raise AssertionError(
+                f"{where}: message {position} read back as {message.type} {message.id!r}, "
+                f"expected {kind} {expected!r}"
+            )
     return messages
 
 

@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 import redis
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # benchmarks/ is not installed; it lives beside tests/
@@ -52,6 +57,7 @@ def test_smoke_run_reports_every_section(
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     assert report["meta"]["label"] == "smoke"
     assert report["meta"]["text"].startswith("natural")
+    assert report["meta"]["messages"].startswith("realistic")
     assert report["meta"]["packages"]["langgraph-checkpoint-postgres"]
     sections = report["sections"]
     assert list(sections) == ["chat", "reads", "throughput", "stores"]
@@ -111,6 +117,7 @@ def test_smoke_run_reports_every_section(
     assert "| saver | metric | median | ratio vs official PG |" in printed
     assert "turns/s @c=2 of ceiling" in printed
     assert "- chat text: natural" in printed
+    assert "- chat messages: realistic" in printed
 
     run_id = report["meta"]["run_id"]
     with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -136,6 +143,89 @@ def test_chat_texts_are_deterministic_and_exact(kind: str) -> None:
         assert workloads.text_description().startswith(kind)
     finally:
         workloads.use_text("natural")
+
+
+def _chat(turns: int) -> tuple[list[Any], bytes]:
+    """A fresh chat thread through the harness's graph; its messages and their stored bytes."""
+    graph = workloads.chat_graph().compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t"}}
+    for turn in range(1, turns + 1):
+        graph.invoke({"messages": [workloads.user_message(turn)]}, config)
+    values = dict(graph.get_state(config).values)
+    messages = workloads._check_conversation(values, turns, "test")
+    return messages, JsonPlusSerializer().dumps_typed(messages)[1]
+
+
+@pytest.mark.parametrize("kind", workloads.MESSAGES)
+def test_chat_messages_are_deterministic(kind: str) -> None:
+    workloads.use_messages(kind)
+    try:
+        messages, stored = _chat(6)
+        again, stored_again = _chat(6)
+        assert stored == stored_again  # every saver is handed the same bytes
+        assert [m.id for m in messages] == [m.id for m in again]
+        assert len({m.id for m in messages}) == len(messages)
+        assert workloads.messages_description().startswith(kind)
+        assert workloads.current_messages() == kind
+    finally:
+        workloads.use_messages("realistic")
+
+
+def test_realistic_messages_look_like_langgraph_and_openai() -> None:
+    workloads.use_messages("realistic")
+    messages, _ = _chat(14)  # past 1,024 prompt tokens: the prompt cache shows up
+    for position, message in enumerate(messages):
+        if position % 2 == 0:  # as add_messages assigns an id: str(uuid.uuid4())
+            assert isinstance(message, HumanMessage)
+            assert str(uuid.UUID(message.id)) == message.id
+            assert uuid.UUID(message.id).version == 4
+            continue
+        assert isinstance(message, AIMessage)
+        match = re.fullmatch(r"lc_run--([0-9a-f-]{36})-0", message.id or "")
+        assert match and uuid.UUID(match[1]).version == 7
+        meta = message.response_metadata
+        assert list(meta) == ["token_usage", "model_provider", "model_name", "system_fingerprint",
+                              "id", "service_tier", "finish_reason", "logprobs"]  # fmt: skip
+        assert re.fullmatch(r"chatcmpl-[A-Za-z0-9]{29}", meta["id"])
+        assert re.fullmatch(r"fp_[0-9a-f]{10}", meta["system_fingerprint"])
+        assert meta["model_provider"] == "openai" and meta["finish_reason"] == "stop"
+        assert message.additional_kwargs == {"refusal": None}
+        usage, tokens = message.usage_metadata, meta["token_usage"]
+        assert usage is not None
+        assert usage["input_tokens"] == tokens["prompt_tokens"]
+        assert usage["output_tokens"] == tokens["completion_tokens"]
+        assert usage["total_tokens"] == tokens["total_tokens"]
+        cached = tokens["prompt_tokens_details"]["cached_tokens"]
+        assert usage.get("input_token_details") == {"audio": 0, "cache_read": cached}
+        assert cached == 0 or (cached >= 1024 and cached % 128 == 0)
+    prompts = [m.usage_metadata["input_tokens"] for m in messages[1::2]]
+    assert prompts == sorted(prompts)  # the prompt is the whole conversation so far
+    assert messages[-1].response_metadata["token_usage"]["prompt_tokens_details"]["cached_tokens"]
+    ids = [m.id for m in messages[1::2]]
+    assert ids == sorted(ids)  # uuid7: time-ordered
+
+
+def test_bare_messages_are_the_earlier_ones() -> None:
+    workloads.use_messages("bare")
+    try:
+        messages, _ = _chat(2)
+    finally:
+        workloads.use_messages("realistic")
+    text = workloads.sentence("user-2", workloads.USER_CHARS, topic=0)
+    assert messages[2] == HumanMessage(content=text, id="user-2")
+    assert messages[3] == AIMessage(
+        content=workloads.sentence("model-3", workloads.MODEL_CHARS, topic=0),
+        id="model-3",
+        response_metadata={"model_name": "fake-chat-model", "finish_reason": "stop"},
+        usage_metadata={"input_tokens": 144, "output_tokens": 48, "total_tokens": 192},
+    )
+
+
+def test_conversation_check_reads_the_ids() -> None:
+    messages, _ = _chat(2)
+    messages[1] = messages[1].model_copy(update={"id": "model-1"})
+    with pytest.raises(AssertionError, match="message 1"):
+        workloads._check_conversation({"messages": messages, "turns": 2}, 2, "test")
 
 
 @pytest.mark.parametrize(
