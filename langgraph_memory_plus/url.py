@@ -140,6 +140,13 @@ def _threshold(name: str, value: Any) -> int | None:
     return _integer(name, value, minimum=0)
 
 
+def _choice(name: str, value: Any, *, choices: tuple[str, ...]) -> str:
+    word = value.strip().lower() if isinstance(value, str) else None
+    if word not in choices:
+        raise InvalidConfigError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+    return word
+
+
 def _object(name: str, value: Any) -> Any:
     if isinstance(value, str):
         raise InvalidConfigError(f"{name} cannot be given as text in a URL; pass it as {name}=")
@@ -188,6 +195,18 @@ OPTIONS: dict[str, Option] = {
         partial(_number, minimum=0, strict=False),
         frozenset({"sqlite"}),
         "seconds a SQLite writer waits for another process's write",
+    ),
+    "vector_backend": Option(
+        partial(_choice, choices=("auto", "pgvector", "exact")),
+        frozenset({"postgres"}),
+        "how the store scores search(query=...): auto (pgvector where the server has it, "
+        "else exactly in SQL), pgvector (an error without it), exact",
+    ),
+    "hnsw": Option(
+        _boolean,
+        frozenset({"postgres"}),
+        "with pgvector, an HNSW index for searches with a query and no prefix or filter "
+        "(approximate)",
     ),
     "setup": Option(_boolean, EVERY, "run setup() (migrations) on entering; default true"),
     "index": Option(_object, EVERY, "the store's semantic search config (keyword only)"),
@@ -459,9 +478,10 @@ class Memory:
         schema = {"schema": o["schema"]} if "schema" in o else {}
         saver_cls = AsyncPostgresSaver if is_async else PostgresSaver
         store_cls = AsyncPostgresStore if is_async else PostgresStore
+        store_options = self._component_options("index", "vector_backend", "hnsw")
         return (
             saver_cls(pool, **schema, **self._saver_options()),
-            store_cls(pool, **schema, **self._store_options()),
+            store_cls(pool, **schema, **store_options),
         )
 
     def _redis(self, is_async: bool) -> _Opening:
@@ -526,7 +546,8 @@ def from_url(url: str | None = None, **options: Any) -> Memory:
     SQLite file in the user's data directory. ``options`` (also accepted as URL query
     parameters, with the same names): ``ttl`` (minutes), ``refresh_on_read``, ``keep_last``,
     ``schema`` and ``prepare_threshold`` (PostgreSQL; ``none`` for PgBouncer in transaction
-    mode), ``key_prefix`` (Redis), ``pool_min_size`` (PostgreSQL),
+    mode), ``vector_backend`` and ``hnsw`` (the PostgreSQL store's semantic search),
+    ``key_prefix`` (Redis), ``pool_min_size`` (PostgreSQL),
     ``pool_max_size``, ``busy_timeout`` (SQLite, seconds), ``setup`` (default true: run the
     migrations on entering), and, as keyword arguments only, ``index`` (the store's
     semantic search) and ``serde`` (the checkpointer's serializer).

