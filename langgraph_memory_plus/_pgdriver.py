@@ -17,7 +17,13 @@ from typing import Any, TypeVar, cast
 from typing_extensions import Self
 
 from ._plan import Plan
-from ._postgres import AsyncPgRunner, PgRunner, open_async_pool, open_pool
+from ._postgres import (
+    DEFAULT_PREPARE_THRESHOLD,
+    AsyncPgRunner,
+    PgRunner,
+    open_async_pool,
+    open_pool,
+)
 
 R = TypeVar("R")
 
@@ -41,7 +47,7 @@ class PgSyncDriver:
         *,
         pool_min_size: int = 1,
         pool_max_size: int = 10,
-        prepare_threshold: int | None = 5,
+        prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
         **options: Any,
     ) -> Iterator[Self]:
         """Open a connection pool for ``conn_string`` and an instance on it; close both after.
@@ -79,7 +85,7 @@ class PgAsyncDriver:
         *,
         pool_min_size: int = 1,
         pool_max_size: int = 10,
-        prepare_threshold: int | None = 5,
+        prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
         **options: Any,
     ) -> AsyncIterator[Self]:
         """Async ``from_conn_string``: the same options, an async pool."""

@@ -82,6 +82,13 @@ async def _aexecute(cur: AsyncCursor[TupleRow], query: Query) -> Rows | None:
     return await cur.fetchall() if query.fetch else None
 
 
+DEFAULT_PREPARE_THRESHOLD = 0
+"""Pools we open prepare each statement on its first use (psycopg's default waits for
+five). The package sends a small fixed set of statements, each planned in about a
+millisecond, so a fresh connection otherwise plans every one of them five times over;
+per pooled connection, that made a new process's first turns markedly slower."""
+
+
 def pool_kwargs(prepare_threshold: int | None) -> dict[str, Any]:
     """Connection options of the pools this package opens.
 

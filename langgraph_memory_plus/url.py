@@ -459,7 +459,7 @@ class Memory:
     def _postgres(self, is_async: bool) -> _Opening:
         import psycopg
 
-        from ._postgres import open_async_pool, open_pool
+        from ._postgres import DEFAULT_PREPARE_THRESHOLD, open_async_pool, open_pool
         from .checkpoint.postgres import AsyncPostgresSaver, PostgresSaver
         from .store.postgres import AsyncPostgresStore, PostgresStore
 
@@ -472,7 +472,7 @@ class Memory:
                 target,
                 min_size=o.get("pool_min_size", 1),
                 max_size=o.get("pool_max_size", 10),
-                prepare_threshold=o.get("prepare_threshold", 5),
+                prepare_threshold=o.get("prepare_threshold", DEFAULT_PREPARE_THRESHOLD),
             )
         )
         schema = {"schema": o["schema"]} if "schema" in o else {}

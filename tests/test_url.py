@@ -292,7 +292,7 @@ def test_postgres_sync_shares_one_pool(pg_url: str) -> None:
             assert memory.checkpointer.conn is memory.store.conn
             assert memory.checkpointer.conn.max_size == 3  # type: ignore[union-attr]
             with memory.checkpointer.conn.connection() as conn:  # type: ignore[union-attr]
-                assert conn.prepare_threshold == 5  # psycopg's default unless asked
+                assert conn.prepare_threshold == 0  # prepared on first use unless asked
             round_trip(memory)
             assert len(list(memory.checkpointer.list(CONFIG))) == 2
     finally:

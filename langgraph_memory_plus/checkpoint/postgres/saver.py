@@ -66,7 +66,7 @@ class PostgresSaver(PgSyncDriver, _PostgresOptions, SyncDriver):
 
     Takes a ``psycopg.Connection`` or ``psycopg_pool.ConnectionPool``; see
     :class:`_PostgresOptions` for the options. ``from_conn_string(url, pool_min_size=1,
-    pool_max_size=10, prepare_threshold=5, **options)`` opens and closes a pool
+    pool_max_size=10, prepare_threshold=0, **options)`` opens and closes a pool
     (``prepare_threshold=None`` for PgBouncer in transaction mode).
     """
 

@@ -90,7 +90,7 @@ class PostgresStore(PgSyncDriver, _PostgresOptions, SyncStore):
 
     Takes a ``psycopg.Connection`` or ``psycopg_pool.ConnectionPool``; see
     :class:`_PostgresOptions` for the options, and ``from_conn_string(url, pool_min_size=1,
-    pool_max_size=10, prepare_threshold=5, **options)`` to open a pool with it.
+    pool_max_size=10, prepare_threshold=0, **options)`` to open a pool with it.
     """
 
 
