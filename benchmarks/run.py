@@ -281,6 +281,7 @@ def chat_section(env: Env, sizes: Sizes, savers: list[Target]) -> Section:
         )
         for t in ts[-2:]
     ]
+    section.summary += [f"turn p50 without add_messages last/first @T={ts[-1]}"]
     if text_bytes:
         section.notes.insert(
             0,

@@ -342,8 +342,28 @@ def user_message(turn: int) -> HumanMessage:
     return HumanMessage(content=text, id=user_message_id(turn))
 
 
+class _ReducerClock:
+    """Seconds LangGraph spent in the ``messages`` reducer, summed.
+
+    ``add_messages`` walks the whole list at every update (it indexes the ids of all
+    messages), so a turn's latency grows with T whatever the saver. Timing it separates
+    the runtime's own O(T) work from the saver's.
+    """
+
+    seconds = 0.0
+
+
+def timed_add_messages(left: Any, right: Any) -> Any:
+    """``add_messages``, timed; the stored state is exactly what ``add_messages`` gives."""
+    started = time.perf_counter()
+    try:
+        return add_messages(left, right)
+    finally:
+        _ReducerClock.seconds += time.perf_counter() - started
+
+
 class ChatState(TypedDict, total=False):
-    messages: Annotated[list[AnyMessage], add_messages]
+    messages: Annotated[list[AnyMessage], timed_add_messages]
     turns: Annotated[int, operator.add]
     last_reply_chars: int
 
@@ -460,11 +480,14 @@ def chat_turns(session: Session, turns: list[int], deadline: float) -> dict[str,
     t_max = max(turns)
     snapshots = {*turns, *(t // 2 for t in turns if t >= 2)}
     latencies: list[float] = []
+    reducer: list[float] = []
     footprints: dict[int, int] = {}
     for turn in range(1, t_max + 1):
+        in_reducer = _ReducerClock.seconds
         started = time.perf_counter()
         _invoke(session, graph, {"messages": [user_message(turn)]}, config)
         latencies.append(time.perf_counter() - started)
+        reducer.append(_ReducerClock.seconds - in_reducer)
         if turn in snapshots:
             footprints[turn] = session.footprint()
         if time.perf_counter() > deadline:
@@ -477,6 +500,7 @@ def chat_turns(session: Session, turns: list[int], deadline: float) -> dict[str,
     return {
         "turns_done": done,
         "latencies": latencies,
+        "reducer": reducer,
         "footprints": footprints,
         "text_bytes": text_bytes,
     }
@@ -496,6 +520,14 @@ def chat_metrics(result: dict[str, Any], turns: list[int]) -> Metrics:
         out[(f"turn p50, first 10% @T={t}", "ms")] = first * 1000.0
         out[(f"turn p50, last 10% @T={t}", "ms")] = last * 1000.0
         out[(f"turn p50 last/first @T={t}", "x")] = last / first
+        # The same without the time LangGraph spent in add_messages during each turn.
+        own = [lat - red for lat, red in zip(latencies, result["reducer"], strict=True)]
+        out[(f"add_messages per turn, last 10% @T={t}", "ms")] = (
+            statistics.median(result["reducer"][t - k : t]) * 1000.0
+        )
+        out[(f"turn p50 without add_messages last/first @T={t}", "x")] = statistics.median(
+            own[t - k : t]
+        ) / statistics.median(own[:k])
     if len(reached) >= 2:
         lo, hi = reached[0], reached[-1]
         if footprints[lo] > 0:
