@@ -44,21 +44,28 @@ def _with_database(url: str, dbname: str) -> str:
     return psycopg.conninfo.make_conninfo(url, dbname=dbname)
 
 
-@pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    """A fresh database for this test run, dropped at the end."""
+@contextmanager
+def _fresh_database(admin_url: str, what: str) -> Iterator[str]:
+    """A new database on the server at ``admin_url`` (``what`` names it), dropped after."""
     dbname = f"lgmp_test_{uuid.uuid4().hex[:12]}"
     try:
-        admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5)
+        admin = psycopg.connect(admin_url, autocommit=True, connect_timeout=5)
     except psycopg.OperationalError as exc:
-        _service_missing(f"PostgreSQL at {PG_ADMIN_URL}", exc)
+        _service_missing(what, exc)
     with admin:
         admin.execute(f'CREATE DATABASE "{dbname}"')
     try:
-        yield _with_database(PG_ADMIN_URL, dbname)
+        yield _with_database(admin_url, dbname)
     finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A fresh database for this test run, dropped at the end."""
+    with _fresh_database(PG_ADMIN_URL, f"PostgreSQL at {PG_ADMIN_URL}") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -169,18 +176,8 @@ def pgvector_url() -> Iterator[str]:
     so that no directory of the virtualenv needs to be readable by that user.
     """
     if PGVECTOR_URL:
-        dbname = f"lgmp_test_{uuid.uuid4().hex[:12]}"
-        try:
-            admin = psycopg.connect(PGVECTOR_URL, autocommit=True, connect_timeout=5)
-        except psycopg.OperationalError as exc:
-            _service_missing(f"PostgreSQL with pgvector at {PGVECTOR_URL}", exc)
-        with admin:
-            admin.execute(f'CREATE DATABASE "{dbname}"')
-        try:
-            yield _with_database(PGVECTOR_URL, dbname)
-        finally:
-            with psycopg.connect(PGVECTOR_URL, autocommit=True) as admin:
-                admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        with _fresh_database(PGVECTOR_URL, f"PostgreSQL with pgvector at {PGVECTOR_URL}") as url:
+            yield url
         return
     import importlib.util
 

@@ -338,21 +338,25 @@ def test_random_operations_match_in_memory_store(
     # buy the same confidence there; its own tests pin the rest.
     examples = MAX_EXAMPLES // 2 if backend == "sqlite" else MAX_EXAMPLES
     with Ours(backend, url, flavour == "async") as ours:
+        run_random_operations(ours, examples)
 
-        @settings(
-            max_examples=examples,
-            deadline=None,
-            database=None,
-            suppress_health_check=[HealthCheck.too_slow],
-        )
-        @given(
-            st.lists(puts, min_size=3, max_size=20), st.lists(operations, min_size=3, max_size=40)
-        )
-        def run(seed: list[tuple[Any, ...]], specs: list[tuple[Any, ...]]) -> None:
-            ours.reset()
-            ref = Reference(index=INDEX)
-            for spec in [("batch", seed), *specs]:
-                compare(ours, ref, spec)
 
-        run()
-        assert ours.ops_run >= examples
+def run_random_operations(ours: Ours, examples: int) -> None:
+    """``examples`` random sequences (seed puts, then operations) on ``ours`` and on
+    ``InMemoryStore``, compared after every operation."""
+
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    @given(st.lists(puts, min_size=3, max_size=20), st.lists(operations, min_size=3, max_size=40))
+    def run(seed: list[tuple[Any, ...]], specs: list[tuple[Any, ...]]) -> None:
+        ours.reset()
+        ref = Reference(index=INDEX)
+        for spec in [("batch", seed), *specs]:
+            compare(ours, ref, spec)
+
+    run()
+    assert ours.ops_run >= examples

@@ -27,8 +27,6 @@ from urllib.parse import quote
 import psycopg
 import pytest
 import test_store_differential as differential
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from langgraph.store.base import Item, PutOp
 from langgraph.store.memory import InMemoryStore
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -725,25 +723,6 @@ def test_random_operations_match_in_memory_store_with_pgvector(
     pgvector_url: str, flavour: str
 ) -> None:
     """``test_store_differential`` on the pgvector server: searches scored by pgvector."""
-    examples = differential.MAX_EXAMPLES // 2
     with differential.Ours("postgres", pgvector_url, flavour == "async") as ours:
-
-        @settings(
-            max_examples=examples,
-            deadline=None,
-            database=None,
-            suppress_health_check=[HealthCheck.too_slow],
-        )
-        @given(
-            st.lists(differential.puts, min_size=3, max_size=20),
-            st.lists(differential.operations, min_size=3, max_size=40),
-        )
-        def run(seed: list[tuple[Any, ...]], specs: list[tuple[Any, ...]]) -> None:
-            ours.reset()
-            ref = differential.Reference(index=differential.INDEX)
-            for spec in [("batch", seed), *specs]:
-                differential.compare(ours, ref, spec)
-
-        run()
-        assert ours.ops_run >= examples
+        differential.run_random_operations(ours, differential.MAX_EXAMPLES // 2)
         assert ours.store._plans._pgvector is not None  # the searches used pgvector
