@@ -8,6 +8,11 @@ inside one), except a leading statement marked standalone, which an autocommit
 connection runs on its own: the common single-statement write then costs one round
 trip. Results come back as tuples in binary format whatever row factory
 the caller's connection uses.
+
+In pipeline mode each statement runs on a cursor of its own: psycopg hands a result to
+the cursor that sent it whenever the result arrives, possibly while a later statement is
+being sent on that cursor, and ``fetchall()`` then returns the earlier result instead of
+waiting for its own (a plan's ``SELECT`` after an advisory lock read the lock's row).
 """
 
 from __future__ import annotations
@@ -201,6 +206,9 @@ class PgRunner:
                 if not in_transaction and not (query.standalone and conn.autocommit):
                     stack.enter_context(conn.transaction())
                     in_transaction = True
+                if self.pipeline:  # a cursor per statement (see the module docstring)
+                    own = stack.enter_context(conn.cursor(row_factory=tuple_row, binary=True))
+                    return _execute(own, query)
                 return _execute(cur, query)
 
             return drive(plan, execute)
@@ -241,6 +249,9 @@ class AsyncPgRunner:
                 if not in_transaction and not (query.standalone and conn.autocommit):
                     await stack.enter_async_context(conn.transaction())
                     in_transaction = True
+                if self.pipeline:  # a cursor per statement (see the module docstring)
+                    own = conn.cursor(row_factory=tuple_row, binary=True)
+                    return await _aexecute(await stack.enter_async_context(own), query)
                 return await _aexecute(cur, query)
 
             return await adrive(plan, execute)

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import psycopg
 import pytest
 
-from langgraph_memory_plus._postgres import _closed_by_server, compact_sql
+from langgraph_memory_plus._postgres import (
+    AsyncPgRunner,
+    PgRunner,
+    Query,
+    _closed_by_server,
+    compact_sql,
+)
 
 pytestmark = pytest.mark.storage
 
@@ -55,3 +62,27 @@ def test_a_connection_the_server_closed_is_noticed_without_a_round_trip(pg_url: 
         while not _closed_by_server(conn) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert _closed_by_server(conn)
+
+
+def _reads_after_unfetched_results() -> Any:
+    """The shape of a migration: a lock whose row nobody fetches, DDL, time for their
+    results to arrive, then a read."""
+    yield Query("SELECT pg_advisory_xact_lock(%s)", (42_4242,))
+    yield Query("CREATE TEMP TABLE IF NOT EXISTS lgmp_runner_probe (a int)")
+    time.sleep(0.02)
+    rows = yield Query("SELECT 42", fetch=True)
+    return rows
+
+
+def test_pipeline_mode_fetches_each_statements_own_result(pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        runner = PgRunner(conn, pipeline=True, owner="test")
+        for _ in range(5):
+            assert runner.run(_reads_after_unfetched_results()) == [(42,)]
+
+
+async def test_async_pipeline_mode_fetches_each_statements_own_result(pg_url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        runner = AsyncPgRunner(conn, pipeline=True, owner="test")
+        for _ in range(5):
+            assert await runner.run(_reads_after_unfetched_results()) == [(42,)]
