@@ -268,7 +268,8 @@ def redis_prefix() -> Iterator[str]:
 
     with contextlib.suppress(redis.RedisError):  # the server may be gone by now
         client = redis.Redis.from_url(REDIS_URL)
-        for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+        # Tests derive further prefixes from this one (``{prefix}-nodes-...``).
+        for key in client.scan_iter(match=f"{prefix}*", count=1000):
             client.delete(key)
 
 
