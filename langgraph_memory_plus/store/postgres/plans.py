@@ -361,6 +361,7 @@ class PostgresStorePlans:
             WHERE (s.prefix, s.key) IN (SELECT prefix, key FROM req) AND {LIVE}""",
             {"p": prefixes, "k": keys, "r": [r.refresh for r in requests]},
             fetch=True,
+            standalone=True,
         )
         found = {(row[0], row[1]): _item(row) for row in rows}
         return [found.get(address) for address in zip(prefixes, keys, strict=True)]
@@ -550,7 +551,7 @@ class PostgresStorePlans:
 
     # -- writes -------------------------------------------------------------------------
 
-    def _insert(self, requests: list[WriteRequest], on_conflict: str) -> Query:
+    def _insert(self, requests: list[WriteRequest], standalone: bool, on_conflict: str) -> Query:
         return Query(
             f"""
             INSERT INTO {self._t} AS s (prefix, key, value, escaped, version, created_at,
@@ -568,6 +569,7 @@ class PostgresStorePlans:
                 "t": [r.ttl for r in requests],
             },
             fetch=True,
+            standalone=standalone,
         )
 
     def _check_versions(self, conditional: list[WriteRequest]) -> Plan[Query, set[tuple[str, str]]]:
@@ -599,6 +601,10 @@ class PostgresStorePlans:
         conditional = [r for r in requests if r.expected_version is not None]
         existing = (yield from self._check_versions(conditional)) if conditional else set()
         deletes = [r for r in requests if r.value is None]
+        puts = [r for r in requests if r.value is not None]
+        # A write that is one statement is atomic by itself: without BEGIN and COMMIT it
+        # costs one round trip instead of three.
+        alone = not conditional and not (deletes and puts) and all(r.vectors is None for r in puts)
         if deletes:
             yield Query(
                 f"""DELETE FROM {self._t} s USING unnest(%s::text[], %s::text[]) AS r(prefix, key)
@@ -607,8 +613,8 @@ class PostgresStorePlans:
                     [prefix_text(r.namespace) for r in deletes],
                     [escape_text(r.key) for r in deletes],
                 ),
+                standalone=alone,
             )
-        puts = [r for r in requests if r.value is not None]
         creates: list[WriteRequest] = []
         upserts: list[WriteRequest] = []
         for r in puts:
@@ -617,6 +623,7 @@ class PostgresStorePlans:
         if upserts:
             yield self._insert(
                 upserts,
+                alone,
                 """DO UPDATE SET value = EXCLUDED.value, escaped = EXCLUDED.escaped,
                     version = EXCLUDED.version,
                     created_at = CASE WHEN s.expires_at <= now() THEN EXCLUDED.created_at
@@ -626,7 +633,7 @@ class PostgresStorePlans:
                 RETURNING 1""",
             )
         if creates:
-            made: Rows = yield self._insert(creates, "DO NOTHING RETURNING s.prefix, s.key")
+            made: Rows = yield self._insert(creates, False, "DO NOTHING RETURNING s.prefix, s.key")
             done = {(row[0], row[1]) for row in made}
             for request in creates:
                 if (prefix_text(request.namespace), escape_text(request.key)) not in done:
