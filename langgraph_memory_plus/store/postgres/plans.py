@@ -529,8 +529,10 @@ class PostgresStorePlans:
         rows: Rows = yield Query(
             f"""
             SELECT DISTINCT ({labels}) COLLATE "C" AS ns FROM (
-                SELECT DISTINCT string_to_array(s.prefix, '.') AS a
-                FROM {self._t} s WHERE {LIVE} AND {narrow}
+                -- split each distinct namespace once, not each item's copy of it
+                SELECT string_to_array(p.prefix, '.') AS a FROM (
+                    SELECT DISTINCT s.prefix FROM {self._t} s WHERE {LIVE} AND {narrow}
+                ) p
             ) n
             WHERE {" AND ".join(wheres)}
             ORDER BY ns
