@@ -55,6 +55,9 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.retry import Retry
 
+# One async interface over the sync and the async saver, shared with the PostgreSQL tests.
+from test_postgres_saver import Ops, compare_with_reference, reference, run_workload
+
 from langgraph_memory_plus import AsyncRedisSaver, PostgresSaver, RedisSaver
 from langgraph_memory_plus.checkpoint.redis.plans import KINDS, RedisCheckpointPlans
 from langgraph_memory_plus.errors import InvalidConfigError, ValueTooLargeError
@@ -73,68 +76,6 @@ AnyClient = redis.Redis | RedisCluster
 # --------------------------------------------------------------------------------------------
 # Adapter: one async interface over the sync and the async saver
 # --------------------------------------------------------------------------------------------
-
-
-class Ops:
-    """Drives a sync saver through its sync methods, an async saver through its ``a*`` twins."""
-
-    def __init__(self, saver: Any, is_async: bool) -> None:
-        self.saver = saver
-        self.is_async = is_async
-
-    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        if self.is_async:
-            return await getattr(self.saver, "a" + name)(*args, **kwargs)
-        return getattr(self.saver, name)(*args, **kwargs)
-
-    async def setup(self) -> None:
-        if self.is_async:
-            await self.saver.setup()
-        else:
-            self.saver.setup()
-
-    async def put(
-        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: Any, versions: Any
-    ) -> RunnableConfig:
-        return await self._call("put", config, checkpoint, metadata, versions)
-
-    async def put_writes(
-        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str
-    ) -> None:
-        await self._call("put_writes", config, writes, task_id, "")
-
-    async def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._call("get_tuple", config)
-
-    async def list(self, config: RunnableConfig | None, **kwargs: Any) -> list[CheckpointTuple]:
-        if self.is_async:
-            return [t async for t in self.saver.alist(config, **kwargs)]
-        return list(self.saver.list(config, **kwargs))
-
-    async def delete_thread(self, thread_id: str) -> None:
-        await self._call("delete_thread", thread_id)
-
-    async def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await self._call("delete_for_runs", run_ids)
-
-    async def copy_thread(self, source: str, target: str) -> None:
-        await self._call("copy_thread", source, target)
-
-    async def prune(self, thread_ids: Sequence[str], strategy: str = "keep_latest") -> None:
-        await self._call("prune", thread_ids, strategy=strategy)
-
-    async def delta_history(self, config: RunnableConfig, channels: Sequence[str]) -> Any:
-        return await self._call("get_delta_channel_history", config=config, channels=channels)
-
-    async def invoke(self, graph: Any, graph_input: Any, config: RunnableConfig) -> Any:
-        if self.is_async:
-            return await graph.ainvoke(graph_input, config)
-        return graph.invoke(graph_input, config)
-
-    async def state(self, graph: Any, config: RunnableConfig) -> Any:
-        if self.is_async:
-            return await graph.aget_state(config)
-        return graph.get_state(config)
 
 
 @asynccontextmanager
@@ -1386,16 +1327,11 @@ async def test_same_answers_as_inmemory_saver_across_a_restart(space: Space, fla
     """The PostgreSQL saver's differential workload (puts, writes, forks, namespaces, NULs,
     int and str versions; get_tuple, list with filter/before/limit, delta history) agrees
     with InMemorySaver, also when a new saver instance reads what the first one wrote."""
-    from test_postgres_saver import Ops as Driver
-    from test_postgres_saver import compare_with_reference, reference, run_workload
-
     ref = reference()
-    async with space.open(flavour) as ops:
-        ours = Driver(ops.saver, ops.is_async)
+    async with space.open(flavour) as ours:
         stored = await run_workload([ours, ref])
         mismatches = await compare_with_reference(ours, ref, stored)
     assert not mismatches, f"{len(mismatches)} differences:\n" + "\n".join(mismatches[:15])
-    async with space.open(flavour) as ops:
-        reopened = Driver(ops.saver, ops.is_async)
+    async with space.open(flavour) as reopened:
         mismatches = await compare_with_reference(reopened, ref, stored)
     assert not mismatches, "\n".join(mismatches[:10])
