@@ -16,6 +16,7 @@ from typing import Any, TypeVar, cast
 
 from typing_extensions import Self
 
+from ._closing import before_close
 from ._plan import Plan
 from ._postgres import (
     DEFAULT_PREPARE_THRESHOLD,
@@ -61,9 +62,7 @@ class PgSyncDriver:
             try:
                 yield instance
             finally:
-                before_close = getattr(instance, "_before_close", None)
-                if before_close is not None:
-                    before_close()
+                before_close(instance)
 
 
 class PgAsyncDriver:
@@ -97,6 +96,6 @@ class PgAsyncDriver:
             try:
                 yield instance
             finally:
-                before_close = getattr(instance, "_before_close", None)
-                if before_close is not None:
-                    await before_close()
+                pending = before_close(instance)
+                if pending is not None:
+                    await pending

@@ -44,6 +44,7 @@ from urllib.parse import unquote, urlsplit
 
 from typing_extensions import Self
 
+from ._closing import before_close
 from ._plan import Plan, drive
 from .errors import InvalidConfigError
 
@@ -391,13 +392,6 @@ def _refuse_on_loop(owner: str) -> None:
     )
 
 
-def _before_close(instance: object) -> Any:
-    """Run what an instance does before its pool closes (a store stops its TTL sweeper);
-    returns what the async classes must await, if anything."""
-    before_close = getattr(instance, "_before_close", None)
-    return None if before_close is None else before_close()
-
-
 class _SqliteDriver:
     """What both flavours share: the runner and opening a pool from a path or URL."""
 
@@ -435,7 +429,7 @@ class SqliteSyncDriver(_SqliteDriver):
             try:
                 yield instance
             finally:
-                _before_close(instance)
+                before_close(instance)
 
 
 class SqliteAsyncDriver(_SqliteDriver):
@@ -479,6 +473,6 @@ class SqliteAsyncDriver(_SqliteDriver):
             try:
                 yield instance
             finally:
-                pending = _before_close(instance)
+                pending = before_close(instance)
                 if pending is not None:
                     await pending

@@ -1,33 +1,22 @@
 """``RedisSaver`` and ``AsyncRedisSaver``: thin drivers over the shared plans.
 
 Plain Redis >= 6.2, Valkey and Redis Cluster; no modules. All behaviour lives in
-:mod:`.plans` and :mod:`.lua`; these classes pair the plans with a runner from
-:mod:`langgraph_memory_plus._redis`.
+:mod:`.plans` and :mod:`.lua`; these classes pair the plans with the driver mixins of
+:mod:`langgraph_memory_plus._redisdriver`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from typing import Any, TypeVar
+from collections.abc import Mapping
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ..._plan import Plan
-from ..._redis import (
-    AsyncClient,
-    AsyncRedisRunner,
-    RedisRunner,
-    SyncClient,
-    async_client_from_url,
-    sync_client_from_url,
-)
+from ..._redis import AsyncClient, SyncClient
+from ..._redisdriver import RedisAsyncDriver, RedisSyncDriver
 from ..config import TTLConfig
 from ..saver import AsyncDriver, CheckpointSaverBase, SyncDriver
 from .lua import SCRIPTS
 from .plans import RedisCheckpointPlans
-
-R = TypeVar("R")
 
 DEFAULT_PREFIX = "lgmp"
 
@@ -60,56 +49,27 @@ class _RedisOptions(CheckpointSaverBase):
         self.client = client
         self._plans = RedisCheckpointPlans(key_prefix, self.settings)
 
-    def _connect(self, client: SyncClient | AsyncClient) -> None:
+    _scripts: Mapping[str, str] = SCRIPTS
+
+    def _connect(self, client: object) -> None:
         raise NotImplementedError
 
 
-class RedisSaver(_RedisOptions, SyncDriver):
-    """A LangGraph checkpointer on Redis (blocking; its async methods use a thread)."""
+class RedisSaver(RedisSyncDriver, _RedisOptions, SyncDriver):
+    """A LangGraph checkpointer on Redis (blocking; its async methods use a thread).
 
-    def _connect(self, client: SyncClient | AsyncClient) -> None:
-        self._runner = RedisRunner(client, SCRIPTS, owner=type(self).__name__)
-
-    @classmethod
-    @contextmanager
-    def from_conn_string(cls, url: str, **options: Any) -> Iterator[RedisSaver]:
-        """Open a client for ``url`` (``redis://``, ``rediss://``, ``redis+cluster://``).
-
-        ``options`` are the constructor's; the client is closed on exit.
-        """
-        client = sync_client_from_url(url)
-        try:
-            yield cls(client, **options)
-        finally:
-            client.close()
+    ``from_conn_string(url, **options)`` opens a client for ``redis://``, ``rediss://``
+    or ``redis+cluster://`` and closes it on exit.
+    """
 
     def setup(self) -> None:
         """Nothing to create on Redis; present so code can treat every saver alike."""
         self._run(self._plans.setup())
 
-    def _run(self, plan: Plan[Any, R]) -> R:
-        return self._runner.run(plan)
 
-
-class AsyncRedisSaver(_RedisOptions, AsyncDriver):
+class AsyncRedisSaver(RedisAsyncDriver, _RedisOptions, AsyncDriver):
     """The asyncio twin of :class:`RedisSaver`, on ``redis.asyncio`` clients."""
-
-    def _connect(self, client: SyncClient | AsyncClient) -> None:
-        self._runner = AsyncRedisRunner(client, SCRIPTS, owner=type(self).__name__)
-
-    @classmethod
-    @asynccontextmanager
-    async def from_conn_string(cls, url: str, **options: Any) -> AsyncIterator[AsyncRedisSaver]:
-        """Async :meth:`RedisSaver.from_conn_string`."""
-        client = async_client_from_url(url)
-        try:
-            yield cls(client, **options)
-        finally:
-            await client.aclose()
 
     async def setup(self) -> None:
         """Nothing to create on Redis; present so code can treat every saver alike."""
         await self._arun(self._plans.setup())
-
-    async def _arun(self, plan: Plan[Any, R]) -> R:
-        return await self._runner.run(plan)

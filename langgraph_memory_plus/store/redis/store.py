@@ -2,35 +2,23 @@
 
 Plain Redis >= 6.2, Valkey and Redis Cluster; no modules, no ``KEYS``, no ``SCAN``. All
 behaviour lives in :mod:`.plans` and :mod:`.lua` and the shared store core
-(:mod:`..base`); these classes pair the plans with a runner from
-:mod:`langgraph_memory_plus._redis`.
+(:mod:`..base`); these classes pair the plans with the driver mixins of
+:mod:`langgraph_memory_plus._redisdriver`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from typing import Any, TypeVar, cast
+from collections.abc import Mapping
 
 import redis.asyncio.cluster
 import redis.cluster
 from langgraph.store.base import IndexConfig, TTLConfig
-from typing_extensions import Self
 
-from ..._plan import Plan
-from ..._redis import (
-    AsyncClient,
-    AsyncRedisRunner,
-    RedisRunner,
-    SyncClient,
-    async_client_from_url,
-    sync_client_from_url,
-)
+from ..._redis import AsyncClient, SyncClient
+from ..._redisdriver import RedisAsyncDriver, RedisSyncDriver
 from ..base import AsyncStore, StoreBase, SyncStore
 from .lua import SCRIPTS
 from .plans import DEFAULT_SHARD_DEPTH, RedisStorePlans
-
-R = TypeVar("R")
 
 DEFAULT_PREFIX = "lgmp"
 CLUSTER_CLIENTS = (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster)
@@ -76,67 +64,13 @@ class _RedisOptions(StoreBase):
         super().__init__(index=index, ttl=ttl, max_value_bytes=max_value_bytes)
         self.client = client
 
+    _scripts: Mapping[str, str] = SCRIPTS
+
     def _connect(self, client: object) -> None:
         raise NotImplementedError
 
 
-class _SyncDriver:
-    """Blocking: a ``redis.Redis`` or ``redis.cluster.RedisCluster``."""
-
-    _runner: RedisRunner
-
-    def _connect(self, client: object) -> None:
-        self._runner = RedisRunner(client, SCRIPTS, owner=type(self).__name__)
-
-    def _run(self, plan: Plan[Any, R]) -> R:
-        return self._runner.run(plan)
-
-    @classmethod
-    @contextmanager
-    def from_conn_string(cls, url: str, **options: Any) -> Iterator[Self]:
-        """Open a client for ``url`` (``redis://``, ``rediss://``, ``redis+cluster://``)
-        and a store on it; on exit, stop the TTL sweeper and close the client.
-
-        ``options`` are the constructor's.
-        """
-        client = sync_client_from_url(url)
-        try:
-            store = cast(Any, cls)(client, **options)
-            try:
-                yield store
-            finally:
-                store._before_close()
-        finally:
-            client.close()
-
-
-class _AsyncDriver:
-    """Awaited: a ``redis.asyncio.Redis`` or ``redis.asyncio.cluster.RedisCluster``."""
-
-    _runner: AsyncRedisRunner
-
-    def _connect(self, client: object) -> None:
-        self._runner = AsyncRedisRunner(client, SCRIPTS, owner=type(self).__name__)
-
-    async def _arun(self, plan: Plan[Any, R]) -> R:
-        return await self._runner.run(plan)
-
-    @classmethod
-    @asynccontextmanager
-    async def from_conn_string(cls, url: str, **options: Any) -> AsyncIterator[Self]:
-        """Async :meth:`RedisStore.from_conn_string`."""
-        client = async_client_from_url(url)
-        try:
-            store = cast(Any, cls)(client, **options)
-            try:
-                yield store
-            finally:
-                await store._before_close()
-        finally:
-            await client.aclose()
-
-
-class RedisStore(_SyncDriver, _RedisOptions, SyncStore):
+class RedisStore(RedisSyncDriver, _RedisOptions, SyncStore):
     """A LangGraph store on Redis (blocking; its async methods use a worker thread).
 
     Takes a ``redis.Redis`` or ``redis.cluster.RedisCluster`` client; see
@@ -145,7 +79,7 @@ class RedisStore(_SyncDriver, _RedisOptions, SyncStore):
     """
 
 
-class AsyncRedisStore(_AsyncDriver, _RedisOptions, AsyncStore):
+class AsyncRedisStore(RedisAsyncDriver, _RedisOptions, AsyncStore):
     """The asyncio twin of :class:`RedisStore`, on ``redis.asyncio`` clients.
 
     Its sync methods may be called from other threads while its event loop runs (tools
