@@ -126,6 +126,28 @@ def test_long_chat_is_stored_once_and_reads_back_the_same(saver_factory: Any) ->
         assert nodes <= 2 * (2 * turns // PAGE_SIZE) + 1
 
 
+class Numbers(TypedDict):
+    nums: list[int]
+
+
+def test_message_lists_are_items_from_two_and_short_scalar_lists_stay_whole(
+    saver_factory: Any,
+) -> None:
+    """A chat's list is stored as items from its second message (each version whole would
+    cost more); a short list of numbers stays one value, as it is as often replaced."""
+    chat, numbers = new_config(), new_config()
+    builder = StateGraph(Numbers)
+    builder.add_node("count", lambda state: {"nums": list(range(10))})
+    builder.add_edge(START, "count")
+    with saver_factory() as saver:
+        chat_graph(checkpointer=saver).invoke(ask(0), chat)
+        assert stored_items(saver, chat["configurable"]["thread_id"]) == (2, 0)
+        graph = builder.compile(checkpointer=saver)
+        graph.invoke({"nums": [1]}, numbers)
+        assert stored_items(saver, numbers["configurable"]["thread_id"]) == (0, 0)
+        assert graph.get_state(numbers).values == {"nums": list(range(10))}
+
+
 async def test_async_long_chat_round_trips(async_saver_factory: Any) -> None:
     config = new_config()
     reference = chat_graph(checkpointer=InMemorySaver())
@@ -312,7 +334,7 @@ def test_an_expired_thread_leaves_nothing(saver_factory: Any, backend: str) -> N
         else:
             tk = thread_key(thread_id)
             with saver.conn.connection() as conn:
-                for table in ("threads", "checkpoints", "blobs", "writes", "items", "nodes"):
+                for table in ("threads", "checkpoints", "blobs", "task_writes", "items", "nodes"):
                     row = conn.execute(
                         f"SELECT count(*) FROM lgmp_{table} WHERE thread_key = %s", (tk,)
                     ).fetchone()

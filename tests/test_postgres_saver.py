@@ -49,6 +49,8 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from typing_extensions import NotRequired
 
 from langgraph_memory_plus import AsyncPostgresSaver, PostgresSaver
+from langgraph_memory_plus.checkpoint import task_writes
+from langgraph_memory_plus.checkpoint.postgres.schema import MIGRATIONS
 from langgraph_memory_plus.errors import InvalidConfigError
 
 pytestmark = pytest.mark.storage
@@ -902,6 +904,98 @@ async def test_metadata_of_any_serializable_type_round_trips_like_inmemory(
                 ids(await t.list(None, filter={"parents": {"": "p", "child:1": "q"}})),
             )
         assert got["ours"] == got["ref"]
+
+
+async def test_small_scalar_values_live_in_the_checkpoint_row(
+    open_saver: Any, schema: str, admin: Any
+) -> None:
+    """None, numbers and short strings cost no blob row; they read back like InMemorySaver,
+    also once carried into later checkpoints and after the first checkpoint is pruned."""
+    values = {"n": 5, "none": None, "s": "short", "f": 2.5, "big": "x" * 200}
+    ref = reference()
+    async with open_saver(schema) as ours:
+        one = make_checkpoint(values)
+        two = make_checkpoint({**values, "n": 6}, {**dict.fromkeys(values, 1), "n": 2})
+        for t in (ours, ref):
+            first = await t.put(cfg("inl"), copy.deepcopy(one), {}, dict.fromkeys(values, 1))
+            await t.put(first, copy.deepcopy(two), {}, {"n": 2})
+        blobs = admin.execute(
+            sql.SQL("SELECT channel FROM {}.lgmp_blobs").format(sql.Identifier(schema))
+        ).fetchall()
+        assert blobs == [("big",)]
+        for config in (cfg("inl"), first):
+            mine, theirs = await ours.get_tuple(config), await ref.get_tuple(config)
+            assert norm(mine) == norm(theirs)
+            assert mine is not None and typed(mine.checkpoint) == typed(theirs.checkpoint)
+        await ours.prune(["inl"])  # InMemorySaver has no prune
+        assert len(await ours.list(cfg("inl"))) == 1
+        kept, theirs = await ours.get_tuple(cfg("inl")), await ref.get_tuple(cfg("inl"))
+        assert kept is not None and theirs is not None  # (prune drops the parent link)
+        assert typed(kept.checkpoint) == typed(theirs.checkpoint)
+        assert admin.execute(
+            sql.SQL("SELECT channel FROM {}.lgmp_blobs").format(sql.Identifier(schema))
+        ).fetchall() == [("big",)]
+
+
+def typed(value: Any) -> Any:
+    """``value`` with every leaf's type beside it: ``==`` alone takes 1 == 1.0 == True."""
+    if isinstance(value, dict):
+        return {k: typed(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, [typed(v) for v in value])
+    return (type(value).__name__, value)
+
+
+EXACT_JSON_METADATA = {
+    "source": "loop",
+    "step": 1,
+    "parents": {"": "p"},
+    "float": 1.0,
+    "tenth": 0.1,
+    "flag": True,
+    "none": None,
+    "nested": [1, "x", {"k": False, "e": []}],
+    "huge": 2**62,
+    "text": "日本 🦜",
+}
+INEXACT_JSON_METADATA = [
+    {"exponent": 1e20},
+    {"tiny": 1e-7},
+    {"negative_zero": -0.0},
+    {"tuple": (1, "two")},
+    {"int_keys": {1: "a"}},
+    {"nul": ["a\x00b"]},  # LangGraph strips NUL from top-level strings itself
+    {"when": datetime(2024, 5, 6, tzinfo=timezone.utc)},
+    {"deep": [{"x": (1,)}]},
+]
+
+
+async def test_metadata_kept_as_json_only_when_json_gives_it_back_exactly(
+    open_saver: Any, schema: str, admin: Any
+) -> None:
+    """Metadata is stored once, as JSON, when JSON returns the same values of the same
+    types; otherwise serialized as well. Reads match InMemorySaver either way, types too."""
+    cases = [EXACT_JSON_METADATA, *INEXACT_JSON_METADATA]
+    ref = reference()
+    async with open_saver(schema) as ours:
+        for i, metadata in enumerate(cases):
+            for t in (ours, ref):
+                await t.put(cfg(f"md-{i}"), make_checkpoint({"a": 1}), dict(metadata), {"a": 1})
+            mine, theirs = await ours.get_tuple(cfg(f"md-{i}")), await ref.get_tuple(cfg(f"md-{i}"))
+            assert mine is not None and theirs is not None
+            assert typed(mine.metadata) == typed(theirs.metadata), metadata
+            listed = await ours.list(cfg(f"md-{i}"))
+            assert typed(listed[0].metadata) == typed(theirs.metadata)
+    types = admin.execute(
+        sql.SQL(
+            "SELECT metadata_type, count(*) FROM {}.lgmp_checkpoints GROUP BY 1 ORDER BY 1"
+        ).format(sql.Identifier(schema))
+    ).fetchall()
+    assert dict(types) == {
+        "json": 1,
+        "msgpack": len(INEXACT_JSON_METADATA) - 1,
+        "msgpack+lgz1": 1,  # the datetime's serialized form is long enough to deflate
+    }
 
 
 async def test_refused_late_writes_leave_a_pipelined_connection_usable(
@@ -1824,6 +1918,63 @@ async def test_setup_is_idempotent_and_keeps_data(open_saver: Any, schema: str, 
     async with open_saver(schema) as again:  # a new instance runs setup() on an existing schema
         assert len(await again.list(cfg("kept"))) == 2
         assert table_counts(admin, schema) == counts
+
+
+async def test_a_tasks_writes_are_one_row(open_saver: Any, schema: str, admin: Any) -> None:
+    """Three writes of one task take one row; a second call merges into it."""
+    async with open_saver(schema) as ops:
+        [stored] = await put_chain(ops, "t", 1, writes=False)
+        await ops.put_writes(stored, [("a", 1), ("b", 2), ("c", 3)], "task", "path")
+        assert table_counts(admin, schema)["lgmp_task_writes"] == 1
+        await ops.put_writes(stored, [("a", "ignored"), (ERROR, "boom")], "task", "path")
+        await ops.put_writes(stored, [(ERROR, "boom again")], "task", "path")
+        assert table_counts(admin, schema)["lgmp_task_writes"] == 1
+        tup = await ops.get_tuple(cfg("t"))
+        assert tup is not None
+        assert tup.pending_writes == [
+            ("task", ERROR, "boom again"),
+            ("task", "a", 1),
+            ("task", "b", 2),
+            ("task", "c", 3),
+        ]
+
+
+async def test_migration_packs_writes_stored_one_row_each(
+    open_saver: Any, schema: str, admin: Any
+) -> None:
+    """Writes stored by the per-write layout (migrations 0-1) read back the same after
+    migration 2 packs them per task."""
+    async with open_saver(schema) as ops:
+        chain = await put_chain(ops, "old", 3)
+        await ops.put_writes(chain[1], [("ünï\u00e9", b"\x00bytes"), (INTERRUPT, {"q": 1})], "t2")
+        await ops.put_writes(chain[2], [(ERROR, "boom")], "task-2", "~path")
+        before = [norm(t) for t in await ops.list(cfg("old"))]
+        history = await ops.delta_history(cfg("old"), ["a"])
+    # Rewind the schema to migration 1: the per-write table, filled from the packed rows.
+    q = sql.Identifier(schema)
+    admin.execute(sql.SQL(MIGRATIONS[0][-1].format(s="{}")).format(q))
+    rows = admin.execute(
+        sql.SQL(
+            "SELECT thread_key, checkpoint_ns, checkpoint_id, task_id, task_path, writes "
+            "FROM {}.lgmp_task_writes"
+        ).format(q)
+    ).fetchall()
+    assert rows
+    for tk, ns, cid, task_id, path, record in rows:
+        for idx, channel, typ, data in task_writes.unpack(record):
+            admin.execute(
+                sql.SQL(
+                    "INSERT INTO {}.lgmp_writes VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                ).format(q),
+                (tk, ns, cid, task_id, idx, path, channel, typ, data),
+            )
+    admin.execute(sql.SQL("DROP TABLE {}.lgmp_task_writes").format(q))
+    admin.execute(sql.SQL("DELETE FROM {}.lgmp_checkpoint_migrations WHERE v = 2").format(q))
+    async with open_saver(schema) as ops:  # setup() applies migration 2
+        assert [norm(t) for t in await ops.list(cfg("old"))] == before
+        assert await ops.delta_history(cfg("old"), ["a"]) == history
+    assert "lgmp_writes" not in base_tables(admin, schema)
+    assert table_counts(admin, schema)["lgmp_task_writes"] == len(rows)
 
 
 def test_setup_inside_the_callers_transaction(

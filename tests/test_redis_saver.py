@@ -47,8 +47,9 @@ import redis.asyncio.cluster
 import redis.exceptions
 from graphs import delta_graph, human
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
+from langgraph.checkpoint.base import WRITES_IDX_MAP, Checkpoint, CheckpointTuple
 from langgraph.checkpoint.base.id import uuid6
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 from langgraph.graph import END, START, StateGraph
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
@@ -421,7 +422,7 @@ async def assert_consistent(space: Space, ops: Ops) -> None:
         write_fields = set(space.admin.hkeys(space.key(tag, "writes")))
         assert write_fields == set(space.admin.zrange(space.key(tag, "widx"), 0, -1))
         for f in write_fields:
-            ns, checkpoint_id, _task, _idx = f.split(b"\x00")
+            ns, checkpoint_id, _task = f.split(b"\x00")
             assert ns + b"\x00" + checkpoint_id in bodies, f"write {f!r} of no checkpoint"
         listed = set(space.admin.zrange(space.key(tag, "idx"), 0, -1))
         versions: set[bytes] = set()
@@ -960,6 +961,82 @@ async def test_every_key_keeps_one_expiry_through_every_operation(
 
 
 # --------------------------------------------------------------------------------------------
+# Pending writes: one hash field per task
+# --------------------------------------------------------------------------------------------
+
+
+async def test_a_tasks_writes_take_one_field_and_one_index_member(
+    space: Space, flavour: str
+) -> None:
+    """All writes of one task at one checkpoint are one ``writes`` field and one ``widx`` member
+    (``ns NUL checkpoint_id NUL task_id``), read back in order; other tasks and checkpoints get
+    fields of their own, and deleting the thread leaves only the tombstone."""
+    async with space.open(flavour) as ops:
+        first, second = await put_chain(ops, "t", 2, ns="child:1", writes=0)
+        await ops.put_writes(first, [("a", 1), ("b", [2, "two"]), ("c", {"three": 3})], "task-1")
+        tag = space.tag_of("t")
+        expected_field = f"child:1\x00{cid(first)}\x00task-1".encode()
+        assert set(space.admin.hkeys(space.key(tag, "writes"))) == {expected_field}
+        assert space.admin.zrange(space.key(tag, "widx"), 0, -1) == [expected_field]
+        tup = await ops.get_tuple(first)
+        assert tup is not None and tup.pending_writes == [
+            ("task-1", "a", 1),
+            ("task-1", "b", [2, "two"]),
+            ("task-1", "c", {"three": 3}),
+        ]
+
+        await ops.put_writes(first, [("a", 4)], "task-2", "~__pregel_pull, n")
+        await ops.put_writes(second, [("a", 5), ("b", 6)], "task-1")
+        assert space.hlen(tag, "writes") == space.zcard(tag, "widx") == 3
+        tup = await ops.get_tuple(first)
+        assert tup is not None and [w[0] for w in tup.pending_writes or []] == [
+            "task-1", "task-1", "task-1", "task-2"
+        ]  # fmt: skip
+        await assert_consistent(space, ops)
+
+        await ops.delete_thread("t")
+        assert space.present(tag) == {"thread"}
+        assert set(space.admin.hgetall(space.key(tag, "thread"))) == {b"live_after"}
+
+
+async def test_a_tasks_later_writes_merge_like_inmemory_saver(space: Space, flavour: str) -> None:
+    """A second ``put_writes`` of a task at the same checkpoint (a retried task) merges into its
+    one field as ``InMemorySaver`` does: a regular write already stored keeps its first value,
+    a special one (``__interrupt__``, ``__error__``; negative index) takes the latest, an index
+    not stored yet is added; within one call, the last of a special channel wins."""
+    assert WRITES_IDX_MAP[INTERRUPT] < 0 and WRITES_IDX_MAP[ERROR] < 0
+    ref = reference()
+    calls: list[tuple[list[tuple[str, Any]], str]] = [
+        ([("a", "a-1"), ("b", "b-1"), (INTERRUPT, "interrupt-1")], "task"),
+        ([("a", "a-2"), (INTERRUPT, "interrupt-2"), ("b", "b-2"), ("c", "c-2")], "task"),
+        ([(ERROR, "error-3"), ("a", "a-3"), (ERROR, "error-3b")], "task"),
+        ([("a", "other-1")], "other-task"),
+    ]
+    async with space.open(flavour) as ours:
+        configs = []
+        for saver in (ours, ref):
+            [stored] = await put_chain(saver, "t", 1, writes=0)
+            for writes, task_id in calls:
+                await saver.put_writes(stored, writes, task_id, "~__pregel_pull, n")
+            configs.append(stored)
+        mine, theirs = await ours.get_tuple(configs[0]), await ref.get_tuple(configs[1])
+        assert mine is not None and theirs is not None
+        assert mine.pending_writes == theirs.pending_writes
+        # index 0 and 1 kept from the first call, 2 and 3 new in the second, specials last
+        assert sorted(mine.pending_writes or []) == [
+            ("other-task", "a", "other-1"),
+            ("task", ERROR, "error-3b"),
+            ("task", INTERRUPT, "interrupt-2"),
+            ("task", "a", "a-1"),
+            ("task", "b", "b-1"),
+            ("task", "b", "b-2"),
+            ("task", "c", "c-2"),
+        ]
+        assert space.hlen(space.tag_of("t"), "writes") == 2
+        await assert_consistent(space, ours)
+
+
+# --------------------------------------------------------------------------------------------
 # Retention, pruning, deletion: down to the hash fields
 # --------------------------------------------------------------------------------------------
 
@@ -985,10 +1062,10 @@ async def test_keep_last_keeps_n_per_namespace_and_frees_the_rest(
                 assert await ops.get_tuple(config) is None, ns
         assert len(await ops.list({"configurable": {"thread_id": "t"}})) == 2 * keep
 
-        # 2 namespaces x keep checkpoints, each with 2 writes; blobs: keep versions of "a"
-        # and the one version of "const" per namespace. Nothing kept for replay.
+        # 2 namespaces x keep checkpoints, each with one task's writes; blobs: keep versions
+        # of "a" and the one version of "const" per namespace. Nothing kept for replay.
         assert space.hlen(tag, "ck") == space.hlen(tag, "meta") == 2 * keep
-        assert space.hlen(tag, "writes") == space.zcard(tag, "widx") == 2 * 2 * keep
+        assert space.hlen(tag, "writes") == space.zcard(tag, "widx") == 2 * keep
         assert space.hlen(tag, "blobs") == 2 * (keep + 1)
         assert not space.admin.hexists(space.key(tag, "blobs"), "\x00a\x001")
         assert space.admin.hexists(space.key(tag, "blobs"), "\x00const\x001")
@@ -1010,7 +1087,7 @@ async def test_prune_and_delete_leave_only_the_tombstone(space: Space, flavour: 
         tag = space.tag_of("pruned")
         assert len(await ops.list({"configurable": {"thread_id": "pruned"}})) == 2
         assert space.hlen(tag, "ck") == space.hlen(tag, "meta") == 2
-        assert space.hlen(tag, "writes") == space.zcard(tag, "widx") == 4
+        assert space.hlen(tag, "writes") == space.zcard(tag, "widx") == 2  # a task each
         assert space.hlen(tag, "blobs") == 4  # per namespace: the latest "a" and "const"
 
         await ops.prune(["deleted-by-prune"], strategy="delete")
@@ -1068,7 +1145,7 @@ async def test_deletion_is_final_and_a_fresh_run_starts_clean(space: Space, flav
         assert tup is not None
         assert tup.pending_writes == [("t", "w0", "victim//w1.0"), ("t", "w1", "victim//w1.1")]
         assert tup.checkpoint["channel_values"] == {"a": "victim//a1", "const": "victim/const"}
-        assert space.hlen(tag, "ck") == 2 and space.hlen(tag, "writes") == 4
+        assert space.hlen(tag, "ck") == 2 and space.hlen(tag, "writes") == 2
         await assert_consistent(space, ops)
 
 

@@ -13,6 +13,7 @@ database. What the database must read (parent, run id, channel versions, metadat
 
 from __future__ import annotations
 
+import base64
 import math
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +40,6 @@ from .compression import compress, decompress
 from .config import Target, checkpoint_config, thread_key
 from .lists import (
     LIST_TYPE,
-    MIN_ITEMS,
     Fetch,
     ItemRow,
     ListMemo,
@@ -49,6 +49,7 @@ from .lists import (
     MemoKey,
     chunk_list,
     resolve_list,
+    worth_chunking,
 )
 
 EMPTY = "empty"
@@ -56,9 +57,20 @@ EMPTY = "empty"
 
 DELTA_COUNTERS = "counters_since_delta_snapshot"
 
+JSON_METADATA = "json"
+"""Metadata type of a checkpoint whose metadata is stored only as its JSON projection,
+because that projection is exact (see ``json_exact``)."""
+
 Typed = tuple[str, bytes]
 
 _ABSENT = object()
+
+INLINE_MAX_BYTES = 48
+"""Scalar channel values serialized to at most this many bytes are kept in the checkpoint
+record itself (on backends that opt in) instead of in a blob row of their own."""
+
+_SCALARS = (type(None), bool, int, float, str)
+_INLINE_MAX_CHARS = 40
 
 
 def version_text(version: str | int | float) -> str:
@@ -85,6 +97,68 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     return repr(value).replace("\x00", "\\u0000")
+
+
+def _small_scalar(value: Any) -> bool:
+    """Worth trying to inline: cheap to serialize whether or not it changed this step."""
+    return type(value) in _SCALARS and (type(value) is not str or len(value) <= _INLINE_MAX_CHARS)
+
+
+def _inline_entry(version: Any, typ: str, data: bytes) -> list[Any]:
+    """``[version]`` for ``None``, ``[version, base64]`` for msgpack, else with the type."""
+    if typ == "null" and not data:
+        return [version]
+    if typ == "msgpack":
+        return [version, base64.b64encode(data).decode()]
+    return [version, typ, base64.b64encode(data).decode()]
+
+
+def _inline_value(entry: list[Any]) -> Typed:
+    if len(entry) == 1:
+        return "null", b""
+    if len(entry) == 2:
+        return "msgpack", base64.b64decode(entry[1])
+    return entry[1], base64.b64decode(entry[2])
+
+
+def inline_values(versions: Mapping[str, Any] | None) -> dict[str, Typed]:
+    """The values a stored ``versions_json`` carries inline (see ``_inline_entry``)."""
+    return {ch: _inline_value(v) for ch, v in (versions or {}).items() if isinstance(v, list)}
+
+
+def plain_versions(versions: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored ``versions_json`` as channel versions, inline values left out."""
+    return {ch: v[0] if isinstance(v, list) else v for ch, v in versions.items()}
+
+
+def json_exact(value: Any) -> bool:
+    """Whether ``value`` comes back from PostgreSQL's ``jsonb`` equal and of the same types.
+
+    Not: tuples (come back as lists), non-str keys, NUL or unpaired surrogates in text,
+    non-finite or negative-zero floats, floats written with an exponent (``jsonb``
+    prints them as plain digits, which read back as int), or any other type.
+    """
+    kind = type(value)
+    if value is None or kind is bool or kind is int:
+        return True
+    if kind is str:
+        return "\x00" not in value and (value.isascii() or _utf8_ok(value))
+    if kind is float:
+        r = repr(value)
+        return math.isfinite(value) and "e" not in r and not r.startswith("-0.0")
+    if kind is dict:
+        return all(type(k) is str and json_exact(k) and json_exact(v) for k, v in value.items())
+    if kind is list:
+        return all(json_exact(v) for v in value)
+    return False
+
+
+def _utf8_ok(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
@@ -121,7 +195,8 @@ class EncodedCheckpoint:
     channel_versions: dict[str, str]
     """Versions as text, as blobs are keyed."""
     versions_json: dict[str, Any]
-    """Versions to store beside the checkpoint: native when the body leaves them out."""
+    """Versions to store beside the checkpoint: native when the body leaves them out, and
+    a list ``[version, ...]`` for a value kept inline (see ``_inline_entry``)."""
     blobs: list[EncodedBlob]
     delta_channels: list[str] = field(default_factory=list)
     """Channels this checkpoint's metadata marks as ``DeltaChannel``s."""
@@ -149,7 +224,10 @@ class StoredCheckpoint:
     writes: Sequence[tuple[str, str, str, bytes, str, int]]
     # (task_id, channel, type, data, task_path, idx)
     channel_versions: Mapping[str, Any] | None = None
-    """The stored ``versions_json``, for bodies stored without their versions."""
+    """The stored ``versions_json``: the versions of bodies stored without them, and the
+    values kept inline."""
+    metadata_json: Mapping[str, Any] | None = None
+    """The metadata, when stored as JSON only (type ``JSON_METADATA``)."""
 
 
 @dataclass(frozen=True)
@@ -165,11 +243,38 @@ class CheckpointCodec:
     """Encodes and decodes checkpoints with one serializer; holds no connection."""
 
     def __init__(
-        self, serde: SerializerProtocol, *, max_value_bytes: int, memory: ListMemory
+        self,
+        serde: SerializerProtocol,
+        *,
+        max_value_bytes: int,
+        memory: ListMemory,
+        inline: bool = False,
+        metadata_as_json: bool = False,
     ) -> None:
         self.serde = serde
         self.max_value_bytes = max_value_bytes
         self.memory = memory
+        self.inline = inline
+        """Keep small scalar values in ``versions_json`` rather than as blobs: a blob row
+        and its index entry cost far more than a ``None`` or a counter."""
+        self.metadata_as_json = metadata_as_json
+        """Store metadata whose JSON projection is exact only as that projection."""
+
+    def _inlined(self, values: Mapping[str, Any], versions: Mapping[str, Any]) -> dict[str, Typed]:
+        """Every small scalar value of the checkpoint, changed this step or not.
+
+        Unchanged ones too: the checkpoint record must hold all of them, since their
+        versions have no blob (or an older one that goes once no checkpoint names it).
+        """
+        if not self.inline:
+            return {}
+        out = {}
+        for channel, value in values.items():
+            if channel in versions and _small_scalar(value):
+                typed = compress(*self._dump(value, f"channel {channel!r}"))
+                if len(typed[1]) <= INLINE_MAX_BYTES:
+                    out[channel] = typed
+        return out
 
     def _dump(self, value: Any, what: str) -> Typed:
         typ, data = self.serde.dumps_typed(value)
@@ -193,13 +298,16 @@ class CheckpointCodec:
         nodes: dict[bytes, list[bytes]] = {}
         memos: dict[MemoKey, ListMemo] = {}
         tk = target.thread_key
+        inline = self._inlined(values, checkpoint["channel_versions"])
         for channel, version in new_versions.items():
+            if channel in inline:
+                continue
             what = f"channel {channel!r}"
             value = values.get(channel, _ABSENT)
             written = self.memory.take_written((tk, target.checkpoint_ns, channel))
             if value is _ABSENT:
                 blobs.append(EncodedBlob(channel, version_text(version), EMPTY, None))
-            elif type(value) is list and len(value) >= MIN_ITEMS:
+            elif type(value) is list and worth_chunking(value):
                 key = (tk, target.checkpoint_ns, channel)
                 chunked = chunk_list(
                     tk,
@@ -239,17 +347,22 @@ class CheckpointCodec:
             | {ch for ch, value in values.items() if isinstance(value, _DeltaSnapshot)}
         )
         run_id = meta.get("run_id")
+        versions_json: dict[str, Any] = (
+            dict(versions) if native else {ch: version_text(v) for ch, v in versions.items()}
+        )
+        for channel, (typ, data) in inline.items():
+            versions_json[channel] = _inline_entry(versions_json[channel], typ, data)
         return EncodedCheckpoint(
             checkpoint_id=checkpoint["id"],
             parent_id=parent_id,
             checkpoint=compress(*self._dump(body, "checkpoint")),
-            metadata=compress(*self._dump(meta, "metadata")),
+            metadata=(JSON_METADATA, b"")
+            if self.metadata_as_json and json_exact(dict(meta))
+            else compress(*self._dump(meta, "metadata")),
             metadata_json=json_safe(dict(meta)),
             run_id=run_id if isinstance(run_id, str) else None,
             channel_versions={ch: version_text(v) for ch, v in versions.items()},
-            versions_json=dict(versions)
-            if native
-            else {ch: version_text(v) for ch, v in versions.items()},
+            versions_json=versions_json,
             blobs=blobs,
             delta_channels=delta_channels,
             valued_channels=sorted(values),
@@ -323,8 +436,10 @@ class CheckpointCodec:
         ordered = sorted(rows, key=lambda w: writes_sort_key(w[4], w[0], w[5]))
         return [(task_id, ch, self._load(typ, data)) for task_id, ch, typ, data, _, _ in ordered]
 
-    def decode_metadata(self, stored: Typed) -> CheckpointMetadata:
-        return cast(CheckpointMetadata, self._load(*stored))
+    def decode_metadata(self, stored: StoredCheckpoint) -> CheckpointMetadata:
+        if stored.metadata[0] == JSON_METADATA:
+            return cast(CheckpointMetadata, dict(stored.metadata_json or {}))
+        return cast(CheckpointMetadata, self._load(*stored.metadata))
 
     def decode_tuple(
         self,
@@ -336,12 +451,15 @@ class CheckpointCodec:
         body = self._load(*stored.checkpoint)
         body.setdefault("id", stored.checkpoint_id)
         if "channel_versions" not in body:
-            body["channel_versions"] = dict(stored.channel_versions or {})
-        body["channel_values"] = {
+            body["channel_versions"] = plain_versions(stored.channel_versions or {})
+        values = {
             ch: lists[ch] if typ == LIST_TYPE and lists else self._load(typ, data)
             for ch, typ, data in stored.blobs
             if typ != EMPTY
         }
+        for ch, typed in inline_values(stored.channel_versions).items():
+            values[ch] = self._load(*typed)
+        body["channel_values"] = values
         parent = (
             checkpoint_config(stored.thread_id, stored.checkpoint_ns, stored.parent_id)
             if stored.parent_id
@@ -350,7 +468,7 @@ class CheckpointCodec:
         return CheckpointTuple(
             config=checkpoint_config(stored.thread_id, stored.checkpoint_ns, stored.checkpoint_id),
             checkpoint=body,
-            metadata=metadata if metadata is not None else self.decode_metadata(stored.metadata),
+            metadata=metadata if metadata is not None else self.decode_metadata(stored),
             parent_config=parent,
             pending_writes=self.decode_writes(stored.writes),
         )

@@ -45,7 +45,21 @@ LIST_TYPE = "lgmp:list"
 
 PAGE_SIZE = 16
 MIN_ITEMS = 16
-"""Shorter lists are stored whole: a page structure would cost more than it saves."""
+"""Shorter lists of scalars are stored whole: a page structure would cost more than it
+saves, and such lists are as often replaced as appended to."""
+MIN_OBJECT_ITEMS = 2
+"""Lists of objects (messages, documents, dicts) are stored as items from this length:
+their elements are large and the list grows by appending, so storing each version whole
+until ``MIN_ITEMS`` cost a chat's first turns more than all its items."""
+
+_SCALARS = (type(None), bool, int, float, str, bytes)
+
+
+def worth_chunking(value: list[Any]) -> bool:
+    """Whether a list value is stored as items rather than whole."""
+    n = len(value)
+    return n >= MIN_ITEMS or (n >= MIN_OBJECT_ITEMS and type(value[0]) not in _SCALARS)
+
 
 ID_SIZE = 16
 NO_SPINE = bytes(ID_SIZE)

@@ -51,6 +51,10 @@ class CheckpointPlans(Protocol):
     """What a backend provides: one plan per storage operation, no I/O of its own."""
 
     max_value_bytes: int
+    inline_scalars: bool
+    """Whether the backend stores small scalar values inline (see ``CheckpointCodec``)."""
+    metadata_as_json: bool
+    """Whether the backend can read metadata back from its JSON projection alone."""
 
     def setup(self) -> Plan[Any, None]: ...
 
@@ -117,7 +121,11 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
     def _codec(self) -> CheckpointCodec:
         # Built per call: ``with_allowlist`` clones the saver with a new ``serde``.
         return CheckpointCodec(
-            self.serde, max_value_bytes=self._plans.max_value_bytes, memory=self._lists
+            self.serde,
+            max_value_bytes=self._plans.max_value_bytes,
+            memory=self._lists,
+            inline=self._plans.inline_scalars,
+            metadata_as_json=self._plans.metadata_as_json,
         )
 
     # -- plans for each public method -------------------------------------------------
@@ -312,18 +320,34 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Versions ``<counter>.<random>`` that sort as strings in counter order.
 
-        The random part keeps two branches forked from one checkpoint from minting the
-        same version for different values, which matters because blobs are keyed by
-        version. Shorter than LangGraph's own 49-character format: a version is stored
-        in every checkpoint several times, and this saves about 30 bytes each time.
+        The counter is 7 base-36 digits (7.8e10 steps), the random part 6 (31 bits): it
+        keeps two branches forked from one checkpoint from minting the same version for
+        different values, which matters because blobs are keyed by version. A version is
+        stored several times in every checkpoint, so this is 14 characters, not the 49 of
+        LangGraph's own format. Decimal counters of 10 or more digits (earlier versions of
+        this package, LangGraph's format) are read as decimal; the next version still sorts
+        after them.
         """
         if current is None:
             current_v = 0
         elif isinstance(current, int):
             current_v = current
         else:
-            current_v = int(current.split(".")[0])
-        return f"{current_v + 1:010}.{random.getrandbits(32):08x}"
+            head = current.split(".", 1)[0]
+            current_v = int(head) if len(head) >= 10 else int(head, 36)
+        return f"{_base36(current_v + 1, 7)}.{_base36(random.getrandbits(31), 6)}"
+
+
+_DIGITS36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def _base36(n: int, width: int) -> str:
+    """``n`` in base 36, zero-padded: fixed-width strings sort as their numbers."""
+    digits = []
+    while n:
+        n, r = divmod(n, 36)
+        digits.append(_DIGITS36[r])
+    return "".join(reversed(digits)).rjust(width, "0")
 
 
 class SyncDriver(SyncBridge, CheckpointSaverBase, ABC):

@@ -22,13 +22,16 @@ from ..._migrations import advisory_lock_id, migrate
 from ..._plan import Plan
 from ..._postgres import Query, Rows
 from ...errors import ValueTooLargeError
+from .. import task_writes
 from ..codec import (
     EMPTY,
+    JSON_METADATA,
     ChainLink,
     CheckpointCodec,
     EncodedCheckpoint,
     EncodedWrite,
     StoredCheckpoint,
+    inline_values,
     json_safe,
     metadata_matches,
 )
@@ -63,10 +66,34 @@ def _thread_id_text(raw: bytes) -> str:
     return bytes(raw).decode("utf-8", "surrogatepass")
 
 
+def _check_record(record: bytes, task_id: str) -> None:
+    # each value is checked on its own when serialized; a bytea holds at most 1 GB
+    if len(record) > MAX_STATEMENT_BYTES:
+        raise ValueTooLargeError(
+            f"the pending writes of task {task_id!r} together", len(record), MAX_STATEMENT_BYTES
+        )
+
+
+def _write_rows(
+    task_ids: list[str] | None, paths: list[str] | None, records: list[bytes] | None
+) -> list[task_writes.WriteRow]:
+    """The aggregated ``lgmp_task_writes`` rows of a checkpoint, one row per write."""
+    if not task_ids or not paths or not records:
+        return []
+    return [
+        row
+        for task_id, path, record in zip(task_ids, paths, records, strict=True)
+        for row in task_writes.rows(task_id, path, record)
+    ]
+
+
 class PostgresCheckpointPlans:
     """SQL and decoding for one schema and one set of saver settings."""
 
     max_value_bytes = MAX_VALUE_BYTES
+    # a blob row and its index entry cost ~300 bytes; an inline None or counter ~20
+    inline_scalars = True
+    metadata_as_json = True
 
     def __init__(self, schema: str, settings: SaverSettings) -> None:
         s = quote_schema(schema)
@@ -75,7 +102,7 @@ class PostgresCheckpointPlans:
         self._ck = f"{s}.lgmp_checkpoints"
         self._th = f"{s}.lgmp_threads"
         self._bl = f"{s}.lgmp_blobs"
-        self._wr = f"{s}.lgmp_writes"
+        self._wr = f"{s}.lgmp_task_writes"
         self._it = f"{s}.lgmp_items"
         self._nd = f"{s}.lgmp_nodes"
         self._s = s
@@ -147,19 +174,15 @@ class PostgresCheckpointPlans:
                     delta_seeds = EXCLUDED.delta_seeds
                 RETURNING 1
             )"""
+        # A task's second call finds its row taken; put_writes then merges (see there).
         self._writes_payload = f"""
             written AS (
-                INSERT INTO {self._wr} (thread_key, checkpoint_ns, checkpoint_id, task_id, idx,
-                    task_path, channel, type, blob)
-                SELECT %(tk)s, %(ns)s, %(id)s, %(task_id)s, w.idx, %(path)s, w.channel, w.type,
-                    w.blob
-                FROM unnest(%(idx)s::int[], %(ch)s::text[], %(ty)s::text[], %(bl)s::bytea[])
-                    AS w(idx, channel, type, blob)
-                WHERE EXISTS (SELECT 1 FROM ok)
-                ON CONFLICT (thread_key, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
-                    task_path = EXCLUDED.task_path, channel = EXCLUDED.channel,
-                    type = EXCLUDED.type, blob = EXCLUDED.blob
-                    WHERE EXCLUDED.idx < 0
+                INSERT INTO {self._wr} (thread_key, checkpoint_ns, checkpoint_id, task_id,
+                    task_path, writes)
+                SELECT %(tk)s, %(ns)s, %(id)s, %(task_id)s, %(path)s, %(writes)s
+                FROM ok
+                ON CONFLICT DO NOTHING
+                RETURNING 1
             )"""
         self._visible = "t.thread_id IS NOT NULL AND (t.expires_at IS NULL OR t.expires_at > now())"
 
@@ -180,9 +203,9 @@ class PostgresCheckpointPlans:
         return f"""
             SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
                    c.checkpoint_type, c.checkpoint, c.metadata_type, c.metadata, c.thread_key,
-                   bl.channels, bl.types, bl.blobs,
-                   wr.task_ids, wr.channels, wr.types, wr.blobs, wr.paths, wr.idxs,
-                   c.channel_versions
+                   bl.channels, bl.types, bl.blobs, wr.task_ids, wr.paths, wr.writes,
+                   c.channel_versions,
+                   CASE WHEN c.metadata_type = '{JSON_METADATA}' THEN c.metadata_json END
             FROM (
                 SELECT c.*, t.thread_id
                 FROM {self._ck} c JOIN {self._th} t ON t.thread_key = c.thread_key
@@ -193,19 +216,19 @@ class PostgresCheckpointPlans:
             LEFT JOIN LATERAL (
                 SELECT array_agg(b.channel) AS channels, array_agg(b.type) AS types,
                        array_agg(b.blob) AS blobs
-                FROM jsonb_each_text(c.channel_versions) v
+                FROM jsonb_each(c.channel_versions) v
                 CROSS JOIN LATERAL (
                     -- one primary-key probe per channel, never a scan of the thread's blobs
                     SELECT b.channel, b.type, b.blob FROM {self._bl} b
                     WHERE b.thread_key = c.thread_key AND b.checkpoint_ns = c.checkpoint_ns
-                        AND b.channel = v.key AND b.version = v.value
+                        AND b.channel = v.key AND b.version = v.value #>> '{{}}'
                     LIMIT 1
                 ) b
+                WHERE jsonb_typeof(v.value) <> 'array' -- an inline value has no blob
             ) bl ON true
             LEFT JOIN LATERAL (
-                SELECT array_agg(w.task_id) AS task_ids, array_agg(w.channel) AS channels,
-                       array_agg(w.type) AS types, array_agg(w.blob) AS blobs,
-                       array_agg(w.task_path) AS paths, array_agg(w.idx) AS idxs
+                SELECT array_agg(w.task_id) AS task_ids, array_agg(w.task_path) AS paths,
+                       array_agg(w.writes) AS writes
                 FROM {self._wr} w
                 WHERE w.thread_key = c.thread_key AND w.checkpoint_ns = c.checkpoint_ns
                     AND w.checkpoint_id = c.checkpoint_id
@@ -215,7 +238,7 @@ class PostgresCheckpointPlans:
     @staticmethod
     def _stored(row: tuple[Any, ...]) -> StoredCheckpoint:
         (tid, ns, cid, parent, ctype, cblob, mtype, mblob, _tk,
-         b_ch, b_ty, b_bl, w_task, w_ch, w_ty, w_bl, w_path, w_idx, versions) = row  # fmt: skip
+         b_ch, b_ty, b_bl, w_task, w_path, w_packed, versions, meta_json) = row  # fmt: skip
         return StoredCheckpoint(
             thread_id=_thread_id_text(tid),
             checkpoint_ns=ns,
@@ -224,10 +247,9 @@ class PostgresCheckpointPlans:
             checkpoint=(ctype, cblob),
             metadata=(mtype, mblob),
             blobs=list(zip(b_ch, b_ty, b_bl, strict=True)) if b_ch else [],
-            writes=list(zip(w_task, w_ch, w_ty, w_bl, w_path, w_idx, strict=True))
-            if w_task
-            else [],
+            writes=_write_rows(w_task, w_path, w_packed),
             channel_versions=versions,
+            metadata_json=meta_json,
         )
 
     def _refresh(self, keys: list[bytes]) -> Query:
@@ -293,7 +315,7 @@ class PostgresCheckpointPlans:
         page: list[CheckpointTuple] = []
         for row in rows:
             stored = self._stored(row)
-            metadata = codec.decode_metadata(stored.metadata)
+            metadata = codec.decode_metadata(stored)
             if metadata_matches(metadata, query.filter):
                 page.append((yield from codec.decode_stored(stored, metadata, self._fetch_list)))
         if page and self.settings.refresh_on_read and self.settings.ttl_seconds is not None:
@@ -316,9 +338,10 @@ class PostgresCheckpointPlans:
         self, codec: CheckpointCodec, target: Target, channels: Sequence[str]
     ) -> Plan[Query, dict[str, DeltaChannelHistory]]:
         """Walk the parent chain in one recursive query, stopping per channel at its seed."""
-        seeded = f"""EXISTS (SELECT 1 FROM {self._bl} b
+        seeded = f"""(coalesce(jsonb_typeof(chain.channel_versions -> r), '') = 'array'
+                OR EXISTS (SELECT 1 FROM {self._bl} b
                     WHERE b.thread_key = %(tk)s AND b.checkpoint_ns = %(ns)s AND b.channel = r
-                    AND b.version = chain.channel_versions ->> r AND b.type <> '{EMPTY}')"""
+                    AND b.version = chain.channel_versions ->> r AND b.type <> '{EMPTY}'))"""
         pick = "AND c.checkpoint_id = %(id)s" if target.checkpoint_id else ""
         rows: Rows = yield Query(
             f"""
@@ -346,7 +369,7 @@ class PostgresCheckpointPlans:
                 WHERE nxt.remaining IS NOT NULL AND chain.depth < {MAX_CHAIN_DEPTH}
             )
             SELECT chain.checkpoint_id, s.channels, s.types, s.blobs,
-                   w.task_ids, w.channels, w.types, w.blobs, w.paths, w.idxs
+                   w.task_ids, w.paths, w.writes, chain.channel_versions
             FROM chain
             LEFT JOIN LATERAL (
                 SELECT array_agg(b.channel) AS channels, array_agg(b.type) AS types,
@@ -357,12 +380,11 @@ class PostgresCheckpointPlans:
                     AND b.type <> '{EMPTY}'
             ) s ON true
             LEFT JOIN LATERAL (
-                SELECT array_agg(w.task_id) AS task_ids, array_agg(w.channel) AS channels,
-                       array_agg(w.type) AS types, array_agg(w.blob) AS blobs,
-                       array_agg(w.task_path) AS paths, array_agg(w.idx) AS idxs
+                SELECT array_agg(w.task_id) AS task_ids, array_agg(w.task_path) AS paths,
+                       array_agg(w.writes) AS writes
                 FROM {self._wr} w
                 WHERE w.thread_key = %(tk)s AND w.checkpoint_ns = %(ns)s
-                    AND w.checkpoint_id = chain.checkpoint_id AND w.channel = ANY(chain.remaining)
+                    AND w.checkpoint_id = chain.checkpoint_id
             ) w ON true
             ORDER BY chain.depth""",
             {
@@ -377,14 +399,17 @@ class PostgresCheckpointPlans:
         chain = [
             ChainLink(
                 checkpoint_id=cid,
-                seeds={ch: (ty, bl) for ch, ty, bl in zip(s_ch, s_ty, s_bl, strict=True)}
-                if s_ch
-                else {},
-                writes=list(zip(w_task, w_ch, w_ty, w_bl, w_path, w_idx, strict=True))
-                if w_task
-                else [],
+                seeds={
+                    **inline_values(versions),
+                    **(
+                        {ch: (t, b) for ch, t, b in zip(s_ch, s_ty, s_bl, strict=True)}
+                        if s_ch
+                        else {}
+                    ),
+                },
+                writes=_write_rows(w_task, w_path, w_packed),
             )
-            for cid, s_ch, s_ty, s_bl, w_task, w_ch, w_ty, w_bl, w_path, w_idx in rows
+            for cid, s_ch, s_ty, s_bl, w_task, w_path, w_packed, versions in rows
         ]
         seeds = [(ch, typ, data) for link in chain for ch, (typ, data) in link.seeds.items()]
         lists = yield from codec.resolve_lists(
@@ -430,8 +455,8 @@ class PostgresCheckpointPlans:
             )"""
 
     def _write(
-        self, params: dict[str, Any], payload: str
-    ) -> Plan[Query, tuple[bool, str | None, bool]]:
+        self, params: dict[str, Any], payload: str, done: str
+    ) -> Plan[Query, tuple[bool, str | None, bool, bool]]:
         """Run a write (``payload``: CTEs that insert when ``ok`` has a row).
 
         The fast path is one standalone statement that takes only a shared lock on the
@@ -440,18 +465,20 @@ class PostgresCheckpointPlans:
         It declines (writes nothing) when the thread is new to a racing writer, deleted
         or expired; then the locked path runs in a transaction and reports the tombstone
         (``live_after``) and whether the thread had expired, for the caller to act on.
-        Returns (fast path taken, live_after, was_expired).
+        Returns (fast path taken, live_after, was_expired, whether the payload's ``done``
+        CTE returned a row).
         """
-        tail = """
+        tail = f"""
             SELECT (SELECT count(*) FROM ok), (SELECT live_after FROM thread LIMIT 1),
-                   coalesce((SELECT bool_or(was_expired) FROM thread), false)"""
+                   coalesce((SELECT bool_or(was_expired) FROM thread), false),
+                   EXISTS (SELECT 1 FROM {done})"""
         rows: Rows = yield Query(
             f"WITH {self._thread_ctes(True)}, {payload} {tail}", params, fetch=True, standalone=True
         )
         if rows[0][0]:
-            return True, None, False
+            return True, None, False, bool(rows[0][3])
         rows = yield Query(f"WITH {self._thread_ctes(False)}, {payload} {tail}", params, fetch=True)
-        return False, rows[0][1], bool(rows[0][2])
+        return False, rows[0][1], bool(rows[0][2]), bool(rows[0][3])
 
     def put(self, target: Target, encoded: EncodedCheckpoint) -> Plan[Query, None]:
         sizes = (
@@ -485,7 +512,9 @@ class PostgresCheckpointPlans:
             n_id=list(encoded.nodes),
             n_ch=[b"".join(children) for children in encoded.nodes.values()],
         )
-        fast, live_after, was_expired = yield from self._write(params, self._put_payload)
+        fast, live_after, was_expired, _ = yield from self._write(
+            params, self._put_payload, "saved"
+        )
         if not fast:
             if (yield from self._refused(params, live_after, encoded.parent_id)):
                 return
@@ -498,24 +527,54 @@ class PostgresCheckpointPlans:
         if not writes:
             return
         assert target.checkpoint_id is not None
+        new = task_writes.merge([], task_writes.of_encoded(writes))
+        record = task_writes.pack(new)
+        _check_record(record, writes[0].task_id)
         params = self._thread_params(target)
         params.update(
             id=target.checkpoint_id,
             task_id=writes[0].task_id,
             path=writes[0].task_path,
-            idx=[w.idx for w in writes],
-            ch=[w.channel for w in writes],
-            ty=[w.type for w in writes],
-            bl=[w.data for w in writes],
+            writes=record,
         )
-        fast, live_after, was_expired = yield from self._write(params, self._writes_payload)
-        if fast:
+        fast, live_after, was_expired, stored = yield from self._write(
+            params, self._writes_payload, "written"
+        )
+        if not fast:
+            newer = live_after is None or target.checkpoint_id > live_after
+            must_exist = None if newer else target.checkpoint_id
+            if (yield from self._refused(params, live_after, must_exist)):
+                return
+            if was_expired:
+                yield from self._purge_before(target.thread_key, target.checkpoint_id)
+        if not stored:
+            yield from self._merge_writes(params, new)
+
+    def _merge_writes(
+        self, params: dict[str, Any], new: list[task_writes.Write]
+    ) -> Plan[Query, None]:
+        """Merge a task's second put_writes into its stored record, under the row's lock.
+
+        Rare (an interrupt, a resume, a retried call), so done in Python rather than in a
+        statement that would have to parse the record. A row deleted meanwhile (by
+        delete_thread, prune or retention) stays deleted.
+        """
+        key = """thread_key = %(tk)s AND checkpoint_ns = %(ns)s AND checkpoint_id = %(id)s
+            AND task_id = %(task_id)s"""
+        rows: Rows = yield Query(
+            f"SELECT writes FROM {self._wr} WHERE {key} FOR UPDATE", params, fetch=True
+        )
+        if not rows:
             return
-        newer = live_after is None or target.checkpoint_id > live_after
-        if (yield from self._refused(params, live_after, None if newer else target.checkpoint_id)):
-            return
-        if was_expired:
-            yield from self._purge_before(target.thread_key, target.checkpoint_id)
+        stored = task_writes.unpack(rows[0][0])
+        merged = task_writes.merge(stored, new)
+        if merged != stored:
+            record = task_writes.pack(merged)
+            _check_record(record, params["task_id"])
+            yield Query(
+                f"UPDATE {self._wr} SET writes = %(merged)s WHERE {key}",
+                {**params, "merged": record},
+            )
 
     def _refused(
         self, params: dict[str, Any], live_after: str | None, must_exist: str | None
@@ -810,10 +869,10 @@ class PostgresCheckpointPlans:
                 WHERE thread_key = %(src)s AND EXISTS (SELECT 1 FROM thread)
                 ON CONFLICT DO NOTHING
             ), writes AS (
-                INSERT INTO {self._wr} (thread_key, checkpoint_ns, checkpoint_id, task_id, idx,
-                    task_path, channel, type, blob)
-                SELECT %(dst)s, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel,
-                    type, blob FROM {self._wr}
+                INSERT INTO {self._wr} (thread_key, checkpoint_ns, checkpoint_id, task_id,
+                    task_path, writes)
+                SELECT %(dst)s, checkpoint_ns, checkpoint_id, task_id, task_path, writes
+                FROM {self._wr}
                 WHERE thread_key = %(src)s AND EXISTS (SELECT 1 FROM thread)
                 ON CONFLICT DO NOTHING
             ), items AS (

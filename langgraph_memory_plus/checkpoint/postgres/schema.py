@@ -12,7 +12,10 @@ LangGraph's own saver in one database):
 - ``lgmp_checkpoints``: one row per checkpoint, without channel values. With retention,
   old checkpoints that ``DeltaChannel`` replay still reads stay as ``replay_only`` rows.
 - ``lgmp_blobs``: one row per (channel, version); shared by checkpoints.
-- ``lgmp_writes``: pending writes per checkpoint and task.
+- ``lgmp_task_writes`` (migration 2, replacing ``lgmp_writes``): pending writes, one
+  row per checkpoint and task holding all that task's writes as one record (see
+  :mod:`langgraph_memory_plus.checkpoint.task_writes`); a row per write repeated the key
+  and its index entry for each of a task's two or three writes.
 - ``lgmp_items`` and ``lgmp_nodes`` (migration 1): list channels stored as items,
   pages and spines, so a long ``messages`` list costs O(T), not O(T^2); see
   :mod:`langgraph_memory_plus.checkpoint.lists`.
@@ -118,6 +121,37 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (thread_key, checkpoint_ns, node_id)
         )
         """,
+    ),
+    (
+        """
+        CREATE TABLE IF NOT EXISTS {s}.lgmp_task_writes (
+            thread_key bytea NOT NULL,
+            checkpoint_ns text NOT NULL,
+            checkpoint_id text NOT NULL,
+            task_id text NOT NULL,
+            task_path text NOT NULL,
+            writes bytea NOT NULL,
+            PRIMARY KEY (thread_key, checkpoint_ns, checkpoint_id, task_id)
+        )
+        """,
+        # Existing writes, packed as task_writes.pack does: four netstrings per write.
+        """
+        INSERT INTO {s}.lgmp_task_writes
+            (thread_key, checkpoint_ns, checkpoint_id, task_id, task_path, writes)
+        SELECT w.thread_key, w.checkpoint_ns, w.checkpoint_id, w.task_id, min(w.task_path),
+            string_agg(
+                convert_to(octet_length(f.idx)::text || ':', 'UTF8') || f.idx
+                || convert_to(octet_length(f.ch)::text || ':', 'UTF8') || f.ch
+                || convert_to(octet_length(f.ty)::text || ':', 'UTF8') || f.ty
+                || convert_to(octet_length(w.blob)::text || ':', 'UTF8') || w.blob,
+                ''::bytea ORDER BY w.idx)
+        FROM {s}.lgmp_writes w
+        CROSS JOIN LATERAL (SELECT convert_to(w.idx::text, 'UTF8') AS idx,
+            convert_to(w.channel, 'UTF8') AS ch, convert_to(w.type, 'UTF8') AS ty) f
+        GROUP BY w.thread_key, w.checkpoint_ns, w.checkpoint_id, w.task_id
+        ON CONFLICT DO NOTHING
+        """,
+        "DROP TABLE {s}.lgmp_writes",
     ),
 )
 

@@ -84,9 +84,41 @@ local function write_fields(member)
   return redis.call('ZRANGEBYLEX', K_WIDX, '[' .. member .. '\0', '(' .. member .. '\1')
 end
 
-local function write_values(fields)
+-- A checkpoint's pending writes: (task id, record) pairs, one per task.
+local function task_writes(member)
+  local fields = write_fields(member)
   if #fields == 0 then return {} end
-  return redis.call('HMGET', K_WRITES, unpack(fields))
+  local values = redis.call('HMGET', K_WRITES, unpack(fields))
+  local out = {}
+  for i, f in ipairs(fields) do
+    if values[i] then
+      out[#out + 1] = string.sub(f, #member + 2)
+      out[#out + 1] = values[i]
+    end
+  end
+  return out
+end
+
+-- A task's record is its path, then (idx, channel, type, data) per write. A later call
+-- merges as BaseCheckpointSaver says: a regular write (idx >= 0) stored first stays, a
+-- special one (negative idx: error, interrupt...) is replaced. Python writes idx in
+-- plain decimal, so equal strings are equal indexes.
+local function merge_writes(stored, new)
+  local t, add, at = unpack_list(stored), unpack_list(new), {}
+  for i = 2, #t, 4 do at[t[i]] = i end
+  for i = 2, #add, 4 do
+    local j = at[add[i]]
+    if not j then
+      j = #t + 1
+      at[add[i]] = j
+    elseif tonumber(add[i]) >= 0 then
+      j = nil
+    end
+    if j then
+      for k = 0, 3 do t[j + k] = add[i + k] end
+    end
+  end
+  return pack_list(t)
 end
 
 local function fetch(member)
@@ -95,7 +127,7 @@ local function fetch(member)
   local meta = read_meta(member)
   local blobs = {}
   if #meta.blobs > 0 then blobs = redis.call('HMGET', K_BLOBS, unpack(meta.blobs)) end
-  return {member, ck, meta.parent, meta.blobs, blobs, write_values(write_fields(member))}
+  return {member, ck, meta.parent, meta.blobs, blobs, task_writes(member)}
 end
 
 -- One absolute deadline for every key of the thread: PEXPIRE would read the clock per
@@ -351,20 +383,17 @@ touch(ttl)
 return 1
 """
 
-# ARGV: ttl_ms, thread_id, ns, checkpoint_id, task_id, then (idx, record) pairs.
+# ARGV: ttl_ms, thread_id, ns, checkpoint_id, task_id, the task's record (see
+# merge_writes; its writes already deduplicated).
 PUT_WRITES = r"""
 local ttl, thread_id, ns, cid, task_id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local record = ARGV[6]
 if not may_write(ns, cid) then return 0 end
-local member = ns .. '\0' .. cid
-for pos = 6, #ARGV, 2 do
-  local field = member .. '\0' .. task_id .. '\0' .. ARGV[pos]
-  if tonumber(ARGV[pos]) < 0 then
-    redis.call('HSET', K_WRITES, field, ARGV[pos + 1])
-  else
-    redis.call('HSETNX', K_WRITES, field, ARGV[pos + 1])
-  end
-  redis.call('ZADD', K_WIDX, 0, field)
-end
+local field = ns .. '\0' .. cid .. '\0' .. task_id
+local stored = redis.call('HGET', K_WRITES, field)
+if stored then record = merge_writes(stored, record) end
+redis.call('HSET', K_WRITES, field, record)
+redis.call('ZADD', K_WIDX, 0, field)
 redis.call('HSET', K_THREAD, 'id', thread_id)
 touch(ttl)
 return 1
@@ -438,8 +467,9 @@ return out
 """
 
 # ARGV: ns, checkpoint_id ('' for the latest), max depth, then channels.
-# Returns, per ancestor from the target's parent up: id, its writes, the stored values
-# of still-unseeded channels found there; a channel stops at its first stored value.
+# Returns, per ancestor from the target's parent up: id, its writes ((task id, record)
+# pairs), the stored values of still-unseeded channels found there; a channel stops at
+# its first stored value.
 DELTA = r"""
 local ns, cid, max_depth = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local member = pick(ns, cid)
@@ -474,7 +504,7 @@ while cur ~= '' and left > 0 and depth < max_depth do
       left = left - 1
     end
   end
-  out[#out + 1] = {cur, write_values(write_fields(m)), seeds}
+  out[#out + 1] = {cur, task_writes(m), seeds}
   cur = pm.parent
   depth = depth + 1
 end

@@ -12,8 +12,10 @@ slot; every update of a thread is then one atomic script, on Redis Cluster too.
 - ``meta`` (hash): per checkpoint, what scripts read (parent, run id, delta seeds,
   blob fields).
 - ``blobs`` (hash): ``ns NUL channel NUL version`` -> value; shared by checkpoints.
-- ``writes`` (hash) and ``widx`` (sorted set): pending writes, and their index per
-  checkpoint.
+- ``writes`` (hash) and ``widx`` (sorted set): pending writes, one field per task,
+  ``ns NUL checkpoint_id NUL task_id``, and the same string as index member. The value
+  is netstrings: the task path, then the task's writes in the format of
+  ``checkpoint/task_writes.py``; a second ``put_writes`` of the task merges into it.
 - ``replay`` (sorted set): with retention, old checkpoints that ``DeltaChannel`` replay
   still reads; never returned by ``get_tuple`` or ``list``.
 - ``items`` and ``nodes`` (hashes): list channels stored as items, pages and spines, so
@@ -36,7 +38,8 @@ from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, Delta
 
 from ..._plan import Plan
 from ..._redis import Eval, Scan, glob_escape
-from ...errors import InvalidConfigError
+from ...errors import InvalidConfigError, ValueTooLargeError
+from .. import task_writes
 from ..codec import (
     EMPTY,
     ChainLink,
@@ -73,6 +76,19 @@ def _no_nul(text: str, what: str) -> bytes:
     if "\x00" in text:
         raise InvalidConfigError(f"{what} must not contain NUL characters: {text[:80]!r}")
     return _utf8(text)
+
+
+def _write_rows(reply: list[bytes]) -> list[task_writes.WriteRow]:
+    """Rows of ``StoredCheckpoint.writes`` from (task id, record) pairs."""
+    out: list[task_writes.WriteRow] = []
+    for i in range(0, len(reply), 2):
+        record = reply[i + 1]
+        colon = record.index(b":")
+        end = colon + 1 + int(record[:colon])
+        path = record[colon + 1 : end].decode("utf-8", "surrogatepass")
+        task_id = reply[i].decode("utf-8", "surrogatepass")
+        out.extend(task_writes.rows(task_id, path, record[end:]))
+    return out
 
 
 def _blob(value: bytes) -> tuple[str, bytes]:
@@ -115,6 +131,8 @@ class RedisCheckpointPlans:
     """Arguments for the scripts and decoding of their replies."""
 
     max_value_bytes = MAX_VALUE_BYTES
+    inline_scalars = False
+    metadata_as_json = False
 
     def __init__(self, prefix: str, settings: SaverSettings) -> None:
         if not prefix or any(c in prefix for c in "{}\x00"):
@@ -163,7 +181,7 @@ class RedisCheckpointPlans:
             checkpoint=(ctype, cblob),
             metadata=(mtype, mblob),
             blobs=blobs,
-            writes=[tuple(ormsgpack.unpackb(w)) for w in writes if w is not None],
+            writes=_write_rows(writes),
             channel_versions=versions,
         )
 
@@ -223,7 +241,7 @@ class RedisCheckpointPlans:
             member = reply[0].decode("utf-8", "surrogatepass")
             ns = member.split("\x00", 1)[0]
             stored = self._stored(thread_id, ns, reply)
-            metadata = codec.decode_metadata(stored.metadata)
+            metadata = codec.decode_metadata(stored)
             if metadata_matches(metadata, query.filter):
                 out.append((yield from self._decode(codec, stored, metadata)))
         return out
@@ -365,16 +383,24 @@ class RedisCheckpointPlans:
         if not writes:
             return
         assert target.checkpoint_id is not None
+        task_id = writes[0].task_id
+        # One call's duplicates merge here; the script merges what an earlier call stored.
+        merged = task_writes.merge([], task_writes.of_encoded(writes))
+        record = _netstrings([_utf8(writes[0].task_path)]) + task_writes.pack(merged)
+        if len(record) > self.max_value_bytes:
+            raise ValueTooLargeError(
+                f"the pending writes of task {task_id!r} together",
+                len(record),
+                self.max_value_bytes,
+            )
         args: list[bytes | str | int] = [
             self._ttl_ms,
             _utf8(target.thread_id),
             _no_nul(target.checkpoint_ns, "checkpoint_ns"),
             _no_nul(target.checkpoint_id, "checkpoint_id"),
-            _no_nul(writes[0].task_id, "task_id"),
+            _no_nul(task_id, "task_id"),
+            record,
         ]
-        for w in writes:
-            args.append(w.idx)
-            args.append(ormsgpack.packb([w.task_id, w.channel, w.type, w.data, w.task_path, w.idx]))
         yield Eval("put_writes", self.keys(target.thread_id), args)
 
     def delta_history(
@@ -397,7 +423,7 @@ class RedisCheckpointPlans:
                 ChainLink(
                     checkpoint_id=cid.decode(),
                     seeds=found,
-                    writes=[tuple(ormsgpack.unpackb(w)) for w in writes if w is not None],
+                    writes=_write_rows(writes),
                 )
             )
         keys = self.keys(target.thread_id)

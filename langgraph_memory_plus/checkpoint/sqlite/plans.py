@@ -104,6 +104,8 @@ class SqliteCheckpointPlans:
     """SQL and decoding for one set of saver settings."""
 
     max_value_bytes = MAX_VALUE_BYTES
+    inline_scalars = False
+    metadata_as_json = False
 
     def __init__(self, settings: SaverSettings) -> None:
         self.settings = settings
@@ -250,7 +252,7 @@ class SqliteCheckpointPlans:
         rows: Rows = yield Query(self._page(" AND ".join(wheres), size), params, fetch=True)
         page: list[CheckpointTuple] = []
         for stored in (yield from self._load(rows)):
-            metadata = codec.decode_metadata(stored.metadata)
+            metadata = codec.decode_metadata(stored)
             if metadata_matches(metadata, query.filter):
                 page.append((yield from codec.decode_stored(stored, metadata, self._fetch_list)))
         if page and self._refreshes:
