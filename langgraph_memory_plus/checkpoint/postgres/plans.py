@@ -125,22 +125,22 @@ class PostgresCheckpointPlans:
             ), blobs AS (
                 INSERT INTO {self._bl} (thread_key, checkpoint_ns, channel, version, type, blob)
                 SELECT %(tk)s, %(ns)s, b.channel, b.version, b.type, b.blob
-                FROM unnest(%(b_ch)s::text[], %(b_ver)s::text[], %(b_ty)s::text[],
-                            %(b_bl)s::bytea[]) AS b(channel, version, type, blob)
+                FROM unnest(%(b_ch)b::text[], %(b_ver)b::text[], %(b_ty)b::text[],
+                            %(b_bl)b::bytea[]) AS b(channel, version, type, blob)
                 WHERE EXISTS (SELECT 1 FROM ok)
                 ON CONFLICT (thread_key, checkpoint_ns, channel, version)
                     DO UPDATE SET type = EXCLUDED.type, blob = EXCLUDED.blob
             ), items AS (
                 INSERT INTO {self._it} (thread_key, checkpoint_ns, item_id, type, data)
                 SELECT %(tk)s, %(ns)s, i.id, i.type, i.data
-                FROM unnest(%(i_id)s::bytea[], %(i_ty)s::text[], %(i_bl)s::bytea[])
+                FROM unnest(%(i_id)b::bytea[], %(i_ty)b::text[], %(i_bl)b::bytea[])
                     AS i(id, type, data)
                 WHERE EXISTS (SELECT 1 FROM ok)
                 ON CONFLICT DO NOTHING
             ), nodes AS (
                 INSERT INTO {self._nd} (thread_key, checkpoint_ns, node_id, children)
                 SELECT %(tk)s, %(ns)s, n.id, n.children
-                FROM unnest(%(n_id)s::bytea[], %(n_ch)s::bytea[]) AS n(id, children)
+                FROM unnest(%(n_id)b::bytea[], %(n_ch)b::bytea[]) AS n(id, children)
                 WHERE EXISTS (SELECT 1 FROM ok)
                 ON CONFLICT DO NOTHING
             ), saved AS (
@@ -150,11 +150,11 @@ class PostgresCheckpointPlans:
                 SELECT %(tk)s, %(ns)s, %(id)s, %(parent)s, %(run_id)s, %(c_type)s, %(c_blob)s,
                     %(m_type)s, %(m_blob)s, %(m_json)s, %(versions)s,
                     (
-                        SELECT jsonb_object_agg(d.ch, CASE WHEN d.ch = ANY(%(valued)s::text[])
+                        SELECT jsonb_object_agg(d.ch, CASE WHEN d.ch = ANY(%(valued)b::text[])
                             THEN %(id)s
                             ELSE coalesce((SELECT p.delta_seeds ->> d.ch FROM parent p), '') END)
                         FROM (
-                            SELECT unnest(%(delta)s::text[]) AS ch
+                            SELECT unnest(%(delta)b::text[]) AS ch
                             UNION
                             SELECT k FROM parent p
                             CROSS JOIN LATERAL jsonb_object_keys(p.delta_seeds) k
@@ -353,7 +353,7 @@ class PostgresCheckpointPlans:
                 ORDER BY c.checkpoint_id DESC LIMIT 1
             ), chain AS (
                 SELECT c.checkpoint_id, c.parent_checkpoint_id, c.channel_versions,
-                       1 AS depth, %(channels)s::text[] AS remaining
+                       1 AS depth, %(channels)b::text[] AS remaining
                 FROM target JOIN {self._ck} c ON c.thread_key = %(tk)s
                     AND c.checkpoint_ns = %(ns)s AND c.checkpoint_id = target.parent_checkpoint_id
                 UNION ALL
@@ -658,7 +658,7 @@ class PostgresCheckpointPlans:
         lists: Rows = yield Query(
             f"""
             DELETE FROM {self._bl} b
-            USING unnest(%s::bytea[], %s::text[], %s::text[], %s::text[])
+            USING unnest(%b::bytea[], %b::text[], %b::text[], %b::text[])
                 AS f(thread_key, checkpoint_ns, channel, version)
             WHERE b.thread_key = f.thread_key AND b.checkpoint_ns = f.checkpoint_ns
                 AND b.channel = f.channel AND b.version = f.version
@@ -730,7 +730,7 @@ class PostgresCheckpointPlans:
                 FROM generate_series(1, length(%(tail)s) / 16) g
             )
             SELECT ids.id, i.type,
-                   CASE WHEN ids.id = ANY(%(known)s::bytea[]) THEN NULL ELSE i.data END
+                   CASE WHEN ids.id = ANY(%(known)b::bytea[]) THEN NULL ELSE i.data END
             FROM ids
             LEFT JOIN {self._it} i ON i.thread_key = %(tk)s AND i.checkpoint_ns = %(ns)s
                 AND i.item_id = ids.id
@@ -809,12 +809,12 @@ class PostgresCheckpointPlans:
                 SELECT k.tk, greatest(
                     (SELECT max(checkpoint_id) FROM {self._ck} WHERE thread_key = k.tk),
                     (SELECT max(checkpoint_id) FROM {self._wr} WHERE thread_key = k.tk)) AS id
-                FROM unnest(%(tks)s::bytea[]) AS k(tk)
-            ), d1 AS (DELETE FROM {self._ck} WHERE thread_key = ANY(%(tks)s)),
-            d2 AS (DELETE FROM {self._bl} WHERE thread_key = ANY(%(tks)s)),
-            d3 AS (DELETE FROM {self._wr} WHERE thread_key = ANY(%(tks)s)),
-            d4 AS (DELETE FROM {self._it} WHERE thread_key = ANY(%(tks)s)),
-            d5 AS (DELETE FROM {self._nd} WHERE thread_key = ANY(%(tks)s))
+                FROM unnest(%(tks)b::bytea[]) AS k(tk)
+            ), d1 AS (DELETE FROM {self._ck} WHERE thread_key = ANY(%(tks)b)),
+            d2 AS (DELETE FROM {self._bl} WHERE thread_key = ANY(%(tks)b)),
+            d3 AS (DELETE FROM {self._wr} WHERE thread_key = ANY(%(tks)b)),
+            d4 AS (DELETE FROM {self._it} WHERE thread_key = ANY(%(tks)b)),
+            d5 AS (DELETE FROM {self._nd} WHERE thread_key = ANY(%(tks)b))
             UPDATE {self._th} t SET thread_id = NULL, expires_at = NULL, deleted_at = now(),
                 live_after = greatest(t.live_after, last.id)
             FROM last WHERE t.thread_key = last.tk""",
