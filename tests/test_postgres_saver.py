@@ -50,6 +50,7 @@ from typing_extensions import NotRequired
 
 from langgraph_memory_plus import AsyncPostgresSaver, PostgresSaver
 from langgraph_memory_plus.checkpoint import task_writes
+from langgraph_memory_plus.checkpoint.lists import PAGE_SIZE
 from langgraph_memory_plus.checkpoint.postgres.schema import MIGRATIONS
 from langgraph_memory_plus.errors import InvalidConfigError
 
@@ -1939,41 +1940,55 @@ async def test_a_tasks_writes_are_one_row(open_saver: Any, schema: str, admin: A
         ]
 
 
-async def test_migration_packs_writes_stored_one_row_each(
+async def test_migrations_from_the_first_layout_keep_what_was_stored(
     open_saver: Any, schema: str, admin: Any
 ) -> None:
-    """Writes stored by the per-write layout (migrations 0-1) read back the same after
-    migration 2 packs them per task."""
+    """Data in the layout of migrations 0-1 (a row per pending write, list pages and spines
+    in ``lgmp_nodes``) reads back the same after migration 2 packs the writes per task and
+    migration 3 moves the pages and spines into ``lgmp_items``."""
+    messages = [HumanMessage(f"m{i}", id=f"m{i}") for i in range(2 * PAGE_SIZE + 3)]
     async with open_saver(schema) as ops:
         chain = await put_chain(ops, "old", 3)
         await ops.put_writes(chain[1], [("ünï\u00e9", b"\x00bytes"), (INTERRUPT, {"q": 1})], "t2")
         await ops.put_writes(chain[2], [(ERROR, "boom")], "task-2", "~path")
+        await ops.put(cfg("list"), make_checkpoint({"msgs": messages}), {}, {"msgs": 1})
         before = [norm(t) for t in await ops.list(cfg("old"))]
         history = await ops.delta_history(cfg("old"), ["a"])
-    # Rewind the schema to migration 1: the per-write table, filled from the packed rows.
+    # Rewind the schema to migration 1, filling its tables from the current ones.
     q = sql.Identifier(schema)
-    admin.execute(sql.SQL(MIGRATIONS[0][-1].format(s="{}")).format(q))
-    rows = admin.execute(
-        sql.SQL(
-            "SELECT thread_key, checkpoint_ns, checkpoint_id, task_id, task_path, writes "
-            "FROM {}.lgmp_task_writes"
-        ).format(q)
-    ).fetchall()
+
+    def run(statement: str, params: Any = None) -> list[Any]:
+        cur = admin.execute(sql.SQL(statement).format(q), params)
+        return cur.fetchall() if cur.description else []
+
+    run(MIGRATIONS[0][-1].format(s="{}"))  # lgmp_writes
+    run(MIGRATIONS[1][-1].format(s="{}"))  # lgmp_nodes
+    rows = run(
+        "SELECT thread_key, checkpoint_ns, checkpoint_id, task_id, task_path, writes "
+        "FROM {}.lgmp_task_writes"
+    )
     assert rows
     for tk, ns, cid, task_id, path, record in rows:
         for idx, channel, typ, data in task_writes.unpack(record):
-            admin.execute(
-                sql.SQL(
-                    "INSERT INTO {}.lgmp_writes VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-                ).format(q),
+            run(
+                "INSERT INTO {}.lgmp_writes VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
                 (tk, ns, cid, task_id, idx, path, channel, typ, data),
             )
-    admin.execute(sql.SQL("DROP TABLE {}.lgmp_task_writes").format(q))
-    admin.execute(sql.SQL("DELETE FROM {}.lgmp_checkpoint_migrations WHERE v = 2").format(q))
-    async with open_saver(schema) as ops:  # setup() applies migration 2
+    nodes = run(
+        "INSERT INTO {}.lgmp_nodes SELECT thread_key, checkpoint_ns, item_id, data "
+        "FROM {}.lgmp_items WHERE type = 'lgmp:node' RETURNING 1".replace("{}", "{0}")
+    )
+    assert len(nodes) >= 3  # two pages and a spine
+    run("DELETE FROM {}.lgmp_items WHERE type = 'lgmp:node'")
+    run("DROP TABLE {}.lgmp_task_writes")
+    run("DELETE FROM {}.lgmp_checkpoint_migrations WHERE v >= 2")
+    async with open_saver(schema) as ops:  # setup() applies migrations 2 and 3
         assert [norm(t) for t in await ops.list(cfg("old"))] == before
         assert await ops.delta_history(cfg("old"), ["a"]) == history
-    assert "lgmp_writes" not in base_tables(admin, schema)
+        tup = await ops.get_tuple(cfg("list"))
+        assert tup is not None and tup.checkpoint["channel_values"]["msgs"] == messages
+    tables = base_tables(admin, schema)
+    assert "lgmp_writes" not in tables and "lgmp_nodes" not in tables
     assert table_counts(admin, schema)["lgmp_task_writes"] == len(rows)
 
 

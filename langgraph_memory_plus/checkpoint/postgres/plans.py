@@ -44,6 +44,8 @@ logger = logging.getLogger("langgraph_memory_plus.checkpoint.postgres")
 # PostgreSQL refuses a field over 1 GiB and a message over 1 GiB; stay clear of both.
 MAX_VALUE_BYTES = 512 * 1024 * 1024
 MAX_STATEMENT_BYTES = 1000 * 1024 * 1024
+NODE_TYPE = "lgmp:node"
+"""Type of a list page or spine (see ``..lists``), stored as a row of ``lgmp_items``."""
 
 # A thread's expiry is moved on a write only when it lags the exact value by more than
 # this share of the TTL (and at most this many seconds), so a burst of writes updates the
@@ -104,7 +106,6 @@ class PostgresCheckpointPlans:
         self._bl = f"{s}.lgmp_blobs"
         self._wr = f"{s}.lgmp_task_writes"
         self._it = f"{s}.lgmp_items"
-        self._nd = f"{s}.lgmp_nodes"
         self._s = s
         # The thread row a write creates or refreshes. It is also the lock that orders a
         # write against delete_thread; it returns the tombstone left by a deletion.
@@ -135,12 +136,6 @@ class PostgresCheckpointPlans:
                 SELECT %(tk)s, %(ns)s, i.id, i.type, i.data
                 FROM unnest(%(i_id)b::bytea[], %(i_ty)b::text[], %(i_bl)b::bytea[])
                     AS i(id, type, data)
-                WHERE EXISTS (SELECT 1 FROM ok)
-                ON CONFLICT DO NOTHING
-            ), nodes AS (
-                INSERT INTO {self._nd} (thread_key, checkpoint_ns, node_id, children)
-                SELECT %(tk)s, %(ns)s, n.id, n.children
-                FROM unnest(%(n_id)b::bytea[], %(n_ch)b::bytea[]) AS n(id, children)
                 WHERE EXISTS (SELECT 1 FROM ok)
                 ON CONFLICT DO NOTHING
             ), saved AS (
@@ -506,11 +501,11 @@ class PostgresCheckpointPlans:
             b_ver=[b.version for b in stored],
             b_ty=[b.type for b in stored],
             b_bl=[b.data for b in stored],
-            i_id=list(encoded.items),
-            i_ty=[typ for typ, _ in encoded.items.values()],
-            i_bl=[data for _, data in encoded.items.values()],
-            n_id=list(encoded.nodes),
-            n_ch=[b"".join(children) for children in encoded.nodes.values()],
+            # list pages and spines are rows of the items table too (type NODE_TYPE)
+            i_id=[*encoded.items, *encoded.nodes],
+            i_ty=[typ for typ, _ in encoded.items.values()] + [NODE_TYPE] * len(encoded.nodes),
+            i_bl=[data for _, data in encoded.items.values()]
+            + [b"".join(children) for children in encoded.nodes.values()],
         )
         fast, live_after, was_expired, _ = yield from self._write(
             params, self._put_payload, "saved"
@@ -675,7 +670,8 @@ class PostgresCheckpointPlans:
 
     def _collect_items(self, tk: bytes, checkpoint_ns: str) -> Plan[Query, None]:
         """Delete list items, pages and spines no remaining list version reaches."""
-        ids = "substring({col} FROM (g - 1) * 16 + 1 FOR 16)"
+        ids = "substring(n.data FROM (g - 1) * 16 + 1 FOR 16)"
+        node = f"""n.thread_key = %(tk)s AND n.checkpoint_ns = %(ns)s AND n.type = '{NODE_TYPE}'"""
         yield Query(
             f"""
             WITH lb AS (
@@ -684,26 +680,26 @@ class PostgresCheckpointPlans:
             ), spines AS (
                 SELECT DISTINCT substring(blob FROM 1 FOR 16) AS id FROM lb
             ), pages AS (
-                SELECT DISTINCT {ids.format(col="n.children")} AS id
-                FROM {self._nd} n JOIN spines s ON n.node_id = s.id
-                CROSS JOIN LATERAL generate_series(1, length(n.children) / 16) g
-                WHERE n.thread_key = %(tk)s AND n.checkpoint_ns = %(ns)s
-            ), live_items AS (
-                SELECT {ids.format(col="n.children")} AS id
-                FROM {self._nd} n JOIN pages p ON n.node_id = p.id
-                CROSS JOIN LATERAL generate_series(1, length(n.children) / 16) g
-                WHERE n.thread_key = %(tk)s AND n.checkpoint_ns = %(ns)s
+                SELECT DISTINCT {ids} AS id
+                FROM {self._it} n JOIN spines s ON n.item_id = s.id
+                CROSS JOIN LATERAL generate_series(1, length(n.data) / 16) g
+                WHERE {node}
+            ), live AS (
+                SELECT id FROM spines
+                UNION
+                SELECT id FROM pages
+                UNION
+                SELECT {ids}
+                FROM {self._it} n JOIN pages p ON n.item_id = p.id
+                CROSS JOIN LATERAL generate_series(1, length(n.data) / 16) g
+                WHERE {node}
                 UNION
                 SELECT substring(lb.blob FROM 17 + (g - 1) * 16 FOR 16) FROM lb
                 CROSS JOIN LATERAL generate_series(1, (length(lb.blob) - 16) / 16) g
-            ), dead_nodes AS (
-                DELETE FROM {self._nd} n
-                WHERE n.thread_key = %(tk)s AND n.checkpoint_ns = %(ns)s
-                    AND n.node_id NOT IN (SELECT id FROM spines UNION ALL SELECT id FROM pages)
             )
             DELETE FROM {self._it} i
             WHERE i.thread_key = %(tk)s AND i.checkpoint_ns = %(ns)s
-                AND i.item_id NOT IN (SELECT id FROM live_items)""",
+                AND i.item_id NOT IN (SELECT id FROM live)""",
             {"tk": tk, "ns": checkpoint_ns},
         )
 
@@ -713,18 +709,18 @@ class PostgresCheckpointPlans:
         return Query(
             f"""
             WITH pages AS (
-                SELECT g AS pord, substring(s.children FROM (g - 1) * 16 + 1 FOR 16) AS id
-                FROM {self._nd} s
-                CROSS JOIN LATERAL generate_series(1, length(s.children) / 16) g
+                SELECT g AS pord, substring(s.data FROM (g - 1) * 16 + 1 FOR 16) AS id
+                FROM {self._it} s
+                CROSS JOIN LATERAL generate_series(1, length(s.data) / 16) g
                 WHERE s.thread_key = %(tk)s AND s.checkpoint_ns = %(ns)s
-                    AND s.node_id = %(spine)s
+                    AND s.item_id = %(spine)s AND s.type = '{NODE_TYPE}'
             ), ids AS (
                 SELECT p.pord, g AS iord,
-                       substring(n.children FROM (g - 1) * 16 + 1 FOR 16) AS id
+                       substring(n.data FROM (g - 1) * 16 + 1 FOR 16) AS id
                 FROM pages p
-                JOIN {self._nd} n ON n.thread_key = %(tk)s AND n.checkpoint_ns = %(ns)s
-                    AND n.node_id = p.id
-                CROSS JOIN LATERAL generate_series(1, length(n.children) / 16) g
+                JOIN {self._it} n ON n.thread_key = %(tk)s AND n.checkpoint_ns = %(ns)s
+                    AND n.item_id = p.id AND n.type = '{NODE_TYPE}'
+                CROSS JOIN LATERAL generate_series(1, length(n.data) / 16) g
                 UNION ALL
                 SELECT 2147483647, g, substring(%(tail)s FROM (g - 1) * 16 + 1 FOR 16)
                 FROM generate_series(1, length(%(tail)s) / 16) g
@@ -813,8 +809,7 @@ class PostgresCheckpointPlans:
             ), d1 AS (DELETE FROM {self._ck} WHERE thread_key = ANY(%(tks)b)),
             d2 AS (DELETE FROM {self._bl} WHERE thread_key = ANY(%(tks)b)),
             d3 AS (DELETE FROM {self._wr} WHERE thread_key = ANY(%(tks)b)),
-            d4 AS (DELETE FROM {self._it} WHERE thread_key = ANY(%(tks)b)),
-            d5 AS (DELETE FROM {self._nd} WHERE thread_key = ANY(%(tks)b))
+            d4 AS (DELETE FROM {self._it} WHERE thread_key = ANY(%(tks)b))
             UPDATE {self._th} t SET thread_id = NULL, expires_at = NULL, deleted_at = now(),
                 live_after = greatest(t.live_after, last.id)
             FROM last WHERE t.thread_key = last.tk""",
@@ -880,11 +875,6 @@ class PostgresCheckpointPlans:
                 SELECT %(dst)s, checkpoint_ns, item_id, type, data FROM {self._it}
                 WHERE thread_key = %(src)s AND EXISTS (SELECT 1 FROM thread)
                 ON CONFLICT DO NOTHING
-            ), nodes AS (
-                INSERT INTO {self._nd} (thread_key, checkpoint_ns, node_id, children)
-                SELECT %(dst)s, checkpoint_ns, node_id, children FROM {self._nd}
-                WHERE thread_key = %(src)s AND EXISTS (SELECT 1 FROM thread)
-                ON CONFLICT DO NOTHING
             )
             INSERT INTO {self._ck} (thread_key, checkpoint_ns, checkpoint_id,
                 parent_checkpoint_id, run_id, checkpoint_type, checkpoint, metadata_type,
@@ -932,8 +922,6 @@ class PostgresCheckpointPlans:
             ), d4 AS (
                 DELETE FROM {self._it} WHERE thread_key IN (SELECT thread_key FROM victims)
             ), d5 AS (
-                DELETE FROM {self._nd} WHERE thread_key IN (SELECT thread_key FROM victims)
-            ), d6 AS (
                 DELETE FROM {self._th} WHERE thread_key IN (SELECT thread_key FROM victims)
             )
             SELECT count(*) FILTER (WHERE live), count(*) FROM victims""",

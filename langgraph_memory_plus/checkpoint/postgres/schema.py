@@ -16,9 +16,11 @@ LangGraph's own saver in one database):
   row per checkpoint and task holding all that task's writes as one record (see
   :mod:`langgraph_memory_plus.checkpoint.task_writes`); a row per write repeated the key
   and its index entry for each of a task's two or three writes.
-- ``lgmp_items`` and ``lgmp_nodes`` (migration 1): list channels stored as items,
-  pages and spines, so a long ``messages`` list costs O(T), not O(T^2); see
-  :mod:`langgraph_memory_plus.checkpoint.lists`.
+- ``lgmp_items`` (migration 1): list channels stored as items, pages and spines, so a
+  long ``messages`` list costs O(T), not O(T^2); see
+  :mod:`langgraph_memory_plus.checkpoint.lists`. Pages and spines were rows of
+  ``lgmp_nodes`` until migration 3 moved them here (type ``lgmp:node``): a table of its
+  own cost a thread's first pages of every relation fork for a few rows.
 
 Migrations are applied in order under a transaction-scoped advisory lock, so several
 processes may call ``setup()`` at once, and inside a caller's open transaction.
@@ -152,6 +154,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         ON CONFLICT DO NOTHING
         """,
         "DROP TABLE {s}.lgmp_writes",
+    ),
+    (
+        """
+        INSERT INTO {s}.lgmp_items (thread_key, checkpoint_ns, item_id, type, data)
+        SELECT thread_key, checkpoint_ns, node_id, 'lgmp:node', children FROM {s}.lgmp_nodes
+        ON CONFLICT DO NOTHING
+        """,
+        "DROP TABLE {s}.lgmp_nodes",
     ),
 )
 
