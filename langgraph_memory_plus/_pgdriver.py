@@ -16,7 +16,7 @@ from typing import Any, TypeVar, cast
 
 from typing_extensions import Self
 
-from ._closing import before_close
+from ._closing import aclosing_first, closing_first
 from ._plan import Plan
 from ._postgres import (
     DEFAULT_PREPARE_THRESHOLD,
@@ -57,12 +57,11 @@ class PgSyncDriver:
         PgBouncer in transaction mode requires. ``options`` are the constructor's.
         """
         sizes = {"min_size": pool_min_size, "max_size": pool_max_size}
-        with open_pool(conn_string, prepare_threshold=prepare_threshold, **sizes) as pool:
-            instance: Self = cast(Any, cls)(pool, **options)
-            try:
-                yield instance
-            finally:
-                before_close(instance)
+        with (
+            open_pool(conn_string, prepare_threshold=prepare_threshold, **sizes) as pool,
+            closing_first(cast(Any, cls)(pool, **options)) as instance,
+        ):
+            yield instance
 
 
 class PgAsyncDriver:
@@ -89,13 +88,8 @@ class PgAsyncDriver:
     ) -> AsyncIterator[Self]:
         """Async ``from_conn_string``: the same options, an async pool."""
         sizes = {"min_size": pool_min_size, "max_size": pool_max_size}
-        async with open_async_pool(
-            conn_string, prepare_threshold=prepare_threshold, **sizes
-        ) as pool:
-            instance: Self = cast(Any, cls)(pool, **options)
-            try:
-                yield instance
-            finally:
-                pending = before_close(instance)
-                if pending is not None:
-                    await pending
+        async with (
+            open_async_pool(conn_string, prepare_threshold=prepare_threshold, **sizes) as pool,
+            aclosing_first(cast(Any, cls)(pool, **options)) as instance,
+        ):
+            yield instance

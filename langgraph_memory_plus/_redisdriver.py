@@ -16,7 +16,7 @@ from typing import Any, TypeVar, cast
 
 from typing_extensions import Self
 
-from ._closing import before_close
+from ._closing import aclosing_first, closing_first
 from ._plan import Plan
 from ._redis import AsyncRedisRunner, RedisRunner, async_client_from_url, sync_client_from_url
 
@@ -42,11 +42,8 @@ class RedisSyncDriver:
         and an instance on it; close both after. ``options`` are the constructor's."""
         client = sync_client_from_url(url)
         try:
-            instance: Self = cast(Any, cls)(client, **options)
-            try:
+            with closing_first(cast(Any, cls)(client, **options)) as instance:
                 yield instance
-            finally:
-                before_close(instance)
         finally:
             client.close()
 
@@ -69,12 +66,7 @@ class RedisAsyncDriver:
         """Async ``from_conn_string``: the same URLs and options, an async client."""
         client = async_client_from_url(url)
         try:
-            instance: Self = cast(Any, cls)(client, **options)
-            try:
+            async with aclosing_first(cast(Any, cls)(client, **options)) as instance:
                 yield instance
-            finally:
-                pending = before_close(instance)
-                if pending is not None:
-                    await pending
         finally:
             await client.aclose()

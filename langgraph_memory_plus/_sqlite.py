@@ -44,7 +44,7 @@ from urllib.parse import unquote, urlsplit
 
 from typing_extensions import Self
 
-from ._closing import before_close
+from ._closing import aclosing_first, closing_first
 from ._plan import Plan, drive
 from .errors import InvalidConfigError
 
@@ -424,12 +424,11 @@ class SqliteSyncDriver(_SqliteDriver):
     ) -> Iterator[Self]:
         """Open a database file (a path, ``":memory:"`` or a ``sqlite:///`` URL) and an
         instance on it; close both after. ``options`` are the constructor's."""
-        with SqlitePool(conn_string, max_size=pool_max_size, busy_timeout=busy_timeout) as pool:
-            instance = cls._on_pool(pool, options)
-            try:
-                yield instance
-            finally:
-                before_close(instance)
+        with (
+            SqlitePool(conn_string, max_size=pool_max_size, busy_timeout=busy_timeout) as pool,
+            closing_first(cls._on_pool(pool, options)) as instance,
+        ):
+            yield instance
 
 
 class SqliteAsyncDriver(_SqliteDriver):
@@ -466,13 +465,8 @@ class SqliteAsyncDriver(_SqliteDriver):
         **options: Any,
     ) -> AsyncIterator[Self]:
         """Async ``from_conn_string``: the same arguments."""
-        async with SqlitePool(
-            conn_string, max_size=pool_max_size, busy_timeout=busy_timeout
-        ) as pool:
-            instance = cls._on_pool(pool, options)
-            try:
-                yield instance
-            finally:
-                pending = before_close(instance)
-                if pending is not None:
-                    await pending
+        async with (
+            SqlitePool(conn_string, max_size=pool_max_size, busy_timeout=busy_timeout) as pool,
+            aclosing_first(cls._on_pool(pool, options)) as instance,
+        ):
+            yield instance

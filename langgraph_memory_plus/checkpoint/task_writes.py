@@ -43,18 +43,30 @@ def pack(writes: Iterable[Write]) -> bytes:
     )
 
 
+def _read(view: bytes, pos: int) -> tuple[bytes, int]:
+    """The netstring at ``pos`` and the position after it."""
+    colon = view.index(b":", pos)
+    start = colon + 1
+    stop = start + int(view[pos:colon])
+    if stop > len(view):
+        raise ValueError("truncated pending-writes record")
+    return view[start:stop], stop
+
+
+def split_head(raw: bytes) -> tuple[bytes, bytes]:
+    """A record's leading netstring (Redis puts the task path there) and the rest."""
+    view = bytes(raw)
+    head, pos = _read(view, 0)
+    return head, view[pos:]
+
+
 def unpack(raw: bytes) -> list[Write]:
     parts: list[bytes] = []
     view = bytes(raw)
-    pos, end = 0, len(view)
-    while pos < end:
-        colon = view.index(b":", pos)
-        start = colon + 1
-        stop = start + int(view[pos:colon])
-        if stop > end:
-            raise ValueError("truncated pending-writes record")
-        parts.append(view[start:stop])
-        pos = stop
+    pos = 0
+    while pos < len(view):
+        part, pos = _read(view, pos)
+        parts.append(part)
     if len(parts) % 4:
         raise ValueError("malformed pending-writes record")
     return [

@@ -82,12 +82,9 @@ def _write_rows(reply: list[bytes]) -> list[task_writes.WriteRow]:
     """Rows of ``StoredCheckpoint.writes`` from (task id, record) pairs."""
     out: list[task_writes.WriteRow] = []
     for i in range(0, len(reply), 2):
-        record = reply[i + 1]
-        colon = record.index(b":")
-        end = colon + 1 + int(record[:colon])
-        path = record[colon + 1 : end].decode("utf-8", "surrogatepass")
+        path, writes = task_writes.split_head(reply[i + 1])
         task_id = reply[i].decode("utf-8", "surrogatepass")
-        out.extend(task_writes.rows(task_id, path, record[end:]))
+        out.extend(task_writes.rows(task_id, path.decode("utf-8", "surrogatepass"), writes))
     return out
 
 
