@@ -153,12 +153,16 @@ _NAMES = (
 )
 DICTIONARY = b"".join(_msgpack_str(name) for name in _NAMES)
 
+# Loading the dictionary into a compressor costs about as much as compressing a small
+# value; every value starts from a copy of this primed one instead.
+_PRIMED = zlib.compressobj(_LEVEL, zlib.DEFLATED, _WBITS, _MEM_LEVEL, zdict=DICTIONARY)
+
 
 def compress(typ: str, data: bytes) -> tuple[str, bytes]:
     """The value to store: compressed when that saves at least a tenth of its size."""
     if not MIN_BYTES <= len(data) <= MAX_BYTES:
         return typ, data
-    packer = zlib.compressobj(_LEVEL, zlib.DEFLATED, _WBITS, _MEM_LEVEL, zdict=DICTIONARY)
+    packer = _PRIMED.copy()
     packed = packer.compress(data) + packer.flush()
     if len(packed) * 10 > len(data) * 9:
         return typ, data

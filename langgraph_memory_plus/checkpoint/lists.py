@@ -245,8 +245,8 @@ def chunk_list(
             if position < same and fingerprint(values[position]) != memo.fingerprints[position]:
                 same = position
                 break
-    item_ids = list(memo.item_ids[:same]) if memo is not None else []
-    fingerprints = list(memo.fingerprints[:same]) if memo is not None else []
+    item_ids = memo.item_ids[:same] if memo is not None else []
+    fingerprints = memo.fingerprints[:same] if memo is not None else []
     for i in range(same, len(values)):
         value = values[i]
         j: int | None = i if i < len(objects) and objects[i] is value else None
@@ -301,6 +301,8 @@ def chunk_list(
 
 def _same_prefix(values: Sequence[Any], objects: Sequence[Any]) -> int:
     """How many leading elements of ``values`` are the very objects of ``objects``."""
+    if len(values) >= len(objects) and all(map(operator.is_, values, objects)):
+        return len(objects)  # the common case, an append, without a list of flags
     flags = list(map(operator.is_, values, objects))
     try:
         return flags.index(False)
