@@ -51,8 +51,9 @@ from typing_extensions import NotRequired
 from langgraph_memory_plus import AsyncPostgresSaver, PostgresSaver
 from langgraph_memory_plus.checkpoint import task_writes
 from langgraph_memory_plus.checkpoint.lists import PAGE_SIZE
+from langgraph_memory_plus.checkpoint.postgres import plans as pg_plans
 from langgraph_memory_plus.checkpoint.postgres.schema import MIGRATIONS
-from langgraph_memory_plus.errors import InvalidConfigError
+from langgraph_memory_plus.errors import InvalidConfigError, ValueTooLargeError
 
 pytestmark = pytest.mark.storage
 
@@ -1938,6 +1939,29 @@ async def test_a_tasks_writes_are_one_row(open_saver: Any, schema: str, admin: A
             ("task", "b", 2),
             ("task", "c", 3),
         ]
+
+
+async def test_writes_merged_over_the_limit_are_refused_and_the_stored_ones_kept(
+    open_saver: Any, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task's record merged with a later call's writes is checked against the limit
+    again (each call alone fits), and a refused merge leaves the stored record as it was.
+    The limit is lowered to 64 KiB instead of allocating a gigabyte; the check is the
+    same."""
+    limit = 64 * 1024
+    monkeypatch.setattr(pg_plans, "MAX_STATEMENT_BYTES", limit)
+    # incompressible, each alone under the limit, together over it
+    first, second = os.urandom(limit * 3 // 5), os.urandom(limit * 3 // 5)
+    async with open_saver(schema) as ops:
+        [stored] = await put_chain(ops, "t", 1, writes=False)
+        await ops.put_writes(stored, [("first", first)], "task")
+        with pytest.raises(ValueTooLargeError, match=f"at most {limit} bytes") as info:
+            await ops.put_writes(stored, [("first", b"retried"), ("second", second)], "task")
+        assert "task 'task'" in str(info.value) and info.value.size > limit
+        await ops.put_writes(stored, [("first", b"retried"), ("third", 3)], "task")
+        tup = await ops.get_tuple(cfg("t"))
+        assert tup is not None
+        assert tup.pending_writes == [("task", "first", first), ("task", "third", 3)]
 
 
 async def test_migrations_from_the_first_layout_keep_what_was_stored(

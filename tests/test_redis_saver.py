@@ -1395,6 +1395,30 @@ async def test_a_value_over_the_limit_is_refused_naming_it_before_anything_is_wr
         assert tup is not None and tup.pending_writes == []
 
 
+async def test_writes_merged_over_the_limit_are_refused_and_the_stored_ones_kept(
+    space: Space, flavour: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task's second ``put_writes`` merges into its record inside the script (a write at
+    an index the record already holds keeps its first value; one at a new index is
+    added). A merged record over the limit is refused there, although each call alone
+    fits, and the stored record stays as it was. The limit is lowered to 64 KiB, as
+    above."""
+    limit = 64 * 1024
+    monkeypatch.setattr(RedisCheckpointPlans, "max_value_bytes", limit)
+    # incompressible, each alone under the limit, together over it
+    first, second = os.urandom(limit * 3 // 5), os.urandom(limit * 3 // 5)
+    async with space.open(flavour) as ops:
+        [stored] = await put_chain(ops, "t", 1, writes=0)
+        await ops.put_writes(stored, [("first", first)], "task")
+        with pytest.raises(ValueTooLargeError, match=f"at most {limit} bytes") as info:
+            await ops.put_writes(stored, [("first", b"retried"), ("second", second)], "task")
+        assert "task 'task'" in str(info.value) and info.value.size > limit
+        await ops.put_writes(stored, [("first", b"retried"), ("third", 3)], "task")
+        tup = await ops.get_tuple(stored)
+        assert tup is not None
+        assert tup.pending_writes == [("task", "first", first), ("task", "third", 3)]
+
+
 # --------------------------------------------------------------------------------------------
 # Drop-in behaviour: the same calls on InMemorySaver and on ours give the same answers
 # --------------------------------------------------------------------------------------------

@@ -384,14 +384,17 @@ return 1
 """
 
 # ARGV: ttl_ms, thread_id, ns, checkpoint_id, task_id, the task's record (see
-# merge_writes; its writes already deduplicated).
+# merge_writes; its writes already deduplicated), the largest record allowed.
+# Reply: 1 stored, 0 refused (deleted thread), or {size} when the record merged with
+# what an earlier call stored would be larger than allowed (nothing is written then).
 PUT_WRITES = r"""
 local ttl, thread_id, ns, cid, task_id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local record = ARGV[6]
+local record, max_bytes = ARGV[6], tonumber(ARGV[7])
 if not may_write(ns, cid) then return 0 end
 local field = ns .. '\0' .. cid .. '\0' .. task_id
 local stored = redis.call('HGET', K_WRITES, field)
 if stored then record = merge_writes(stored, record) end
+if #record > max_bytes then return {#record} end
 redis.call('HSET', K_WRITES, field, record)
 redis.call('ZADD', K_WIDX, 0, field)
 redis.call('HSET', K_THREAD, 'id', thread_id)

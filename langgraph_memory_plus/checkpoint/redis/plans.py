@@ -384,12 +384,9 @@ class RedisCheckpointPlans:
         # One call's duplicates merge here; the script merges what an earlier call stored.
         merged = task_writes.merge([], task_writes.of_encoded(writes))
         record = _netstrings([_utf8(writes[0].task_path)]) + task_writes.pack(merged)
+        what = f"the pending writes of task {task_id!r} together"
         if len(record) > self.max_value_bytes:
-            raise ValueTooLargeError(
-                f"the pending writes of task {task_id!r} together",
-                len(record),
-                self.max_value_bytes,
-            )
+            raise ValueTooLargeError(what, len(record), self.max_value_bytes)
         args: list[bytes | str | int] = [
             self._ttl_ms,
             _utf8(target.thread_id),
@@ -397,8 +394,11 @@ class RedisCheckpointPlans:
             _no_nul(target.checkpoint_id, "checkpoint_id"),
             _no_nul(task_id, "task_id"),
             record,
+            self.max_value_bytes,
         ]
-        yield Eval("put_writes", self.keys(target.thread_id), args)
+        reply = yield Eval("put_writes", self.keys(target.thread_id), args)
+        if isinstance(reply, list):  # merged with an earlier call's writes: too large
+            raise ValueTooLargeError(what, int(reply[0]), self.max_value_bytes)
 
     def delta_history(
         self, codec: CheckpointCodec, target: Target, channels: Sequence[str]
