@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # benchmarks/ is not installed; it lives beside tests/
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import floor, workloads  # noqa: E402
 from benchmarks import run as bench  # noqa: E402
-from benchmarks import workloads  # noqa: E402
 
 pytestmark = pytest.mark.storage
 
@@ -130,6 +130,28 @@ def test_smoke_run_reports_every_section(
         assert list(client.scan_iter(match=f"lgmpb{run_id}*", count=1000)) == []
     finally:
         client.close()
+
+
+def test_floor_counts_the_calls_and_bounds_from_its_parts(
+    pg_url: str, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m benchmarks.floor`` at tiny sizes: LangGraph's calls per chat turn are
+    what the chat graph makes (1 get_tuple, 4 puts, 3 put_writes), and each bound is
+    ``1 / (runtime + calls x bare round trip)``, from numbers it measured."""
+    out = floor.main(
+        ["--pg", pg_url, "--redis", redis_url, "--threads", "2", "--rounds", "1",
+         "--calls", "80"]
+    )  # fmt: skip
+    assert floor.calls_per_turn() == {"get_tuple": 1.0, "put": 4.0, "put_writes": 3.0}
+    assert out["calls/turn"] == 8
+    for backend in ("pg", "redis"):
+        per_call_ms = out[f"bare {backend} us/call"] / 1000.0
+        assert per_call_ms > 0
+        bound = 1000.0 / (out["runtime cpu ms/turn"] + 8 * per_call_ms)
+        assert math.isclose(out[f"bound {backend} turns/s"], bound)
+        assert math.isclose(out[f"bound {backend} vs official"], bound / out["official turns/s"])
+    assert out["ceiling turns/s"] > 0 and out["official turns/s"] > 0
+    assert "saver calls per turn" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("kind", workloads.TEXTS)
