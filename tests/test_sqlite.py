@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langgraph.store.base import PutOp
+from langgraph.store.base import GetOp, PutOp
 
 # Backend-neutral saver tests, run here against SQLite (see the module docstring).
 from test_postgres_saver import (  # noqa: F401
@@ -396,14 +396,26 @@ async def test_store_ttl_is_data_and_the_sweep_reclaims_items_and_vectors(
     path = tmp_path / "store.db"
     async with open_store(ttl={"default_ttl": 0.01}, index=INDEX) as ops:  # 0.6 seconds
         await ops.call("put", ("t", "short"), "k", {"text": "abc"})
+        await ops.call("put", ("t", "again"), "k", {"v": 1})
         await ops.call("put", ("t", "keep"), "k", {"text": "abc"}, ttl=None)
         await asyncio.sleep(1.0)
+        # Written over its expired row an item starts anew; over a live one it keeps created_at.
+        await ops.call("put", ("t", "again"), "k", {"v": 2}, ttl=None)
+        await ops.call("put", ("t", "keep"), "k", {"text": "abc"}, ttl=None)
+        again, kept = await ops.call(
+            "batch", [GetOp(("t", "again"), "k"), GetOp(("t", "keep"), "k")]
+        )
+        assert again.created_at == again.updated_at and kept.created_at < kept.updated_at
         assert await ops.call("get", ("t", "short"), "k") is None
-        assert keys(await ops.call("search", ("t",), query="abc")) == ["k"]
-        assert await ops.call("list_namespaces") == [("t", "keep")]
+        found = await ops.call("search", ("t",), query="abc")
+        assert [item.namespace for item in found] == [("t", "keep"), ("t", "again")]
+        assert await ops.call("list_namespaces") == [("t", "again"), ("t", "keep")]
         assert query(path, "SELECT count(*) FROM lgmp_store_vectors") == [(2,)]
         assert await ops.admin("sweep_ttl") == 1
-        assert query(path, "SELECT prefix FROM lgmp_store") == [("t.keep",)]
+        assert query(path, "SELECT prefix FROM lgmp_store ORDER BY prefix") == [
+            ("t.again",),
+            ("t.keep",),
+        ]
         assert query(path, "SELECT count(*) FROM lgmp_store_vectors") == [(1,)]
 
 

@@ -483,6 +483,23 @@ LISTINGS: list[dict[str, Any]] = [
 ]
 
 
+# Several prefix conditions in one op (only ``batch`` takes more than one): the longest
+# literal head becomes the scanned range, and the label tests it implies are left out.
+CONDITIONS: list[tuple[MatchCondition, ...]] = [
+    (MatchCondition("prefix", ("a",)), MatchCondition("prefix", ("a", "b"))),
+    (MatchCondition("prefix", ("a", "b")), MatchCondition("prefix", ("a", "c"))),
+    (MatchCondition("prefix", ("a", "b")), MatchCondition("prefix", ("b",))),
+    (MatchCondition("prefix", ("a",)), MatchCondition("prefix", ("a", "b", "*"))),
+    (MatchCondition("prefix", ("a", "*", "d")), MatchCondition("prefix", ("a", "b"))),
+    (MatchCondition("prefix", ("*", "b")), MatchCondition("prefix", ("a",))),
+    (MatchCondition("prefix", ("a", "b")), MatchCondition("suffix", ("b",))),
+    (MatchCondition("prefix", ("a", "b")), MatchCondition("suffix", ("a", "b"))),
+    (MatchCondition("prefix", ("a", "b", "c")), MatchCondition("suffix", ("c",))),
+    (MatchCondition("prefix", ("a",)), MatchCondition("suffix", ("a", "*"))),
+    (MatchCondition("prefix", ("a",)), MatchCondition("suffix", ("c",))),
+]
+
+
 async def test_list_namespaces_matches_in_memory_store(open_store: OpenStore) -> None:
     ref = InMemoryStore()
     async with open_store() as ops:
@@ -493,9 +510,12 @@ async def test_list_namespaces_matches_in_memory_store(open_store: OpenStore) ->
             assert await ops.call("list_namespaces", **kwargs) == ref.list_namespaces(**kwargs), (
                 kwargs
             )
-        both = (MatchCondition("prefix", ("a",)), MatchCondition("suffix", ("c",)))
-        op = ListNamespacesOp(match_conditions=both, limit=10)
-        assert (await ops.call("batch", [op]))[0] == ref.batch([op])[0]
+        listings = [
+            ListNamespacesOp(match_conditions=conditions, max_depth=depth, limit=20)
+            for conditions in CONDITIONS
+            for depth in (None, 2)
+        ]
+        assert await ops.call("batch", listings) == ref.batch(listings)
         with pytest.raises(InvalidConfigError):
             await ops.call(
                 "batch", [ListNamespacesOp(match_conditions=(MatchCondition("middle", ("a",)),))]
@@ -837,6 +857,44 @@ async def test_nul_and_escape_characters_round_trip(
         assert await ops.call("list_namespaces") == [("nul", "\x01label")]
         raw = admin.execute(f'SELECT value::text FROM "{schema}".lgmp_store').fetchall()
         assert all("\\u0000" not in r[0] for r in raw)
+
+
+async def test_one_put_stores_what_a_batch_of_puts_stores(
+    open_store: OpenStore, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    """A single put is sent as one row of scalars, several as arrays: the rows agree."""
+    items: list[tuple[str, dict[str, Any], float | None]] = [
+        ("plain", {"text": 'a "quoted", {braced} \\ value', "n": 1.5}, None),
+        ("nul", {"a": "x\x00y", "\x01": ["\x00"]}, None),
+        ("ttl", {"v": [1, None, True]}, 5.0),
+        ("null", {"NULL": None}, 0.5),
+    ]
+
+    def stored(prefix: str) -> list[tuple[Any, ...]]:
+        return admin.execute(
+            "SELECT key, value::text, escaped, ttl_minutes, expires_at - updated_at, "
+            f'created_at = updated_at FROM "{schema}".lgmp_store WHERE prefix = %s ORDER BY key',
+            [prefix],
+        ).fetchall()
+
+    async with open_store() as ops:
+        for key, value, ttl in items:
+            await ops.call("put", ("one",), key, value, ttl=ttl)
+        await ops.call("batch", [PutOp(("many",), k, v, ttl=t) for k, v, t in items])
+        assert stored("one") == stored("many")
+        assert len(stored("one")) == len(items)
+        for key, value, _ in items:
+            assert (await ops.call("get", ("one",), key)).value == value
+        # Updates through either path keep created_at and replace the rest.
+        await ops.call("put", ("one",), "ttl", {"v": 2}, ttl=None)
+        await ops.call("put", ("one",), "null", {"v": 3})
+        await ops.call(
+            "batch",
+            [PutOp(("many",), "ttl", {"v": 2}, ttl=None), PutOp(("many",), "null", {"v": 3})],
+        )
+        assert stored("one") == stored("many")
+        fresh = {row[0]: row[5] for row in stored("one")}
+        assert fresh == {"nul": True, "null": False, "plain": True, "ttl": False}
 
 
 async def test_numbers_keep_their_type_and_value(open_store: OpenStore) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 from ..._plan import Plan
 from ..._sqlite import Query, Rows, migrate
 from ..base import GetRequest, ListRequest, Namespace, SearchRequest, WriteRequest, conflict_error
+from ..columns import INSERTED, READ, replace_existing
 from ..filters import holds
 from ..namespaces import namespace_of, prefix_text
 from ..values import VersionedItem, VersionedSearchItem, decode_value, escape_text, unescape_text
@@ -46,9 +47,6 @@ SCAN_CHUNK = 1000
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 LIVE = "(s.expires_at IS NULL OR s.expires_at > :now)"
-COLUMNS = (
-    "s.prefix, s.key, s.value, s.escaped, s.version, s.created_at, s.updated_at, s.ttl_minutes"
-)
 ADDRESSES = (
     "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:addresses)"
 )
@@ -149,8 +147,7 @@ class SqliteStorePlans:
     def get(self, requests: list[GetRequest]) -> Plan[Query, list[VersionedItem | None]]:
         now = time.time()
         rows: Rows = yield Query(
-            f"SELECT {COLUMNS} FROM lgmp_store s "
-            f"WHERE (s.prefix, s.key) IN ({ADDRESSES}) AND {LIVE}",
+            f"SELECT {READ} FROM lgmp_store s WHERE (s.prefix, s.key) IN ({ADDRESSES}) AND {LIVE}",
             {"addresses": _addresses(requests), "now": now},
             fetch=True,
         )
@@ -173,7 +170,7 @@ class SqliteStorePlans:
             params["limit"] = min(request.limit, MAX_COUNT)
             params["offset"] = min(request.offset, MAX_COUNT)
             rows: Rows = yield Query(
-                f"SELECT {COLUMNS} FROM lgmp_store s WHERE {where} "
+                f"SELECT {READ} FROM lgmp_store s WHERE {where} "
                 "ORDER BY s.version DESC LIMIT :limit OFFSET :offset",
                 params,
                 fetch=True,
@@ -195,7 +192,7 @@ class SqliteStorePlans:
         below = ""
         while len(page) < request.limit:
             rows: Rows = yield Query(
-                f"SELECT {COLUMNS} FROM lgmp_store s WHERE {where} {below} "
+                f"SELECT {READ} FROM lgmp_store s WHERE {where} {below} "
                 "ORDER BY s.version DESC LIMIT :chunk",
                 {**params, "chunk": size},
                 fetch=True,
@@ -221,7 +218,7 @@ class SqliteStorePlans:
         """Every candidate scored exactly, best first; unscored items after, newest first."""
         assert request.query is not None
         rows: Rows = yield Query(
-            f"SELECT {COLUMNS} FROM lgmp_store s WHERE {where}", params, fetch=True
+            f"SELECT {READ} FROM lgmp_store s WHERE {where}", params, fetch=True
         )
         vectors: Rows = yield Query(
             f"""SELECT v.prefix, v.key, v.embedding, v.norm FROM lgmp_store_vectors v
@@ -307,17 +304,11 @@ class SqliteStorePlans:
             clock: Rows = yield Query("SELECT version FROM lgmp_store_clock", fetch=True)
             first = int(clock[0][0]) - len(puts) + 1
             yield Query(
-                """
-                INSERT INTO lgmp_store (prefix, key, value, escaped, version, created_at,
-                    updated_at, expires_at, ttl_minutes)
+                f"""
+                INSERT INTO lgmp_store ({INSERTED})
                 VALUES (:prefix, :key, :value, :escaped, :version, :now_us, :now_us, :expires,
                     :ttl)
-                ON CONFLICT (prefix, key) DO UPDATE SET value = excluded.value,
-                    escaped = excluded.escaped, version = excluded.version,
-                    created_at = CASE WHEN lgmp_store.expires_at <= :now
-                        THEN excluded.created_at ELSE lgmp_store.created_at END,
-                    updated_at = excluded.updated_at, expires_at = excluded.expires_at,
-                    ttl_minutes = excluded.ttl_minutes""",
+                {replace_existing("lgmp_store", ":now")}""",
                 [
                     {
                         "prefix": prefix_text(r.namespace),
