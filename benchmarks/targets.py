@@ -241,7 +241,7 @@ class RedisStorage(Storage):
             if self.drop_indexes:
                 for name in self.client.execute_command("FT._LIST"):
                     text = name.decode() if isinstance(name, bytes) else str(name)
-                    if text.startswith(self.marker):
+                    if text.startswith(f"{self.marker}_"):  # not those of marker + digits
                         self.client.execute_command("FT.DROPINDEX", text)
         finally:
             self.client.close()
@@ -283,7 +283,8 @@ def make_storage(target: Target, env: Env) -> Storage:
     if target.backend == "redis-stack":
         if not env.redis_stack:
             raise RuntimeError(f"{target.name} needs --redis-stack")
-        return RedisStorage(env.redis_stack, marker, f"*{marker}*", drop_indexes=True)
+        # the saver's keys start with "<marker>_", its thread ids with "<marker>-"
+        return RedisStorage(env.redis_stack, marker, f"*{marker}[-_]*", drop_indexes=True)
     return MemoryStorage(marker)
 
 
