@@ -52,7 +52,9 @@ from test_store_postgres import (  # noqa: F401
     _visit,
     embed,
     keys,
+    numeric_truth,
     poll,
+    reference_matches,
     same,
     test_bad_filters_raise_clear_errors,
     test_bad_index_options,
@@ -79,8 +81,16 @@ from test_store_postgres import (  # noqa: F401
 from langgraph_memory_plus._redis import Eval
 from langgraph_memory_plus.errors import ConflictError, InvalidConfigError
 from langgraph_memory_plus.store import ConditionalPutOp, InvalidValueError
+from langgraph_memory_plus.store.filters import parse_filter
 from langgraph_memory_plus.store.redis import AsyncRedisStore, RedisStore
-from langgraph_memory_plus.store.redis.plans import LIST_PAGE, RedisStorePlans
+from langgraph_memory_plus.store.redis.lua import SCRIPTS, TOMBSTONE_MS
+from langgraph_memory_plus.store.redis.plans import (
+    LIST_PAGE,
+    RedisStorePlans,
+    encode_namespace,
+    filter_args,
+    split_id,
+)
 
 pytestmark = pytest.mark.storage
 
@@ -259,6 +269,154 @@ async def test_cluster_spreads_shards_over_its_nodes(space: Space) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# Filters evaluated by the search script (FILTER in the Lua scripts)
+# --------------------------------------------------------------------------------------------
+
+# Where the script's view of a value (cjson's) differs from Python's: [] and {} alike,
+# integers past 2**53 and past a double, text only float() reads; and plain values.
+PUSHDOWN_VALUES: list[dict[str, Any]] = [
+    {"n": 12, "tag": "x", "flag": True, "nested": {"a": 1, "b": [1, 2]}, "list": [1, "two"]},
+    {"n": 12.0, "tag": "y", "flag": 1, "nested": {}, "list": []},
+    {"n": "12", "tag": None, "flag": 1.0, "nested": [], "list": {}},
+    {"n": " 12 ", "tag": "", "flag": False, "nested": {"a": True}},
+    {"n": "1_2", "tag": "x\x00z", "flag": 0, "list": [True, "two"]},
+    {"n": "\u0661\u0662", "tag": "\u00e9"},
+    {"n": "inf", "tag": {"k": 0}},
+    {"n": "-Infinity", "tag": {"k": False}},
+    {"n": "nan", "tag": {}},
+    {"n": "1e400", "tag": []},
+    {"n": 2**53 + 1, "tag": 2**53 + 1},
+    {"n": 2**70, "tag": 2**70},
+    {"n": 10**400, "tag": 1.5},
+    {"n": True, "tag": 1},
+    {"n": None, "tag": [1, [2, {}]]},
+    {"n": [12], "tag": {"k": 0, "j": None}},
+    {"n": {"v": 12}, "tag": "X"},
+    {"n": "0x10", "flag": "true"},
+    {"n": "\t7\n", "tag": "x"},
+    {"n": "1e2", "tag": 12},
+    {"n": -0.0, "tag": 0},
+    {"n": 1e300, "tag": 9007199254740992.0},
+    {"n": "-.5e1", "tag": [1]},
+    {},
+]
+
+PUSHDOWN_FILTERS: list[dict[str, Any]] = [
+    {"tag": "x"},
+    {"tag": None},
+    {"tag": {"$ne": None}},
+    {"tag": {"$ne": "x"}},
+    {"tag": 1},
+    {"tag": 1.5},
+    {"tag": 0},
+    {"tag": 2**53 + 1},
+    {"tag": {"$eq": 2**70}},
+    {"tag": 9007199254740992},
+    {"tag": []},
+    {"tag": {}},
+    {"tag": {"$eq": {}}},
+    {"tag": {"$eq": []}},
+    {"tag": {"$ne": []}},
+    {"tag": {"k": 0}},
+    {"tag": {"$eq": {"k": False, "j": None}}},
+    {"tag": [1, [2, {}]]},
+    {"tag": [{"$gte": 1}]},
+    {"tag": "x\x00z"},
+    {"tag": "\u00e9"},
+    {"tag": "\ud800"},
+    {"flag": True},
+    {"flag": {"$ne": 1}},
+    {"nested": {"a": 1}},
+    {"nested": {}},
+    {"nested": []},
+    {"list": []},
+    {"list": {"$eq": {}}},
+    {"list": [1, "two"]},
+    {"n": {"$gt": 10}},
+    {"n": {"$gte": 12, "$lte": 12}},
+    {"n": {"$lt": 0}},
+    {"n": {"$gt": 1e300}},
+    {"n": {"$gt": 2**53}},
+    {"n": {"$gt": float("nan")}},
+    {"n": {"$lt": float("inf")}},
+    {"missing": None},
+    {"missing": {"$ne": None}},
+    {"tag": "x", "n": {"$gt": 5}},
+]
+
+
+def expected_matches(flt: dict[str, Any]) -> set[int]:
+    """InMemoryStore's answer; where it raises, the documented rule (filters.holds)."""
+    found = reference_matches(PUSHDOWN_VALUES, flt)
+    return numeric_truth(PUSHDOWN_VALUES, flt) if found is None else found
+
+
+async def test_filtered_pages_agree_with_in_memory_store(open_store: OpenStore) -> None:
+    """The script stops a shard at offset+limit matches, past items it must leave to
+    Python and expired ones: on one shard and across three, every page is the slice of
+    the whole result, which is newest first and InMemoryStore's."""
+    homes = [("p", "a"), ("p", "b"), ("p", "c", "d")]
+    async with open_store() as ops:
+        for rnd in range(2):
+            for i, value in enumerate(PUSHDOWN_VALUES):
+                home = homes[(i + rnd) % len(homes)]
+                await ops.call("put", home, f"{rnd}-{i}", value, ttl=None)
+                await ops.call("put", home, f"{rnd}-{i}-gone", value, ttl=0.002)
+        await asyncio.sleep(0.5)  # the "-gone" twins have expired, unswept
+        for flt in PUSHDOWN_FILTERS:
+            matching = expected_matches(flt)
+            for prefix in [("p",), ("p", "a"), ("p", "c")]:
+                full = await ops.call("search", prefix, filter=flt, limit=1000)
+                expected = {
+                    f"{rnd}-{i}"
+                    for rnd in range(2)
+                    for i in matching
+                    if homes[(i + rnd) % len(homes)][: len(prefix)] == prefix
+                }
+                assert set(keys(full)) == expected, (flt, prefix)
+                versions = [item.version for item in full]
+                assert versions == sorted(versions, reverse=True), (flt, prefix)
+                pages = [
+                    keys(await ops.call("search", prefix, filter=flt, limit=3, offset=offset))
+                    for offset in range(0, len(full) + 3, 3)
+                ]
+                assert [k for page in pages for k in page] == keys(full), (flt, prefix)
+
+
+async def test_filtered_search_script_sends_only_the_page(
+    open_store: OpenStore, space: Space
+) -> None:
+    """Without modules there is no index, but the script stops at the page's matches
+    and sends only them, plus the items only Python can decide, flagged for it."""
+    namespace = ("u", "1")
+    kinds = ["fact", "preference", "episode", "note"]
+    async with open_store() as ops:
+        values = [{"kind": kinds[i % 4], "n": "1_000" if i % 10 == 9 else i} for i in range(200)]
+        await ops.call("batch", [PutOp(namespace, f"k{i:03}", v) for i, v in enumerate(values)])
+        shard = plans(ops).shard(namespace)
+        script = space.admin.register_script(SCRIPTS["search"])
+
+        def run(flt: dict[str, Any] | None, want: int) -> list[tuple[int, bytes]]:
+            """(item number, sure flag) of what the script sends back for one shard."""
+            head = [0, *filter_args(parse_filter(flt))]
+            entry = (shard, [encode_namespace(namespace), want])
+            call = plans(ops).call("search", [entry], [0], head)
+            (reply,) = script(keys=call.keys, args=call.args)
+            ids, sure = reply[::3], reply[2::3]
+            return [(int(split_id(i)[1][1:]), f) for i, f in zip(ids, sure, strict=True)]
+
+        facts = [i for i in reversed(range(200)) if i % 4 == 0][:10]
+        assert run({"kind": "fact"}, 10) == [(i, b"1") for i in facts]
+        assert run({"kind": "nothing"}, 10) == []  # read through, nothing sent
+        assert run(None, 3) == [(199, b"1"), (198, b"1"), (197, b"1")]
+        # "1_000" is a number to float() only: such items ride along flagged, uncounted.
+        assert run({"n": {"$gt": 150}}, 5) == [
+            (199, b"0"), (198, b"1"), (197, b"1"), (196, b"1"), (195, b"1"), (194, b"1")
+        ]  # fmt: skip
+        assert run({"n": {"$gt": 150}, "kind": "fact"}, 2) == [(196, b"1"), (192, b"1")]
+
+
+# --------------------------------------------------------------------------------------------
 # TTL: expiry as data, refresh on read, the sweeper
 # --------------------------------------------------------------------------------------------
 
@@ -378,9 +536,8 @@ async def test_a_shard_closed_while_a_writer_enrolls_it_stays_registered(
     with RedisStore.from_conn_string(space.url, key_prefix=space.prefix) as other:
         async with open_store() as ops:
             await ops.call("put", ("users", "u9"), "old", {"v": 0})
-            await ops.call("delete", ("users", "u9"), "old")
-            other.sweep_ttl()  # closes the emptied shard: the next put must enroll it
-            assert registered(space, ops) == []
+            await ops.call("delete", ("users", "u9"), "old")  # closes the emptied shard
+            assert registered(space, ops) == []  # the next put must enroll it
             ran: list[int] = []
             seen = intercept(
                 ops,
@@ -539,6 +696,49 @@ async def test_delete_namespace_count_and_erasure(open_store: OpenStore, space: 
             await ops.call("delete_namespace", ())
         with pytest.raises(InvalidNamespaceError):
             await ops.call("count", ("a.b",))
+
+
+async def test_storage_returns_to_zero_when_every_item_is_gone(
+    open_store: OpenStore, space: Space
+) -> None:
+    """Deleting the last items (one by one, in a batch, by delete_namespace) or letting
+    them expire and sweeping them leaves no key behind, the registry's included, but
+    each closed shard's meta hash, which expires: nothing stays forever. A shard
+    written again is enrolled with a later epoch than any it had."""
+
+    def only_tombstones() -> None:
+        left = {key: space.admin.pttl(key) for key in space.scan_keys()}
+        assert left, "closed shards keep a tombstone"
+        assert all(k.endswith(b":meta") and 0 < t <= TOMBSTONE_MS for k, t in left.items()), left
+
+    def epoch(namespace: tuple[str, ...]) -> int:
+        return int(space.admin.hget(registry_key(ops, "epoch"), encode_namespace(namespace)))
+
+    namespaces = [("users", "u1"), ("users", "u1", "notes"), ("users", "u2"), ("solo",)]
+    async with open_store(index=INDEX) as ops:
+        for namespace in namespaces:
+            await ops.call("put", namespace, "a", {"text": "abc"})
+            await ops.call("put", namespace, "b", {"text": "def"}, ttl=10)
+        first = epoch(("users", "u1"))
+        for namespace in namespaces[:2]:
+            await ops.call("delete", namespace, "a")
+            await ops.call("delete", namespace, "b")
+        await ops.call("batch", [PutOp(ns, k, None) for ns in namespaces[2:] for k in "ab"])
+        only_tombstones()
+        assert await ops.call("list_namespaces") == [] and await ops.call("count") == 0
+
+        await ops.call("put", ("users", "u1"), "c", {"text": "abc"})
+        assert registered(space, ops) == [("users", "u1")]
+        assert epoch(("users", "u1")) > first
+        assert await ops.call("delete_namespace", ("users",)) == 1
+        only_tombstones()
+
+        await ops.call("put", ("users", "u3"), "t", {"text": "abc"}, ttl=0.002)
+        await ops.call("put", ("users", "u3", "x"), "t", {"text": "abc"}, ttl=0.002)
+        await asyncio.sleep(0.3)
+        assert await ops.admin("sweep_ttl") == 2
+        only_tombstones()
+        assert (await ops.call("search", ("users",), query="abc")) == []
 
 
 async def test_list_namespaces_stops_early_and_skips_folded_subtrees(

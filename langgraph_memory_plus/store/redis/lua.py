@@ -8,7 +8,7 @@ Two kinds of script, never mixed (see :mod:`.plans` for the key layout and its r
   shard's arguments. Each script is one atomic step.
 - *Registry scripts* work on the four registry keys of the store (one hash slot of their
   own): the lexicographic index of shards, the due index for the TTL sweeper, the
-  per-shard epochs, and the sequence the epochs are drawn from.
+  per-shard epochs, and the last epoch given.
 
 Times are the server's (``TIME``), in microseconds since the epoch: exact in Lua's
 doubles until the year 2255. Numbers leave a script formatted with ``%.0f``, since Lua
@@ -298,11 +298,160 @@ return each_shard(function(s)
 end)
 """
 
-# ARGV: vectors (0/1), shard count; per shard: the namespace prefix and how many of the
-# newest live items under it to return ('' all). Reply: per shard, (id, record[, vectors])
-# of live items under the prefix, newest first.
+# Search filters, evaluated where the items are so that a filtered page reads only as
+# far as its matches and sends only them. The plans compile a filter (``filter_args``)
+# into ARGV tokens, one node each: its tag, then what the tag needs:
+#
+# - conditions: 'F' n (key, condition)*n (a dict's fields), 'L' n condition*n (a list's
+#   elements), 'A' n condition*n (all of), 'E' / 'N' operand (== / !=), '$gt' '$gte'
+#   '$lt' '$lte' number, 'U' (a part Lua cannot decide exactly);
+# - operands: 'z' (null), 'n' number (booleans are 0/1: True == 1 in Python), 's' text,
+#   'l' n operand*n, 'd' n (key, operand)*n.
+#
+# A test answers true, false, or nil where Lua cannot tell what Python's filters.holds
+# would: cjson decodes [] and {} alike and integers past 2^53 inexactly, and float()
+# reads text that tonumber() does not ('1_000', Unicode digits, 'inf'). The client
+# decides those items itself.
+FILTER = r"""
+-- One node of a compiled filter ('' for no filter: nil).
+local function read_node()
+  local n = {k = arg()}
+  local k = n.k
+  if k == '' then return nil end
+  if k == 'E' or k == 'N' then
+    n.o = read_node()
+  elseif k == 'F' or k == 'd' then
+    n.items = {}
+    for i = 1, tonumber(arg()) do n.items[i] = {arg(), read_node()} end
+  elseif k == 'L' or k == 'A' or k == 'l' then
+    n.items = {}
+    for i = 1, tonumber(arg()) do n.items[i] = read_node() end
+  elseif k == 's' then
+    n.v = arg()
+  elseif k ~= 'z' and k ~= 'U' then
+    n.v = tonumber(arg()) -- 'n' and the order operators
+  end
+  return n
+end
+
+-- What a decoded value is to Python: 'z' None (missing, or cjson.null), 'n' a number or
+-- bool, 's' text, 'l' a list, 'd' a dict, 'e' an empty list or dict (cjson can't tell).
+local function kind(v)
+  local t = type(v)
+  if t == 'number' or t == 'boolean' then return 'n' end
+  if t == 'string' then return 's' end
+  if t ~= 'table' then return 'z' end
+  local key = next(v)
+  if key == nil then return 'e' end
+  if type(key) == 'number' then return 'l' end
+  return 'd'
+end
+
+-- Three-valued "all": false at the first false test(x, i), else nil if any was nil.
+local function every(list, test)
+  local out = true
+  for i, x in ipairs(list) do
+    local r = test(x, i)
+    if r == false then return false end
+    if r == nil then out = nil end
+  end
+  return out
+end
+
+-- Python's value == operand.
+local function eq(o, v)
+  local k = kind(v)
+  if o.k == 'n' then
+    if k ~= 'n' then return false end
+    if v == true then v = 1 elseif v == false then v = 0 end
+    return v == o.v -- exact: o.v < 2^53, and no value >= 2^53 decodes below it
+  end
+  if k == 'e' and (o.k == 'l' or o.k == 'd') then
+    if #o.items == 0 then return nil end
+    return false
+  end
+  if k ~= o.k then return false end
+  if k == 's' then return v == o.v end
+  if k == 'l' then
+    if #v ~= #o.items then return false end
+    return every(o.items, function(x, i) return eq(x, v[i]) end)
+  end
+  if k == 'd' then
+    local size = 0
+    for _ in pairs(v) do size = size + 1 end
+    if size ~= #o.items then return false end
+    return every(o.items, function(f)
+      if v[f[1]] == nil then return false end
+      return eq(f[2], v[f[1]])
+    end)
+  end
+  return true -- both None
+end
+
+-- Python's float(v) for the order operators: a number, false where float() raises.
+local function number(v)
+  local t = type(v)
+  if t == 'boolean' then return v and 1 or 0 end
+  if t == 'number' then
+    if v - v ~= 0 then return nil end -- an integer too large for a double
+    return v
+  end
+  if t ~= 'string' then return false end
+  if string.find(v, '[_\128-\255]') then return nil end
+  local s = string.match(v, '^%s*(%S+)%s*$') -- float() strips the same ASCII spaces
+  if not s then return false end
+  local m = string.match(s, '^[+-]?([%d.]+)[eE][+-]?%d+$') or string.match(s, '^[+-]?([%d.]+)$')
+  if m and string.find(m, '%d') and not string.find(m, '%..*%.') then return tonumber(s) end
+  local word = string.lower(string.match(s, '^[+-]?(.*)$'))
+  if word == 'inf' or word == 'infinity' or word == 'nan' then return nil end
+  return false
+end
+
+local function holds(c, v)
+  local k = c.k
+  if k == 'E' then return eq(c.o, v) end
+  if k == 'N' then
+    local r = eq(c.o, v)
+    if r == nil then return nil end
+    return not r
+  end
+  if k == 'A' then return every(c.items, function(x) return holds(x, v) end) end
+  if k == 'F' then
+    local vk = kind(v)
+    if vk ~= 'd' and vk ~= 'e' then return false end
+    local r = every(c.items, function(f) return holds(f[2], v[f[1]]) end)
+    if vk == 'e' and r ~= false then return nil end -- true for {}, false for []
+    return r
+  end
+  if k == 'L' then
+    if kind(v) == 'e' and #c.items == 0 then return nil end -- true for [], false for {}
+    if kind(v) ~= 'l' or #v ~= #c.items then return false end
+    return every(c.items, function(x, i) return holds(x, v[i]) end)
+  end
+  if k == 'U' then return nil end
+  local x = number(v)
+  if not x then return x end
+  if k == '$gt' then return x > c.v end
+  if k == '$gte' then return x >= c.v end
+  if k == '$lt' then return x < c.v end
+  return x <= c.v
+end
+
+-- Whether an item record's value satisfies the filter (nil: the client must decide).
+local function matches(filter, rec)
+  local ok, value = pcall(cjson.decode, string.sub(rec, string.find(rec, '\n', 1, true) + 1))
+  if not ok then return nil end
+  return holds(filter, value)
+end
+"""
+
+# ARGV: vectors (0/1), the filter (see FILTER), shard count; per shard: the namespace
+# prefix and how many of the newest matching live items under it to return ('' all).
+# Reply: per shard, (id, record, sure[, vectors]) of the live items under the prefix
+# that match ('1') or that the filter leaves to the client ('0'), newest first.
 SEARCH = r"""
 local with_vec = arg() == '1'
+local filter = read_node()
 return each_shard(function(s)
   local pre, k = id_prefix(arg()), arg()
   local want = nil
@@ -314,11 +463,19 @@ return each_shard(function(s)
     start = start + #ids
     for _, id in ipairs(ids) do
       if starts(id, pre) and live(s, id, NOW) then
-        found[#found + 1] = id
-        found[#found + 1] = redis.call('HGET', s.items, id)
-        if with_vec then found[#found + 1] = redis.call('HGET', s.vecs, id) or '' end
-        count = count + 1
-        if want and count >= want then break end
+        local rec = redis.call('HGET', s.items, id)
+        local sure = true
+        if filter then sure = matches(filter, rec) end
+        if sure ~= false then
+          found[#found + 1] = id
+          found[#found + 1] = rec
+          found[#found + 1] = sure and '1' or '0'
+          if with_vec then found[#found + 1] = redis.call('HGET', s.vecs, id) or '' end
+          if sure then
+            count = count + 1
+            if want and count >= want then break end
+          end
+        end
       end
     end
   end
@@ -453,11 +610,16 @@ end
 
 # ARGV: (shard path, due hint or '') pairs. Registers each shard, gives it a fresh epoch
 # (so a sweeper that looked before this will not unregister it) and lowers its hint.
+# Epochs are the server's time, or the last epoch plus one where that is larger: they
+# never repeat even though SETTLE forgets the last one when the registry empties.
 ENROLL = r"""
+local epoch = math.max(tonumber(redis.call('GET', K_SEQ) or '0') + 1, now_us())
+epoch = string.format('%.0f', epoch)
+redis.call('SET', K_SEQ, epoch)
 for i = 1, #ARGV, 2 do
   local path, hint = ARGV[i], ARGV[i + 1]
   redis.call('ZADD', K_SHARDS, 0, path)
-  redis.call('HSET', K_EPOCH, path, redis.call('INCR', K_SEQ))
+  redis.call('HSET', K_EPOCH, path, epoch)
   if hint ~= '' then
     local cur = redis.call('ZSCORE', K_DUE, path)
     if (not cur) or tonumber(hint) < tonumber(cur) then redis.call('ZADD', K_DUE, hint, path) end
@@ -484,6 +646,8 @@ for i = 1, #ARGV, 4 do
     end
   end
 end
+-- An empty registry leaves no key behind (ENROLL's epochs go on from the clock).
+if redis.call('EXISTS', K_SHARDS) == 0 then redis.call('DEL', K_SEQ) end
 return 1
 """
 
@@ -520,7 +684,7 @@ SCRIPTS: dict[str, str] = {
         write=WRITE,
         undo=UNDO,
         get=GET,
-        search=SEARCH,
+        search=FILTER + SEARCH,
         refresh=REFRESH,
         namespaces=NAMESPACES,
         count=COUNT,

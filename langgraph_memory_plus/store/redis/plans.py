@@ -29,7 +29,8 @@ shards by time: search results come newest first, as on PostgreSQL.
 The store's *registry* is four keys in a hash slot of their own: ``shards`` (sorted set,
 scores 0: every shard's labels, so a lexicographic range finds the shards under a
 namespace prefix), ``due`` (sorted set: when each shard next has something for the TTL
-sweeper), ``epoch`` (hash) and ``seq`` (counter).
+sweeper), ``epoch`` (hash: each shard's epoch, below) and ``seq`` (the last epoch
+given).
 
 Why this layout
 ---------------
@@ -44,11 +45,13 @@ Why this layout
   prefixes (``search(("users",))``, ``list_namespaces()``) read the registry range and
   visit those shards only; ``list_namespaces`` stops as soon as its page is full and
   skips whole subtrees that ``max_depth`` folds into a result already listed.
-- **The price:** a filtered or semantic search reads every live item under the prefix in
-  each shard it visits (filters run in Python, scores are exact: there is no index
-  without modules); a search without filter or query reads only its page's worth per
-  shard. A shard is read by one script, which blocks the server while it runs, so keep
-  shards user-sized (that is what ``shard_depth`` is for).
+- **The price:** there is no index without modules. A search reads a shard's items
+  newest first, and the script evaluates the filter itself (``FILTER`` in :mod:`.lua`),
+  so it stops at the page's worth of matches and sends only those, plus the few items
+  whose match only Python can decide; a filter that matches rarely still reads the whole
+  shard. A semantic search reads every match, to score it exactly. A shard is read by
+  one script, which blocks the server while it runs, so keep shards user-sized (that is
+  what ``shard_depth`` is for).
 
 Registration and the sweeper's hints
 ------------------------------------
@@ -62,12 +65,14 @@ rather than by atomicity, and it may list empty shards but never misses one:
   whose expiry is earlier than the shard's hint is written only after ``due`` was
   lowered. So the registry is updated before the data it describes, and a writer that
   dies in between leaves at most an empty shard listed.
-- A sweeper (or ``delete_namespace``) that empties a shard *closes* it (drops its data
-  and registration, bumps its generation) and then removes it from the registry only
-  if its epoch is unchanged since before the shard script ran. A writer that enrolled
-  in between changed the epoch (the shard stays listed); a writer that enrolled before
-  finds the generation changed and enrolls again. Raising a due hint follows the same
-  rule, so ``due`` never promises a shard later than its earliest expiry.
+- A sweeper (or ``delete_namespace``, or a delete of the shard's last item) that
+  empties a shard *closes* it (drops its data and registration, bumps its generation,
+  leaves ``meta`` to expire) and then removes it from the registry only if its epoch
+  is unchanged since before the shard script ran. A writer that enrolled in between
+  changed the epoch (the shard stays listed); a writer that enrolled before finds the
+  generation changed and enrolls again. Raising a due hint follows the same rule, so
+  ``due`` never promises a shard later than its earliest expiry. An emptied registry
+  drops ``seq`` too: epochs come from the server's clock, so they never repeat.
 
 Atomicity of a batch
 --------------------
@@ -87,6 +92,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import struct
 import sys
 from array import array
@@ -108,7 +114,7 @@ from ..base import (
     WriteRequest,
     conflict_error,
 )
-from ..filters import holds
+from ..filters import Compare, Cond, Elements, Equals, Fields, NotEquals, holds
 from ..values import VersionedItem, VersionedSearchItem
 from ..vectors import Vector, cosine, norm
 from .lua import REGISTRY_KINDS, SHARD_KINDS
@@ -239,6 +245,64 @@ class Row:
         )
 
 
+class _Undecidable(Exception):
+    """A filter operand the search script cannot compare exactly (see :func:`filter_args`)."""
+
+
+def filter_args(cond: Cond | None) -> list[Arg]:
+    """A search filter as the script's tokens (``FILTER`` in :mod:`.lua`); [""] for none.
+
+    A part the script cannot evaluate exactly becomes ``U`` (undecided), so the items it
+    would decide go to :func:`..filters.holds` instead: text that is not valid UTF-8
+    (Lua compares bytes), numbers of 2**53 and more in ``$eq``/``$ne`` (Python compares
+    integers exactly, cjson reads them as doubles), and infinite or NaN bounds (Lua's
+    ``tonumber`` reads ``inf`` and ``nan`` only where its C library does).
+    """
+    return [""] if cond is None else _cond_args(cond)
+
+
+def _cond_args(cond: Cond) -> list[Arg]:
+    try:
+        if isinstance(cond, Equals):
+            return ["E", *_operand_args(cond.operand)]
+        if isinstance(cond, NotEquals):
+            return ["N", *_operand_args(cond.operand)]
+        if isinstance(cond, Compare):
+            if not math.isfinite(cond.number):
+                raise _Undecidable
+            return [cond.op, repr(cond.number)]
+        if isinstance(cond, Fields):
+            pairs = [(_text(key), _cond_args(sub)) for key, sub in cond.fields]
+            return ["F", len(pairs), *(a for key, sub in pairs for a in (key, *sub))]
+        subs = cond.items if isinstance(cond, Elements) else cond.conds
+        tag = "L" if isinstance(cond, Elements) else "A"
+        return [tag, len(subs), *(a for sub in subs for a in _cond_args(sub))]
+    except _Undecidable:
+        return ["U"]
+
+
+def _operand_args(value: Any) -> list[Arg]:
+    if value is None:
+        return ["z"]
+    if isinstance(value, str):
+        return ["s", _text(value)]
+    if isinstance(value, (bool, int, float)):
+        if abs(value) >= 2**53:
+            raise _Undecidable
+        return ["n", repr(float(value))]
+    if isinstance(value, list):
+        return ["l", len(value), *(a for x in value for a in _operand_args(x))]
+    pairs = [(_text(key), _operand_args(x)) for key, x in value.items()]
+    return ["d", len(pairs), *(a for key, x in pairs for a in (key, *x))]
+
+
+def _text(text: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _Undecidable from None
+
+
 Entries = Sequence[tuple[Shard, Sequence[Arg]]]
 
 
@@ -360,20 +424,22 @@ class RedisStorePlans:
             return []
         shards = yield from self.scope(request.prefix)
         prefix = encode_namespace(request.prefix)
-        # Without filter or query a shard's newest offset+limit items are all a page can
-        # use; otherwise every live item under the prefix is a candidate.
-        exhaustive = request.filter is not None or request.query is not None
-        want: Arg = "" if exhaustive else request.offset + request.limit
+        # A page can use only a shard's newest offset+limit matches, so the script stops
+        # there; it also sends the items its filter leaves undecided, which Python
+        # decides. A semantic search scores every match.
         scored = request.query is not None
-        step = 3 if scored else 2
+        want: Arg = "" if scored else request.offset + request.limit
+        step = 4 if scored else 3
         rows: list[tuple[Row, float | None]] = []
         entries = [(shard, [prefix, want]) for shard in shards]
-        for _, reply in (yield from self.fan_out("search", entries, head=[int(scored)])):
+        flt = request.filter
+        head = [int(scored), *filter_args(flt)]
+        for _, reply in (yield from self.fan_out("search", entries, head=head)):
             for n in range(0, len(reply), step):
                 row = Row.read(reply[n], reply[n + 1])
-                if request.filter is not None and not holds(request.filter, row.value):
+                if flt is not None and reply[n + 2] == b"0" and not holds(flt, row.value):
                     continue
-                score = self._score(request.query, reply[n + 2]) if scored else None
+                score = self._score(request.query, reply[n + 3]) if scored else None
                 rows.append((row, score))
         if scored:
             rows.sort(key=lambda r: (r[1] is None, -(r[1] or 0.0), -r[0].version, r[0].id))
@@ -493,12 +559,24 @@ class RedisStorePlans:
                 yield from self._undo(plan, applied)
             raise
         if emptied:
-            # Ask the sweeper to close them. The batch is applied, so a failure here is
-            # only logged: an empty shard left registered costs nothing but its entry.
+            # The batch is applied, so a failure here is only logged: an empty shard
+            # left registered costs its entry and meta hash until a delete_namespace.
             try:
-                yield Eval("enroll", self.registry, [a for s in emptied for a in (s.path, "0")])
+                yield from self._close_emptied(emptied)
             except Exception:
-                logger.exception("could not mark emptied namespace shards for the sweeper")
+                logger.exception("could not close emptied namespace shards")
+
+    def _close_emptied(self, shards: Sequence[Shard]) -> Plan[Command, None]:
+        """Close the shards a write emptied, as a sweep would (see "Registration"), so
+        that deleting every item leaves no key behind but the closed shards' tombstones.
+        A shard written to again in between is left open, its due hint put right."""
+        reply = yield Eval("registry", self.registry, ["paths", *(s.path for s in shards)])
+        epochs = reply[1::2]  # read before the shard scripts run
+        entries = [(shard, ()) for shard in shards]
+        settle: list[Arg] = []
+        for i, swept in (yield from self.fan_out("sweep", entries, head=[0])):
+            settle.extend(_settle(shards[i].path, epochs[i], swept))
+        yield Eval("settle", self.registry, settle)
 
     def _apply(
         self, plan: Sequence[tuple[Shard, Sequence[WriteRequest]]], indexes: list[int], undo: bool
@@ -621,19 +699,22 @@ class RedisStorePlans:
                 more = True
                 break
             replies = yield self.call("sweep", entries, indexes, [budget])
-            for i, (deleted, left, hint, closed) in zip(indexes, replies, strict=True):
-                budget -= int(deleted)
-                more = more or bool(left)
-                action = _settle_action(bool(closed), bool(left), hint)
-                settle.extend((*due[i], action, hint))
+            for i, swept in zip(indexes, replies, strict=True):
+                budget -= int(swept[0])
+                more = more or bool(swept[1])
+                settle.extend(_settle(*due[i], swept))
         if settle:
             yield Eval("settle", self.registry, settle)
         return batch_size - budget, more or budget <= 0
 
 
-def _settle_action(closed: bool, left: bool, hint: bytes) -> str:
+def _settle(path: bytes, epoch: bytes, swept: Sequence[Any]) -> list[Arg]:
+    """The settle script's arguments for a shard the sweep script replied ``swept`` for."""
+    _, left, hint, closed = swept
     if closed:
-        return "close"
-    if left:
-        return "keep"
-    return "hint" if hint else "drop"
+        action = "close"
+    elif left:
+        action = "keep"
+    else:
+        action = "hint" if hint else "drop"
+    return [path, epoch, action, hint]
