@@ -17,7 +17,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveM
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import START, StateGraph
-from langgraph.graph.message import add_messages
+from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from typing_extensions import TypedDict
 
 from langgraph_memory_plus.checkpoint.config import thread_key
@@ -192,6 +192,22 @@ def test_a_reassigned_field_is_stored(saver_factory: Any) -> None:
         assert len(state.values["messages"]) == 24
 
 
+def test_a_field_reassigned_twice_is_stored() -> None:
+    """The second value of a field may be allocated where the replaced first one was
+    freed: the remembered fingerprint must still tell it from the original."""
+    from langgraph_memory_plus.checkpoint.lists import fingerprint, unchanged
+
+    for turn in range(50):
+        # Built at run time, so only the message holds the text (no constant keeps it).
+        message = HumanMessage("".join(["original ", str(turn), "x" * 40]), id="h")
+        before = fingerprint(message)
+        message.content = message.content.upper()  # frees the original text
+        message.content = message.content.lower()  # same size: may land at its address
+        assert message.content.startswith("original ")
+        assert not unchanged(fingerprint(message), before)
+        assert unchanged(fingerprint(message), fingerprint(message))
+
+
 def test_removed_messages_are_collected_under_retention(saver_factory: Any) -> None:
     """With keep_last=1, items that no kept version uses are deleted with it."""
 
@@ -213,6 +229,41 @@ def test_removed_messages_are_collected_under_retention(saver_factory: Any) -> N
         assert len(state.values["messages"]) == 22
         items, _ = stored_items(saver, config["configurable"]["thread_id"])
         assert items == 22
+
+
+def restore_after_deleting(saver: Any, config: dict[str, Any], delete: Any) -> list[Any]:
+    """Chat, keep the messages read back, run ``delete``, then write them back."""
+    chat = chat_graph(checkpointer=saver)
+    for turn in range(2):
+        chat.invoke(ask(turn), config)
+    kept = chat.get_state(config).values["messages"]
+    delete(chat)
+    chat.update_state(config, {"messages": kept})
+    return [(m.id, m.content) for m in kept]
+
+
+@pytest.mark.parametrize("how", ["clear under keep_last=1", "prune delete", "prune keep_latest"])
+def test_messages_written_back_after_a_delete_are_stored_again(
+    saver_factory: Any, how: str
+) -> None:
+    """The saver's memory of a list must not outlive the items its own deletes removed:
+    a chat cleared (retention then drops its items) or pruned, then restored from
+    messages read before, must store those items again, not refer to deleted ones."""
+    config = new_config()
+    thread_id = config["configurable"]["thread_id"]
+
+    def delete(chat: Any) -> None:
+        if how.startswith("clear"):
+            chat.update_state(config, {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES)]})
+        else:
+            chat.checkpointer.prune([thread_id], strategy=how.split()[1])
+
+    options = {"keep_last": 1} if how.startswith("clear") else {}
+    with saver_factory(**options) as saver:
+        written = restore_after_deleting(saver, config, delete)
+    with saver_factory(**options) as saver:  # another process reads what is stored
+        messages = chat_graph(checkpointer=saver).get_state(config).values["messages"]
+        assert [(m.id, m.content) for m in messages] == written
 
 
 def test_delete_and_prune_leave_no_items(saver_factory: Any) -> None:
@@ -246,6 +297,31 @@ def test_copy_thread_copies_list_storage(saver_factory: Any) -> None:
         chat.invoke(ask(50), target)
         assert len(chat.get_state(target).values["messages"]) == 102
         assert len(chat.get_state(source).values["messages"]) == 100
+
+
+def test_a_copied_thread_grows_past_a_page_boundary_and_reads_back_whole(
+    saver_factory: Any,
+) -> None:
+    """A copy's pages are stored under the source thread's key; the copy's next full
+    page must get a spine of pages that exist, read back the same by another process."""
+    source, target = new_config(), new_config()
+    with saver_factory() as saver:
+        chat = chat_graph(checkpointer=saver)
+        for turn in range(PAGE_SIZE // 2):  # exactly one full page
+            chat.invoke(ask(turn), source)
+        saver.copy_thread(source["configurable"]["thread_id"], target["configurable"]["thread_id"])
+        for turn in range(PAGE_SIZE // 2, PAGE_SIZE + 1):  # the copy completes a second page
+            chat.invoke(ask(turn), target)
+        written = [(m.id, m.content) for m in chat.get_state(target).values["messages"]]
+    assert len(written) == 2 * PAGE_SIZE + 2
+    with saver_factory() as saver:
+        chat = chat_graph(checkpointer=saver)
+        assert [(m.id, m.content) for m in chat.get_state(target).values["messages"]] == written
+        chat.invoke(ask(PAGE_SIZE + 1), target)
+    with saver_factory() as saver:
+        messages = chat_graph(checkpointer=saver).get_state(target).values["messages"]
+        assert [(m.id, m.content) for m in messages][: len(written)] == written
+        assert len(messages) == len(written) + 2
 
 
 class CountingCipher:

@@ -21,13 +21,16 @@ remembers, per thread namespace and channel, the last list it wrote or read: its
 objects, their item ids and a cheap fingerprint of each. A new value reuses the item id of
 every element that is the *same object*, unchanged, and serializes only the rest. Reads
 of a version whose items are known reuse those objects too, and fetch only the bytes of
-unknown items. Everything remembered is a fact about immutable stored content, so a
-stale entry is never wrong, only less useful; a value from another process simply misses.
+unknown items. Stored items never change, so a remembered list is right as long as its
+items are stored; a saver forgets a thread's lists whenever its own deletes (retention,
+``prune``, ``delete_thread``, ``delete_for_runs``) may have removed some of them. A value
+from another process simply misses.
 
-One caveat, the same as for any state LangGraph hands to nodes: a node that mutates a
-message object *in place* (for example ``msg.additional_kwargs["k"] = v``) instead of
-returning an update is not guaranteed to be noticed. Reassigning a field
-(``msg.content = ...``) is noticed.
+One caveat, the same as for any state LangGraph hands to nodes: a node that edits a
+message object from state must return it as an update. A reassigned field
+(``msg.content = ...``) of a returned object is noticed (:func:`fingerprint`); an edit that
+is not returned, or one inside a nested value (``msg.additional_kwargs["k"] = v``), is
+not guaranteed to be.
 """
 
 from __future__ import annotations
@@ -86,19 +89,27 @@ def split_ids(raw: bytes) -> list[bytes]:
     return [raw[i : i + ID_SIZE] for i in range(0, len(raw), ID_SIZE)]
 
 
-def fingerprint(value: Any) -> Any:
-    """Changes when a field of ``value`` is reassigned; cheap (no serialization).
+def fingerprint(value: Any) -> tuple[Any, ...] | None:
+    """The objects ``value``'s fields hold; cheap (no serialization).
 
+    Compared by identity (:func:`unchanged`), it tells when a field was reassigned. It
+    holds the field values themselves, not their ``id()``: a replaced value that was
+    freed could otherwise hand its address to the new one and hide the change.
     Immutable scalars need none: their identity is their content.
     """
     fields = getattr(value, "__dict__", None)
     if fields is not None:
-        return tuple(map(id, fields.values()))
-    if isinstance(value, dict):
-        return (len(value), *map(id, value.values()))
-    if isinstance(value, list):
-        return (len(value), *map(id, value))
+        return tuple(fields.values())
+    if isinstance(value, (dict, list)):
+        return tuple(value.values() if isinstance(value, dict) else value)
     return None
+
+
+def unchanged(now: tuple[Any, ...] | None, then: tuple[Any, ...] | None) -> bool:
+    """Whether two fingerprints hold the very same objects."""
+    if now is None or then is None:
+        return now is then
+    return len(now) == len(then) and all(map(operator.is_, now, then))
 
 
 @dataclass(frozen=True)
@@ -123,9 +134,10 @@ class ListMemo:
 
     ref: ListRef
     objects: list[Any]
-    fingerprints: list[Any]
+    fingerprints: list[tuple[Any, ...] | None]
     item_ids: list[bytes]
     page_ids: list[bytes]
+    """Ids of the stored full pages, in order; fewer (none) when not known to be stored."""
     positions: dict[int, int] | None = None
     """First position of each object by identity; built when first needed."""
 
@@ -209,12 +221,23 @@ class ListMemory:
         with self._lock:
             return self._written.pop(key, {})
 
-    def forget_thread(self, thread_key: bytes) -> None:
+    def forget_lists(self, thread_key: bytes) -> None:
+        """Forget a thread's lists: their items may be deleted (retention, prune)."""
         with self._lock:
             for key in [k for k in self._memos if k[0] == thread_key]:
                 del self._memos[key]
+
+    def forget_thread(self, thread_key: bytes) -> None:
+        """Forget all about a thread that is being deleted."""
+        self.forget_lists(thread_key)
+        with self._lock:
             for key in [k for k in self._written if k[0] == thread_key]:
                 del self._written[key]
+
+    def clear(self) -> None:
+        """Forget every list (after deletes that may touch any thread)."""
+        with self._lock:
+            self._memos.clear()
 
 
 def chunk_list(
@@ -242,7 +265,9 @@ def chunk_list(
     if written and memo is not None:
         index_of = memo.position_of()
         for position in sorted(index_of.get(key, same) for key in written):
-            if position < same and fingerprint(values[position]) != memo.fingerprints[position]:
+            if position < same and not unchanged(
+                fingerprint(values[position]), memo.fingerprints[position]
+            ):
                 same = position
                 break
     item_ids = memo.item_ids[:same] if memo is not None else []
@@ -259,7 +284,7 @@ def chunk_list(
         if (
             j is not None
             and memo is not None
-            and (id(value) not in written or fingerprint(value) == memo.fingerprints[j])
+            and (id(value) not in written or unchanged(fingerprint(value), memo.fingerprints[j]))
         ):
             item_ids.append(memo.item_ids[j])
             fingerprints.append(memo.fingerprints[j])
@@ -275,7 +300,11 @@ def chunk_list(
     page_ids: list[bytes] = list(memo.page_ids[:kept]) if memo is not None else []
     for j in range(kept, full):
         ids = item_ids[j * PAGE_SIZE : (j + 1) * PAGE_SIZE]
-        if memo is not None and memo.item_ids[j * PAGE_SIZE : (j + 1) * PAGE_SIZE] == ids:
+        if (
+            memo is not None
+            and j < len(memo.page_ids)
+            and memo.item_ids[j * PAGE_SIZE : (j + 1) * PAGE_SIZE] == ids
+        ):
             page_ids.append(memo.page_ids[j])
         else:
             pid = node_id(thread_key, ids, b"page")
@@ -362,6 +391,11 @@ def resolve_list(
         node_id(request.key[0], item_ids[j * PAGE_SIZE : (j + 1) * PAGE_SIZE], b"page")
         for j in range(full)
     ]
+    if page_ids and node_id(request.key[0], page_ids, b"spine") != request.ref.spine:
+        # Pages stored under another thread's key (``copy_thread`` copies them as they
+        # are): the ids computed here were never stored, so the next put must store its
+        # own pages rather than refer to these.
+        page_ids = []
     memory.remember(
         request.key,
         ListMemo(request.ref, objects, [fingerprint(o) for o in objects], item_ids, page_ids),

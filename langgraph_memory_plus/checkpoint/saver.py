@@ -144,8 +144,15 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
         target = read_target(config)
         codec = self._codec
         encoded = codec.encode_checkpoint(target, config, checkpoint, metadata, new_versions)
-        stored = partial(codec.commit, encoded)
+        stored = partial(self._stored, codec, encoded, target.thread_key)
         return self._plans.put(target, encoded), target.config(checkpoint["id"]), stored
+
+    def _stored(self, codec: CheckpointCodec, encoded: EncodedCheckpoint, tk: bytes) -> None:
+        if self.settings.keep_last is not None:
+            # The put's retention may have deleted items only older lists used: the next
+            # put must not refer to them (a cleared chat restored from an old state).
+            self._lists.forget_lists(tk)
+        codec.commit(encoded)
 
     def _put_writes_plan(
         self,
@@ -163,7 +170,19 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
             raise InvalidConfigError(
                 f"unknown prune strategy {strategy!r}; use one of {PRUNE_STRATEGIES}"
             )
-        return self._plans.prune(_thread_ids(thread_ids, "prune"), strategy == "keep_latest")
+        ids = _thread_ids(thread_ids, "prune")
+        for thread_id in ids:
+            self._lists.forget_lists(thread_key(thread_id))
+        return self._plans.prune(ids, strategy == "keep_latest")
+
+    def _delete_for_runs_plan(self, run_ids: Sequence[str]) -> Plan[Any, None]:
+        self._lists.clear()  # the runs' threads are not known here
+        return self._plans.delete_for_runs([str(r) for r in run_ids])
+
+    def _copy_plan(self, source_thread_id: str, target_thread_id: str) -> Plan[Any, None]:
+        source, target = _thread_ids([source_thread_id, target_thread_id], "copy_thread")
+        self._lists.forget_lists(thread_key(target))
+        return self._plans.copy_thread(source, target)
 
     def _delta_plan(
         self, config: RunnableConfig, channels: Sequence[str]
@@ -224,11 +243,10 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
         self._run(self._delete_plan(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._run(self._plans.delete_for_runs([str(r) for r in run_ids]))
+        self._run(self._delete_for_runs_plan(run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        source, target = _thread_ids([source_thread_id, target_thread_id], "copy_thread")
-        self._run(self._plans.copy_thread(source, target))
+        self._run(self._copy_plan(source_thread_id, target_thread_id))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         self._run(self._prune_plan(thread_ids, strategy))
@@ -295,11 +313,10 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
         await self._arun(self._delete_plan(thread_id))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await self._arun(self._plans.delete_for_runs([str(r) for r in run_ids]))
+        await self._arun(self._delete_for_runs_plan(run_ids))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        source, target = _thread_ids([source_thread_id, target_thread_id], "copy_thread")
-        await self._arun(self._plans.copy_thread(source, target))
+        await self._arun(self._copy_plan(source_thread_id, target_thread_id))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await self._arun(self._prune_plan(thread_ids, strategy))
