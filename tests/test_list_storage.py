@@ -13,9 +13,16 @@ from typing import Annotated, Any
 
 import psycopg
 import pytest
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+)
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from typing_extensions import TypedDict
@@ -231,6 +238,51 @@ def test_removed_messages_are_collected_under_retention(saver_factory: Any) -> N
         assert items == 22
 
 
+class MessageCountingSerde(JsonPlusSerializer):
+    """Counts the messages serialized one by one (list items)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages = 0
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        self.messages += isinstance(obj, BaseMessage)
+        return super().dumps_typed(obj)
+
+
+def test_retention_keeps_each_message_serialized_once(saver_factory: Any) -> None:
+    """With ``keep_last``, a step that leaves ``messages`` alone must not make the next
+    put serialize the whole conversation again: each turn's two messages, once each."""
+
+    class Both(TypedDict):
+        messages: Annotated[list[AnyMessage], add_messages]
+        turns: int
+
+    def model(state: Both) -> dict[str, Any]:
+        n = len(state["messages"])
+        return {"messages": [AIMessage(f"answer {n}", id=f"ai-{n}")]}
+
+    def count(state: Both) -> dict[str, Any]:
+        return {"turns": state.get("turns", 0) + 1}
+
+    builder = StateGraph(Both)
+    builder.add_node("model", model)
+    builder.add_node("count", count)
+    builder.add_edge(START, "model")
+    builder.add_edge("model", "count")
+    serde = MessageCountingSerde()
+    config = new_config()
+    with saver_factory(keep_last=2, serde=serde) as saver:
+        graph = builder.compile(checkpointer=saver)
+        for turn in range(20):
+            graph.invoke(ask(turn), config)
+        before = serde.messages
+        for turn in range(20, 30):
+            graph.invoke(ask(turn), config)
+        assert serde.messages - before == 2 * 10
+        assert len(graph.get_state(config).values["messages"]) == 60
+
+
 def restore_after_deleting(saver: Any, config: dict[str, Any], delete: Any) -> list[Any]:
     """Chat, keep the messages read back, run ``delete``, then write them back."""
     chat = chat_graph(checkpointer=saver)
@@ -343,7 +395,6 @@ def test_encrypted_items_hide_text_and_equality_across_threads(
 ) -> None:
     """Items go through the user's serializer one by one; item ids are keyed by thread,
     so the same message in two threads is stored under unrelated ids."""
-    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
     cipher = CountingCipher()
     serde = EncryptedSerializer(cipher, JsonPlusSerializer())
@@ -426,8 +477,6 @@ def test_items_are_stored_compressed(
     saver_factory: Any, backend: str, request: pytest.FixtureRequest
 ) -> None:
     """Messages are deflated with the preset dictionary before they are stored."""
-    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-
     config = new_config()
     with saver_factory() as saver:
         chat = chat_graph(checkpointer=saver)

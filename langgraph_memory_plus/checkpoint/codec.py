@@ -300,15 +300,20 @@ class CheckpointCodec:
         tk = target.thread_key
         inline = self._inlined(values, checkpoint["channel_versions"])
         for channel, version in new_versions.items():
+            value = values.get(channel, _ABSENT)
+            key = (tk, target.checkpoint_ns, channel)
+            chunked_value = type(value) is list and worth_chunking(value)
+            if not chunked_value:
+                # The channel no longer holds the remembered list, so retention may soon
+                # delete items only it used: a later list must not refer to them.
+                self.memory.forget(key)
             if channel in inline:
                 continue
             what = f"channel {channel!r}"
-            value = values.get(channel, _ABSENT)
-            written = self.memory.take_written((tk, target.checkpoint_ns, channel))
+            written = self.memory.take_written(key)
             if value is _ABSENT:
                 blobs.append(EncodedBlob(channel, version_text(version), EMPTY, None))
-            elif type(value) is list and worth_chunking(value):
-                key = (tk, target.checkpoint_ns, channel)
+            elif chunked_value:
                 chunked = chunk_list(
                     tk,
                     value,

@@ -22,9 +22,10 @@ objects, their item ids and a cheap fingerprint of each. A new value reuses the 
 every element that is the *same object*, unchanged, and serializes only the rest. Reads
 of a version whose items are known reuse those objects too, and fetch only the bytes of
 unknown items. Stored items never change, so a remembered list is right as long as its
-items are stored; a saver forgets a thread's lists whenever its own deletes (retention,
-``prune``, ``delete_thread``, ``delete_for_runs``) may have removed some of them. A value
-from another process simply misses.
+items are stored. So a saver forgets a channel's lists once the channel holds something
+else (retention may then delete their items), and a thread's lists before its own
+deletes (``prune``, ``delete_thread``, ``delete_for_runs``). A value from another
+process simply misses.
 
 One caveat, the same as for any state LangGraph hands to nodes: a node that edits a
 message object from state must return it as an update. A reassigned field
@@ -220,6 +221,11 @@ class ListMemory:
     def take_written(self, key: MemoKey) -> dict[int, Any]:
         with self._lock:
             return self._written.pop(key, {})
+
+    def forget(self, key: MemoKey) -> None:
+        """Forget one channel's lists."""
+        with self._lock:
+            self._memos.pop(key, None)
 
     def forget_lists(self, thread_key: bytes) -> None:
         """Forget a thread's lists: their items may be deleted (retention, prune)."""

@@ -144,15 +144,8 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
         target = read_target(config)
         codec = self._codec
         encoded = codec.encode_checkpoint(target, config, checkpoint, metadata, new_versions)
-        stored = partial(self._stored, codec, encoded, target.thread_key)
+        stored = partial(codec.commit, encoded)
         return self._plans.put(target, encoded), target.config(checkpoint["id"]), stored
-
-    def _stored(self, codec: CheckpointCodec, encoded: EncodedCheckpoint, tk: bytes) -> None:
-        if self.settings.keep_last is not None:
-            # The put's retention may have deleted items only older lists used: the next
-            # put must not refer to them (a cleared chat restored from an old state).
-            self._lists.forget_lists(tk)
-        codec.commit(encoded)
 
     def _put_writes_plan(
         self,
