@@ -6,6 +6,7 @@ factories, and compares what the graph sees with ``InMemorySaver`` where it can.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import uuid
 from contextlib import closing
@@ -294,23 +295,38 @@ def restore_after_deleting(saver: Any, config: dict[str, Any], delete: Any) -> l
     return [(m.id, m.content) for m in kept]
 
 
-@pytest.mark.parametrize("how", ["clear under keep_last=1", "prune delete", "prune keep_latest"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "clear here",
+        "clear elsewhere",
+        "prune delete",
+        "prune keep_latest",
+        "delete_thread elsewhere",
+    ],
+)
 def test_messages_written_back_after_a_delete_are_stored_again(
     saver_factory: Any, how: str
 ) -> None:
-    """The saver's memory of a list must not outlive the items its own deletes removed:
-    a chat cleared (retention then drops its items) or pruned, then restored from
-    messages read before, must store those items again, not refer to deleted ones."""
+    """What a saver remembers of a list must not outlive the items deletes removed: a
+    chat cleared (retention, keep_last=1, then drops its items), pruned or deleted, by
+    this saver or by another process's, then restored from messages read before, must
+    store those items again, not refer to deleted ones."""
     config = new_config()
     thread_id = config["configurable"]["thread_id"]
+    options = {"keep_last": 1} if how.startswith("clear") else {}
 
     def delete(chat: Any) -> None:
-        if how.startswith("clear"):
-            chat.update_state(config, {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES)]})
-        else:
-            chat.checkpointer.prune([thread_id], strategy=how.split()[1])
+        with contextlib.ExitStack() as stack:
+            if how.endswith("elsewhere"):  # another process, with a saver of its own
+                chat = chat_graph(checkpointer=stack.enter_context(saver_factory(**options)))
+            if how.startswith("clear"):
+                chat.update_state(config, {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES)]})
+            elif how.startswith("prune"):
+                chat.checkpointer.prune([thread_id], strategy=how.split()[1])
+            else:
+                chat.checkpointer.delete_thread(thread_id)
 
-    options = {"keep_last": 1} if how.startswith("clear") else {}
     with saver_factory(**options) as saver:
         written = restore_after_deleting(saver, config, delete)
     with saver_factory(**options) as saver:  # another process reads what is stored

@@ -23,9 +23,10 @@ every element that is the *same object*, unchanged, and serializes only the rest
 of a version whose items are known reuse those objects too, and fetch only the bytes of
 unknown items. Stored items never change, so a remembered list is right as long as its
 items are stored. So a saver forgets a channel's lists once the channel holds something
-else (retention may then delete their items), and a thread's lists before its own
-deletes (``prune``, ``delete_thread``, ``delete_for_runs``). A value from another
-process simply misses.
+else (retention may then delete their items), a thread's lists before its own deletes
+(``prune``, ``delete_thread``, ``delete_for_runs``), and both when a read of the latest
+checkpoint shows another process deleted the thread or replaced the list. A value from
+another process simply misses.
 
 One caveat, the same as for any state LangGraph hands to nodes: a node that edits a
 message object from state must return it as an update. A reassigned field

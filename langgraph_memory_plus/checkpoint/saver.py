@@ -39,7 +39,7 @@ from .config import (
     read_target,
     thread_key,
 )
-from .lists import ListMemory
+from .lists import ListMemory, worth_chunking
 
 R = TypeVar("R")
 
@@ -131,7 +131,21 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
     # -- plans for each public method -------------------------------------------------
 
     def _get_tuple_plan(self, config: RunnableConfig) -> Plan[Any, CheckpointTuple | None]:
-        return self._plans.get_tuple(self._codec, read_target(config))
+        target = read_target(config)
+        found = yield from self._plans.get_tuple(self._codec, target)
+        if found is None:
+            # Deleted, perhaps by another process, with the items its lists used.
+            self._lists.forget_lists(target.thread_key)
+        elif target.checkpoint_id is None:
+            # LangGraph reads the latest checkpoint before it writes: a channel that holds
+            # no stored list any more (cleared elsewhere, then trimmed) must not offer the
+            # next put the items of the list remembered here.
+            values = found.checkpoint["channel_values"]
+            for channel in found.checkpoint["channel_versions"]:
+                value = values.get(channel)
+                if not (type(value) is list and worth_chunking(value)):
+                    self._lists.forget((target.thread_key, target.checkpoint_ns, channel))
+        return found
 
     def _put_plan(
         self,
