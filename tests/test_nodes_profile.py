@@ -330,13 +330,21 @@ def test_prefetch_after_the_model_serves_the_next_read_with_what_was_learned() -
     cfg = config("t1")
     agent.invoke(human("My name is Ada.", "q0"), cfg)
     assert injector.stats["prefetch_started"] == 1
+    prefetches_done(injector)  # a prefetch counts its store call on its own thread
     calls_after_turn = reads.calls
     agent.invoke(human("what do you know?", "q1"), cfg)
     assert injector.stats["prefetch_used"] == 1
     assert "name: Ada" in model.inputs[1][1].text  # the prefetch ran after learning
     # the second turn's injection made no store call of its own: only its learner
     # (nothing to learn, no call) and its own prefetch touched the store
+    prefetches_done(injector)
     assert reads.calls == calls_after_turn + 1
+
+
+def prefetches_done(injector: ProfileInjector) -> None:
+    """Wait for the prefetches still held (they run on background threads)."""
+    for _, future, _ in list(injector.prefetcher._entries.values()):
+        future.result(timeout=30)
 
 
 def test_a_hung_prefetch_costs_at_most_the_timeout() -> None:
