@@ -302,7 +302,7 @@ class CheckpointCodec:
         for channel, version in new_versions.items():
             value = values.get(channel, _ABSENT)
             key = (tk, target.checkpoint_ns, channel)
-            chunked_value = type(value) is list and worth_chunking(value)
+            chunked_value = worth_chunking(value)
             if not chunked_value:
                 # The channel no longer holds the remembered list, so retention may soon
                 # delete items only it used: a later list must not refer to them.
@@ -375,6 +375,15 @@ class CheckpointCodec:
             nodes=nodes,
             memos=memos,
         )
+
+    def forget_replaced_lists(self, target: Target, checkpoint: Checkpoint) -> None:
+        """Forget the remembered lists of channels the latest ``checkpoint`` shows holding
+        something else (cleared elsewhere, then trimmed): LangGraph reads the latest
+        checkpoint before it writes, and the next put must not refer to their items."""
+        values = checkpoint["channel_values"]
+        for channel in checkpoint["channel_versions"]:
+            if not worth_chunking(values.get(channel)):
+                self.memory.forget((target.thread_key, target.checkpoint_ns, channel))
 
     def commit(self, encoded: EncodedCheckpoint) -> None:
         """Remember the lists of a checkpoint that is now stored, for the next step."""

@@ -22,7 +22,7 @@ objects, their item ids and a cheap fingerprint of each. A new value reuses the 
 every element that is the *same object*, unchanged, and serializes only the rest. Reads
 of a version whose items are known reuse those objects too, and fetch only the bytes of
 unknown items. Stored items never change, so a remembered list is right as long as its
-items are stored. So a saver forgets a channel's lists once the channel holds something
+items are stored; a saver forgets a channel's lists once the channel holds something
 else (retention may then delete their items), a thread's lists before its own deletes
 (``prune``, ``delete_thread``, ``delete_for_runs``), and both when a read of the latest
 checkpoint shows another process deleted the thread or replaced the list. A value from
@@ -60,8 +60,10 @@ until ``MIN_ITEMS`` cost a chat's first turns more than all its items."""
 _SCALARS = (type(None), bool, int, float, str, bytes)
 
 
-def worth_chunking(value: list[Any]) -> bool:
-    """Whether a list value is stored as items rather than whole."""
+def worth_chunking(value: Any) -> bool:
+    """Whether a channel value is a list stored as items rather than whole."""
+    if type(value) is not list:
+        return False
     n = len(value)
     return n >= MIN_ITEMS or (n >= MIN_OBJECT_ITEMS and type(value[0]) not in _SCALARS)
 
@@ -102,8 +104,10 @@ def fingerprint(value: Any) -> tuple[Any, ...] | None:
     fields = getattr(value, "__dict__", None)
     if fields is not None:
         return tuple(fields.values())
-    if isinstance(value, (dict, list)):
-        return tuple(value.values() if isinstance(value, dict) else value)
+    if isinstance(value, dict):
+        return tuple(value.values())
+    if isinstance(value, list):
+        return tuple(value)
     return None
 
 

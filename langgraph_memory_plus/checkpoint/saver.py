@@ -39,7 +39,7 @@ from .config import (
     read_target,
     thread_key,
 )
-from .lists import ListMemory, worth_chunking
+from .lists import ListMemory
 
 R = TypeVar("R")
 
@@ -132,19 +132,13 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
 
     def _get_tuple_plan(self, config: RunnableConfig) -> Plan[Any, CheckpointTuple | None]:
         target = read_target(config)
-        found = yield from self._plans.get_tuple(self._codec, target)
+        codec = self._codec
+        found = yield from self._plans.get_tuple(codec, target)
         if found is None:
             # Deleted, perhaps by another process, with the items its lists used.
             self._lists.forget_lists(target.thread_key)
         elif target.checkpoint_id is None:
-            # LangGraph reads the latest checkpoint before it writes: a channel that holds
-            # no stored list any more (cleared elsewhere, then trimmed) must not offer the
-            # next put the items of the list remembered here.
-            values = found.checkpoint["channel_values"]
-            for channel in found.checkpoint["channel_versions"]:
-                value = values.get(channel)
-                if not (type(value) is list and worth_chunking(value)):
-                    self._lists.forget((target.thread_key, target.checkpoint_ns, channel))
+            codec.forget_replaced_lists(target, found.checkpoint)
         return found
 
     def _put_plan(
