@@ -26,6 +26,7 @@ from langgraph.store.base import (
     NOT_PROVIDED,
     BaseStore,
     GetOp,
+    InvalidNamespaceError,
     ListNamespacesOp,
     NotProvided,
     Op,
@@ -265,7 +266,11 @@ class StoreBase(BaseStore, ABC):
             namespace = check_labels(op.namespace)
             request = WriteRequest(namespace, key, None, None, expected_version)
             return _Write(request, [])
-        namespace = check_writable(op.namespace)
+        # Not check_writable: the reserved root "langgraph" is refused by put()/aput() only
+        # (``_put_op``), as BaseStore does; InMemoryStore.batch stores it, and so do we.
+        namespace = check_labels(op.namespace)
+        if not namespace:
+            raise InvalidNamespaceError("Namespace cannot be empty.")
         self._address(namespace, key)
         encoded = encode_value(op.value, escape=self._plans.escape_strings)
         if encoded.size > self.max_value_bytes:
