@@ -80,9 +80,7 @@ async def test_500_concurrent_saver_calls(backend: str, request: pytest.FixtureR
             assert latest.checkpoint["id"] == max(expected)
             tasks = {
                 value
-                for _, channel, value in (
-                    await saver.aget_tuple(first[t])
-                ).pending_writes
+                for _, channel, value in (await saver.aget_tuple(first[t])).pending_writes
                 if channel == "n"
             }
             assert tasks == {i for i in range(CALLS) if i % THREADS == t and i % 5 == 3}
