@@ -18,7 +18,6 @@ from typing_extensions import Self
 
 from ._closing import aclosing_first, closing_first
 from ._plan import Plan
-from ._urls import check_conninfo
 from ._postgres import (
     DEFAULT_PREPARE_THRESHOLD,
     AsyncPgRunner,
@@ -26,6 +25,7 @@ from ._postgres import (
     open_async_pool,
     open_pool,
 )
+from ._urls import check_conninfo
 
 R = TypeVar("R")
 

@@ -2,7 +2,7 @@
 
 Mixed reads and writes on many threads (namespaces) at once, through one client or pool:
 every call succeeds and every answer is the one a sequential run would give. On Redis
-this puts more calls in flight than the pool has connections (200 reads start at once) (redis-py's own pool raised
+200 reads start at once, more than the pool has connections (redis-py's own pool raised
 ``MaxConnectionsError`` past 100), so callers must wait for a free connection; on a
 cluster a fresh asyncio client must be initialized before its first concurrent commands.
 """

@@ -203,7 +203,7 @@ def test_a_full_redis_pool_waits_then_names_its_options(redis_url: str) -> None:
         pool = saver.client.connection_pool
         held = [pool.get_connection(), pool.get_connection()]
         try:
-            with pytest.raises(PoolTimeoutError, match="pool_timeout=0.2.*pool_max_size=2"):
+            with pytest.raises(PoolTimeoutError, match=r"pool_timeout=0\.2 .*pool_max_size=2"):
                 saver.get_tuple({"configurable": {"thread_id": "t"}})
         finally:
             for conn in held:
