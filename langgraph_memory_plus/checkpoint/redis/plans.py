@@ -38,7 +38,7 @@ from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, Delta
 
 from ..._plan import Plan
 from ..._redis import Eval, Scan, glob_escape
-from ...errors import InvalidConfigError, ValueTooLargeError
+from ...errors import InvalidConfigError, ValueTooLargeError, decoding
 from .. import task_writes
 from ..codec import (
     EMPTY,
@@ -161,13 +161,16 @@ class RedisCheckpointPlans:
     @staticmethod
     def _stored(thread_id: str, ns: str, reply: list[Any]) -> StoredCheckpoint:
         member, record, parent, fields, values, writes = reply
-        ctype, cblob, mtype, mblob, versions = ormsgpack.unpackb(record)
-        blobs = []
         skip = len(_utf8(ns)) + 1
+        where = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": member[skip:]}
+        with decoding("the checkpoint record", **where):
+            ctype, cblob, mtype, mblob, versions = ormsgpack.unpackb(record)
+        blobs = []
         refs = [bytes(field[skip:]).split(b"\x00", 1) for field in fields]
         for (channel, _), value in zip(refs, values, strict=True):
             if value is not None:
-                blobs.append((channel.decode(), *_blob(value)))
+                with decoding(f"channel {channel!r}", **where):
+                    blobs.append((channel.decode(), *_blob(value)))
         if versions is None:  # all text: the blob references spell them out
             versions = {ch.decode(): ver.decode("utf-8", "surrogatepass") for ch, ver in refs}
         return StoredCheckpoint(
