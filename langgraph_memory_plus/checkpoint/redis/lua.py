@@ -1,6 +1,6 @@
 """The Redis checkpointer's Lua scripts.
 
-Every script works on the ten keys of one thread (see :mod:`.plans` for the layout),
+Every script works on the eleven keys of one thread (see :mod:`.plans` for the layout),
 which share a hash tag, so each script is one atomic step on a single node and in Redis
 Cluster alike. Values the scripts must read (parents, run ids, ``DeltaChannel`` seeds,
 blob fields) live in a small per-checkpoint "meta" record written as netstrings
@@ -13,6 +13,9 @@ from __future__ import annotations
 PRELUDE = r"""
 local K_THREAD, K_IDX, K_CK, K_META, K_BLOBS, K_WRITES, K_WIDX, K_REPLAY, K_ITEMS, K_NODES =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+-- Per checkpoint, the JSON projection of its metadata (absent for checkpoints written
+-- before it was kept), read by the FILTER script.
+local K_MJSON = KEYS[11]
 -- A list version's blob: this prefix, then a 16-byte spine id (zeros: none), then the
 -- 16-byte ids of the items after the last full page (see checkpoint/lists.py).
 local LIST_PREFIX, NO_SPINE = '\0lgmp:list\0', string.rep('\0', 16)
@@ -242,6 +245,7 @@ local function drop(doomed, namespaces)
     end
     redis.call('HDEL', K_CK, m)
     redis.call('HDEL', K_META, m)
+    redis.call('HDEL', K_MJSON, m)
     redis.call('ZREM', K_IDX, m)
     redis.call('ZREM', K_REPLAY, m)
   end
@@ -310,7 +314,7 @@ end
 """
 
 # ARGV: ttl_ms, thread_id, ns, checkpoint_id, parent, run_id, record, keep_last,
-#       n, delta channel*n, n, channel with a value here*n, n, blob field*n (one per
+#       metadata JSON projection, n, delta channel*n, n, channel with a value here*n, n, blob field*n (one per
 #       channel version of the checkpoint), n, (list item field, value)*n,
 #       n, (list node field, children)*n,
 #       then (blob field, value, empty flag) for each new version.
@@ -328,7 +332,7 @@ if not may_put(ns, parent) then
   end
   return 0
 end
-local pos = 9
+local pos = 10
 local function take_list()
   local n = tonumber(ARGV[pos])
   local out = {}
@@ -376,6 +380,7 @@ while pos <= #ARGV do
 end
 write_meta(member, meta)
 redis.call('HSET', K_CK, member, record)
+redis.call('HSET', K_MJSON, member, ARGV[9])
 redis.call('ZADD', K_IDX, 0, member)
 redis.call('HSET', K_THREAD, 'id', thread_id)
 if keep > 0 then trim(ns, keep) end
@@ -456,6 +461,81 @@ while true do
   cursor = '[' .. ns .. '\1'
 end
 return out
+"""
+
+# ARGV: ns, '1' for every namespace ('0': only ns), checkpoint id bound (exclusive; ''
+# for none), matches wanted per namespace, members examined per namespace at most, then
+# (metadata key, kind, value) per condition: kind 's' a string, 'n' a number (booleans
+# as 1/0, as Python compares them). Walks each namespace newest first below the bound
+# and keeps the members whose metadata projection may satisfy every condition (Python
+# checks the exact metadata of what it fetches). Reply: the floor, down to which every
+# namespace was examined ('' when all were examined to their end), then the candidates
+# at or above it. Bounded work per call: the caller pages on from the floor.
+FILTER = r"""
+local ns_arg, all, bound = ARGV[1], ARGV[2] == '1', ARGV[3]
+local want, budget = tonumber(ARGV[4]), tonumber(ARGV[5])
+local conds = {}
+for i = 6, #ARGV, 3 do
+  local value = ARGV[i + 2]
+  if ARGV[i + 1] ~= 's' then value = tonumber(value) end
+  conds[#conds + 1] = {ARGV[i], ARGV[i + 1], value}
+end
+local function as_number(v)
+  if type(v) == 'number' then return v elseif v == true then return 1 elseif v == false then return 0 end
+  return nil
+end
+local function may_match(member)
+  local raw = redis.call('HGET', K_MJSON, member)
+  if not raw then return true end
+  local ok, meta = pcall(cjson.decode, raw)
+  if not ok or type(meta) ~= 'table' then return true end
+  for _, c in ipairs(conds) do
+    local v = meta[c[1]]
+    if c[2] == 's' then
+      if v ~= c[3] then return false end
+    elseif type(v) ~= 'string' and as_number(v) ~= c[3] then
+      -- a string may be the projection of a number-like object (Decimal): Python decides
+      return false
+    end
+  end
+  return true
+end
+local out, floor = {}, nil
+local function scan(ns)
+  local hi = '(' .. ns .. '\1'
+  if bound ~= '' then hi = '(' .. ns .. '\0' .. bound end
+  local members = redis.call('ZREVRANGEBYLEX', K_IDX, hi, '[' .. ns .. '\0', 'LIMIT', 0, budget)
+  local found, last = 0, nil
+  for _, m in ipairs(members) do
+    last = m
+    if may_match(m) then
+      out[#out + 1] = m
+      found = found + 1
+      if found >= want then break end
+    end
+  end
+  if found < want and #members < budget then return end
+  local _, cid = split_member(last)
+  if floor == nil or before(floor, cid) then floor = cid end
+end
+if all then
+  local cursor = '-'
+  while true do
+    local first = redis.call('ZRANGEBYLEX', K_IDX, cursor, '+', 'LIMIT', 0, 1)[1]
+    if not first then break end
+    local ns = split_member(first)
+    scan(ns)
+    cursor = '[' .. ns .. '\1'
+  end
+else
+  scan(ns_arg)
+end
+local reply = {floor or ''}
+for _, m in ipairs(out) do
+  local _, cid = split_member(m)
+  if floor == nil or not before(cid, floor) then reply[#reply + 1] = m end
+end
+return reply
 """
 
 # ARGV: refresh ttl_ms, then members
@@ -602,13 +682,15 @@ return {
   redis.call('HGETALL', K_CK), redis.call('HGETALL', K_META),
   redis.call('HGETALL', K_BLOBS), redis.call('HGETALL', K_WRITES),
   redis.call('ZRANGE', K_REPLAY, 0, -1),
-  redis.call('HGETALL', K_ITEMS), redis.call('HGETALL', K_NODES)
+  redis.call('HGETALL', K_ITEMS), redis.call('HGETALL', K_NODES),
+  redis.call('HGETALL', K_MJSON)
 }
 """
 
 # ARGV: ttl_ms, thread_id, then netstring lists of (field, value) pairs for the
 # checkpoint, meta, blob and write hashes, of the replay-only members, and of the list
-# item and node hashes. Existing entries of the target win.
+# item and node hashes, and of the metadata projections. Existing entries of the target
+# win.
 RESTORE = r"""
 local function fill(key, packed)
   local t = unpack_list(packed)
@@ -623,6 +705,7 @@ fill(K_META, ARGV[4])
 fill(K_BLOBS, ARGV[5])
 fill(K_ITEMS, ARGV[8])
 fill(K_NODES, ARGV[9])
+fill(K_MJSON, ARGV[10])
 local w = fill(K_WRITES, ARGV[6])
 for i = 1, #w, 2 do redis.call('ZADD', K_WIDX, 0, w[i]) end
 redis.call('HDEL', K_THREAD, 'live_after')
@@ -640,6 +723,7 @@ SCRIPTS: dict[str, str] = {
         "page": PAGE,
         "members": MEMBERS,
         "fetch": FETCH,
+        "filter": FILTER,
         "delta": DELTA,
         "delete": DELETE,
         "prune_latest": PRUNE_LATEST,

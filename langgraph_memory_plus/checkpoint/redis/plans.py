@@ -1,6 +1,6 @@
 """The Redis checkpointer's operations as plans over the Lua scripts in :mod:`.lua`.
 
-Key layout: a thread's data is ten keys ``{prefix}:{<tag>}:<kind>``. The hash tag is
+Key layout: a thread's data is eleven keys ``{prefix}:{<tag>}:<kind>``. The hash tag is
 a hex SHA-256 prefix of the thread id, so any thread id (with ``{``, ``}``, NUL or
 megabytes of text) maps to one safe tag and all of a thread's keys share a cluster hash
 slot; every update of a thread is then one atomic script, on Redis Cluster too.
@@ -20,14 +20,18 @@ slot; every update of a thread is then one atomic script, on Redis Cluster too.
   still reads; never returned by ``get_tuple`` or ``list``.
 - ``items`` and ``nodes`` (hashes): list channels stored as items, pages and spines, so
   a long ``messages`` list costs O(T), not O(T^2) (see ``checkpoint/lists.py``).
+- ``mjson`` (hash): per checkpoint, the JSON projection of its metadata, so
+  ``list(filter=...)`` is evaluated in Redis rather than by fetching every checkpoint.
 
 A fixed number of keys per thread keeps TTL cheap: every write sets the same expiry on
-all ten, so a thread expires whole, never half.
+all of them, so a thread expires whole, never half.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from functools import partial
@@ -47,6 +51,7 @@ from ..codec import (
     EncodedCheckpoint,
     EncodedWrite,
     StoredCheckpoint,
+    json_safe,
     metadata_matches,
 )
 from ..config import ListQuery, SaverSettings, Target
@@ -56,7 +61,15 @@ from ..lists import LIST_TYPE, ItemRow, ListRequest
 MAX_VALUE_BYTES = 500 * 1024 * 1024
 TOMBSTONE_MS = 24 * 3600 * 1000
 MAX_CHAIN_DEPTH = 1_000_000
-KINDS = ("thread", "idx", "ck", "meta", "blobs", "writes", "widx", "replay", "items", "nodes")
+KINDS = (
+    "thread", "idx", "ck", "meta", "blobs", "writes", "widx", "replay", "items", "nodes", "mjson"
+)  # fmt: skip
+
+FILTER_BUDGET = 1000
+"""Checkpoints per namespace one FILTER call examines at most: a filtered ``list`` of a
+long thread pages through it in calls of bounded length, never blocking Redis long."""
+# Numbers Lua's doubles hold exactly; a larger int is compared in Python only.
+EXACT_INT = 2**53
 
 # A list version's blob value: this prefix, then its ListRef (see ..lists).
 LIST_PREFIX = b"\x00lgmp:list\x00"
@@ -118,6 +131,31 @@ def _versions(encoded: EncodedCheckpoint) -> dict[str, Any] | None:
     ):
         return None
     return versions
+
+
+def _projection(metadata: Any) -> bytes:
+    """Metadata's JSON projection as the FILTER script reads it (text kept as UTF-8)."""
+    return json.dumps(metadata, ensure_ascii=False, separators=(",", ":")).encode(
+        "utf-8", "surrogatepass"
+    )
+
+
+def _conditions(flt: dict[str, Any] | None) -> list[bytes]:
+    """The filter's conditions FILTER can judge: (key, kind, value) per str, bool or
+    number. Others (None, which also matches a missing key; containers; other types;
+    ints past 2**53) are left to the exact check in Python on what is fetched."""
+    out: list[bytes] = []
+    for key, value in (flt or {}).items():
+        kind = type(value)
+        if type(key) is not str:
+            continue
+        if kind is str:
+            out.extend((_utf8(json_safe(key)), b"s", _utf8(json_safe(value))))
+        elif kind is bool or (kind is int and abs(value) < EXACT_INT):
+            out.extend((_utf8(json_safe(key)), b"n", b"%d" % value))
+        elif kind is float and math.isfinite(value):
+            out.extend((_utf8(json_safe(key)), b"n", repr(value).encode()))
+    return out
 
 
 def thread_tag(thread_id: str) -> str:
@@ -276,6 +314,9 @@ class RedisCheckpointPlans:
         costs the same whatever the thread's length.
         """
         assert query.thread_id is not None
+        conditions = _conditions(query.filter)
+        if conditions and query.checkpoint_id is None:
+            return (yield from self._filtered_page(codec, query, page_size, conditions))
         if query.checkpoint_ns is not None:
             return (yield from self._namespace_page(codec, query, page_size))
         keys = self.keys(query.thread_id)
@@ -303,6 +344,52 @@ class RedisCheckpointPlans:
         if len(ordered) < size or limit == 0 or query.checkpoint_id is not None:
             return page, None
         return page, replace(query, limit=limit, after=(ordered[-1][0], b"", ""))
+
+    def _filtered_page(
+        self, codec: CheckpointCodec, query: ListQuery, page_size: int, conditions: list[bytes]
+    ) -> Plan[Command, tuple[list[CheckpointTuple], ListQuery | None]]:
+        """One page of a filtered ``list``: the FILTER script picks the candidates in Redis.
+
+        Each call examines at most ``FILTER_BUDGET`` checkpoints per namespace; a page may
+        then hold fewer matches than asked for (even none), and the next one goes on
+        below the floor the script reached.
+        """
+        assert query.thread_id is not None
+        keys = self.keys(query.thread_id)
+        size = page_size if query.limit is None else min(page_size, query.limit)
+        bounds = [b for b in (query.before, query.after[0] if query.after else None) if b]
+        ns = query.checkpoint_ns
+        reply: list[bytes] = yield Eval(
+            "filter",
+            keys,
+            [
+                b"" if ns is None else _no_nul(ns, "checkpoint_ns"),
+                b"1" if ns is None else b"0",
+                _utf8(min(bounds) if bounds else ""),
+                size,
+                FILTER_BUDGET,
+                *conditions,
+            ],
+        )
+        floor = reply[0].decode("utf-8", "surrogatepass")
+        candidates = []
+        for raw in reply[1:]:
+            member_ns, cid = raw.decode("utf-8", "surrogatepass").split("\x00", 1)
+            candidates.append((cid, member_ns, raw))
+        candidates.sort(reverse=True)
+        taken = candidates[:size]
+        if len(taken) < len(candidates):
+            floor = taken[-1][0]  # the rest are still below it
+        replies = (
+            (yield Eval("fetch", keys, [self._refresh_ms, *(raw for _, _, raw in taken)]))
+            if taken
+            else []
+        )
+        page = yield from self._decode_page(codec, query.thread_id, replies, query)
+        limit = None if query.limit is None else query.limit - len(page)
+        if not floor or limit == 0:
+            return page, None
+        return page, replace(query, limit=limit, after=(floor, b"", ""))
 
     def _namespace_page(
         self, codec: CheckpointCodec, query: ListQuery, page_size: int
@@ -354,6 +441,7 @@ class RedisCheckpointPlans:
             _utf8(encoded.run_id or ""),
             ormsgpack.packb([*encoded.checkpoint, *encoded.metadata, _versions(encoded)]),
             self.settings.keep_last or 0,
+            _projection(encoded.metadata_json),
         ]
         for names in (encoded.delta_channels, encoded.valued_channels):
             args.append(len(names))
