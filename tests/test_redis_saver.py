@@ -49,8 +49,8 @@ from graphs import delta_graph, human
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP, Checkpoint, CheckpointTuple
 from langgraph.checkpoint.base.id import uuid6
-from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 from langgraph.graph import END, START, StateGraph
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster

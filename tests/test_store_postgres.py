@@ -626,15 +626,13 @@ async def test_refresh_on_read_never_waits_for_a_row_lock(
         before = dict(admin.execute(f'SELECT key, expires_at FROM "{schema}".lgmp_store'))
         await asyncio.sleep(0.05)
         with psycopg.connect(pg_url) as holder:
-            holder.execute(
-                f'SELECT 1 FROM "{schema}".lgmp_store WHERE key = %s FOR UPDATE', ["k7"]
-            )
+            holder.execute(f'SELECT 1 FROM "{schema}".lgmp_store WHERE key = %s FOR UPDATE', ["k7"])
             pid = holder.info.backend_pid
             for call in (
                 ops.background("search", ("lock",), limit=50),
                 ops.background("batch", [GetOp(("lock",), f"k{i}") for i in (19, 7, 3)]),
             ):
-                await poll(lambda: call.done() or bool(blocked_by(admin, pid)), "the read")
+                await poll(lambda c=call: c.done() or bool(blocked_by(admin, pid)), "the read")
                 assert call.done(), "a refreshing read waited for another transaction's lock"
                 assert call.result()
             holder.rollback()

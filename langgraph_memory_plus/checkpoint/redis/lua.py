@@ -314,8 +314,9 @@ end
 """
 
 # ARGV: ttl_ms, thread_id, ns, checkpoint_id, parent, run_id, record, keep_last,
-#       metadata JSON projection, n, delta channel*n, n, channel with a value here*n, n, blob field*n (one per
-#       channel version of the checkpoint), n, (list item field, value)*n,
+#       metadata JSON projection, n, delta channel*n, n, channel with a value here*n,
+#       n, blob field*n (one per channel version of the checkpoint), n, (list item field,
+#       value)*n,
 #       n, (list node field, children)*n,
 #       then (blob field, value, empty flag) for each new version.
 PUT = r"""
@@ -481,7 +482,8 @@ for i = 6, #ARGV, 3 do
   conds[#conds + 1] = {ARGV[i], ARGV[i + 1], value}
 end
 local function as_number(v)
-  if type(v) == 'number' then return v elseif v == true then return 1 elseif v == false then return 0 end
+  if type(v) == 'number' then return v end
+  if type(v) == 'boolean' then return v and 1 or 0 end
   return nil
 end
 local function may_match(member)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -140,7 +140,7 @@ def _projection(metadata: Any) -> bytes:
     )
 
 
-def _conditions(flt: dict[str, Any] | None) -> list[bytes]:
+def _conditions(flt: Mapping[str, Any] | None) -> list[bytes]:
     """The filter's conditions FILTER can judge: (key, kind, value) per str, bool or
     number. Others (None, which also matches a missing key; containers; other types;
     ints past 2**53) are left to the exact check in Python on what is fetched."""
