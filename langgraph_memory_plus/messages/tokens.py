@@ -1,0 +1,200 @@
+"""Token counts for budgets: a script-aware estimate by default, exact counts as an extra.
+
+A budget is only as good as its counter. ``langchain_core``'s ``count_tokens_approximately``
+assumes four characters per token, which holds for English and undercounts Chinese,
+Japanese and Korean text three- to fourfold (one ideograph is about one token), so a
+``Trimmer(max_tokens=4000)`` would let 12-16k tokens of Chinese through.
+
+:func:`approximate_text_tokens` counts each script at its own rate, calibrated against the
+o200k and cl100k tokenizers on customer-service text (``benchmarks/language.py``): it aims
+at the geometric mean of the two, so it stays within 25% of both on English, Chinese,
+Japanese and mixed text. It classifies characters by their UTF-8 lead bytes with one
+``bytes.translate`` and a few ``bytes.count`` calls, all in C, so it costs about what the
+four-characters rule costs.
+
+For exact budgets, :class:`ExactTokenCounter` counts with the real tables (the ``tokens``
+extra, ``bpe-openai``, which ships them: no download at run time); it is imported only
+when one is made.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+EXTRA_TOKENS_PER_MESSAGE = 3
+"""Per-message framing (role markers, separators), as in OpenAI's chat format."""
+TOKENS_PER_IMAGE = 85
+"""What an image block costs (OpenAI's low-detail price), instead of counting its base64."""
+
+# ---------------------------------------------------------------------------------------------
+# the estimate
+
+# byte -> class letter; UTF-8 continuation bytes (0x80-0xBF) are deleted, so every
+# character leaves exactly one letter behind (its lead byte's class)
+_CLASS = bytearray(b"l" * 256)
+for _b in range(0x80, 0xC0):
+    _CLASS[_b] = ord("x")
+for _b in b"0123456789":
+    _CLASS[_b] = ord("d")
+for _b in b"!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~":
+    _CLASS[_b] = ord("p")
+for _b in b" \t\r\n\x0b\x0c":
+    _CLASS[_b] = ord("s")
+for _lo, _hi, _letter in (
+    (0x00, 0x09, "p"),  # other control characters
+    (0xC0, 0xDF, "2"),  # U+0080-07FF: Latin-1, Latin extended, Greek, Cyrillic, Arabic...
+    (0xE0, 0xE2, "3"),  # U+0800-2FFF: Indic scripts, punctuation, symbols, dingbats
+    (0xE3, 0xE3, "j"),  # U+3000-3FFF: CJK punctuation, kana (split below), ext. A
+    (0xE4, 0xE9, "h"),  # U+4000-9FFF: CJK unified ideographs
+    (0xEA, 0xED, "k"),  # U+A000-DFFF: Hangul syllables (and Yi)
+    (0xEE, 0xEF, "f"),  # U+E000-FFFF: full-width forms, compatibility ideographs, VS16
+    (0xF0, 0xFF, "4"),  # astral: emoji (split below), CJK ext. B+
+):
+    for _b in range(_lo, _hi + 1):
+        _CLASS[_b] = ord(_letter)
+_TABLE = bytes(_CLASS)
+_CONTINUATION = bytes(range(0x80, 0xC0))
+del _b, _lo, _hi, _letter
+
+# tokens per character, fitted to the geometric mean of o200k and cl100k
+_PER_CHAR = 0.2  # any ASCII character (English runs ~4.7 characters a token)
+_PUNCT = 0.5  # extra per ASCII punctuation mark (code and markup)
+_DIGIT = 0.25  # extra per digit (numbers split into groups of up to three)
+_TWO_BYTE = 0.45
+_THREE_BYTE = 0.9
+_CJK_PUNCT = 0.85
+_KANA = 0.7
+_HAN = 0.9
+_KANJI = 1.05  # ideographs in Japanese text (with kana) cost more in cl100k
+_HANGUL = 0.65
+_WIDE = 0.9
+_EMOJI = 1.7
+_ASTRAL = 1.2
+
+
+def approximate_text_tokens(text: str) -> float:
+    """About how many tokens ``text`` is for today's OpenAI-style tokenizers.
+
+    A float, so a message's parts can be added before rounding once.
+    """
+    if text.isascii():
+        raw = text.encode("ascii")
+        classes = raw.translate(_TABLE)
+        return _PER_CHAR * len(raw) + _PUNCT * classes.count(b"p") + _DIGIT * classes.count(b"d")
+    raw = text.encode("utf-8", "surrogatepass")
+    classes = raw.translate(_TABLE, _CONTINUATION)
+    ascii_chars = len(classes) - sum(
+        classes.count(c) for c in (b"2", b"3", b"j", b"h", b"k", b"f", b"4")
+    )
+    cjk_punct = raw.count(b"\xe3\x80")
+    kana = raw.count(b"\xe3\x81") + raw.count(b"\xe3\x82") + raw.count(b"\xe3\x83")
+    emoji = raw.count(b"\xf0\x9f")
+    return (
+        _PER_CHAR * ascii_chars
+        + _PUNCT * classes.count(b"p")
+        + _DIGIT * classes.count(b"d")
+        + _TWO_BYTE * classes.count(b"2")
+        + _THREE_BYTE * classes.count(b"3")
+        + _CJK_PUNCT * cjk_punct
+        + _KANA * kana
+        + (_KANJI if kana else _HAN)
+        * (classes.count(b"j") - cjk_punct - kana + classes.count(b"h"))
+        + _HANGUL * classes.count(b"k")
+        + _WIDE * classes.count(b"f")
+        + _EMOJI * emoji
+        + _ASTRAL * (classes.count(b"4") - emoji)
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# messages
+
+
+def _parts(message: BaseMessage) -> tuple[list[str], int]:
+    """The texts of a message that reach the model, and its images (priced flat)."""
+    texts: list[str] = [message.type if not isinstance(message, AIMessage) else "assistant"]
+    images = 0
+    content = message.content
+    if isinstance(content, str):
+        texts.append(content)
+    else:
+        for block in content:
+            if isinstance(block, str):
+                texts.append(block)
+            elif isinstance(block, dict) and block.get("type") in ("image", "image_url"):
+                images += 1
+            elif isinstance(block, dict) and block.get("type") == "text":
+                texts.append(str(block.get("text", "")))
+            else:
+                texts.append(json.dumps(block, ensure_ascii=False, default=str))
+    if isinstance(message, AIMessage) and message.tool_calls and isinstance(content, str):
+        calls = [{"name": c["name"], "args": c["args"]} for c in message.tool_calls]
+        texts.append(json.dumps(calls, ensure_ascii=False, default=str))
+    if isinstance(message, ToolMessage):
+        texts.append(message.tool_call_id)
+    if message.name:
+        texts.append(message.name)
+    return texts, images
+
+
+def count_message_tokens(
+    messages: Sequence[BaseMessage], text_tokens: Callable[[str], float]
+) -> int:
+    """Tokens of a message list with ``text_tokens`` for its texts: each message's role,
+    content, tool calls and name, plus :data:`EXTRA_TOKENS_PER_MESSAGE` framing and
+    :data:`TOKENS_PER_IMAGE` per image. Rounded up per message, so counts add up."""
+    total = 0
+    for message in messages:
+        texts, images = _parts(message)
+        tokens = sum(text_tokens(text) for text in texts if text)
+        total += math.ceil(tokens) + EXTRA_TOKENS_PER_MESSAGE + images * TOKENS_PER_IMAGE
+    return total
+
+
+def count_tokens_script_aware(messages: Sequence[BaseMessage]) -> int:
+    """The default token counter: :func:`approximate_text_tokens` over each message."""
+    return count_message_tokens(messages, approximate_text_tokens)
+
+
+# ---------------------------------------------------------------------------------------------
+# exact counts
+
+ENCODINGS = ("o200k_base", "cl100k_base")
+"""The encodings :class:`ExactTokenCounter` is meant for (GPT-4o and later; GPT-4/3.5)."""
+
+
+class ExactTokenCounter:
+    """Exact token counts with OpenAI's tables, offline (``pip install
+    'langgraph-memory-plus[tokens]'``, which brings ``bpe-openai``).
+
+    Callable on a message list, so it goes wherever a ``token_counter`` does
+    (``Trimmer(max_tokens=4000, token_counter=ExactTokenCounter("o200k_base"))``; the
+    strings ``"o200k_base"`` and ``"cl100k_base"`` make one too). Messages are framed
+    as :func:`count_message_tokens` says; texts are counted exactly.
+    """
+
+    def __init__(self, encoding: str = "o200k_base") -> None:
+        try:
+            import bpe_openai
+        except ImportError as exc:  # pragma: no cover - the test extra installs it
+            raise ImportError(
+                "exact token counts need the 'tokens' extra: "
+                "pip install 'langgraph-memory-plus[tokens]'"
+            ) from exc
+        self.encoding = encoding
+        self._encoding: Any = bpe_openai.get_encoding(encoding)
+
+    def text_tokens(self, text: str) -> int:
+        """The exact token count of ``text`` (special-token text counted as plain text)."""
+        return len(self._encoding.encode_ordinary(text))
+
+    def __call__(self, messages: Sequence[BaseMessage]) -> int:
+        return count_message_tokens(messages, self.text_tokens)
+
+    def __repr__(self) -> str:
+        return f"ExactTokenCounter({self.encoding!r})"
