@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .. import _text
+
 DEFAULT_CONFIDENCE = 0.8
 HEDGE_PENALTY = 0.2
 
@@ -267,7 +269,8 @@ class RuleExtractor:
         if _HEDGE.search(clause):
             confidence -= self.hedge_penalty
         negated = _NEGATION.search(clause[: match.start("value")]) is not None
-        statement = Statement(field, value, round(confidence, 4), negated, clause[:200])
+        evidence = _text.head(clause, 200)
+        statement = Statement(field, value, round(confidence, 4), negated, evidence)
         return statement if statement.confidence > 0 else replace(statement, confidence=0.0)
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .. import _text
 from ..errors import MemoryPlusError
 
 logger = logging.getLogger(__name__)
@@ -207,8 +208,8 @@ class Scanner:
         for rule in self.rules:
             match = rule.pattern.search(normal)
             if match is not None:
-                start = max(0, match.start() - 20)
-                findings.append(Finding(rule.category, rule.name, normal[start : match.end() + 20]))
+                excerpt = _text.around(normal, match.start() - 20, match.end() + 20)
+                findings.append(Finding(rule.category, rule.name, excerpt))
         return findings
 
     def scan_value(self, value: Any) -> list[Finding]:
@@ -229,7 +230,7 @@ def log_refusal(where: str, findings: list[Finding]) -> None:
         "%s: refused to store user text (%s); excerpt %r",
         where,
         ", ".join(sorted({str(f) for f in findings})),
-        findings[0].excerpt[:80],
+        _text.head(findings[0].excerpt, 80),
     )
 
 
