@@ -80,16 +80,15 @@ MIXED = [
     "我用的是 iPhone 15 Pro，iOS 17.4，App 版本 3.2.1，登录的时候一直提示 error code 403，"
     "重装了也没用。",
     "Please reply in Chinese: 您的退款 ¥1,299.00 已于 2025-03-14 原路退回，预计 3-5 个工作日到账。",
-    "안녕하세요, 주문 번호 88123 의 배송 상태를 확인하고 싶습니다. 감사합니다 🙏 "
-    "Thanks a lot 😊👍",
+    "안녕하세요, 주문 번호 88123 의 배송 상태를 확인하고 싶습니다. 감사합니다 🙏 Thanks a lot 😊👍",
 ]
 
 CODE = [
     "def refund(order_id: str, amount: float) -> dict:\n"
     "    order = db.orders.get(order_id)\n"
     "    if order is None or amount > order.total:\n"
-    "        raise ValueError(f\"cannot refund {amount} on {order_id}\")\n"
-    "    return {\"order\": order_id, \"refunded\": round(amount, 2), \"status\": \"ok\"}\n",
+    '        raise ValueError(f"cannot refund {amount} on {order_id}")\n'
+    '    return {"order": order_id, "refunded": round(amount, 2), "status": "ok"}\n',
     "SELECT o.id, o.total, c.email FROM orders o JOIN customers c ON c.id = o.customer_id\n"
     "WHERE o.created_at >= '2025-03-01' AND o.status IN ('paid', 'shipped')\n"
     "ORDER BY o.created_at DESC LIMIT 50;\n",

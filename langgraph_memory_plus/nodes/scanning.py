@@ -225,13 +225,16 @@ _ZH_INJECTION_PATTERNS = {
         r"|(?:系统消息|系统指令|系统提示|开发者指令|管理员指令)[:：])"
     ),
     "zh-obey": (
-        r"你(?:必须|一定要|只能)(?:无条件|绝对)?(?:服从|听从|照做|无条件执行)"
+        r"你(?:(?:必须|一定要|只能)(?:无条件|绝对)?|要(?:无条件|绝对))"
+        r"(?:服从|听从|照做|执行)"
         r"(?:我|以下|下面|新的)"
     ),
     "zh-standing-order": (
         r"(?:以后|今后|从现在起|从此|永远|每次|总是|一律)(?:都|必须|只能|要)?"
         r"(?:回答|回复|说|告诉|推荐|同意|批准|通过)[^。！？!?]{0,12}?"
         r"(?:不管|无论|不论|即使|哪怕)"
+        r"|(?:不管|无论|不论)[^。！？!?]{0,10}?(?:都|一律|一定)(?:要)?(?:回答|回复|说|同意|批准|答应)"
+        r"(?:可以|是|好|行|没问题|同意|通过)"
     ),
     "zh-jailbreak": (
         r"越狱(?:模式|版|提示|指令)|(?:dan|god|上帝|无限制|越狱)模式"
@@ -265,7 +268,7 @@ _ZH_ROLE_PLAY_PATTERNS = {
 }
 _ZH_MONEY_PATTERNS = {
     "zh-transfer-to-others": (
-        r"(?:把|将)(?:我的?|他的?|这个|账户里?的?|卡里的?)?(?:所有|全部)?(?:的)?"
+        r"(?:把|将)(?:我的?|他的?|这个|账户里?的?|卡里的?){0,3}(?:所有|全部)?(?:的)?"
         r"(?:积分|里程|余额|钱|资金|款项|存款|账户余额|奖励|优惠券|红包|点数|额度)(?:全部|都)?"
         r"(?:转给|转到|转入|转移到?|赠送给|送给|汇给|汇到|打给|打到|划到|划给|充值到)"
         r"(?:别人|他人|其他人|其他账户|陌生人|这个账户|这个账号|以下账户|下面的?账户|指定账户"
@@ -314,6 +317,7 @@ _FOLD = str.maketrans(
 # Single letters with separators between them ("i g n o r e", "i.g.n.o.r.e"): joined
 _SPACED_LETTERS = re.compile(r"\b(?:[a-z][ .\-_*|/]){3,}[a-z]\b")
 _SEPARATORS = re.compile(r"[ .\-_*|/]")
+_WORD_GAP = re.compile(r" {2,}")
 # What may stand between two characters of a Chinese word without meaning anything
 _FILLER = re.compile(r"[\s\-_*·.,~|/\\'\"`^+=#@&%$<>()\[\]{}，、…]+")
 
@@ -327,8 +331,18 @@ def normalize(text: str) -> str:
     text = "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch) not in _INVISIBLE)
     text = text.replace("\u2019", "'").replace("\u2018", "'")
     text = text.casefold().translate(_FOLD)
-    text = _SPACED_LETTERS.sub(lambda m: _SEPARATORS.sub("", m[0]), text)
+    text = "\n".join(_unspace(line) for line in text.split("\n"))
     return _SPACES.sub(" ", text)
+
+
+def _unspace(line: str) -> str:
+    """A line written letter by letter ("y o u  a r e  n o w") as words ("you are now"):
+    when most of its tokens are single characters, single spaces are inside words and
+    runs of spaces between them. Elsewhere, runs of single letters are joined."""
+    tokens = line.split()
+    if len(tokens) >= 8 and sum(len(t) == 1 for t in tokens) >= 0.8 * len(tokens):
+        return " ".join(word.replace(" ", "") for word in _WORD_GAP.split(line.strip()))
+    return _SPACED_LETTERS.sub(lambda m: _SEPARATORS.sub("", m[0]), line)
 
 
 def squeeze(normal: str) -> str:
