@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -187,7 +188,9 @@ class ExactTokenCounter:
                 "pip install 'langgraph-memory-plus[tokens]'"
             ) from exc
         self.encoding = encoding
-        self._encoding: Any = bpe_openai.get_encoding(encoding)
+        with warnings.catch_warnings():  # its table loader uses a deprecated importlib API
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self._encoding: Any = bpe_openai.get_encoding(encoding)
 
     def text_tokens(self, text: str) -> int:
         """The exact token count of ``text`` (special-token text counted as plain text)."""

@@ -207,7 +207,9 @@ ENGLISH_RULES: tuple[Rule, ...] = (
         "cabin",
         re.compile(
             rf"\b(?:{_SEAT_VERBS}|fly|travel|sit|upgrade(?: me)? to)\b(?:\s+[\w'-]+){{0,4}}?\s+"
-            r"(?P<value>premium economy|economy|business|first)(?:\s+|-)class\b",
+            # "business" and "first" name a cabin only with "class" ("book business travel")
+            r"(?P<value>premium economy|economy|business|first)(?:(?:\s+|-)class\b|"
+            r"(?<=economy)\b)",
             re.IGNORECASE,
         ),
         0.8,
@@ -393,7 +395,12 @@ class LanguageRules:
 
     def clauses(self, text: str) -> list[str]:
         """The declarative clauses of ``text`` about the speaker (see the class docs)."""
-        out: list[str] = []
+        return [clause for clause, _ in self.parts(text)]
+
+    def parts(self, text: str) -> list[tuple[str, str]]:
+        """``(clause, its sentence)`` for each declarative clause: a standing order
+        usually opens the sentence, a clause of its own ("From now on, book me ...")."""
+        out: list[tuple[str, str]] = []
         for sentence in self.sentence.findall(text):
             if self.question.search(sentence):
                 continue
@@ -402,7 +409,7 @@ class LanguageRules:
                 if clause and not (
                     self.hypothetical.match(clause) or self.someone_else.match(clause)
                 ):
-                    out.append(clause)
+                    out.append((clause, sentence))
         return out
 
 
@@ -510,9 +517,9 @@ class RuleExtractor:
     def __call__(self, text: str) -> list[Statement]:
         found: dict[str, tuple[int, Statement]] = {}
         for language in self.languages:
-            for clause in language.clauses(text):
+            for clause, sentence in language.parts(text):
                 for rule in language.rules:
-                    statement = self._read(language, rule, clause)
+                    statement = self._read(language, rule, clause, sentence)
                     if statement is not None:
                         # the latest word wins: order by where the clause stands in the text
                         at = text.find(clause)
@@ -520,7 +527,9 @@ class RuleExtractor:
                             found[statement.field] = (at, statement)
         return [statement for _, statement in sorted(found.values(), key=lambda pair: pair[0])]
 
-    def _read(self, language: LanguageRules, rule: Rule, clause: str) -> Statement | None:
+    def _read(
+        self, language: LanguageRules, rule: Rule, clause: str, sentence: str
+    ) -> Statement | None:
         match = rule.pattern.search(clause)
         if match is None:
             return None
@@ -534,7 +543,7 @@ class RuleExtractor:
         confidence = rule.confidence
         if language.hedge.search(clause):
             confidence -= self.hedge_penalty
-        elif language.standing.search(clause):
+        elif language.standing.search(sentence):
             confidence += self.standing_bonus
         negated = language.negation.search(clause[: match.start("value")]) is not None
         evidence = _text.head(clause, 200)
