@@ -84,11 +84,11 @@ def test_exact_counter_counts_messages_as_the_estimate_frames_them(
     text_tokens = sum(
         counter.text_tokens(t)
         for t in [
-            *["system", "你是客服。", "human", "我叫王芳", "assistant"],
+            *["你是客服。", "我叫王芳"],
             '[{"name": "book", "args": {"seat": "过道"}}]',
         ]
     )
-    assert counter(messages) == text_tokens + 3 * len(messages)
+    assert counter(messages) == text_tokens + 4 * len(messages)
     assert isinstance(as_token_counter("cl100k_base"), ExactTokenCounter)
     assert as_token_counter(None) is count_tokens_script_aware
     assert count_tokens_script_aware([]) == 0

@@ -27,8 +27,9 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-EXTRA_TOKENS_PER_MESSAGE = 3
-"""Per-message framing (role markers, separators), as in OpenAI's chat format."""
+EXTRA_TOKENS_PER_MESSAGE = 4
+"""Per-message framing, as in OpenAI's chat format: three for the markers and separators,
+one for the role (every role name is one token in both encodings)."""
 TOKENS_PER_IMAGE = 85
 """What an image block costs (OpenAI's low-detail price), instead of counting its base64."""
 
@@ -36,25 +37,20 @@ TOKENS_PER_IMAGE = 85
 # the estimate
 
 # byte -> class letter; UTF-8 continuation bytes (0x80-0xBF) are deleted, so every
-# character leaves exactly one letter behind (its lead byte's class)
-_CLASS = bytearray(b"l" * 256)
-for _b in range(0x80, 0xC0):
-    _CLASS[_b] = ord("x")
-for _b in b"0123456789":
-    _CLASS[_b] = ord("d")
+# character leaves exactly one letter behind (its lead byte's class). Classes that cost
+# the same share a letter: each letter is one more pass over the text.
+_CLASS = bytearray(b"l" * 256)  # ASCII letters, spaces and controls
 for _b in b"!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~":
     _CLASS[_b] = ord("p")
-for _b in b" \t\r\n\x0b\x0c":
-    _CLASS[_b] = ord("s")
 for _lo, _hi, _letter in (
-    (0x00, 0x09, "p"),  # other control characters
-    (0xC0, 0xDF, "2"),  # U+0080-07FF: Latin-1, Latin extended, Greek, Cyrillic, Arabic...
-    (0xE0, 0xE2, "3"),  # U+0800-2FFF: Indic scripts, punctuation, symbols, dingbats
-    (0xE3, 0xE3, "j"),  # U+3000-3FFF: CJK punctuation, kana (split below), ext. A
+    (0x30, 0x39, "d"),  # digits (numbers split into groups of up to three)
+    (0xC0, 0xDF, "d"),  # U+0080-07FF: Latin-1, Latin extended, Greek, Cyrillic, Arabic...
+    (0xE0, 0xE2, "w"),  # U+0800-2FFF: Indic scripts, punctuation, symbols, dingbats
+    (0xE3, 0xE3, "j"),  # U+3000-3FFF: kana, CJK punctuation (split below), ext. A
     (0xE4, 0xE9, "h"),  # U+4000-9FFF: CJK unified ideographs
     (0xEA, 0xED, "k"),  # U+A000-DFFF: Hangul syllables (and Yi)
-    (0xEE, 0xEF, "f"),  # U+E000-FFFF: full-width forms, compatibility ideographs, VS16
-    (0xF0, 0xFF, "4"),  # astral: emoji (split below), CJK ext. B+
+    (0xEE, 0xEF, "w"),  # U+E000-FFFF: full-width forms, compatibility ideographs, VS16
+    (0xF0, 0xFF, "4"),  # astral: emoji, CJK ext. B+
 ):
     for _b in range(_lo, _hi + 1):
         _CLASS[_b] = ord(_letter)
@@ -62,20 +58,17 @@ _TABLE = bytes(_CLASS)
 _CONTINUATION = bytes(range(0x80, 0xC0))
 del _b, _lo, _hi, _letter
 
-# tokens per character, fitted to the geometric mean of o200k and cl100k
-_PER_CHAR = 0.2  # any ASCII character (English runs ~4.7 characters a token)
-_PUNCT = 0.5  # extra per ASCII punctuation mark (code and markup)
-_DIGIT = 0.25  # extra per digit (numbers split into groups of up to three)
-_TWO_BYTE = 0.45
-_THREE_BYTE = 0.9
-_CJK_PUNCT = 0.85
-_KANA = 0.7
+# tokens per character, fitted to the geometric mean of o200k and cl100k on
+# benchmarks/data/language_samples.py (English runs ~4.7 characters a token)
+_ASCII = 0.2
+_PUNCT = 0.7  # ASCII punctuation (code and markup split on it)
+_DIGIT = 0.45  # digits, and letters of two-byte scripts (accented Latin, Cyrillic...)
+_WIDE = 0.9  # other BMP symbols, CJK punctuation, full-width forms
 _HAN = 0.9
 _KANJI = 1.05  # ideographs in Japanese text (with kana) cost more in cl100k
+_KANA = 0.7
 _HANGUL = 0.65
-_WIDE = 0.9
-_EMOJI = 1.7
-_ASTRAL = 1.2
+_ASTRAL = 1.7  # emoji (o200k ~1.3, cl100k ~2.2 a code point)
 
 
 def approximate_text_tokens(text: str) -> float:
@@ -84,32 +77,31 @@ def approximate_text_tokens(text: str) -> float:
     A float, so a message's parts can be added before rounding once.
     """
     if text.isascii():
-        raw = text.encode("ascii")
-        classes = raw.translate(_TABLE)
-        return _PER_CHAR * len(raw) + _PUNCT * classes.count(b"p") + _DIGIT * classes.count(b"d")
+        classes = text.encode("ascii").translate(_TABLE)
+        return (
+            _ASCII * len(classes)
+            + (_PUNCT - _ASCII) * classes.count(b"p")
+            + (_DIGIT - _ASCII) * classes.count(b"d")
+        )
     raw = text.encode("utf-8", "surrogatepass")
     classes = raw.translate(_TABLE, _CONTINUATION)
-    ascii_chars = len(classes) - sum(
-        classes.count(c) for c in (b"2", b"3", b"j", b"h", b"k", b"f", b"4")
-    )
-    cjk_punct = raw.count(b"\xe3\x80")
-    kana = raw.count(b"\xe3\x81") + raw.count(b"\xe3\x82") + raw.count(b"\xe3\x83")
-    emoji = raw.count(b"\xf0\x9f")
+    punct, digit, wide, han, j, hangul, astral = map(classes.count, _LETTERS)
+    cjk_punct = raw.count(b"\xe3\x80")  # U+3000-303F, the rest of "j" is kana (mostly)
+    kana = j - cjk_punct
+    rest = len(classes) - punct - digit - wide - han - j - hangul - astral
     return (
-        _PER_CHAR * ascii_chars
-        + _PUNCT * classes.count(b"p")
-        + _DIGIT * classes.count(b"d")
-        + _TWO_BYTE * classes.count(b"2")
-        + _THREE_BYTE * classes.count(b"3")
-        + _CJK_PUNCT * cjk_punct
+        _ASCII * rest
+        + _PUNCT * punct
+        + _DIGIT * digit
+        + _WIDE * (wide + cjk_punct)
+        + (_KANJI if kana else _HAN) * han
         + _KANA * kana
-        + (_KANJI if kana else _HAN)
-        * (classes.count(b"j") - cjk_punct - kana + classes.count(b"h"))
-        + _HANGUL * classes.count(b"k")
-        + _WIDE * classes.count(b"f")
-        + _EMOJI * emoji
-        + _ASTRAL * (classes.count(b"4") - emoji)
+        + _HANGUL * hangul
+        + _ASTRAL * astral
     )
+
+
+_LETTERS = (b"p", b"d", b"w", b"h", b"j", b"k", b"4")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,7 +110,7 @@ def approximate_text_tokens(text: str) -> float:
 
 def _parts(message: BaseMessage) -> tuple[list[str], int]:
     """The texts of a message that reach the model, and its images (priced flat)."""
-    texts: list[str] = [message.type if not isinstance(message, AIMessage) else "assistant"]
+    texts: list[str] = []
     images = 0
     content = message.content
     if isinstance(content, str):
@@ -146,11 +138,20 @@ def _parts(message: BaseMessage) -> tuple[list[str], int]:
 def count_message_tokens(
     messages: Sequence[BaseMessage], text_tokens: Callable[[str], float]
 ) -> int:
-    """Tokens of a message list with ``text_tokens`` for its texts: each message's role,
+    """Tokens of a message list with ``text_tokens`` for its texts: each message's
     content, tool calls and name, plus :data:`EXTRA_TOKENS_PER_MESSAGE` framing and
     :data:`TOKENS_PER_IMAGE` per image. Rounded up per message, so counts add up."""
     total = 0
     for message in messages:
+        content = message.content
+        if (
+            isinstance(content, str)
+            and not message.name
+            and not isinstance(message, ToolMessage)
+            and not (isinstance(message, AIMessage) and message.tool_calls)
+        ):  # the common case, without building lists
+            total += math.ceil(text_tokens(content)) + EXTRA_TOKENS_PER_MESSAGE
+            continue
         texts, images = _parts(message)
         tokens = sum(text_tokens(text) for text in texts if text)
         total += math.ceil(tokens) + EXTRA_TOKENS_PER_MESSAGE + images * TOKENS_PER_IMAGE
