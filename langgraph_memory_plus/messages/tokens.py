@@ -181,17 +181,18 @@ class ExactTokenCounter:
     """
 
     def __init__(self, encoding: str = "o200k_base") -> None:
-        try:
-            import bpe_openai
-        except ImportError as exc:  # pragma: no cover - the test extra installs it
-            raise ImportError(
-                "exact token counts need the 'tokens' extra: "
-                "pip install 'langgraph-memory-plus[tokens]'"
-            ) from exc
-        self.encoding = encoding
-        with warnings.catch_warnings():  # its table loader uses a deprecated importlib API
+        # its table loader (run on import) uses a deprecated importlib API
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
+            try:
+                import bpe_openai
+            except ImportError as exc:  # pragma: no cover - the test extra installs it
+                raise ImportError(
+                    "exact token counts need the 'tokens' extra: "
+                    "pip install 'langgraph-memory-plus[tokens]'"
+                ) from exc
             self._encoding: Any = bpe_openai.get_encoding(encoding)
+        self.encoding = encoding
 
     def text_tokens(self, text: str) -> int:
         """The exact token count of ``text`` (special-token text counted as plain text)."""
