@@ -81,7 +81,7 @@ _NOT_ROLES = (
 )
 _TARGETS = (
     r"(?:instructions?|prompts?|rules|directions|directives|guidelines|guidance|messages?"
-    r"|context|commands|orders|constraints|programming|restrictions|guardrails)"
+    r"|context|commands|orders|constraints|programming|restrictions|guardrails|polic(?:y|ies))"
 )
 
 
@@ -93,7 +93,8 @@ def rules(category: str, patterns: dict[str, str]) -> tuple[Rule, ...]:
 _INJECTION_PATTERNS = {
     "ignore-instructions": (
         # "ignore my last message" is the user taking back their own words
-        r"\b(?:ignore|disregard|forget|bypass|override|overrule)\b(?!\s+my\b)"
+        r"\b(?:ignore|disregard|forget|bypass|override|overrule|stop\s+(?:following|obeying))\b"
+        r"(?!\s+my\b)"
         rf"{_W}{{0,4}}?\s+{_TARGETS}\b"
     ),
     "disregard-above": (
@@ -128,7 +129,7 @@ _INJECTION_PATTERNS = {
     ),
 }
 _ROLE_PLAY_PATTERNS = {
-    "you-are-now": r"\byou\s+are\s+(?:now|no\s+longer)\s+(?:an?|the|my|in)\b",
+    "you-are-now": r"\byou(?:\s+are|'re)\s+(?:now|no\s+longer)\s+(?:an?|the|my|in)\b",
     "from-now-on-you": r"\bfrom\s+now\s+on\s*,?\s+(?:you|act|behave|respond)\b",
     "act-as": (
         r"\b(?:act|behave|respond|answer|speak|talk)\s+(?:as|like)\s+(?!" + _NOT_ROLES + r")"
@@ -167,7 +168,8 @@ _SQL_PATTERNS = {
 _MONEY_PATTERNS = {
     "transfer-to-others": (
         r"\b(?:transfer|send|move|wire|give|pay)\s+(?:all\s+|everything\s+)?(?:of\s+)?"
-        r"(?:my|the|his|her|their|this|these)?\s*(?:points|miles|balance|money|funds|credits?"
+        r"(?:my|the|his|her|their|this|these)?\s*(?:whole\s+|entire\s+|full\s+|remaining\s+)?"
+        r"(?:points|miles|balance|money|funds|credits?"
         r"|savings|rewards|vouchers?)\s+(?:\w+\s+)?to\s+(?:another|this|that|the following"
         r"|someone|somebody|a different|an external|an unknown|external|account|iban|\d)"
     ),
@@ -202,7 +204,11 @@ _ZH_ROLES = (
     r"|后台|运维|客服主管|审核员|老板|上帝|神)"
 )
 _ZH_INJECTION_PATTERNS = {
-    "zh-ignore-instructions": rf"{_ZH_IGNORE}{_ZH_SCOPE}{{0,6}}{_ZH_TARGETS}",
+    "zh-ignore-instructions": (
+        rf"{_ZH_IGNORE}{_ZH_SCOPE}{{0,6}}{_ZH_TARGETS}"
+        # the object first: "把之前的规定统统忘掉"
+        rf"|(?:把|将){_ZH_SCOPE}{{0,6}}{_ZH_TARGETS}{_ZH_SCOPE}{{0,3}}{_ZH_IGNORE}"
+    ),
     "zh-no-longer-bound": (
         r"(?:不用|不必|无需|不需要|不再|别再|不要再|无须)(?:再)?(?:遵守|遵循|服从|受|按照|执行|理会)"
         rf"{_ZH_SCOPE}{{0,6}}{_ZH_TARGETS}"
@@ -213,7 +219,8 @@ _ZH_INJECTION_PATTERNS = {
         r"|贴出|吐出)[^。！？!?]{0,10}?(?:系统提示词?|系统指令|系统消息|系统设定|系统规则|初始指令"
         r"|初始提示词?|隐藏指令|隐藏提示词?|内部指令|内部规则|提示词|原始指令|开发者指令"
         r"|system ?prompt)"
-        r"|(?:系统提示词?|系统指令|隐藏指令|初始指令|提示词|system ?prompt)(?:是什么|的内容|的全文"
+        r"|(?:系统提示词?|系统指令|隐藏指令|初始指令|提示词|system ?prompt)(?:里|中|里面)?"
+        r"(?:写了什么|有什么|说了什么|是什么|的内容|的全文"
         r"|全部|原文|一字不差|发给我|告诉我|给我看|输出|打印|贴出来|显示出来|说出来|念出来)"
     ),
     "zh-new-instructions": (
@@ -227,7 +234,7 @@ _ZH_INJECTION_PATTERNS = {
     "zh-obey": (
         r"你(?:(?:必须|一定要|只能)(?:无条件|绝对)?|要(?:无条件|绝对))"
         r"(?:服从|听从|照做|执行)"
-        r"(?:我|以下|下面|新的)"
+        r"(?:我|以下|下面|新的)|(?:从现在开始|现在开始|从现在起|以后)(?:你)?(?:只|都)?听我的"
     ),
     "zh-standing-order": (
         r"(?:以后|今后|从现在起|从此|永远|每次|总是|一律)(?:都|必须|只能|要)?"
@@ -246,6 +253,8 @@ _ZH_ROLE_PLAY_PATTERNS = {
     "zh-you-are-now": (
         rf"你现在(?:就|已经)?(?:是|成为|变成|作为)(?:一个|一名|一位|我的)?{_ZH_ROLES}"
         rf"|你(?:已经)?不再是(?:一个|一名)?(?:客服|助手|ai|人工智能|机器人|助理)"
+        r"|你(?:其实|现在|本来|实际上|就|已经)?(?:是|成为|变成)(?:一个|一名|一位)?"
+        r"(?:没有任何限制|没有限制|不受任何限制|不受限制|无限制|不受约束)的"
     ),
     "zh-from-now-on-you": (
         r"(?:从现在(?:起|开始)|从今以后|从此以后|从今天起)你(?:就|将|要|需要|必须)?"
@@ -256,6 +265,7 @@ _ZH_ROLE_PLAY_PATTERNS = {
         r"(?:^|[。！？!?\n]|请|你(?:来|要|现在|就|可以)?)"
         r"(?:扮演|假装|装作|假扮|冒充|伪装成)(?:你是|成为?|一个|一名|一位|我的|成|为)"
         r"|(?:假装|装作|假设)你(?:是|没有|不是|可以)"
+        rf"|(?:假装|装作|当作|就当)(?:你)?(?:没有|不存在|不受)(?:任何)?{_ZH_TARGETS}"
     ),
     "zh-role-play": (
         r"(?:我们|咱们|来|一起|开始|玩)(?:玩)?(?:个|一个)?角色扮演|玩个?(?:角色|扮演)游戏"
@@ -271,15 +281,16 @@ _ZH_MONEY_PATTERNS = {
         r"(?:把|将)(?:我的?|他的?|这个|账户里?的?|卡里的?){0,3}(?:所有|全部)?(?:的)?"
         r"(?:积分|里程|余额|钱|资金|款项|存款|账户余额|奖励|优惠券|红包|点数|额度)(?:全部|都)?"
         r"(?:转给|转到|转入|转移到?|赠送给|送给|汇给|汇到|打给|打到|划到|划给|充值到)"
-        r"(?:别人|他人|其他人|其他账户|陌生人|这个账户|这个账号|以下账户|下面的?账户|指定账户"
-        r"|对方|一个新账户|新账户|外部账户|\d{6,})"
+        r"(?:别人|他人|其他人|陌生人|对方|\d{6,}"
+        r"|(?:下面|以下|这个|那个|指定的?|一个新的?|新的?|外部的?|陌生的?|别人的?|他人的?|其他的?)"
+        r"(?:这个|那个|的)?(?:账户|账号|卡号|银行卡))"
     ),
     "zh-skip-verification": (
-        r"(?:不用|不需要|无需|不必|跳过|绕过|免去|免除|不要|别)(?:再)?(?:进行|做|发送?)?"
+        r"(?:不用|不需要|无需|不必|跳过|绕过|免去|免除|不要|别)(?:再)?(?:进行|做|发送?|经过|走)?"
         r"(?:验证|确认|核实|短信验证|验证码|二次确认|人脸识别|身份验证|授权|审核|审批|风控)"
         r"[^。！？!?]{0,12}?(?:转账|转给|转到|付款|汇款|提现|退款|支付|扣款|划款|打款)"
         r"|(?:转账|转给|转到|付款|汇款|提现|退款|支付|扣款|划款|打款)[^。！？!?]{0,12}?"
-        r"(?:不用|不需要|无需|不必|跳过|绕过|免去|不要)(?:再)?(?:进行|做)?"
+        r"(?:不用|不需要|无需|不必|跳过|绕过|免去|不要)(?:再)?(?:进行|做|经过|走)?"
         r"(?:验证|确认|核实|验证码|授权|审核|审批|通知)"
     ),
     "zh-standing-transfer": (
