@@ -86,21 +86,37 @@ def _write(open_saver: Opener, keep: int | None, log_path: str, seed: int) -> No
             log.flush()
 
 
-def _child(open_saver: Opener, keep: int | None, log_path: str, seed: int) -> None:
+def opener(cls: Any, url: str, defaults: dict[str, Any]) -> Opener:
+    """``open_saver(**options)``: a new saver of ``cls`` on the test's storage."""
+
+    @contextmanager
+    def open_saver(**options: Any) -> Iterator[Any]:
+        with cls.from_conn_string(url, **{**defaults, **options}) as saver:
+            yield saver
+
+    return open_saver
+
+
+def _child(target: tuple[Any, str, dict[str, Any]], keep: int | None, log: str, seed: int) -> None:
     try:
-        _write(open_saver, keep, log_path, seed)
+        _write(opener(*target), keep, log, seed)
     finally:
-        os._exit(1)  # a writer stops only when killed; never run the parent's cleanup
+        os._exit(1)  # a writer stops only when killed
 
 
 def start_writer(
-    open_saver: Opener, keep: int | None, log_path: Path, seed: int
+    target: tuple[Any, str, dict[str, Any]], keep: int | None, log_path: Path, seed: int
 ) -> multiprocessing.process.BaseProcess:
-    # fork: the child has langgraph imported already, so it writes from its first moment
-    ctx = multiprocessing.get_context("fork")
-    process = ctx.Process(target=_child, args=(open_saver, keep, str(log_path), seed))
+    """A writer process, forked from a server process that has langgraph imported (so it
+    writes from its first moment) and no threads (a fork of pytest's process could
+    inherit a lock another thread holds)."""
+    process = _FORKS.Process(target=_child, args=(target, keep, str(log_path), seed))
     process.start()
     return process
+
+
+_FORKS = multiprocessing.get_context("forkserver")
+_FORKS.set_forkserver_preload(["langgraph.graph", "langgraph_memory_plus", "test_crash"])
 
 
 def kill(process: multiprocessing.process.BaseProcess) -> None:
@@ -121,9 +137,9 @@ def logged(log_path: Path) -> dict[str, int]:
     return done
 
 
-def check(open_saver: Opener, log_path: Path, durable: bool, what: str) -> int:
+def check(open_saver: Opener, log_path: Path, what: str) -> int:
     """Read every thread back with a fresh saver; returns the checkpoints read."""
-    done = logged(log_path) if durable else {}
+    done = logged(log_path)
     read = 0
     with open_saver() as saver:
         app = graph().compile(checkpointer=saver)
@@ -152,37 +168,41 @@ def check(open_saver: Opener, log_path: Path, durable: bool, what: str) -> int:
 
 
 def crash_rounds(
-    open_saver: Opener,
+    target: tuple[Any, str, dict[str, Any]],
     tmp_path: Path,
     rounds: int,
     *,
     server: RedisServer | None = None,
-    durable: bool = True,
+    appendonly: bool = True,
 ) -> None:
-    """``rounds`` writer kills; with ``server``, every third round kills the server too."""
+    """``rounds`` writer kills; with ``server``, every third round kills the server too
+    (without ``appendonly`` its restart loses everything, so the log starts anew)."""
     rng = random.Random(SEED)
+    open_saver = opener(*target)
     log_path = tmp_path / "committed.log"
     print(f"crash test seed={SEED} (LGMP_CRASH_SEED={SEED} replays it)")
     with open_saver() as saver:  # setup once, before any writer
         saver.setup()
     for r in range(rounds):
         keep = KEEPS[r % len(KEEPS)]
-        writer = start_writer(open_saver, keep, log_path, rng.randrange(2**32))
-        time.sleep(rng.uniform(0.15, 0.8))
+        writer = start_writer(target, keep, log_path, rng.randrange(2**32))
+        time.sleep(rng.uniform(0.2, 1.2))
         if server is not None and r % 3 == 2:
             assert server.process is not None
             server.process.kill()  # SIGKILL, our own child, by its pid
             server.process.wait()
             server.process = None
             kill(writer)
-            if not durable:
-                log_path.unlink(missing_ok=True)  # nothing of it survives the restart
+            if not appendonly:
+                log_path.unlink(missing_ok=True)
             server.start()
-            check(open_saver, log_path, durable, f"after server kill in round {r}")
+            check(open_saver, log_path, f"after the server's kill in round {r}")
         else:
             kill(writer)
-    read = check(open_saver, log_path, durable, f"after {rounds} rounds")
-    assert read > 0 or not durable, f"no checkpoint survived, seed={SEED}"
+    read = check(open_saver, log_path, f"after {rounds} rounds")
+    turns = sum(logged(log_path).values())
+    print(f"{rounds} writers killed, {turns} turns logged, {read} checkpoints read back")
+    assert turns > 0, f"no writer committed a turn, seed={SEED}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -190,29 +210,17 @@ def crash_rounds(
 # --------------------------------------------------------------------------------------------
 
 
-@contextmanager
-def _opened(cls: Any, url: str, **defaults: Any) -> Iterator[Opener]:
-    @contextmanager
-    def open_saver(**options: Any) -> Iterator[Any]:
-        with cls.from_conn_string(url, **{**defaults, **options}) as saver:
-            yield saver
-
-    yield open_saver
-
-
 def test_postgres_survives_killed_writers(pg_url: str, tmp_path: Path) -> None:
     schema = f"lgmp_crash_{uuid.uuid4().hex[:12]}"
     try:
-        with _opened(PostgresSaver, pg_url, schema=schema) as open_saver:
-            crash_rounds(open_saver, tmp_path, 12)
+        crash_rounds((PostgresSaver, pg_url, {"schema": schema}), tmp_path, 12)
     finally:
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def test_sqlite_survives_killed_writers(tmp_path: Path) -> None:
-    with _opened(SqliteSaver, str(tmp_path / "crash.db")) as open_saver:
-        crash_rounds(open_saver, tmp_path, 12)
+    crash_rounds((SqliteSaver, str(tmp_path / "crash.db"), {}), tmp_path, 12)
 
 
 @pytest.mark.parametrize("appendonly", ["yes", "no"])
@@ -220,16 +228,14 @@ def test_redis_survives_killed_writers_and_servers(tmp_path: Path, appendonly: s
     server = RedisServer(tmp_path / "redis", "--appendonly", appendonly)
     server.start()
     try:
-        with _opened(RedisSaver, server.url(), key_prefix="crash") as open_saver:
-            crash_rounds(
-                open_saver, tmp_path, 12 if appendonly == "yes" else 9,
-                server=server, durable=appendonly == "yes",
-            )  # fmt: skip
+        crash_rounds(
+            (RedisSaver, server.url(), {"key_prefix": "crash"}), tmp_path,
+            12 if appendonly == "yes" else 10, server=server, appendonly=appendonly == "yes",
+        )  # fmt: skip
     finally:
         server.stop()
 
 
 def test_redis_cluster_survives_killed_writers(redis_cluster_url: str, tmp_path: Path) -> None:
     prefix = f"lgmp-crash-{uuid.uuid4().hex[:8]}"
-    with _opened(RedisSaver, redis_cluster_url, key_prefix=prefix) as open_saver:
-        crash_rounds(open_saver, tmp_path, 6)
+    crash_rounds((RedisSaver, redis_cluster_url, {"key_prefix": prefix}), tmp_path, 6)
