@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
 
 from ..errors import InvalidConfigError
+from ..threads.core import DEFAULT_INDEX_KEYS, check_index_keys
 
 
 class TTLConfig(TypedDict, total=False):
@@ -34,9 +35,16 @@ class SaverSettings:
     ttl_seconds: float | None = None
     refresh_on_read: bool = False
     keep_last: int | None = None
+    index_keys: tuple[str, ...] = DEFAULT_INDEX_KEYS
+    """Metadata keys the thread index indexes (see ``threads/``)."""
 
     @classmethod
-    def build(cls, ttl: TTLConfig | None, keep_last: int | None) -> SaverSettings:
+    def build(
+        cls,
+        ttl: TTLConfig | None,
+        keep_last: int | None,
+        index_keys: Sequence[str] | None = None,
+    ) -> SaverSettings:
         ttl_seconds: float | None = None
         refresh = False
         if ttl is not None:
@@ -62,7 +70,12 @@ class SaverSettings:
             isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1
         ):
             raise InvalidConfigError(f"keep_last must be a positive integer, got {keep_last!r}")
-        return cls(ttl_seconds=ttl_seconds, refresh_on_read=refresh, keep_last=keep_last)
+        return cls(
+            ttl_seconds=ttl_seconds,
+            refresh_on_read=refresh,
+            keep_last=keep_last,
+            index_keys=check_index_keys(index_keys),
+        )
 
 
 @dataclass(frozen=True)

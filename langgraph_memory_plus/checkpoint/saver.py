@@ -13,7 +13,7 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -29,6 +29,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from .._bridge import AsyncBridge, SyncBridge
 from .._plan import Plan
 from ..errors import InvalidConfigError
+from ..threads.core import RecordInput, record_input
 from .codec import CheckpointCodec, EncodedCheckpoint, EncodedWrite
 from .config import (
     ListQuery,
@@ -40,6 +41,9 @@ from .config import (
     thread_key,
 )
 from .lists import ListMemory
+
+if TYPE_CHECKING:
+    from ..threads.api import ThreadPlans, Threads
 
 R = TypeVar("R")
 
@@ -55,6 +59,8 @@ class CheckpointPlans(Protocol):
     """Whether the backend stores small scalar values inline (see ``CheckpointCodec``)."""
     metadata_as_json: bool
     """Whether the backend can read metadata back from its JSON projection alone."""
+    threads: ThreadPlans
+    """Reads of the thread index the backend keeps with every write."""
 
     def setup(self) -> Plan[Any, None]: ...
 
@@ -66,7 +72,9 @@ class CheckpointPlans(Protocol):
         self, codec: CheckpointCodec, query: ListQuery, page_size: int
     ) -> Plan[Any, tuple[list[CheckpointTuple], ListQuery | None]]: ...
 
-    def put(self, target: Target, encoded: EncodedCheckpoint) -> Plan[Any, None]: ...
+    def put(
+        self, target: Target, encoded: EncodedCheckpoint, record: RecordInput
+    ) -> Plan[Any, None]: ...
 
     def put_writes(self, target: Target, writes: list[EncodedWrite]) -> Plan[Any, None]: ...
 
@@ -104,10 +112,18 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
         serde: SerializerProtocol | None = None,
         ttl: TTLConfig | None = None,
         keep_last: int | None = None,
+        thread_index_keys: Sequence[str] | None = None,
     ) -> None:
         super().__init__(serde=serde)
-        self.settings = SaverSettings.build(ttl, keep_last)
+        self.settings = SaverSettings.build(ttl, keep_last, thread_index_keys)
         self._lists = ListMemory()
+
+    @property
+    def threads(self) -> Threads:
+        """The thread index: ``search``, ``count``, ``get``, ``sessions`` (and ``a*``)."""
+        from ..threads.api import Threads
+
+        return Threads(self, self._plans.threads, self.settings.index_keys)
 
     @abstractmethod
     def _run(self, plan: Plan[Any, R]) -> R:
@@ -153,7 +169,17 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
         codec = self._codec
         encoded = codec.encode_checkpoint(target, config, checkpoint, metadata, new_versions)
         stored = partial(codec.commit, encoded)
-        return self._plans.put(target, encoded), target.config(checkpoint["id"]), stored
+        record = record_input(
+            target.checkpoint_ns,
+            checkpoint.get("channel_values"),
+            encoded.metadata_json,
+            [len(encoded.checkpoint[1]), len(encoded.metadata[1])]
+            + [len(b.data or b"") for b in encoded.blobs]
+            + [len(data) for _, data in encoded.items.values()],
+            self.settings.index_keys,
+        )
+        plan = self._plans.put(target, encoded, record)
+        return plan, target.config(checkpoint["id"]), stored
 
     def _put_writes_plan(
         self,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from collections.abc import Sequence
+
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..._sqlite import SqliteAsyncDriver, SqlitePool, SqliteSyncDriver
@@ -31,6 +33,8 @@ class _SqliteOptions(CheckpointSaverBase):
         ttl: ``{"default_ttl": minutes, "refresh_on_read": bool}``: threads expire that
             long after their last write (or read). Expired threads are never returned;
             ``sweep_expired()`` reclaims their rows.
+        thread_index_keys: metadata keys the thread index indexes (``["user_id"]`` by
+            default); ``saver.threads.search(metadata={key: ...})`` reads their index.
         keep_last: keep only the newest N checkpoints per thread and namespace
             (``1`` gives a "shallow" saver).
     """
@@ -42,9 +46,12 @@ class _SqliteOptions(CheckpointSaverBase):
         serde: SerializerProtocol | None = None,
         ttl: TTLConfig | None = None,
         keep_last: int | None = None,
+        thread_index_keys: Sequence[str] | None = None,
     ) -> None:
         self._connect(conn)
-        super().__init__(serde=serde, ttl=ttl, keep_last=keep_last)
+        super().__init__(
+            serde=serde, ttl=ttl, keep_last=keep_last, thread_index_keys=thread_index_keys
+        )
         self.conn = conn
         self._plans = SqliteCheckpointPlans(self.settings)
 
