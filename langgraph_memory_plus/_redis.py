@@ -45,6 +45,14 @@ class Scan:
     match: bytes
 
 
+@dataclass(frozen=True)
+class Batch:
+    """Plain commands sent in one pipeline (not a transaction), on any hash slots: the
+    replies come back as a list, in order. For reads and idempotent writes only."""
+
+    commands: Sequence[tuple[Any, ...]]
+
+
 def glob_escape(text: str) -> str:
     """``text`` as a literal inside a Redis ``SCAN MATCH`` pattern."""
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
@@ -113,12 +121,17 @@ class RedisRunner:
         self.client = cast(SyncClient, client)
         self._scripts = {name: self.client.register_script(src) for name, src in scripts.items()}
 
-    def _execute(self, command: Eval | Scan) -> Any:
+    def _execute(self, command: Eval | Scan | Batch) -> Any:
         if isinstance(command, Eval):
             return self._scripts[command.script](keys=command.keys, args=command.args)
+        if isinstance(command, Batch):
+            pipe = self.client.pipeline(transaction=False)
+            for args in command.commands:
+                pipe.execute_command(*args)
+            return pipe.execute()
         return list(self.client.scan_iter(match=command.match, count=1000))
 
-    def run(self, plan: Plan[Eval | Scan, R]) -> R:
+    def run(self, plan: Plan[Eval | Scan | Batch, R]) -> R:
         return drive(plan, self._execute)
 
 
@@ -130,10 +143,15 @@ class AsyncRedisRunner:
         self.client = cast(AsyncClient, client)
         self._scripts = {name: self.client.register_script(src) for name, src in scripts.items()}
 
-    async def _execute(self, command: Eval | Scan) -> Any:
+    async def _execute(self, command: Eval | Scan | Batch) -> Any:
         if isinstance(command, Eval):
             return await self._scripts[command.script](keys=command.keys, args=command.args)
+        if isinstance(command, Batch):
+            pipe = self.client.pipeline(transaction=False)
+            for args in command.commands:
+                pipe.execute_command(*args)
+            return await pipe.execute()
         return [key async for key in self.client.scan_iter(match=command.match, count=1000)]
 
-    async def run(self, plan: Plan[Eval | Scan, R]) -> R:
+    async def run(self, plan: Plan[Eval | Scan | Batch, R]) -> R:
         return await adrive(plan, self._execute)
