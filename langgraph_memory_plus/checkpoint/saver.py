@@ -59,8 +59,11 @@ class CheckpointPlans(Protocol):
     """Whether the backend stores small scalar values inline (see ``CheckpointCodec``)."""
     metadata_as_json: bool
     """Whether the backend can read metadata back from its JSON projection alone."""
-    threads: ThreadPlans
-    """Reads of the thread index the backend keeps with every write."""
+
+    @property
+    def threads(self) -> ThreadPlans:
+        """Reads of the thread index the backend keeps with every write."""
+        ...
 
     def setup(self) -> Plan[Any, None]: ...
 

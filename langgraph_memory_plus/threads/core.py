@@ -22,10 +22,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal, TypedDict
 
-from langgraph.checkpoint.base import ERROR, INTERRUPT
 from langgraph.types import Interrupt
 
 from ..errors import InvalidConfigError
+
+# LangGraph's channels for a task's interrupt and failure (private names there, stable:
+# they key its WRITES_IDX_MAP and every stored checkpoint's pending writes).
+INTERRUPT = "__interrupt__"
+ERROR = "__error__"
 
 Status = Literal["idle", "interrupted", "error"]
 STATUSES = ("idle", "interrupted", "error", "busy")
@@ -293,9 +297,7 @@ class ThreadQuery:
         if sort_order is None:
             sort_order = "desc"
         if sort_order not in SORT_ORDERS:
-            raise InvalidConfigError(
-                f"unknown sort_order {sort_order!r}; use one of {SORT_ORDERS}"
-            )
+            raise InvalidConfigError(f"unknown sort_order {sort_order!r}; use one of {SORT_ORDERS}")
         for name, value in (("limit", limit), ("offset", offset)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidConfigError(f"{name} must be a non-negative integer, got {value!r}")

@@ -124,8 +124,8 @@ class PostgresThreadIndex:
         self._wr = f"{s}.lgmp_task_writes"
         self._visible = visible
         self.index_keys = tuple(index_keys)
-        newer = "(%(ix_latest)s::text IS NOT NULL AND (i.latest_id IS NULL OR %(ix_latest)s >= i.latest_id))"
-        fresh = "(%(ix_latest)s::text IS NOT NULL AND (i.latest_id IS NULL OR %(ix_latest)s > i.latest_id))"
+        root = "%(ix_latest)s::text IS NOT NULL AND (i.latest_id IS NULL OR %(ix_latest)s"
+        newer, fresh = f"({root} >= i.latest_id))", f"({root} > i.latest_id))"
         self.put_cte = f"""
             ix AS (
                 INSERT INTO {self._ix} AS i (thread_key, thread_id, latest_id, metadata,
@@ -286,12 +286,14 @@ class PostgresThreadIndex:
     # -- reads ----------------------------------------------------------------------------
 
     def _where(self, query: ThreadQuery) -> tuple[str, list[Any]]:
-        wheres, params = [self._visible], []
+        wheres, params = [self._visible], list[Any]()
         if query.indexed is not None:
             key, form = query.indexed
             wheres.append(f"i.metadata -> '{key}' = %s::jsonb")
             params.append(form)
-        rest = {k: v for k, v in query.metadata.items() if not query.indexed or k != query.indexed[0]}
+        rest = {
+            k: v for k, v in query.metadata.items() if not query.indexed or k != query.indexed[0]
+        }
         for key, value in rest.items():
             wheres.append("i.metadata -> %s = %s::jsonb")
             params.extend([key, json.dumps(value)])
@@ -322,7 +324,9 @@ class PostgresThreadIndex:
     def count(self, query: ThreadQuery) -> Plan[Query, int]:
         where, params = self._where(query)
         rows: Rows = yield Query(
-            f"SELECT count(*) FROM {self._from()} WHERE {where}", params, fetch=True,
+            f"SELECT count(*) FROM {self._from()} WHERE {where}",
+            params,
+            fetch=True,
             standalone=True,
         )
         return int(rows[0][0])

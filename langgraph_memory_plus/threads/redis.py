@@ -261,7 +261,10 @@ class RedisThreadIndex:
         return self.set_key(*query.indexed) if query.indexed else self.all_key
 
     def _heal(
-        self, key: bytes, entries: list[tuple[str, int]], records: list[StoredRecord | None],
+        self,
+        key: bytes,
+        entries: list[tuple[str, int]],
+        records: list[StoredRecord | None],
         query: ThreadQuery,
     ) -> Batch | None:
         fixes: list[tuple[Any, ...]] = []
@@ -287,13 +290,13 @@ class RedisThreadIndex:
             if fixes is None:
                 return [r for r in records if r is not None]
             yield fixes
-        return query.page(r for r in records if self._belongs(r, query))
+        return query.page(r for r in records if r is not None and self._belongs(r, query))
 
     def _all(self, query: ThreadQuery) -> Plan[Command, list[StoredRecord]]:
         """Every candidate of the query's set (or its ids), verified and healed."""
         if query.ids is not None:
             found = yield from self._records(list(query.ids))
-            return [r for r in found if self._belongs(r, query)]
+            return [r for r in found if r is not None and self._belongs(r, query)]
         key = self._set_of(query)
         out: list[StoredRecord] = []
         start = 0

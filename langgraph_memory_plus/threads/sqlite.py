@@ -23,12 +23,12 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from langgraph.checkpoint.base import ERROR, INTERRUPT
-
 from .._plan import Plan
 from .._sqlite import Query, Rows
 from ..checkpoint.config import thread_key
 from .core import (
+    ERROR,
+    INTERRUPT,
     RecordInput,
     StoredRecord,
     ThreadQuery,
@@ -159,9 +159,7 @@ class SqliteThreadIndex:
     ) -> Plan[Query, None]:
         """After a checkpoint's row is written, in the same transaction."""
         latest = checkpoint_id if record.root else None
-        found = derive(
-            (yield from self._special_writes(tk, checkpoint_id)) if record.root else []
-        )
+        found = derive((yield from self._special_writes(tk, checkpoint_id)) if record.root else [])
         newer = ":latest IS NOT NULL AND (i.latest_id IS NULL OR :latest >= i.latest_id)"
         yield Query(
             f"""
@@ -191,9 +189,7 @@ class SqliteThreadIndex:
             },
         )
 
-    def writes(
-        self, tk: bytes, thread_id: bytes, ns: str, checkpoint_id: str
-    ) -> Plan[Query, None]:
+    def writes(self, tk: bytes, thread_id: bytes, ns: str, checkpoint_id: str) -> Plan[Query, None]:
         """After interrupt or error writes are stored, in the same transaction."""
         if ns != "":
             return
@@ -243,7 +239,7 @@ class SqliteThreadIndex:
         """Derive rows again from what the threads hold (same transaction)."""
         for tk in sorted(set(tks)):
             rows: Rows = yield Query(
-                f"""
+                """
                 SELECT t.thread_id,
                     (SELECT count(*) FROM lgmp_checkpoints WHERE thread_key = :tk
                         AND NOT replay_only),
@@ -331,9 +327,7 @@ class SqliteThreadIndex:
         records = [_stored(r) for r in rows]
         if exact:
             return records
-        return [r for r in records if query.matches(r)][
-            query.offset : query.offset + query.limit
-        ]
+        return [r for r in records if query.matches(r)][query.offset : query.offset + query.limit]
 
     def count(self, query: ThreadQuery) -> Plan[Query, int]:
         where, params, exact = self._where(query)

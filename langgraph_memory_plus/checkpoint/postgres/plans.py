@@ -22,6 +22,9 @@ from ..._migrations import advisory_lock_id, migrate
 from ..._plan import Plan
 from ..._postgres import Query, Rows
 from ...errors import ValueTooLargeError
+from ...threads.core import RecordInput, writes_of_interest
+from ...threads.postgres import MIGRATION as THREAD_INDEX_MIGRATION
+from ...threads.postgres import PostgresThreadIndex
 from .. import task_writes
 from ..codec import (
     EMPTY,
@@ -35,9 +38,6 @@ from ..codec import (
     json_safe,
     metadata_matches,
 )
-from ...threads.core import RecordInput, writes_of_interest
-from ...threads.postgres import MIGRATION as THREAD_INDEX_MIGRATION
-from ...threads.postgres import PostgresThreadIndex
 from ..config import ListQuery, SaverSettings, Target, thread_key
 from ..lists import LIST_TYPE, ListRequest
 from .schema import MIGRATIONS, quote_schema
@@ -862,10 +862,12 @@ class PostgresCheckpointPlans:
         yield from self.threads.refresh([bytes(r[0]) for r in touched])
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Plan[Query, None]:
+        src, dst = thread_key(source_thread_id), thread_key(target_thread_id)
+        dst_id = _thread_id_bytes(target_thread_id)
         params = {
-            "src": thread_key(source_thread_id),
-            "dst": thread_key(target_thread_id),
-            "dst_id": _thread_id_bytes(target_thread_id),
+            "src": src,
+            "dst": dst,
+            "dst_id": dst_id,
             "ttl": self.settings.ttl_seconds,
         }
         yield Query(
@@ -908,8 +910,8 @@ class PostgresCheckpointPlans:
             ON CONFLICT DO NOTHING""",
             params,
         )
-        yield self.threads.copy(params["src"], params["dst"], params["dst_id"])
-        yield from self.threads.refresh([params["dst"]])
+        yield self.threads.copy(src, dst, dst_id)
+        yield from self.threads.refresh([dst])
 
     def prune(self, thread_ids: Sequence[str], keep_latest: bool) -> Plan[Query, None]:
         if not thread_ids:

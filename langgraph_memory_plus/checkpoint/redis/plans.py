@@ -41,6 +41,8 @@ from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, Delta
 from ..._plan import Plan
 from ..._redis import Batch, Eval, Scan, glob_escape
 from ...errors import InvalidConfigError, ValueTooLargeError
+from ...threads.core import RecordInput, writes_of_interest
+from ...threads.redis import RedisThreadIndex, now_ms
 from .. import task_writes
 from ..codec import (
     EMPTY,
@@ -52,8 +54,6 @@ from ..codec import (
     metadata_matches,
 )
 from ..config import ListQuery, SaverSettings, Target
-from ...threads.core import RecordInput, writes_of_interest
-from ...threads.redis import RedisThreadIndex, now_ms
 from ..lists import LIST_TYPE, ItemRow, ListRequest
 
 # Redis refuses a bulk string over 512 MiB by default (proto-max-bulk-len).

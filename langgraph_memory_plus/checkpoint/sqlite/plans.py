@@ -35,6 +35,10 @@ from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from ..._plan import Plan
 from ..._sqlite import Query, Rows, migrate
 from ...errors import InvalidConfigError
+from ...threads.core import RecordInput, writes_of_interest
+from ...threads.sqlite import MIGRATION as THREAD_INDEX_MIGRATION
+from ...threads.sqlite import TABLE as THREAD_INDEX_TABLE
+from ...threads.sqlite import SqliteThreadIndex
 from ..codec import (
     EMPTY,
     ChainLink,
@@ -47,10 +51,6 @@ from ..codec import (
 )
 from ..config import ListQuery, SaverSettings, Target, thread_key
 from ..lists import ID_SIZE, LIST_TYPE, PAGE_SIZE, ListRequest
-from ...threads.core import RecordInput, writes_of_interest
-from ...threads.sqlite import MIGRATION as THREAD_INDEX_MIGRATION
-from ...threads.sqlite import TABLE as THREAD_INDEX_TABLE
-from ...threads.sqlite import SqliteThreadIndex
 from .schema import MIGRATIONS
 
 logger = logging.getLogger("langgraph_memory_plus.checkpoint.sqlite")

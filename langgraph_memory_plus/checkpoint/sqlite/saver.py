@@ -9,7 +9,6 @@ classes only pair the plans with the SQLite driver mixins of
 from __future__ import annotations
 
 import sqlite3
-
 from collections.abc import Sequence
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
