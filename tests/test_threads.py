@@ -285,3 +285,93 @@ def test_graphemes_keep_clusters_whole() -> None:
     assert title is not None and graphemes(title)[:49] == [family] * 49
     assert title_of([AIMessage(content="x"), HumanMessage(content="  hi\n there ")]) == "hi there"
     assert title_of([{"type": "human", "content": [{"type": "text", "text": "list"}]}]) == "list"
+
+
+def _tool_graph() -> StateGraph:
+    """A turn as an agent does it: a tool call, its result, the answer; plus injected and
+    removed messages, none of which a transcript may show except what the user saw."""
+    from langchain_core.messages import RemoveMessage, SystemMessage, ToolMessage
+
+    def agent(state: State) -> dict[str, Any]:
+        last = state["messages"][-1]
+        n = str(last.id)
+        out: list[Any] = [
+            SystemMessage(content="profile: likes tea", id="lgmp-profile"),
+            AIMessage(
+                content="",
+                id=f"call-{n}",
+                tool_calls=[{"name": "lookup", "args": {}, "id": f"tc-{n}"}],
+            ),
+            ToolMessage(content="42", tool_call_id=f"tc-{n}", id=f"tool-{n}"),
+            AIMessage(content=f"answer to {last.content}", id=f"ai-{n}"),
+            SystemMessage(content="summary so far", id="lgmp-summary"),
+        ]
+        if str(last.content) == "forget":  # trimming: the first question leaves the state
+            out.append(RemoveMessage(id="q0"))
+        return {"messages": out}
+
+    builder = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", END)
+    return builder
+
+
+def test_transcripts_keep_what_the_user_saw(saver_factory: Any) -> None:
+    with saver_factory(transcripts=True) as saver:
+        graph = _tool_graph().compile(checkpointer=saver)
+        config = _config("tx-1", "tu")
+        for i, text in enumerate(["first question", "second", "forget"]):
+            graph.invoke({"messages": [HumanMessage(content=text, id=f"q{i}")]}, config)
+        expected = [
+            ("q0", "human", "first question"),
+            ("ai-q0", "ai", "answer to first question"),
+            ("q1", "human", "second"),
+            ("ai-q1", "ai", "answer to second"),
+            ("q2", "human", "forget"),
+            ("ai-q2", "ai", "answer to forget"),
+        ]
+        got = saver.threads.transcript("tx-1")
+        assert [(m["id"], m["role"], m["content"]) for m in got] == expected
+        assert "q0" not in {m.id for m in graph.get_state(config).values["messages"]}
+        page = saver.threads.transcript("tx-1", limit=2, offset=2)
+        assert [m["id"] for m in page] == ["q1", "ai-q1"]
+        assert saver.threads.transcript("tx-1", user_id="tu") == got
+        assert saver.threads.transcript("tx-1", user_id="intruder") == []  # ownership
+        saver.prune(["tx-1"])
+        saver.delete_thread("tx-1")
+        assert saver.threads.get("tx-1") is None
+        assert saver.threads.transcript("tx-1") == got  # outlives the checkpoints
+    with saver_factory(transcripts=True) as other:  # a new process: nothing twice
+        graph = _tool_graph().compile(checkpointer=other)
+        graph.invoke({"messages": [HumanMessage(content="again", id="q3")]}, config)
+        ids = [m["id"] for m in other.threads.transcript("tx-1")]
+        assert ids == [m[0] for m in expected] + ["q3", "ai-q3"]
+
+
+def test_transcripts_are_off_by_default_and_expire(saver_factory: Any) -> None:
+    with saver_factory() as saver:
+        graph = _tool_graph().compile(checkpointer=saver)
+        graph.invoke({"messages": [HumanMessage(content="hi", id="o1")]}, _config("tx-off", "u"))
+        assert saver.threads.transcript("tx-off") == []
+    with saver_factory(transcripts=True, transcript_ttl=0.02) as saver:  # 1.2 s
+        graph = _tool_graph().compile(checkpointer=saver)
+        graph.invoke({"messages": [HumanMessage(content="hi", id="x1")]}, _config("tx-ttl", "u"))
+        assert len(saver.threads.transcript("tx-ttl")) == 2
+        time.sleep(1.5)
+        assert saver.threads.transcript("tx-ttl") == []
+        saver.sweep_expired()
+    with (
+        pytest.raises(InvalidConfigError, match="transcript_ttl"),
+        saver_factory(transcripts=True, transcript_ttl=-1),
+    ):
+        pass
+
+
+async def test_async_transcript(async_saver_factory: Any) -> None:
+    async with async_saver_factory(transcripts=True) as saver:
+        graph = _tool_graph().compile(checkpointer=saver)
+        config = _config("tx-async", "au")
+        await graph.ainvoke({"messages": [HumanMessage(content="yo", id="y1")]}, config)
+        lines = await saver.threads.atranscript("tx-async", user_id="au")
+        assert [m["content"] for m in lines] == ["yo", "answer to yo"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import random
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -30,6 +29,7 @@ from .._bridge import AsyncBridge, SyncBridge
 from .._plan import Plan
 from ..errors import InvalidConfigError
 from ..threads.core import RecordInput, record_input
+from ..threads.transcripts import RecordedIds, lines_of
 from .codec import CheckpointCodec, EncodedCheckpoint, EncodedWrite
 from .config import (
     ListQuery,
@@ -116,10 +116,15 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
         ttl: TTLConfig | None = None,
         keep_last: int | None = None,
         thread_index_keys: Sequence[str] | None = None,
+        transcripts: bool = False,
+        transcript_ttl: float | None = None,
     ) -> None:
         super().__init__(serde=serde)
-        self.settings = SaverSettings.build(ttl, keep_last, thread_index_keys)
+        self.settings = SaverSettings.build(
+            ttl, keep_last, thread_index_keys, transcripts, transcript_ttl
+        )
         self._lists = ListMemory()
+        self._recorded = RecordedIds()
 
     @property
     def threads(self) -> Threads:
@@ -171,17 +176,26 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
         target = read_target(config)
         codec = self._codec
         encoded = codec.encode_checkpoint(target, config, checkpoint, metadata, new_versions)
-        stored = partial(codec.commit, encoded)
+        lines = []
+        values = checkpoint.get("channel_values") or {}
+        if self.settings.transcripts and "messages" in new_versions:
+            lines = lines_of(values.get("messages"), self._recorded.known(target.thread_key))
         record = record_input(
             target.checkpoint_ns,
-            checkpoint.get("channel_values"),
+            values,
             encoded.metadata_json,
             [len(encoded.checkpoint[1]), len(encoded.metadata[1])]
             + [len(b.data or b"") for b in encoded.blobs]
             + [len(data) for _, data in encoded.items.values()],
             self.settings.index_keys,
+            lines,
         )
         plan = self._plans.put(target, encoded, record)
+
+        def stored() -> None:
+            codec.commit(encoded)
+            self._recorded.add(target.thread_key, record.lines)
+
         return plan, target.config(checkpoint["id"]), stored
 
     def _put_writes_plan(

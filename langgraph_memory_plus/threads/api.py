@@ -14,7 +14,8 @@ from langgraph.types import Interrupt
 
 from .._plan import Plan
 from ..errors import InvalidConfigError
-from .core import StoredRecord, ThreadQuery, ThreadRecord, to_datetime
+from .core import StoredRecord, ThreadQuery, ThreadRecord, index_value, to_datetime
+from .transcripts import TranscriptMessage
 
 if TYPE_CHECKING:
     from ..checkpoint.saver import CheckpointSaverBase
@@ -28,6 +29,10 @@ class ThreadPlans(Protocol):
     def count(self, query: ThreadQuery) -> Plan[Any, int]: ...
 
     def get(self, thread_id: str) -> Plan[Any, StoredRecord | None]: ...
+
+    def transcript(
+        self, thread_id: str, owner: str | None, limit: int, offset: int
+    ) -> Plan[Any, list[tuple[str, str, str, float]]]: ...
 
 
 def _thread_id(thread_id: Any) -> str:
@@ -85,6 +90,24 @@ class Threads:
             raise InvalidConfigError("sessions needs a user id")
         return self._query(metadata={self.user_key: user_id}, limit=limit, offset=offset)
 
+    def _transcript_args(
+        self, thread_id: Any, user_id: Any, limit: Any, offset: Any
+    ) -> tuple[str, str | None, int, int]:
+        query = self._query(limit=limit, offset=offset)  # the same checks as a search
+        owner = None
+        if user_id is not None:
+            owner = index_value(user_id)
+            if owner is None:
+                raise InvalidConfigError(f"user_id must be a string or number, got {user_id!r}")
+        return _thread_id(thread_id), owner, query.limit, query.offset
+
+    @staticmethod
+    def _lines(rows: list[tuple[str, str, str, float]]) -> list[TranscriptMessage]:
+        return [
+            TranscriptMessage(id=i, role=r, content=c, created_at=to_datetime(t))
+            for i, r, c, t in rows
+        ]
+
     # -- synchronous --------------------------------------------------------------------
 
     def search(
@@ -134,6 +157,17 @@ class Threads:
         query = self._sessions_query(user_id, limit, offset)
         return [self._record(r) for r in self._saver._run(self._plans.search(query))]
 
+    def transcript(
+        self, thread_id: str, *, user_id: Any = None, limit: int = 100, offset: int = 0
+    ) -> list[TranscriptMessage]:
+        """The thread's clean chat history, oldest first (``transcripts=True`` savers).
+
+        Outlives the thread's checkpoints. With ``user_id``, only a transcript recorded
+        for that user is returned (another user's thread id gives ``[]``).
+        """
+        args = self._transcript_args(thread_id, user_id, limit, offset)
+        return self._lines(self._saver._run(self._plans.transcript(*args)))
+
     # -- asynchronous -------------------------------------------------------------------
 
     async def asearch(
@@ -181,3 +215,10 @@ class Threads:
         """Async :meth:`sessions`."""
         query = self._sessions_query(user_id, limit, offset)
         return [self._record(r) for r in await self._saver._arun(self._plans.search(query))]
+
+    async def atranscript(
+        self, thread_id: str, *, user_id: Any = None, limit: int = 100, offset: int = 0
+    ) -> list[TranscriptMessage]:
+        """Async :meth:`transcript`."""
+        args = self._transcript_args(thread_id, user_id, limit, offset)
+        return self._lines(await self._saver._arun(self._plans.transcript(*args)))

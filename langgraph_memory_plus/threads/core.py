@@ -235,6 +235,12 @@ def check_index_keys(keys: Sequence[str] | None) -> tuple[str, ...]:
     return out
 
 
+def check_transcripts(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidConfigError(f"transcripts must be True or False, got {value!r}")
+    return value
+
+
 def index_value(value: Any) -> str | None:
     """The indexed form of a metadata value: JSON text of a scalar, else not indexed."""
     if isinstance(value, (str, int, float, bool)) and not (
@@ -368,6 +374,10 @@ class RecordInput:
     metadata: dict[str, Any]
     indexed: dict[str, str]
     """Per indexed key present in the metadata, its value's indexed form."""
+    lines: tuple[Any, ...] = ()
+    """New transcript lines (``transcripts.Line``), when transcripts are on."""
+    owner: str | None = None
+    """The user key's indexed form: whose transcript the lines are."""
 
 
 def record_input(
@@ -376,6 +386,7 @@ def record_input(
     metadata_json: dict[str, Any],
     sizes: Iterable[int],
     index_keys: Sequence[str],
+    lines: Sequence[Any] = (),
 ) -> RecordInput:
     indexed = {}
     for key in index_keys:
@@ -388,4 +399,6 @@ def record_input(
         bytes=sum(sizes),
         metadata=metadata_json,
         indexed=indexed,
+        lines=tuple(lines) if root else (),
+        owner=indexed.get(index_keys[0]) if index_keys else None,
     )

@@ -41,6 +41,7 @@ from .core import (
 )
 
 TABLE = "lgmp_thread_index"
+TRANSCRIPTS = "lgmp_transcripts"
 
 MIGRATION: tuple[str, ...] = (
     f"""
@@ -59,6 +60,23 @@ MIGRATION: tuple[str, ...] = (
     )
     """,
     f"CREATE INDEX IF NOT EXISTS {TABLE}_updated_idx ON {{s}}.{TABLE} (updated_at)",
+    # Transcripts (see ..transcripts): one row per message, never deleted with the thread.
+    f"""
+    CREATE TABLE IF NOT EXISTS {{s}}.{TRANSCRIPTS} (
+        thread_key bytea NOT NULL,
+        message_id text NOT NULL,
+        owner text,
+        seq bigint NOT NULL,
+        role text NOT NULL,
+        content text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        expires_at timestamptz,
+        PRIMARY KEY (thread_key, message_id)
+    )
+    """,
+    f"CREATE INDEX IF NOT EXISTS {TRANSCRIPTS}_seq_idx ON {{s}}.{TRANSCRIPTS} (thread_key, seq)",
+    f"""CREATE INDEX IF NOT EXISTS {TRANSCRIPTS}_expires_idx ON {{s}}.{TRANSCRIPTS} (expires_at)
+        WHERE expires_at IS NOT NULL""",
     # Threads written before this migration: metadata and counts now, status with their
     # next write (their pending writes are packed records SQL cannot read).
     f"""
@@ -111,8 +129,14 @@ class PostgresThreadIndex:
     """SQL of the thread index for one schema; used by the checkpoint plans and the API."""
 
     def __init__(
-        self, quoted_schema: str, index_keys: Sequence[str], visible: str, write_rows: WriteRows
+        self,
+        quoted_schema: str,
+        index_keys: Sequence[str],
+        visible: str,
+        write_rows: WriteRows,
+        transcript_ttl: float | None = None,
     ) -> None:
+        self.transcript_ttl = transcript_ttl
         s = quoted_schema
         self._write_rows = write_rows
         self._s = s
@@ -122,6 +146,7 @@ class PostgresThreadIndex:
         self._bl = f"{s}.lgmp_blobs"
         self._it = f"{s}.lgmp_items"
         self._wr = f"{s}.lgmp_task_writes"
+        self._tx = f"{s}.{TRANSCRIPTS}"
         self._visible = visible
         self.index_keys = tuple(index_keys)
         root = "%(ix_latest)s::text IS NOT NULL AND (i.latest_id IS NULL OR %(ix_latest)s"
@@ -143,6 +168,16 @@ class PostgresThreadIndex:
                     title = coalesce(i.title, EXCLUDED.title),
                     checkpoints = i.checkpoints + EXCLUDED.checkpoints,
                     bytes = i.bytes + EXCLUDED.bytes
+            ), tx AS (
+                INSERT INTO {self._tx} (thread_key, message_id, owner, seq, role, content,
+                    expires_at)
+                SELECT %(tk)s, l.id, %(tx_owner)s,
+                    (extract(epoch FROM clock_timestamp()) * 1000)::bigint * 1000 + l.ord,
+                    l.role, l.content, now() + make_interval(secs => %(tx_ttl)s)
+                FROM unnest(%(tx_id)b::text[], %(tx_role)b::text[], %(tx_text)b::text[])
+                    WITH ORDINALITY AS l(id, role, content, ord)
+                WHERE EXISTS (SELECT 1 FROM saved)
+                ON CONFLICT DO NOTHING
             )"""
         # Writes may come before their checkpoint's put (LangGraph runs them side by
         # side): writes for a checkpoint newer than the row's latest make it the latest,
@@ -176,9 +211,13 @@ class PostgresThreadIndex:
 
     # -- what the writes add to their statements ------------------------------------------
 
-    @staticmethod
-    def put_params(record: RecordInput, checkpoint_id: str) -> dict[str, Any]:
+    def put_params(self, record: RecordInput, checkpoint_id: str) -> dict[str, Any]:
         return {
+            "tx_owner": record.owner,
+            "tx_ttl": self.transcript_ttl,
+            "tx_id": [line.id for line in record.lines],
+            "tx_role": [line.role for line in record.lines],
+            "tx_text": [line.text for line in record.lines],
             "ix_latest": checkpoint_id if record.root else None,
             "ix_meta": Jsonb(record.metadata if record.root else {}),
             "ix_title": record.title,
@@ -198,6 +237,11 @@ class PostgresThreadIndex:
 
     def delete_in(self, subquery: str) -> str:
         return f"DELETE FROM {self._ix} WHERE thread_key IN ({subquery})"
+
+    def sweep_transcripts(self, limit_param: str) -> str:
+        """A CTE body deleting a bounded batch of expired transcript lines."""
+        return f"""DELETE FROM {self._tx} WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM {self._tx} WHERE expires_at <= now() LIMIT {limit_param}))"""
 
     def copy(self, src: bytes, dst: bytes, dst_id: bytes) -> Query:
         """The target's row from the source's (title, metadata, status); counts follow
@@ -339,3 +383,17 @@ class PostgresThreadIndex:
             standalone=True,
         )
         return _stored(rows[0]) if rows else None
+
+    def transcript(
+        self, thread_id: str, owner: str | None, limit: int, offset: int
+    ) -> Plan[Query, list[tuple[str, str, str, float]]]:
+        rows: Rows = yield Query(
+            f"""SELECT message_id, role, content, extract(epoch FROM created_at) FROM {self._tx}
+            WHERE thread_key = %(tk)s AND (expires_at IS NULL OR expires_at > now())
+                AND (%(owner)s::text IS NULL OR owner = %(owner)s)
+            ORDER BY seq LIMIT %(limit)s OFFSET %(offset)s""",
+            {"tk": thread_key(thread_id), "owner": owner, "limit": limit, "offset": offset},
+            fetch=True,
+            standalone=True,
+        )
+        return [(i, r, c, float(t)) for i, r, c, t in rows]

@@ -10,8 +10,8 @@ called by the scripts of ``checkpoint/redis/lua.py``) and it expires with them:
 - ``m<member>``: each root checkpoint's metadata JSON, so a delete that removes the
   latest checkpoint can say what the new latest one's metadata is.
 
-**The sorted sets** answer "which threads": one of every thread (``<prefix>:tix:all``)
-and one per indexed metadata value (``<prefix>:tix:<key>:<hash of value>``), scored by
+**The sorted sets** answer "which threads": one of every thread (``<prefix>:{tix:all}``)
+and one per indexed metadata value (``<prefix>:{tix:<key>:<hash of value>}``), scored by
 ``updated_at`` (ms), members the thread ids. They live in other hash slots than the
 threads, so they cannot be in the thread's script. Consistency comes from the order of
 the two steps and from reading the records back:
@@ -109,6 +109,28 @@ local function rec_writes(thread_id, ns, cid, ts)
   rec_touch(thread_id, ts)
 end
 
+-- Transcript lines (KEYS[12]: id -> netstrings of role, text, time ms; KEYS[13]: ids in
+-- order): a known id is skipped. Returns the position after its arguments.
+local function tx_put(pos, ts)
+  local owner, ttl, n = ARGV[pos], tonumber(ARGV[pos + 1]), tonumber(ARGV[pos + 2])
+  local first = pos + 3
+  if n == 0 then return first end
+  local seq = redis.call('ZCARD', KEYS[13])
+  for i = 0, n - 1 do
+    local id = ARGV[first + 3 * i]
+    local line = pack_list({ARGV[first + 3 * i + 1], ARGV[first + 3 * i + 2], ts})
+    if redis.call('HSETNX', KEYS[12], id, line) == 1 then
+      seq = seq + 1
+      redis.call('ZADD', KEYS[13], seq, id)
+    end
+  end
+  if owner ~= '' then redis.call('HSET', KEYS[12], '\0owner', owner) end
+  for k = 12, 13 do
+    if ttl > 0 then redis.call('PEXPIRE', KEYS[k], ttl) else redis.call('PERSIST', KEYS[k]) end
+  end
+  return first + 3 * n
+end
+
 -- After checkpoints were removed or merged in: derive the record from what is left.
 local function rec_refresh()
   if redis.call('EXISTS', K_IDX) == 0 then
@@ -185,16 +207,59 @@ class RedisThreadIndex:
         index_keys: Sequence[str],
         record_key: Callable[[str], bytes],
         ttl_ms: int,
+        transcript_ttl_ms: int = 0,
     ) -> None:
+        self.transcript_ttl_ms = transcript_ttl_ms
         self.prefix = prefix
         self.index_keys = tuple(index_keys)
         self._record_key = record_key
         self._ttl_ms = ttl_ms
-        self.all_key = _utf8(f"{prefix}:tix:all")
+        # ``{prefix}:{tix:...}``: a hash tag per set, so sets spread over a cluster's slots
+        self.all_key = _utf8(f"{prefix}:{{tix:all}}")
+
+    def transcript_keys(self, thread_id: str) -> list[bytes]:
+        """The transcript's keys: in the thread's slot, outside its expiring keys."""
+        base = self._record_key(thread_id)[: -len(b"rec")]
+        return [base + b"tx", base + b"txo"]
+
+    def transcript_args(self, record: RecordInput) -> list[bytes | int]:
+        args: list[bytes | int] = [
+            _utf8(record.owner or ""),
+            self.transcript_ttl_ms,
+            len(record.lines),
+        ]
+        for line in record.lines:
+            args.extend((_utf8(line.id), _utf8(line.role), _utf8(line.text)))
+        return args
+
+    def transcript(
+        self, thread_id: str, owner: str | None, limit: int, offset: int
+    ) -> Plan[Command, list[tuple[str, str, str, float]]]:
+        lines, order = self.transcript_keys(thread_id)
+        stored_owner, ids = yield Batch(
+            [("HGET", lines, b"\x00owner"), ("ZRANGE", order, offset, offset + limit - 1)]
+        )
+        if not ids or limit == 0 or (owner is not None and stored_owner != _utf8(owner)):
+            return []
+        [values] = yield Batch([("HMGET", lines, *ids)])
+        out = []
+        for msg_id, value in zip(ids, values, strict=True):
+            if value is None:
+                continue
+            role, text, ts = _netstrings(value)
+            out.append(
+                (
+                    msg_id.decode("utf-8", "surrogatepass"),
+                    role.decode(),
+                    text.decode("utf-8", "surrogatepass"),
+                    int(ts) / 1000,
+                )
+            )
+        return out
 
     def set_key(self, key: str, form: str) -> bytes:
         digest = hashlib.sha256(_utf8(f"{key}\x00{form}")).hexdigest()[:32]
-        return _utf8(f"{self.prefix}:tix:{key}:{digest}")
+        return _utf8(f"{self.prefix}:{{tix:{key}:{digest}}}")
 
     # -- writes -------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from .core import (
 )
 
 TABLE = "lgmp_thread_index"
+TRANSCRIPTS = "lgmp_transcripts"
 VISIBLE = "t.thread_id IS NOT NULL AND (t.expires_at IS NULL OR t.expires_at > :now)"
 
 MIGRATION: tuple[str, ...] = (
@@ -57,6 +58,21 @@ MIGRATION: tuple[str, ...] = (
     ) WITHOUT ROWID
     """,
     f"CREATE INDEX IF NOT EXISTS {TABLE}_updated_idx ON {TABLE} (updated_at)",
+    f"""
+    CREATE TABLE IF NOT EXISTS {TRANSCRIPTS} (
+        thread_key BLOB NOT NULL,
+        message_id TEXT NOT NULL,
+        owner TEXT,
+        seq INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        content TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        expires_at REAL,
+        PRIMARY KEY (thread_key, message_id)
+    ) WITHOUT ROWID
+    """,
+    f"CREATE INDEX IF NOT EXISTS {TRANSCRIPTS}_seq_idx ON {TRANSCRIPTS} (thread_key, seq)",
+    f"CREATE INDEX IF NOT EXISTS {TRANSCRIPTS}_expires_idx ON {TRANSCRIPTS} (expires_at)",
     # Threads written before: metadata and counts now, status with their next write.
     f"""
     INSERT OR IGNORE INTO {TABLE} (thread_key, thread_id, created_at, updated_at, latest_id,
@@ -118,8 +134,9 @@ def _stored(row: tuple[Any, ...]) -> StoredRecord:
 class SqliteThreadIndex:
     """Statements of the thread index; used by the checkpoint plans and the API."""
 
-    def __init__(self, index_keys: Sequence[str]) -> None:
+    def __init__(self, index_keys: Sequence[str], transcript_ttl: float | None = None) -> None:
         self.index_keys = tuple(index_keys)
+        self.transcript_ttl = transcript_ttl
 
     def setup(self) -> Plan[Query, None]:
         for key in self.index_keys:
@@ -158,6 +175,19 @@ class SqliteThreadIndex:
         fresh: bool,
     ) -> Plan[Query, None]:
         """After a checkpoint's row is written, in the same transaction."""
+        now = time.time()
+        if record.lines:
+            expires = None if self.transcript_ttl is None else now + self.transcript_ttl
+            base = int(now * 1000) * 1000
+            yield Query(
+                f"INSERT OR IGNORE INTO {TRANSCRIPTS} (thread_key, message_id, owner, seq, "
+                "role, content, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (tk, line.id, record.owner, base + n, line.role, line.text, now, expires)
+                    for n, line in enumerate(record.lines)
+                ],
+                many=True,
+            )
         latest = checkpoint_id if record.root else None
         found = derive((yield from self._special_writes(tk, checkpoint_id)) if record.root else [])
         newer = ":latest IS NOT NULL AND (i.latest_id IS NULL OR :latest >= i.latest_id)"
@@ -349,3 +379,31 @@ class SqliteThreadIndex:
             fetch=True,
         )
         return _stored(rows[0]) if rows else None
+
+    def sweep_transcripts(self, batch_size: int) -> Query:
+        """A bounded batch of expired transcript lines (run by ``sweep_expired``)."""
+        return Query(
+            f"""DELETE FROM {TRANSCRIPTS} WHERE (thread_key, message_id) IN (
+                SELECT thread_key, message_id FROM {TRANSCRIPTS} WHERE expires_at <= ?
+                LIMIT ?)""",
+            (time.time(), batch_size),
+        )
+
+    def transcript(
+        self, thread_id: str, owner: str | None, limit: int, offset: int
+    ) -> Plan[Query, list[tuple[str, str, str, float]]]:
+        rows: Rows = yield Query(
+            f"""SELECT message_id, role, content, created_at FROM {TRANSCRIPTS}
+            WHERE thread_key = :tk AND (expires_at IS NULL OR expires_at > :now)
+                AND (:owner IS NULL OR owner = :owner)
+            ORDER BY seq LIMIT :limit OFFSET :offset""",
+            {
+                "tk": thread_key(thread_id),
+                "now": time.time(),
+                "owner": owner,
+                "limit": limit,
+                "offset": offset,
+            },
+            fetch=True,
+        )
+        return [(i, r, c, float(t)) for i, r, c, t in rows]

@@ -183,7 +183,9 @@ class PostgresCheckpointPlans:
                 RETURNING 1
             )"""
         self._visible = "t.thread_id IS NOT NULL AND (t.expires_at IS NULL OR t.expires_at > now())"
-        self.threads = PostgresThreadIndex(s, settings.index_keys, self._visible, _write_rows)
+        self.threads = PostgresThreadIndex(
+            s, settings.index_keys, self._visible, _write_rows, settings.transcript_ttl_seconds
+        )
         self._put_payload += f", {self.threads.put_cte}"
         self._writes_flagged = f"{self._writes_payload}, {self.threads.writes_cte}"
 
@@ -950,7 +952,8 @@ class PostgresCheckpointPlans:
                 DELETE FROM {self._it} WHERE thread_key IN (SELECT thread_key FROM victims)
             ), d5 AS (
                 DELETE FROM {self._th} WHERE thread_key IN (SELECT thread_key FROM victims)
-            ), d6 AS ({self.threads.delete_in("SELECT thread_key FROM victims")})
+            ), d6 AS ({self.threads.delete_in("SELECT thread_key FROM victims")}
+            ), d7 AS ({self.threads.sweep_transcripts("%(n)s")})
             SELECT count(*) FILTER (WHERE live), count(*) FROM victims""",
             {"n": batch_size},
             fetch=True,

@@ -40,6 +40,8 @@ class _PostgresOptions(CheckpointSaverBase):
             ``sweep_expired()`` reclaims their rows.
         thread_index_keys: metadata keys the thread index indexes (``["user_id"]`` by
             default); ``saver.threads.search(metadata={key: ...})`` reads their index.
+        transcripts: keep each thread's clean chat history (``saver.threads.transcript``),
+            apart from its checkpoints; ``transcript_ttl`` minutes (``None``: forever).
         keep_last: keep only the newest N checkpoints per thread and namespace
             (``1`` gives a "shallow" saver).
         pipeline: send each operation's statements in pipeline mode.
@@ -54,11 +56,18 @@ class _PostgresOptions(CheckpointSaverBase):
         ttl: TTLConfig | None = None,
         keep_last: int | None = None,
         thread_index_keys: Sequence[str] | None = None,
+        transcripts: bool = False,
+        transcript_ttl: float | None = None,
         pipeline: bool = False,
     ) -> None:
         self._connect(conn, pipeline)
         super().__init__(
-            serde=serde, ttl=ttl, keep_last=keep_last, thread_index_keys=thread_index_keys
+            serde=serde,
+            ttl=ttl,
+            keep_last=keep_last,
+            thread_index_keys=thread_index_keys,
+            transcripts=transcripts,
+            transcript_ttl=transcript_ttl,
         )
         self.conn = conn
         self._plans = PostgresCheckpointPlans(schema, self.settings)

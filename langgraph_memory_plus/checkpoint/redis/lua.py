@@ -16,6 +16,9 @@ PRELUDE = r"""
 local K_THREAD, K_IDX, K_CK, K_META, K_BLOBS, K_WRITES, K_WIDX, K_REPLAY, K_ITEMS, K_NODES =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local K_REC = KEYS[11] -- the thread's index record (see threads/redis.py)
+-- The keys that live and expire as the thread; a put may pass its transcript's two keys
+-- after them (see threads/redis.py), which keep their own expiry.
+local N_KEYS = 11
 -- A list version's blob: this prefix, then a 16-byte spine id (zeros: none), then the
 -- 16-byte ids of the items after the last full page (see checkpoint/lists.py).
 local LIST_PREFIX, NO_SPINE = '\0lgmp:list\0', string.rep('\0', 16)
@@ -136,7 +139,7 @@ end
 -- One absolute deadline for every key of the thread: PEXPIRE would read the clock per
 -- key, and keys could straddle a millisecond and expire apart.
 local function expire_all_at(deadline_ms)
-  for i = 1, #KEYS do redis.call('PEXPIREAT', KEYS[i], deadline_ms) end
+  for i = 1, N_KEYS do redis.call('PEXPIREAT', KEYS[i], deadline_ms) end
 end
 
 local function now_ms()
@@ -149,7 +152,7 @@ local function touch(ttl_ms)
   if ttl > 0 then
     expire_all_at(now_ms() + ttl)
   else
-    for i = 1, #KEYS do redis.call('PERSIST', KEYS[i]) end
+    for i = 1, N_KEYS do redis.call('PERSIST', KEYS[i]) end
   end
 end
 
@@ -165,7 +168,7 @@ local function keep_expiry()
   if left > 0 then
     expire_all_at(now_ms() + left)
   else
-    for i = 1, #KEYS do redis.call('PERSIST', KEYS[i]) end
+    for i = 1, N_KEYS do redis.call('PERSIST', KEYS[i]) end
   end
 end
 
@@ -316,6 +319,7 @@ end
 
 # ARGV: ttl_ms, thread_id, ns, checkpoint_id, parent, run_id, record, keep_last,
 #       the index record's metadata JSON, title and bytes, the write's time (ms),
+#       the transcript's owner, ttl_ms and n, (message id, role, text)*n,
 #       n, delta channel*n, n, channel with a value here*n, n, blob field*n (one per
 #       channel version of the checkpoint), n, (list item field, value)*n,
 #       n, (list node field, children)*n,
@@ -334,7 +338,7 @@ if not may_put(ns, parent) then
   end
   return 0
 end
-local pos = 13
+local pos = tx_put(13, ARGV[12])
 local function take_list()
   local n = tonumber(ARGV[pos])
   local out = {}

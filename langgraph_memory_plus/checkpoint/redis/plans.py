@@ -149,8 +149,13 @@ class RedisCheckpointPlans:
         self._refresh_ms = self._ttl_ms if settings.refresh_on_read else b"0"
         # With refresh on read a thread may outlive its last write: sets then never expire.
         set_ttl = 0 if settings.refresh_on_read else int(self._ttl_ms)
+        tx_ttl = settings.transcript_ttl_seconds
         self.threads = RedisThreadIndex(
-            prefix, settings.index_keys, lambda t: self.keys(t)[-1], set_ttl
+            prefix,
+            settings.index_keys,
+            lambda t: self.keys(t)[-1],
+            set_ttl,
+            0 if tx_ttl is None else max(1, round(tx_ttl * 1000)),
         )
 
     # -- keys -------------------------------------------------------------------------
@@ -371,6 +376,7 @@ class RedisCheckpointPlans:
             _utf8(record.title or ""),
             record.bytes,
             ts := now_ms(),
+            *self.threads.transcript_args(record),
         ]
         for names in (encoded.delta_channels, encoded.valued_channels):
             args.append(len(names))
@@ -392,7 +398,10 @@ class RedisCheckpointPlans:
             else:
                 args.extend((field, ormsgpack.packb([blob.type, blob.data]), b"0"))
         yield self.threads.intent(target.thread_id, record, ts)
-        yield Eval("put", self.keys(target.thread_id), args)
+        keys = self.keys(target.thread_id)
+        if record.lines:
+            keys += self.threads.transcript_keys(target.thread_id)
+        yield Eval("put", keys, args)
 
     def put_writes(self, target: Target, writes: list[EncodedWrite]) -> Plan[Command, None]:
         if not writes:

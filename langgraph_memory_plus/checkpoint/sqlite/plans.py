@@ -120,7 +120,7 @@ class SqliteCheckpointPlans:
 
     def __init__(self, settings: SaverSettings) -> None:
         self.settings = settings
-        self.threads = SqliteThreadIndex(settings.index_keys)
+        self.threads = SqliteThreadIndex(settings.index_keys, settings.transcript_ttl_seconds)
 
     # -- setup ------------------------------------------------------------------------
 
@@ -826,4 +826,5 @@ class SqliteCheckpointPlans:
             # The thread rows go last: until then every statement picks the same victims.
             for table in (*THREAD_TABLES, "lgmp_threads"):
                 yield Query(f"DELETE FROM {table} WHERE thread_key IN ({victims})", params)
+        yield self.threads.sweep_transcripts(batch_size)
         return int(live), int(total) >= batch_size
