@@ -375,3 +375,15 @@ async def test_async_transcript(async_saver_factory: Any) -> None:
         await graph.ainvoke({"messages": [HumanMessage(content="yo", id="y1")]}, config)
         lines = await saver.threads.atranscript("tx-async", user_id="au")
         assert [m["content"] for m in lines] == ["yo", "answer to yo"]
+
+
+def test_from_url_turns_transcripts_on(tmp_path: Any) -> None:
+    from langgraph_memory_plus import from_url
+
+    url = f"sqlite:///{tmp_path / 'm.db'}?transcripts=true&thread_index_keys=user_id,team"
+    with from_url(url) as memory:
+        saver = memory.checkpointer
+        assert saver.settings.transcripts and saver.settings.index_keys == ("user_id", "team")
+        graph = _graph().compile(checkpointer=saver)
+        graph.invoke({"messages": [HumanMessage(content="hi", id="f1")]}, _config("fu", "u"))
+        assert [m["content"] for m in saver.threads.transcript("fu")] == ["hi", "HI"]
