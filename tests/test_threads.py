@@ -387,3 +387,62 @@ def test_from_url_turns_transcripts_on(tmp_path: Any) -> None:
         graph = _graph().compile(checkpointer=saver)
         graph.invoke({"messages": [HumanMessage(content="hi", id="f1")]}, _config("fu", "u"))
         assert [m["content"] for m in saver.threads.transcript("fu")] == ["hi", "HI"]
+
+
+@pytest.mark.parametrize("table", ["lgmp_thread_index", "lgmp_transcripts", "lgmp_checkpoints"])
+def test_connection_killed_mid_write_leaves_index_checkpoint_and_transcript_consistent(
+    pg_url: str, table: str
+) -> None:
+    """PostgreSQL: kill the backend while a turn's put waits on each table in turn."""
+    import threading
+
+    import psycopg
+
+    from langgraph_memory_plus import PostgresSaver
+
+    with PostgresSaver.from_conn_string(pg_url, transcripts=True) as saver:
+        saver.setup()
+        graph = _graph().compile(checkpointer=saver)
+        config = _config(f"kill-{table}", "ku")
+        graph.invoke({"messages": [HumanMessage(content="one", id=f"k1-{table}")]}, config)
+        before = (saver.threads.get(f"kill-{table}"), saver.threads.transcript(f"kill-{table}"))
+        checkpoints = len(list(saver.list(config)))
+        errors: list[BaseException] = []
+
+        def turn() -> None:
+            message = HumanMessage(content="two", id=f"k2-{table}")
+            try:
+                graph.invoke({"messages": [message]}, config)
+            except BaseException as exc:  # the killed connection's error
+                errors.append(exc)
+
+        with psycopg.connect(pg_url) as locker, psycopg.connect(pg_url, autocommit=True) as admin:
+            locker.execute(f"LOCK TABLE {table} IN EXCLUSIVE MODE")
+            worker = threading.Thread(target=turn)
+            worker.start()
+            victims: list[Any] = []
+            for _ in range(200):  # bounded: 10 s
+                victims = admin.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> %s "
+                    "AND datname = current_database()",
+                    (locker.info.backend_pid,),
+                ).fetchall()
+                if victims:
+                    break
+                time.sleep(0.05)
+            assert victims, f"the turn never waited on {table}"
+            for (pid,) in victims:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            locker.rollback()
+            worker.join(30)
+        assert errors, "the killed write did not fail"
+        after = (saver.threads.get(f"kill-{table}"), saver.threads.transcript(f"kill-{table}"))
+        assert after == before
+        assert len(list(saver.list(config))) == checkpoints
+        # the next turn on the same pool succeeds, and all three agree again
+        graph.invoke({"messages": [HumanMessage(content="three", id=f"k3-{table}")]}, config)
+        record = saver.threads.get(f"kill-{table}")
+        assert record is not None
+        assert record["size"]["checkpoints"] == len(list(saver.list(config)))
+        contents = [m["content"] for m in saver.threads.transcript(f"kill-{table}")]
+        assert contents[:2] == ["one", "ONE"] and contents[-2:] == ["three", "THREE"]
