@@ -446,3 +446,35 @@ def test_connection_killed_mid_write_leaves_index_checkpoint_and_transcript_cons
         assert record["size"]["checkpoints"] == len(list(saver.list(config)))
         contents = [m["content"] for m in saver.threads.transcript(f"kill-{table}")]
         assert contents[:2] == ["one", "ONE"] and contents[-2:] == ["three", "THREE"]
+
+
+def test_two_savers_writing_one_thread_at_once(saver_factory: Any) -> None:
+    """Two processes (two savers, two connections) write one thread at the same time:
+    the record agrees with what ``list()`` says once both are done."""
+    import threading
+
+    with saver_factory() as one, saver_factory() as two:
+        config = _config("race", "ru2")
+        failures: list[BaseException] = []
+
+        def run(saver: Any, name: str) -> None:
+            graph = _graph().compile(checkpointer=saver)
+            try:
+                for i in range(6):
+                    text = "ask" if (name, i) == ("b", 5) else "hi"
+                    message = HumanMessage(content=f"{text} {name}{i}", id=f"r-{name}{i}")
+                    graph.invoke({"messages": [message]}, config)
+            except BaseException as exc:
+                failures.append(exc)
+
+        workers = [threading.Thread(target=run, args=(s, n)) for s, n in ((one, "a"), (two, "b"))]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(60)
+        assert not failures
+        for saver in (one, two):
+            _check(saver, ["race"], {"race": "ru2"})
+            record = saver.threads.get("race")
+            assert record is not None
+            assert record["size"]["checkpoints"] == len(list(saver.list(config)))

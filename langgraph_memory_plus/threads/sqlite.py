@@ -40,6 +40,8 @@ from .core import (
 TABLE = "lgmp_thread_index"
 TRANSCRIPTS = "lgmp_transcripts"
 VISIBLE = "t.thread_id IS NOT NULL AND (t.expires_at IS NULL OR t.expires_at > :now)"
+LISTED = "(i.expires_at IS NULL OR i.expires_at > :now)"
+"""Visible, from the index row alone (deleted threads have no row)."""
 
 MIGRATION: tuple[str, ...] = (
     f"""
@@ -54,10 +56,28 @@ MIGRATION: tuple[str, ...] = (
         interrupts TEXT NOT NULL DEFAULT '{{}}',
         title TEXT,
         checkpoints INTEGER NOT NULL DEFAULT 0,
-        bytes INTEGER NOT NULL DEFAULT 0
+        bytes INTEGER NOT NULL DEFAULT 0,
+        expires_at REAL
     ) WITHOUT ROWID
     """,
-    f"CREATE INDEX IF NOT EXISTS {TABLE}_updated_idx ON {TABLE} (updated_at)",
+    f"""CREATE INDEX IF NOT EXISTS {TABLE}_updated_idx
+        ON {TABLE} (updated_at, thread_key, expires_at)""",
+    # The thread's expiry, copied into its row by triggers, so a search reads one index
+    # (key, updated_at, thread_key, expires_at) and no thread row per entry it skips or returns.
+    f"""
+    CREATE TRIGGER IF NOT EXISTS {TABLE}_expiry AFTER UPDATE OF expires_at ON lgmp_threads
+    BEGIN
+        UPDATE {TABLE} SET expires_at = NEW.expires_at WHERE thread_key = NEW.thread_key;
+    END
+    """,
+    f"""
+    CREATE TRIGGER IF NOT EXISTS {TABLE}_created AFTER INSERT ON {TABLE}
+    BEGIN
+        UPDATE {TABLE} SET expires_at = (
+            SELECT expires_at FROM lgmp_threads WHERE thread_key = NEW.thread_key)
+        WHERE thread_key = NEW.thread_key;
+    END
+    """,
     f"""
     CREATE TABLE IF NOT EXISTS {TRANSCRIPTS} (
         thread_key BLOB NOT NULL,
@@ -142,7 +162,7 @@ class SqliteThreadIndex:
         for key in self.index_keys:
             yield Query(
                 f"CREATE INDEX IF NOT EXISTS {_index_name(key)} ON {TABLE} "
-                f"(json_extract(metadata, '$.\"{key}\"'), updated_at)",
+                f"(json_extract(metadata, '$.\"{key}\"'), updated_at, thread_key, expires_at)",
                 write=True,
             )
 
@@ -319,7 +339,7 @@ class SqliteThreadIndex:
 
     def _where(self, query: ThreadQuery) -> tuple[str, dict[str, Any], bool]:
         """SQL narrowing, its parameters, and whether Python must finish the filter."""
-        wheres = [VISIBLE]
+        wheres = [LISTED]
         params: dict[str, Any] = {"now": time.time()}
         exact = True
         for n, (key, value) in enumerate(query.metadata.items()):
@@ -343,17 +363,24 @@ class SqliteThreadIndex:
             params.update({f"id{n}": thread_key(t) for n, t in enumerate(query.ids)})
         return " AND ".join(wheres), params, exact
 
-    def _select(self, where: str, tail: str = "") -> str:
-        return f"""SELECT {_COLUMNS} FROM {TABLE} i
-            JOIN lgmp_threads t ON t.thread_key = i.thread_key WHERE {where} {tail}"""
+    @staticmethod
+    def _select(where: str, tail: str = "") -> str:
+        return f"SELECT {_COLUMNS} FROM {TABLE} i WHERE {where} {tail}"
 
     def search(self, query: ThreadQuery) -> Plan[Query, list[StoredRecord]]:
         where, params, exact = self._where(query)
         order = "DESC" if query.sort_order == "desc" else "ASC"
         tail = f"ORDER BY {_ORDER[query.sort_by]} {order}, i.thread_key {order}"
         if exact:
-            tail += f" LIMIT {int(query.limit)} OFFSET {int(query.offset)}"
-        rows: Rows = yield Query(self._select(where, tail), params, fetch=True)
+            # The page's keys from the index alone, then their rows: skipped entries cost
+            # an index step each, not a row read.
+            page = f"{tail} LIMIT {int(query.limit)} OFFSET {int(query.offset)}"
+            sql = f"""WITH page AS (SELECT i.thread_key FROM {TABLE} i WHERE {where} {page})
+                SELECT {_COLUMNS} FROM page JOIN {TABLE} i ON i.thread_key = page.thread_key
+                {tail}"""
+        else:
+            sql = self._select(where, tail)
+        rows: Rows = yield Query(sql, params, fetch=True)
         records = [_stored(r) for r in rows]
         if exact:
             return records
@@ -363,8 +390,7 @@ class SqliteThreadIndex:
         where, params, exact = self._where(query)
         if exact:
             rows: Rows = yield Query(
-                f"SELECT count(*) FROM {TABLE} i JOIN lgmp_threads t "
-                f"ON t.thread_key = i.thread_key WHERE {where}",
+                f"SELECT count(*) FROM {TABLE} i WHERE {where}",
                 params,
                 fetch=True,
             )
@@ -374,7 +400,8 @@ class SqliteThreadIndex:
 
     def get(self, thread_id: str) -> Plan[Query, StoredRecord | None]:
         rows: Rows = yield Query(
-            self._select(f"{VISIBLE} AND i.thread_key = :tk"),
+            f"""SELECT {_COLUMNS} FROM {TABLE} i JOIN lgmp_threads t
+                ON t.thread_key = i.thread_key WHERE {VISIBLE} AND i.thread_key = :tk""",
             {"now": time.time(), "tk": thread_key(thread_id)},
             fetch=True,
         )
