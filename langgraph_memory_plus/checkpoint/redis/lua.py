@@ -10,9 +10,15 @@ values stay opaque bytes that only Python decodes.
 
 from __future__ import annotations
 
+from ...threads.redis import RECORD_LUA
+
 PRELUDE = r"""
 local K_THREAD, K_IDX, K_CK, K_META, K_BLOBS, K_WRITES, K_WIDX, K_REPLAY, K_ITEMS, K_NODES =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local K_REC = KEYS[11] -- the thread's index record (see threads/redis.py)
+-- The keys that live and expire as the thread; a put may pass its transcript's two keys
+-- after them (see threads/redis.py), which keep their own expiry.
+local N_KEYS = 11
 -- A list version's blob: this prefix, then a 16-byte spine id (zeros: none), then the
 -- 16-byte ids of the items after the last full page (see checkpoint/lists.py).
 local LIST_PREFIX, NO_SPINE = '\0lgmp:list\0', string.rep('\0', 16)
@@ -133,7 +139,7 @@ end
 -- One absolute deadline for every key of the thread: PEXPIRE would read the clock per
 -- key, and keys could straddle a millisecond and expire apart.
 local function expire_all_at(deadline_ms)
-  for i = 1, #KEYS do redis.call('PEXPIREAT', KEYS[i], deadline_ms) end
+  for i = 1, N_KEYS do redis.call('PEXPIREAT', KEYS[i], deadline_ms) end
 end
 
 local function now_ms()
@@ -146,7 +152,7 @@ local function touch(ttl_ms)
   if ttl > 0 then
     expire_all_at(now_ms() + ttl)
   else
-    for i = 1, #KEYS do redis.call('PERSIST', KEYS[i]) end
+    for i = 1, N_KEYS do redis.call('PERSIST', KEYS[i]) end
   end
 end
 
@@ -162,7 +168,7 @@ local function keep_expiry()
   if left > 0 then
     expire_all_at(now_ms() + left)
   else
-    for i = 1, #KEYS do redis.call('PERSIST', KEYS[i]) end
+    for i = 1, N_KEYS do redis.call('PERSIST', KEYS[i]) end
   end
 end
 
@@ -240,6 +246,8 @@ local function drop(doomed, namespaces)
       redis.call('HDEL', K_WRITES, f)
       redis.call('ZREM', K_WIDX, f)
     end
+    redis.call('HINCRBY', K_REC, 'b', -redis.call('HSTRLEN', K_CK, m))
+    redis.call('HDEL', K_REC, 'm' .. m)
     redis.call('HDEL', K_CK, m)
     redis.call('HDEL', K_META, m)
     redis.call('ZREM', K_IDX, m)
@@ -310,6 +318,8 @@ end
 """
 
 # ARGV: ttl_ms, thread_id, ns, checkpoint_id, parent, run_id, record, keep_last,
+#       the index record's metadata JSON, title and bytes, the write's time (ms),
+#       the transcript's owner, ttl_ms and n, (message id, role, text)*n,
 #       n, delta channel*n, n, channel with a value here*n, n, blob field*n (one per
 #       channel version of the checkpoint), n, (list item field, value)*n,
 #       n, (list node field, children)*n,
@@ -328,7 +338,7 @@ if not may_put(ns, parent) then
   end
   return 0
 end
-local pos = 9
+local pos = tx_put(13, ARGV[12])
 local function take_list()
   local n = tonumber(ARGV[pos])
   local out = {}
@@ -379,12 +389,14 @@ redis.call('HSET', K_CK, member, record)
 redis.call('ZADD', K_IDX, 0, member)
 redis.call('HSET', K_THREAD, 'id', thread_id)
 if keep > 0 then trim(ns, keep) end
+rec_put(thread_id, ns, cid, ARGV[9], ARGV[10], tonumber(ARGV[11]), ARGV[12])
 touch(ttl)
 return 1
 """
 
 # ARGV: ttl_ms, thread_id, ns, checkpoint_id, task_id, the task's record (see
-# merge_writes; its writes already deduplicated), the largest record allowed.
+# merge_writes; its writes already deduplicated), the largest record allowed, '1' when
+# the writes hold an interrupt or an error (the index record changes), the time (ms).
 # Reply: 1 stored, 0 refused (deleted thread), or {size} when the record merged with
 # what an earlier call stored would be larger than allowed (nothing is written then).
 PUT_WRITES = r"""
@@ -398,6 +410,7 @@ if #record > max_bytes then return {#record} end
 redis.call('HSET', K_WRITES, field, record)
 redis.call('ZADD', K_WIDX, 0, field)
 redis.call('HSET', K_THREAD, 'id', thread_id)
+if ARGV[8] == '1' then rec_writes(thread_id, ns, cid, ARGV[9]) end
 touch(ttl)
 return 1
 """
@@ -546,6 +559,7 @@ for _, m in ipairs(redis.call('ZRANGE', K_IDX, 0, -1)) do
     trim(ns, 1)
   end
 end
+rec_refresh()
 keep_expiry()
 return 1
 """
@@ -564,6 +578,7 @@ for i = 1, #all, 2 do
   end
 end
 drop(doomed, namespaces)
+rec_refresh()
 keep_expiry()
 return #doomed
 """
@@ -602,13 +617,15 @@ return {
   redis.call('HGETALL', K_CK), redis.call('HGETALL', K_META),
   redis.call('HGETALL', K_BLOBS), redis.call('HGETALL', K_WRITES),
   redis.call('ZRANGE', K_REPLAY, 0, -1),
-  redis.call('HGETALL', K_ITEMS), redis.call('HGETALL', K_NODES)
+  redis.call('HGETALL', K_ITEMS), redis.call('HGETALL', K_NODES),
+  redis.call('HGETALL', K_REC)
 }
 """
 
 # ARGV: ttl_ms, thread_id, then netstring lists of (field, value) pairs for the
-# checkpoint, meta, blob and write hashes, of the replay-only members, and of the list
-# item and node hashes. Existing entries of the target win.
+# checkpoint, meta, blob and write hashes, of the replay-only members, of the list
+# item and node hashes and of the index record; then the time (ms). Existing entries of
+# the target win.
 RESTORE = r"""
 local function fill(key, packed)
   local t = unpack_list(packed)
@@ -627,12 +644,19 @@ local w = fill(K_WRITES, ARGV[6])
 for i = 1, #w, 2 do redis.call('ZADD', K_WIDX, 0, w[i]) end
 redis.call('HDEL', K_THREAD, 'live_after')
 redis.call('HSET', K_THREAD, 'id', ARGV[2])
+local rec = unpack_list(ARGV[10])
+for i = 1, #rec, 2 do
+  local f = rec[i]
+  if f == 't' or string.sub(f, 1, 2) == 'm\0' then redis.call('HSETNX', K_REC, f, rec[i + 1]) end
+end
+rec_refresh()
+rec_touch(ARGV[2], ARGV[11])
 touch(ARGV[1])
 return 1
 """
 
 SCRIPTS: dict[str, str] = {
-    name: PRELUDE + body
+    name: PRELUDE + RECORD_LUA + body
     for name, body in {
         "put": PUT,
         "put_writes": PUT_WRITES,
