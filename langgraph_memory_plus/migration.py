@@ -629,6 +629,21 @@ async def averify_threads(
     return await adrive(plan, _run_async)
 
 
+def list_thread_ids(
+    saver: BaseCheckpointSaver[Any], *, batch_size: int = DEFAULT_BATCH
+) -> list[str]:
+    """Every thread id of ``saver`` (LangGraph's savers: from their tables; others: by
+    streaming ``list(None)``, which reads every checkpoint)."""
+    return drive(_thread_ids(saver, _check_batch(batch_size)), _run_sync)
+
+
+async def alist_thread_ids(
+    saver: BaseCheckpointSaver[Any], *, batch_size: int = DEFAULT_BATCH
+) -> list[str]:
+    """Async :func:`list_thread_ids`."""
+    return await adrive(_thread_ids(saver, _check_batch(batch_size)), _run_async)
+
+
 # -- stores --------------------------------------------------------------------------------
 
 
@@ -730,8 +745,10 @@ __all__ = [
     "CopyReport",
     "acopy_store",
     "acopy_threads",
+    "alist_thread_ids",
     "averify_threads",
     "copy_store",
     "copy_threads",
+    "list_thread_ids",
     "verify_threads",
 ]
