@@ -7,6 +7,7 @@ behind the console script) and checks its output, its exit code and the storage 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -358,3 +359,32 @@ def test_console_script_is_declared() -> None:
 
     assert callable(getattr(importlib.import_module(module), name))
     assert set(EXIT_CODES) == {0, 1, 2, 3, 4, 5, 6}
+
+
+def test_progress_on_a_terminal(tmp_path: Path) -> None:
+    """On a terminal, migrate redraws one counter line; elsewhere it prints plain lines."""
+    import pty
+
+    source = f"sqlite:///{tmp_path / 'a.db'}"
+    with from_url(source) as memory:
+        populate(memory.checkpointer)
+    primary, secondary = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "langgraph_memory_plus.cli", "migrate", "--from", source,
+         "--to", f"sqlite:///{tmp_path / 'b.db'}"],
+        stdout=subprocess.PIPE, stderr=secondary, stdin=subprocess.DEVNULL, env=env,
+        timeout=120, cwd=ROOT, text=True,
+    )  # fmt: skip
+    os.close(secondary)
+    drawn = b""
+    with contextlib.suppress(OSError):  # EIO once everything written was read
+        while chunk := os.read(primary, 65536):
+            drawn += chunk
+    os.close(primary)
+    assert done.returncode == 0
+    text = drawn.decode()
+    assert "\rcopied checkpoints: 20 " in text and "thread team done" not in text
+    assert "copied 20 checkpoints" in done.stdout
+    refused = run("migrate", "--from", f"langgraph+{source}", "--to", source, "--store")
+    assert refused.returncode == 6 and "--store" in refused.stderr

@@ -457,6 +457,10 @@ def prune(args: argparse.Namespace) -> int:
 
 def migrate(args: argparse.Namespace) -> int:
     with open_url(args.source) as source, open_url(args.target, setup=True) as target:
+        if args.store and (source.memory is None or target.memory is None):
+            raise CliError(
+                "--store copies between our URLs: LangGraph's savers have no store", UNSUPPORTED
+            )
         bar = Progress("copied checkpoints")
         last = Counter[str]()
 
@@ -482,7 +486,7 @@ def migrate(args: argparse.Namespace) -> int:
         finally:
             bar.close()
         items = None
-        if args.store and source.memory is not None:
+        if args.store:
             from ..migration import copy_store
 
             items = copy_store(source.store, target.store, batch_size=args.batch_size)
