@@ -463,3 +463,33 @@ async def test_acopy_store_between_ours(tmp_path: Any, pg_url: str) -> None:
         assert {i.key for i in await b.store.asearch((prefix,), limit=10)} == {
             f"k{k}" for k in range(5)
         }
+
+
+def _stored_paths(path: str, table: str, where: str = "") -> set[tuple[str, str, str]]:
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute(f"SELECT checkpoint_id, task_id, task_path FROM {table} {where}")
+        return {tuple(r) for r in rows}
+
+
+@pytest.mark.parametrize("source_kind", ["memory", "official-sqlite"])
+def test_task_paths_are_kept(source_kind: str, tmp_path: Any) -> None:
+    """``get_tuple`` leaves task paths out; the copy still stores each write's own path."""
+    with official(source_kind, tmp_path) as source:
+        populate(source, "p-")
+        target_path = str(tmp_path / "t.db")
+        with SqliteSaver.from_conn_string(target_path) as target:
+            target.setup()
+            copy_threads(source, target)
+        if source_kind == "memory":
+            expected = {
+                (cid, w[0], w[3])
+                for (_, _, cid), writes in source.writes.items()
+                for w in writes.values()
+            }
+        else:
+            expected = _stored_paths(str(tmp_path / "official.db"), "writes")
+    copied = _stored_paths(target_path, "lgmp_writes")
+    assert copied == expected
+    assert len({p for _, _, p in copied if p}) > 3  # real paths, not all empty
