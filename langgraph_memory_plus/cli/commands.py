@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import __version__
 from ..migration import CopyProgress, copy_threads, list_thread_ids
-from . import inspect
+from . import admin
 from .jsonl import export_thread, import_thread
 from .opening import Opened, open_url
 from .output import (
@@ -53,8 +53,8 @@ def info(args: argparse.Namespace) -> int:
             "package_version": __version__,
         }
         if opened.backend == "redis":
-            facts = inspect.redis_info(opened)
-            scan = inspect.redis_scan(opened)
+            facts = admin.redis_info(opened)
+            scan = admin.redis_scan(opened)
             out.update(
                 server_version=facts.get("redis_version"),
                 schema_version="n/a (Redis keys need no migrations)",
@@ -65,12 +65,12 @@ def info(args: argparse.Namespace) -> int:
                 bytes=sum(scan["per_kind"].values()),
             )
         else:
-            with inspect.sql(opened) as db:
+            with admin.sql(opened) as db:
                 sizes = db.table_sizes()
                 out.update(
                     server_version=db.server_version(),
                     schema_version=db.versions(),
-                    package_schema_version=inspect.latest_versions(opened.backend),
+                    package_schema_version=admin.latest_versions(opened.backend),
                     threads=db.rows(
                         f"SELECT count(*) FROM {db.table('lgmp_threads')} "
                         "WHERE thread_id IS NOT NULL"
@@ -116,7 +116,7 @@ def setup(args: argparse.Namespace) -> int:
 def _versions(opened: Opened) -> dict[str, Any]:
     if opened.backend == "redis":
         return {}
-    with inspect.sql(opened) as db:
+    with admin.sql(opened) as db:
         return db.versions()
 
 
@@ -127,7 +127,7 @@ def _schema_sql(args: argparse.Namespace) -> int:
         if opened.backend == "redis":
             print("-- Redis: nothing to migrate (no schema)")
             return OK
-        with inspect.sql(opened) as db:
+        with admin.sql(opened) as db:
             for what, plan in (
                 ("checkpointer", opened.saver._plans.setup()),
                 ("store", opened.store._plans.setup()),
@@ -137,7 +137,7 @@ def _schema_sql(args: argparse.Namespace) -> int:
     return OK
 
 
-def _print_plan(db: inspect._Sql, plan: Any) -> None:
+def _print_plan(db: admin._Sql, plan: Any) -> None:
     """Drive a setup plan: reads run for real (the current version), the rest print."""
     answer: Any = None
     try:
@@ -386,16 +386,16 @@ def stats(args: argparse.Namespace) -> int:
     with open_url(args.url) as opened:
         _ours(opened, "stats")
         if opened.backend == "redis":
-            scan = inspect.redis_scan(opened)
+            scan = admin.redis_scan(opened)
             top = scan["per_tag"].most_common(args.top)
-            names = inspect.redis_thread_ids(opened, [t for t, _ in top])
+            names = admin.redis_thread_ids(opened, [t for t, _ in top])
             threads = [{"thread_id": names[t], "bytes": b} for t, b in top]
             kinds = {
                 k: {"keys": scan["keys_per_kind"][k], "bytes": b}
                 for k, b in sorted(scan["per_kind"].items())
             }
         else:
-            with inspect.sql(opened) as db:
+            with admin.sql(opened) as db:
                 threads = db.biggest_threads(args.top)
                 kinds = {k: {"rows": r, "bytes": b} for k, (r, b) in db.table_sizes().items()}
         out = {"url": opened.url, "biggest_threads": threads, "bytes_per_kind": kinds}
@@ -523,7 +523,7 @@ def migrate(args: argparse.Namespace) -> int:
 
 
 def doctor(args: argparse.Namespace) -> int:
-    findings: list[inspect.Finding] = []
+    findings: list[admin.Finding] = []
     with open_url(args.url) as opened:
         _ours(opened, "doctor")
         if opened.backend == "redis":
@@ -541,12 +541,12 @@ def doctor(args: argparse.Namespace) -> int:
     return FOUND_PROBLEMS if any(f.level == "problem" for f in findings) else OK
 
 
-def _redis_checks(opened: Opened) -> list[inspect.Finding]:
-    policy, maxmemory = inspect.redis_policy(opened)
+def _redis_checks(opened: Opened) -> list[admin.Finding]:
+    policy, maxmemory = admin.redis_policy(opened)
     check = "redis maxmemory-policy"
     if policy is None:
         return [
-            inspect.Finding(
+            admin.Finding(
                 check,
                 "warning",
                 f"could not read it: {maxmemory}",
@@ -554,14 +554,14 @@ def _redis_checks(opened: Opened) -> list[inspect.Finding]:
             )
         ]
     if policy == "noeviction" or policy.startswith("volatile-"):
-        return [inspect.Finding(check, "ok", f"{policy}: our keys are never evicted")]
+        return [admin.Finding(check, "ok", f"{policy}: our keys are never evicted")]
     limit = (
         ""
         if maxmemory not in ("0", None)
         else " (maxmemory is 0 today, so it applies once a limit is set)"
     )
     return [
-        inspect.Finding(
+        admin.Finding(
             check,
             "problem",
             f"{policy}: Redis may evict some keys of a thread and keep others, leaving it half "
@@ -572,21 +572,19 @@ def _redis_checks(opened: Opened) -> list[inspect.Finding]:
     ]
 
 
-def _sql_checks(opened: Opened) -> list[inspect.Finding]:
+def _sql_checks(opened: Opened) -> list[admin.Finding]:
     out = []
-    latest = inspect.latest_versions(opened.backend)
-    with inspect.sql(opened) as db:
+    latest = admin.latest_versions(opened.backend)
+    with admin.sql(opened) as db:
         versions = db.versions()
         for component, have in versions.items():
             want = latest[component]
             check = f"{component} schema"
             if have is None:
-                out.append(
-                    inspect.Finding(check, "problem", "not set up", "langgraph-memory setup")
-                )
+                out.append(admin.Finding(check, "problem", "not set up", "langgraph-memory setup"))
             elif have < want:
                 out.append(
-                    inspect.Finding(
+                    admin.Finding(
                         check,
                         "problem",
                         f"version {have}, older than this package's {want}",
@@ -595,7 +593,7 @@ def _sql_checks(opened: Opened) -> list[inspect.Finding]:
                 )
             elif have > want:
                 out.append(
-                    inspect.Finding(
+                    admin.Finding(
                         check,
                         "problem",
                         f"version {have}, newer than this package's {want}: upgrade "
@@ -604,14 +602,14 @@ def _sql_checks(opened: Opened) -> list[inspect.Finding]:
                     )
                 )
             else:
-                out.append(inspect.Finding(check, "ok", f"version {have}, current"))
+                out.append(admin.Finding(check, "ok", f"version {have}, current"))
         if db.pg:
             out.extend(_pg_checks(opened, db))
         else:
             mode = db.rows("PRAGMA journal_mode")[0][0]
             level = "ok" if str(mode).lower() == "wal" else "warning"
             out.append(
-                inspect.Finding(
+                admin.Finding(
                     "sqlite journal mode",
                     level,
                     str(mode),
@@ -621,7 +619,7 @@ def _sql_checks(opened: Opened) -> list[inspect.Finding]:
     return out
 
 
-def _pg_checks(opened: Opened, db: inspect._Sql) -> list[inspect.Finding]:
+def _pg_checks(opened: Opened, db: admin._Sql) -> list[admin.Finding]:
     out = []
     if "lgmp_store_vectors" in db.tables():
         vectors = db.rows(f"SELECT count(*) FROM {db.table('lgmp_store_vectors')}")[0][0]
@@ -631,7 +629,7 @@ def _pg_checks(opened: Opened, db: inspect._Sql) -> list[inspect.Finding]:
         ][0]
         if vectors and not has:
             out.append(
-                inspect.Finding(
+                admin.Finding(
                     "pgvector",
                     "warning",
                     f"{vectors} stored embeddings (an index is configured) but the vector "
@@ -642,7 +640,7 @@ def _pg_checks(opened: Opened, db: inspect._Sql) -> list[inspect.Finding]:
             )
         else:
             out.append(
-                inspect.Finding(
+                admin.Finding(
                     "pgvector", "ok", "installed" if has else "no embeddings stored: not needed"
                 )
             )
@@ -650,7 +648,7 @@ def _pg_checks(opened: Opened, db: inspect._Sql) -> list[inspect.Finding]:
     bouncer = ":6432" in opened.url or "pgbouncer" in opened.url.lower()
     if bouncer and threshold is not None:
         out.append(
-            inspect.Finding(
+            admin.Finding(
                 "pgbouncer",
                 "problem",
                 "the URL looks like PgBouncer (port 6432) but prepares statements: in transaction "
@@ -659,5 +657,5 @@ def _pg_checks(opened: Opened, db: inspect._Sql) -> list[inspect.Finding]:
             )
         )
     elif bouncer:
-        out.append(inspect.Finding("pgbouncer", "ok", "prepare_threshold=none"))
+        out.append(admin.Finding("pgbouncer", "ok", "prepare_threshold=none"))
     return out
