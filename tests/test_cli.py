@@ -334,12 +334,7 @@ def test_exit_codes_for_bad_input(tmp_path: Path) -> None:
 
 
 def test_threads_ls(filled: str) -> None:
-    with from_url(filled) as memory:
-        has_index = hasattr(memory.checkpointer, "threads")
     done = run("threads", "ls", "-u", filled, "--json")
-    if not has_index:
-        assert done.returncode == 6 and "thread index" in done.stderr
-        return
     assert done.returncode == 0, done.stderr
     listed = {r["thread_id"] for r in json.loads(done.stdout)}
     assert listed == {"chat", "team"}
@@ -347,6 +342,8 @@ def test_threads_ls(filled: str) -> None:
         ok("threads", "ls", "-u", filled, "--status", "interrupted", "--json").stdout
     )
     assert [r["thread_id"] for r in waiting] == ["team"]
+    [interrupts] = waiting[0]["interrupts"].values()
+    assert interrupts and {"id", "value"} <= set(interrupts[0])
 
 
 def test_console_script_is_declared() -> None:

@@ -175,17 +175,13 @@ def _dedent(text: str) -> str:
 
 
 def threads_ls(args: argparse.Namespace) -> int:
+    """The thread index, newest first: ``saver.threads.search`` with the filters given."""
     with open_url(args.url) as opened:
-        index = getattr(opened.saver, "threads", None)
-        if index is None or not hasattr(index, "search"):
-            raise CliError(
-                "threads ls needs the thread index (saver.threads.search), which this "
-                "version of langgraph-memory-plus does not have yet",
-                UNSUPPORTED,
-            )
+        _ours(opened, "threads ls")
+        index = opened.saver.threads
         metadata = dict(json.loads(args.metadata)) if args.metadata else {}
         if args.user:
-            metadata["user_id"] = args.user
+            metadata[index.user_key] = args.user
         found = index.search(
             metadata=metadata or None, status=args.status, limit=args.limit, offset=args.offset
         )
@@ -194,19 +190,20 @@ def threads_ls(args: argparse.Namespace) -> int:
             emit_json(records)
         else:
             rows = [
-                [r.get("thread_id"), r.get("status"), r.get("updated_at"), r.get("title") or ""]
-                for r in records
+                [r["thread_id"], r["status"], r["updated_at"], r["title"] or ""] for r in records
             ]
             table(rows, ["thread_id", "status", "updated_at", "title"])
     return OK
 
 
-def _record(r: Any) -> dict[str, Any]:
-    if isinstance(r, dict):
-        return r
-    return {
-        k: getattr(r, k) for k in dir(r) if not k.startswith("_") and not callable(getattr(r, k))
+def _record(record: Any) -> dict[str, Any]:
+    """A thread record as JSON can carry it: interrupts as ``{id, value}`` objects."""
+    out = dict(record)
+    out["interrupts"] = {
+        task: [{"id": i.id, "value": i.value} for i in interrupts]
+        for task, interrupts in record["interrupts"].items()
     }
+    return out
 
 
 def _history(saver: Any, thread_id: str, limit: int | None) -> list[Any]:
