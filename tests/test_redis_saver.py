@@ -152,7 +152,9 @@ class Space:
 
     def scan_keys(self, prefix: str | None = None) -> set[bytes]:
         prefix = self.prefix if prefix is None else prefix
-        return set(self.admin.scan_iter(match=f"{glob_literal(prefix)}:*", count=1000))
+        found = set(self.admin.scan_iter(match=f"{glob_literal(prefix)}:*", count=1000))
+        # the thread index's sorted sets (``{prefix}:{tix:...}``) are no thread's keys
+        return {k for k in found if not k.startswith(f"{prefix}:{{tix:".encode())}
 
     def tags(self) -> dict[str, set[str]]:
         """Every tag under the prefix, with the kinds of key present for it."""

@@ -1,6 +1,6 @@
 """The Redis checkpointer's Lua scripts.
 
-Every script works on the eleven keys of one thread (see :mod:`.plans` for the layout),
+Every script works on the ten keys of one thread (see :mod:`.plans` for the layout),
 which share a hash tag, so each script is one atomic step on a single node and in Redis
 Cluster alike. Values the scripts must read (parents, run ids, ``DeltaChannel`` seeds,
 blob fields) live in a small per-checkpoint "meta" record written as netstrings
@@ -10,12 +10,15 @@ values stay opaque bytes that only Python decodes.
 
 from __future__ import annotations
 
+from ...threads.redis import RECORD_LUA
+
 PRELUDE = r"""
 local K_THREAD, K_IDX, K_CK, K_META, K_BLOBS, K_WRITES, K_WIDX, K_REPLAY, K_ITEMS, K_NODES =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
--- Per checkpoint, the JSON projection of its metadata (absent for checkpoints written
--- before it was kept), read by the FILTER script.
-local K_MJSON = KEYS[11]
+local K_REC = KEYS[11] -- the thread's index record (see threads/redis.py)
+-- The keys that live and expire as the thread; a put may pass its transcript's two keys
+-- after them (see threads/redis.py), which keep their own expiry.
+local N_KEYS = 11
 -- A list version's blob: this prefix, then a 16-byte spine id (zeros: none), then the
 -- 16-byte ids of the items after the last full page (see checkpoint/lists.py).
 local LIST_PREFIX, NO_SPINE = '\0lgmp:list\0', string.rep('\0', 16)
@@ -136,7 +139,7 @@ end
 -- One absolute deadline for every key of the thread: PEXPIRE would read the clock per
 -- key, and keys could straddle a millisecond and expire apart.
 local function expire_all_at(deadline_ms)
-  for i = 1, #KEYS do redis.call('PEXPIREAT', KEYS[i], deadline_ms) end
+  for i = 1, N_KEYS do redis.call('PEXPIREAT', KEYS[i], deadline_ms) end
 end
 
 local function now_ms()
@@ -149,7 +152,7 @@ local function touch(ttl_ms)
   if ttl > 0 then
     expire_all_at(now_ms() + ttl)
   else
-    for i = 1, #KEYS do redis.call('PERSIST', KEYS[i]) end
+    for i = 1, N_KEYS do redis.call('PERSIST', KEYS[i]) end
   end
 end
 
@@ -165,7 +168,7 @@ local function keep_expiry()
   if left > 0 then
     expire_all_at(now_ms() + left)
   else
-    for i = 1, #KEYS do redis.call('PERSIST', KEYS[i]) end
+    for i = 1, N_KEYS do redis.call('PERSIST', KEYS[i]) end
   end
 end
 
@@ -243,9 +246,10 @@ local function drop(doomed, namespaces)
       redis.call('HDEL', K_WRITES, f)
       redis.call('ZREM', K_WIDX, f)
     end
+    redis.call('HINCRBY', K_REC, 'b', -redis.call('HSTRLEN', K_CK, m))
+    redis.call('HDEL', K_REC, 'm' .. m)
     redis.call('HDEL', K_CK, m)
     redis.call('HDEL', K_META, m)
-    redis.call('HDEL', K_MJSON, m)
     redis.call('ZREM', K_IDX, m)
     redis.call('ZREM', K_REPLAY, m)
   end
@@ -314,9 +318,10 @@ end
 """
 
 # ARGV: ttl_ms, thread_id, ns, checkpoint_id, parent, run_id, record, keep_last,
-#       metadata JSON projection, n, delta channel*n, n, channel with a value here*n,
-#       n, blob field*n (one per channel version of the checkpoint), n, (list item field,
-#       value)*n,
+#       the index record's metadata JSON, title and bytes, the write's time (ms),
+#       the transcript's owner, ttl_ms and n, (message id, role, text)*n,
+#       n, delta channel*n, n, channel with a value here*n, n, blob field*n (one per
+#       channel version of the checkpoint), n, (list item field, value)*n,
 #       n, (list node field, children)*n,
 #       then (blob field, value, empty flag) for each new version.
 PUT = r"""
@@ -333,7 +338,7 @@ if not may_put(ns, parent) then
   end
   return 0
 end
-local pos = 10
+local pos = tx_put(13, ARGV[12])
 local function take_list()
   local n = tonumber(ARGV[pos])
   local out = {}
@@ -381,16 +386,20 @@ while pos <= #ARGV do
 end
 write_meta(member, meta)
 redis.call('HSET', K_CK, member, record)
-redis.call('HSET', K_MJSON, member, ARGV[9])
 redis.call('ZADD', K_IDX, 0, member)
 redis.call('HSET', K_THREAD, 'id', thread_id)
 if keep > 0 then trim(ns, keep) end
+rec_put(thread_id, ns, cid, ARGV[9], ARGV[10], tonumber(ARGV[11]), ARGV[12])
+-- The record keeps each root checkpoint's metadata JSON; FILTER reads it for the
+-- checkpoints of every namespace.
+if ns ~= '' and ARGV[9] ~= '' then redis.call('HSET', K_REC, 'm' .. member, ARGV[9]) end
 touch(ttl)
 return 1
 """
 
 # ARGV: ttl_ms, thread_id, ns, checkpoint_id, task_id, the task's record (see
-# merge_writes; its writes already deduplicated), the largest record allowed.
+# merge_writes; its writes already deduplicated), the largest record allowed, '1' when
+# the writes hold an interrupt or an error (the index record changes), the time (ms).
 # Reply: 1 stored, 0 refused (deleted thread), or {size} when the record merged with
 # what an earlier call stored would be larger than allowed (nothing is written then).
 PUT_WRITES = r"""
@@ -404,6 +413,7 @@ if #record > max_bytes then return {#record} end
 redis.call('HSET', K_WRITES, field, record)
 redis.call('ZADD', K_WIDX, 0, field)
 redis.call('HSET', K_THREAD, 'id', thread_id)
+if ARGV[8] == '1' then rec_writes(thread_id, ns, cid, ARGV[9]) end
 touch(ttl)
 return 1
 """
@@ -487,7 +497,7 @@ local function as_number(v)
   return nil
 end
 local function may_match(member)
-  local raw = redis.call('HGET', K_MJSON, member)
+  local raw = redis.call('HGET', K_REC, 'm' .. member)
   if not raw then return true end
   local ok, meta = pcall(cjson.decode, raw)
   if not ok or type(meta) ~= 'table' then return true end
@@ -628,6 +638,7 @@ for _, m in ipairs(redis.call('ZRANGE', K_IDX, 0, -1)) do
     trim(ns, 1)
   end
 end
+rec_refresh()
 keep_expiry()
 return 1
 """
@@ -646,6 +657,7 @@ for i = 1, #all, 2 do
   end
 end
 drop(doomed, namespaces)
+rec_refresh()
 keep_expiry()
 return #doomed
 """
@@ -685,14 +697,14 @@ return {
   redis.call('HGETALL', K_BLOBS), redis.call('HGETALL', K_WRITES),
   redis.call('ZRANGE', K_REPLAY, 0, -1),
   redis.call('HGETALL', K_ITEMS), redis.call('HGETALL', K_NODES),
-  redis.call('HGETALL', K_MJSON)
+  redis.call('HGETALL', K_REC)
 }
 """
 
 # ARGV: ttl_ms, thread_id, then netstring lists of (field, value) pairs for the
-# checkpoint, meta, blob and write hashes, of the replay-only members, and of the list
-# item and node hashes, and of the metadata projections. Existing entries of the target
-# win.
+# checkpoint, meta, blob and write hashes, of the replay-only members, of the list
+# item and node hashes and of the index record; then the time (ms). Existing entries of
+# the target win.
 RESTORE = r"""
 local function fill(key, packed)
   local t = unpack_list(packed)
@@ -707,17 +719,23 @@ fill(K_META, ARGV[4])
 fill(K_BLOBS, ARGV[5])
 fill(K_ITEMS, ARGV[8])
 fill(K_NODES, ARGV[9])
-fill(K_MJSON, ARGV[10])
 local w = fill(K_WRITES, ARGV[6])
 for i = 1, #w, 2 do redis.call('ZADD', K_WIDX, 0, w[i]) end
 redis.call('HDEL', K_THREAD, 'live_after')
 redis.call('HSET', K_THREAD, 'id', ARGV[2])
+local rec = unpack_list(ARGV[10])
+for i = 1, #rec, 2 do
+  local f = rec[i]
+  if f == 't' or string.sub(f, 1, 2) == 'm\0' then redis.call('HSETNX', K_REC, f, rec[i + 1]) end
+end
+rec_refresh()
+rec_touch(ARGV[2], ARGV[11])
 touch(ARGV[1])
 return 1
 """
 
 SCRIPTS: dict[str, str] = {
-    name: PRELUDE + body
+    name: PRELUDE + RECORD_LUA + body
     for name, body in {
         "put": PUT,
         "put_writes": PUT_WRITES,

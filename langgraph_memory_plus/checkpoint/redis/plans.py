@@ -20,11 +20,12 @@ slot; every update of a thread is then one atomic script, on Redis Cluster too.
   still reads; never returned by ``get_tuple`` or ``list``.
 - ``items`` and ``nodes`` (hashes): list channels stored as items, pages and spines, so
   a long ``messages`` list costs O(T), not O(T^2) (see ``checkpoint/lists.py``).
-- ``mjson`` (hash): per checkpoint, the JSON projection of its metadata, so
-  ``list(filter=...)`` is evaluated in Redis rather than by fetching every checkpoint.
+- ``rec`` (hash): the thread's record in the thread index (see ``threads/redis.py``).
+  Its ``m<member>`` fields, each checkpoint's metadata JSON, are what the FILTER
+  script reads, so ``list(filter=...)`` is judged in Redis.
 
 A fixed number of keys per thread keeps TTL cheap: every write sets the same expiry on
-all of them, so a thread expires whole, never half.
+all ten, so a thread expires whole, never half.
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ import ormsgpack
 from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, DeltaChannelHistory
 
 from ..._plan import Plan
-from ..._redis import Eval, Scan, glob_escape
+from ..._redis import Batch, Eval, Scan, glob_escape
 from ...errors import InvalidConfigError, ValueTooLargeError
+from ...threads.core import RecordInput, writes_of_interest
+from ...threads.redis import RedisThreadIndex, now_ms
 from .. import task_writes
 from ..codec import (
     EMPTY,
@@ -62,7 +65,7 @@ MAX_VALUE_BYTES = 500 * 1024 * 1024
 TOMBSTONE_MS = 24 * 3600 * 1000
 MAX_CHAIN_DEPTH = 1_000_000
 KINDS = (
-    "thread", "idx", "ck", "meta", "blobs", "writes", "widx", "replay", "items", "nodes", "mjson"
+    "thread", "idx", "ck", "meta", "blobs", "writes", "widx", "replay", "items", "nodes", "rec"
 )  # fmt: skip
 
 FILTER_BUDGET = 1000
@@ -74,7 +77,7 @@ EXACT_INT = 2**53
 # A list version's blob value: this prefix, then its ListRef (see ..lists).
 LIST_PREFIX = b"\x00lgmp:list\x00"
 
-Command = Eval | Scan
+Command = Eval | Scan | Batch
 
 
 def _netstrings(items: Sequence[bytes]) -> bytes:
@@ -133,13 +136,6 @@ def _versions(encoded: EncodedCheckpoint) -> dict[str, Any] | None:
     return versions
 
 
-def _projection(metadata: Any) -> bytes:
-    """Metadata's JSON projection as the FILTER script reads it (text kept as UTF-8)."""
-    return json.dumps(metadata, ensure_ascii=False, separators=(",", ":")).encode(
-        "utf-8", "surrogatepass"
-    )
-
-
 def _conditions(flt: Mapping[str, Any] | None) -> list[bytes]:
     """The filter's conditions FILTER can judge: (key, kind, value) per str, bool or
     number. Others (None, which also matches a missing key; containers; other types;
@@ -179,6 +175,16 @@ class RedisCheckpointPlans:
         ttl = settings.ttl_seconds
         self._ttl_ms = b"0" if ttl is None else b"%d" % max(1, round(ttl * 1000))
         self._refresh_ms = self._ttl_ms if settings.refresh_on_read else b"0"
+        # With refresh on read a thread may outlive its last write: sets then never expire.
+        set_ttl = 0 if settings.refresh_on_read else int(self._ttl_ms)
+        tx_ttl = settings.transcript_ttl_seconds
+        self.threads = RedisThreadIndex(
+            prefix,
+            settings.index_keys,
+            lambda t: self.keys(t)[-1],
+            set_ttl,
+            0 if tx_ttl is None else max(1, round(tx_ttl * 1000)),
+        )
 
     # -- keys -------------------------------------------------------------------------
 
@@ -425,7 +431,9 @@ class RedisCheckpointPlans:
             after=(last, b"", query.checkpoint_ns),
         )
 
-    def put(self, target: Target, encoded: EncodedCheckpoint) -> Plan[Command, None]:
+    def put(
+        self, target: Target, encoded: EncodedCheckpoint, record: RecordInput
+    ) -> Plan[Command, None]:
         ns = _no_nul(target.checkpoint_ns, "checkpoint_ns")
         nsz = ns + b"\x00"
         refs = [
@@ -441,7 +449,11 @@ class RedisCheckpointPlans:
             _utf8(encoded.run_id or ""),
             ormsgpack.packb([*encoded.checkpoint, *encoded.metadata, _versions(encoded)]),
             self.settings.keep_last or 0,
-            _projection(encoded.metadata_json),
+            json.dumps(record.metadata),  # FILTER reads it in every namespace
+            _utf8(record.title or ""),
+            record.bytes,
+            ts := now_ms(),
+            *self.threads.transcript_args(record),
         ]
         for names in (encoded.delta_channels, encoded.valued_channels):
             args.append(len(names))
@@ -462,7 +474,11 @@ class RedisCheckpointPlans:
                 args.extend((field, LIST_PREFIX + (blob.data or b""), b"0"))
             else:
                 args.extend((field, ormsgpack.packb([blob.type, blob.data]), b"0"))
-        yield Eval("put", self.keys(target.thread_id), args)
+        keys = self.keys(target.thread_id)
+        if record.lines:
+            keys += self.threads.transcript_keys(target.thread_id)
+        # the index entries first (see threads/redis.py), in the same round trip
+        yield self.threads.intent(target.thread_id, record, ts, Eval("put", keys, args))
 
     def put_writes(self, target: Target, writes: list[EncodedWrite]) -> Plan[Command, None]:
         if not writes:
@@ -483,8 +499,11 @@ class RedisCheckpointPlans:
             _no_nul(task_id, "task_id"),
             record,
             self.max_value_bytes,
+            b"1" if (flagged := bool(writes_of_interest(writes))) else b"0",
+            ts := now_ms(),
         ]
-        reply = yield Eval("put_writes", self.keys(target.thread_id), args)
+        write = Eval("put_writes", self.keys(target.thread_id), args)
+        reply = yield (self.threads.intent(target.thread_id, None, ts, write) if flagged else write)
         if isinstance(reply, list):  # merged with an earlier call's writes: too large
             raise ValueTooLargeError(what, int(reply[0]), self.max_value_bytes)
 
@@ -519,7 +538,9 @@ class RedisCheckpointPlans:
         return codec.delta_history(channels, chain, lists)
 
     def delete_thread(self, thread_id: str) -> Plan[Command, None]:
+        records = yield from self.threads.before_delete([thread_id])
         yield Eval("delete", self.keys(thread_id), [TOMBSTONE_MS])
+        yield from self.threads.forget(records)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[Command, None]:
         if not run_ids:
@@ -532,18 +553,21 @@ class RedisCheckpointPlans:
         dump = yield Eval("dump", self.keys(source_thread_id), [])
         if not dump:
             return
+        ts = now_ms()
+        yield self.threads.intent(target_thread_id, None, ts)
         yield Eval(
             "restore",
             self.keys(target_thread_id),
-            [self._ttl_ms, _utf8(target_thread_id), *(_netstrings(part) for part in dump)],
+            [self._ttl_ms, _utf8(target_thread_id), *(_netstrings(part) for part in dump), ts],
         )
+        yield from self.threads.adopt(target_thread_id)
 
     def prune(self, thread_ids: Sequence[str], keep_latest: bool) -> Plan[Command, None]:
         for thread_id in dict.fromkeys(thread_ids):
             if keep_latest:
                 yield Eval("prune_latest", self.keys(thread_id), [])
             else:
-                yield Eval("delete", self.keys(thread_id), [TOMBSTONE_MS])
+                yield from self.delete_thread(thread_id)
 
     def sweep_expired(self, batch_size: int) -> Plan[Command, tuple[int, bool]]:
         """Nothing to sweep: Redis expires a thread's keys itself."""
