@@ -44,6 +44,10 @@ from .schema import MIGRATIONS, quote_schema
 
 logger = logging.getLogger("langgraph_memory_plus.checkpoint.postgres")
 
+CHECKPOINT_MIGRATIONS = (*MIGRATIONS, THREAD_INDEX_MIGRATION)
+"""Every migration of the checkpoint tables, the thread index's included: the version
+``setup()`` brings a schema to is ``len(CHECKPOINT_MIGRATIONS) - 1``."""
+
 # PostgreSQL refuses a field over 1 GiB and a message over 1 GiB; stay clear of both.
 MAX_VALUE_BYTES = 512 * 1024 * 1024
 MAX_STATEMENT_BYTES = 1000 * 1024 * 1024
@@ -196,7 +200,7 @@ class PostgresCheckpointPlans:
             self._s,
             "lgmp_checkpoint_migrations",
             advisory_lock_id("checkpoint", self.schema),
-            (*MIGRATIONS, THREAD_INDEX_MIGRATION),
+            CHECKPOINT_MIGRATIONS,
         )
         yield from self.threads.setup()
 
