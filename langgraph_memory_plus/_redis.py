@@ -273,15 +273,13 @@ def async_client_from_url(
 
 
 async def initialize(client: AsyncClient) -> None:
-    """Connect an async client before concurrent use.
+    """Discover an async cluster client's nodes before concurrent use.
 
     A fresh ``redis.asyncio`` cluster client whose first commands run concurrently races
     on discovering the cluster (``'NoneType' object has no attribute 'writelines'``).
     """
     if isinstance(client, redis.asyncio.cluster.RedisCluster):
         await client.initialize()
-    else:
-        await client.ping()
 
 
 class RedisRunner:

@@ -518,7 +518,9 @@ class Memory:
         connect = async_client_from_url if is_async else sync_client_from_url
         client = yield _Call(partial(connect, self._target, **options), "Redis")
         yield _Defer(client.aclose if is_async else client.close)
-        yield _Call(partial(initialize, client) if is_async else client.ping, "Redis")
+        if is_async:
+            yield _Call(partial(initialize, client), "Redis")
+        yield _Call(client.ping, "Redis")
         prefix = {"key_prefix": o["key_prefix"]} if "key_prefix" in o else {}
         saver_cls = AsyncRedisSaver if is_async else RedisSaver
         saver = saver_cls(client, **prefix, **self._saver_options())
