@@ -1,0 +1,334 @@
+"""Human approvals read from the thread index: the restart test and every decision path.
+
+Every test runs on every backend (PostgreSQL, Redis, Redis Cluster, SQLite) with real
+savers, real stores and a real ``create_agent`` behind ``HumanInTheLoopMiddleware``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from approvals_support import booking_agent, runs
+from conftest import _backend_target
+from langchain_core.messages import HumanMessage, ToolMessage
+
+from langgraph_memory_plus import InvalidConfigError
+from langgraph_memory_plus.approvals import (
+    Approvals,
+    ApprovalConflictError,
+    ApprovalExpiredError,
+    DecisionNotAllowedError,
+    parse_request,
+)
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture
+def open_store(backend: str, request: pytest.FixtureRequest) -> Any:
+    """A store on the saver's backend, on this test's own schema / key prefix / file."""
+    from langgraph_memory_plus import PostgresStore, RedisStore, SqliteStore
+    from langgraph_memory_plus import AsyncPostgresStore, AsyncRedisStore, AsyncSqliteStore
+
+    url, _ = _backend_target(backend, request)
+    tag = uuid.uuid4().hex[:10]
+    if backend == "postgres":
+        classes, options = (PostgresStore, AsyncPostgresStore), {"schema": f"appr_{tag}"}
+    elif backend == "sqlite":
+        classes, options = (SqliteStore, AsyncSqliteStore), {}
+    else:
+        prefix = "lgmp-test" if backend == "redis-cluster" else request.getfixturevalue("redis_prefix")
+        classes, options = (RedisStore, AsyncRedisStore), {"key_prefix": f"{prefix}-appr-{tag}"}
+
+    @contextmanager
+    def factory(is_async: bool = False) -> Iterator[Any]:
+        with classes[0].from_conn_string(url, **options) as store:
+            store.setup()
+            yield store
+
+    factory.classes = classes  # type: ignore[attr-defined]
+    factory.target = (url, options)  # type: ignore[attr-defined]
+    return factory
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime.now(timezone.utc)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def _interrupt(agent: Any, thread: str, user: str, flight: str = "LH123") -> str:
+    config = {"configurable": {"thread_id": thread, "user_id": user}}
+    result = agent.invoke({"messages": [HumanMessage(f"book {flight}", id=f"h-{thread}")]}, config)
+    return str(result["__interrupt__"][0].id)
+
+
+def _messages(agent: Any, thread: str, user: str) -> list[Any]:
+    config = {"configurable": {"thread_id": thread, "user_id": user}}
+    return list(agent.get_state(config).values["messages"])
+
+
+def test_restart_approve_runs_the_tool_exactly_once(
+    backend: str, saver_factory: Any, open_store: Any, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    url, options = _backend_target(backend, request)
+    user, thread = f"u-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    runs_file = tmp_path / "runs.jsonl"
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "approvals_support.py"), backend, url, json.dumps(options),
+         str(runs_file), thread, user],
+        capture_output=True, text=True, timeout=120, cwd=HERE,
+    )  # fmt: skip
+    assert proc.returncode == -9, proc.stderr  # died with SIGKILL after the interrupt
+    interrupt_id = proc.stdout.strip()
+    assert runs(runs_file) == []
+
+    # Process B: a new saver and store, nothing carried over but the storage.
+    with saver_factory() as saver, open_store() as store:
+        queue = Approvals(saver, store)
+        pending = queue.list(user_id=user)
+        assert [(a.id, a.thread_id, a.user_id, a.status) for a in pending] == [
+            (interrupt_id, thread, user, "pending")
+        ]
+        (approval,) = pending
+        assert (approval.kind, approval.action, approval.args) == (
+            "hitl", "book_flight", {"flight": "LH123", "seat": "12A"})  # fmt: skip
+        assert approval.allowed_decisions == ("approve", "reject", "edit")
+        assert approval.expires_at - approval.created_at == timedelta(hours=24)
+        assert queue.count(user_id=user) == 1
+        assert queue.count(user_id=user, action="other_tool") == 0
+
+        agent = booking_agent(saver, runs_file)
+        done = queue.decide(approval.id, "approve", by="reviewer-1", graph=agent)
+        assert done.status == "approved" and done.decision is not None
+        assert done.decision.by == "reviewer-1" and done.decision.resumed_at is not None
+        assert runs(runs_file) == [{"flight": "LH123", "seat": "12A"}]
+        messages = _messages(agent, thread, user)
+        assert messages[-1].content == "done: booked LH123 seat 12A"
+        assert [m.id for m in messages].count("h1") == 1  # continued, not started over
+        assert queue.list(user_id=user) == []
+        record = saver.threads.get(thread)
+        assert record is not None and record["status"] == "idle"
+
+        # Deciding again (a retry, a second click) changes nothing and runs nothing.
+        again = queue.decide(approval.id, "approve", by="reviewer-1", graph=agent, thread_id=thread)
+        assert again.status == "approved"
+        with pytest.raises(ApprovalConflictError, match="reviewer-1"):
+            queue.decide(approval.id, "reject", by="reviewer-2", graph=agent, thread_id=thread)
+        assert len(runs(runs_file)) == 1
+
+        # The decision record outlives the thread (audit).
+        saver.delete_thread(thread)
+        audit = queue.list(user_id=user, status="approved")
+        assert [(a.id, a.decision.by, a.action) for a in audit if a.decision] == [
+            (interrupt_id, "reviewer-1", "book_flight")
+        ]
+
+
+def test_reject_and_edit(backend: str, saver_factory: Any, open_store: Any, tmp_path: Path) -> None:
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    runs_file = tmp_path / "runs.jsonl"
+    with saver_factory() as saver, open_store() as store:
+        agent = booking_agent(saver, runs_file)
+        queue = Approvals(saver, store)
+        rejected = _interrupt(agent, f"{user}-r", user, "LH1")
+        edited = _interrupt(agent, f"{user}-e", user, "LH2")
+        listed = queue.list(user_id=user)
+        assert [a.id for a in listed] == [rejected, edited]  # oldest first
+        assert [a.id for a in queue.list(user_id=user, limit=1, offset=1)] == [edited]
+
+        with pytest.raises(DecisionNotAllowedError, match="edit needs the new arguments"):
+            queue.decide(edited, "edit", by="r", graph=agent, thread_id=f"{user}-e")
+        with pytest.raises(DecisionNotAllowedError, match="unknown decision"):
+            queue.decide(edited, "maybe", by="r", graph=agent, thread_id=f"{user}-e")
+
+        out = queue.decide(rejected, "reject", by="r", message="too expensive", graph=agent)
+        assert out.status == "rejected"
+        last = _messages(agent, f"{user}-r", user)
+        tool_message = next(m for m in last if isinstance(m, ToolMessage))
+        assert "too expensive" in str(tool_message.content)
+
+        out = queue.decide(edited, "edit", by="r", args={"flight": "LH2", "seat": "1A"},
+                           graph=agent)  # fmt: skip
+        assert out.status == "edited"
+        assert runs(runs_file) == [{"flight": "LH2", "seat": "1A"}]
+        assert queue.count(user_id=user) == 0
+        assert {a.id for a in queue.list(user_id=user, status="rejected")} == {rejected}
+
+
+def test_decision_not_allowed_by_the_review_config(
+    backend: str, saver_factory: Any, open_store: Any, tmp_path: Path
+) -> None:
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    with saver_factory() as saver, open_store() as store:
+        agent = booking_agent(saver, tmp_path / "runs", allowed=("approve", "reject"))
+        queue = Approvals(saver, store)
+        approval_id = _interrupt(agent, f"{user}-t", user)
+        with pytest.raises(DecisionNotAllowedError, match=r"allows \['approve', 'reject'\]"):
+            queue.decide(approval_id, "edit", by="r", args={"flight": "X", "seat": "1"},
+                         graph=agent)  # fmt: skip
+        assert queue.get(approval_id).status == "pending"  # nothing recorded
+
+
+def test_expiry(backend: str, saver_factory: Any, open_store: Any, tmp_path: Path) -> None:
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    clock = Clock()
+    with saver_factory() as saver, open_store() as store:
+        agent = booking_agent(saver, tmp_path / "runs")
+        queue = Approvals(saver, store, window=timedelta(hours=2), clock=clock)
+        old = [_interrupt(agent, f"{user}-{i}", user) for i in range(3)]
+        clock.now += timedelta(hours=3)
+        assert [a.status for a in queue.list(user_id=user, status=None)] == ["expired"] * 3
+        assert queue.count(user_id=user) == 0
+        assert queue.count(user_id=user, status="expired") == 3
+        with pytest.raises(ApprovalExpiredError):
+            queue.decide(old[0], "approve", by="r", graph=agent)
+        fresh = _interrupt(agent, f"{user}-new", user)
+        clock.now = datetime.now(timezone.utc) + timedelta(hours=2, minutes=-30)
+        # The three old ones are overdue again under the moved clock; the fresh one not.
+        clock.now = max(clock.now, datetime.now(timezone.utc))
+        told: list[str] = []
+        progress: list[int] = []
+        queue_late = Approvals(saver, store, window=timedelta(hours=2),
+                               clock=lambda: datetime.now(timezone.utc) + timedelta(hours=3))  # fmt: skip
+        # Only this test's threads are looked at by id below; others may exist.
+        marked = queue_late.expire_overdue(batch_size=2, on_expired=lambda a: told.append(a.id),
+                                           progress=progress.append)  # fmt: skip
+        assert set(old) | {fresh} <= set(told) and marked >= 4
+        assert progress and progress == sorted(progress) and progress[-1] == marked
+        assert queue_late.expire_overdue() == 0  # resumable: nothing left to mark
+        # Marked expired for good: even a clock within the window refuses it now.
+        with pytest.raises(ApprovalExpiredError):
+            queue.decide(fresh, "approve", by="r", graph=agent)
+        assert runs(tmp_path / "runs") == []
+
+
+def test_concurrent_decisions_one_wins(
+    backend: str, saver_factory: Any, open_store: Any, tmp_path: Path
+) -> None:
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    runs_file = tmp_path / "runs"
+    with saver_factory() as saver, open_store() as store:
+        approval_id = _interrupt(booking_agent(saver, runs_file), f"{user}-t", user)
+    barrier = threading.Barrier(2)
+    outcomes: list[Any] = []
+
+    def reviewer(name: str, decision: str) -> None:
+        with saver_factory() as saver, open_store() as store:
+            queue = Approvals(saver, store)
+            agent = booking_agent(saver, runs_file)
+            approval = queue.get(approval_id, thread_id=f"{user}-t")
+            barrier.wait()
+            try:
+                outcomes.append(queue.decide(approval, decision, by=name, graph=agent).status)
+            except ApprovalConflictError as exc:
+                outcomes.append(exc)
+
+    threads = [threading.Thread(target=reviewer, args=a) for a in (("a", "approve"), ("b", "reject"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(outcomes) == 2
+    won = [o for o in outcomes if isinstance(o, str)]
+    lost = [o for o in outcomes if isinstance(o, ApprovalConflictError)]
+    assert len(won) == 1 and len(lost) == 1
+    assert len(runs(runs_file)) == (1 if won == ["approved"] else 0)
+
+
+def test_crash_between_decision_and_resume(
+    backend: str, saver_factory: Any, open_store: Any, tmp_path: Path
+) -> None:
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    runs_file = tmp_path / "runs"
+    with saver_factory() as saver, open_store() as store:
+        agent = booking_agent(saver, runs_file)
+        approval_id = _interrupt(agent, f"{user}-t", user)
+
+        class Crash(Exception):
+            pass
+
+        class Dying:
+            def invoke(self, *args: Any) -> Any:
+                raise Crash  # the process dies right after the record is written
+
+        queue = Approvals(saver, store)
+        with pytest.raises(Crash):
+            queue.decide(approval_id, "approve", by="r", graph=Dying())
+        assert runs(runs_file) == []
+        state = queue.get(approval_id, thread_id=f"{user}-t")
+        assert state.status == "approved" and state.decision and state.decision.resumed_at is None
+        # Another reviewer cannot overturn it; the recovery finishes it.
+        with pytest.raises(ApprovalConflictError):
+            queue.decide(approval_id, "reject", by="other", graph=agent)
+    with saver_factory() as saver, open_store() as store:
+        agent = booking_agent(saver, runs_file)
+        queue = Approvals(saver, store)
+        assert queue.recover(agent) >= 1
+        assert runs(runs_file) == [{"flight": "LH123", "seat": "12A"}]
+        # Re-applying it once more (say both recovery and the reviewer retried): still once.
+        queue.decide(approval_id, "approve", by="r", graph=agent, thread_id=f"{user}-t")
+        assert queue.recover(agent) == 0
+        assert len(runs(runs_file)) == 1
+
+
+def test_ttl_shorter_than_the_window_is_a_configuration_error(
+    saver_factory: Any, open_store: Any
+) -> None:
+    with saver_factory(ttl={"default_ttl": 60 * 30}) as saver, open_store() as store:
+        with pytest.raises(InvalidConfigError, match=r"TTL \(1800 minutes\).*window \(1440 minutes\)"):
+            Approvals(saver, store)
+        Approvals(saver, store, window=timedelta(hours=20))  # 30 h >= 1.5 x 20 h
+    with saver_factory(ttl={"default_ttl": 60 * 36}) as saver, open_store() as store:
+        Approvals(saver, store)  # exactly 1.5 x 24 h
+
+
+def test_async_restart_free_path(backend: str, async_saver_factory: Any, open_store: Any,
+                                 tmp_path: Path) -> None:  # fmt: skip
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    runs_file = tmp_path / "runs"
+    cls = open_store.classes[1]
+    url, options = open_store.target
+
+    async def main() -> None:
+        async with async_saver_factory() as saver, cls.from_conn_string(url, **options) as store:
+            await store.setup()
+            agent = booking_agent(saver, runs_file, mode="per_call")
+            config = {"configurable": {"thread_id": f"{user}-t", "user_id": user}}
+            await agent.ainvoke({"messages": [HumanMessage("book AF9", id="h1")]}, config)
+            queue = Approvals(saver, store)
+            (approval,) = await queue.alist(user_id=user)
+            assert (approval.kind, approval.action) == ("tool_approval", "book_flight")
+            assert await queue.acount(user_id=user, action="book_flight") == 1
+            out = await queue.adecide(approval, "approve", by="r", graph=agent)
+            assert out.status == "approved"
+            assert await queue.alist(user_id=user) == []
+            assert await queue.aexpire_overdue() >= 0
+
+    asyncio.run(main())
+    assert runs(runs_file) == [{"flight": "AF9", "seat": "12A"}]
+
+
+def test_request_shapes() -> None:
+    kind, actions = parse_request(
+        [{"action_request": {"action": "send_email", "args": {"to": "a@b"}},
+          "config": {"allow_accept": True, "allow_edit": False, "allow_ignore": True,
+                     "allow_respond": False}, "description": "check"}]
+    )  # fmt: skip
+    assert kind == "agent_inbox"
+    assert (actions[0].name, actions[0].args, actions[0].allowed_decisions) == (
+        "send_email", {"to": "a@b"}, ("approve", "reject"))  # fmt: skip
+    assert parse_request({"question": "why?"}) == ("raw", ())
