@@ -332,3 +332,138 @@ def test_request_shapes() -> None:
     assert (actions[0].name, actions[0].args, actions[0].allowed_decisions) == (
         "send_email", {"to": "a@b"}, ("approve", "reject"))  # fmt: skip
     assert parse_request({"question": "why?"}) == ("raw", ())
+
+
+# -- task drafts ----------------------------------------------------------------------
+
+import re  # noqa: E402
+
+from langchain.agents import create_agent  # noqa: E402
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage  # noqa: E402
+from messages_support import ScriptedModel  # noqa: E402
+from pydantic import BaseModel, Field  # noqa: E402
+
+from langgraph_memory_plus.approvals.drafts import (  # noqa: E402
+    DraftIncompleteError,
+    TaskDrafts,
+)
+from langgraph_memory_plus.nodes.drafts import create_draft_tools, drafts_source  # noqa: E402
+from langgraph_memory_plus.nodes.profile import ProfileInjector  # noqa: E402
+
+
+class Cancellation(BaseModel):
+    flight: str
+    passport_number: str
+    refund_method: str = Field(pattern="^(card|voucher)$")
+    note: str | None = None
+
+
+class DraftModel(ScriptedModel):
+    """Starts a cancellation draft, fills it over later conversations, submits it."""
+
+    inputs: list[list[BaseMessage]] = Field(default_factory=list)
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> DraftModel:  # type: ignore[override]
+        return self
+
+    def reply(self, messages: list[BaseMessage]) -> AIMessage:
+        self.inputs.append(list(messages))
+        human = next(m for m in reversed(messages) if isinstance(m, HumanMessage))
+        text = str(human.content)
+        shown = " ".join(str(m.content) for m in messages if isinstance(m, SystemMessage))
+        draft = (re.findall(r"\((draft-[0-9a-f]+)\)", shown) or [""])[0]
+        last = messages[-1]
+        done = [m.name for m in messages[messages.index(human):] if isinstance(m, ToolMessage)]
+
+        def call(name: str, args: dict[str, Any]) -> AIMessage:
+            return AIMessage("", id=f"{human.id}-{name}",
+                             tool_calls=[{"name": name, "args": args, "id": f"{human.id}-{name}"}])  # fmt: skip
+
+        if text.startswith("cancel") and not done:
+            return call("start_task_draft", {"kind": "cancellation", "fields": {"flight": text.split()[-1]}})
+        if text.startswith("passport") and not done:
+            return call("update_task_draft", {"draft_id": draft, "fields": {"passport_number": text.split()[-1]}})
+        if text.startswith("refund") and not done:
+            return call("update_task_draft", {"draft_id": draft, "fields": {"refund_method": text.split()[-1]}})
+        if text.startswith("refund") and done == ["update_task_draft"]:
+            return call("submit_task_draft", {"draft_id": draft})
+        return AIMessage(f"noted: {last.content}", id=f"{human.id}-answer")
+
+
+def test_three_conversation_cancellation(
+    backend: str, saver_factory: Any, open_store: Any
+) -> None:
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    clock = Clock()
+    with saver_factory() as saver, open_store() as store:
+        drafts = TaskDrafts(store, {"cancellation": Cancellation}, clock=clock)
+        injector = ProfileInjector(sources=[drafts_source(drafts)])
+        model = DraftModel()
+        agent = create_agent(model, create_draft_tools(drafts), system_prompt="You help.",
+                             middleware=[injector.middleware("frozen")], checkpointer=saver,
+                             store=store)  # fmt: skip
+
+        def talk(day: int, text: str) -> list[Any]:
+            clock.now += timedelta(hours=20)
+            config = {"configurable": {"thread_id": f"{user}-day{day}", "user_id": user}}
+            model.inputs.clear()
+            out = agent.invoke({"messages": [HumanMessage(text, id=f"h{day}")]}, config)
+            return list(out["messages"])
+
+        talk(1, "cancel LH123")
+        (draft,) = drafts.list(user)
+        assert (draft.kind, draft.fields, draft.missing_labels) == (
+            "cancellation", {"flight": "LH123"}, ["passport number", "refund method"])  # fmt: skip
+
+        talk(2, "passport X1234")
+        # The open draft was shown once per model call, with what it still needs.
+        for seen in model.inputs:
+            shown = [m for m in seen if isinstance(m, SystemMessage) and "still needed" in str(m.content)]
+            assert len(shown) == 1
+            assert f"cancellation ({draft.id}): flight: LH123; still needed: passport number, refund method" in str(shown[0].content)
+        assert drafts.get(user, draft.id).missing_labels == ["refund method"]  # type: ignore[union-attr]
+
+        with pytest.raises(DraftIncompleteError, match="refund method"):
+            drafts.submit(user, draft.id)
+        messages = talk(3, "refund card")
+        tool_results = [str(m.content) for m in messages if isinstance(m, ToolMessage)]
+        assert tool_results[-1] == f"Submitted draft {draft.id!r} (cancellation)."
+        assert drafts.list(user) == []  # submitted: no longer pending, never shown again
+        assert "still needed" not in str(talk(4, "hello")[-1].content)
+        assert all("Open tasks" not in str(m.content) for seen in model.inputs for m in seen)
+
+
+def test_drafts_expire_and_tools_report_errors(saver_factory: Any, open_store: Any) -> None:
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    clock = Clock()
+    with open_store() as store:
+        drafts = TaskDrafts(store, {"cancellation": Cancellation}, clock=clock)
+        old = drafts.create(user, "cancellation", {"flight": "LH1"})
+        with pytest.raises(InvalidConfigError, match="no field"):
+            drafts.update(user, old.id, {"colour": "red"})
+        with pytest.raises(InvalidConfigError, match="unknown draft kind"):
+            drafts.create(user, "refund")
+        bad = drafts.create(user, "cancellation", {"flight": "A", "passport_number": "P",
+                                                   "refund_method": "cash"})  # fmt: skip
+        with pytest.raises(DraftIncompleteError, match="refund_method"):
+            drafts.submit(user, bad.id)
+        drafts.cancel(user, bad.id)
+        clock.now += timedelta(hours=71)
+        assert [d.id for d in drafts.list(user)] == [old.id]
+        clock.now += timedelta(hours=2)  # 73 h: gone, and never shown
+        assert drafts.list(user) == [] and drafts.get(user, old.id) is None
+        source = drafts_source(drafts)
+        (items,) = store.batch([__import__("langgraph.store.base").store.base.SearchOp(
+            drafts.namespace_for(user), None, 10, 0, refresh_ttl=False)])  # fmt: skip
+        assert source.entries is not None and source.entries(items) == []
+        update = create_draft_tools(drafts)[1]
+        message = update.invoke({"type": "tool_call", "id": "c1", "name": "update_task_draft",
+                                 "args": {"draft_id": old.id, "fields": {"flight": "X"}}},
+                                {"configurable": {"user_id": user}})  # fmt: skip
+        assert message.status == "error" and "no open draft" in str(message.content)
+        # A JSON schema works as well as a pydantic model.
+        json_drafts = TaskDrafts(store, {"type": "object", "required": ["iban"],
+                                         "properties": {"iban": {"type": "string"}}})  # fmt: skip
+        draft = json_drafts.create(user, "refund")
+        assert draft.missing_labels == ["iban"]
+        assert json_drafts.submit(user, json_drafts.update(user, draft.id, {"iban": "DE1"}).id).status == "submitted"
