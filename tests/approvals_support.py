@@ -20,7 +20,6 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
-
 from messages_support import ScriptedModel
 
 
@@ -37,13 +36,23 @@ class BookingModel(ScriptedModel):
         return AIMessage(
             content="",
             id=f"call-{human.id}",
-            tool_calls=[{"name": "book_flight", "args": {"flight": flight, "seat": "12A"},
-                         "id": f"tc-{human.id}"}],  # fmt: skip
+            tool_calls=[
+                {
+                    "name": "book_flight",
+                    "args": {"flight": flight, "seat": "12A"},
+                    "id": f"tc-{human.id}",
+                }
+            ],
         )
 
 
-def booking_agent(saver: Any, runs_file: Path, *, allowed: Sequence[str] = ("approve", "edit",
-                  "reject"), mode: str = "batched") -> Any:  # fmt: skip
+def booking_agent(
+    saver: Any,
+    runs_file: Path,
+    *,
+    allowed: Sequence[str] = ("approve", "edit", "reject"),
+    mode: str = "batched",
+) -> Any:
     @tool
     def book_flight(flight: str, seat: str) -> str:
         """Book a flight."""

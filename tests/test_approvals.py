@@ -25,9 +25,9 @@ from langchain_core.messages import HumanMessage, ToolMessage
 
 from langgraph_memory_plus import InvalidConfigError
 from langgraph_memory_plus.approvals import (
-    Approvals,
     ApprovalConflictError,
     ApprovalExpiredError,
+    Approvals,
     DecisionNotAllowedError,
     parse_request,
 )
@@ -38,8 +38,14 @@ HERE = Path(__file__).parent
 @pytest.fixture
 def open_store(backend: str, request: pytest.FixtureRequest) -> Any:
     """A store on the saver's backend, on this test's own schema / key prefix / file."""
-    from langgraph_memory_plus import PostgresStore, RedisStore, SqliteStore
-    from langgraph_memory_plus import AsyncPostgresStore, AsyncRedisStore, AsyncSqliteStore
+    from langgraph_memory_plus import (
+        AsyncPostgresStore,
+        AsyncRedisStore,
+        AsyncSqliteStore,
+        PostgresStore,
+        RedisStore,
+        SqliteStore,
+    )
 
     url, _ = _backend_target(backend, request)
     tag = uuid.uuid4().hex[:10]
@@ -48,7 +54,9 @@ def open_store(backend: str, request: pytest.FixtureRequest) -> Any:
     elif backend == "sqlite":
         classes, options = (SqliteStore, AsyncSqliteStore), {}
     else:
-        prefix = "lgmp-test" if backend == "redis-cluster" else request.getfixturevalue("redis_prefix")
+        prefix = (
+            "lgmp-test" if backend == "redis-cluster" else request.getfixturevalue("redis_prefix")
+        )
         classes, options = (RedisStore, AsyncRedisStore), {"key_prefix": f"{prefix}-appr-{tag}"}
 
     @contextmanager
@@ -82,16 +90,31 @@ def _messages(agent: Any, thread: str, user: str) -> list[Any]:
 
 
 def test_restart_approve_runs_the_tool_exactly_once(
-    backend: str, saver_factory: Any, open_store: Any, request: pytest.FixtureRequest, tmp_path: Path
+    backend: str,
+    saver_factory: Any,
+    open_store: Any,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
 ) -> None:
     url, options = _backend_target(backend, request)
     user, thread = f"u-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
     runs_file = tmp_path / "runs.jsonl"
     proc = subprocess.run(
-        [sys.executable, str(HERE / "approvals_support.py"), backend, url, json.dumps(options),
-         str(runs_file), thread, user],
-        capture_output=True, text=True, timeout=120, cwd=HERE,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(HERE / "approvals_support.py"),
+            backend,
+            url,
+            json.dumps(options),
+            str(runs_file),
+            thread,
+            user,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=HERE,
+    )
     assert proc.returncode == -9, proc.stderr  # died with SIGKILL after the interrupt
     interrupt_id = proc.stdout.strip()
     assert runs(runs_file) == []
@@ -105,7 +128,10 @@ def test_restart_approve_runs_the_tool_exactly_once(
         ]
         (approval,) = pending
         assert (approval.kind, approval.action, approval.args) == (
-            "hitl", "book_flight", {"flight": "LH123", "seat": "12A"})  # fmt: skip
+            "hitl",
+            "book_flight",
+            {"flight": "LH123", "seat": "12A"},
+        )
         assert approval.allowed_decisions == ("approve", "reject", "edit")
         assert approval.expires_at - approval.created_at == timedelta(hours=24)
         assert queue.count(user_id=user) == 1
@@ -161,8 +187,9 @@ def test_reject_and_edit(backend: str, saver_factory: Any, open_store: Any, tmp_
         tool_message = next(m for m in last if isinstance(m, ToolMessage))
         assert "too expensive" in str(tool_message.content)
 
-        out = queue.decide(edited, "edit", by="r", args={"flight": "LH2", "seat": "1A"},
-                           graph=agent)  # fmt: skip
+        out = queue.decide(
+            edited, "edit", by="r", args={"flight": "LH2", "seat": "1A"}, graph=agent
+        )
         assert out.status == "edited"
         assert runs(runs_file) == [{"flight": "LH2", "seat": "1A"}]
         assert queue.count(user_id=user) == 0
@@ -178,8 +205,9 @@ def test_decision_not_allowed_by_the_review_config(
         queue = Approvals(saver, store)
         approval_id = _interrupt(agent, f"{user}-t", user)
         with pytest.raises(DecisionNotAllowedError, match=r"allows \['approve', 'reject'\]"):
-            queue.decide(approval_id, "edit", by="r", args={"flight": "X", "seat": "1"},
-                         graph=agent)  # fmt: skip
+            queue.decide(
+                approval_id, "edit", by="r", args={"flight": "X", "seat": "1"}, graph=agent
+            )
         assert queue.get(approval_id).status == "pending"  # nothing recorded
 
 
@@ -202,11 +230,16 @@ def test_expiry(backend: str, saver_factory: Any, open_store: Any, tmp_path: Pat
         clock.now = max(clock.now, datetime.now(timezone.utc))
         told: list[str] = []
         progress: list[int] = []
-        queue_late = Approvals(saver, store, window=timedelta(hours=2),
-                               clock=lambda: datetime.now(timezone.utc) + timedelta(hours=3))  # fmt: skip
+        queue_late = Approvals(
+            saver,
+            store,
+            window=timedelta(hours=2),
+            clock=lambda: datetime.now(timezone.utc) + timedelta(hours=3),
+        )
         # Only this test's threads are looked at by id below; others may exist.
-        marked = queue_late.expire_overdue(batch_size=2, on_expired=lambda a: told.append(a.id),
-                                           progress=progress.append)  # fmt: skip
+        marked = queue_late.expire_overdue(
+            batch_size=2, on_expired=lambda a: told.append(a.id), progress=progress.append
+        )
         assert set(old) | {fresh} <= set(told) and marked >= 4
         assert progress and progress == sorted(progress) and progress[-1] == marked
         assert queue_late.expire_overdue() == 0  # resumable: nothing left to mark
@@ -221,7 +254,7 @@ def test_concurrent_decisions_one_wins(
 ) -> None:
     user = f"u-{uuid.uuid4().hex[:8]}"
     runs_file = tmp_path / "runs"
-    with saver_factory() as saver, open_store() as store:
+    with saver_factory() as saver:
         approval_id = _interrupt(booking_agent(saver, runs_file), f"{user}-t", user)
     barrier = threading.Barrier(2)
     outcomes: list[Any] = []
@@ -237,7 +270,9 @@ def test_concurrent_decisions_one_wins(
             except ApprovalConflictError as exc:
                 outcomes.append(exc)
 
-    threads = [threading.Thread(target=reviewer, args=a) for a in (("a", "approve"), ("b", "reject"))]
+    threads = [
+        threading.Thread(target=reviewer, args=a) for a in (("a", "approve"), ("b", "reject"))
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -289,15 +324,18 @@ def test_ttl_shorter_than_the_window_is_a_configuration_error(
     saver_factory: Any, open_store: Any
 ) -> None:
     with saver_factory(ttl={"default_ttl": 60 * 30}) as saver, open_store() as store:
-        with pytest.raises(InvalidConfigError, match=r"TTL \(1800 minutes\).*window \(1440 minutes\)"):
+        with pytest.raises(
+            InvalidConfigError, match=r"TTL \(1800 minutes\).*window \(1440 minutes\)"
+        ):
             Approvals(saver, store)
         Approvals(saver, store, window=timedelta(hours=20))  # 30 h >= 1.5 x 20 h
     with saver_factory(ttl={"default_ttl": 60 * 36}) as saver, open_store() as store:
         Approvals(saver, store)  # exactly 1.5 x 24 h
 
 
-def test_async_restart_free_path(backend: str, async_saver_factory: Any, open_store: Any,
-                                 tmp_path: Path) -> None:  # fmt: skip
+def test_async_restart_free_path(
+    backend: str, async_saver_factory: Any, open_store: Any, tmp_path: Path
+) -> None:
     user = f"u-{uuid.uuid4().hex[:8]}"
     runs_file = tmp_path / "runs"
     cls = open_store.classes[1]
@@ -324,13 +362,25 @@ def test_async_restart_free_path(backend: str, async_saver_factory: Any, open_st
 
 def test_request_shapes() -> None:
     kind, actions = parse_request(
-        [{"action_request": {"action": "send_email", "args": {"to": "a@b"}},
-          "config": {"allow_accept": True, "allow_edit": False, "allow_ignore": True,
-                     "allow_respond": False}, "description": "check"}]
-    )  # fmt: skip
+        [
+            {
+                "action_request": {"action": "send_email", "args": {"to": "a@b"}},
+                "config": {
+                    "allow_accept": True,
+                    "allow_edit": False,
+                    "allow_ignore": True,
+                    "allow_respond": False,
+                },
+                "description": "check",
+            }
+        ]
+    )
     assert kind == "agent_inbox"
     assert (actions[0].name, actions[0].args, actions[0].allowed_decisions) == (
-        "send_email", {"to": "a@b"}, ("approve", "reject"))  # fmt: skip
+        "send_email",
+        {"to": "a@b"},
+        ("approve", "reject"),
+    )
     assert parse_request({"question": "why?"}) == ("raw", ())
 
 
@@ -373,35 +423,49 @@ class DraftModel(ScriptedModel):
         shown = " ".join(str(m.content) for m in messages if isinstance(m, SystemMessage))
         draft = (re.findall(r"\((draft-[0-9a-f]+)\)", shown) or [""])[0]
         last = messages[-1]
-        done = [m.name for m in messages[messages.index(human):] if isinstance(m, ToolMessage)]
+        done = [m.name for m in messages[messages.index(human) :] if isinstance(m, ToolMessage)]
 
         def call(name: str, args: dict[str, Any]) -> AIMessage:
-            return AIMessage("", id=f"{human.id}-{name}",
-                             tool_calls=[{"name": name, "args": args, "id": f"{human.id}-{name}"}])  # fmt: skip
+            return AIMessage(
+                "",
+                id=f"{human.id}-{name}",
+                tool_calls=[{"name": name, "args": args, "id": f"{human.id}-{name}"}],
+            )
 
         if text.startswith("cancel") and not done:
-            return call("start_task_draft", {"kind": "cancellation", "fields": {"flight": text.split()[-1]}})
+            return call(
+                "start_task_draft", {"kind": "cancellation", "fields": {"flight": text.split()[-1]}}
+            )
         if text.startswith("passport") and not done:
-            return call("update_task_draft", {"draft_id": draft, "fields": {"passport_number": text.split()[-1]}})
+            return call(
+                "update_task_draft",
+                {"draft_id": draft, "fields": {"passport_number": text.split()[-1]}},
+            )
         if text.startswith("refund") and not done:
-            return call("update_task_draft", {"draft_id": draft, "fields": {"refund_method": text.split()[-1]}})
+            return call(
+                "update_task_draft",
+                {"draft_id": draft, "fields": {"refund_method": text.split()[-1]}},
+            )
         if text.startswith("refund") and done == ["update_task_draft"]:
             return call("submit_task_draft", {"draft_id": draft})
         return AIMessage(f"noted: {last.content}", id=f"{human.id}-answer")
 
 
-def test_three_conversation_cancellation(
-    backend: str, saver_factory: Any, open_store: Any
-) -> None:
+def test_three_conversation_cancellation(backend: str, saver_factory: Any, open_store: Any) -> None:
     user = f"u-{uuid.uuid4().hex[:8]}"
     clock = Clock()
     with saver_factory() as saver, open_store() as store:
         drafts = TaskDrafts(store, {"cancellation": Cancellation}, clock=clock)
         injector = ProfileInjector(sources=[drafts_source(drafts)])
         model = DraftModel()
-        agent = create_agent(model, create_draft_tools(drafts), system_prompt="You help.",
-                             middleware=[injector.middleware("frozen")], checkpointer=saver,
-                             store=store)  # fmt: skip
+        agent = create_agent(
+            model,
+            create_draft_tools(drafts),
+            system_prompt="You help.",
+            middleware=[injector.middleware("frozen")],
+            checkpointer=saver,
+            store=store,
+        )
 
         def talk(day: int, text: str) -> list[Any]:
             clock.now += timedelta(hours=20)
@@ -413,14 +477,22 @@ def test_three_conversation_cancellation(
         talk(1, "cancel LH123")
         (draft,) = drafts.list(user)
         assert (draft.kind, draft.fields, draft.missing_labels) == (
-            "cancellation", {"flight": "LH123"}, ["passport number", "refund method"])  # fmt: skip
+            "cancellation",
+            {"flight": "LH123"},
+            ["passport number", "refund method"],
+        )
 
         talk(2, "passport X1234")
         # The open draft was shown once per model call, with what it still needs.
         for seen in model.inputs:
-            shown = [m for m in seen if isinstance(m, SystemMessage) and "still needed" in str(m.content)]
+            shown = [
+                m for m in seen if isinstance(m, SystemMessage) and "still needed" in str(m.content)
+            ]
             assert len(shown) == 1
-            assert f"cancellation ({draft.id}): flight: LH123; still needed: passport number, refund method" in str(shown[0].content)
+            assert (
+                f"cancellation ({draft.id}): flight: LH123; "
+                "still needed: passport number, refund method" in str(shown[0].content)
+            )
         assert drafts.get(user, draft.id).missing_labels == ["refund method"]  # type: ignore[union-attr]
 
         with pytest.raises(DraftIncompleteError, match="refund method"):
@@ -443,8 +515,9 @@ def test_drafts_expire_and_tools_report_errors(saver_factory: Any, open_store: A
             drafts.update(user, old.id, {"colour": "red"})
         with pytest.raises(InvalidConfigError, match="unknown draft kind"):
             drafts.create(user, "refund")
-        bad = drafts.create(user, "cancellation", {"flight": "A", "passport_number": "P",
-                                                   "refund_method": "cash"})  # fmt: skip
+        bad = drafts.create(
+            user, "cancellation", {"flight": "A", "passport_number": "P", "refund_method": "cash"}
+        )
         with pytest.raises(DraftIncompleteError, match="refund_method"):
             drafts.submit(user, bad.id)
         drafts.cancel(user, bad.id)
@@ -453,17 +526,33 @@ def test_drafts_expire_and_tools_report_errors(saver_factory: Any, open_store: A
         clock.now += timedelta(hours=2)  # 73 h: gone, and never shown
         assert drafts.list(user) == [] and drafts.get(user, old.id) is None
         source = drafts_source(drafts)
-        (items,) = store.batch([__import__("langgraph.store.base").store.base.SearchOp(
-            drafts.namespace_for(user), None, 10, 0, refresh_ttl=False)])  # fmt: skip
+        (items,) = store.batch(
+            [
+                __import__("langgraph.store.base").store.base.SearchOp(
+                    drafts.namespace_for(user), None, 10, 0, refresh_ttl=False
+                )
+            ]
+        )
         assert source.entries is not None and source.entries(items) == []
         update = create_draft_tools(drafts)[1]
-        message = update.invoke({"type": "tool_call", "id": "c1", "name": "update_task_draft",
-                                 "args": {"draft_id": old.id, "fields": {"flight": "X"}}},
-                                {"configurable": {"user_id": user}})  # fmt: skip
+        message = update.invoke(
+            {
+                "type": "tool_call",
+                "id": "c1",
+                "name": "update_task_draft",
+                "args": {"draft_id": old.id, "fields": {"flight": "X"}},
+            },
+            {"configurable": {"user_id": user}},
+        )
         assert message.status == "error" and "no open draft" in str(message.content)
         # A JSON schema works as well as a pydantic model.
-        json_drafts = TaskDrafts(store, {"type": "object", "required": ["iban"],
-                                         "properties": {"iban": {"type": "string"}}})  # fmt: skip
+        json_drafts = TaskDrafts(
+            store,
+            {"type": "object", "required": ["iban"], "properties": {"iban": {"type": "string"}}},
+        )
         draft = json_drafts.create(user, "refund")
         assert draft.missing_labels == ["iban"]
-        assert json_drafts.submit(user, json_drafts.update(user, draft.id, {"iban": "DE1"}).id).status == "submitted"
+        assert (
+            json_drafts.submit(user, json_drafts.update(user, draft.id, {"iban": "DE1"}).id).status
+            == "submitted"
+        )

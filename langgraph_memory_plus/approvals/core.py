@@ -204,8 +204,12 @@ def _schema_decisions(schema: Any) -> tuple[Decision, ...] | None:
     return tuple(d for d in DECISIONS if d in found) or None
 
 
-_INBOX_FLAGS = (("allow_accept", "approve"), ("allow_edit", "edit"),
-                ("allow_ignore", "reject"), ("allow_respond", "respond"))  # fmt: skip
+_INBOX_FLAGS = (
+    ("allow_accept", "approve"),
+    ("allow_edit", "edit"),
+    ("allow_ignore", "reject"),
+    ("allow_respond", "respond"),
+)
 
 
 def _inbox(value: Any) -> list[Mapping[str, Any]] | None:
@@ -245,11 +249,11 @@ def parse_request(value: Any, response_schema: Any = None) -> tuple[Kind, tuple[
         )
         return "tool_approval", (action,)
     if (items := _inbox(value)) is not None:
-        actions = []
+        inbox: list[Action] = []
         for item in items:
             request, config = item["action_request"], item.get("config") or {}
             allowed = tuple(d for flag, d in _INBOX_FLAGS if config.get(flag))
-            actions.append(
+            inbox.append(
                 Action(
                     str(request.get("action")),
                     dict(request.get("args") or {}),
@@ -257,7 +261,7 @@ def parse_request(value: Any, response_schema: Any = None) -> tuple[Kind, tuple[
                     allowed,  # type: ignore[arg-type]
                 )
             )
-        return "agent_inbox", tuple(actions)
+        return "agent_inbox", tuple(inbox)
     return "raw", ()
 
 
@@ -271,8 +275,7 @@ def check_decision(approval: Approval, decision: Any, args: Any) -> None:
     allowed = approval.allowed_decisions
     if allowed is not None and decision not in allowed:
         raise DecisionNotAllowedError(
-            f"approval {approval.id!r} ({approval.action}) allows {list(allowed)}, "
-            f"not {decision!r}"
+            f"approval {approval.id!r} ({approval.action}) allows {list(allowed)}, not {decision!r}"
         )
     if decision == "edit":
         if approval.kind != "raw" and len(approval.actions) != 1:

@@ -16,6 +16,7 @@ with tools (:func:`langgraph_memory_plus.nodes.drafts.create_draft_tools`).
 
 from __future__ import annotations
 
+import builtins
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ class Schema:
         """From a pydantic model class or a JSON schema dict."""
         validate = None
         if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
-            validate = schema.model_validate
+            validate = getattr(schema, "model_validate")  # noqa: B009
             schema = schema.model_json_schema()
         if not isinstance(schema, Mapping):
             raise InvalidConfigError(
@@ -213,15 +214,31 @@ class TaskDrafts:
         ns = self.namespace_for(draft.user_id)
         return [PutOp(ns, draft.id, draft.as_value(), index=False, ttl=max(left, 1 / 60))]
 
-    def _built(self, user_id: str, kind: str, fields: dict[str, Any], draft_id: str,
-               created: datetime, expires: datetime) -> Draft:  # fmt: skip
+    def _built(
+        self,
+        user_id: str,
+        kind: str,
+        fields: dict[str, Any],
+        draft_id: str,
+        created: datetime,
+        expires: datetime,
+    ) -> Draft:
         schema = self.schema(kind)
         unknown = sorted(set(fields) - set(schema.properties)) if schema.properties else []
         if unknown:
             raise InvalidConfigError(f"draft {kind!r} has no field(s) {unknown}")
         missing = schema.missing(fields)
-        return Draft(draft_id, user_id, kind, fields, missing,
-                     [schema.labels[m] for m in missing], created, self.clock(), expires)  # fmt: skip
+        return Draft(
+            draft_id,
+            user_id,
+            kind,
+            fields,
+            missing,
+            [schema.labels[m] for m in missing],
+            created,
+            self.clock(),
+            expires,
+        )
 
     def _get_plan(self, user_id: str, draft_id: str) -> Plan[list[Any], Draft | None]:
         (item,) = yield [GetOp(self.namespace_for(user_id), str(draft_id), refresh_ttl=False)]
@@ -235,16 +252,18 @@ class TaskDrafts:
             raise DraftNotFoundError(f"no open draft {draft_id!r} for this user")
         return draft
 
-    def _create_plan(self, user_id: str, kind: str, fields: Mapping[str, Any] | None,
-                     draft_id: str | None) -> Plan[list[Any], Draft]:  # fmt: skip
+    def _create_plan(
+        self, user_id: str, kind: str, fields: Mapping[str, Any] | None, draft_id: str | None
+    ) -> Plan[list[Any], Draft]:
         now = self.clock()
         chosen = draft_id or f"draft-{uuid.uuid4().hex[:12]}"
         draft = self._built(user_id, kind, dict(fields or {}), chosen, now, now + self.ttl)
         yield self._put(draft)
         return draft
 
-    def _update_plan(self, user_id: str, draft_id: str,
-                     fields: Mapping[str, Any]) -> Plan[list[Any], Draft]:  # fmt: skip
+    def _update_plan(
+        self, user_id: str, draft_id: str, fields: Mapping[str, Any]
+    ) -> Plan[list[Any], Draft]:
         if not isinstance(fields, Mapping):
             raise InvalidConfigError(f"fields must be a dict, got {fields!r}")
         draft = yield from self._open(user_id, draft_id)
@@ -271,8 +290,10 @@ class TaskDrafts:
             try:
                 validate(draft.fields)
             except ValueError as exc:
-                bad = [".".join(str(p) for p in e.get("loc", ())) for e in getattr(exc, "errors",
-                       lambda: [])()]  # fmt: skip
+                bad = [
+                    ".".join(str(p) for p in e.get("loc", ()))
+                    for e in getattr(exc, "errors", lambda: [])()
+                ]
                 raise DraftIncompleteError(
                     f"draft {draft.id!r} has invalid field(s): {', '.join(bad) or exc}", bad
                 ) from None
@@ -286,8 +307,14 @@ class TaskDrafts:
 
     # -- synchronous API ------------------------------------------------------------------
 
-    def create(self, user_id: str, kind: str, fields: Mapping[str, Any] | None = None, *,
-               draft_id: str | None = None) -> Draft:  # fmt: skip
+    def create(
+        self,
+        user_id: str,
+        kind: str,
+        fields: Mapping[str, Any] | None = None,
+        *,
+        draft_id: str | None = None,
+    ) -> Draft:
         """Start a draft of ``kind`` with what is known so far."""
         return drive(self._create_plan(user_id, kind, fields, draft_id), self.store.batch)
 
@@ -298,7 +325,7 @@ class TaskDrafts:
     def get(self, user_id: str, draft_id: str) -> Draft | None:
         return drive(self._get_plan(user_id, draft_id), self.store.batch)
 
-    def list(self, user_id: str) -> list[Draft]:
+    def list(self, user_id: str) -> builtins.list[Draft]:
         """A user's open drafts, oldest first."""
         return drive(self._list_plan(user_id), self.store.batch)
 
@@ -313,8 +340,14 @@ class TaskDrafts:
 
     # -- asynchronous API -----------------------------------------------------------------
 
-    async def acreate(self, user_id: str, kind: str, fields: Mapping[str, Any] | None = None, *,
-                      draft_id: str | None = None) -> Draft:  # fmt: skip
+    async def acreate(
+        self,
+        user_id: str,
+        kind: str,
+        fields: Mapping[str, Any] | None = None,
+        *,
+        draft_id: str | None = None,
+    ) -> Draft:
         return await adrive(self._create_plan(user_id, kind, fields, draft_id), self.store.abatch)
 
     async def aupdate(self, user_id: str, draft_id: str, fields: Mapping[str, Any]) -> Draft:
@@ -323,7 +356,7 @@ class TaskDrafts:
     async def aget(self, user_id: str, draft_id: str) -> Draft | None:
         return await adrive(self._get_plan(user_id, draft_id), self.store.abatch)
 
-    async def alist(self, user_id: str) -> list[Draft]:
+    async def alist(self, user_id: str) -> builtins.list[Draft]:
         return await adrive(self._list_plan(user_id), self.store.abatch)
 
     async def asubmit(self, user_id: str, draft_id: str) -> Draft:

@@ -18,6 +18,7 @@ Sync and async share the plans below; the two drivers only run their commands.
 
 from __future__ import annotations
 
+import builtins
 import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -145,7 +146,9 @@ class Approvals:
 
     # -- reading ------------------------------------------------------------------------
 
-    def _of_thread(self, thread: Any, records: dict[str, DecisionRecord]) -> list[Approval]:
+    def _of_thread(
+        self, thread: Any, records: dict[str, DecisionRecord]
+    ) -> builtins.list[Approval]:
         now = self.clock()
         out = []
         for task_id, interrupts in thread["interrupts"].items():
@@ -158,9 +161,21 @@ class Approvals:
                     status = record.status
                 else:
                     status = "expired" if now >= expires else "pending"
-                out.append(Approval(item.id, thread["thread_id"],
-                                    thread["metadata"].get(self.user_key), task_id, created,
-                                    expires, status, kind, actions, item.value, record))  # fmt: skip
+                out.append(
+                    Approval(
+                        item.id,
+                        thread["thread_id"],
+                        thread["metadata"].get(self.user_key),
+                        task_id,
+                        created,
+                        expires,
+                        status,
+                        kind,
+                        actions,
+                        item.value,
+                        record,
+                    )
+                )
         return out
 
     def _records(self, ids: Iterable[str]) -> Plan[_Cmd, dict[str, DecisionRecord]]:
@@ -168,7 +183,8 @@ class Approvals:
         if not ids:
             return {}
         items = yield _Batch([GetOp(self.namespace, i) for i in ids])
-        return {i: DecisionRecord.from_value(it.value) for i, it in zip(ids, items) if it}
+        pairs = zip(ids, items, strict=True)
+        return {i: DecisionRecord.from_value(it.value) for i, it in pairs if it}
 
     def _approvals(self, threads: list[Any]) -> Plan[_Cmd, list[Approval]]:
         ids = [i.id for t in threads for its in t["interrupts"].values() for i in its]
@@ -180,9 +196,16 @@ class Approvals:
     ) -> Plan[_Cmd, tuple[list[Approval], bool]]:
         """One page of interrupted threads (oldest first) as approvals; whether more."""
         metadata = None if user_id is None else {self.user_key: user_id}
-        threads = yield _Search(dict(metadata=metadata, status="interrupted",
-                                     sort_by="updated_at", sort_order="asc",
-                                     limit=chunk, offset=start))  # fmt: skip
+        threads = yield _Search(
+            dict(
+                metadata=metadata,
+                status="interrupted",
+                sort_by="updated_at",
+                sort_order="asc",
+                limit=chunk,
+                offset=start,
+            )
+        )
         approvals = yield from self._approvals(threads)
         return approvals, len(threads) == chunk
 
@@ -311,8 +334,8 @@ class Approvals:
         waiting = thread is not None and any(
             i.id == approval.id for its in thread["interrupts"].values() for i in its
         )
-        if waiting and approval.kind is not None:
-            command = Command(resume={approval.id: resume_value(approval, record)})
+        if waiting:
+            command: Command[Any] = Command(resume={approval.id: resume_value(approval, record)})
             yield _Resume(graph, command, self._config(approval, config))
         done = replace(record, resumed_at=self.clock())
         yield self._put(done, None)
@@ -339,8 +362,17 @@ class Approvals:
                     f"approval {found.id!r} expired at {found.expires_at.isoformat()}"
                 )
             check_decision(found, decision, args)
-            mine = DecisionRecord(found.id, found.thread_id, found.user_id, decision, by,
-                                  self.clock(), args, message, action_dicts(found.actions))  # fmt: skip
+            mine = DecisionRecord(
+                found.id,
+                found.thread_id,
+                found.user_id,
+                decision,
+                by,
+                self.clock(),
+                args,
+                message,
+                action_dicts(found.actions),
+            )
             try:
                 yield self._put(mine, 0)
                 record = mine
@@ -351,9 +383,15 @@ class Approvals:
                         f"approval {found.id!r} is being decided by {by!r} elsewhere"
                     ) from None
         if record.decision == "expire":
-            raise ApprovalExpiredError(f"approval {found.id!r} expired (marked {record.decided_at})")
+            raise ApprovalExpiredError(
+                f"approval {found.id!r} expired (marked {record.decided_at})"
+            )
         if (record.decision, record.by, record.args, record.message) != (
-            decision, by, args, message):  # fmt: skip
+            decision,
+            by,
+            args,
+            message,
+        ):
             raise ApprovalConflictError(
                 f"approval {found.id!r} was already decided: {record.decision!r} by "
                 f"{record.by!r} at {record.decided_at.isoformat()}"
@@ -392,9 +430,15 @@ class Approvals:
                     more = False  # oldest first: everything after this is newer
                 if approval.status != "expired" or approval.decision is not None:
                     continue
-                record = DecisionRecord(approval.id, approval.thread_id, approval.user_id,
-                                        "expire", "system:expiry", self.clock(),
-                                        actions=action_dicts(approval.actions))  # fmt: skip
+                record = DecisionRecord(
+                    approval.id,
+                    approval.thread_id,
+                    approval.user_id,
+                    "expire",
+                    "system:expiry",
+                    self.clock(),
+                    actions=action_dicts(approval.actions),
+                )
                 try:
                     yield self._put(record, 0)
                 except ConflictError:  # decided (or marked) meanwhile
@@ -441,7 +485,7 @@ class Approvals:
         status: str | None = "pending",
         limit: int = 20,
         offset: int = 0,
-    ) -> list[Approval]:
+    ) -> builtins.list[Approval]:
         """Approvals across all threads, oldest first: by user, by action name, by status
         (``pending`` by default; ``None``: every open interrupt)."""
         return drive(self._list_plan(user_id, action, status, limit, offset), self._execute)
@@ -506,7 +550,7 @@ class Approvals:
         status: str | None = "pending",
         limit: int = 20,
         offset: int = 0,
-    ) -> list[Approval]:
+    ) -> builtins.list[Approval]:
         """Async :meth:`list`."""
         return await adrive(self._list_plan(user_id, action, status, limit, offset), self._aexecute)
 
@@ -559,5 +603,16 @@ def _from_record(record: DecisionRecord, window: timedelta) -> Approval:
 
     actions = tuple(Action(a["name"], dict(a.get("args") or {})) for a in record.actions)
     created = record.decided_at
-    return Approval(record.approval_id, record.thread_id, record.user_id, "", created,
-                    created + window, record.status, "raw", actions, None, record)  # fmt: skip
+    return Approval(
+        record.approval_id,
+        record.thread_id,
+        record.user_id,
+        "",
+        created,
+        created + window,
+        record.status,
+        "raw",
+        actions,
+        None,
+        record,
+    )

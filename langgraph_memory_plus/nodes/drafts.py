@@ -18,8 +18,8 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import BaseModel, Field
 
-from ..approvals.drafts import DraftError, TaskDrafts, is_live
 from ..approvals.drafts import Draft as _Draft
+from ..approvals.drafts import DraftError, TaskDrafts, is_live
 from ..errors import InvalidConfigError
 from .profile import Source
 from .scope import current_scope
@@ -43,7 +43,7 @@ class SubmitDraft(BaseModel):
 
 def _user(config: RunnableConfig) -> str:
     scope = current_scope(config=config)
-    user = scope.configurable.get("user_id")
+    user = (scope.configurable or {}).get("user_id")
     if user is None and scope.context is not None:
         user = getattr(scope.context, "user_id", None)
         if user is None and isinstance(scope.context, dict):
@@ -79,9 +79,14 @@ def create_draft_tools(drafts: TaskDrafts) -> list[BaseTool]:
     def submitted(draft: _Draft) -> str:
         return f"Submitted draft {draft.id!r} ({draft.kind})."
 
-    def tool(name: str, schema: type[BaseModel], description: str,
-             sync: Callable[..., Any], asyn: Callable[..., Any],
-             say: Callable[[_Draft], str]) -> BaseTool:  # fmt: skip
+    def tool(
+        name: str,
+        schema: type[BaseModel],
+        description: str,
+        sync: Callable[..., Any],
+        asyn: Callable[..., Any],
+        say: Callable[[_Draft], str],
+    ) -> BaseTool:
         def run(config: RunnableConfig, **args: Any) -> str:
             with _reported(name):
                 return say(sync(_user(config), *args.values()))
@@ -95,16 +100,31 @@ def create_draft_tools(drafts: TaskDrafts) -> list[BaseTool]:
         )
 
     return [
-        tool("start_task_draft", StartDraft,
-             "Start a draft for a task that needs more information than the user gave.",
-             drafts.create, drafts.acreate, started),
-        tool("update_task_draft", UpdateDraft,
-             "Add what the user just told you to one of their open task drafts.",
-             drafts.update, drafts.aupdate, update),
-        tool("submit_task_draft", SubmitDraft,
-             "Submit a task draft once it needs nothing more.",
-             drafts.submit, drafts.asubmit, submitted),
-    ]  # fmt: skip
+        tool(
+            "start_task_draft",
+            StartDraft,
+            "Start a draft for a task that needs more information than the user gave.",
+            drafts.create,
+            drafts.acreate,
+            started,
+        ),
+        tool(
+            "update_task_draft",
+            UpdateDraft,
+            "Add what the user just told you to one of their open task drafts.",
+            drafts.update,
+            drafts.aupdate,
+            update,
+        ),
+        tool(
+            "submit_task_draft",
+            SubmitDraft,
+            "Submit a task draft once it needs nothing more.",
+            drafts.submit,
+            drafts.asubmit,
+            submitted,
+        ),
+    ]
 
 
 def drafts_source(
