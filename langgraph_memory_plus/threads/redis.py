@@ -272,12 +272,14 @@ class RedisThreadIndex:
                 commands.append(("PEXPIRE", key, self._ttl_ms))
         return Batch(commands)
 
-    def intent(self, thread_id: str, record: RecordInput | None, ts: int) -> Batch:
-        """Step 1 of a write: the thread's entries in its sets, before the write itself."""
+    def intent(
+        self, thread_id: str, record: RecordInput | None, ts: int, then: Eval | None = None
+    ) -> Batch:
+        """Step 1 of a write: the thread's entries in its sets, then (``then``) the write."""
         keys = [self.all_key]
         if record is not None:
             keys += [self.set_key(k, v) for k, v in record.indexed.items()]
-        return self._adds(keys, thread_id, ts)
+        return Batch(self._adds(keys, thread_id, ts).commands, then)
 
     def _keys_of(self, record: StoredRecord) -> list[bytes]:
         return [self.all_key] + [

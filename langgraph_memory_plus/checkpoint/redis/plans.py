@@ -397,11 +397,11 @@ class RedisCheckpointPlans:
                 args.extend((field, LIST_PREFIX + (blob.data or b""), b"0"))
             else:
                 args.extend((field, ormsgpack.packb([blob.type, blob.data]), b"0"))
-        yield self.threads.intent(target.thread_id, record, ts)
         keys = self.keys(target.thread_id)
         if record.lines:
             keys += self.threads.transcript_keys(target.thread_id)
-        yield Eval("put", keys, args)
+        # the index entries first (see threads/redis.py), in the same round trip
+        yield self.threads.intent(target.thread_id, record, ts, Eval("put", keys, args))
 
     def put_writes(self, target: Target, writes: list[EncodedWrite]) -> Plan[Command, None]:
         if not writes:
@@ -425,9 +425,8 @@ class RedisCheckpointPlans:
             b"1" if (flagged := bool(writes_of_interest(writes))) else b"0",
             ts := now_ms(),
         ]
-        if flagged:
-            yield self.threads.intent(target.thread_id, None, ts)
-        reply = yield Eval("put_writes", self.keys(target.thread_id), args)
+        write = Eval("put_writes", self.keys(target.thread_id), args)
+        reply = yield (self.threads.intent(target.thread_id, None, ts, write) if flagged else write)
         if isinstance(reply, list):  # merged with an earlier call's writes: too large
             raise ValueTooLargeError(what, int(reply[0]), self.max_value_bytes)
 
