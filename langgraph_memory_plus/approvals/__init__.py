@@ -12,6 +12,7 @@ from .core import (
     DecisionRecord,
     parse_request,
 )
+from .drafts import Draft, DraftError, DraftIncompleteError, DraftNotFoundError, TaskDrafts
 from .queue import Approvals, check_ttl
 
 __all__ = [
@@ -24,6 +25,11 @@ __all__ = [
     "Approvals",
     "DecisionNotAllowedError",
     "DecisionRecord",
+    "Draft",
+    "DraftError",
+    "DraftIncompleteError",
+    "DraftNotFoundError",
+    "TaskDrafts",
     "check_ttl",
     "parse_request",
 ]
