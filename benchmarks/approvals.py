@@ -118,9 +118,10 @@ def backends(args: argparse.Namespace) -> Iterator[list[tuple[str, Any, Any]]]:
     with ExitStack() as stack:
         out = []
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        sqlite = stack.enter_context(SqliteSaver.from_conn_string(str(tmp / "a.db")))
-        sqlite.setup()
-        out.append(("sqlite", sqlite, InMemoryStore()))
+        if not args.no_sqlite:
+            sqlite = stack.enter_context(SqliteSaver.from_conn_string(str(tmp / "a.db")))
+            sqlite.setup()
+            out.append(("sqlite", sqlite, InMemoryStore()))
         if args.pg:
             check_pg_url(args.pg)
             url = stack.enter_context(_pg_database(args.pg))
@@ -129,7 +130,7 @@ def backends(args: argparse.Namespace) -> Iterator[list[tuple[str, Any, Any]]]:
             out.append(("postgres", pg, InMemoryStore()))
         for label, url in (("redis", args.redis), ("redis-cluster", args.redis_cluster)):
             if url:
-                check_redis_url(url.replace("redis+cluster://", "redis://"))
+                check_redis_url(url.replace("redis+cluster://", "redis://", 1))
                 prefix = f"bench-appr-{uuid.uuid4().hex[:8]}"
                 saver = stack.enter_context(RedisSaver.from_conn_string(url, key_prefix=prefix))
                 saver.setup()
@@ -142,6 +143,7 @@ def main() -> None:
     parser.add_argument("--pg")
     parser.add_argument("--redis")
     parser.add_argument("--redis-cluster")
+    parser.add_argument("--no-sqlite", action="store_true", help="skip the SQLite run")
     parser.add_argument("--approvals", type=int, default=10_000)
     parser.add_argument("--users", type=int, default=100)
     parser.add_argument("--reps", type=int, default=30)
