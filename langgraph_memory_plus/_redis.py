@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
+from urllib.parse import unquote, urlsplit
 
 import redis
 import redis.asyncio
@@ -20,8 +21,9 @@ import redis.cluster
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from ._connect import CONNECT_TIMEOUT, reason
 from ._plan import Plan, adrive, drive
-from .errors import InvalidConfigError
+from .errors import InvalidConfigError, MemoryConnectionError
 
 R = TypeVar("R")
 
@@ -80,28 +82,111 @@ def _client_options(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {**options, **kwargs}
 
 
-def sync_client_from_url(url: str, **kwargs: Any) -> SyncClient:
-    """A client for ``redis://``, ``rediss://`` or ``redis+cluster://`` (``rediss+cluster://``)."""
+def url_parameters() -> frozenset[str]:
+    """The query parameters redis-py reads from a URL (``?socket_timeout=5``): parsed
+    ones, and the client and SSL settings it passes on as text."""
+    import inspect
+
+    from redis.connection import URL_QUERY_ARGUMENT_PARSERS, AbstractConnection, SSLConnection
+
+    passed = {
+        name
+        for cls in (AbstractConnection, SSLConnection)
+        for name in inspect.signature(cls.__init__).parameters
+        if name.startswith("ssl_") or name in ("client_name", "username", "password")
+    }
+    return frozenset(URL_QUERY_ARGUMENT_PARSERS) | passed
+
+
+def _split_cluster(url: str) -> tuple[str, bool]:
     scheme, sep, rest = url.partition("://")
     if not sep:
         raise InvalidConfigError("a Redis URL looks like redis://host:6379/0")
     if scheme.endswith("+cluster"):
-        return redis.cluster.RedisCluster.from_url(
-            f"{scheme[: -len('+cluster')]}://{rest}", **kwargs
-        )
+        return f"{scheme[: -len('+cluster')]}://{rest}", True
+    return url, False
+
+
+def check_url(url: str) -> None:
+    """An ``InvalidConfigError`` for a query parameter redis-py does not know (it would
+    pass it on to the connection class, which fails with a ``TypeError`` at the first
+    command)."""
+    known = url_parameters()
+    query = url.partition("#")[0].partition("?")[2]
+    for segment in filter(None, query.split("&")):
+        name = unquote(segment.partition("=")[0])
+        if name not in known:
+            raise InvalidConfigError(
+                f"unknown Redis URL parameter {name!r}; redis-py reads {', '.join(sorted(known))}"
+            )
+
+
+def _connect_options(url: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A short connect timeout unless the URL or the caller sets one: an unreachable host
+    fails in seconds, not after the system's TCP timeout."""
+    if "socket_connect_timeout" in url or "socket_connect_timeout" in kwargs:
+        return kwargs
+    return {"socket_connect_timeout": CONNECT_TIMEOUT, **kwargs}
+
+
+def sync_client_from_url(url: str, **kwargs: Any) -> SyncClient:
+    """A client for ``redis://``, ``rediss://`` or ``redis+cluster://`` (``rediss+cluster://``)."""
+    check_url(url)
+    target, cluster = _split_cluster(url)
+    kwargs = _connect_options(url, kwargs)
+    if cluster:
+        return redis.cluster.RedisCluster.from_url(target, **kwargs)
     return redis.Redis.from_url(url, **kwargs)
 
 
 def async_client_from_url(url: str, **kwargs: Any) -> AsyncClient:
     """Async :func:`sync_client_from_url`."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        raise InvalidConfigError("a Redis URL looks like redis://host:6379/0")
-    if scheme.endswith("+cluster"):
-        return redis.asyncio.cluster.RedisCluster.from_url(
-            f"{scheme[: -len('+cluster')]}://{rest}", **kwargs
-        )
+    check_url(url)
+    target, cluster = _split_cluster(url)
+    kwargs = _connect_options(url, kwargs)
+    if cluster:
+        return redis.asyncio.cluster.RedisCluster.from_url(target, **kwargs)
     return redis.asyncio.Redis.from_url(url, **_client_options(kwargs))
+
+
+_UNREACHABLE = (redis.RedisError, redis.exceptions.RedisClusterException, OSError)
+
+
+def unreachable(url: str, exc: BaseException) -> MemoryConnectionError:
+    """One line: the URL with its password masked, and redis-py's reason."""
+    from .url import redact
+
+    try:
+        secret = unquote(urlsplit(url).password or "")
+    except ValueError:
+        secret = ""
+    return MemoryConnectionError(f"cannot reach Redis at {redact(url)}: {reason(exc, [secret])}")
+
+
+def open_client(url: str, **kwargs: Any) -> SyncClient:
+    """:func:`sync_client_from_url`, checked with a ``PING``: a server that cannot be
+    reached or refuses the password is a :class:`MemoryConnectionError` at once."""
+    try:
+        client = sync_client_from_url(url, **kwargs)
+    except _UNREACHABLE as exc:  # a cluster client connects to learn the slots
+        raise unreachable(url, exc) from None
+    try:
+        client.ping()
+    except _UNREACHABLE as exc:
+        client.close()
+        raise unreachable(url, exc) from None
+    return client
+
+
+async def aopen_client(url: str, **kwargs: Any) -> AsyncClient:
+    """Async :func:`open_client`."""
+    client = async_client_from_url(url, **kwargs)
+    try:
+        await client.ping()
+    except _UNREACHABLE as exc:
+        await client.aclose()
+        raise unreachable(url, exc) from None
+    return client
 
 
 class RedisRunner:

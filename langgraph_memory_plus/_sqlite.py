@@ -39,12 +39,13 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, TypedDict, TypeVar, cast
 from urllib.parse import unquote, urlsplit
 
 from typing_extensions import Self
 
 from ._closing import aclosing_first, closing_first
+from ._options import check_options, split_options
 from ._plan import Plan, drive
 from .errors import InvalidConfigError
 
@@ -392,17 +393,40 @@ def _refuse_on_loop(owner: str) -> None:
     )
 
 
+class SqliteConnectOptions(TypedDict, total=False):
+    """How ``from_conn_string`` opens the file: up to ``pool_max_size`` (default 4)
+    connections, and a writer waits ``busy_timeout`` seconds (default 30) for another
+    process's write."""
+
+    pool_max_size: int
+    busy_timeout: float
+
+
 class _SqliteDriver:
     """What both flavours share: the runner and opening a pool from a path or URL."""
 
     _runner: SqliteRunner
+    _options: ClassVar[type]  # the constructor's options (a TypedDict)
 
     def _connect(self, conn: object) -> None:
         self._runner = SqliteRunner(conn, owner=type(self).__name__)
 
     @classmethod
-    def _on_pool(cls, pool: SqlitePool, options: dict[str, Any]) -> Self:
-        instance: Self = cast(Any, cls)(pool, **options)
+    def _pool(cls, target: str | os.PathLike[str], options: Mapping[str, Any]) -> SqlitePool:
+        """The pool ``from_conn_string`` opens; every option is checked first."""
+        check_options(
+            f"{cls.__name__}.from_conn_string", options, SqliteConnectOptions, cls._options
+        )
+        return SqlitePool(
+            target,
+            max_size=options.get("pool_max_size", DEFAULT_POOL_SIZE),
+            busy_timeout=options.get("busy_timeout", DEFAULT_BUSY_TIMEOUT),
+        )
+
+    @classmethod
+    def _on_pool(cls, pool: SqlitePool, options: Mapping[str, Any]) -> Self:
+        rest = split_options(options, SqliteConnectOptions)[1]
+        instance: Self = cast(Any, cls)(pool, **rest)
         return instance
 
 
@@ -414,18 +438,13 @@ class SqliteSyncDriver(_SqliteDriver):
 
     @classmethod
     @contextmanager
-    def from_conn_string(
-        cls,
-        conn_string: str | os.PathLike[str],
-        *,
-        pool_max_size: int = DEFAULT_POOL_SIZE,
-        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
-        **options: Any,
+    def _open(
+        cls, conn_string: str | os.PathLike[str], options: Mapping[str, Any]
     ) -> Iterator[Self]:
-        """Open a database file (a path, ``":memory:"`` or a ``sqlite:///`` URL) and an
-        instance on it; close both after. ``options`` are the constructor's."""
+        """``from_conn_string``: open a database file (a path, ``":memory:"`` or a
+        ``sqlite:///`` URL) and an instance on it; close both after."""
         with (
-            SqlitePool(conn_string, max_size=pool_max_size, busy_timeout=busy_timeout) as pool,
+            cls._pool(conn_string, options) as pool,
             closing_first(cls._on_pool(pool, options)) as instance,
         ):
             yield instance
@@ -456,17 +475,12 @@ class SqliteAsyncDriver(_SqliteDriver):
 
     @classmethod
     @asynccontextmanager
-    async def from_conn_string(
-        cls,
-        conn_string: str | os.PathLike[str],
-        *,
-        pool_max_size: int = DEFAULT_POOL_SIZE,
-        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
-        **options: Any,
+    async def _open(
+        cls, conn_string: str | os.PathLike[str], options: Mapping[str, Any]
     ) -> AsyncIterator[Self]:
-        """Async ``from_conn_string``: the same arguments."""
+        """Async :meth:`SqliteSyncDriver._open`: the same arguments."""
         async with (
-            SqlitePool(conn_string, max_size=pool_max_size, busy_timeout=busy_timeout) as pool,
+            cls._pool(conn_string, options) as pool,
             aclosing_first(cls._on_pool(pool, options)) as instance,
         ):
             yield instance

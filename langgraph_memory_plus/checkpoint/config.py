@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..errors import InvalidConfigError
 
@@ -25,6 +26,14 @@ class TTLConfig(TypedDict, total=False):
 
     default_ttl: float | None
     refresh_on_read: bool
+
+
+class SaverOptions(TypedDict, total=False):
+    """The keyword options every saver's constructor takes (see the saver classes)."""
+
+    serde: SerializerProtocol | None
+    ttl: TTLConfig | None
+    keep_last: int | None
 
 
 @dataclass(frozen=True)
