@@ -35,7 +35,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -47,7 +47,7 @@ from typing_extensions import Self
 from ._closing import aclosing_first, closing_first
 from ._options import check_options, split_options
 from ._plan import Plan, drive
-from .errors import InvalidConfigError
+from .errors import InvalidConfigError, SetupRequiredError
 
 R = TypeVar("R")
 
@@ -318,7 +318,9 @@ class SqliteRunner:
     caller commits (as PostgreSQL's runner does with a caller's open transaction).
     """
 
-    def __init__(self, conn: object, *, owner: str) -> None:
+    def __init__(
+        self, conn: object, *, owner: str, setup: Callable[[], Plan[Query, None]] | None = None
+    ) -> None:
         # ``object``: the type is checked here, with an error that names the right class.
         check_version()
         if not isinstance(conn, (SqlitePool, sqlite3.Connection)):
@@ -329,6 +331,8 @@ class SqliteRunner:
         self.conn = conn
         self.owner = owner
         self._lock = threading.Lock()
+        self._setup = setup
+        self._setup_lock = threading.Lock()
 
     @contextmanager
     def _connection(self) -> Iterator[tuple[sqlite3.Connection, threading.Lock | None]]:
@@ -339,7 +343,30 @@ class SqliteRunner:
             with self._lock:
                 yield self.conn, None
 
+    def _ensure_setup(self) -> None:
+        """Run the component's migrations before its first plan, once per runner: an
+        embedded database sets itself up, as LangGraph's ``SqliteSaver`` does (the check
+        is one read when the tables are current)."""
+        with self._setup_lock:
+            setup, self._setup = self._setup, None
+            if setup is None:
+                return
+            try:
+                self._run(setup())
+            except BaseException:
+                self._setup = setup  # the next call tries again
+                raise
+
     def run(self, plan: Plan[Query, R]) -> R:
+        try:
+            if self._setup is not None:
+                self._ensure_setup()
+        except BaseException:
+            plan.close()
+            raise
+        return self._run(plan)
+
+    def _run(self, plan: Plan[Query, R]) -> R:
         try:
             with self._connection() as (conn, write_lock):
                 transaction = _Transaction(conn, write_lock)
@@ -350,6 +377,14 @@ class SqliteRunner:
                     raise
                 transaction.finish(ok=True)
                 return result
+        except sqlite3.OperationalError as exc:
+            if str(exc).startswith(("no such table", "no such column")):
+                raise SetupRequiredError(
+                    f"{self.owner}: the database has no tables of this version of "
+                    f"langgraph-memory-plus ({exc}); run {self.owner}.setup() to create or "
+                    "migrate them"
+                ) from exc
+            raise
         except sqlite3.ProgrammingError as exc:
             if "same thread" in str(exc):
                 raise InvalidConfigError(
@@ -408,8 +443,12 @@ class _SqliteDriver:
     _runner: SqliteRunner
     _options: ClassVar[type]  # the constructor's options (a TypedDict)
 
+    _plans: Any  # the component's plans; their ``setup()`` runs before the first call
+
     def _connect(self, conn: object) -> None:
-        self._runner = SqliteRunner(conn, owner=type(self).__name__)
+        self._runner = SqliteRunner(
+            conn, owner=type(self).__name__, setup=lambda: self._plans.setup()
+        )
 
     @classmethod
     def _pool(cls, target: str | os.PathLike[str], options: Mapping[str, Any]) -> SqlitePool:
