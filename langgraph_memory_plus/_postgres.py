@@ -156,7 +156,7 @@ def describe(conninfo: str) -> str:
 
         return redact(conninfo)
     params = conninfo_params(conninfo)
-    return " ".join(f"{k}={v}" for k, v in params.items() if k != "password")
+    return " ".join(f"{k}={'***' if k == 'password' else v}" for k, v in params.items())
 
 
 def unreachable(

@@ -592,6 +592,8 @@ def from_url(url: str | None = None, **options: Unpack[UrlOptions]) -> Memory:
     if backend is None:
         what = f"unsupported URL scheme {scheme!r}" if sep else "not a URL"
         raise InvalidConfigError(f"{what}: {shown}; use one of {EXAMPLES}")
+    if backend in ("postgres", "redis"):
+        need(backend)  # a missing driver names its extra, at once
     try:
         urlsplit(url).port  # noqa: B018  (reading it checks it)
     except ValueError as exc:
