@@ -3,20 +3,22 @@
 Savers and stores differ in their plans, not in how they reach PostgreSQL, so the blocking
 and the async driver mixins live here once. A class mixes one of them in beside its core
 (which must call ``_connect`` from its constructor), first among its bases so
-these concrete ``_run``/``_arun`` win, and gets a ``from_conn_string`` that opens a checked
-pool and closes it afterwards, first calling (or awaiting) the instance's
-``_before_close()`` if it has one (a store stops its TTL sweeper there).
+these concrete ``_run``/``_arun`` win, and gets an ``_open`` that its typed
+``from_conn_string`` returns: it opens a checked pool and closes it afterwards, first
+calling (or awaiting) the instance's ``_before_close()`` if it has one (a store stops its
+TTL sweeper there).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, TypedDict, TypeVar, cast
 
 from typing_extensions import Self
 
 from ._closing import aclosing_first, closing_first
+from ._options import check_options, split_options
 from ._plan import Plan
 from ._postgres import (
     DEFAULT_PREPARE_THRESHOLD,
@@ -30,10 +32,33 @@ from ._urls import check_conninfo
 R = TypeVar("R")
 
 
+class PostgresConnectOptions(TypedDict, total=False):
+    """How ``from_conn_string`` opens its pool.
+
+    ``pool_min_size`` (default 1) connections are kept open, at most ``pool_max_size``
+    (default 10) at once; ``prepare_threshold`` (default 0: prepare on first use) is
+    psycopg's, ``None`` turns server-side prepared statements off, as PgBouncer in
+    transaction mode requires.
+    """
+
+    pool_min_size: int
+    pool_max_size: int
+    prepare_threshold: int | None
+
+
+def _pool_options(given: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "min_size": given.get("pool_min_size", 1),
+        "max_size": given.get("pool_max_size", 10),
+        "prepare_threshold": given.get("prepare_threshold", DEFAULT_PREPARE_THRESHOLD),
+    }
+
+
 class PgSyncDriver:
     """Blocking: a ``Connection`` or ``ConnectionPool``."""
 
     _runner: PgRunner
+    _options: ClassVar[type]  # the constructor's options (a TypedDict)
 
     def _connect(self, conn: object, pipeline: bool) -> None:
         self._runner = PgRunner(conn, pipeline=pipeline, owner=type(self).__name__)
@@ -43,25 +68,19 @@ class PgSyncDriver:
 
     @classmethod
     @contextmanager
-    def from_conn_string(
-        cls,
-        conn_string: str,
-        *,
-        pool_min_size: int = 1,
-        pool_max_size: int = 10,
-        prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
-        **options: Any,
-    ) -> Iterator[Self]:
-        """Open a connection pool for ``conn_string`` and an instance on it; close both after.
+    def _open(cls, conn_string: str, options: Mapping[str, Any]) -> Iterator[Self]:
+        """``from_conn_string``: open a checked pool and an instance on it; close both after.
 
-        ``prepare_threshold=None`` turns off server-side prepared statements, as
-        PgBouncer in transaction mode requires. ``options`` are the constructor's.
+        Every option is checked before anything connects, and the pool connects once
+        first, so a typo and an unreachable server are each a clear error at once.
         """
+        owner = f"{cls.__name__}.from_conn_string"
+        check_options(owner, options, PostgresConnectOptions, cls._options)
         check_conninfo(conn_string)  # libpq's parse errors (logged at every retry) quote it
-        sizes = {"min_size": pool_min_size, "max_size": pool_max_size}
+        connect, rest = split_options(options, PostgresConnectOptions)
         with (
-            open_pool(conn_string, prepare_threshold=prepare_threshold, **sizes) as pool,
-            closing_first(cast(Any, cls)(pool, **options)) as instance,
+            open_pool(conn_string, **_pool_options(connect)) as pool,
+            closing_first(cast(Any, cls)(pool, **rest)) as instance,
         ):
             yield instance
 
@@ -70,6 +89,7 @@ class PgAsyncDriver:
     """Awaited: an ``AsyncConnection`` or ``AsyncConnectionPool``."""
 
     _runner: AsyncPgRunner
+    _options: ClassVar[type]
 
     def _connect(self, conn: object, pipeline: bool) -> None:
         self._runner = AsyncPgRunner(conn, pipeline=pipeline, owner=type(self).__name__)
@@ -79,20 +99,14 @@ class PgAsyncDriver:
 
     @classmethod
     @asynccontextmanager
-    async def from_conn_string(
-        cls,
-        conn_string: str,
-        *,
-        pool_min_size: int = 1,
-        pool_max_size: int = 10,
-        prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
-        **options: Any,
-    ) -> AsyncIterator[Self]:
-        """Async ``from_conn_string``: the same options, an async pool."""
+    async def _open(cls, conn_string: str, options: Mapping[str, Any]) -> AsyncIterator[Self]:
+        """Async :meth:`PgSyncDriver._open`: the same options, an async pool."""
+        owner = f"{cls.__name__}.from_conn_string"
+        check_options(owner, options, PostgresConnectOptions, cls._options)
         check_conninfo(conn_string)  # libpq's parse errors (logged at every retry) quote it
-        sizes = {"min_size": pool_min_size, "max_size": pool_max_size}
+        connect, rest = split_options(options, PostgresConnectOptions)
         async with (
-            open_async_pool(conn_string, prepare_threshold=prepare_threshold, **sizes) as pool,
-            aclosing_first(cast(Any, cls)(pool, **options)) as instance,
+            open_async_pool(conn_string, **_pool_options(connect)) as pool,
+            aclosing_first(cast(Any, cls)(pool, **rest)) as instance,
         ):
             yield instance

@@ -21,18 +21,23 @@ import asyncio
 import re
 import select
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, TypeVar
 
-from psycopg import AsyncConnection, AsyncCursor, Connection, Cursor
+from psycopg import AsyncConnection, AsyncCursor, Connection, Cursor, OperationalError
+from psycopg import ProgrammingError as _ProgrammingError
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import Conninfo
 from psycopg.rows import TupleRow, tuple_row
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
+from ._connect import CONNECT_TIMEOUT, reason
 from ._plan import Plan, adrive, drive
-from .errors import InvalidConfigError
+from .errors import InvalidConfigError, MemoryConnectionError, SetupRequiredError
 
 R = TypeVar("R")
 
@@ -124,11 +129,85 @@ def _closed_by_server(conn: Connection[Any] | AsyncConnection[Any]) -> bool:
     return bool(poller.poll(0))
 
 
+# -- reaching the server ----------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def conninfo_keywords() -> tuple[str, ...]:
+    """The connection parameters this libpq knows (``sslmode``, ``connect_timeout``, ...)."""
+    return tuple(sorted(option.keyword.decode() for option in Conninfo.get_defaults()))
+
+
+def conninfo_params(conninfo: str) -> dict[str, Any]:
+    """``conninfo`` (a URL or ``key=value`` text) as parameters; an unknown parameter is an
+    ``InvalidConfigError`` naming it and the known ones, before anything connects."""
+    try:
+        return conninfo_to_dict(conninfo)
+    except _ProgrammingError as exc:  # libpq's message names the parameter, not the value
+        raise InvalidConfigError(
+            f"{reason(exc)}; PostgreSQL connection parameters are {', '.join(conninfo_keywords())}"
+        ) from None
+
+
+def describe(conninfo: str) -> str:
+    """Where ``conninfo`` points, without its password: for messages and logs."""
+    if "://" in conninfo:
+        from .url import redact
+
+        return redact(conninfo)
+    params = conninfo_params(conninfo)
+    return " ".join(f"{k}={'***' if k == 'password' else v}" for k, v in params.items())
+
+
+def unreachable(
+    conninfo: str, exc: BaseException, kwargs: Mapping[str, Any] | None = None
+) -> MemoryConnectionError:
+    """One line: where (password masked) and the server's own reason (it refused the login,
+    nothing listens on the port, ...)."""
+    secrets = [conninfo_params(conninfo).get("password"), (kwargs or {}).get("password")]
+    return MemoryConnectionError(
+        f"cannot reach PostgreSQL at {describe(conninfo)}: {reason(exc, secrets)}"
+    )
+
+
+def _probe_kwargs(conninfo: str, kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """One connection attempt's options: a short ``connect_timeout`` unless one is given."""
+    given = {**conninfo_params(conninfo), **(kwargs or {})}
+    return {**(kwargs or {}), "connect_timeout": given.get("connect_timeout", CONNECT_TIMEOUT)}
+
+
+def probe(conninfo: str, kwargs: Mapping[str, Any] | None = None) -> None:
+    """Connect once and close: :func:`unreachable` if the server cannot be had.
+
+    A pool would retry in the background until its timeout and report only
+    ``PoolTimeout``, with the server's reason in log warnings; one direct attempt fails
+    within seconds and says why.
+    """
+    try:
+        Connection.connect(conninfo, **_probe_kwargs(conninfo, kwargs)).close()
+    except OperationalError as exc:
+        raise unreachable(conninfo, exc, kwargs) from None
+
+
+async def aprobe(conninfo: str, kwargs: Mapping[str, Any] | None = None) -> None:
+    """Async :func:`probe`."""
+    try:
+        conn = await AsyncConnection.connect(conninfo, **_probe_kwargs(conninfo, kwargs))
+    except OperationalError as exc:
+        raise unreachable(conninfo, exc, kwargs) from None
+    await conn.close()
+
+
 @contextmanager
 def open_pool(
     conn_string: str, *, min_size: int, max_size: int, prepare_threshold: int | None
 ) -> Iterator[ConnectionPool[Any]]:
-    """A pool that checks connections before lending them, so a dead one is replaced."""
+    """A pool that checks connections before lending them, so a dead one is replaced.
+
+    One direct connection first: a server that cannot be reached, or refuses the login,
+    is a :class:`MemoryConnectionError` within seconds (see :func:`probe`).
+    """
+    probe(conninfo=conn_string, kwargs=pool_kwargs(prepare_threshold))
 
     def check(conn: Connection[Any]) -> None:
         if _closed_by_server(conn):
@@ -151,6 +230,7 @@ async def open_async_pool(
     conn_string: str, *, min_size: int, max_size: int, prepare_threshold: int | None
 ) -> AsyncIterator[AsyncConnectionPool[Any]]:
     """Async :func:`open_pool`."""
+    await aprobe(conn_string, pool_kwargs(prepare_threshold))
 
     async def check(conn: AsyncConnection[Any]) -> None:
         if _closed_by_server(conn):
@@ -168,6 +248,42 @@ async def open_async_pool(
         yield pool
 
 
+_MISSING_SCHEMA = (pg_errors.UndefinedTable, pg_errors.UndefinedColumn, pg_errors.InvalidSchemaName)
+
+
+@contextmanager
+def _setup_hint(owner: str) -> Iterator[None]:
+    """A missing table, column or schema as :class:`SetupRequiredError` (the driver's error
+    as its cause): the usual reason is that ``setup()`` never ran, or ran on an older
+    version of the package."""
+    try:
+        yield
+    except _MISSING_SCHEMA as exc:
+        raise SetupRequiredError(
+            f"{owner}: the database has no tables of this version of langgraph-memory-plus "
+            f"({reason(exc)}); run {owner}.setup() once to create or migrate them"
+        ) from exc
+
+
+@dataclass
+class _Borrowing:
+    """How long a runner waits for a pool's connection before asking the server itself.
+
+    Until a connection has been had once, a pool that lends none within
+    :data:`CONNECT_TIMEOUT` most likely cannot reach its server (a wrong host, port or
+    password): a direct attempt then says why, within seconds, instead of the pool's
+    ``PoolTimeout`` after 30. If the attempt succeeds the pool is only slow, and the
+    borrow waits the pool's own timeout. After the first connection the pool's timeout
+    applies from the start (a busy pool is not a broken server), and a ``PoolTimeout``
+    is still checked against the server, to report its reason if it is gone.
+    """
+
+    reached: bool = False
+
+    def first(self, pool: ConnectionPool[Any] | AsyncConnectionPool[Any]) -> float:
+        return pool.timeout if self.reached else min(pool.timeout, CONNECT_TIMEOUT)
+
+
 class PgRunner:
     """Runs plans on a blocking ``Connection`` or ``ConnectionPool``."""
 
@@ -180,19 +296,31 @@ class PgRunner:
             )
         self.conn: Connection[Any] | ConnectionPool[Any] = conn
         self.pipeline = pipeline
+        self.owner = owner
         self._lock = threading.Lock()
+        self._borrow = _Borrowing()
 
     @contextmanager
     def _connection(self) -> Iterator[Connection[Any]]:
-        if isinstance(self.conn, ConnectionPool):
-            with self.conn.connection() as conn:
-                yield conn
-        else:
+        if not isinstance(self.conn, ConnectionPool):
             with self._lock:
                 yield self.conn
+            return
+        pool = self.conn
+        with ExitStack() as stack:
+            try:
+                conn = stack.enter_context(pool.connection(timeout=self._borrow.first(pool)))
+            except PoolTimeout:
+                if isinstance(pool.conninfo, str) and not callable(pool.kwargs):
+                    probe(pool.conninfo, pool.kwargs)  # the server's reason, if it is it
+                if self._borrow.reached:
+                    raise
+                conn = stack.enter_context(pool.connection())  # only slow: wait its timeout
+            self._borrow.reached = True
+            yield conn
 
     def run(self, plan: Plan[Query, R]) -> R:
-        with self._connection() as conn, ExitStack() as stack:
+        with _setup_hint(self.owner), self._connection() as conn, ExitStack() as stack:
             # In pipeline mode the statements are batched anyway; the whole plan runs in
             # one transaction opened first (psycopg pipelines want BEGIN before cursors).
             in_transaction = self.pipeline
@@ -225,18 +353,35 @@ class AsyncPgRunner:
             )
         self.conn: AsyncConnection[Any] | AsyncConnectionPool[Any] = conn
         self.pipeline = pipeline
+        self.owner = owner
         self._lock = asyncio.Lock()
+        self._borrow = _Borrowing()
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[AsyncConnection[Any]]:
-        if isinstance(self.conn, AsyncConnectionPool):
-            async with self.conn.connection() as conn:
-                yield conn
-        else:
+        if not isinstance(self.conn, AsyncConnectionPool):
             async with self._lock:
                 yield self.conn
+            return
+        pool = self.conn
+        async with AsyncExitStack() as stack:
+            try:
+                borrow = pool.connection(timeout=self._borrow.first(pool))
+                conn = await stack.enter_async_context(borrow)
+            except PoolTimeout:
+                if isinstance(pool.conninfo, str) and not callable(pool.kwargs):
+                    await aprobe(pool.conninfo, pool.kwargs)
+                if self._borrow.reached:
+                    raise
+                conn = await stack.enter_async_context(pool.connection())
+            self._borrow.reached = True
+            yield conn
 
     async def run(self, plan: Plan[Query, R]) -> R:
+        with _setup_hint(self.owner):
+            return await self._run(plan)
+
+    async def _run(self, plan: Plan[Query, R]) -> R:
         async with self._connection() as conn, AsyncExitStack() as stack:
             in_transaction = self.pipeline
             if self.pipeline:

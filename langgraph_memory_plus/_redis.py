@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar, cast
+from urllib.parse import unquote, urlsplit
 
 import redis
 import redis.asyncio
@@ -24,9 +25,10 @@ import redis.cluster
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from ._connect import CONNECT_TIMEOUT, reason
 from ._plan import Plan, adrive, drive
 from ._urls import redact, redis_database, scrub
-from .errors import InvalidConfigError, PoolTimeoutError
+from .errors import InvalidConfigError, MemoryConnectionError, PoolTimeoutError
 
 R = TypeVar("R")
 
@@ -204,6 +206,22 @@ def _pool_options(url: str, size: int | None, timeout: float | None) -> tuple[in
     return size, float(timeout)
 
 
+def url_parameters() -> frozenset[str]:
+    """The query parameters redis-py reads from a URL (``?socket_timeout=5``): parsed
+    ones, and the client and SSL settings it passes on as text."""
+    import inspect
+
+    from redis.connection import URL_QUERY_ARGUMENT_PARSERS, AbstractConnection, SSLConnection
+
+    passed = {
+        name
+        for cls in (AbstractConnection, SSLConnection)
+        for name in inspect.signature(cls.__init__).parameters
+        if name.startswith("ssl_") or name in ("client_name", "username", "password")
+    }
+    return frozenset(URL_QUERY_ARGUMENT_PARSERS) | passed
+
+
 def _split_scheme(url: str) -> tuple[str, bool]:
     scheme, sep, rest = url.partition("://")
     if not sep:
@@ -222,6 +240,28 @@ def _opened(make: Callable[[], R], url: str) -> R:
     raise InvalidConfigError(f"bad Redis URL {redact(url)}: {message}")
 
 
+def check_url(url: str) -> None:
+    """An ``InvalidConfigError`` for a query parameter redis-py does not know (it would
+    pass it on to the connection class, which fails with a ``TypeError`` at the first
+    command)."""
+    known = url_parameters()
+    query = url.partition("#")[0].partition("?")[2]
+    for segment in filter(None, query.split("&")):
+        name = unquote(segment.partition("=")[0])
+        if name not in known:
+            raise InvalidConfigError(
+                f"unknown Redis URL parameter {name!r}; redis-py reads {', '.join(sorted(known))}"
+            )
+
+
+def _connect_options(url: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A short connect timeout unless the URL or the caller sets one: an unreachable host
+    fails in seconds, not after the system's TCP timeout."""
+    if "socket_connect_timeout" in url or "socket_connect_timeout" in kwargs:
+        return kwargs
+    return {"socket_connect_timeout": CONNECT_TIMEOUT, **kwargs}
+
+
 def sync_client_from_url(
     url: str,
     *,
@@ -235,8 +275,10 @@ def sync_client_from_url(
     that finds them all busy waits up to ``pool_timeout`` seconds, then raises
     :class:`PoolTimeoutError`.
     """
+    check_url(url)
     size, timeout = _pool_options(url, pool_max_size, pool_timeout)
     target, cluster = _split_scheme(url)
+    kwargs = _connect_options(url, kwargs)
     pool_class = partial(_BlockingPool, timeout=timeout)
     options = {**kwargs, "max_connections": size}
     if cluster:
@@ -258,8 +300,10 @@ def async_client_from_url(
     **kwargs: Any,
 ) -> AsyncClient:
     """Async :func:`sync_client_from_url`; await :func:`initialize` before sharing it."""
+    check_url(url)
     size, timeout = _pool_options(url, pool_max_size, pool_timeout)
     target, cluster = _split_scheme(url)
+    kwargs = _connect_options(url, kwargs)
     if cluster:
         options = {**kwargs, "max_connections": size}
         client = _opened(
@@ -280,6 +324,48 @@ async def initialize(client: AsyncClient) -> None:
     """
     if isinstance(client, redis.asyncio.cluster.RedisCluster):
         await client.initialize()
+
+
+_UNREACHABLE = (redis.RedisError, redis.exceptions.RedisClusterException, OSError)
+
+
+def unreachable(url: str, exc: BaseException) -> MemoryConnectionError:
+    """One line: the URL with its password masked, and redis-py's reason."""
+    try:
+        secret = unquote(urlsplit(url).password or "")
+    except ValueError:
+        secret = ""
+    return MemoryConnectionError(f"cannot reach Redis at {redact(url)}: {reason(exc, [secret])}")
+
+
+def open_client(url: str, **kwargs: Any) -> SyncClient:
+    """:func:`sync_client_from_url`, checked with a ``PING``: a server that cannot be
+    reached or refuses the password is a :class:`MemoryConnectionError` at once."""
+    try:
+        client = sync_client_from_url(url, **kwargs)
+    except _UNREACHABLE as exc:  # a cluster client connects to learn the slots
+        raise unreachable(url, exc) from None
+    try:
+        client.ping()
+    except _UNREACHABLE as exc:
+        client.close()
+        raise unreachable(url, exc) from None
+    return client
+
+
+async def aopen_client(url: str, **kwargs: Any) -> AsyncClient:
+    """Async :func:`open_client`, the cluster's nodes discovered (:func:`initialize`)."""
+    try:
+        client = async_client_from_url(url, **kwargs)
+    except _UNREACHABLE as exc:
+        raise unreachable(url, exc) from None
+    try:
+        await initialize(client)  # a cluster learns its nodes before any concurrent use
+        await client.ping()
+    except _UNREACHABLE as exc:
+        await client.aclose()
+        raise unreachable(url, exc) from None
+    return client
 
 
 class RedisRunner:

@@ -35,18 +35,19 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, TypedDict, TypeVar, cast
 from urllib.parse import unquote, urlsplit
 
 from typing_extensions import Self
 
 from ._closing import aclosing_first, closing_first
+from ._options import check_options, split_options
 from ._plan import Plan, drive
-from .errors import InvalidConfigError
+from .errors import InvalidConfigError, SetupRequiredError
 
 R = TypeVar("R")
 
@@ -317,7 +318,9 @@ class SqliteRunner:
     caller commits (as PostgreSQL's runner does with a caller's open transaction).
     """
 
-    def __init__(self, conn: object, *, owner: str) -> None:
+    def __init__(
+        self, conn: object, *, owner: str, setup: Callable[[], Plan[Query, None]] | None = None
+    ) -> None:
         # ``object``: the type is checked here, with an error that names the right class.
         check_version()
         if not isinstance(conn, (SqlitePool, sqlite3.Connection)):
@@ -328,6 +331,8 @@ class SqliteRunner:
         self.conn = conn
         self.owner = owner
         self._lock = threading.Lock()
+        self._setup = setup
+        self._setup_lock = threading.Lock()
 
     @contextmanager
     def _connection(self) -> Iterator[tuple[sqlite3.Connection, threading.Lock | None]]:
@@ -338,7 +343,30 @@ class SqliteRunner:
             with self._lock:
                 yield self.conn, None
 
+    def _ensure_setup(self) -> None:
+        """Run the component's migrations before its first plan, once per runner: an
+        embedded database sets itself up, as LangGraph's ``SqliteSaver`` does (the check
+        is one read when the tables are current)."""
+        with self._setup_lock:
+            setup, self._setup = self._setup, None
+            if setup is None:
+                return
+            try:
+                self._run(setup())
+            except BaseException:
+                self._setup = setup  # the next call tries again
+                raise
+
     def run(self, plan: Plan[Query, R]) -> R:
+        try:
+            if self._setup is not None:
+                self._ensure_setup()
+        except BaseException:
+            plan.close()
+            raise
+        return self._run(plan)
+
+    def _run(self, plan: Plan[Query, R]) -> R:
         try:
             with self._connection() as (conn, write_lock):
                 transaction = _Transaction(conn, write_lock)
@@ -349,6 +377,14 @@ class SqliteRunner:
                     raise
                 transaction.finish(ok=True)
                 return result
+        except sqlite3.OperationalError as exc:
+            if str(exc).startswith(("no such table", "no such column")):
+                raise SetupRequiredError(
+                    f"{self.owner}: the database has no tables of this version of "
+                    f"langgraph-memory-plus ({exc}); run {self.owner}.setup() to create or "
+                    "migrate them"
+                ) from exc
+            raise
         except sqlite3.ProgrammingError as exc:
             if "same thread" in str(exc):
                 raise InvalidConfigError(
@@ -392,17 +428,44 @@ def _refuse_on_loop(owner: str) -> None:
     )
 
 
+class SqliteConnectOptions(TypedDict, total=False):
+    """How ``from_conn_string`` opens the file: up to ``pool_max_size`` (default 4)
+    connections, and a writer waits ``busy_timeout`` seconds (default 30) for another
+    process's write."""
+
+    pool_max_size: int
+    busy_timeout: float
+
+
 class _SqliteDriver:
     """What both flavours share: the runner and opening a pool from a path or URL."""
 
     _runner: SqliteRunner
+    _options: ClassVar[type]  # the constructor's options (a TypedDict)
+
+    _plans: Any  # the component's plans; their ``setup()`` runs before the first call
 
     def _connect(self, conn: object) -> None:
-        self._runner = SqliteRunner(conn, owner=type(self).__name__)
+        self._runner = SqliteRunner(
+            conn, owner=type(self).__name__, setup=lambda: self._plans.setup()
+        )
 
     @classmethod
-    def _on_pool(cls, pool: SqlitePool, options: dict[str, Any]) -> Self:
-        instance: Self = cast(Any, cls)(pool, **options)
+    def _pool(cls, target: str | os.PathLike[str], options: Mapping[str, Any]) -> SqlitePool:
+        """The pool ``from_conn_string`` opens; every option is checked first."""
+        check_options(
+            f"{cls.__name__}.from_conn_string", options, SqliteConnectOptions, cls._options
+        )
+        return SqlitePool(
+            target,
+            max_size=options.get("pool_max_size", DEFAULT_POOL_SIZE),
+            busy_timeout=options.get("busy_timeout", DEFAULT_BUSY_TIMEOUT),
+        )
+
+    @classmethod
+    def _on_pool(cls, pool: SqlitePool, options: Mapping[str, Any]) -> Self:
+        rest = split_options(options, SqliteConnectOptions)[1]
+        instance: Self = cast(Any, cls)(pool, **rest)
         return instance
 
 
@@ -414,18 +477,13 @@ class SqliteSyncDriver(_SqliteDriver):
 
     @classmethod
     @contextmanager
-    def from_conn_string(
-        cls,
-        conn_string: str | os.PathLike[str],
-        *,
-        pool_max_size: int = DEFAULT_POOL_SIZE,
-        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
-        **options: Any,
+    def _open(
+        cls, conn_string: str | os.PathLike[str], options: Mapping[str, Any]
     ) -> Iterator[Self]:
-        """Open a database file (a path, ``":memory:"`` or a ``sqlite:///`` URL) and an
-        instance on it; close both after. ``options`` are the constructor's."""
+        """``from_conn_string``: open a database file (a path, ``":memory:"`` or a
+        ``sqlite:///`` URL) and an instance on it; close both after."""
         with (
-            SqlitePool(conn_string, max_size=pool_max_size, busy_timeout=busy_timeout) as pool,
+            cls._pool(conn_string, options) as pool,
             closing_first(cls._on_pool(pool, options)) as instance,
         ):
             yield instance
@@ -456,17 +514,12 @@ class SqliteAsyncDriver(_SqliteDriver):
 
     @classmethod
     @asynccontextmanager
-    async def from_conn_string(
-        cls,
-        conn_string: str | os.PathLike[str],
-        *,
-        pool_max_size: int = DEFAULT_POOL_SIZE,
-        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
-        **options: Any,
+    async def _open(
+        cls, conn_string: str | os.PathLike[str], options: Mapping[str, Any]
     ) -> AsyncIterator[Self]:
-        """Async ``from_conn_string``: the same arguments."""
+        """Async :meth:`SqliteSyncDriver._open`: the same arguments."""
         async with (
-            SqlitePool(conn_string, max_size=pool_max_size, busy_timeout=busy_timeout) as pool,
+            cls._pool(conn_string, options) as pool,
             aclosing_first(cls._on_pool(pool, options)) as instance,
         ):
             yield instance

@@ -89,3 +89,22 @@ def decoding(what: str, /, **where: object) -> Iterator[None]:
         raise
     except _DECODE_ERRORS as exc:
         raise CorruptDataError(what, **where) from exc
+
+
+class MemoryConnectionError(MemoryPlusError, ConnectionError):
+    """The server a saver or store is opened on cannot be reached or refuses the login
+    (or, for SQLite, its file cannot be opened).
+
+    The message is one line: where (the URL with its password masked) and the server's or
+    driver's own reason. The driver's exception is not chained, as its text may quote the
+    URL with its password.
+    """
+
+
+class SetupRequiredError(MemoryPlusError):
+    """The backend's tables are missing or older than this version of the package.
+
+    Run ``setup()`` once (``from_url`` does it on entering unless ``setup=False``); it
+    creates or migrates the tables and is safe to run repeatedly. The driver's error is
+    kept as ``__cause__``.
+    """

@@ -43,27 +43,29 @@ import inspect
 import math
 import os
 import re
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from contextlib import AsyncExitStack, ExitStack
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, TypedDict
 from urllib.parse import quote, unquote
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.store.base import BaseStore
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.store.base import BaseStore, IndexConfig
+from typing_extensions import Unpack
 
+from ._connect import need, reason
 from ._plan import adrive, drive
 from ._sqlite import path_from_url
 from ._urls import check_conninfo, check_port, check_userinfo, redact, redis_database, scrub
-from .errors import InvalidConfigError, MemoryPlusError
+from .errors import InvalidConfigError, MemoryConnectionError, MemoryPlusError
 
 ENV_VAR = "LANGGRAPH_MEMORY_URL"
 APP_DIR = "langgraph-memory-plus"
 DEFAULT_FILE = "memory.db"
-CONNECT_TIMEOUT = 5  # seconds to wait for a server before saying it cannot be reached
 
 SCHEMES = {
     "postgresql": "postgres",
@@ -78,10 +80,6 @@ SCHEMES = {
 EXAMPLES = "postgresql://, redis://, rediss://, redis+cluster://, sqlite:///file.db, memory://"
 SERVERS = frozenset({"postgres", "redis", "sqlite"})
 EVERY = frozenset(SCHEMES.values())
-
-
-class MemoryConnectionError(MemoryPlusError, ConnectionError):
-    """The backend a URL names cannot be reached (or, for SQLite, its file opened)."""
 
 
 class StoreUnavailableError(MemoryPlusError, NotImplementedError):
@@ -437,9 +435,8 @@ class Memory:
 
     def _unreachable(self, what: str, exc: Exception) -> MemoryConnectionError:
         """One line naming the URL without its password, and the driver's first line."""
-        lines = str(exc).strip().splitlines() or [type(exc).__name__]
-        reason = scrub(lines[0].strip(), self._raw)
-        return MemoryConnectionError(f"cannot reach {what} at {self.url}: {reason}")
+        why = scrub(reason(exc), self._raw)
+        return MemoryConnectionError(f"cannot reach {what} at {self.url}: {why}")
 
     # -- what each backend opens, written once for both flavours --------------------------
 
@@ -479,17 +476,12 @@ class Memory:
         return self._component_options("index")
 
     def _postgres(self, is_async: bool) -> _Opening:
-        import psycopg
-
         from ._postgres import DEFAULT_PREPARE_THRESHOLD, open_async_pool, open_pool
         from .checkpoint.postgres import AsyncPostgresSaver, PostgresSaver
         from .store.postgres import AsyncPostgresStore, PostgresStore
 
         o, target = self._options, self._target
-        connect = psycopg.AsyncConnection.connect if is_async else psycopg.Connection.connect
-        probe = yield _Call(partial(connect, target, connect_timeout=CONNECT_TIMEOUT), "PostgreSQL")
-        yield _Call(probe.close)
-        pool = yield _Enter(
+        pool = yield _Enter(  # the pool connects once first: MemoryConnectionError if it cannot
             (open_async_pool if is_async else open_pool)(
                 target,
                 min_size=o.get("pool_min_size", 1),
@@ -507,20 +499,17 @@ class Memory:
         )
 
     def _redis(self, is_async: bool) -> _Opening:
-        from ._redis import async_client_from_url, initialize, sync_client_from_url
+        from ._redis import aopen_client, open_client
         from .checkpoint.redis import AsyncRedisSaver, RedisSaver
 
         o = self._options
-        options: dict[str, Any] = {"socket_connect_timeout": CONNECT_TIMEOUT}
-        for name in ("pool_max_size", "pool_timeout"):
-            if name in o:
-                options[name] = o[name]
-        connect = async_client_from_url if is_async else sync_client_from_url
-        client = yield _Call(partial(connect, self._target, **options), "Redis")
+        options = {name: o[name] for name in ("pool_max_size", "pool_timeout") if name in o}
+        # Connects (an async cluster learns its nodes) and pings: MemoryConnectionError if
+        # the server cannot be had.
+        client = yield _Call(
+            partial(aopen_client if is_async else open_client, self._target, **options)
+        )
         yield _Defer(client.aclose if is_async else client.close)
-        if is_async:
-            yield _Call(partial(initialize, client), "Redis")
-        yield _Call(client.ping, "Redis")
         prefix = {"key_prefix": o["key_prefix"]} if "key_prefix" in o else {}
         saver_cls = AsyncRedisSaver if is_async else RedisSaver
         saver = saver_cls(client, **prefix, **self._saver_options())
@@ -564,7 +553,46 @@ class Memory:
         yield
 
 
-def from_url(url: str | None = None, **options: Any) -> Memory:
+class UrlOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`from_url` (:data:`OPTIONS` says what each means and
+    which backend takes it); typed, so a type checker flags a misspelt one."""
+
+    ttl: float
+    refresh_on_read: bool
+    keep_last: int
+    schema: str
+    key_prefix: str
+    pool_min_size: int
+    pool_max_size: int
+    pool_timeout: float
+    prepare_threshold: int | None
+    busy_timeout: float
+    thread_index_keys: Sequence[str]
+    transcripts: bool
+    transcript_ttl: float | None
+    vector_backend: Literal["auto", "pgvector", "exact"]
+    hnsw: bool
+    setup: bool
+    index: IndexConfig
+    serde: SerializerProtocol
+
+
+def _driver_parameters(backend: str) -> frozenset[str]:
+    """The URL query parameters the backend's driver reads itself (``sslmode=require``)."""
+    if backend == "postgres":
+        need("postgres")
+        from ._postgres import conninfo_keywords
+
+        return frozenset(conninfo_keywords())
+    if backend == "redis":
+        need("redis")
+        from ._redis import url_parameters
+
+        return url_parameters()
+    return frozenset()
+
+
+def from_url(url: str | None = None, **options: Unpack[UrlOptions]) -> Memory:
     """A checkpointer and a store for ``url``, opened by ``with`` or ``async with``.
 
     ``url``: see the module docstring; ``None`` reads ``LANGGRAPH_MEMORY_URL``, else uses a
@@ -594,6 +622,8 @@ def from_url(url: str | None = None, **options: Any) -> Memory:
     if backend is None:
         what = f"unsupported URL scheme {scheme!r}" if sep else "not a URL"
         raise InvalidConfigError(f"{what}: {shown}; use one of {EXAMPLES}")
+    if backend in ("postgres", "redis"):
+        need(backend)  # a missing driver names its extra, at once
     _check_address(url, backend)
     base, query, fragment = _split(url)
     given: dict[str, Any] = {}
@@ -605,18 +635,21 @@ def from_url(url: str | None = None, **options: Any) -> Memory:
             if name in given:
                 raise InvalidConfigError(f"{name} appears twice in {shown}")
             given[name] = OPTIONS[name].read(name, value)
-        elif backend in ("sqlite", "memory"):
-            raise InvalidConfigError(
-                f"unknown option {name!r} in {shown}; options are {', '.join(OPTIONS)}"
-            )
-        else:
+        elif name in _driver_parameters(backend):
             rest.append(segment)
-    for name, value in options.items():
+        else:
+            driver = sorted(_driver_parameters(backend))
+            also = f", and the driver's {', '.join(driver)}" if driver else ""
+            raise InvalidConfigError(
+                f"unknown option {name!r} in {shown}; options are {', '.join(OPTIONS)}{also}"
+            )
+    keywords: dict[str, Any] = dict(options)
+    for name, given_value in keywords.items():
         if name not in OPTIONS:
             raise InvalidConfigError(
                 f"unknown option {name!r} for from_url; options are {', '.join(OPTIONS)}"
             )
-        value = OPTIONS[name].read(name, value)
+        value = OPTIONS[name].read(name, given_value)
         if name in given and given[name] != value:
             raise InvalidConfigError(
                 f"{name} is given twice, differently: {given[name]!r} in the URL "
@@ -645,6 +678,7 @@ __all__ = [
     "Memory",
     "MemoryConnectionError",
     "StoreUnavailableError",
+    "UrlOptions",
     "default_path",
     "default_url",
     "from_url",

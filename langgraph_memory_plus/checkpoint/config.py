@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..errors import InvalidConfigError
 from ..threads.core import DEFAULT_INDEX_KEYS, check_index_keys, check_transcripts
@@ -40,6 +41,17 @@ def _minutes(minutes: Any, what: str) -> float | None:
     ):
         raise InvalidConfigError(f"{what} must be a positive number of minutes, got {minutes!r}")
     return float(minutes) * 60.0
+
+
+class SaverOptions(TypedDict, total=False):
+    """The keyword options every saver's constructor takes (see the saver classes)."""
+
+    serde: SerializerProtocol | None
+    ttl: TTLConfig | None
+    keep_last: int | None
+    thread_index_keys: Sequence[str] | None
+    transcripts: bool
+    transcript_ttl: float | None
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Any
 
 from .._sqlite import path_from_url
 from ..errors import InvalidConfigError
-from ..url import Memory, default_url, from_url, redact
+from ..url import Memory, UrlOptions, default_url, from_url, redact
 from .output import UNSUPPORTED, CliError
 
 OFFICIAL = "langgraph+"
@@ -71,7 +71,7 @@ def open_url(url: str | None, *, setup: bool = False) -> Iterator[Opened]:
         with _official(url, scheme[len(OFFICIAL) :]) as opened:
             yield opened
         return
-    options = {} if "setup=" in url else {"setup": setup}
+    options: UrlOptions = {} if "setup=" in url else {"setup": setup}
     with from_url(url, **options) as memory:
         yield Opened(memory.url, memory.backend, memory.checkpointer, memory)
 

@@ -20,12 +20,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, Protocol, TypeVar, cast
+from typing import Any, Literal, NamedTuple, Protocol, TypedDict, TypeVar, cast
 
 from langgraph.store.base import (
     NOT_PROVIDED,
     BaseStore,
     GetOp,
+    IndexConfig,
     InvalidNamespaceError,
     ListNamespacesOp,
     NotProvided,
@@ -34,6 +35,7 @@ from langgraph.store.base import (
     Result,
     SearchItem,
     SearchOp,
+    TTLConfig,
 )
 
 from .._bridge import AsyncBridge, SyncBridge
@@ -197,6 +199,14 @@ class _Batch:
     searches: list[tuple[int, SearchRequest, str | None]] = field(default_factory=list)
     lists: list[tuple[int, ListRequest]] = field(default_factory=list)
     writes: dict[tuple[Namespace, str], _Write] = field(default_factory=dict)
+
+
+class StoreOptions(TypedDict, total=False):
+    """The keyword options every store's constructor takes (see the store classes)."""
+
+    index: IndexConfig | None
+    ttl: TTLConfig | None
+    max_value_bytes: int | None
 
 
 class StoreBase(BaseStore, ABC):
@@ -443,6 +453,12 @@ class StoreBase(BaseStore, ABC):
         item is no longer at that version (``0``: when it exists)."""
         self.batch([self._put_op(namespace, key, value, index, ttl, expected_version)])
 
+    def get(
+        self, namespace: Namespace, key: str, *, refresh_ttl: bool | None = None
+    ) -> VersionedItem | None:
+        """``BaseStore.get``, typed as what it returns: the item with its ``version``."""
+        return cast("VersionedItem | None", super().get(namespace, key, refresh_ttl=refresh_ttl))
+
     def delete(
         self, namespace: Namespace, key: str, *, expected_version: int | None = None
     ) -> None:
@@ -478,6 +494,13 @@ class StoreBase(BaseStore, ABC):
     ) -> None:
         """Async :meth:`put`."""
         await self.abatch([self._put_op(namespace, key, value, index, ttl, expected_version)])
+
+    async def aget(
+        self, namespace: Namespace, key: str, *, refresh_ttl: bool | None = None
+    ) -> VersionedItem | None:
+        """Async :meth:`get`."""
+        found = await super().aget(namespace, key, refresh_ttl=refresh_ttl)
+        return cast("VersionedItem | None", found)
 
     async def adelete(
         self, namespace: Namespace, key: str, *, expected_version: int | None = None
@@ -617,6 +640,7 @@ __all__ = [
     "ConditionalPutOp",
     "InvalidValueError",
     "StoreBase",
+    "StoreOptions",
     "SyncStore",
     "VersionedItem",
     "VersionedSearchItem",

@@ -1,5 +1,9 @@
 """PostgreSQL checkpointers."""
 
-from .saver import AsyncPostgresSaver, PostgresSaver
+from ..._connect import need
+
+need("postgres")  # an ImportError naming the extra, before the driver's own
+
+from .saver import AsyncPostgresSaver, PostgresSaver  # noqa: E402
 
 __all__ = ["AsyncPostgresSaver", "PostgresSaver"]

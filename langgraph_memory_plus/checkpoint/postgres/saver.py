@@ -7,15 +7,16 @@ classes only pair the plans with the PostgreSQL driver mixins of
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from typing import Any, ClassVar
 
-from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import AsyncConnection, Connection
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from typing_extensions import Self, Unpack
 
-from ..._pgdriver import PgAsyncDriver, PgSyncDriver
-from ..config import TTLConfig
+from ..._options import check_options, split_options
+from ..._pgdriver import PgAsyncDriver, PgSyncDriver, PostgresConnectOptions
+from ..config import SaverOptions
 from ..saver import AsyncDriver, CheckpointSaverBase, SyncDriver
 from .plans import PostgresCheckpointPlans
 
@@ -24,6 +25,17 @@ DEFAULT_SCHEMA = "public"
 AnyConnection = (
     Connection[Any] | ConnectionPool[Any] | AsyncConnection[Any] | AsyncConnectionPool[Any]
 )
+
+
+class PostgresSaverOptions(SaverOptions, total=False):
+    """The keyword options of the PostgreSQL savers' constructors."""
+
+    schema: str
+    pipeline: bool
+
+
+class PostgresSaverOpenOptions(PostgresSaverOptions, PostgresConnectOptions, total=False):
+    """``from_conn_string``'s keyword options: the pool's and the saver's."""
 
 
 class _PostgresOptions(CheckpointSaverBase):
@@ -47,30 +59,14 @@ class _PostgresOptions(CheckpointSaverBase):
         pipeline: send each operation's statements in pipeline mode.
     """
 
-    def __init__(
-        self,
-        conn: AnyConnection,
-        *,
-        schema: str = DEFAULT_SCHEMA,
-        serde: SerializerProtocol | None = None,
-        ttl: TTLConfig | None = None,
-        keep_last: int | None = None,
-        thread_index_keys: Sequence[str] | None = None,
-        transcripts: bool = False,
-        transcript_ttl: float | None = None,
-        pipeline: bool = False,
-    ) -> None:
-        self._connect(conn, pipeline)
-        super().__init__(
-            serde=serde,
-            ttl=ttl,
-            keep_last=keep_last,
-            thread_index_keys=thread_index_keys,
-            transcripts=transcripts,
-            transcript_ttl=transcript_ttl,
-        )
+    _options: ClassVar[type] = PostgresSaverOptions
+
+    def __init__(self, conn: AnyConnection, **options: Unpack[PostgresSaverOptions]) -> None:
+        check_options(type(self).__name__, options, PostgresSaverOptions)
+        self._connect(conn, options.get("pipeline", False))
+        super().__init__(**split_options(options, SaverOptions)[0])
         self.conn = conn
-        self._plans = PostgresCheckpointPlans(schema, self.settings)
+        self._plans = PostgresCheckpointPlans(options.get("schema", DEFAULT_SCHEMA), self.settings)
 
     def _connect(self, conn: object, pipeline: bool) -> None:
         raise NotImplementedError
@@ -85,6 +81,18 @@ class PostgresSaver(PgSyncDriver, _PostgresOptions, SyncDriver):
     (``prepare_threshold=None`` for PgBouncer in transaction mode).
     """
 
+    @classmethod
+    def from_conn_string(
+        cls, conn_string: str, **options: Unpack[PostgresSaverOpenOptions]
+    ) -> AbstractContextManager[Self]:
+        """Open a pool for ``conn_string`` and a saver on it; close both after.
+
+        A server that cannot be reached, or refuses the login, is a
+        ``MemoryConnectionError`` within seconds; an unknown option an
+        ``InvalidConfigError``, before anything connects.
+        """
+        return cls._open(conn_string, options)
+
     def setup(self) -> None:
         """Create or migrate the tables; safe to run repeatedly and concurrently."""
         self._run(self._plans.setup())
@@ -95,6 +103,13 @@ class AsyncPostgresSaver(PgAsyncDriver, _PostgresOptions, AsyncDriver):
 
     Its sync methods may be called from other threads while its event loop runs.
     """
+
+    @classmethod
+    def from_conn_string(
+        cls, conn_string: str, **options: Unpack[PostgresSaverOpenOptions]
+    ) -> AbstractAsyncContextManager[Self]:
+        """Async :meth:`PostgresSaver.from_conn_string`: the same options, an async pool."""
+        return cls._open(conn_string, options)
 
     async def setup(self) -> None:
         """Create or migrate the tables; safe to run repeatedly and concurrently."""

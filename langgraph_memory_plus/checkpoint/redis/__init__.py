@@ -1,5 +1,9 @@
 """Redis checkpointers: plain Redis, Valkey and Redis Cluster, no modules."""
 
-from .saver import AsyncRedisSaver, RedisSaver
+from ..._connect import need
+
+need("redis")  # an ImportError naming the extra, before the driver's own
+
+from .saver import AsyncRedisSaver, RedisSaver  # noqa: E402
 
 __all__ = ["AsyncRedisSaver", "RedisSaver"]

@@ -7,18 +7,31 @@ Plain Redis >= 6.2, Valkey and Redis Cluster; no modules. All behaviour lives in
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from typing import ClassVar
 
-from langgraph.checkpoint.serde.base import SerializerProtocol
+from typing_extensions import Self, Unpack
 
+from ..._options import check_options, split_options
 from ..._redis import AsyncClient, SyncClient
-from ..._redisdriver import RedisAsyncDriver, RedisSyncDriver
-from ..config import TTLConfig
+from ..._redisdriver import RedisAsyncDriver, RedisConnectOptions, RedisSyncDriver
+from ..config import SaverOptions
 from ..saver import AsyncDriver, CheckpointSaverBase, SyncDriver
 from .lua import SCRIPTS
 from .plans import RedisCheckpointPlans
 
 DEFAULT_PREFIX = "lgmp"
+
+
+class RedisSaverOptions(SaverOptions, total=False):
+    """The keyword options of the Redis savers' constructors (and ``from_conn_string``)."""
+
+    key_prefix: str
+
+
+class RedisSaverOpenOptions(RedisSaverOptions, RedisConnectOptions, total=False):
+    """``from_conn_string``'s keyword options: the client pool's and the saver's."""
 
 
 class _RedisOptions(CheckpointSaverBase):
@@ -39,31 +52,17 @@ class _RedisOptions(CheckpointSaverBase):
         keep_last: keep only the newest N checkpoints per thread and namespace.
     """
 
-    def __init__(
-        self,
-        client: SyncClient | AsyncClient,
-        *,
-        key_prefix: str = DEFAULT_PREFIX,
-        serde: SerializerProtocol | None = None,
-        ttl: TTLConfig | None = None,
-        keep_last: int | None = None,
-        thread_index_keys: Sequence[str] | None = None,
-        transcripts: bool = False,
-        transcript_ttl: float | None = None,
-    ) -> None:
-        self._connect(client)
-        super().__init__(
-            serde=serde,
-            ttl=ttl,
-            keep_last=keep_last,
-            thread_index_keys=thread_index_keys,
-            transcripts=transcripts,
-            transcript_ttl=transcript_ttl,
-        )
-        self.client = client
-        self._plans = RedisCheckpointPlans(key_prefix, self.settings)
-
+    _options: ClassVar[type] = RedisSaverOptions
     _scripts: Mapping[str, str] = SCRIPTS
+
+    def __init__(
+        self, client: SyncClient | AsyncClient, **options: Unpack[RedisSaverOptions]
+    ) -> None:
+        check_options(type(self).__name__, options, RedisSaverOptions)
+        self._connect(client)
+        super().__init__(**split_options(options, SaverOptions)[0])
+        self.client = client
+        self._plans = RedisCheckpointPlans(options.get("key_prefix", DEFAULT_PREFIX), self.settings)
 
     def _connect(self, client: object) -> None:
         raise NotImplementedError
@@ -76,6 +75,15 @@ class RedisSaver(RedisSyncDriver, _RedisOptions, SyncDriver):
     or ``redis+cluster://`` and closes it on exit.
     """
 
+    @classmethod
+    def from_conn_string(
+        cls, url: str, **options: Unpack[RedisSaverOpenOptions]
+    ) -> AbstractContextManager[Self]:
+        """Open a client for ``url`` (checked with a ``PING``: a server that cannot be
+        reached or refuses the password is a ``MemoryConnectionError`` at once) and a saver
+        on it; close both after."""
+        return cls._open(url, options)
+
     def setup(self) -> None:
         """Nothing to create on Redis; present so code can treat every saver alike."""
         self._run(self._plans.setup())
@@ -83,6 +91,13 @@ class RedisSaver(RedisSyncDriver, _RedisOptions, SyncDriver):
 
 class AsyncRedisSaver(RedisAsyncDriver, _RedisOptions, AsyncDriver):
     """The asyncio twin of :class:`RedisSaver`, on ``redis.asyncio`` clients."""
+
+    @classmethod
+    def from_conn_string(
+        cls, url: str, **options: Unpack[RedisSaverOpenOptions]
+    ) -> AbstractAsyncContextManager[Self]:
+        """Async :meth:`RedisSaver.from_conn_string`: the same URLs and options."""
+        return cls._open(url, options)
 
     async def setup(self) -> None:
         """Nothing to create on Redis; present so code can treat every saver alike."""

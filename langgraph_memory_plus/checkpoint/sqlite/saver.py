@@ -8,15 +8,22 @@ classes only pair the plans with the SQLite driver mixins of
 
 from __future__ import annotations
 
+import os
 import sqlite3
-from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from typing import ClassVar
 
-from langgraph.checkpoint.serde.base import SerializerProtocol
+from typing_extensions import Self, Unpack
 
-from ..._sqlite import SqliteAsyncDriver, SqlitePool, SqliteSyncDriver
-from ..config import TTLConfig
+from ..._options import check_options, split_options
+from ..._sqlite import SqliteAsyncDriver, SqliteConnectOptions, SqlitePool, SqliteSyncDriver
+from ..config import SaverOptions
 from ..saver import AsyncDriver, CheckpointSaverBase, SyncDriver
 from .plans import SqliteCheckpointPlans
+
+
+class SqliteSaverOpenOptions(SaverOptions, SqliteConnectOptions, total=False):
+    """``from_conn_string``'s keyword options: the file's and the saver's."""
 
 
 class _SqliteOptions(CheckpointSaverBase):
@@ -40,26 +47,14 @@ class _SqliteOptions(CheckpointSaverBase):
             (``1`` gives a "shallow" saver).
     """
 
+    _options: ClassVar[type] = SaverOptions
+
     def __init__(
-        self,
-        conn: sqlite3.Connection | SqlitePool,
-        *,
-        serde: SerializerProtocol | None = None,
-        ttl: TTLConfig | None = None,
-        keep_last: int | None = None,
-        thread_index_keys: Sequence[str] | None = None,
-        transcripts: bool = False,
-        transcript_ttl: float | None = None,
+        self, conn: sqlite3.Connection | SqlitePool, **options: Unpack[SaverOptions]
     ) -> None:
+        check_options(type(self).__name__, options, SaverOptions)
         self._connect(conn)
-        super().__init__(
-            serde=serde,
-            ttl=ttl,
-            keep_last=keep_last,
-            thread_index_keys=thread_index_keys,
-            transcripts=transcripts,
-            transcript_ttl=transcript_ttl,
-        )
+        super().__init__(**split_options(options, SaverOptions)[0])
         self.conn = conn
         self._plans = SqliteCheckpointPlans(self.settings)
 
@@ -76,6 +71,14 @@ class SqliteSaver(SqliteSyncDriver, _SqliteOptions, SyncDriver):
     may use one file at once.
     """
 
+    @classmethod
+    def from_conn_string(
+        cls, conn_string: str | os.PathLike[str], **options: Unpack[SqliteSaverOpenOptions]
+    ) -> AbstractContextManager[Self]:
+        """Open the file (a path, ``":memory:"`` or a ``sqlite:///`` URL) and a saver on it;
+        close both after. An unknown option is an ``InvalidConfigError``."""
+        return cls._open(conn_string, options)
+
     def setup(self) -> None:
         """Create or migrate the tables; safe to run repeatedly and concurrently."""
         self._run(self._plans.setup())
@@ -84,6 +87,13 @@ class SqliteSaver(SqliteSyncDriver, _SqliteOptions, SyncDriver):
 class AsyncSqliteSaver(SqliteAsyncDriver, _SqliteOptions, AsyncDriver):
     """The asyncio twin of :class:`SqliteSaver`: every call runs on a worker thread, so
     the event loop never waits on the disk or on another process's write."""
+
+    @classmethod
+    def from_conn_string(
+        cls, conn_string: str | os.PathLike[str], **options: Unpack[SqliteSaverOpenOptions]
+    ) -> AbstractAsyncContextManager[Self]:
+        """Async :meth:`SqliteSaver.from_conn_string`: the same arguments."""
+        return cls._open(conn_string, options)
 
     async def setup(self) -> None:
         """Create or migrate the tables; safe to run repeatedly and concurrently."""

@@ -7,14 +7,16 @@ All behaviour lives in :mod:`.plans` (SQL and decoding) and the shared store cor
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from typing import Any, ClassVar
 
-from langgraph.store.base import IndexConfig, TTLConfig
 from psycopg import AsyncConnection, Connection
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from typing_extensions import Self, Unpack
 
-from ..._pgdriver import PgAsyncDriver, PgSyncDriver
-from ..base import AsyncStore, StoreBase, SyncStore
+from ..._options import check_options
+from ..._pgdriver import PgAsyncDriver, PgSyncDriver, PostgresConnectOptions
+from ..base import AsyncStore, StoreBase, StoreOptions, SyncStore
 from .pgvector import VectorBackend
 from .plans import PostgresStorePlans
 
@@ -23,6 +25,19 @@ DEFAULT_SCHEMA = "public"
 AnyConnection = (
     Connection[Any] | ConnectionPool[Any] | AsyncConnection[Any] | AsyncConnectionPool[Any]
 )
+
+
+class PostgresStoreOptions(StoreOptions, total=False):
+    """The keyword options of the PostgreSQL stores' constructors."""
+
+    schema: str
+    pipeline: bool
+    vector_backend: VectorBackend
+    hnsw: bool
+
+
+class PostgresStoreOpenOptions(PostgresStoreOptions, PostgresConnectOptions, total=False):
+    """``from_conn_string``'s keyword options: the pool's and the store's."""
 
 
 class _PostgresOptions(StoreBase):
@@ -59,25 +74,21 @@ class _PostgresOptions(StoreBase):
             other search stays exact. Off by default: the index makes every put slower.
     """
 
-    def __init__(
-        self,
-        conn: AnyConnection,
-        *,
-        schema: str = DEFAULT_SCHEMA,
-        index: IndexConfig | None = None,
-        ttl: TTLConfig | None = None,
-        max_value_bytes: int | None = None,
-        pipeline: bool = False,
-        vector_backend: VectorBackend = "auto",
-        hnsw: bool = False,
-    ) -> None:
-        self._connect(conn, pipeline)
-        super().__init__(index=index, ttl=ttl, max_value_bytes=max_value_bytes)
+    _options: ClassVar[type] = PostgresStoreOptions
+
+    def __init__(self, conn: AnyConnection, **options: Unpack[PostgresStoreOptions]) -> None:
+        check_options(type(self).__name__, options, PostgresStoreOptions)
+        self._connect(conn, options.get("pipeline", False))
+        super().__init__(
+            index=options.get("index"),
+            ttl=options.get("ttl"),
+            max_value_bytes=options.get("max_value_bytes"),
+        )
         self._plans = PostgresStorePlans(
-            schema,
+            options.get("schema", DEFAULT_SCHEMA),
             dims=None if self.index is None else self.index.dims,
-            vector_backend=vector_backend,
-            hnsw=hnsw,
+            vector_backend=options.get("vector_backend", "auto"),
+            hnsw=options.get("hnsw", False),
         )
         self.conn = conn
 
@@ -93,6 +104,18 @@ class PostgresStore(PgSyncDriver, _PostgresOptions, SyncStore):
     pool_max_size=10, prepare_threshold=0, **options)`` to open a pool with it.
     """
 
+    @classmethod
+    def from_conn_string(
+        cls, conn_string: str, **options: Unpack[PostgresStoreOpenOptions]
+    ) -> AbstractContextManager[Self]:
+        """Open a pool for ``conn_string`` and a store on it; close both after.
+
+        A server that cannot be reached, or refuses the login, is a
+        ``MemoryConnectionError`` within seconds; an unknown option an
+        ``InvalidConfigError``, before anything connects.
+        """
+        return cls._open(conn_string, options)
+
 
 class AsyncPostgresStore(PgAsyncDriver, _PostgresOptions, AsyncStore):
     """The asyncio twin of :class:`PostgresStore`, on ``AsyncConnection`` or a pool.
@@ -100,3 +123,10 @@ class AsyncPostgresStore(PgAsyncDriver, _PostgresOptions, AsyncStore):
     Its sync methods may be called from other threads while its event loop runs (tools
     running in a thread pool do this).
     """
+
+    @classmethod
+    def from_conn_string(
+        cls, conn_string: str, **options: Unpack[PostgresStoreOpenOptions]
+    ) -> AbstractAsyncContextManager[Self]:
+        """Async :meth:`PostgresStore.from_conn_string`: the same options, an async pool."""
+        return cls._open(conn_string, options)

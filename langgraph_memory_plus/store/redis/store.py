@@ -9,19 +9,33 @@ behaviour lives in :mod:`.plans` and :mod:`.lua` and the shared store core
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from typing import ClassVar
 
 import redis.asyncio.cluster
 import redis.cluster
-from langgraph.store.base import IndexConfig, TTLConfig
+from typing_extensions import Self, Unpack
 
+from ..._options import check_options
 from ..._redis import AsyncClient, SyncClient
-from ..._redisdriver import RedisAsyncDriver, RedisSyncDriver
-from ..base import AsyncStore, StoreBase, SyncStore
+from ..._redisdriver import RedisAsyncDriver, RedisConnectOptions, RedisSyncDriver
+from ..base import AsyncStore, StoreBase, StoreOptions, SyncStore
 from .lua import SCRIPTS
 from .plans import DEFAULT_SHARD_DEPTH, RedisStorePlans
 
 DEFAULT_PREFIX = "lgmp"
 CLUSTER_CLIENTS = (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster)
+
+
+class RedisStoreOptions(StoreOptions, total=False):
+    """The keyword options of the Redis stores' constructors (and ``from_conn_string``)."""
+
+    key_prefix: str
+    shard_depth: int
+
+
+class RedisStoreOpenOptions(RedisStoreOptions, RedisConnectOptions, total=False):
+    """``from_conn_string``'s keyword options: the client pool's and the store's."""
 
 
 class _RedisOptions(StoreBase):
@@ -48,23 +62,26 @@ class _RedisOptions(StoreBase):
             at most, and by default, 64 MiB.
     """
 
+    _options: ClassVar[type] = RedisStoreOptions
+    _scripts: Mapping[str, str] = SCRIPTS
+
     def __init__(
-        self,
-        client: SyncClient | AsyncClient,
-        *,
-        key_prefix: str = DEFAULT_PREFIX,
-        shard_depth: int = DEFAULT_SHARD_DEPTH,
-        index: IndexConfig | None = None,
-        ttl: TTLConfig | None = None,
-        max_value_bytes: int | None = None,
+        self, client: SyncClient | AsyncClient, **options: Unpack[RedisStoreOptions]
     ) -> None:
+        check_options(type(self).__name__, options, RedisStoreOptions)
         self._connect(client)
         cluster = isinstance(client, CLUSTER_CLIENTS)
-        self._plans = RedisStorePlans(key_prefix, shard_depth, cluster=cluster)
-        super().__init__(index=index, ttl=ttl, max_value_bytes=max_value_bytes)
+        self._plans = RedisStorePlans(
+            options.get("key_prefix", DEFAULT_PREFIX),
+            options.get("shard_depth", DEFAULT_SHARD_DEPTH),
+            cluster=cluster,
+        )
+        super().__init__(
+            index=options.get("index"),
+            ttl=options.get("ttl"),
+            max_value_bytes=options.get("max_value_bytes"),
+        )
         self.client = client
-
-    _scripts: Mapping[str, str] = SCRIPTS
 
     def _connect(self, client: object) -> None:
         raise NotImplementedError
@@ -78,6 +95,15 @@ class RedisStore(RedisSyncDriver, _RedisOptions, SyncStore):
     open a client with it.
     """
 
+    @classmethod
+    def from_conn_string(
+        cls, url: str, **options: Unpack[RedisStoreOpenOptions]
+    ) -> AbstractContextManager[Self]:
+        """Open a client for ``url`` (checked with a ``PING``: a server that cannot be
+        reached or refuses the password is a ``MemoryConnectionError`` at once) and a store
+        on it; close both after."""
+        return cls._open(url, options)
+
 
 class AsyncRedisStore(RedisAsyncDriver, _RedisOptions, AsyncStore):
     """The asyncio twin of :class:`RedisStore`, on ``redis.asyncio`` clients.
@@ -85,3 +111,10 @@ class AsyncRedisStore(RedisAsyncDriver, _RedisOptions, AsyncStore):
     Its sync methods may be called from other threads while its event loop runs (tools
     running in a thread pool do this).
     """
+
+    @classmethod
+    def from_conn_string(
+        cls, url: str, **options: Unpack[RedisStoreOpenOptions]
+    ) -> AbstractAsyncContextManager[Self]:
+        """Async :meth:`RedisStore.from_conn_string`: the same URLs and options."""
+        return cls._open(url, options)

@@ -8,13 +8,21 @@ thread).
 
 from __future__ import annotations
 
+import os
 import sqlite3
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from typing import ClassVar
 
-from langgraph.store.base import IndexConfig, TTLConfig
+from typing_extensions import Self, Unpack
 
-from ..._sqlite import SqliteAsyncDriver, SqlitePool, SqliteSyncDriver
-from ..base import AsyncStore, StoreBase, SyncStore
+from ..._options import check_options
+from ..._sqlite import SqliteAsyncDriver, SqliteConnectOptions, SqlitePool, SqliteSyncDriver
+from ..base import AsyncStore, StoreBase, StoreOptions, SyncStore
 from .plans import SqliteStorePlans
+
+
+class SqliteStoreOpenOptions(StoreOptions, SqliteConnectOptions, total=False):
+    """``from_conn_string``'s keyword options: the file's and the store's."""
 
 
 class _SqliteOptions(StoreBase):
@@ -36,17 +44,19 @@ class _SqliteOptions(StoreBase):
             at most, and by default, 64 MiB.
     """
 
+    _options: ClassVar[type] = StoreOptions
+
     def __init__(
-        self,
-        conn: sqlite3.Connection | SqlitePool,
-        *,
-        index: IndexConfig | None = None,
-        ttl: TTLConfig | None = None,
-        max_value_bytes: int | None = None,
+        self, conn: sqlite3.Connection | SqlitePool, **options: Unpack[StoreOptions]
     ) -> None:
+        check_options(type(self).__name__, options, StoreOptions)
         self._connect(conn)
         self._plans = SqliteStorePlans()
-        super().__init__(index=index, ttl=ttl, max_value_bytes=max_value_bytes)
+        super().__init__(
+            index=options.get("index"),
+            ttl=options.get("ttl"),
+            max_value_bytes=options.get("max_value_bytes"),
+        )
         self.conn = conn
 
     def _connect(self, conn: object) -> None:
@@ -61,7 +71,22 @@ class SqliteStore(SqliteSyncDriver, _SqliteOptions, SyncStore):
     it afterwards; see :class:`_SqliteOptions` for the options.
     """
 
+    @classmethod
+    def from_conn_string(
+        cls, conn_string: str | os.PathLike[str], **options: Unpack[SqliteStoreOpenOptions]
+    ) -> AbstractContextManager[Self]:
+        """Open the file (a path, ``":memory:"`` or a ``sqlite:///`` URL) and a store on it;
+        close both after. An unknown option is an ``InvalidConfigError``."""
+        return cls._open(conn_string, options)
+
 
 class AsyncSqliteStore(SqliteAsyncDriver, _SqliteOptions, AsyncStore):
     """The asyncio twin of :class:`SqliteStore`: every transaction runs on a worker thread,
     so the event loop never waits on the disk or on another process's write."""
+
+    @classmethod
+    def from_conn_string(
+        cls, conn_string: str | os.PathLike[str], **options: Unpack[SqliteStoreOpenOptions]
+    ) -> AbstractAsyncContextManager[Self]:
+        """Async :meth:`SqliteStore.from_conn_string`: the same arguments."""
+        return cls._open(conn_string, options)
