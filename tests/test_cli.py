@@ -346,6 +346,21 @@ def test_threads_ls(filled: str) -> None:
     assert interrupts and {"id", "value"} <= set(interrupts[0])
 
 
+def test_approvals_ls_and_expire(filled: str) -> None:
+    """The queue lists the pending interrupt of "team"; expire asks first, and finds
+    nothing overdue inside the window."""
+    [pending] = as_json("approvals", "ls", "-u", filled)
+    assert pending["thread_id"] == "team" and pending["status"] == "pending"
+    assert as_json("approvals", "ls", "-u", filled, "--user", "nobody") == []
+    refused = run("approvals", "expire", "-u", filled)
+    assert refused.returncode == 5 and "--yes" in refused.stderr
+    assert as_json("approvals", "expire", "-u", filled, "--yes") == {"expired": 0}
+    [still] = as_json("approvals", "ls", "-u", filled)
+    assert still["id"] == pending["id"]
+    checks = {f["check"]: f for f in json.loads(run("doctor", "-u", filled, "--json").stdout)}
+    assert checks["ttl vs approval window"]["level"] == "ok"
+
+
 def test_console_script_is_declared() -> None:
     text = (ROOT / "pyproject.toml").read_text()
     found = re.search(r'(?m)^\[project\.scripts\]\nlanggraph-memory = "([^"]+)"', text)
