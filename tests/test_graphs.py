@@ -53,7 +53,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.types import Command, Interrupt, PregelTask, StateSnapshot
 
-pytestmark = pytest.mark.storage
+pytestmark = [pytest.mark.storage, pytest.mark.all_servers]
 
 Scenario = Callable[..., Coroutine[Any, Any, None]]
 
