@@ -42,6 +42,21 @@ def _service_missing(what: str, error: BaseException) -> None:
     pytest.skip(f"{message}; start it to run the storage tests")
 
 
+def as_url(conninfo: str, **query: str) -> str:
+    """A conninfo as a ``postgresql://`` URL (a Unix socket directory goes in ``?host=``),
+    with ``query`` as its query parameters."""
+    from urllib.parse import quote, urlencode
+
+    parts = psycopg.conninfo.conninfo_to_dict(conninfo)
+    user, db, host = parts.get("user", "postgres"), parts["dbname"], str(parts.get("host", ""))
+    if host.startswith("/"):
+        query = {"host": host, **query}
+        url = f"postgresql://{user}@/{db}"
+    else:
+        url = f"postgresql://{user}@{host or '127.0.0.1'}:{parts.get('port', 5432)}/{db}"
+    return f"{url}?{urlencode(query, quote_via=quote, safe='')}" if query else url
+
+
 def _with_database(url: str, dbname: str) -> str:
     return psycopg.conninfo.make_conninfo(url, dbname=dbname)
 

@@ -30,9 +30,8 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from conftest import IN_CI, _free_port
+from conftest import IN_CI, _free_port, as_url
 
 from langgraph_memory_plus.url import from_url
 
@@ -88,19 +87,12 @@ CONFIG = {
 }
 
 
-def _postgres_url(conninfo: str, schema: str) -> str:
-    parts = psycopg.conninfo.conninfo_to_dict(conninfo)
-    host, port = parts.get("host", "127.0.0.1"), parts.get("port", 5432)
-    user, db = parts.get("user", "postgres"), parts["dbname"]
-    return f"postgresql://{user}@{host}:{port}/{db}?schema={schema}"
-
-
 @pytest.fixture(params=["postgres", "redis", "sqlite"])
 def memory_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The ``LANGGRAPH_MEMORY_URL`` of one backend, on storage of this test's own."""
     name = f"lgsrv_{uuid.uuid4().hex[:10]}"
     if request.param == "postgres":
-        return _postgres_url(request.getfixturevalue("pg_url"), name)
+        return as_url(request.getfixturevalue("pg_url"), schema=name)
     if request.param == "redis":
         prefix = f"{request.getfixturevalue('redis_prefix')}-{name}"
         return f"{request.getfixturevalue('redis_url')}?key_prefix={prefix}"
