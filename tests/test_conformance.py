@@ -14,6 +14,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -117,21 +118,21 @@ async def open_async_redis_saver(url: str, options: dict[str, Any]) -> AsyncIter
 
 
 @asynccontextmanager
-async def open_sqlite_saver(directory: Any, options: dict[str, Any]) -> AsyncIterator[Any]:
+async def open_sqlite_saver(directory: str, options: dict[str, Any]) -> AsyncIterator[Any]:
     """The sync class on a fresh database file per capability suite."""
     from langgraph_memory_plus.checkpoint.sqlite import SqliteSaver
 
-    path = directory / f"conf-{uuid.uuid4().hex[:12]}.db"
+    path = Path(directory) / f"conf-{uuid.uuid4().hex[:12]}.db"
     with SqliteSaver.from_conn_string(path) as saver:
         saver.setup()
         yield saver
 
 
 @asynccontextmanager
-async def open_async_sqlite_saver(directory: Any, options: dict[str, Any]) -> AsyncIterator[Any]:
+async def open_async_sqlite_saver(directory: str, options: dict[str, Any]) -> AsyncIterator[Any]:
     from langgraph_memory_plus.checkpoint.sqlite import AsyncSqliteSaver
 
-    path = directory / f"conf-{uuid.uuid4().hex[:12]}.db"
+    path = Path(directory) / f"conf-{uuid.uuid4().hex[:12]}.db"
     async with AsyncSqliteSaver.from_conn_string(path) as saver:
         await saver.setup()
         yield saver
