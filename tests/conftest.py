@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -510,9 +510,16 @@ class Storage:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Runs a test that takes ``backend`` on each backend (see ``tests/backends.py``)."""
-    if "backend" in metafunc.fixturenames:
+    own = any(
+        "backend" in _argnames(m.args[0]) for m in metafunc.definition.iter_markers("parametrize")
+    )  # a test that parametrizes ``backend`` itself means something else by it
+    if "backend" in metafunc.fixturenames and not own:
         all_servers = metafunc.definition.get_closest_marker("all_servers") is not None
         metafunc.parametrize("backend", backend_params(all_servers))
+
+
+def _argnames(names: str | Sequence[str]) -> list[str]:
+    return [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
 
 
 @pytest.fixture
