@@ -1,19 +1,22 @@
-"""A managed PostgreSQL: a DBA runs ``setup()`` (and ``CREATE EXTENSION vector``) once, the
-application's role, which may create nothing, then works with ``setup=false``.
+"""What a managed service must allow, as the README's "Tested servers and managed services"
+section states it, run as written.
 
-This is the recipe of the README's "Managed services" section, run as written on the wheel's
-PostgreSQL 18 (which has pgvector): the DBA's role creates the extension and the schema,
-grants the application role what it needs on the tables, and the application role checkpoints
-a graph and uses the store, semantic search included.
+- PostgreSQL (the wheel's 18, which has pgvector): a DBA runs ``setup()`` (and ``CREATE
+  EXTENSION vector``) once and grants the tables; the application's role, which may create
+  nothing, then works with ``setup=false``, semantic search included.
+- Redis (the Valkey node, which has ACLs like Redis 6+ and managed services): a user with
+  only the ACL the README gives runs every saver and store operation.
 """
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 import pytest
+import redis
 from conftest import as_url
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import START, MessagesState, StateGraph
@@ -83,3 +86,36 @@ async def test_an_app_role_without_create_works_after_a_dba_ran_setup(pg18_url: 
             dba.execute(sql.SQL("DROP SCHEMA IF EXISTS {schema} CASCADE").format(**names))
             dba.execute(sql.SQL("DROP OWNED BY {app}").format(**names))
             dba.execute(sql.SQL("DROP ROLE {app}").format(**names))
+
+
+# The README's ACL for the application user, on its own keys.
+REDIS_ACL = ["+@read", "+@write", "+@scripting", "+ping", "+scan", "+time"]
+
+
+async def test_a_redis_user_with_the_readme_acl_runs_everything(valkey_url: str) -> None:
+    user, password = f"lgmp_app_{uuid.uuid4().hex[:8]}", "p/?#@:%w"
+    prefix = user
+    with redis.Redis.from_url(valkey_url) as admin:
+        admin.execute_command(
+            "ACL", "SETUSER", user, "on", f">{password}", f"~{prefix}:*", "resetchannels",
+            *REDIS_ACL,
+        )  # fmt: skip
+    try:
+        host = valkey_url.split("://", 1)[1]
+        url = f"redis://{user}:{quote(password, safe='')}@{host}/0?key_prefix={prefix}"
+        async with from_url(url, index=INDEX) as memory:
+            graph = chat().compile(checkpointer=memory.checkpointer, store=memory.store)
+            config = {"configurable": {"thread_id": "t1"}}
+            out = await graph.ainvoke({"messages": [HumanMessage(content="hi")]}, config)
+            assert [m.content for m in out["messages"]] == ["hi", "echo: hi"]
+            await memory.store.aput(("u",), "a", {"text": "aaa"})
+            assert [i.key for i in await memory.store.asearch(("u",), query="a")] == ["a"]
+            assert len([c async for c in memory.checkpointer.alist(None)]) == 3  # SCAN
+            await memory.checkpointer.acopy_thread("t1", "t2")
+            await memory.checkpointer.aprune(["t2"])
+            await memory.checkpointer.adelete_for_runs(["no-such-run"])
+            await memory.checkpointer.adelete_thread("t1")
+            assert await memory.checkpointer.aget_tuple(config) is None
+    finally:
+        with redis.Redis.from_url(valkey_url) as admin:
+            admin.execute_command("ACL", "DELUSER", user)
