@@ -32,10 +32,12 @@ from typing import Any
 
 import pytest
 from conftest import IN_CI, _free_port, as_url
+from langgraph.checkpoint.base import empty_checkpoint
 
+from langgraph_memory_plus import server
+from langgraph_memory_plus.checkpoint.sqlite import AsyncSqliteSaver
+from langgraph_memory_plus.errors import InvalidConfigError
 from langgraph_memory_plus.url import from_url
-
-pytestmark = [pytest.mark.storage, pytest.mark.langgraph_server]
 
 REPO = Path(__file__).resolve().parents[1]
 STARTUP_TIMEOUT = 90.0  # seconds; the server imports langgraph-api, the graph and our package
@@ -179,6 +181,8 @@ def messages(values: dict[str, Any]) -> list[str]:
     return [m["content"] for m in values["messages"]]
 
 
+@pytest.mark.storage
+@pytest.mark.langgraph_server
 async def test_langgraph_dev_keeps_everything_in_our_storage(
     memory_url: str, tmp_path: Path
 ) -> None:
@@ -304,3 +308,55 @@ async def wait_until_running(client: Any, thread_id: str, run_id: str) -> None:
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"run {run_id} did not start within 10 s")
+
+
+# -- the environment server.py reads (no server needed) ------------------------------------
+
+
+def test_a_server_without_a_url_fails_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LANGGRAPH_MEMORY_URL", raising=False)
+    with pytest.raises(InvalidConfigError, match="LANGGRAPH_MEMORY_URL is not set"):
+        server.memory_from_env()
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "must be a JSON object"),
+        ('{"serde": "x"}', "serde cannot be given"),
+        ('{"keep_lst": 2}', "unknown option 'keep_lst'"),
+        ('{"index": {"dims": 3, "embed": "missing.py:f"}}', "names no file: missing.py"),
+    ],
+)
+def test_bad_options_are_clear_errors(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, options: str, error: str
+) -> None:
+    monkeypatch.setenv("LANGGRAPH_MEMORY_URL", f"sqlite:///{tmp_path / 'm.db'}")
+    monkeypatch.setenv("LANGGRAPH_MEMORY_OPTIONS", options)
+    with pytest.raises(InvalidConfigError, match=error):
+        server.memory_from_env()
+
+
+async def test_the_options_and_an_embedding_file_reach_the_saver_and_store(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "embed.py").write_text(
+        "def embed(texts):\n    return [[float(t.count(c)) for c in 'ab'] for t in texts]\n"
+    )
+    index = {"dims": 2, "embed": f"{tmp_path / 'embed.py'}:embed", "fields": ["text"]}
+    monkeypatch.setenv("LANGGRAPH_MEMORY_URL", f"sqlite:///{tmp_path / 'm.db'}?keep_last=1")
+    monkeypatch.setenv("LANGGRAPH_MEMORY_OPTIONS", json.dumps({"index": index}))
+    async with server.store() as store:
+        await store.aput(("u",), "a", {"text": "aaa"})
+        await store.aput(("u",), "b", {"text": "bbb"})
+        assert [i.key for i in await store.asearch(("u",), query="b")] == ["b", "a"]
+    async with server.checkpointer() as saver:
+        assert isinstance(saver, AsyncSqliteSaver)
+        for step in range(3):  # keep_last=1 from the URL: one checkpoint stays
+            config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+            checkpoint = {**empty_checkpoint(), "id": f"{step:032d}"}
+            await saver.aput(config, checkpoint, {"step": step}, {})
+        assert len([c async for c in saver.alist({"configurable": {"thread_id": "t"}})]) == 1
+    monkeypatch.setenv("LANGGRAPH_MEMORY_OPTIONS", '{"index": {"embed": "openai:small"}}')
+    assert server.options_from_env()["index"]["embed"] == "openai:small"  # for LangGraph
