@@ -515,11 +515,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     )  # a test that parametrizes ``backend`` itself means something else by it
     if "backend" in metafunc.fixturenames and not own:
         all_servers = metafunc.definition.get_closest_marker("all_servers") is not None
-        metafunc.parametrize("backend", backend_params(all_servers))
+        metafunc.parametrize("backend", backend_params(all_servers), indirect=True)
 
 
 def _argnames(names: str | Sequence[str]) -> list[str]:
     return [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> str:
+    """The storage backend a parameterized test runs on (a name of ``tests/backends.py``)."""
+    return str(request.param)
 
 
 @pytest.fixture
