@@ -108,9 +108,14 @@ def main(argv: list[str] | None = None) -> None:
     summaries = _CountingSummaries(responses=["unused"])
     modes: dict[str, Callable[[], ContextPolicy | None]] = {
         "none": lambda: None,
-        "trim": lambda: Trimmer(max_tokens=args.budget),
+        # the tools budget with the counter the table counts with (the default is the
+        # script-aware estimate, which counts this English text about the same)
+        "trim": lambda: Trimmer(max_tokens=args.budget, token_counter=count_tokens_approximately),
         "summarize": lambda: Summarizer(
-            summaries, max_tokens=args.budget, keep_last=args.keep_last
+            summaries,
+            max_tokens=args.budget,
+            keep_last=args.keep_last,
+            token_counter=count_tokens_approximately,
         ),
     }
     print(

@@ -507,25 +507,25 @@ def test_items_are_stored_compressed(
 def test_reading_older_versions_keeps_the_latest_list_in_memory() -> None:
     """History reads (``list()``) remember the versions they rebuild without evicting the
     one the thread is at, so the next ``get_tuple`` of the latest needs no fetch; the
-    memory per channel stays bounded, and the version used last is what a put builds on."""
-    from langgraph_memory_plus.checkpoint.lists import ListMemory, chunk_list
+    memory per channel stays bounded, and a put builds on the view its objects came from."""
+    from langgraph_memory_plus.checkpoint.lists import ListMemory, chunk_list, remember_stored
 
     tk, memory = b"k" * 16, ListMemory(versions_per_list=4)
     key = (tk, "", "messages")
-    memos = []
+    lists = []
     values: list[Any] = []
     for n in range(40):
         values = [*values, f"message {n}"]
-        chunked = chunk_list(tk, values, None, lambda v: ("str", v.encode()))
-        assert chunked.memo is not None
-        memos.append(chunked.memo)
-    latest = memos[-1]
-    memory.remember(key, latest)
-    for older in memos[-4:-1]:  # a page of history read after the latest
-        memory.remember(key, older)
-    assert memory.find(key, latest.ref) is latest
-    assert memory.get(key) is latest  # found last, so the next put compares with it
-    for older in memos[:4]:
-        memory.remember(key, older)
+        lists.append(chunk_list(tk, values, None, lambda v: ("str", v.encode())))
+    latest = lists[-1]
+    remember_stored(memory, key, latest, "latest")
+    for n, older in enumerate(lists[-4:-1]):  # a page of history read after the latest
+        remember_stored(memory, key, older, f"older-{n}")
+    assert latest.view is not None
+    assert memory.find(key, latest.ref) is latest.view.version
+    assert memory.base(key, values, "latest") is latest.view  # the parent's view
+    assert memory.base(key, values, "older-0") is lists[-4].view
+    assert memory.base(key, values, "unknown") is None  # never another version's
+    for n, older in enumerate(lists[:4]):
+        remember_stored(memory, key, older, f"oldest-{n}")
     assert memory.find(key, latest.ref) is None  # bounded: four versions per channel
-    assert memory.get(key) is memos[3]

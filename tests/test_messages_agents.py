@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
-from langchain_core.messages.utils import count_tokens_approximately
 from langgraph.graph import MessagesState
 from messages_support import AgentModel, SummaryModel, lookup, markers_in
 from typing_extensions import NotRequired
@@ -30,6 +29,7 @@ from langgraph_memory_plus.messages import (
     Trimmer,
     provider_problems,
 )
+from langgraph_memory_plus.messages.tokens import count_tokens_script_aware
 
 pytestmark = pytest.mark.storage
 
@@ -63,7 +63,7 @@ def question(k: int) -> dict[str, Any]:
 def assert_inputs_valid(model: AgentModel, budget: int = BUDGET, system: int = 0) -> None:
     assert model.inputs, "the model was called"
     for n, model_input in enumerate(model.inputs):
-        assert count_tokens_approximately(model_input) <= budget, f"call {n} over budget"
+        assert count_tokens_script_aware(model_input) <= budget, f"call {n} over budget"
         assert provider_problems(model_input) == [], f"call {n}: {provider_problems(model_input)}"
 
 
@@ -136,7 +136,7 @@ def test_react_agent_persistent_trimming_rewrites_state(saver_factory: Callable[
     assert messages[-1].id == "q11-answer"
     assert "q0" not in [m.id for m in messages], "old turns were removed from state"
     # what is stored is the last trimmed input plus the reply: within budget but for that reply
-    assert count_tokens_approximately(messages[:-1]) <= BUDGET
+    assert count_tokens_script_aware(messages[:-1]) <= BUDGET
     assert provider_problems(messages) == []
 
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import BaseMessage, HumanMessage, get_buffer_string
-from langchain_core.messages.utils import count_tokens_approximately
 from langgraph.graph import add_messages
 from messages_support import SummaryModel, conversation, ids_in, markers_in, turn_messages
 
@@ -21,6 +20,7 @@ from langgraph_memory_plus.messages import (
     summarize,
 )
 from langgraph_memory_plus.messages._policy import history_update
+from langgraph_memory_plus.messages.tokens import count_tokens_script_aware
 
 BUDGET = 300
 
@@ -57,7 +57,7 @@ def test_every_message_is_summarized_once_and_input_stays_in_budget(persistent: 
     assert expected <= set(summarized), "every older message, oldest first, no gaps"
     assert memo["summarized_count"] > 0 and memo["summary"].startswith("summary#")
     for model_input in inputs:
-        assert count_tokens_approximately(model_input) <= BUDGET
+        assert count_tokens_script_aware(model_input) <= BUDGET
         assert provider_problems(model_input) == []
     assert [m.id for m in inputs[-1]][:2] == ["sys", SUMMARY_ID]
     assert inputs[-1][-1].id == "q39-answer"
@@ -102,7 +102,7 @@ def test_model_failure_degrades_to_trimming_and_is_retried(
     with caplog.at_level(logging.WARNING, logger="langgraph_memory_plus.messages.summarization"):
         first = summarize(history, None, model=model, max_tokens=BUDGET)
     assert first["running_summary"] is None
-    assert count_tokens_approximately(first["messages"]) <= BUDGET
+    assert count_tokens_script_aware(first["messages"]) <= BUDGET
     assert provider_problems(first["messages"]) == []
     assert SUMMARY_ID not in [m.id for m in first["messages"]]
     assert "summarization failed" in caplog.text
@@ -114,7 +114,7 @@ def test_model_failure_degrades_to_trimming_and_is_retried(
 def test_trigger_below_budget_and_system_kept() -> None:
     model = SummaryModel()
     history = conversation(6)
-    tokens = count_tokens_approximately(history)
+    tokens = count_tokens_script_aware(history)
     result = summarize(history, None, model=model, max_tokens=10_000, trigger_tokens=tokens - 1)
     assert result["running_summary"] is not None
     assert [m.id for m in result["messages"]][:2] == ["sys", SUMMARY_ID]
@@ -141,4 +141,4 @@ async def test_asummarize_awaits_the_model() -> None:
     model = SummaryModel()
     result = await asummarize(conversation(12), None, model=model, max_tokens=BUDGET)
     assert result["running_summary"] is not None and len(model.prompts) == 1
-    assert count_tokens_approximately(result["messages"]) <= BUDGET
+    assert count_tokens_script_aware(result["messages"]) <= BUDGET

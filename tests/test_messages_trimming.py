@@ -25,6 +25,7 @@ from langgraph_memory_plus.messages import (
     trim,
 )
 from langgraph_memory_plus.messages._policy import history_update
+from langgraph_memory_plus.messages.tokens import count_tokens_script_aware
 
 
 def ids(messages: list[BaseMessage]) -> list[str | None]:
@@ -77,8 +78,8 @@ def test_token_trim_respects_budget_and_provider_rules(
         assert problems == []
         assert humans[-1] in trimmed, "the newest question is never trimmed away"
         newest_turn_alone = [*system, humans[-1]]
-        if count_tokens_approximately(newest_turn_alone) <= budget:
-            assert count_tokens_approximately(trimmed) <= budget
+        if count_tokens_script_aware(newest_turn_alone) <= budget:
+            assert count_tokens_script_aware(trimmed) <= budget
 
 
 @settings(max_examples=120, deadline=None)
@@ -104,8 +105,8 @@ def test_first_strategy_keeps_a_valid_prefix(history: list[BaseMessage], budget:
     assert trimmed[: len(system)] == system
     assert ids(body) == [m.id for m in history if m.id in set(ids(body))]
     assert provider_problems(body[:-1] if body and body[-1].id == "waiting" else body) == []
-    if count_tokens_approximately(system) <= budget:
-        assert count_tokens_approximately(trimmed) <= budget
+    if count_tokens_script_aware(system) <= budget:
+        assert count_tokens_script_aware(trimmed) <= budget
 
 
 def test_matches_trim_messages_when_tool_pairing_is_not_at_stake() -> None:
@@ -116,9 +117,10 @@ def test_matches_trim_messages_when_tool_pairing_is_not_at_stake() -> None:
         history, max_tokens=30, token_counter="approximate", start_on="human", include_system=True
     )
     assert ids(squeezed) == ["sys"]
-    assert ids(Trimmer(max_tokens=30)(history)) == ["sys", "q7"]
+    same = {"token_counter": count_tokens_approximately}
+    assert ids(Trimmer(max_tokens=30, **same)(history)) == ["sys", "q7"]
     for budget in (80, 150, 400):
-        ours = Trimmer(max_tokens=budget)(history)
+        ours = Trimmer(max_tokens=budget, **same)(history)
         theirs = trim_messages(
             history,
             max_tokens=budget,
@@ -165,7 +167,7 @@ def test_current_turn_kept_when_the_whole_turn_does_not_fit() -> None:
     assert ids(trimmed)[-2:] == ["a5", "r5"]
     assert "a0" not in ids(trimmed)
     assert provider_problems(trimmed) == []
-    assert count_tokens_approximately(trimmed) <= 180
+    assert count_tokens_script_aware(trimmed) <= 180
 
 
 def test_all_leading_system_messages_kept_and_budget_counts_them() -> None:
@@ -176,7 +178,7 @@ def test_all_leading_system_messages_kept_and_budget_counts_them() -> None:
     ]
     trimmed = Trimmer(max_tokens=150)(history)
     assert ids(trimmed)[:2] == ["s1", "s2"]
-    assert count_tokens_approximately(trimmed) <= 150
+    assert count_tokens_script_aware(trimmed) <= 150
     assert provider_problems(trimmed) == []
     without = Trimmer(max_tokens=150, keep_system=False)(history)
     assert "s1" not in ids(without)
@@ -228,7 +230,7 @@ def test_first_strategy_and_validation() -> None:
     first = Trimmer(max_tokens=120, strategy="first")(history)
     assert ids(first)[:2] == ["sys", "q0"]
     assert provider_problems(first) == []
-    assert count_tokens_approximately(first) <= 120
+    assert count_tokens_script_aware(first) <= 120
     with pytest.raises(ValueError):
         Trimmer()
     with pytest.raises(ValueError):

@@ -40,14 +40,15 @@ from .compression import compress, decompress
 from .config import Target, checkpoint_config, thread_key
 from .lists import (
     LIST_TYPE,
+    ChunkedList,
     Fetch,
     ItemRow,
-    ListMemo,
     ListMemory,
     ListRef,
     ListRequest,
     MemoKey,
     chunk_list,
+    remember_stored,
     resolve_list,
     worth_chunking,
 )
@@ -206,8 +207,10 @@ class EncodedCheckpoint:
     """New list items (see :mod:`.lists`) by id."""
     nodes: dict[bytes, list[bytes]] = field(default_factory=dict)
     """New list pages and spines by id."""
-    memos: dict[MemoKey, ListMemo] = field(default_factory=dict)
-    """What to remember once the checkpoint is stored."""
+    lists: dict[MemoKey, ChunkedList] = field(default_factory=dict)
+    """The list channels, to remember once the checkpoint is stored."""
+    changed: frozenset[str] = frozenset()
+    """The channels with a new version here (``new_versions``)."""
 
 
 @dataclass(frozen=True)
@@ -259,6 +262,9 @@ class CheckpointCodec:
         and its index entry cost far more than a ``None`` or a counter."""
         self.metadata_as_json = metadata_as_json
         """Store metadata whose JSON projection is exact only as that projection."""
+        self.track_views = True
+        """Whether the lists this codec reads are remembered as views a later put builds
+        on (see :func:`.lists.resolve_list`): not for history pages, which no put uses."""
 
     def _inlined(self, values: Mapping[str, Any], versions: Mapping[str, Any]) -> dict[str, Typed]:
         """Every small scalar value of the checkpoint, changed this step or not.
@@ -296,7 +302,7 @@ class CheckpointCodec:
         blobs = []
         items: dict[bytes, Typed] = {}
         nodes: dict[bytes, list[bytes]] = {}
-        memos: dict[MemoKey, ListMemo] = {}
+        lists: dict[MemoKey, ChunkedList] = {}
         tk = target.thread_key
         inline = self._inlined(values, checkpoint["channel_versions"])
         for channel, version in new_versions.items():
@@ -317,7 +323,7 @@ class CheckpointCodec:
                 chunked = chunk_list(
                     tk,
                     value,
-                    self.memory.get(key),
+                    self.memory.base(key, value, parent_id),
                     partial(self._dump, what=what),
                     written,
                 )
@@ -327,8 +333,7 @@ class CheckpointCodec:
                 # Item ids hash the serialized bytes, so compress only what is stored.
                 items.update((iid, compress(*typed)) for iid, typed in chunked.items.items())
                 nodes.update(chunked.nodes)
-                if chunked.memo is not None:
-                    memos[key] = chunked.memo
+                lists[key] = chunked
             else:
                 typ, data = compress(*self._dump(value, what))
                 blobs.append(EncodedBlob(channel, version_text(version), typ, data))
@@ -373,7 +378,8 @@ class CheckpointCodec:
             valued_channels=sorted(values),
             items=items,
             nodes=nodes,
-            memos=memos,
+            lists=lists,
+            changed=frozenset(new_versions),
         )
 
     def forget_replaced_lists(self, target: Target, checkpoint: Checkpoint) -> None:
@@ -385,10 +391,17 @@ class CheckpointCodec:
             if not worth_chunking(values.get(channel)):
                 self.memory.forget((target.thread_key, target.checkpoint_ns, channel))
 
-    def commit(self, encoded: EncodedCheckpoint) -> None:
+    def commit(self, target: Target, encoded: EncodedCheckpoint) -> None:
         """Remember the lists of a checkpoint that is now stored, for the next step."""
-        for key, memo in encoded.memos.items():
-            self.memory.remember(key, memo)
+        self.memory.advance(
+            target.thread_key,
+            target.checkpoint_ns,
+            encoded.parent_id,
+            encoded.checkpoint_id,
+            encoded.changed,
+        )
+        for key, chunked in encoded.lists.items():
+            remember_stored(self.memory, key, chunked, encoded.checkpoint_id)
 
     def resolve_lists(
         self,
@@ -397,8 +410,11 @@ class CheckpointCodec:
         blobs: Iterable[tuple[str, str, bytes | None]],
         fetch: Fetch,
         parse: Callable[[Any], Iterable[ItemRow]] = iter,
+        checkpoint_id: str | None = None,
     ) -> Generator[Any, Any, dict[str, list[Any]]]:
-        """Rebuild the list channels among ``blobs`` (a plan step; see :mod:`.lists`)."""
+        """Rebuild the list channels among ``blobs`` (a plan step; see :mod:`.lists`),
+        as views of ``checkpoint_id`` if given (and this codec tracks views)."""
+        at = checkpoint_id if self.track_views else None
         tk = thread_key(thread_id)
         lists: dict[str, list[Any]] = {}
         for channel, typ, data in blobs:
@@ -406,7 +422,7 @@ class CheckpointCodec:
                 key = (tk, checkpoint_ns, channel)
                 request = ListRequest(key, ListRef.decode(data), {})
                 lists[channel] = yield from resolve_list(
-                    request, self.memory, fetch, self._load, parse
+                    request, self.memory, fetch, self._load, parse, at
                 )
         return lists
 
@@ -439,8 +455,9 @@ class CheckpointCodec:
     ) -> Generator[Any, Any, CheckpointTuple]:
         """Decode a stored checkpoint, rebuilding its list channels first (a plan step)."""
         lists = yield from self.resolve_lists(
-            stored.thread_id, stored.checkpoint_ns, stored.blobs, fetch, parse
-        )
+            stored.thread_id, stored.checkpoint_ns, stored.blobs, fetch, parse,
+            stored.checkpoint_id,
+        )  # fmt: skip
         return self.decode_tuple(stored, metadata, lists)
 
     def decode_writes(

@@ -16,23 +16,29 @@ deduplicated within a thread only and equal content in two threads gets unrelate
 (no plaintext equality leaks across users; with ``EncryptedSerializer`` the hashed bytes
 are ciphertext anyway).
 
-Serializing every element at every step would still be O(T) work per step. So each saver
-remembers, per thread namespace and channel, the last list it wrote or read: its element
-objects, their item ids and a cheap fingerprint of each. A new value reuses the item id of
-every element that is the *same object*, unchanged, and serializes only the rest. Reads
-of a version whose items are known reuse those objects too, and fetch only the bytes of
-unknown items. Stored items never change, so a remembered list is right as long as its
-items are stored; a saver forgets a channel's lists once the channel holds something
-else (retention may then delete their items), a thread's lists before its own deletes
-(``prune``, ``delete_thread``, ``delete_for_runs``), and both when a read of the latest
-checkpoint shows another process deleted the thread or replaced the list. A value from
-another process simply misses.
+Serializing every element at every step would still be O(T) work per step, so each saver
+remembers, per thread namespace and channel (:class:`ListMemory`), the last few versions
+it stored or read, their items, and the objects it shared with the graph for them
+(*views*). Two rules keep that memory invisible, as ``InMemorySaver``, which decodes
+every read from bytes, is:
 
-One caveat, the same as for any state LangGraph hands to nodes: a node that edits a
-message object from state must return it as an update. A reassigned field
-(``msg.content = ...``) of a returned object is noticed (:func:`fingerprint`); an edit that
-is not returned, or one inside a nested value (``msg.additional_kwargs["k"] = v``), is
-not guaranteed to be.
+- A read never hands out an object it handed out before, or one a put was given: it
+  builds new objects, decoding an item once into a private *template* and copying that
+  (:func:`copy_of`) for every later read. So what one caller does to state it read can
+  never show in another read, an older checkpoint or a fork.
+- A put decides "unchanged" against the view its list was built from (the read or put
+  the graph got those very objects from, :meth:`ListMemory.base`): an element keeps its
+  item id only if it is the same object with the same field objects as then, and was not
+  returned by a task this step (those are serialized again, as a node may have edited
+  them at any depth).
+
+A saver forgets a channel's lists once the channel holds something else (retention may
+then delete their items), a thread's lists before its own deletes (``prune``,
+``delete_thread``, ``delete_for_runs``), and both when a read of the latest checkpoint
+shows another process deleted the thread or replaced the list. A value from another
+process simply misses. What stays unseen is an edit deep inside an element a node neither
+returned nor reassigned a field of (``msg.additional_kwargs["k"] = v`` on an old message,
+not returned): LangGraph asks nodes to return what they change.
 """
 
 from __future__ import annotations
@@ -41,9 +47,12 @@ import hashlib
 import operator
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import repeat
 from typing import Any
+
+from pydantic import BaseModel
 
 LIST_TYPE = "lgmp:list"
 """Blob type of a list stored as items; the blob's bytes are its :class:`ListRef`."""
@@ -134,16 +143,33 @@ class ListRef:
         return cls(None if spine == NO_SPINE else spine, split_ids(raw[ID_SIZE:]))
 
 
-@dataclass
-class ListMemo:
-    """One channel's last known list: the objects and the ids they are stored under."""
+@dataclass(frozen=True)
+class ListVersion:
+    """A stored list version as this saver knows it: its items and full pages, in order."""
 
     ref: ListRef
-    objects: list[Any]
-    fingerprints: list[tuple[Any, ...] | None]
     item_ids: list[bytes]
     page_ids: list[bytes]
-    """Ids of the stored full pages, in order; fewer (none) when not known to be stored."""
+    """Ids of the stored full pages; fewer (none) when not known to be stored here."""
+
+
+@dataclass
+class ListView:
+    """Objects this saver shared with the graph for one version: what a read handed out,
+    or what a put was given. A later put recognizes them by identity.
+
+    ``marks`` are the ids of each object's fields when the version was stored or read
+    (:func:`marks`), and ``fingerprints`` the fields themselves, which keeps those ids
+    unique for as long as the view exists.
+    """
+
+    version: ListVersion
+    objects: list[Any]
+    fingerprints: list[tuple[Any, ...] | None]
+    marks: list[tuple[int, ...] | None]
+    at: set[str] = field(default_factory=set)
+    """Checkpoint ids whose value of the channel this view is: the one read or written,
+    and its descendants that left the channel unchanged."""
     positions: dict[int, int] | None = None
     """First position of each object by identity; built when first needed."""
 
@@ -152,91 +178,271 @@ class ListMemo:
             self.positions = _positions(self.objects)
         return self.positions
 
-    def by_item(self) -> dict[bytes, Any]:
-        return dict(zip(self.item_ids, self.objects, strict=True))
+
+def fingerprints_of(objects: Sequence[Any]) -> list[tuple[Any, ...] | None]:
+    """:func:`fingerprint` of every object; in C when all keep their fields in ``__dict__``
+    (messages and other models), which is what a chat's lists hold."""
+    try:
+        return list(map(tuple, map(_dict_values, map(vars, objects))))
+    except TypeError:  # an element without a __dict__ of its own
+        return [fingerprint(o) for o in objects]
+
+
+_dict_values: Callable[[Any], Iterable[Any]] = dict.values
+
+
+def marks(fingerprints: Iterable[tuple[Any, ...] | None]) -> list[tuple[int, ...] | None]:
+    """The identities a fingerprint holds: equal marks mean the very same field objects
+    (not merely equal ones, so ``1`` never passes for ``True``)."""
+    try:
+        return list(map(tuple, map(map, repeat(id), fingerprints)))  # type: ignore[arg-type]
+    except TypeError:  # a scalar element has no fingerprint
+        return [None if f is None else tuple(map(id, f)) for f in fingerprints]
 
 
 @dataclass
 class ChunkedList:
-    """A list value split for storage: its reference and what is new."""
+    """A list value split for storage: its reference, what is new, and its view."""
 
     ref: ListRef
     items: dict[bytes, Typed] = field(default_factory=dict)
     nodes: dict[bytes, list[bytes]] = field(default_factory=dict)
-    memo: ListMemo | None = None
+    view: ListView | None = None
+
+
+class _NotPlain(Exception):
+    """A value holds something :func:`copy_of` does not know how to copy exactly."""
+
+
+_IMMUTABLE = frozenset({str, int, float, bool, type(None), bytes})
+
+
+def _copy_plain(value: Any) -> Any:
+    kind = type(value)
+    if kind in _IMMUTABLE:
+        return value
+    if kind is dict:
+        return {k: _copy_plain(v) for k, v in value.items()}
+    if kind is list:
+        return [_copy_plain(v) for v in value]
+    if kind is tuple:
+        return tuple(_copy_plain(v) for v in value)
+    raise _NotPlain
+
+
+def copy_of(template: Any) -> Any:
+    """A deep copy of a decoded list element, equal to decoding its bytes again.
+
+    It is what ``BaseModel.__deepcopy__`` does, without ``copy.deepcopy``'s general
+    machinery: messages hold only JSON-like data, which copies several times faster than
+    it decodes. Anything else raises :class:`_NotPlain`, and the caller decodes instead.
+    """
+    kind = type(template)
+    if kind in _IMMUTABLE:
+        return template
+    if not isinstance(template, BaseModel):
+        return _copy_plain(template)
+    new = object.__new__(kind)
+    fields = {k: v if type(v) in _IMMUTABLE else _copy_plain(v) for k, v in vars(template).items()}
+    private, extra = template.__pydantic_private__, template.__pydantic_extra__
+    object.__setattr__(new, "__dict__", fields)
+    object.__setattr__(new, "__pydantic_fields_set__", set(template.__pydantic_fields_set__))
+    object.__setattr__(new, "__pydantic_extra__", None if extra is None else _copy_plain(extra))
+    object.__setattr__(
+        new, "__pydantic_private__", None if private is None else _copy_plain(private)
+    )
+    return new
+
+
+_UNBUILT = object()
+_NOT_PLAIN = object()
+
+
+class _Known:
+    """One stored item this saver can produce without fetching: its serialized bytes
+    until a read decodes it, then a decoded *template* that is only ever copied (never
+    handed out), or the bytes alone if the element cannot be copied exactly.
+
+    The state is one tuple, replaced whole, so threads reading it at once see either.
+    """
+
+    __slots__ = ("state",)
+
+    def __init__(self, typed: Typed) -> None:
+        self.state: tuple[Any, Typed | None] = (_UNBUILT, typed)
+
+    def fresh(self, load: Callable[[str, bytes], Any]) -> Any:
+        """A new object for this item, shared with nothing handed out before."""
+        template, typed = self.state
+        if template is _UNBUILT or template is _NOT_PLAIN:
+            assert typed is not None
+            decoded = load(*typed)
+            if template is _NOT_PLAIN:
+                return decoded
+            try:
+                obj = copy_of(decoded)
+            except _NotPlain:
+                self.state = (_NOT_PLAIN, typed)
+                return decoded
+            self.state = (decoded, None)  # the template; its bytes are no longer needed
+            return obj
+        return copy_of(template)
 
 
 MemoKey = tuple[bytes, str, str]  # thread key, namespace, channel
 
 
+@dataclass
+class _Channel:
+    versions: OrderedDict[bytes, ListVersion] = field(default_factory=OrderedDict)
+    views: list[ListView] = field(default_factory=list)
+    items: dict[bytes, _Known] = field(default_factory=dict)
+
+
 class ListMemory:
     """Per-saver memory of recent lists, bounded and safe to share between threads.
 
-    A channel keeps its last few lists, not just one: ``list()`` and history views read
-    older versions, and those reads must not evict the version the next step builds on.
-    The one used last is the one a put compares against.
+    Per channel: the last few versions (their item and page ids), the items they use
+    (bytes or a decoded template), and the last few *views*, the objects a read handed
+    out or a put was given. Reads build new objects from the items, so nothing is ever
+    handed out twice; puts recognize the objects of a view by identity and serialize
+    only the rest. A channel keeps several versions, not just one: ``list()`` and history
+    views read older versions, and those reads must not evict the one the next step
+    builds on.
     """
 
-    def __init__(self, max_lists: int = 1024, versions_per_list: int = 8) -> None:
+    def __init__(
+        self,
+        max_lists: int = 1024,
+        versions_per_list: int = 8,
+        views_per_list: int = 4,
+        max_items: int = 200_000,
+    ) -> None:
         self.max_lists = max_lists
         self.versions_per_list = versions_per_list
+        self.views_per_list = views_per_list
+        self.max_items = max_items
         self._lock = threading.Lock()
-        self._memos: OrderedDict[MemoKey, OrderedDict[bytes, ListMemo]] = OrderedDict()  # by ref
+        self._channels: OrderedDict[MemoKey, _Channel] = OrderedDict()
+        self._items = 0  # items known over all channels
         # Objects tasks returned as updates (they hold a reference, so ids stay unique).
         self._written: dict[MemoKey, dict[int, Any]] = {}
 
-    def get(self, key: MemoKey) -> ListMemo | None:
-        """The channel's list used last."""
-        with self._lock:
-            versions = self._memos.get(key)
-            if not versions:
-                return None
-            self._memos.move_to_end(key)
-            return next(reversed(versions.values()))
+    # -- what a put builds on ----------------------------------------------------------
 
-    def find(self, key: MemoKey, ref: ListRef) -> ListMemo | None:
-        """The remembered list stored under ``ref``, which becomes the one used last."""
+    def base(self, key: MemoKey, values: Sequence[Any], parent_id: str | None) -> ListView | None:
+        """The view ``values`` was built from: among the views of the parent checkpoint's
+        version (the only one a put may build on: retention keeps its items while any
+        other version's may be gone), the one sharing the longest prefix of objects."""
+        if parent_id is None:
+            return None
         with self._lock:
-            versions = self._memos.get(key)
-            raw = ref.encode()
-            memo = versions.get(raw) if versions else None
-            if versions is not None and memo is not None:
-                versions.move_to_end(raw)
-                self._memos.move_to_end(key)
-            return memo
+            channel = self._channels.get(key)
+            views = [v for v in channel.views if parent_id in v.at] if channel else []
+        best, longest = (views[-1] if views else None), -1
+        for view in reversed(views):
+            n = _same_prefix(values, view.objects)
+            if n > longest:
+                best, longest = view, n
+        return best
 
-    def remember(self, key: MemoKey, memo: ListMemo) -> None:
+    def advance(
+        self, thread_key: bytes, checkpoint_ns: str, parent_id: str | None, new_id: str,
+        changed: Collection[str],
+    ) -> None:  # fmt: skip
+        """A checkpoint ``new_id`` is stored on ``parent_id``: the views of channels it left
+        unchanged are its values too."""
+        if parent_id is None:
+            return
         with self._lock:
-            versions = self._memos.setdefault(key, OrderedDict())
-            raw = memo.ref.encode()
-            versions[raw] = memo
-            versions.move_to_end(raw)
-            while len(versions) > self.versions_per_list:
-                versions.popitem(last=False)
-            self._memos.move_to_end(key)
-            while len(self._memos) > self.max_lists:
-                self._memos.popitem(last=False)
+            for (tk, ns, name), channel in self._channels.items():
+                if tk == thread_key and ns == checkpoint_ns and name not in changed:
+                    for view in channel.views:
+                        if parent_id in view.at:
+                            view.at.add(new_id)
 
     def note_written(self, key: MemoKey, objects: Iterable[Any]) -> None:
         """Remember objects a task returned for a remembered list, until its next put."""
         with self._lock:
-            if key in self._memos:
+            if key in self._channels:
                 self._written.setdefault(key, {}).update((id(o), o) for o in objects)
 
     def take_written(self, key: MemoKey) -> dict[int, Any]:
         with self._lock:
             return self._written.pop(key, {})
 
+    # -- what reads and puts leave -----------------------------------------------------
+
+    def find(self, key: MemoKey, ref: ListRef) -> ListVersion | None:
+        """The remembered version stored under ``ref``, which becomes the one used last."""
+        with self._lock:
+            channel = self._channels.get(key)
+            raw = ref.encode()
+            version = channel.versions.get(raw) if channel is not None else None
+            if channel is not None and version is not None:
+                channel.versions.move_to_end(raw)
+                self._channels.move_to_end(key)
+            return version
+
+    def known(self, key: MemoKey) -> dict[bytes, _Known]:
+        """The items of ``key`` producible here, as of now (a copy: safe to keep using)."""
+        with self._lock:
+            channel = self._channels.get(key)
+            return dict(channel.items) if channel is not None else {}
+
+    def remember(
+        self,
+        key: MemoKey,
+        version: ListVersion,
+        items: Mapping[bytes, _Known],
+        view: ListView | None = None,
+    ) -> None:
+        """Remember a version that is stored, the items it uses and, optionally, a view."""
+        with self._lock:
+            channel = self._channels.get(key)
+            if channel is None:
+                channel = self._channels[key] = _Channel()
+            raw = version.ref.encode()
+            channel.versions[raw] = version
+            channel.versions.move_to_end(raw)
+            while len(channel.versions) > self.versions_per_list:
+                channel.versions.popitem(last=False)
+            if view is not None:
+                channel.views.append(view)
+                del channel.views[: -self.views_per_list]
+            before = len(channel.items)
+            for iid in version.item_ids:
+                if iid not in channel.items and iid in items:
+                    channel.items[iid] = items[iid]
+            longest = max(len(v.item_ids) for v in channel.versions.values())
+            if len(channel.items) > 2 * longest + PAGE_SIZE:
+                # Items no remembered version uses any more (trimmed, replaced).
+                used = {iid for v in channel.versions.values() for iid in v.item_ids}
+                channel.items = {i: k for i, k in channel.items.items() if i in used}
+            self._items += len(channel.items) - before
+            self._channels.move_to_end(key)
+            while len(self._channels) > 1 and (
+                len(self._channels) > self.max_lists or self._items > self.max_items
+            ):
+                self._drop(next(iter(self._channels)))
+
+    def _drop(self, key: MemoKey) -> None:
+        channel = self._channels.pop(key, None)
+        if channel is not None:
+            self._items -= len(channel.items)
+
+    # -- forgetting --------------------------------------------------------------------
+
     def forget(self, key: MemoKey) -> None:
         """Forget one channel's lists."""
         with self._lock:
-            self._memos.pop(key, None)
+            self._drop(key)
 
     def forget_lists(self, thread_key: bytes) -> None:
         """Forget a thread's lists: their items may be deleted (retention, prune)."""
         with self._lock:
-            for key in [k for k in self._memos if k[0] == thread_key]:
-                del self._memos[key]
+            for key in [k for k in self._channels if k[0] == thread_key]:
+                self._drop(key)
 
     def forget_thread(self, thread_key: bytes) -> None:
         """Forget all about a thread that is being deleted."""
@@ -248,95 +454,124 @@ class ListMemory:
     def clear(self) -> None:
         """Forget every list (after deletes that may touch any thread)."""
         with self._lock:
-            self._memos.clear()
+            self._channels.clear()
+            self._items = 0
 
 
 def chunk_list(
     thread_key: bytes,
     values: list[Any],
-    memo: ListMemo | None,
+    base: ListView | None,
     dump: Callable[[Any], Typed],
     written: Mapping[int, Any] | None = None,
 ) -> ChunkedList:
-    """Split ``values`` into items and pages, serializing only elements not in ``memo``.
+    """Split ``values`` into items and pages, serializing only elements not in ``base``.
 
-    An element that is the same object as one in ``memo`` keeps its item id, unless it
-    is among ``written`` (the objects this step's tasks returned as updates, which a
-    node may have edited in place) and its fingerprint changed. The common case, an
-    appended message, costs one identity check per element, done in C.
+    An element keeps the item id it has in ``base`` (the view ``values`` was built from:
+    the objects of the read or put the graph got them from) if it is the same object and
+    its fields are the same objects as then. A task's returned objects (``written``) are
+    serialized again regardless, since a node may have edited them deeper than a field.
+    The common case, an appended message, costs one identity check per element and one
+    comparison of field identities, both done in C.
     """
-    objects = memo.objects if memo is not None else []
+    objects = base.objects if base is not None else []
     written = written or {}
     out = ChunkedList(ref=ListRef(None, []))
-    # The common case, elements appended to the remembered list, is decided in C: the
-    # longest prefix of the very same objects keeps its ids, except for objects a task
-    # returned (and so may have edited in place) whose fingerprint changed.
     same = _same_prefix(values, objects)
-    index_of: dict[int, int] | None = None
-    if written and memo is not None:
-        index_of = memo.position_of()
-        for position in sorted(index_of.get(key, same) for key in written):
-            if position < same and not unchanged(
-                fingerprint(values[position]), memo.fingerprints[position]
+    if base is not None and same:
+        # Objects of the prefix whose fields were reassigned since, or that a task
+        # returned, are not unchanged.
+        now = marks(fingerprints_of(values[:same]))
+        flags = list(map(operator.eq, now, base.marks[:same]))
+        if not all(flags):
+            same = flags.index(False)
+        if written:
+            positions = base.position_of()
+            for key in written:
+                position = positions.get(key)
+                if position is not None and position < same:
+                    same = position
+    item_ids = base.version.item_ids[:same] if base is not None else []
+    prints = base.fingerprints[:same] if base is not None else []
+    stamps = base.marks[:same] if base is not None else []
+    if same < len(values):
+        tail = values[same:]
+        tail_prints = fingerprints_of(tail)
+        tail_marks = marks(tail_prints)
+        index_of = base.position_of() if base is not None and same < len(objects) else None
+        known = set(base.version.item_ids) if base is not None else set()
+        for i, value in enumerate(tail, start=same):
+            j: int | None = i if i < len(objects) and objects[i] is value else None
+            if j is None and index_of is not None:
+                j = index_of.get(id(value))
+            mark = tail_marks[i - same]
+            if (
+                j is not None
+                and base is not None
+                and id(value) not in written
+                and mark == base.marks[j]
             ):
-                same = position
-                break
-    item_ids = memo.item_ids[:same] if memo is not None else []
-    fingerprints = memo.fingerprints[:same] if memo is not None else []
-    for i in range(same, len(values)):
-        value = values[i]
-        j: int | None = i if i < len(objects) and objects[i] is value else None
-        # Looking an object up elsewhere only saves serializing it again (ids are content
-        # hashes), so appended elements skip building the index unless a shift did.
-        if j is None and memo is not None and (index_of is not None or i < len(objects)):
-            if index_of is None:
-                index_of = memo.position_of()
-            j = index_of.get(id(value))
-        if (
-            j is not None
-            and memo is not None
-            and (id(value) not in written or unchanged(fingerprint(value), memo.fingerprints[j]))
-        ):
-            item_ids.append(memo.item_ids[j])
-            fingerprints.append(memo.fingerprints[j])
-            continue
-        typ, data = dump(value)
-        iid = item_id(thread_key, typ, data)
-        out.items[iid] = (typ, data)
-        item_ids.append(iid)
-        fingerprints.append(fingerprint(value))
+                item_ids.append(base.version.item_ids[j])
+            else:
+                typ, data = dump(value)
+                iid = item_id(thread_key, typ, data)
+                if iid not in known:
+                    out.items[iid] = (typ, data)
+                item_ids.append(iid)
+            prints.append(tail_prints[i - same])
+            stamps.append(mark)
     full = len(item_ids) // PAGE_SIZE
+    old = base.version if base is not None else None
     # Pages wholly inside the unchanged prefix are the remembered pages.
-    kept = min(same // PAGE_SIZE, full, len(memo.page_ids)) if memo is not None else 0
-    page_ids: list[bytes] = list(memo.page_ids[:kept]) if memo is not None else []
+    kept = min(same // PAGE_SIZE, full, len(old.page_ids)) if old is not None else 0
+    page_ids: list[bytes] = list(old.page_ids[:kept]) if old is not None else []
     for j in range(kept, full):
         ids = item_ids[j * PAGE_SIZE : (j + 1) * PAGE_SIZE]
         if (
-            memo is not None
-            and j < len(memo.page_ids)
-            and memo.item_ids[j * PAGE_SIZE : (j + 1) * PAGE_SIZE] == ids
+            old is not None
+            and j < len(old.page_ids)
+            and old.item_ids[j * PAGE_SIZE : (j + 1) * PAGE_SIZE] == ids
         ):
-            page_ids.append(memo.page_ids[j])
+            page_ids.append(old.page_ids[j])
         else:
             pid = node_id(thread_key, ids, b"page")
             out.nodes[pid] = ids
             page_ids.append(pid)
     spine: bytes | None = None
     if page_ids:
-        if memo is not None and memo.page_ids == page_ids:
-            spine = memo.ref.spine
+        if old is not None and old.page_ids == page_ids:
+            spine = old.ref.spine
         else:
             spine = node_id(thread_key, page_ids, b"spine")
             out.nodes[spine] = page_ids
     out.ref = ListRef(spine, item_ids[full * PAGE_SIZE :])
-    out.memo = ListMemo(out.ref, list(values), fingerprints, item_ids, page_ids)
-    if memo is not None and memo.positions is not None and same == len(objects):
-        # Appended to the remembered list: extend its index instead of rebuilding it.
-        positions = dict(memo.positions)
+    version = ListVersion(out.ref, item_ids, page_ids)
+    out.view = ListView(version, list(values), prints, stamps)
+    if base is not None and base.positions is not None and same == len(objects):
+        # Appended to the base: extend its index instead of rebuilding it.
+        positions = dict(base.positions)
         for i in range(same, len(values)):
             positions.setdefault(id(values[i]), i)
-        out.memo.positions = positions
+        out.view.positions = positions
     return out
+
+
+def remember_stored(
+    memory: ListMemory, key: MemoKey, chunked: ChunkedList, checkpoint_id: str
+) -> None:
+    """Remember a list a put has stored: the next step builds on its view, and a read of
+    it needs no fetch (its new items are known by their serialized bytes)."""
+    view = chunked.view
+    if view is None:
+        return
+    view.at.add(checkpoint_id)
+    items = {iid: _Known(typed) for iid, typed in chunked.items.items()}
+    if len(items) < len(view.version.item_ids):
+        # The reused items are known already, unless evicted meanwhile: then a read
+        # fetches them.
+        for iid, known in memory.known(key).items():
+            items.setdefault(iid, known)
+    memory.remember(key, view.version, items, view)
 
 
 def _same_prefix(values: Sequence[Any], objects: Sequence[Any]) -> int:
@@ -361,7 +596,7 @@ class ListRequest:
 
     key: MemoKey
     ref: ListRef
-    known: Mapping[bytes, Any]
+    known: Collection[bytes]
 
 
 Fetch = Callable[[ListRequest], Any]
@@ -378,37 +613,43 @@ def resolve_list(
     fetch: Fetch,
     load: Callable[[str, bytes], Any],
     parse: Callable[[Any], Iterable[ItemRow]],
+    checkpoint_id: str | None = None,
 ) -> Generator[Any, Any, list[Any]]:
-    """Rebuild a stored list (a plan step): from memory when the same reference was seen,
-    else with one backend command that returns only the bytes not already decoded.
-    ``parse`` turns the command's reply into :data:`ItemRow`s."""
-    found = memory.find(request.key, request.ref)
-    if found is not None:
-        return list(found.objects)
-    memo = memory.get(request.key)
-    if memo is not None:
-        request = replace(request, known=memo.by_item())
-    rows = parse((yield fetch(request)))
-    objects: list[Any] = []
-    item_ids: list[bytes] = []
-    for raw_id, typ, data in rows:
-        iid = bytes(raw_id)
-        if typ is None:
-            raise LookupError("a stored list refers to an item that is missing")
-        objects.append(request.known[iid] if data is None else load(typ, bytes(data)))
-        item_ids.append(iid)
-    full = len(item_ids) // PAGE_SIZE
-    page_ids = [
-        node_id(request.key[0], item_ids[j * PAGE_SIZE : (j + 1) * PAGE_SIZE], b"page")
-        for j in range(full)
-    ]
-    if page_ids and node_id(request.key[0], page_ids, b"spine") != request.ref.spine:
-        # Pages stored under another thread's key (``copy_thread`` copies them as they
-        # are): the ids computed here were never stored, so the next put must store its
-        # own pages rather than refer to these.
-        page_ids = []
-    memory.remember(
-        request.key,
-        ListMemo(request.ref, objects, [fingerprint(o) for o in objects], item_ids, page_ids),
-    )
-    return list(objects)
+    """Rebuild a stored list (a plan step) as new objects: from memory when the version
+    and its items are known, else with one backend command that returns only the bytes
+    of items not known here. ``parse`` turns the command's reply into :data:`ItemRow`s.
+
+    With the ``checkpoint_id`` read, the objects handed out become a view a put on that
+    checkpoint recognizes (``get_tuple``, which starts a step); history pages leave none.
+    """
+    key = request.key
+    known = memory.known(key)
+    version = memory.find(key, request.ref)
+    if version is None or not known.keys() >= set(version.item_ids):
+        rows = parse((yield fetch(replace(request, known=known.keys()))))
+        item_ids: list[bytes] = []
+        for raw_id, typ, data in rows:
+            iid = bytes(raw_id)
+            if typ is None:
+                raise LookupError("a stored list refers to an item that is missing")
+            if data is not None:
+                known[iid] = _Known((typ, bytes(data)))
+            item_ids.append(iid)
+        full = len(item_ids) // PAGE_SIZE
+        page_ids = [
+            node_id(key[0], item_ids[j * PAGE_SIZE : (j + 1) * PAGE_SIZE], b"page")
+            for j in range(full)
+        ]
+        if page_ids and node_id(key[0], page_ids, b"spine") != request.ref.spine:
+            # Pages stored under another thread's key (``copy_thread`` copies them as
+            # they are): the ids computed here were never stored, so the next put must
+            # store its own pages rather than refer to these.
+            page_ids = []
+        version = ListVersion(request.ref, item_ids, page_ids)
+    objects = [known[iid].fresh(load) for iid in version.item_ids]
+    view = None
+    if checkpoint_id is not None:
+        prints = fingerprints_of(objects)
+        view = ListView(version, list(objects), prints, marks(prints), {checkpoint_id})
+    memory.remember(key, version, known, view)
+    return objects

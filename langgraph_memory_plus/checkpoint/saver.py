@@ -128,6 +128,13 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
             metadata_as_json=self._plans.metadata_as_json,
         )
 
+    @property
+    def _history_codec(self) -> CheckpointCodec:
+        """For ``list()``: what it hands out is never what a put builds on."""
+        codec = self._codec
+        codec.track_views = False
+        return codec
+
     # -- plans for each public method -------------------------------------------------
 
     def _get_tuple_plan(self, config: RunnableConfig) -> Plan[Any, CheckpointTuple | None]:
@@ -152,7 +159,7 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
         target = read_target(config)
         codec = self._codec
         encoded = codec.encode_checkpoint(target, config, checkpoint, metadata, new_versions)
-        stored = partial(codec.commit, encoded)
+        stored = partial(codec.commit, target, encoded)
         return self._plans.put(target, encoded), target.config(checkpoint["id"]), stored
 
     def _put_writes_plan(
@@ -211,7 +218,9 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
     ) -> Iterator[CheckpointTuple]:
         query: ListQuery | None = ListQuery.build(config, filter, before, limit)
         while query is not None:
-            page, query = self._run(self._plans.list_page(self._codec, query, LIST_PAGE_SIZE))
+            page, query = self._run(
+                self._plans.list_page(self._history_codec, query, LIST_PAGE_SIZE)
+            )
             yield from page
 
     def put(
@@ -284,7 +293,7 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
         query: ListQuery | None = ListQuery.build(config, filter, before, limit)
         while query is not None:
             page, query = await self._arun(
-                self._plans.list_page(self._codec, query, LIST_PAGE_SIZE)
+                self._plans.list_page(self._history_codec, query, LIST_PAGE_SIZE)
             )
             for item in page:
                 yield item

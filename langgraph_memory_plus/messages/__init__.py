@@ -39,6 +39,7 @@ from .summarization import (
     asummarize,
     summarize,
 )
+from .tokens import ExactTokenCounter, approximate_text_tokens, count_tokens_script_aware
 from .trimming import Trimmer, trim
 from .turns import TurnError, TurnHistory, TurnRecord, TurnWindow, abbreviate
 
@@ -47,6 +48,7 @@ __all__ = [
     "SUMMARY_ID",
     "Compaction",
     "ContextPolicy",
+    "ExactTokenCounter",
     "Mode",
     "Reducer",
     "RunningSummary",
@@ -60,9 +62,11 @@ __all__ = [
     "TurnRecord",
     "TurnWindow",
     "abbreviate",
+    "approximate_text_tokens",
     "asummarize",
     "context_hook",
     "count_messages",
+    "count_tokens_script_aware",
     "count_turns",
     "dedupe_messages",
     "merge_messages",

@@ -25,14 +25,22 @@ from langchain_core.messages import (
     convert_to_messages,
     message_chunk_to_message,
 )
-from langchain_core.messages.utils import count_tokens_approximately
+
+from .tokens import ENCODINGS, ExactTokenCounter, count_tokens_script_aware
 
 TokenCounter = Callable[[list[BaseMessage]], int]
 """Counts the tokens of a whole list (so per-list overheads can be included)."""
 
-TokenCounterLike = TokenCounter | BaseLanguageModel[Any] | Literal["approximate"] | None
+TokenCounterLike = (
+    TokenCounter
+    | BaseLanguageModel[Any]
+    | Literal["approximate", "o200k_base", "cl100k_base"]
+    | None
+)
 """What users may pass: a list counter, a model (its ``get_num_tokens_from_messages``),
-``"approximate"`` or ``None`` (both: ``langchain_core``'s ``count_tokens_approximately``)."""
+``"approximate"`` or ``None`` (both: the script-aware estimate,
+:func:`.tokens.count_tokens_script_aware`), or an encoding name for exact counts
+(:class:`.tokens.ExactTokenCounter`, the ``tokens`` extra)."""
 
 _ID_NAMESPACE = uuid.UUID("0b6b3f0e-6f4e-4a8e-9d1c-5c3f1f2a7d10")
 
@@ -40,7 +48,9 @@ _ID_NAMESPACE = uuid.UUID("0b6b3f0e-6f4e-4a8e-9d1c-5c3f1f2a7d10")
 def as_token_counter(counter: TokenCounterLike) -> TokenCounter:
     """Normalize the accepted counter forms to one callable on a list of messages."""
     if counter is None or counter == "approximate":
-        return _approximate
+        return count_tokens_script_aware
+    if isinstance(counter, str) and counter in ENCODINGS:
+        return ExactTokenCounter(counter)
     if isinstance(counter, BaseLanguageModel):
         return counter.get_num_tokens_from_messages
     if callable(counter):
@@ -49,10 +59,6 @@ def as_token_counter(counter: TokenCounterLike) -> TokenCounter:
         "token_counter must be a callable on a list of messages, a language model, "
         f"'approximate' or None; got {type(counter).__name__}"
     )
-
-
-def _approximate(messages: list[BaseMessage]) -> int:
-    return count_tokens_approximately(messages)
 
 
 def count_turns(messages: list[BaseMessage]) -> int:

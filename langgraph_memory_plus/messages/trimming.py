@@ -179,8 +179,9 @@ class Trimmer(ContextPolicy):
         max_messages: keep at most this many messages besides the system prompt.
         max_turns: keep at most this many turns (a turn starts at a human message).
         token_counter: a callable on a list of messages, a language model (its
-            ``get_num_tokens_from_messages``), or ``"approximate"``/``None`` for
-            ``langchain_core``'s ``count_tokens_approximately``.
+            ``get_num_tokens_from_messages``), ``"approximate"``/``None`` for the
+            script-aware estimate (``messages.tokens``), or ``"o200k_base"`` /
+            ``"cl100k_base"`` for exact counts (the ``tokens`` extra).
         strategy: ``"last"`` keeps the newest messages, ``"first"`` the oldest.
         keep_system: keep the system messages at the head of the list.
         start_on_human: make the first kept message after the system prompt a human

@@ -38,6 +38,7 @@ from typing import Any
 from langchain_core.messages import SystemMessage
 from typing_extensions import TypedDict
 
+from .. import _text
 from ._core import message_text
 
 logger = logging.getLogger(__name__)
@@ -79,16 +80,17 @@ def abbreviate(text: str, max_chars: int, marker: str = " […] ") -> str:
     """``text`` cut to at most ``max_chars``, keeping its start and its end.
 
     Answers tend to open with the gist and close with the conclusion, so both ends are worth
-    more than either alone; two thirds of the room go to the start.
+    more than either alone; two thirds of the room go to the start. Cuts fall between
+    characters as the reader sees them (never inside an emoji sequence, a surrogate pair
+    or a letter with its accents), so a cut can come out a character or two shorter.
     """
     if len(text) <= max_chars:
         return text
     room = max_chars - len(marker)
     if room <= 0:
-        return text[:max_chars]
-    head = (room * 2 + 2) // 3
-    tail = room - head
-    return text[:head] + marker + (text[-tail:] if tail else "")
+        return _text.head(text, max_chars)
+    start = (room * 2 + 2) // 3
+    return _text.head(text, start) + marker + _text.tail(text, room - start)
 
 
 def _default_format(turn: TurnRecord) -> str:

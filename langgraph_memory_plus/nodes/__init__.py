@@ -16,7 +16,7 @@ extra). The user comes from the runtime context or ``config["configurable"]``
 """
 
 from ._store import Stats
-from .extraction import Extractor, RuleExtractor, Statement, extract_statements
+from .extraction import Extractor, LanguageRules, RuleExtractor, Statement, extract_statements
 from .hooks import PostModelHook, ProfileHook
 from .preferences import (
     CONFIRM_STEP,
@@ -31,8 +31,10 @@ from .prefetch import Prefetcher
 from .profile import (
     DEFAULT_MIN_CONFIDENCE,
     PROFILE_ID,
+    PROFILE_LANGUAGES,
     InjectionMode,
     ProfileInjector,
+    ProfileLanguage,
     Section,
     Source,
     format_profile,
@@ -48,9 +50,11 @@ __all__ = [
     "DEFAULT_SCANNER",
     "PROFILE_ID",
     "PROFILE_KEY",
+    "PROFILE_LANGUAGES",
     "Extractor",
     "Finding",
     "InjectionMode",
+    "LanguageRules",
     "LearnResult",
     "MissingScopeError",
     "NamespaceTemplate",
@@ -60,6 +64,7 @@ __all__ = [
     "Prefetcher",
     "ProfileHook",
     "ProfileInjector",
+    "ProfileLanguage",
     "Rule",
     "RuleExtractor",
     "Scanner",

@@ -7,17 +7,26 @@ predictable, free, and easy to audit, which matters more here than recall, since
 statement it returns ends up in front of the model in later conversations. Anything that
 maps a text to :class:`Statement` s can replace it (an LLM-based extractor, say), as long
 as it keeps to the same rule: explicit statements only.
+
+Rules are data, per language (:class:`LanguageRules`: the rules plus how that language
+marks sentences, questions, negations, hedges and standing orders). English and Chinese
+come built in; values are stored in one canonical form ("靠窗" and "window seat" both
+give ``seat: window``), so a statement in either language confirms the other.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .. import _text
+
 DEFAULT_CONFIDENCE = 0.8
 HEDGE_PENALTY = 0.2
+STANDING_BONUS = 0.1
+"""Added for a standing order ("from now on", "以后都"): said as a rule, not a one-off."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +98,15 @@ def read_title(match: re.Match[str]) -> str | None:
     return match["value"].strip().title()
 
 
+def read_cabin(match: re.Match[str]) -> str | None:
+    return " ".join(match["value"].casefold().split())
+
+
+def read_member_number(match: re.Match[str]) -> str | None:
+    """A membership number without its spaces and dashes, letters upper case."""
+    return re.sub(r"[\s-]+", "", match["value"]).upper()
+
+
 @dataclass(frozen=True)
 class Rule:
     """A pattern with a ``value`` group (and optionally a ``topic`` group).
@@ -115,7 +133,7 @@ _SEAT_VERBS = (
     r"|hate|dislike|avoid|can'?t stand"
 )
 
-DEFAULT_RULES: tuple[Rule, ...] = (
+ENGLISH_RULES: tuple[Rule, ...] = (
     Rule(
         "name",
         re.compile(
@@ -185,74 +203,333 @@ DEFAULT_RULES: tuple[Rule, ...] = (
         0.85,
         read_word,
     ),
+    Rule(
+        "cabin",
+        re.compile(
+            rf"\b(?:{_SEAT_VERBS}|fly|travel|sit|upgrade(?: me)? to)\b(?:\s+[\w'-]+){{0,4}}?\s+"
+            # "business" and "first" name a cabin only with "class" ("book business travel")
+            r"(?P<value>premium economy|economy|business|first)(?:(?:\s+|-)class\b|"
+            r"(?<=economy)\b)",
+            re.IGNORECASE,
+        ),
+        0.8,
+        read_cabin,
+    ),
+    Rule(
+        "frequent_flyer",
+        re.compile(
+            r"\bmy\s+(?:[a-z]+\s+)?(?:frequent[- ]fl(?:y|i)er|loyalty|mileage|miles)"
+            r"(?:\s+(?:program(?:me)?|club|account|membership))?\s+(?:number|no\.?|#|id)"
+            r"\s*(?:is|:)?\s*(?P<value>[A-Z]{0,3}[\s-]?\d[\d\s-]{4,18}\d)\b",
+            re.IGNORECASE,
+        ),
+        0.9,
+        read_member_number,
+    ),
+    Rule(
+        "meal",
+        re.compile(
+            r"\b(?P<value>vegetarian|vegan|kosher|halal|gluten[- ]free|diabetic|low[- ]salt"
+            r"|child|children's|hindu|asian vegetarian)\s+meals?\b",
+            re.IGNORECASE,
+        ),
+        0.8,
+        read_word,
+    ),
 )
-"""The rules :class:`RuleExtractor` uses unless given others."""
+"""English rules: name, seat, cabin, location, reply language, favourites, diet, meal,
+frequent-flyer number."""
 
-# A sentence and its end mark; the end mark tells statements from questions.
-_SENTENCE = re.compile(r"[^.!?;\n]+[.!?;\n]*")
-# Within a sentence, a new clause starts at a comma or at a conjunction before a new
-# subject ("... and I prefer ...", "... but my name is ...").
-_CLAUSE_BREAK = re.compile(
-    r",\s*|\s+(?:and|but|though|although|while|whereas)\s+(?=(?:i|i'm|i'd|my|please|call)\b)",
-    re.IGNORECASE,
+_HAN_NAME = r"[\u4e00-\u9fff·]{2,4}"
+_WANT = (
+    r"(?:喜欢|偏好|偏爱|习惯|爱|要|想要|想|需要|订|预订|预定|选|坐|安排|换成?|改成?|留|给我|帮我"
+    r"|讨厌|不喜欢)"
 )
-_NEGATION = re.compile(
-    r"\b(?:don'?t|do not|doesn'?t|does not|never|no longer|not|hate|dislike|avoid|can'?t stand"
-    r"|won'?t|rather not)\b",
-    re.IGNORECASE,
+_CN_SEATS = {"靠窗": "window", "窗口": "window", "窗边": "window", "靠过道": "aisle",
+             "过道": "aisle", "走道": "aisle", "靠走廊": "aisle", "中间": "middle"}  # fmt: skip
+_CN_CABINS = {"超级经济舱": "premium economy", "高端经济舱": "premium economy",
+              "明珠经济舱": "premium economy", "经济舱": "economy", "商务舱": "business",
+              "公务舱": "business", "头等舱": "first"}  # fmt: skip
+_CN_MEALS = {"素食": "vegetarian", "素餐": "vegetarian", "清真": "halal",
+             "无麸质": "gluten-free", "儿童": "child", "糖尿病": "diabetic", "低盐": "low-salt",
+             "犹太": "kosher"}  # fmt: skip
+_CN_LANGUAGES = {"中文": "Chinese", "汉语": "Chinese", "普通话": "Mandarin", "国语": "Mandarin",
+                 "粤语": "Cantonese", "广东话": "Cantonese", "英文": "English", "英语": "English",
+                 "日语": "Japanese", "日文": "Japanese", "韩语": "Korean", "韩文": "Korean",
+                 "法语": "French", "德语": "German", "西班牙语": "Spanish"}  # fmt: skip
+
+
+def _alternatives(words: Mapping[str, str]) -> str:
+    """A regex alternation of ``words``, longest first (so 超级经济舱 beats 经济舱)."""
+    return "|".join(sorted(map(re.escape, words), key=len, reverse=True))
+
+
+def lookup(table: Mapping[str, str]) -> ValueReader:
+    """A reader that maps the matched word to its canonical value (``None``: unknown), so
+    "靠窗" and "window" are the same preference whatever language it was stated in."""
+
+    def read(match: re.Match[str]) -> str | None:
+        return table.get(match["value"])
+
+    return read
+
+
+# A name ends where the next word starts: these characters do not end Chinese names often
+# enough to matter, and begin the words that typically follow one ("我叫王芳想订票").
+_AFTER_NAME = re.compile(
+    r"(?<=..)(?:以后|每次|想|要|在|是|的|今|明|来|需|请|给|和|也|就|了|先生|女士)"
 )
-_HEDGE = re.compile(
-    r"\b(?:maybe|perhaps|probably|i think|i guess|i suppose|might|sometimes|not sure|kind of)\b",
-    re.IGNORECASE,
+_NOT_CN_NAMES = ("了", "过", "着", "你", "他", "她", "人", "车", "什么", "不")
+
+
+def read_chinese_name(match: re.Match[str]) -> str | None:
+    value = _AFTER_NAME.split(match["value"], maxsplit=1)[0]
+    if len(value) < 2 or value.startswith(_NOT_CN_NAMES):
+        return None
+    return value
+
+
+CHINESE_RULES: tuple[Rule, ...] = (
+    Rule(
+        "name",
+        re.compile(rf"(?:我叫|我的名字是|我的名字叫|我名字叫|叫我|本人叫)(?P<value>{_HAN_NAME})"),
+        0.9,
+        read_chinese_name,
+    ),
+    Rule(
+        "name",
+        re.compile(
+            r"(?:我叫|我的名字是|我的名字叫|叫我|我的英文名是|我的英文名叫)\s*"
+            r"(?P<value>[A-Za-z][A-Za-z'\-]*(?:\s+[A-Za-z][A-Za-z'\-]*){0,2})"
+        ),
+        0.9,
+        read_name,
+    ),
+    Rule(
+        "seat",
+        re.compile(
+            rf"{_WANT}[^，,。]{{0,8}}?(?P<value>{_alternatives(_CN_SEATS)})(?:的)?"
+            r"(?:座位|位置|位子|座|位|那边|一侧)"
+        ),
+        0.8,
+        lookup(_CN_SEATS),
+    ),
+    Rule(
+        "cabin",
+        re.compile(
+            rf"(?:{_WANT}|飞|升级?到?|买)[^，,。]{{0,8}}?(?P<value>{_alternatives(_CN_CABINS)})"
+        ),
+        0.8,
+        lookup(_CN_CABINS),
+    ),
+    Rule(
+        "meal",
+        re.compile(
+            rf"(?:{_WANT}|吃|点)[^，,。]{{0,6}}?(?P<value>{_alternatives(_CN_MEALS)})(?:的)?(?:餐|饭|餐食|食品)"
+        ),
+        0.8,
+        lookup(_CN_MEALS),
+    ),
+    Rule(
+        "diet",
+        re.compile(r"我(?:是|只)?(?:吃|一直吃)?(?P<value>素食者|吃素|素食主义者|清真)"),
+        0.85,
+        lookup(
+            {
+                "素食者": "vegetarian",
+                "吃素": "vegetarian",
+                "素食主义者": "vegetarian",
+                "清真": "halal",
+            }
+        ),
+    ),
+    Rule(
+        "frequent_flyer",
+        re.compile(
+            r"(?:常旅客|会员|里程|积分|凤凰知音|东方万里行|明珠)(?:卡)?(?:号|号码|卡号|账号)"
+            r"\s*(?:是|为|:)?\s*(?P<value>[A-Za-z]{0,3}[\s-]?\d[\d\s-]{4,18}\d)"
+        ),
+        0.9,
+        read_member_number,
+    ),
+    Rule(
+        "language",
+        re.compile(
+            rf"(?:用|说|讲)(?P<value>{_alternatives(_CN_LANGUAGES)})"
+            r"(?:回复|回答|答复|跟我说|和我说|跟我交流|和我交流|交流|沟通|聊|说话)?"
+        ),
+        0.8,
+        lookup(_CN_LANGUAGES),
+    ),
 )
-_HYPOTHETICAL = re.compile(r"^\s*(?:if|when|whether|suppose|imagine|what if)\b", re.IGNORECASE)
-# Clauses about someone else ("you prefer ...", "my wife likes ..."); "my name" and
-# "my favourite" are the user's own.
-_SOMEONE_ELSE = re.compile(
-    r"^\s*(?:you|he|she|they|we|it|my\s+(?!name\b|fav)[\w-]+(?:'s)?)\b", re.IGNORECASE
+"""Chinese rules: the same fields as English, values stored in the same canonical form."""
+
+
+@dataclass(frozen=True)
+class LanguageRules:
+    """How one language states facts about the speaker: the rules, and the grammar the
+    extractor needs around them. Extend a language with :meth:`extend`, or make a new one
+    and pass ``RuleExtractor(languages=[...])``.
+
+    ``sentence`` finds sentences with their end marks; a sentence that matches
+    ``question`` is never evidence. Sentences split into clauses at ``clause_break``;
+    clauses that match ``hypothetical`` or ``someone_else`` are skipped. In a clause,
+    ``negation`` before the value makes the statement negated, ``hedge`` lowers the
+    confidence, and ``standing`` ("from now on") raises it.
+    """
+
+    name: str
+    rules: tuple[Rule, ...]
+    sentence: re.Pattern[str]
+    question: re.Pattern[str]
+    clause_break: re.Pattern[str]
+    negation: re.Pattern[str]
+    hedge: re.Pattern[str]
+    standing: re.Pattern[str]
+    hypothetical: re.Pattern[str]
+    someone_else: re.Pattern[str]
+
+    def extend(self, *rules: Rule) -> LanguageRules:
+        """This language with ``rules`` added after its own."""
+        return replace(self, rules=(*self.rules, *rules))
+
+    def clauses(self, text: str) -> list[str]:
+        """The declarative clauses of ``text`` about the speaker (see the class docs)."""
+        return [clause for clause, _ in self.parts(text)]
+
+    def parts(self, text: str) -> list[tuple[str, str]]:
+        """``(clause, its sentence)`` for each declarative clause: a standing order
+        usually opens the sentence, a clause of its own ("From now on, book me ...")."""
+        out: list[tuple[str, str]] = []
+        for sentence in self.sentence.findall(text):
+            if self.question.search(sentence):
+                continue
+            for clause in self.clause_break.split(sentence.strip(" .!;\n。！；")):
+                clause = clause.strip()
+                if clause and not (
+                    self.hypothetical.match(clause) or self.someone_else.match(clause)
+                ):
+                    out.append((clause, sentence))
+        return out
+
+
+ENGLISH = LanguageRules(
+    name="en",
+    rules=ENGLISH_RULES,
+    sentence=re.compile(r"[^.!?;\n]+[.!?;\n]*"),
+    question=re.compile(r"\?"),
+    # a new clause starts at a comma or at a conjunction before a new subject
+    # ("... and I prefer ...", "... but my name is ...")
+    clause_break=re.compile(
+        r",\s*|\s+(?:and|but|though|although|while|whereas)\s+(?=(?:i|i'm|i'd|my|please|call)\b)",
+        re.IGNORECASE,
+    ),
+    negation=re.compile(
+        r"\b(?:don'?t|do not|doesn'?t|does not|never|no longer|not|hate|dislike|avoid"
+        r"|can'?t stand|won'?t|rather not)\b",
+        re.IGNORECASE,
+    ),
+    hedge=re.compile(
+        r"\b(?:maybe|perhaps|probably|i think|i guess|i suppose|might|sometimes|not sure"
+        r"|kind of)\b",
+        re.IGNORECASE,
+    ),
+    standing=re.compile(
+        r"\b(?:from now on|always|every time|each time|in future|in the future|going forward)\b",
+        re.IGNORECASE,
+    ),
+    hypothetical=re.compile(r"^\s*(?:if|when|whether|suppose|imagine|what if)\b", re.IGNORECASE),
+    # clauses about someone else ("you prefer ...", "my wife likes ..."); "my name",
+    # "my favourite" and "my frequent flyer number" are the user's own
+    someone_else=re.compile(
+        r"^\s*(?:you|he|she|they|we|it|my\s+(?!name\b|fav|frequent|loyalty|mileage|miles)"
+        r"[\w-]+(?:'s)?)\b",
+        re.IGNORECASE,
+    ),
 )
+
+CHINESE = LanguageRules(
+    name="zh",
+    rules=CHINESE_RULES,
+    sentence=re.compile(r"[^。！？；!?;\n]+[。！？；!?;\n]*"),
+    # "？", or a sentence-final question particle ("可以订靠窗的吗")
+    question=re.compile(r"[？?]|[吗呢么][。！!\s]*$"),
+    clause_break=re.compile(r"[，,、]\s*|(?:但是|不过|而且|另外|还有|然后)"),
+    negation=re.compile(
+        r"不要|别|不想|不喜欢|不用|不需要|讨厌|不坐|不订|不选|不再|不是|没有|从不|不"
+    ),
+    hedge=re.compile(r"可能|也许|大概|或许|好像|应该吧|说不定|差不多|有时候|有时"),
+    standing=re.compile(r"以后都|以后|每次都|每次|总是|一直|一律|永远|从现在起|今后"),
+    hypothetical=re.compile(r"^\s*(?:如果|要是|假如|假设|万一|若是|若)"),
+    someone_else=re.compile(
+        r"^\s*(?:他|她|他们|她们|我们|你(?!帮|给|替|就|们帮)|我(?:的)?(?:老婆|老公|妻子|丈夫|太太"
+        r"|先生|爱人|妈妈|爸爸|母亲|父亲|孩子|儿子|女儿|朋友|同事|老板|家人))"
+    ),
+)
+
+DEFAULT_LANGUAGES: tuple[LanguageRules, ...] = (ENGLISH, CHINESE)
+"""The languages :class:`RuleExtractor` reads unless given others."""
+
+DEFAULT_RULES: tuple[Rule, ...] = ENGLISH_RULES
+"""The English rules (kept under their old name)."""
 
 
 def clauses(text: str) -> list[str]:
-    """The declarative clauses of ``text`` about the user: questions, hypotheticals and
-    clauses about someone else are left out."""
-    out: list[str] = []
-    for sentence in _SENTENCE.findall(text):
-        if "?" in sentence:
-            continue
-        for clause in _CLAUSE_BREAK.split(sentence.strip(" .!;\n")):
-            if clause.strip() and not (_HYPOTHETICAL.match(clause) or _SOMEONE_ELSE.match(clause)):
-                out.append(clause.strip())
-    return out
+    """The declarative English clauses of ``text`` about the user."""
+    return ENGLISH.clauses(text)
 
 
 class RuleExtractor:
-    """The default extractor: :data:`DEFAULT_RULES` (name, seat, location, reply language,
-    favourites, diet), applied clause by clause.
+    """The default extractor: each of ``languages`` (English and Chinese by default)
+    applied clause by clause.
 
-    A clause with a negation before the match ("I don't want a window seat") gives a
-    negated statement; a hedge ("maybe", "I think") lowers the confidence by
-    ``hedge_penalty``. When a field is stated more than once, the last statement wins (it
-    is the user's latest word).
+    A clause with a negation before the match ("I don't want a window seat", "不要靠窗的
+    座位") gives a negated statement; a hedge ("maybe", "也许") lowers the confidence by
+    ``hedge_penalty``; a standing order ("from now on", "以后都") raises it by
+    ``standing_bonus``. When a field is stated more than once, the last statement wins
+    (it is the user's latest word). ``rules`` alone means: English grammar, only these
+    rules (as before languages existed).
     """
 
     def __init__(
-        self, rules: Sequence[Rule] | None = None, *, hedge_penalty: float = HEDGE_PENALTY
+        self,
+        rules: Sequence[Rule] | None = None,
+        *,
+        languages: Sequence[LanguageRules] | None = None,
+        hedge_penalty: float = HEDGE_PENALTY,
+        standing_bonus: float = STANDING_BONUS,
     ) -> None:
-        self.rules: tuple[Rule, ...] = tuple(DEFAULT_RULES if rules is None else rules)
+        if languages is None:
+            languages = (
+                DEFAULT_LANGUAGES if rules is None else (replace(ENGLISH, rules=tuple(rules)),)
+            )
+        elif rules is not None:
+            raise ValueError("pass rules or languages, not both")
+        self.languages: tuple[LanguageRules, ...] = tuple(languages)
         self.hedge_penalty = hedge_penalty
+        self.standing_bonus = standing_bonus
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        """Every language's rules."""
+        return tuple(rule for language in self.languages for rule in language.rules)
 
     def __call__(self, text: str) -> list[Statement]:
-        found: dict[str, Statement] = {}
-        for clause in clauses(text):
-            for rule in self.rules:
-                statement = self._read(rule, clause)
-                if statement is not None:
-                    found.pop(statement.field, None)
-                    found[statement.field] = statement
-        return list(found.values())
+        found: dict[str, tuple[int, Statement]] = {}
+        for language in self.languages:
+            for clause, sentence in language.parts(text):
+                for rule in language.rules:
+                    statement = self._read(language, rule, clause, sentence)
+                    if statement is not None:
+                        # the latest word wins: order by where the clause stands in the text
+                        at = text.find(clause)
+                        if statement.field not in found or found[statement.field][0] <= at:
+                            found[statement.field] = (at, statement)
+        return [statement for _, statement in sorted(found.values(), key=lambda pair: pair[0])]
 
-    def _read(self, rule: Rule, clause: str) -> Statement | None:
+    def _read(
+        self, language: LanguageRules, rule: Rule, clause: str, sentence: str
+    ) -> Statement | None:
         match = rule.pattern.search(clause)
         if match is None:
             return None
@@ -264,10 +541,13 @@ class RuleExtractor:
         if not field:
             return None
         confidence = rule.confidence
-        if _HEDGE.search(clause):
+        if language.hedge.search(clause):
             confidence -= self.hedge_penalty
-        negated = _NEGATION.search(clause[: match.start("value")]) is not None
-        statement = Statement(field, value, round(confidence, 4), negated, clause[:200])
+        elif language.standing.search(sentence):
+            confidence += self.standing_bonus
+        negated = language.negation.search(clause[: match.start("value")]) is not None
+        evidence = _text.head(clause, 200)
+        statement = Statement(field, value, round(min(confidence, 1.0), 4), negated, evidence)
         return statement if statement.confidence > 0 else replace(statement, confidence=0.0)
 
 

@@ -32,6 +32,7 @@ from langchain_core.runnables import RunnableLambda
 from langgraph.store.base import BaseStore
 from typing_extensions import Unpack
 
+from .. import _text
 from .._plan import Plan
 from ._store import (
     Stats,
@@ -244,7 +245,7 @@ class PreferenceLearner(Scoped):
                     "kind": "user_statement",
                     "thread_id": thread_id,
                     "message_id": message.id,
-                    "quote": statement.evidence[:200],
+                    "quote": _text.head(statement.evidence, 200),
                 }
                 found.append((statement, source))
         return found

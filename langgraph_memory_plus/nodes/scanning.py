@@ -9,9 +9,13 @@ fact about the user; the profile injector scans again when it reads, for data th
 the store some other way.
 
 The rules are deliberately plain regular expressions over a normalized text (Unicode
-compatibility forms folded, invisible characters dropped, case folded, spaces collapsed):
-predictable, fast, and easy to extend with :class:`Rule`. They err on the side of refusing,
-since a refused memory costs little and a stored instruction costs a lot.
+compatibility forms folded, invisible characters dropped, case folded, look-alike letters
+and traditional characters folded, letter-spaced words joined, spaces collapsed):
+predictable, fast, and easy to extend with :class:`Rule`. Chinese rules (instruction
+overrides, role-play, system-prompt requests, money movement) match the same text with
+all spacing squeezed out, since spaces mean nothing between Chinese characters. They err
+on the side of refusing, since a refused memory costs little and a stored instruction
+costs a lot.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .. import _text
 from ..errors import MemoryPlusError
 
 logger = logging.getLogger(__name__)
@@ -30,6 +35,7 @@ logger = logging.getLogger(__name__)
 PROMPT_INJECTION = "prompt_injection"
 ROLE_PLAY = "role_play"
 SQL = "sql"
+MONEY_MOVEMENT = "money_movement"
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,7 @@ _NOT_ROLES = (
 )
 _TARGETS = (
     r"(?:instructions?|prompts?|rules|directions|directives|guidelines|guidance|messages?"
-    r"|context|commands|orders|constraints|programming|restrictions|guardrails)"
+    r"|context|commands|orders|constraints|programming|restrictions|guardrails|polic(?:y|ies))"
 )
 
 
@@ -86,7 +92,10 @@ def rules(category: str, patterns: dict[str, str]) -> tuple[Rule, ...]:
 
 _INJECTION_PATTERNS = {
     "ignore-instructions": (
-        r"\b(?:ignore|disregard|forget|bypass|override|overrule)\b" rf"{_W}{{0,4}}?\s+{_TARGETS}\b"
+        # "ignore my last message" is the user taking back their own words
+        r"\b(?:ignore|disregard|forget|bypass|override|overrule|stop\s+(?:following|obeying))\b"
+        r"(?!\s+my\b)"
+        rf"{_W}{{0,4}}?\s+{_TARGETS}\b"
     ),
     "disregard-above": (
         r"\b(?:ignore|disregard|forget)\s+(?:all\s+|everything\s+)?(?:of\s+)?(?:the\s+|that\s+)?"
@@ -120,7 +129,7 @@ _INJECTION_PATTERNS = {
     ),
 }
 _ROLE_PLAY_PATTERNS = {
-    "you-are-now": r"\byou\s+are\s+(?:now|no\s+longer)\s+(?:an?|the|my|in)\b",
+    "you-are-now": r"\byou(?:\s+are|'re)\s+(?:now|no\s+longer)\s+(?:an?|the|my|in)\b",
     "from-now-on-you": r"\bfrom\s+now\s+on\s*,?\s+(?:you|act|behave|respond)\b",
     "act-as": (
         r"\b(?:act|behave|respond|answer|speak|talk)\s+(?:as|like)\s+(?!" + _NOT_ROLES + r")"
@@ -156,24 +165,202 @@ _SQL_PATTERNS = {
     ),
 }
 
+_MONEY_PATTERNS = {
+    "transfer-to-others": (
+        r"\b(?:transfer|send|move|wire|give|pay)\s+(?:all\s+|everything\s+)?(?:of\s+)?"
+        r"(?:my|the|his|her|their|this|these)?\s*(?:whole\s+|entire\s+|full\s+|remaining\s+)?"
+        r"(?:points|miles|balance|money|funds|credits?"
+        r"|savings|rewards|vouchers?)\s+(?:\w+\s+)?to\s+(?:another|this|that|the following"
+        r"|someone|somebody|a different|an external|an unknown|external|account|iban|\d)"
+    ),
+    "skip-verification": (
+        r"\b(?:without|skip|bypass|no)\s+(?:any\s+|the\s+)?(?:verification|confirmation"
+        r"|asking|checking|2fa|otp|authori[sz]ation|security checks?|approval)\b"
+        r"|\b(?:do not|don't|never)\s+(?:ask|verify|confirm|check)\b(?:\s+[\w'-]+){0,4}?"
+        r"\s+(?:before|when)\s+(?:transferring|sending|paying|refunding|moving)\b"
+    ),
+}
+
+# Chinese rules match the squeezed form (see :func:`squeeze`): no spaces, separators or
+# line breaks between characters, traditional characters folded to simplified.
+_ZH_TARGETS = (
+    r"(?:规则|指令|指示|设定|限制|要求|提示词?|约束|规定|命令|安全策略|安全规则|政策|守则|准则"
+    r"|条款|程序|编程|协议|底线|原则)"
+)
+# the words that may stand between "ignore" and "the rules" in an override, and nothing
+# else: "忘记密码了，重置的规则是什么" is no override
+_ZH_SCOPE = (
+    r"(?:之前|以前|先前|上面|前面|此前|原来|原先|原有|所有|全部|一切|任何|系统|开发者|你的|你们的"
+    r"|那些|这些|上述|的|掉|一下|了|都|你|收到的|被设定的|被告知的|设置的|给你的|现有|已有|既定"
+    r"|官方|公司|安全|内部|默认|条|项|些|全都|统统|通通|一律)"
+)
+_ZH_IGNORE = (
+    r"(?:忽略|无视|忽视|不要理会|不用理会|不必理会|别理会|别管|不要管|忘掉|忘记|抛开|抛弃|丢掉|跳过"
+    r"|绕过|绕开|覆盖|推翻|废除|取消|解除|打破|违反|突破|清除|清空|删除|撤销)"
+)
+_ZH_ROLES = (
+    r"(?:管理员|超级管理员|超级用户|开发者|开发人员|程序员|工程师|系统|root|黑客|越狱|无限制|不受限制"
+    r"|没有限制|没有任何限制|dan|邪恶|另一个|另外一个|我的奴隶|我的仆人|内部员工|银行行长"
+    r"|后台|运维|客服主管|审核员|老板|上帝|神)"
+)
+_ZH_INJECTION_PATTERNS = {
+    "zh-ignore-instructions": (
+        rf"{_ZH_IGNORE}{_ZH_SCOPE}{{0,6}}{_ZH_TARGETS}"
+        # the object first: "把之前的规定统统忘掉"
+        rf"|(?:把|将){_ZH_SCOPE}{{0,6}}{_ZH_TARGETS}{_ZH_SCOPE}{{0,3}}{_ZH_IGNORE}"
+    ),
+    "zh-no-longer-bound": (
+        r"(?:不用|不必|无需|不需要|不再|别再|不要再|无须)(?:再)?(?:遵守|遵循|服从|受|按照|执行|理会)"
+        rf"{_ZH_SCOPE}{{0,6}}{_ZH_TARGETS}"
+        rf"|(?:不受|摆脱|脱离)(?:任何)?(?:的)?{_ZH_TARGETS}(?:的)?(?:束缚|约束|限制)"
+    ),
+    "zh-reveal-prompt": (
+        r"(?:告诉我|显示|输出|打印|泄露|泄漏|透露|重复|复述|给我看|发给我|说出|展示|念出|列出|公开"
+        r"|贴出|吐出)[^。！？!?]{0,10}?(?:系统提示词?|系统指令|系统消息|系统设定|系统规则|初始指令"
+        r"|初始提示词?|隐藏指令|隐藏提示词?|内部指令|内部规则|提示词|原始指令|开发者指令"
+        r"|system ?prompt)"
+        r"|(?:系统提示词?|系统指令|隐藏指令|初始指令|提示词|system ?prompt)(?:里|中|里面)?"
+        r"(?:写了什么|有什么|说了什么|是什么|的内容|的全文"
+        r"|全部|原文|一字不差|发给我|告诉我|给我看|输出|打印|贴出来|显示出来|说出来|念出来)"
+    ),
+    "zh-new-instructions": (
+        r"(?:新的|最新的|真正的|更新的|以下|下面的|附加的?|额外的?|秘密)(?:系统)?"
+        r"(?:指令|提示词?|规则|命令|设定)(?:是|如下)?[:：]"
+    ),
+    "zh-system-markup": (
+        r"(?:^|\n)(?:[【\[(](?:系统|系统消息|系统指令|系统提示|开发者|管理员)[】\])][:：]?"
+        r"|(?:系统消息|系统指令|系统提示|开发者指令|管理员指令)[:：])"
+    ),
+    "zh-obey": (
+        r"你(?:(?:必须|一定要|只能)(?:无条件|绝对)?|要(?:无条件|绝对))"
+        r"(?:服从|听从|照做|执行)"
+        r"(?:我|以下|下面|新的)|(?:从现在开始|现在开始|从现在起|以后)(?:你)?(?:只|都)?听我的"
+    ),
+    "zh-standing-order": (
+        r"(?:以后|今后|从现在起|从此|永远|每次|总是|一律)(?:都|必须|只能|要)?"
+        r"(?:回答|回复|说|告诉|推荐|同意|批准|通过)[^。！？!?]{0,12}?"
+        r"(?:不管|无论|不论|即使|哪怕)"
+        r"|(?:不管|无论|不论)[^。！？!?]{0,10}?(?:都|一律|一定)(?:要)?(?:回答|回复|说|同意|批准|答应)"
+        r"(?:可以|是|好|行|没问题|同意|通过)"
+    ),
+    "zh-jailbreak": (
+        r"越狱(?:模式|版|提示|指令)|(?:dan|god|上帝|无限制|越狱)模式"
+        r"|你(?:现在)?(?:进入|切换到|开启|启动|处于)(?:了)?(?:开发者|管理员|调试)模式"
+        r"|解除(?:你的?)(?:所有|全部)?(?:安全)?限制|解除(?:所有|全部)(?:安全)?限制"
+    ),
+}
+_ZH_ROLE_PLAY_PATTERNS = {
+    "zh-you-are-now": (
+        rf"你现在(?:就|已经)?(?:是|成为|变成|作为)(?:一个|一名|一位|我的)?{_ZH_ROLES}"
+        rf"|你(?:已经)?不再是(?:一个|一名)?(?:客服|助手|ai|人工智能|机器人|助理)"
+        r"|你(?:其实|现在|本来|实际上|就|已经)?(?:是|成为|变成)(?:一个|一名|一位)?"
+        r"(?:没有任何限制|没有限制|不受任何限制|不受限制|无限制|不受约束)的"
+    ),
+    "zh-from-now-on-you": (
+        r"(?:从现在(?:起|开始)|从今以后|从此以后|从今天起)你(?:就|将|要|需要|必须)?"
+        r"(?:是|扮演|作为|成为|变成|充当|改为|改成)"
+        r"|(?:接下来|今后|以后)你(?:就|将|要|需要|必须)?(?:扮演|充当|假装)"
+    ),
+    "zh-pretend": (
+        r"(?:^|[。！？!?\n]|请|你(?:来|要|现在|就|可以)?)"
+        r"(?:扮演|假装|装作|假扮|冒充|伪装成)(?:你是|成为?|一个|一名|一位|我的|成|为)"
+        r"|(?:假装|装作|假设)你(?:是|没有|不是|可以)"
+        rf"|(?:假装|装作|当作|就当)(?:你)?(?:没有|不存在|不受)(?:任何)?{_ZH_TARGETS}"
+    ),
+    "zh-role-play": (
+        r"(?:我们|咱们|来|一起|开始|玩)(?:玩)?(?:个|一个)?角色扮演|玩个?(?:角色|扮演)游戏"
+        r"|进入角色|保持角色|不要出戏"
+    ),
+    "zh-new-identity": (
+        r"你(?:的)?(?:新)?(?:身份|角色|人设|设定)(?:现在)?(?:是|变成|改为|改成)"
+        rf"|你以{_ZH_ROLES}(?:的)?身份|以{_ZH_ROLES}(?:的)?身份(?:回答|回复|和我说话|跟我说话|说话)"
+    ),
+}
+_ZH_MONEY_PATTERNS = {
+    "zh-transfer-to-others": (
+        r"(?:把|将)(?:我的?|他的?|这个|账户里?的?|卡里的?){0,3}(?:所有|全部)?(?:的)?"
+        r"(?:积分|里程|余额|钱|资金|款项|存款|账户余额|奖励|优惠券|红包|点数|额度)(?:全部|都)?"
+        r"(?:转给|转到|转入|转移到?|赠送给|送给|汇给|汇到|打给|打到|划到|划给|充值到)"
+        r"(?:别人|他人|其他人|陌生人|对方|\d{6,}"
+        r"|(?:下面|以下|这个|那个|指定的?|一个新的?|新的?|外部的?|陌生的?|别人的?|他人的?|其他的?)"
+        r"(?:这个|那个|的)?(?:账户|账号|卡号|银行卡))"
+    ),
+    "zh-skip-verification": (
+        r"(?:不用|不需要|无需|不必|跳过|绕过|免去|免除|不要|别)(?:再)?(?:进行|做|发送?|经过|走)?"
+        r"(?:验证|确认|核实|短信验证|验证码|二次确认|人脸识别|身份验证|授权|审核|审批|风控)"
+        r"[^。！？!?]{0,12}?(?:转账|转给|转到|付款|汇款|提现|退款|支付|扣款|划款|打款)"
+        r"|(?:转账|转给|转到|付款|汇款|提现|退款|支付|扣款|划款|打款)[^。！？!?]{0,12}?"
+        r"(?:不用|不需要|无需|不必|跳过|绕过|免去|不要)(?:再)?(?:进行|做|经过|走)?"
+        r"(?:验证|确认|核实|验证码|授权|审核|审批|通知)"
+    ),
+    "zh-standing-transfer": (
+        r"(?:以后|今后|每次|每月|每天|自动|总是|一律|直接)(?:都)?[^。！？!?]{0,8}?"
+        r"(?:转账|转给|转到|汇款|汇给|打款|付款给|转移|划转)(?:到|给)?[^。！？!?]{0,6}?"
+        r"(?:别人|他人|陌生人|这个账户|这个账号|以下账户|指定账户|外部账户|\d{6,})"
+    ),
+}
+
 DEFAULT_RULES: tuple[Rule, ...] = (
     *rules(PROMPT_INJECTION, _INJECTION_PATTERNS),
     *rules(ROLE_PLAY, _ROLE_PLAY_PATTERNS),
     *rules(SQL, _SQL_PATTERNS),
+    *rules(MONEY_MOVEMENT, _MONEY_PATTERNS),
 )
-"""The rules :class:`Scanner` uses unless given others."""
+"""The rules matched against the normalized text (English, SQL)."""
+
+CHINESE_RULES: tuple[Rule, ...] = (
+    *rules(PROMPT_INJECTION, _ZH_INJECTION_PATTERNS),
+    *rules(ROLE_PLAY, _ZH_ROLE_PLAY_PATTERNS),
+    *rules(MONEY_MOVEMENT, _ZH_MONEY_PATTERNS),
+)
+"""The rules matched against the squeezed text (Chinese: spacing is no word boundary)."""
 
 _INVISIBLE = {"Cf", "Cc", "Co", "Cs", "Cn"}
 _SPACES = re.compile(r"[^\S\n]+")
+# Letters from other scripts that look like Latin ones (an "o" that is Cyrillic), and
+# traditional characters of the Chinese rules' words, folded before matching.
+_FOLD = str.maketrans(
+    "\u0430\u0435\u043e\u0440\u0441\u0443\u0445\u0456\u0458\u0455\u0501\u04bb\u051b\u051d\u028f\u0261\u03bf\u03b1\u03b9\u03b5\u03ba\u03bd\u03c1\u03c4\u03c5\u03c7"
+    "無視規則設統詞錢轉給別現從開發員們這賬帳戶積額驗證認碼過繞記讓條據應當戲擬裝謂權",
+    "aeopcyxijsdhqwygoaieknptux"
+    "无视规则设统词钱转给别现从开发员们这账账户积额验证认码过绕记让条据应当戏拟装谓权",
+)
+# Single letters with separators between them ("i g n o r e", "i.g.n.o.r.e"): joined
+_SPACED_LETTERS = re.compile(r"\b(?:[a-z][ .\-_*|/]){3,}[a-z]\b")
+_SEPARATORS = re.compile(r"[ .\-_*|/]")
+_WORD_GAP = re.compile(r" {2,}")
+# What may stand between two characters of a Chinese word without meaning anything
+_FILLER = re.compile(r"[\s\-_*·.,~|/\\'\"`^+=#@&%$<>()\[\]{}，、…]+")
 
 
 def normalize(text: str) -> str:
-    """The form rules match against: NFKC, invisible characters dropped, case-folded,
-    runs of spaces collapsed (newlines kept, so line-start rules still work)."""
+    """The form rules match against: NFKC (full-width forms become ASCII), invisible
+    characters (zero-width spaces, joiners, bidi marks) dropped, case-folded, look-alike
+    letters of other scripts folded to Latin, letter-spaced words joined, runs of spaces
+    collapsed (newlines kept, so line-start rules still work)."""
     text = unicodedata.normalize("NFKC", text)
     text = "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch) not in _INVISIBLE)
     text = text.replace("\u2019", "'").replace("\u2018", "'")
-    return _SPACES.sub(" ", text.casefold())
+    text = text.casefold().translate(_FOLD)
+    text = "\n".join(_unspace(line) for line in text.split("\n"))
+    return _SPACES.sub(" ", text)
+
+
+def _unspace(line: str) -> str:
+    """A line written letter by letter ("y o u  a r e  n o w") as words ("you are now"):
+    when most of its tokens are single characters, single spaces are inside words and
+    runs of spaces between them. Elsewhere, runs of single letters are joined."""
+    tokens = line.split()
+    if len(tokens) >= 8 and sum(len(t) == 1 for t in tokens) >= 0.8 * len(tokens):
+        return " ".join(word.replace(" ", "") for word in _WORD_GAP.split(line.strip()))
+    return _SPACED_LETTERS.sub(lambda m: _SEPARATORS.sub("", m[0]), line)
+
+
+def squeeze(normal: str) -> str:
+    """The normalized text without any spacing or separators (lines kept), for the
+    Chinese rules: Chinese has no spaces between words, so "忽 略 之-前 的 规·则" means
+    what "忽略之前的规则" means."""
+    return "\n".join(_FILLER.sub("", line) for line in normal.split("\n"))
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -193,22 +380,39 @@ class Scanner:
     """Finds instruction-like text that must not be stored as memory.
 
     Args:
-        rules: the rules to use (default :data:`DEFAULT_RULES`).
+        rules: the rules to match against the normalized text (default
+            :data:`DEFAULT_RULES`).
         extra: rules to add to them, e.g. ``Rule.of("custom", "pii", r"\\bssn\\b")``.
+        squeezed: rules to match against the squeezed text (:func:`squeeze`; default
+            :data:`CHINESE_RULES`), for languages written without spaces.
     """
 
-    def __init__(self, rules: Iterable[Rule] | None = None, *, extra: Iterable[Rule] = ()) -> None:
+    def __init__(
+        self,
+        rules: Iterable[Rule] | None = None,
+        *,
+        extra: Iterable[Rule] = (),
+        squeezed: Iterable[Rule] | None = None,
+    ) -> None:
         self.rules: tuple[Rule, ...] = (*(DEFAULT_RULES if rules is None else rules), *extra)
+        self.squeezed: tuple[Rule, ...] = tuple(CHINESE_RULES if squeezed is None else squeezed)
 
     def scan(self, text: str) -> list[Finding]:
         """Every rule that matches ``text`` (empty: safe to store)."""
         normal = normalize(text)
+        findings = self._match(self.rules, normal)
+        if self.squeezed:
+            findings += self._match(self.squeezed, squeeze(normal))
+        return findings
+
+    @staticmethod
+    def _match(rules: Iterable[Rule], text: str) -> list[Finding]:
         findings: list[Finding] = []
-        for rule in self.rules:
-            match = rule.pattern.search(normal)
+        for rule in rules:
+            match = rule.pattern.search(text)
             if match is not None:
-                start = max(0, match.start() - 20)
-                findings.append(Finding(rule.category, rule.name, normal[start : match.end() + 20]))
+                excerpt = _text.around(text, match.start() - 20, match.end() + 20)
+                findings.append(Finding(rule.category, rule.name, excerpt))
         return findings
 
     def scan_value(self, value: Any) -> list[Finding]:
@@ -229,7 +433,7 @@ def log_refusal(where: str, findings: list[Finding]) -> None:
         "%s: refused to store user text (%s); excerpt %r",
         where,
         ", ".join(sorted({str(f) for f in findings})),
-        findings[0].excerpt[:80],
+        _text.head(findings[0].excerpt, 80),
     )
 
 

@@ -33,6 +33,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.store.base import BaseStore, GetOp, PutOp, SearchOp
 from pydantic import BaseModel, Field
 
+from .. import _text
 from .._plan import Plan
 from ..store.base import ConditionalPutOp
 from ._store import (
@@ -72,7 +73,7 @@ def normalize_key(raw: str | None) -> str | None:
     text = _KEY_SEPARATORS.sub("-", unicodedata.normalize("NFKC", str(raw)).strip())
     text = "".join(ch for ch in text if unicodedata.category(ch)[0] != "C")
     text = text.strip("-").casefold()
-    return text[:MAX_KEY_CHARS] or None
+    return _text.head(text, MAX_KEY_CHARS) or None
 
 
 def new_key() -> str:

@@ -1,0 +1,197 @@
+"""Memory in the user's language: counting error and speed, and the scanner's rates.
+
+1. Token counting. For each language of ``benchmarks/data/language_samples.py`` (en, zh,
+   ja, mixed, code) the error of the old default (``langchain_core``'s
+   ``count_tokens_approximately``, four characters a token) and of the new one
+   (``approximate_text_tokens``, script-aware) against the exact o200k and cl100k counts
+   (``ExactTokenCounter``, the ``tokens`` extra). "all texts" is the language's texts
+   taken together (what a budget sees); "worst text" the largest error on one text.
+2. Counting speed: microseconds per message, counting whole message lists of each
+   language, old and new counter and the exact one, with the new/old ratio.
+3. The scanner on ``benchmarks/data/scan_corpus.py``: false positives on ordinary
+   messages, detection per attack form, the held-out set apart, and its speed.
+
+Run from the repository root (needs the ``tokens`` extra)::
+
+    python -m benchmarks.language [--repeat 200] [--markdown out.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages.utils import count_tokens_approximately
+
+from benchmarks.data import scan_corpus
+from benchmarks.data.language_samples import SAMPLES
+from langgraph_memory_plus.messages import (
+    ExactTokenCounter,
+    approximate_text_tokens,
+    count_tokens_script_aware,
+)
+from langgraph_memory_plus.nodes.scanning import DEFAULT_SCANNER
+
+ENCODINGS = ("o200k_base", "cl100k_base")
+
+
+def old_text_tokens(text: str) -> float:
+    return len(text) / 4
+
+
+def error(estimate: float, exact: int) -> float:
+    return (estimate - exact) / exact
+
+
+def counting_table(exact: dict[str, ExactTokenCounter]) -> list[str]:
+    lines = [
+        "| language | chars | o200k | cl100k | old vs o200k | old vs cl100k | new vs o200k "
+        "| new vs cl100k | new, worst text |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for language, texts in SAMPLES.items():
+        joined = "".join(texts)
+        real = {name: counter.text_tokens(joined) for name, counter in exact.items()}
+        old, new = old_text_tokens(joined), approximate_text_tokens(joined)
+        worst = max(
+            abs(error(approximate_text_tokens(t), c.text_tokens(t)))
+            for t in texts
+            for c in exact.values()
+        )
+        cells = [
+            language,
+            str(len(joined)),
+            *(str(real[name]) for name in ENCODINGS),
+            *(f"{error(old, real[name]):+.1%}" for name in ENCODINGS),
+            *(f"{error(new, real[name]):+.1%}" for name in ENCODINGS),
+            f"{worst:.1%}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def conversation(texts: Sequence[str], size: int = 100) -> list[BaseMessage]:
+    return [
+        (HumanMessage if k % 2 == 0 else AIMessage)(texts[k % len(texts)], id=f"m{k}")
+        for k in range(size)
+    ]
+
+
+def per_message_us(counter: Callable[[list[BaseMessage]], int], messages: list[BaseMessage],
+                   repeat: int) -> float:  # fmt: skip
+    """The median of ``repeat`` timings of counting the whole list, per message."""
+    timings = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        counter(messages)
+        timings.append(time.perf_counter() - start)
+    timings.sort()
+    return timings[len(timings) // 2] / len(messages) * 1e6
+
+
+def speed_table(exact: dict[str, ExactTokenCounter], repeat: int) -> list[str]:
+    lines = [
+        "| language | old µs/msg | new µs/msg | new/old | exact o200k µs/msg |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for language, texts in SAMPLES.items():
+        messages = conversation(texts)
+        old = per_message_us(count_tokens_approximately, messages, repeat)
+        new = per_message_us(count_tokens_script_aware, messages, repeat)
+        real = per_message_us(exact["o200k_base"], messages, max(3, repeat // 10))
+        lines.append(f"| {language} | {old:.2f} | {new:.2f} | {new / old:.2f} | {real:.1f} |")
+    return lines
+
+
+def rate(hits: int, total: int) -> str:
+    return f"{hits}/{total} = {hits / total:.1%}" if total else "-"
+
+
+def scanner_table() -> list[str]:
+    benign, attacks = scan_corpus.benign(), scan_corpus.attacks()
+    lines = ["| set | language | form | messages | flagged |", "|---|---|---|---:|---:|"]
+    for language in ("zh", "en"):
+        ours = [m for lang, m in benign if lang == language]
+        flagged = sum(bool(DEFAULT_SCANNER.scan(m)) for m in ours)
+        lines.append(f"| benign | {language} | - | {len(ours)} | {rate(flagged, len(ours))} |")
+    forms = sorted({form for _, form, _ in attacks}, key=lambda f: (f != "plain", f))
+    for language in ("zh", "en"):
+        for form in forms:
+            theirs = [m for lang, f, m in attacks if lang == language and f == form]
+            if theirs:
+                hits = sum(bool(DEFAULT_SCANNER.scan(m)) for m in theirs)
+                lines.append(
+                    f"| attacks | {language} | {form} | {len(theirs)} | {rate(hits, len(theirs))} |"
+                )
+    all_fp = sum(bool(DEFAULT_SCANNER.scan(m)) for _, m in benign)
+    all_hits = sum(bool(DEFAULT_SCANNER.scan(m)) for _, _, m in attacks)
+    lines.append(f"| **benign, all** | | | {len(benign)} | {rate(all_fp, len(benign))} |")
+    lines.append(f"| **attacks, all** | | | {len(attacks)} | {rate(all_hits, len(attacks))} |")
+    for language in ("zh", "en"):
+        hb = [m for lang, m in scan_corpus.HELDOUT_BENIGN if lang == language]
+        ha = [m for lang, m in scan_corpus.HELDOUT_ATTACKS if lang == language]
+        fp = sum(bool(DEFAULT_SCANNER.scan(m)) for m in hb)
+        hits = sum(bool(DEFAULT_SCANNER.scan(m)) for m in ha)
+        lines.append(f"| held-out benign | {language} | - | {len(hb)} | {rate(fp, len(hb))} |")
+        lines.append(f"| held-out attacks | {language} | - | {len(ha)} | {rate(hits, len(ha))} |")
+    texts = [m for _, m in benign] + [m for _, _, m in attacks]
+    start = time.perf_counter()
+    for text in texts:
+        DEFAULT_SCANNER.scan(text)
+    per = (time.perf_counter() - start) / len(texts) * 1e6
+    lines.append("")
+    lines.append(f"Scanning speed: {per:.0f} µs per message ({len(texts)} messages).")
+    return lines
+
+
+def header() -> list[str]:
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    load = " ".join(f"{x:.2f}" for x in __import__("os").getloadavg())
+    return [
+        "# Languages: counting error and speed, scanner rates",
+        "",
+        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, commit {commit}, "
+        f"Python {platform.python_version()}, load average {load}.",
+        "",
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=200, help="timings per speed cell")
+    parser.add_argument("--markdown", help="also write the report to this file")
+    args = parser.parse_args(argv)
+    exact = {name: ExactTokenCounter(name) for name in ENCODINGS}
+    report = [
+        *header(),
+        "## Counting error vs exact counts (signed: + over, - under)",
+        "",
+        *counting_table(exact),
+        "",
+        "## Counting speed (100-message lists, median per message)",
+        "",
+        *speed_table(exact, args.repeat),
+        "",
+        "## Scanner (benchmarks/data/scan_corpus.py)",
+        "",
+        *scanner_table(),
+    ]
+    text = "\n".join(report) + "\n"
+    print(text, end="")
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as out:
+            out.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,342 @@
+"""Seeded random operation sequences on real graphs, ours against ``InMemorySaver``.
+
+Each sequence plays the same random operations on one graph compiled twice, with our saver and
+with LangGraph's ``InMemorySaver``, and after every operation compares what the graph shows
+(state, next nodes, interrupts, the whole history) through the saver that wrote it *and* through
+a fresh saver on the same storage, which shows what was actually stored. The operations are the
+ones that broke list memory before: in-place edits (returned or not) followed by forks from
+older checkpoints, edits of objects ``get_state`` returned, ``copy_thread`` followed by different
+edits on both copies, ``Send`` fan-out, interrupts in parallel branches, a two-level subgraph,
+list channels of dicts, tuples, bytes and pydantic models that also shrink, both durability
+modes, and restarts with ``keep_last`` cycling through None, 1 and 3.
+
+The seed differs per run (``LGMP_FUZZ_SEED`` fixes it) and a failure names it.
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+import os
+import random
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import pytest
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.types import Command, Send, interrupt
+from pydantic import BaseModel
+from typing_extensions import TypedDict
+
+pytestmark = pytest.mark.storage
+
+SEQUENCES = int(os.environ.get("LGMP_FUZZ_SEQUENCES", "3"))
+STEPS = int(os.environ.get("LGMP_FUZZ_STEPS", "14"))
+BASE_SEED = int(os.environ.get("LGMP_FUZZ_SEED", str(random.SystemRandom().randrange(1 << 30))))
+
+
+class Note(BaseModel):
+    text: str
+    tags: list[str] = []
+
+
+class State(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]
+    items: Annotated[list[Any], operator.add]
+    bag: list[Any]  # replaced whole: grows and shrinks
+    plan: dict[str, Any]  # what this step's nodes should do
+
+
+class Sub(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def _inner() -> Any:
+    def deep(state: Sub) -> dict[str, Any]:
+        n = len(state["messages"])
+        return {"messages": [AIMessage(f"deep {n}", id=f"deep-{n}")]}
+
+    b = StateGraph(Sub)
+    b.add_node("deep", deep)
+    b.add_edge(START, "deep")
+    return b.compile()
+
+
+def _middle() -> Any:
+    def mid(state: Sub) -> dict[str, Any]:
+        n = len(state["messages"])
+        return {"messages": [AIMessage(f"mid {n}", id=f"mid-{n}")]}
+
+    b = StateGraph(Sub)
+    b.add_node("mid", mid)
+    b.add_node("inner", _inner())
+    b.add_edge(START, "mid")
+    b.add_edge("mid", "inner")
+    return b.compile()
+
+
+def build_graph() -> StateGraph:
+    def model(state: State) -> dict[str, Any]:
+        plan = state.get("plan") or {}
+        messages = state["messages"]
+        out: list[Any] = []
+        n = len(messages)
+        edit = plan.get("edit")
+        if edit is not None and messages:
+            target = messages[edit % n]
+            kind = plan.get("edit_kind", "field")
+            if kind == "field":
+                target.content = f"edited@{n}"
+                out.append(target)
+            elif kind == "nested":
+                target.additional_kwargs["note"] = f"nested@{n}"
+                out.append(target)
+            else:  # reassigned, not returned
+                target.content = f"silent@{n}"
+        out.append(AIMessage(f"answer {n}", id=f"ai-{plan.get('tag', n)}"))
+        update: dict[str, Any] = {"messages": out}
+        bag = list(state.get("bag") or [])
+        if plan.get("shrink") and bag:
+            bag = bag[: len(bag) // 2]
+        else:
+            bag.append(Note(text=f"note {n}", tags=["a", str(n)]))
+        update["bag"] = bag
+        return update
+
+    def route(state: State) -> Any:
+        plan = state.get("plan") or {}
+        sends: list[Any] = [Send("worker", {"k": k}) for k in range(plan.get("fan", 0))]
+        if plan.get("review"):
+            sends += ["review_a", "review_b"]
+        if plan.get("sub"):
+            sends.append("sub")
+        return sends or END
+
+    def worker(arg: dict[str, Any]) -> dict[str, Any]:
+        k = arg["k"]
+        values: list[Any] = [{"k": k, "nested": {"x": [k]}}, ("t", k), f"b{k}".encode()]
+        return {"items": [values[k % 3]]}
+
+    def review(name: str) -> Any:
+        def node(state: State) -> dict[str, Any]:
+            answer = interrupt({"review": name, "n": len(state["messages"])})
+            return {"items": [{"reviewed": name, "answer": answer}]}
+
+        return node
+
+    b = StateGraph(State)
+    b.add_node("model", model)
+    b.add_node("worker", worker)
+    b.add_node("review_a", review("a"))
+    b.add_node("review_b", review("b"))
+    b.add_node("sub", _middle())
+    b.add_edge(START, "model")
+    b.add_conditional_edges("model", route, ["worker", "review_a", "review_b", "sub", END])
+    return b
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return (type(value).__name__, _plain(value.model_dump()))
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, [_plain(v) for v in value])
+    return value
+
+
+def observe(graph: Any, config: dict[str, Any]) -> Any:
+    """What a user sees of a thread: state, next, interrupts, and the whole history."""
+    state = graph.get_state(config, subgraphs=True)
+    history = [
+        (_plain(s.values), list(s.next), s.metadata.get("step"), s.metadata.get("source"))
+        for s in graph.get_state_history(config)
+    ]
+    return {
+        "values": _plain(state.values),
+        "next": list(state.next),
+        "interrupts": sorted(str(i.value) for i in state.interrupts),
+        "history": history,
+    }
+
+
+def latest(graph: Any, config: dict[str, Any]) -> Any:
+    state = graph.get_state(config)
+    return {"values": _plain(state.values), "next": list(state.next)}
+
+
+def _copy_in_memory(saver: InMemorySaver, source: str, target: str) -> None:
+    """``copy_thread`` for the reference, which has none: the same records, renamed."""
+    for ns, checkpoints in list(saver.storage[source].items()):
+        saver.storage[target][ns] = dict(checkpoints)
+    for (tid, ns, cid), writes in list(saver.writes.items()):
+        if tid == source:
+            saver.writes[(target, ns, cid)] = dict(writes)
+    for (tid, ns, ch, v), blob in list(saver.blobs.items()):
+        if tid == source:
+            saver.blobs[(target, ns, ch, v)] = blob
+
+
+class Sequence:
+    """One random sequence, played on both savers step by step."""
+
+    def __init__(self, seed: int, factory: Any) -> None:
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.factory = factory
+        self.reference = InMemorySaver()
+        self.threads = [f"fz-{uuid.uuid4()}"]
+        self.keep_last: int | None = None
+        self.turn = 0
+        self.log: list[str] = []
+        self.written: set[str] = set()  # threads run since the last restart
+
+    def cfg(self, thread: str) -> dict[str, Any]:
+        return {"configurable": {"thread_id": thread}}
+
+    def plan(self, durability: str) -> dict[str, Any]:
+        """What the next run's nodes do. In-place edits only with ``durability="sync"``:
+        with ``"exit"`` LangGraph serializes a step's checkpoint after later steps ran, so
+        ``InMemorySaver`` itself stores later edits in it, which we don't copy."""
+        r = self.rng
+        self.turn += 1
+        plan: dict[str, Any] = {"tag": self.turn}
+        if durability == "sync" and r.random() < 0.35:
+            plan["edit"] = r.randrange(1000)
+            plan["edit_kind"] = r.choice(["field", "nested", "silent"])
+        if r.random() < 0.3:
+            plan["fan"] = r.randint(1, 4)
+        if r.random() < 0.2:
+            plan["review"] = True
+        if r.random() < 0.2:
+            plan["sub"] = True
+        if r.random() < 0.2:
+            plan["shrink"] = True
+        return plan
+
+    def step(self, ours: Any, ref: Any) -> None:
+        r = self.rng
+        thread = r.choice(self.threads)
+        config = self.cfg(thread)
+        pending = ref.get_state(config).interrupts
+        op = r.random()
+        durability = r.choice(["sync", "exit"])
+        self.log.append(f"{thread[-6:]} op={op:.2f} {durability} pending={len(pending)}")
+        if op < 0.7 or op >= 0.9 or pending:
+            self.written.add(thread)
+        if pending:
+            # Resume every pending interrupt (parallel branches) at once, each by its id.
+            self._both(ours, ref, config, None, durability, resume=f"ok{self.turn}")
+        elif op < 0.5 or (len(self.threads) == 1 and op < 0.7):
+            text = f"question {self.turn} " + "x" * r.randrange(60)
+            message = HumanMessage(text, id=f"h-{self.turn}")
+            inputs = {"messages": [message], "plan": self.plan(durability)}
+            self._both(ours, ref, config, inputs, durability)
+        elif op < 0.7:
+            # Fork from an older checkpoint, after whatever edits came since.
+            history = list(ref.get_state_history(config))
+            ours_history = list(ours.get_state_history(config))
+            if len(ours_history) > 1:
+                i = r.randrange(1, len(ours_history))
+                step = ours_history[i].metadata.get("step")
+                match = [s for s in history if s.metadata.get("step") == step]
+                if match and _plain(match[0].values) == _plain(ours_history[i].values):
+                    inputs = {"messages": [HumanMessage(f"fork {self.turn}", id=f"f-{self.turn}")],
+                              "plan": self.plan(durability)}  # fmt: skip
+                    ours.invoke(copy.deepcopy(inputs), ours_history[i].config,
+                                durability=durability)  # fmt: skip
+                    ref.invoke(inputs, match[0].config, durability=durability)
+        elif op < 0.8:
+            # Edit what get_state returned, every way there is: nothing may change.
+            for graph in (ours, ref):
+                values = graph.get_state(config).values
+                for m in values.get("messages", []):
+                    m.content = "tampered"
+                    m.additional_kwargs["tampered"] = True
+                for note in values.get("bag", []):
+                    note.tags.append("tampered")
+                values.get("items", []).append("tampered")
+        elif op < 0.9:
+            new = f"fz-{uuid.uuid4()}"
+            ours.checkpointer.copy_thread(thread, new)
+            _copy_in_memory(self.reference, thread, new)
+            self.threads.append(new)
+        else:
+            n = self.turn
+            update = {"messages": [AIMessage(f"patched {n}", id=f"ai-{n - 1}")]}
+            ours.update_state(config, copy.deepcopy(update), as_node="model")
+            ref.update_state(config, update, as_node="model")
+
+    def _both(
+        self,
+        ours: Any,
+        ref: Any,
+        config: dict[str, Any],
+        inputs: Any,
+        durability: str,
+        resume: str | None = None,
+    ) -> None:
+        for graph in (ours, ref):
+            given = copy.deepcopy(inputs)  # nodes edit messages in place
+            if resume is not None:
+                interrupts = graph.get_state(config).interrupts
+                answers = {i.id: f"{resume}-{i.value['review']}" for i in interrupts}
+                given = Command(resume=answers)
+            graph.invoke(given, config, durability=durability)
+
+    def check(self, ours: Any, ref: Any, fresh: Any) -> None:
+        for thread in self.threads:
+            config = self.cfg(thread)
+            if self.keep_last is None:
+                expected = observe(ref, config)
+                assert observe(ours, config) == expected
+                assert observe(fresh, config) == expected
+            else:
+                expected = latest(ref, config)
+                assert latest(ours, config) == expected
+                assert latest(fresh, config) == expected
+                if thread in self.written:  # retention holds from a thread's next write
+                    root = [t for t in ours.checkpointer.list(config)
+                            if t.config["configurable"]["checkpoint_ns"] == ""]  # fmt: skip
+                    assert 1 <= len(root) <= self.keep_last
+
+    def run(self) -> None:
+        builder = build_graph()
+        ref = builder.compile(checkpointer=self.reference)
+        for segment in range(3):
+            with self.factory(keep_last=self.keep_last) as saver:
+                ours = builder.compile(checkpointer=saver)
+                for _ in range(STEPS // 3):
+                    self.step(ours, ref)
+                    with self.factory() as other:
+                        self.check(ours, ref, builder.compile(checkpointer=other))
+            # A restart, perhaps with another retention: once trimmed, history is ours.
+            if segment < 2 and self.rng.random() < 0.5:
+                self.keep_last = self.rng.choice([1, 3])
+                self.log.append(f"restart keep_last={self.keep_last}")
+            self.written.clear()
+
+
+@contextmanager
+def _named(sequence: Sequence) -> Iterator[None]:
+    try:
+        yield
+    except BaseException as exc:
+        raise AssertionError(
+            f"differential sequence failed; rerun with LGMP_FUZZ_SEED={sequence.seed}; "
+            f"operations: {sequence.log}"
+        ) from exc
+
+
+@pytest.mark.parametrize("n", range(SEQUENCES))
+def test_random_sequences_match_in_memory_saver(saver_factory: Any, n: int) -> None:
+    seed = BASE_SEED + n
+    print(f"LGMP_FUZZ_SEED={seed}")
+    sequence = Sequence(seed, saver_factory)
+    with _named(sequence):
+        sequence.run()

@@ -1,0 +1,232 @@
+"""What one caller does to objects it got from a saver never shows anywhere else.
+
+``InMemorySaver`` decodes every read from bytes, so each read hands out new objects and an
+edit made after a checkpoint never reaches it, its forks, or another read. These tests hold
+our savers (which remember lists to store them in O(T)) to the same, on every backend, and
+check the result through a fresh saver too, which shows what was actually stored.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+import pytest
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+from typing_extensions import TypedDict
+
+pytestmark = pytest.mark.storage
+
+
+class State(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    edit: bool
+
+
+def _graph(**compile_options: Any) -> Any:
+    """A chat whose model node, when asked to, edits the first message in place (the
+    supported way: reassign a field and return the object) before answering."""
+
+    def model(state: State) -> dict[str, Any]:
+        n = len(state["messages"])
+        out: list[AnyMessage] = []
+        if state.get("edit"):
+            first = state["messages"][0]
+            first.content = "EDITED"
+            out.append(first)
+        out.append(AIMessage(f"answer {n}", id=f"ai-{n}"))
+        return {"messages": out, "edit": False}
+
+    builder = StateGraph(State)
+    builder.add_node("model", model)
+    builder.add_edge(START, "model")
+    return builder.compile(**compile_options)
+
+
+def _ask(turn: int, edit: bool = False) -> dict[str, Any]:
+    return {"messages": [HumanMessage(f"question {turn}", id=f"h-{turn}")], "edit": edit}
+
+
+def _texts(state: Any) -> list[str]:
+    return [m.content for m in state.values["messages"]]
+
+
+def _fork_after_edit(graph: Any, config: dict[str, Any]) -> dict[str, Any]:
+    """Four turns, an in-place edit in the fifth, then a run from the checkpoint before
+    the edit; returns the fork's config."""
+    for turn in range(4):
+        graph.invoke(_ask(turn), config, durability="sync")
+    before = graph.get_state(config).config
+    graph.invoke(_ask(4, edit=True), config, durability="sync")
+    assert _texts(graph.get_state(config))[0] == "EDITED"
+    graph.invoke(_ask(5), before, durability="sync")
+    return config
+
+
+def test_a_fork_from_before_an_edit_does_not_store_the_edit(saver_factory: Any) -> None:
+    config = {"configurable": {"thread_id": f"iso-{uuid.uuid4()}"}}
+    reference = _graph(checkpointer=InMemorySaver())
+    _fork_after_edit(reference, config)
+    expected = _texts(reference.get_state(config))
+    assert expected[0] == "question 0"  # the fork starts from before the edit
+    with saver_factory() as saver:
+        graph = _graph(checkpointer=saver)
+        _fork_after_edit(graph, config)
+        assert _texts(graph.get_state(config)) == expected
+        history = [_texts(s) for s in graph.get_state_history(config)]
+    with saver_factory() as fresh:
+        graph = _graph(checkpointer=fresh)
+        assert _texts(graph.get_state(config)) == expected
+        assert [_texts(s) for s in graph.get_state_history(config)] == history
+    assert history == [_texts(s) for s in reference.get_state_history(config)]
+
+
+def test_reads_hand_out_new_objects(saver_factory: Any) -> None:
+    """Editing what ``get_state`` or ``invoke`` returned changes no later read."""
+    config = {"configurable": {"thread_id": f"iso-{uuid.uuid4()}"}}
+    with saver_factory() as saver:
+        graph = _graph(checkpointer=saver)
+        for turn in range(3):
+            result = graph.invoke(_ask(turn), config)
+        first = graph.get_state(config).values["messages"]
+        second = graph.get_state(config).values["messages"]
+        assert all(a is not b for a, b in zip(first, second, strict=True))
+        assert not {id(m) for m in result["messages"]} & {id(m) for m in first}
+        # Edits of every kind on what was read or returned: fields, nested values.
+        first[0].content = "changed"
+        first[1].response_metadata["leak"] = True
+        result["messages"][2].content = "changed too"
+        result["messages"][3].additional_kwargs["leak"] = True
+        third = graph.get_state(config).values["messages"]
+        assert [m.content for m in third] == [
+            "question 0", "answer 1", "question 1", "answer 3", "question 2", "answer 5",
+        ]  # fmt: skip
+        assert "leak" not in third[1].response_metadata
+        assert "leak" not in third[3].additional_kwargs
+        tup = saver.get_tuple(config)
+        assert tup is not None
+        again = saver.get_tuple(config)
+        assert again is not None
+        a, b = tup.checkpoint["channel_values"], again.checkpoint["channel_values"]
+        assert all(x is not y for x, y in zip(a["messages"], b["messages"], strict=True))
+
+
+def test_editing_a_snapshots_tool_calls_changes_nothing_stored(saver_factory: Any) -> None:
+    """Upstream's ``test_state_graph_packets`` pattern: a snapshot's ``tool_calls`` edited
+    in place must not change a later ``get_state`` or what the next run sees."""
+
+    def agent(state: State) -> dict[str, Any]:
+        if isinstance(state["messages"][-1], ToolMessage):
+            return {"messages": [AIMessage("done", id=f"ai-{len(state['messages'])}")]}
+        call = {"name": "search", "args": {"q": "trains"}, "id": "call-1"}
+        return {"messages": [AIMessage("", id="ai-call", tool_calls=[call])]}
+
+    def tools(state: State) -> dict[str, Any]:
+        last = state["messages"][-1]
+        assert isinstance(last, AIMessage)
+        return {"messages": [ToolMessage(str(last.tool_calls[0]["args"]), tool_call_id="call-1")]}
+
+    builder = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", tools)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", "tools")
+    config = {"configurable": {"thread_id": f"iso-{uuid.uuid4()}"}}
+    with saver_factory() as saver:
+        graph = builder.compile(checkpointer=saver, interrupt_before=["tools"])
+        graph.invoke({"messages": [HumanMessage("find trains", id="h")]}, config)
+        snapshot = graph.get_state(config)
+        snapshot.values["messages"][-1].tool_calls[0]["args"]["q"] = "planes"
+        assert graph.get_state(config).values["messages"][-1].tool_calls[0]["args"] == {
+            "q": "trains"
+        }
+        out = graph.invoke(None, config)
+        assert out["messages"][-1].content == "{'q': 'trains'}"
+
+
+def test_a_nested_edit_of_a_returned_message_is_stored(saver_factory: Any) -> None:
+    """A node that edits a message deeper than a field and returns it: stored, as on
+    ``InMemorySaver`` (returned objects are serialized again)."""
+
+    def tag(state: State) -> dict[str, Any]:
+        first = state["messages"][0]
+        first.additional_kwargs["tag"] = "vip"
+        return {"messages": [first]}
+
+    builder = StateGraph(State)
+    builder.add_node("tag", tag)
+    builder.add_edge(START, "tag")
+    config = {"configurable": {"thread_id": f"iso-{uuid.uuid4()}"}}
+    with saver_factory() as saver:
+        chat = _graph(checkpointer=saver)
+        for turn in range(3):
+            chat.invoke(_ask(turn), config)
+        builder.compile(checkpointer=saver).invoke({"messages": []}, config)
+    with saver_factory() as fresh:
+        state = _graph(checkpointer=fresh).get_state(config)
+        assert state.values["messages"][0].additional_kwargs == {"tag": "vip"}
+
+
+def test_a_field_reassigned_without_returning_the_message_is_stored(saver_factory: Any) -> None:
+    """As on ``InMemorySaver``, whose put serializes the whole channel: a reassigned field
+    of a message the node did not return still reaches the next checkpoint."""
+
+    def redact(state: State) -> dict[str, Any]:
+        state["messages"][0].content = "[redacted]"
+        return {"messages": [AIMessage("ok", id="ai-ok")]}
+
+    builder = StateGraph(State)
+    builder.add_node("redact", redact)
+    builder.add_edge(START, "redact")
+    config = {"configurable": {"thread_id": f"iso-{uuid.uuid4()}"}}
+    reference = {"configurable": {"thread_id": config["configurable"]["thread_id"]}}
+    memory = InMemorySaver()
+    for checkpointer, cfg in ((memory, reference),):
+        chat = _graph(checkpointer=checkpointer)
+        for turn in range(3):
+            chat.invoke(_ask(turn), cfg)
+        builder.compile(checkpointer=checkpointer).invoke({"messages": []}, cfg)
+    expected = _texts(_graph(checkpointer=memory).get_state(reference))
+    assert expected[0] == "[redacted]"
+    with saver_factory() as saver:
+        chat = _graph(checkpointer=saver)
+        for turn in range(3):
+            chat.invoke(_ask(turn), config)
+        builder.compile(checkpointer=saver).invoke({"messages": []}, config)
+    with saver_factory() as fresh:
+        assert _texts(_graph(checkpointer=fresh).get_state(config)) == expected
+
+
+def test_copies_edited_differently_stay_apart(saver_factory: Any) -> None:
+    """``copy_thread``, then a different in-place edit on each copy."""
+
+    def edit_to(text: str) -> Any:
+        def edit(state: State) -> dict[str, Any]:
+            first = state["messages"][0]
+            first.content = text
+            return {"messages": [first]}
+
+        builder = StateGraph(State)
+        builder.add_node("edit", edit)
+        builder.add_edge(START, "edit")
+        return builder
+
+    a = {"configurable": {"thread_id": f"iso-a-{uuid.uuid4()}"}}
+    b = {"configurable": {"thread_id": f"iso-b-{uuid.uuid4()}"}}
+    with saver_factory() as saver:
+        chat = _graph(checkpointer=saver)
+        for turn in range(10):
+            chat.invoke(_ask(turn), a)
+        saver.copy_thread(a["configurable"]["thread_id"], b["configurable"]["thread_id"])
+        edit_to("from A").compile(checkpointer=saver).invoke({"messages": []}, a)
+        edit_to("from B").compile(checkpointer=saver).invoke({"messages": []}, b)
+        chat.invoke(_ask(10), a)
+        chat.invoke(_ask(10), b)
+    with saver_factory() as fresh:
+        chat = _graph(checkpointer=fresh)
+        ta, tb = _texts(chat.get_state(a)), _texts(chat.get_state(b))
+    assert ta[0] == "from A" and tb[0] == "from B"
+    assert ta[1:] == tb[1:] and len(ta) == 22
