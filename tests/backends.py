@@ -1,9 +1,9 @@
 """The storage targets the tests run on: the machine's servers, and the tested server matrix.
 
 A test that takes the ``backend`` fixture runs once per entry of ``BACKENDS`` (the machine's
-PostgreSQL 15 and Redis 7, a local Redis Cluster, SQLite). Marked ``all_servers``, it also runs
-on every entry of ``MATRIX``: servers and poolers users run in production, each started by a
-fixture of ``conftest.py`` for the test run. Those cases carry the ``matrix`` mark, so
+PostgreSQL 15 and Redis 7, a local Redis Cluster, SQLite). Marked ``@ALL_SERVERS``, it also
+runs on every entry of ``MATRIX``: servers and poolers users run in production, each started
+by a fixture of ``conftest.py`` for the test run. Those cases carry the ``matrix`` mark, so
 ``pytest -m "not matrix"`` leaves them out of a quick local run (CI runs them all).
 
 Adding a server to the matrix is one line in ``MATRIX`` and a fixture that yields its URL.
@@ -57,3 +57,7 @@ def backend_params(all_servers: bool) -> list[Any]:
     if all_servers:
         params += [pytest.param(name, id=name, marks=pytest.mark.matrix) for name in MATRIX]
     return params
+
+
+# Runs a test that takes ``backend`` on the machine's backends and on the server matrix.
+ALL_SERVERS = pytest.mark.parametrize("backend", backend_params(all_servers=True), indirect=True)

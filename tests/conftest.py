@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -508,21 +508,7 @@ class Storage:
     options: dict[str, Any]
 
 
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Runs a test that takes ``backend`` on each backend (see ``tests/backends.py``)."""
-    own = any(
-        "backend" in _argnames(m.args[0]) for m in metafunc.definition.iter_markers("parametrize")
-    )  # a test that parametrizes ``backend`` itself means something else by it
-    if "backend" in metafunc.fixturenames and not own:
-        all_servers = metafunc.definition.get_closest_marker("all_servers") is not None
-        metafunc.parametrize("backend", backend_params(all_servers), indirect=True)
-
-
-def _argnames(names: str | Sequence[str]) -> list[str]:
-    return [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
-
-
-@pytest.fixture
+@pytest.fixture(params=backend_params(all_servers=False))
 def backend(request: pytest.FixtureRequest) -> str:
     """The storage backend a parameterized test runs on (a name of ``tests/backends.py``)."""
     return str(request.param)

@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 import redis
+from backends import ALL_SERVERS
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import Capability
 from psycopg import sql
@@ -149,7 +150,7 @@ OPENERS: dict[tuple[str, str], tuple[str, Opener]] = {
 }
 
 
-@pytest.mark.all_servers
+@ALL_SERVERS
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_conformance(storage: Any, flavour: str) -> None:
     cls, opener = OPENERS[storage.kind, flavour]

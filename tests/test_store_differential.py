@@ -29,6 +29,7 @@ from typing import Any
 import psycopg
 import pytest
 import test_redis_saver
+from backends import ALL_SERVERS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.store.base import GetOp, Item, ListNamespacesOp, MatchCondition, PutOp, SearchOp
@@ -326,7 +327,7 @@ def compare_result(op: Any, mine: Any, want: Any) -> None:
         assert mine is None
 
 
-@pytest.mark.all_servers
+@ALL_SERVERS
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 def test_random_operations_match_in_memory_store(storage: Any, flavour: str) -> None:
     # SQLite's filters are the Python definition itself (filters.holds), so fewer examples
