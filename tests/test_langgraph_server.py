@@ -166,8 +166,19 @@ class Transcript:
         self.lines = [f"# langgraph dev on {backend}"]
 
     def __call__(self, call: str, answer: Any) -> Any:
-        self.lines.append(f"> {call}\n< {json.dumps(answer, default=str)[:400]}")
+        self.lines.append(f"> {call}\n< {json.dumps(_brief(answer), default=str)[:300]}")
         return answer
+
+
+def _brief(answer: Any) -> Any:
+    """``answer`` with each message as ``"type: content"`` and timestamps left out."""
+    if isinstance(answer, list):
+        return [_brief(a) for a in answer]
+    if not isinstance(answer, dict):
+        return answer
+    if "type" in answer and "content" in answer:
+        return f"{answer['type']}: {answer['content']}"
+    return {k: _brief(v) for k, v in answer.items() if not k.endswith("_at")}
 
 
 @asynccontextmanager
