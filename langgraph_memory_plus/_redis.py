@@ -45,6 +45,52 @@ class Scan:
     match: bytes
 
 
+@dataclass(frozen=True)
+class Batch:
+    """Plain commands sent in one pipeline (not a transaction), on any hash slots: the
+    replies come back as a list, in order. For reads and idempotent writes only.
+
+    With ``then``, the script runs after the commands and its reply is the answer. On a
+    single node both go in one round trip (the pipeline keeps their order); on a
+    cluster, where the commands' slots may be anywhere, the script follows the pipeline.
+    """
+
+    commands: Sequence[tuple[Any, ...]]
+    then: Eval | None = None
+
+
+def _pipelined(client: Any, scripts: Mapping[str, Any], batch: Batch) -> tuple[Any, bool]:
+    """The pipeline for ``batch``, and whether it carries the script (``EVALSHA``)."""
+    pipe = client.pipeline(transaction=False)
+    for args in batch.commands:
+        pipe.execute_command(*args)
+    carried = batch.then is not None and not isinstance(
+        client, (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster)
+    )
+    if carried:
+        assert batch.then is not None
+        script = scripts[batch.then.script]
+        pipe.execute_command(
+            "EVALSHA", script.sha, len(batch.then.keys), *batch.then.keys, *batch.then.args
+        )
+    return pipe, carried
+
+
+def _script_reply(replies: list[Any]) -> Any:
+    """The carried script's reply; ``NoScriptError`` (server restarted) means: run it."""
+    for reply in replies[:-1]:
+        if isinstance(reply, Exception):
+            raise reply
+    if isinstance(replies[-1], redis.exceptions.NoScriptError):
+        return _RUN_SCRIPT
+    if isinstance(replies[-1], Exception):
+        raise replies[-1]
+    return replies[-1]
+
+
+_RUN_SCRIPT = object()
+
+
 def glob_escape(text: str) -> str:
     """``text`` as a literal inside a Redis ``SCAN MATCH`` pattern."""
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
@@ -113,12 +159,19 @@ class RedisRunner:
         self.client = cast(SyncClient, client)
         self._scripts = {name: self.client.register_script(src) for name, src in scripts.items()}
 
-    def _execute(self, command: Eval | Scan) -> Any:
+    def _execute(self, command: Eval | Scan | Batch) -> Any:
         if isinstance(command, Eval):
             return self._scripts[command.script](keys=command.keys, args=command.args)
+        if isinstance(command, Batch):
+            pipe, carried = _pipelined(self.client, self._scripts, command)
+            if not carried:
+                replies = pipe.execute()
+                return replies if command.then is None else self._execute(command.then)
+            reply = _script_reply(pipe.execute(raise_on_error=False))
+            return self._execute(command.then) if reply is _RUN_SCRIPT else reply  # type: ignore[arg-type]
         return list(self.client.scan_iter(match=command.match, count=1000))
 
-    def run(self, plan: Plan[Eval | Scan, R]) -> R:
+    def run(self, plan: Plan[Eval | Scan | Batch, R]) -> R:
         return drive(plan, self._execute)
 
 
@@ -130,10 +183,19 @@ class AsyncRedisRunner:
         self.client = cast(AsyncClient, client)
         self._scripts = {name: self.client.register_script(src) for name, src in scripts.items()}
 
-    async def _execute(self, command: Eval | Scan) -> Any:
+    async def _execute(self, command: Eval | Scan | Batch) -> Any:
         if isinstance(command, Eval):
             return await self._scripts[command.script](keys=command.keys, args=command.args)
+        if isinstance(command, Batch):
+            pipe, carried = _pipelined(self.client, self._scripts, command)
+            if not carried:
+                replies = await pipe.execute()
+                return replies if command.then is None else await self._execute(command.then)
+            reply = _script_reply(await pipe.execute(raise_on_error=False))
+            if reply is _RUN_SCRIPT:
+                return await self._execute(command.then)  # type: ignore[arg-type]
+            return reply
         return [key async for key in self.client.scan_iter(match=command.match, count=1000)]
 
-    async def run(self, plan: Plan[Eval | Scan, R]) -> R:
+    async def run(self, plan: Plan[Eval | Scan | Batch, R]) -> R:
         return await adrive(plan, self._execute)

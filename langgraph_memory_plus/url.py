@@ -133,6 +133,15 @@ def _name(name: str, value: Any) -> str:
     return value
 
 
+def _names(name: str, value: Any) -> list[str]:
+    """A list of names, or one comma-separated string of them (as in a URL)."""
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise InvalidConfigError(f"{name} must be a list of names, got {value!r}")
+    return list(value)
+
+
 def _threshold(name: str, value: Any) -> int | None:
     """``prepare_threshold``: a count, or none/off for no server-side prepared statements."""
     if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "off")):
@@ -174,6 +183,17 @@ OPTIONS: dict[str, Option] = {
     ),
     "keep_last": Option(
         partial(_integer, minimum=1), SERVERS, "keep the newest N checkpoints per thread"
+    ),
+    "transcripts": Option(
+        _boolean, SERVERS, "keep each thread's clean chat history (saver.threads.transcript)"
+    ),
+    "transcript_ttl": Option(
+        partial(_number, minimum=0, strict=True),
+        SERVERS,
+        "minutes a transcript line is kept (default: forever)",
+    ),
+    "thread_index_keys": Option(
+        _names, SERVERS, "metadata keys the thread index indexes, comma separated (user_id)"
     ),
     "schema": Option(_name, frozenset({"postgres"}), "PostgreSQL schema for the tables"),
     "key_prefix": Option(_name, frozenset({"redis"}), "first part of every Redis key"),
@@ -451,7 +471,9 @@ class Memory:
         return options
 
     def _saver_options(self) -> dict[str, Any]:
-        return self._component_options("keep_last", "serde")
+        return self._component_options(
+            "keep_last", "serde", "transcripts", "transcript_ttl", "thread_index_keys"
+        )
 
     def _store_options(self) -> dict[str, Any]:
         return self._component_options("index")
@@ -545,6 +567,7 @@ def from_url(url: str | None = None, **options: Any) -> Memory:
     ``url``: see the module docstring; ``None`` reads ``LANGGRAPH_MEMORY_URL``, else uses a
     SQLite file in the user's data directory. ``options`` (also accepted as URL query
     parameters, with the same names): ``ttl`` (minutes), ``refresh_on_read``, ``keep_last``,
+    ``transcripts``, ``transcript_ttl`` (minutes) and ``thread_index_keys`` (the thread index),
     ``schema`` and ``prepare_threshold`` (PostgreSQL; ``none`` for PgBouncer in transaction
     mode), ``vector_backend`` and ``hnsw`` (the PostgreSQL store's semantic search),
     ``key_prefix`` (Redis), ``pool_min_size`` (PostgreSQL),

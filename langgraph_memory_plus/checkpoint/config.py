@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
 
 from ..errors import InvalidConfigError
+from ..threads.core import DEFAULT_INDEX_KEYS, check_index_keys, check_transcripts
 
 
 class TTLConfig(TypedDict, total=False):
@@ -27,6 +28,20 @@ class TTLConfig(TypedDict, total=False):
     refresh_on_read: bool
 
 
+def _minutes(minutes: Any, what: str) -> float | None:
+    """Seconds for a positive number of minutes (``None`` stays ``None``: no expiry)."""
+    if minutes is None:
+        return None
+    if (
+        isinstance(minutes, bool)
+        or not isinstance(minutes, (int, float))
+        or not math.isfinite(minutes)
+        or minutes <= 0
+    ):
+        raise InvalidConfigError(f"{what} must be a positive number of minutes, got {minutes!r}")
+    return float(minutes) * 60.0
+
+
 @dataclass(frozen=True)
 class SaverSettings:
     """Validated saver options."""
@@ -34,9 +49,20 @@ class SaverSettings:
     ttl_seconds: float | None = None
     refresh_on_read: bool = False
     keep_last: int | None = None
+    index_keys: tuple[str, ...] = DEFAULT_INDEX_KEYS
+    """Metadata keys the thread index indexes (see ``threads/``)."""
+    transcripts: bool = False
+    transcript_ttl_seconds: float | None = None
 
     @classmethod
-    def build(cls, ttl: TTLConfig | None, keep_last: int | None) -> SaverSettings:
+    def build(
+        cls,
+        ttl: TTLConfig | None,
+        keep_last: int | None,
+        index_keys: Sequence[str] | None = None,
+        transcripts: bool = False,
+        transcript_ttl: float | None = None,
+    ) -> SaverSettings:
         ttl_seconds: float | None = None
         refresh = False
         if ttl is not None:
@@ -45,24 +71,20 @@ class SaverSettings:
             unknown = set(ttl) - {"default_ttl", "refresh_on_read"}
             if unknown:
                 raise InvalidConfigError(f"unknown ttl option(s): {sorted(unknown)}")
-            minutes = ttl.get("default_ttl")
-            if minutes is not None:
-                if (
-                    isinstance(minutes, bool)
-                    or not isinstance(minutes, (int, float))
-                    or not math.isfinite(minutes)
-                    or minutes <= 0
-                ):
-                    raise InvalidConfigError(
-                        f"ttl['default_ttl'] must be a positive number of minutes, got {minutes!r}"
-                    )
-                ttl_seconds = float(minutes) * 60.0
+            ttl_seconds = _minutes(ttl.get("default_ttl"), "ttl['default_ttl']")
             refresh = bool(ttl.get("refresh_on_read", False))
         if keep_last is not None and (
             isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1
         ):
             raise InvalidConfigError(f"keep_last must be a positive integer, got {keep_last!r}")
-        return cls(ttl_seconds=ttl_seconds, refresh_on_read=refresh, keep_last=keep_last)
+        return cls(
+            ttl_seconds=ttl_seconds,
+            refresh_on_read=refresh,
+            keep_last=keep_last,
+            index_keys=check_index_keys(index_keys),
+            transcripts=check_transcripts(transcripts),
+            transcript_ttl_seconds=_minutes(transcript_ttl, "transcript_ttl"),
+        )
 
 
 @dataclass(frozen=True)

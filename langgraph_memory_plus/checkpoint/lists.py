@@ -23,9 +23,9 @@ it stored or read, their items, and the objects it shared with the graph for the
 every read from bytes, is:
 
 - A read never hands out an object it handed out before, or one a put was given: it
-  builds new objects, decoding an item once into a private *template* and copying that
-  (:func:`copy_of`) for every later read. So what one caller does to state it read can
-  never show in another read, an older checkpoint or a fork.
+  builds new objects, decoding an item once into a private :class:`Template` (its plain
+  data as msgpack) that is rebuilt, in C, for every later read. So what one caller does
+  to state it read can never show in another read, an older checkpoint or a fork.
 - A put decides "unchanged" against the view its list was built from (the read or put
   the graph got those very objects from, :meth:`ListMemory.base`): an element keeps its
   item id only if it is the same object with the same field objects as then, and was not
@@ -52,6 +52,7 @@ from dataclasses import dataclass, field, replace
 from itertools import repeat
 from typing import Any
 
+import ormsgpack
 from pydantic import BaseModel
 
 LIST_TYPE = "lgmp:list"
@@ -211,57 +212,102 @@ class ChunkedList:
 
 
 class _NotPlain(Exception):
-    """A value holds something :func:`copy_of` does not know how to copy exactly."""
+    """A value holds something a :class:`Template` cannot reproduce exactly."""
 
 
 _IMMUTABLE = frozenset({str, int, float, bool, type(None), bytes})
+_PACK_OPTIONS = (
+    ormsgpack.OPT_PASSTHROUGH_BIG_INT
+    | ormsgpack.OPT_PASSTHROUGH_DATACLASS
+    | ormsgpack.OPT_PASSTHROUGH_DATETIME
+    | ormsgpack.OPT_PASSTHROUGH_ENUM
+    | ormsgpack.OPT_PASSTHROUGH_SUBCLASS
+    | ormsgpack.OPT_PASSTHROUGH_TUPLE
+    | ormsgpack.OPT_PASSTHROUGH_UUID
+)
 
 
-def _copy_plain(value: Any) -> Any:
-    kind = type(value)
-    if kind in _IMMUTABLE:
-        return value
-    if kind is dict:
-        return {k: _copy_plain(v) for k, v in value.items()}
-    if kind is list:
-        return [_copy_plain(v) for v in value]
-    if kind is tuple:
-        return tuple(_copy_plain(v) for v in value)
+def _refuse(value: Any) -> Any:
     raise _NotPlain
 
 
-def copy_of(template: Any) -> Any:
-    """A deep copy of a decoded list element, equal to decoding its bytes again.
-
-    It is what ``BaseModel.__deepcopy__`` does, without ``copy.deepcopy``'s general
-    machinery: messages hold only JSON-like data, which copies several times faster than
-    it decodes. Anything else raises :class:`_NotPlain`, and the caller decodes instead.
-    """
-    kind = type(template)
+def _check_plain(value: Any) -> None:
+    """Only what msgpack gives back exactly: dicts with str keys, lists, str, int,
+    float, bool, None, bytes (no tuples, subclasses, or anything else)."""
+    kind = type(value)
     if kind in _IMMUTABLE:
-        return template
-    if not isinstance(template, BaseModel):
-        return _copy_plain(template)
-    new = object.__new__(kind)
-    fields = {k: v if type(v) in _IMMUTABLE else _copy_plain(v) for k, v in vars(template).items()}
-    private, extra = template.__pydantic_private__, template.__pydantic_extra__
-    object.__setattr__(new, "__dict__", fields)
-    object.__setattr__(new, "__pydantic_fields_set__", set(template.__pydantic_fields_set__))
-    object.__setattr__(new, "__pydantic_extra__", None if extra is None else _copy_plain(extra))
-    object.__setattr__(
-        new, "__pydantic_private__", None if private is None else _copy_plain(private)
-    )
-    return new
+        return
+    if kind is dict:
+        for k, v in value.items():
+            if type(k) is not str:
+                raise _NotPlain
+            _check_plain(v)
+    elif kind is list:
+        for v in value:
+            _check_plain(v)
+    else:
+        raise _NotPlain
 
 
-_UNBUILT = object()
+def _pack(value: Any) -> bytes:
+    _check_plain(value)
+    try:
+        return ormsgpack.packb(value, default=_refuse, option=_PACK_OPTIONS)
+    except (TypeError, ormsgpack.MsgpackEncodeError) as exc:  # e.g. an int beyond 64 bits
+        raise _NotPlain from exc
+
+
+@dataclass(frozen=True)
+class Template:
+    """How to rebuild a decoded list element without decoding it again: its plain data
+    packed as msgpack (unpacked in C at every read, several times faster than the
+    serializer's decoding), and, for a pydantic model (a message), its class and the
+    state ``BaseModel.__deepcopy__`` copies. Built only from values whose data is plain
+    (:func:`_check_plain`); anything else raises :class:`_NotPlain` and is decoded."""
+
+    model: type[BaseModel] | None
+    data: bytes
+    fields_set: frozenset[str] = frozenset()
+    extra: bytes | None = None
+    private: bytes | None = None
+
+    @classmethod
+    def of(cls, value: Any) -> Template:
+        if not isinstance(value, BaseModel):
+            return cls(None, _pack(value))
+        extra, private = value.__pydantic_extra__, value.__pydantic_private__
+        return cls(
+            type(value),
+            _pack(vars(value)),
+            frozenset(value.__pydantic_fields_set__),
+            None if extra is None else _pack(extra),
+            None if private is None else _pack(private),
+        )
+
+    def build(self) -> Any:
+        """A new object equal to the one the template was made from."""
+        if self.model is None:
+            return ormsgpack.unpackb(self.data)
+        new = object.__new__(self.model)
+        extra, private = self.extra, self.private
+        object.__setattr__(new, "__dict__", ormsgpack.unpackb(self.data))
+        object.__setattr__(new, "__pydantic_fields_set__", set(self.fields_set))
+        object.__setattr__(new, "__pydantic_extra__", _unpack(extra))
+        object.__setattr__(new, "__pydantic_private__", _unpack(private))
+        return new
+
+
+def _unpack(data: bytes | None) -> Any:
+    return None if data is None else ormsgpack.unpackb(data)
+
+
 _NOT_PLAIN = object()
 
 
 class _Known:
     """One stored item this saver can produce without fetching: its serialized bytes
-    until a read decodes it, then a decoded *template* that is only ever copied (never
-    handed out), or the bytes alone if the element cannot be copied exactly.
+    until a read decodes it, then a :class:`Template` (the bytes are dropped), or the
+    bytes alone if the element cannot be rebuilt from a template exactly.
 
     The state is one tuple, replaced whole, so threads reading it at once see either.
     """
@@ -269,24 +315,21 @@ class _Known:
     __slots__ = ("state",)
 
     def __init__(self, typed: Typed) -> None:
-        self.state: tuple[Any, Typed | None] = (_UNBUILT, typed)
+        self.state: tuple[Any, Typed | None] = (None, typed)
 
     def fresh(self, load: Callable[[str, bytes], Any]) -> Any:
         """A new object for this item, shared with nothing handed out before."""
         template, typed = self.state
-        if template is _UNBUILT or template is _NOT_PLAIN:
-            assert typed is not None
-            decoded = load(*typed)
-            if template is _NOT_PLAIN:
-                return decoded
+        if isinstance(template, Template):
+            return template.build()
+        assert typed is not None
+        decoded = load(*typed)
+        if template is None:
             try:
-                obj = copy_of(decoded)
+                self.state = (Template.of(decoded), None)
             except _NotPlain:
                 self.state = (_NOT_PLAIN, typed)
-                return decoded
-            self.state = (decoded, None)  # the template; its bytes are no longer needed
-            return obj
-        return copy_of(template)
+        return decoded
 
 
 MemoKey = tuple[bytes, str, str]  # thread key, namespace, channel

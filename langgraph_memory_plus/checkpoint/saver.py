@@ -12,8 +12,7 @@ from __future__ import annotations
 import random
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -29,6 +28,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from .._bridge import AsyncBridge, SyncBridge
 from .._plan import Plan
 from ..errors import InvalidConfigError
+from ..threads.core import RecordInput, record_input
+from ..threads.transcripts import RecordedIds, lines_of
 from .codec import CheckpointCodec, EncodedCheckpoint, EncodedWrite
 from .config import (
     ListQuery,
@@ -40,6 +41,9 @@ from .config import (
     thread_key,
 )
 from .lists import ListMemory
+
+if TYPE_CHECKING:
+    from ..threads.api import ThreadPlans, Threads
 
 R = TypeVar("R")
 
@@ -56,6 +60,11 @@ class CheckpointPlans(Protocol):
     metadata_as_json: bool
     """Whether the backend can read metadata back from its JSON projection alone."""
 
+    @property
+    def threads(self) -> ThreadPlans:
+        """Reads of the thread index the backend keeps with every write."""
+        ...
+
     def setup(self) -> Plan[Any, None]: ...
 
     def get_tuple(
@@ -66,7 +75,9 @@ class CheckpointPlans(Protocol):
         self, codec: CheckpointCodec, query: ListQuery, page_size: int
     ) -> Plan[Any, tuple[list[CheckpointTuple], ListQuery | None]]: ...
 
-    def put(self, target: Target, encoded: EncodedCheckpoint) -> Plan[Any, None]: ...
+    def put(
+        self, target: Target, encoded: EncodedCheckpoint, record: RecordInput
+    ) -> Plan[Any, None]: ...
 
     def put_writes(self, target: Target, writes: list[EncodedWrite]) -> Plan[Any, None]: ...
 
@@ -104,10 +115,23 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
         serde: SerializerProtocol | None = None,
         ttl: TTLConfig | None = None,
         keep_last: int | None = None,
+        thread_index_keys: Sequence[str] | None = None,
+        transcripts: bool = False,
+        transcript_ttl: float | None = None,
     ) -> None:
         super().__init__(serde=serde)
-        self.settings = SaverSettings.build(ttl, keep_last)
+        self.settings = SaverSettings.build(
+            ttl, keep_last, thread_index_keys, transcripts, transcript_ttl
+        )
         self._lists = ListMemory()
+        self._recorded = RecordedIds()
+
+    @property
+    def threads(self) -> Threads:
+        """The thread index: ``search``, ``count``, ``get``, ``sessions`` (and ``a*``)."""
+        from ..threads.api import Threads
+
+        return Threads(self, self._plans.threads, self.settings.index_keys)
 
     @abstractmethod
     def _run(self, plan: Plan[Any, R]) -> R:
@@ -159,8 +183,27 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
         target = read_target(config)
         codec = self._codec
         encoded = codec.encode_checkpoint(target, config, checkpoint, metadata, new_versions)
-        stored = partial(codec.commit, target, encoded)
-        return self._plans.put(target, encoded), target.config(checkpoint["id"]), stored
+        lines = []
+        values = checkpoint.get("channel_values") or {}
+        if self.settings.transcripts and "messages" in new_versions:
+            lines = lines_of(values.get("messages"), self._recorded.known(target.thread_key))
+        record = record_input(
+            target.checkpoint_ns,
+            values,
+            encoded.metadata_json,
+            [len(encoded.checkpoint[1]), len(encoded.metadata[1])]
+            + [len(b.data or b"") for b in encoded.blobs]
+            + [len(data) for _, data in encoded.items.values()],
+            self.settings.index_keys,
+            lines,
+        )
+        plan = self._plans.put(target, encoded, record)
+
+        def stored() -> None:
+            codec.commit(target, encoded)
+            self._recorded.add(target.thread_key, record.lines)
+
+        return plan, target.config(checkpoint["id"]), stored
 
     def _put_writes_plan(
         self,

@@ -22,6 +22,9 @@ from ..._migrations import advisory_lock_id, migrate
 from ..._plan import Plan
 from ..._postgres import Query, Rows
 from ...errors import ValueTooLargeError
+from ...threads.core import RecordInput, writes_of_interest
+from ...threads.postgres import MIGRATION as THREAD_INDEX_MIGRATION
+from ...threads.postgres import PostgresThreadIndex
 from .. import task_writes
 from ..codec import (
     EMPTY,
@@ -40,6 +43,10 @@ from ..lists import LIST_TYPE, ListRequest
 from .schema import MIGRATIONS, quote_schema
 
 logger = logging.getLogger("langgraph_memory_plus.checkpoint.postgres")
+
+CHECKPOINT_MIGRATIONS = (*MIGRATIONS, THREAD_INDEX_MIGRATION)
+"""Every migration of the checkpoint tables, the thread index's included: the version
+``setup()`` brings a schema to is ``len(CHECKPOINT_MIGRATIONS) - 1``."""
 
 # PostgreSQL refuses a field over 1 GiB and a message over 1 GiB; stay clear of both.
 MAX_VALUE_BYTES = 512 * 1024 * 1024
@@ -167,7 +174,7 @@ class PostgresCheckpointPlans:
                     metadata_json = EXCLUDED.metadata_json,
                     channel_versions = EXCLUDED.channel_versions,
                     delta_seeds = EXCLUDED.delta_seeds
-                RETURNING 1
+                RETURNING (xmax = 0) AS fresh
             )"""
         # A task's second call finds its row taken; put_writes then merges (see there).
         self._writes_payload = f"""
@@ -180,6 +187,11 @@ class PostgresCheckpointPlans:
                 RETURNING 1
             )"""
         self._visible = "t.thread_id IS NOT NULL AND (t.expires_at IS NULL OR t.expires_at > now())"
+        self.threads = PostgresThreadIndex(
+            s, settings.index_keys, self._visible, _write_rows, settings.transcript_ttl_seconds
+        )
+        self._put_payload += f", {self.threads.put_cte}"
+        self._writes_flagged = f"{self._writes_payload}, {self.threads.writes_cte}"
 
     # -- setup ------------------------------------------------------------------------
 
@@ -188,8 +200,9 @@ class PostgresCheckpointPlans:
             self._s,
             "lgmp_checkpoint_migrations",
             advisory_lock_id("checkpoint", self.schema),
-            MIGRATIONS,
+            CHECKPOINT_MIGRATIONS,
         )
+        yield from self.threads.setup()
 
     # -- reads ------------------------------------------------------------------------
 
@@ -450,13 +463,16 @@ class PostgresCheckpointPlans:
             )"""
 
     def _write(
-        self, params: dict[str, Any], payload: str, done: str
+        self, params: dict[str, Any], payload: str, done: str, *, more: bool = False
     ) -> Plan[Query, tuple[bool, str | None, bool, bool]]:
         """Run a write (``payload``: CTEs that insert when ``ok`` has a row).
 
-        The fast path is one standalone statement that takes only a shared lock on the
-        thread row, so a step's concurrent put and put_writes don't queue behind each
-        other, and refreshes the expiry only when it has drifted by more than the slack.
+        The fast path is one statement that takes only a shared lock on the thread row,
+        so a step's concurrent put and put_writes don't queue behind each other, and
+        refreshes the expiry only when it has drifted by more than the slack. It is
+        standalone (autocommit, one round trip) unless ``more``: then the caller's
+        statements that follow (retention) must commit with it or not at all, so it
+        opens the plan's transaction instead.
         It declines (writes nothing) when the thread is new to a racing writer, deleted
         or expired; then the locked path runs in a transaction and reports the tombstone
         (``live_after``) and whether the thread had expired, for the caller to act on.
@@ -468,14 +484,19 @@ class PostgresCheckpointPlans:
                    coalesce((SELECT bool_or(was_expired) FROM thread), false),
                    EXISTS (SELECT 1 FROM {done})"""
         rows: Rows = yield Query(
-            f"WITH {self._thread_ctes(True)}, {payload} {tail}", params, fetch=True, standalone=True
+            f"WITH {self._thread_ctes(True)}, {payload} {tail}",
+            params,
+            fetch=True,
+            standalone=not more,
         )
         if rows[0][0]:
             return True, None, False, bool(rows[0][3])
         rows = yield Query(f"WITH {self._thread_ctes(False)}, {payload} {tail}", params, fetch=True)
         return False, rows[0][1], bool(rows[0][2]), bool(rows[0][3])
 
-    def put(self, target: Target, encoded: EncodedCheckpoint) -> Plan[Query, None]:
+    def put(
+        self, target: Target, encoded: EncodedCheckpoint, record: RecordInput
+    ) -> Plan[Query, None]:
         sizes = (
             sum(len(b.data or b"") for b in encoded.blobs)
             + sum(len(data) for _, data in encoded.items.values())
@@ -506,17 +527,25 @@ class PostgresCheckpointPlans:
             i_ty=[typ for typ, _ in encoded.items.values()] + [NODE_TYPE] * len(encoded.nodes),
             i_bl=[data for _, data in encoded.items.values()]
             + [b"".join(children) for children in encoded.nodes.values()],
+            **self.threads.put_params(record, encoded.checkpoint_id),
         )
+        # With retention the trim joins the put's transaction: a crash or a failed trim
+        # between the two would leave keep_last + 1 checkpoints, or a put that raised
+        # although its checkpoint committed. It costs no round trip: the trim opened a
+        # transaction of its own before.
+        keep = self.settings.keep_last
         fast, live_after, was_expired, _ = yield from self._write(
-            params, self._put_payload, "saved"
+            params, self._put_payload, "saved", more=keep is not None
         )
         if not fast:
             if (yield from self._refused(params, live_after, encoded.parent_id)):
                 return
             if was_expired:
                 yield from self._purge_before(target.thread_key, encoded.checkpoint_id)
-        if self.settings.keep_last is not None:
-            yield from self._trim(target.thread_key, target.checkpoint_ns, self.settings.keep_last)
+                yield from self.threads.revived(target.thread_key, record)
+        if keep is not None:
+            yield from self._trim(target.thread_key, target.checkpoint_ns, keep)
+            yield from self.threads.refresh([target.thread_key])
 
     def put_writes(self, target: Target, writes: list[EncodedWrite]) -> Plan[Query, None]:
         if not writes:
@@ -532,9 +561,11 @@ class PostgresCheckpointPlans:
             path=writes[0].task_path,
             writes=record,
         )
-        fast, live_after, was_expired, stored = yield from self._write(
-            params, self._writes_payload, "written"
-        )
+        payload = self._writes_payload
+        if interesting := writes_of_interest(writes):
+            payload = self._writes_flagged
+            params.update(self.threads.writes_params(interesting))
+        fast, live_after, was_expired, stored = yield from self._write(params, payload, "written")
         if not fast:
             newer = live_after is None or target.checkpoint_id > live_after
             must_exist = None if newer else target.checkpoint_id
@@ -625,6 +656,7 @@ class PostgresCheckpointPlans:
             params,
         )
         yield from self._collect_blobs(freed)
+        yield from self.threads.refresh([params["tk"]])
 
     def _purge_before(self, tk: bytes, checkpoint_id: str) -> Plan[Query, None]:
         """Drop what an expired thread held before a write revived it."""
@@ -809,7 +841,8 @@ class PostgresCheckpointPlans:
             ), d1 AS (DELETE FROM {self._ck} WHERE thread_key = ANY(%(tks)b)),
             d2 AS (DELETE FROM {self._bl} WHERE thread_key = ANY(%(tks)b)),
             d3 AS (DELETE FROM {self._wr} WHERE thread_key = ANY(%(tks)b)),
-            d4 AS (DELETE FROM {self._it} WHERE thread_key = ANY(%(tks)b))
+            d4 AS (DELETE FROM {self._it} WHERE thread_key = ANY(%(tks)b)),
+            d5 AS ({self.threads.delete_cte("%(tks)b")})
             UPDATE {self._th} t SET thread_id = NULL, expires_at = NULL, deleted_at = now(),
                 live_after = greatest(t.live_after, last.id)
             FROM last WHERE t.thread_key = last.tk""",
@@ -822,6 +855,11 @@ class PostgresCheckpointPlans:
     def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[Query, None]:
         if not run_ids:
             return
+        touched: Rows = yield Query(
+            f"SELECT DISTINCT thread_key FROM {self._ck} WHERE run_id = ANY(%s)",
+            (list(run_ids),),
+            fetch=True,
+        )
         freed: Rows = yield Query(
             f"""
             WITH gone AS (
@@ -838,12 +876,15 @@ class PostgresCheckpointPlans:
             fetch=True,
         )
         yield from self._collect_blobs(freed)
+        yield from self.threads.refresh([bytes(r[0]) for r in touched])
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Plan[Query, None]:
+        src, dst = thread_key(source_thread_id), thread_key(target_thread_id)
+        dst_id = _thread_id_bytes(target_thread_id)
         params = {
-            "src": thread_key(source_thread_id),
-            "dst": thread_key(target_thread_id),
-            "dst_id": _thread_id_bytes(target_thread_id),
+            "src": src,
+            "dst": dst,
+            "dst_id": dst_id,
             "ttl": self.settings.ttl_seconds,
         }
         yield Query(
@@ -886,6 +927,8 @@ class PostgresCheckpointPlans:
             ON CONFLICT DO NOTHING""",
             params,
         )
+        yield self.threads.copy(src, dst, dst_id)
+        yield from self.threads.refresh([dst])
 
     def prune(self, thread_ids: Sequence[str], keep_latest: bool) -> Plan[Query, None]:
         if not thread_ids:
@@ -900,6 +943,7 @@ class PostgresCheckpointPlans:
             )
             for tk, ns in namespaces:
                 yield from self._trim(tk, ns, 1)
+            yield from self.threads.refresh(tks)
         else:
             yield from self._delete_threads(tks)
 
@@ -923,7 +967,8 @@ class PostgresCheckpointPlans:
                 DELETE FROM {self._it} WHERE thread_key IN (SELECT thread_key FROM victims)
             ), d5 AS (
                 DELETE FROM {self._th} WHERE thread_key IN (SELECT thread_key FROM victims)
-            )
+            ), d6 AS ({self.threads.delete_in("SELECT thread_key FROM victims")}
+            ), d7 AS ({self.threads.sweep_transcripts("%(n)s")})
             SELECT count(*) FILTER (WHERE live), count(*) FROM victims""",
             {"n": batch_size},
             fetch=True,

@@ -10,9 +10,15 @@ values stay opaque bytes that only Python decodes.
 
 from __future__ import annotations
 
+from ...threads.redis import RECORD_LUA
+
 PRELUDE = r"""
 local K_THREAD, K_IDX, K_CK, K_META, K_BLOBS, K_WRITES, K_WIDX, K_REPLAY, K_ITEMS, K_NODES =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local K_REC = KEYS[11] -- the thread's index record (see threads/redis.py)
+-- The keys that live and expire as the thread; a put may pass its transcript's two keys
+-- after them (see threads/redis.py), which keep their own expiry.
+local N_KEYS = 11
 -- A list version's blob: this prefix, then a 16-byte spine id (zeros: none), then the
 -- 16-byte ids of the items after the last full page (see checkpoint/lists.py).
 local LIST_PREFIX, NO_SPINE = '\0lgmp:list\0', string.rep('\0', 16)
@@ -133,7 +139,7 @@ end
 -- One absolute deadline for every key of the thread: PEXPIRE would read the clock per
 -- key, and keys could straddle a millisecond and expire apart.
 local function expire_all_at(deadline_ms)
-  for i = 1, #KEYS do redis.call('PEXPIREAT', KEYS[i], deadline_ms) end
+  for i = 1, N_KEYS do redis.call('PEXPIREAT', KEYS[i], deadline_ms) end
 end
 
 local function now_ms()
@@ -146,7 +152,7 @@ local function touch(ttl_ms)
   if ttl > 0 then
     expire_all_at(now_ms() + ttl)
   else
-    for i = 1, #KEYS do redis.call('PERSIST', KEYS[i]) end
+    for i = 1, N_KEYS do redis.call('PERSIST', KEYS[i]) end
   end
 end
 
@@ -162,7 +168,7 @@ local function keep_expiry()
   if left > 0 then
     expire_all_at(now_ms() + left)
   else
-    for i = 1, #KEYS do redis.call('PERSIST', KEYS[i]) end
+    for i = 1, N_KEYS do redis.call('PERSIST', KEYS[i]) end
   end
 end
 
@@ -240,6 +246,8 @@ local function drop(doomed, namespaces)
       redis.call('HDEL', K_WRITES, f)
       redis.call('ZREM', K_WIDX, f)
     end
+    redis.call('HINCRBY', K_REC, 'b', -redis.call('HSTRLEN', K_CK, m))
+    redis.call('HDEL', K_REC, 'm' .. m)
     redis.call('HDEL', K_CK, m)
     redis.call('HDEL', K_META, m)
     redis.call('ZREM', K_IDX, m)
@@ -310,6 +318,8 @@ end
 """
 
 # ARGV: ttl_ms, thread_id, ns, checkpoint_id, parent, run_id, record, keep_last,
+#       the index record's metadata JSON, title and bytes, the write's time (ms),
+#       the transcript's owner, ttl_ms and n, (message id, role, text)*n,
 #       n, delta channel*n, n, channel with a value here*n, n, blob field*n (one per
 #       channel version of the checkpoint), n, (list item field, value)*n,
 #       n, (list node field, children)*n,
@@ -328,7 +338,7 @@ if not may_put(ns, parent) then
   end
   return 0
 end
-local pos = 9
+local pos = tx_put(13, ARGV[12])
 local function take_list()
   local n = tonumber(ARGV[pos])
   local out = {}
@@ -379,12 +389,17 @@ redis.call('HSET', K_CK, member, record)
 redis.call('ZADD', K_IDX, 0, member)
 redis.call('HSET', K_THREAD, 'id', thread_id)
 if keep > 0 then trim(ns, keep) end
+rec_put(thread_id, ns, cid, ARGV[9], ARGV[10], tonumber(ARGV[11]), ARGV[12])
+-- The record keeps each root checkpoint's metadata JSON; FILTER reads it for the
+-- checkpoints of every namespace.
+if ns ~= '' and ARGV[9] ~= '' then redis.call('HSET', K_REC, 'm' .. member, ARGV[9]) end
 touch(ttl)
 return 1
 """
 
 # ARGV: ttl_ms, thread_id, ns, checkpoint_id, task_id, the task's record (see
-# merge_writes; its writes already deduplicated), the largest record allowed.
+# merge_writes; its writes already deduplicated), the largest record allowed, '1' when
+# the writes hold an interrupt or an error (the index record changes), the time (ms).
 # Reply: 1 stored, 0 refused (deleted thread), or {size} when the record merged with
 # what an earlier call stored would be larger than allowed (nothing is written then).
 PUT_WRITES = r"""
@@ -398,6 +413,7 @@ if #record > max_bytes then return {#record} end
 redis.call('HSET', K_WRITES, field, record)
 redis.call('ZADD', K_WIDX, 0, field)
 redis.call('HSET', K_THREAD, 'id', thread_id)
+if ARGV[8] == '1' then rec_writes(thread_id, ns, cid, ARGV[9]) end
 touch(ttl)
 return 1
 """
@@ -456,6 +472,82 @@ while true do
   cursor = '[' .. ns .. '\1'
 end
 return out
+"""
+
+# ARGV: ns, '1' for every namespace ('0': only ns), checkpoint id bound (exclusive; ''
+# for none), matches wanted per namespace, members examined per namespace at most, then
+# (metadata key, kind, value) per condition: kind 's' a string, 'n' a number (booleans
+# as 1/0, as Python compares them). Walks each namespace newest first below the bound
+# and keeps the members whose metadata projection may satisfy every condition (Python
+# checks the exact metadata of what it fetches). Reply: the floor, down to which every
+# namespace was examined ('' when all were examined to their end), then the candidates
+# at or above it. Bounded work per call: the caller pages on from the floor.
+FILTER = r"""
+local ns_arg, all, bound = ARGV[1], ARGV[2] == '1', ARGV[3]
+local want, budget = tonumber(ARGV[4]), tonumber(ARGV[5])
+local conds = {}
+for i = 6, #ARGV, 3 do
+  local value = ARGV[i + 2]
+  if ARGV[i + 1] ~= 's' then value = tonumber(value) end
+  conds[#conds + 1] = {ARGV[i], ARGV[i + 1], value}
+end
+local function as_number(v)
+  if type(v) == 'number' then return v end
+  if type(v) == 'boolean' then return v and 1 or 0 end
+  return nil
+end
+local function may_match(member)
+  local raw = redis.call('HGET', K_REC, 'm' .. member)
+  if not raw then return true end
+  local ok, meta = pcall(cjson.decode, raw)
+  if not ok or type(meta) ~= 'table' then return true end
+  for _, c in ipairs(conds) do
+    local v = meta[c[1]]
+    if c[2] == 's' then
+      if v ~= c[3] then return false end
+    elseif type(v) ~= 'string' and as_number(v) ~= c[3] then
+      -- a string may be the projection of a number-like object (Decimal): Python decides
+      return false
+    end
+  end
+  return true
+end
+local out, floor = {}, nil
+local function scan(ns)
+  local hi = '(' .. ns .. '\1'
+  if bound ~= '' then hi = '(' .. ns .. '\0' .. bound end
+  local members = redis.call('ZREVRANGEBYLEX', K_IDX, hi, '[' .. ns .. '\0', 'LIMIT', 0, budget)
+  local found, last = 0, nil
+  for _, m in ipairs(members) do
+    last = m
+    if may_match(m) then
+      out[#out + 1] = m
+      found = found + 1
+      if found >= want then break end
+    end
+  end
+  if found < want and #members < budget then return end
+  local _, cid = split_member(last)
+  if floor == nil or before(floor, cid) then floor = cid end
+end
+if all then
+  local cursor = '-'
+  while true do
+    local first = redis.call('ZRANGEBYLEX', K_IDX, cursor, '+', 'LIMIT', 0, 1)[1]
+    if not first then break end
+    local ns = split_member(first)
+    scan(ns)
+    cursor = '[' .. ns .. '\1'
+  end
+else
+  scan(ns_arg)
+end
+local reply = {floor or ''}
+for _, m in ipairs(out) do
+  local _, cid = split_member(m)
+  if floor == nil or not before(cid, floor) then reply[#reply + 1] = m end
+end
+return reply
 """
 
 # ARGV: refresh ttl_ms, then members
@@ -546,6 +638,7 @@ for _, m in ipairs(redis.call('ZRANGE', K_IDX, 0, -1)) do
     trim(ns, 1)
   end
 end
+rec_refresh()
 keep_expiry()
 return 1
 """
@@ -564,6 +657,7 @@ for i = 1, #all, 2 do
   end
 end
 drop(doomed, namespaces)
+rec_refresh()
 keep_expiry()
 return #doomed
 """
@@ -602,13 +696,15 @@ return {
   redis.call('HGETALL', K_CK), redis.call('HGETALL', K_META),
   redis.call('HGETALL', K_BLOBS), redis.call('HGETALL', K_WRITES),
   redis.call('ZRANGE', K_REPLAY, 0, -1),
-  redis.call('HGETALL', K_ITEMS), redis.call('HGETALL', K_NODES)
+  redis.call('HGETALL', K_ITEMS), redis.call('HGETALL', K_NODES),
+  redis.call('HGETALL', K_REC)
 }
 """
 
 # ARGV: ttl_ms, thread_id, then netstring lists of (field, value) pairs for the
-# checkpoint, meta, blob and write hashes, of the replay-only members, and of the list
-# item and node hashes. Existing entries of the target win.
+# checkpoint, meta, blob and write hashes, of the replay-only members, of the list
+# item and node hashes and of the index record; then the time (ms). Existing entries of
+# the target win.
 RESTORE = r"""
 local function fill(key, packed)
   local t = unpack_list(packed)
@@ -627,12 +723,19 @@ local w = fill(K_WRITES, ARGV[6])
 for i = 1, #w, 2 do redis.call('ZADD', K_WIDX, 0, w[i]) end
 redis.call('HDEL', K_THREAD, 'live_after')
 redis.call('HSET', K_THREAD, 'id', ARGV[2])
+local rec = unpack_list(ARGV[10])
+for i = 1, #rec, 2 do
+  local f = rec[i]
+  if f == 't' or string.sub(f, 1, 2) == 'm\0' then redis.call('HSETNX', K_REC, f, rec[i + 1]) end
+end
+rec_refresh()
+rec_touch(ARGV[2], ARGV[11])
 touch(ARGV[1])
 return 1
 """
 
 SCRIPTS: dict[str, str] = {
-    name: PRELUDE + body
+    name: PRELUDE + RECORD_LUA + body
     for name, body in {
         "put": PUT,
         "put_writes": PUT_WRITES,
@@ -640,6 +743,7 @@ SCRIPTS: dict[str, str] = {
         "page": PAGE,
         "members": MEMBERS,
         "fetch": FETCH,
+        "filter": FILTER,
         "delta": DELTA,
         "delete": DELETE,
         "prune_latest": PRUNE_LATEST,

@@ -1,6 +1,6 @@
 """The Redis checkpointer's operations as plans over the Lua scripts in :mod:`.lua`.
 
-Key layout: a thread's data is ten keys ``{prefix}:{<tag>}:<kind>``. The hash tag is
+Key layout: a thread's data is eleven keys ``{prefix}:{<tag>}:<kind>``. The hash tag is
 a hex SHA-256 prefix of the thread id, so any thread id (with ``{``, ``}``, NUL or
 megabytes of text) maps to one safe tag and all of a thread's keys share a cluster hash
 slot; every update of a thread is then one atomic script, on Redis Cluster too.
@@ -20,6 +20,9 @@ slot; every update of a thread is then one atomic script, on Redis Cluster too.
   still reads; never returned by ``get_tuple`` or ``list``.
 - ``items`` and ``nodes`` (hashes): list channels stored as items, pages and spines, so
   a long ``messages`` list costs O(T), not O(T^2) (see ``checkpoint/lists.py``).
+- ``rec`` (hash): the thread's record in the thread index (see ``threads/redis.py``).
+  Its ``m<member>`` fields, each checkpoint's metadata JSON, are what the FILTER
+  script reads, so ``list(filter=...)`` is judged in Redis.
 
 A fixed number of keys per thread keeps TTL cheap: every write sets the same expiry on
 all ten, so a thread expires whole, never half.
@@ -28,7 +31,9 @@ all ten, so a thread expires whole, never half.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -37,8 +42,10 @@ import ormsgpack
 from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, DeltaChannelHistory
 
 from ..._plan import Plan
-from ..._redis import Eval, Scan, glob_escape
+from ..._redis import Batch, Eval, Scan, glob_escape
 from ...errors import InvalidConfigError, ValueTooLargeError
+from ...threads.core import RecordInput, writes_of_interest
+from ...threads.redis import RedisThreadIndex, now_ms
 from .. import task_writes
 from ..codec import (
     EMPTY,
@@ -47,6 +54,7 @@ from ..codec import (
     EncodedCheckpoint,
     EncodedWrite,
     StoredCheckpoint,
+    json_safe,
     metadata_matches,
 )
 from ..config import ListQuery, SaverSettings, Target
@@ -56,12 +64,20 @@ from ..lists import LIST_TYPE, ItemRow, ListRequest
 MAX_VALUE_BYTES = 500 * 1024 * 1024
 TOMBSTONE_MS = 24 * 3600 * 1000
 MAX_CHAIN_DEPTH = 1_000_000
-KINDS = ("thread", "idx", "ck", "meta", "blobs", "writes", "widx", "replay", "items", "nodes")
+KINDS = (
+    "thread", "idx", "ck", "meta", "blobs", "writes", "widx", "replay", "items", "nodes", "rec"
+)  # fmt: skip
+
+FILTER_BUDGET = 1000
+"""Checkpoints per namespace one FILTER call examines at most: a filtered ``list`` of a
+long thread pages through it in calls of bounded length, never blocking Redis long."""
+# Numbers Lua's doubles hold exactly; a larger int is compared in Python only.
+EXACT_INT = 2**53
 
 # A list version's blob value: this prefix, then its ListRef (see ..lists).
 LIST_PREFIX = b"\x00lgmp:list\x00"
 
-Command = Eval | Scan
+Command = Eval | Scan | Batch
 
 
 def _netstrings(items: Sequence[bytes]) -> bytes:
@@ -120,6 +136,24 @@ def _versions(encoded: EncodedCheckpoint) -> dict[str, Any] | None:
     return versions
 
 
+def _conditions(flt: Mapping[str, Any] | None) -> list[bytes]:
+    """The filter's conditions FILTER can judge: (key, kind, value) per str, bool or
+    number. Others (None, which also matches a missing key; containers; other types;
+    ints past 2**53) are left to the exact check in Python on what is fetched."""
+    out: list[bytes] = []
+    for key, value in (flt or {}).items():
+        kind = type(value)
+        if type(key) is not str:
+            continue
+        if kind is str:
+            out.extend((_utf8(json_safe(key)), b"s", _utf8(json_safe(value))))
+        elif kind is bool or (kind is int and abs(value) < EXACT_INT):
+            out.extend((_utf8(json_safe(key)), b"n", b"%d" % value))
+        elif kind is float and math.isfinite(value):
+            out.extend((_utf8(json_safe(key)), b"n", repr(value).encode()))
+    return out
+
+
 def thread_tag(thread_id: str) -> str:
     return hashlib.sha256(_utf8(thread_id)).hexdigest()[:32]
 
@@ -141,6 +175,16 @@ class RedisCheckpointPlans:
         ttl = settings.ttl_seconds
         self._ttl_ms = b"0" if ttl is None else b"%d" % max(1, round(ttl * 1000))
         self._refresh_ms = self._ttl_ms if settings.refresh_on_read else b"0"
+        # With refresh on read a thread may outlive its last write: sets then never expire.
+        set_ttl = 0 if settings.refresh_on_read else int(self._ttl_ms)
+        tx_ttl = settings.transcript_ttl_seconds
+        self.threads = RedisThreadIndex(
+            prefix,
+            settings.index_keys,
+            lambda t: self.keys(t)[-1],
+            set_ttl,
+            0 if tx_ttl is None else max(1, round(tx_ttl * 1000)),
+        )
 
     # -- keys -------------------------------------------------------------------------
 
@@ -276,6 +320,9 @@ class RedisCheckpointPlans:
         costs the same whatever the thread's length.
         """
         assert query.thread_id is not None
+        conditions = _conditions(query.filter)
+        if conditions and query.checkpoint_id is None:
+            return (yield from self._filtered_page(codec, query, page_size, conditions))
         if query.checkpoint_ns is not None:
             return (yield from self._namespace_page(codec, query, page_size))
         keys = self.keys(query.thread_id)
@@ -303,6 +350,52 @@ class RedisCheckpointPlans:
         if len(ordered) < size or limit == 0 or query.checkpoint_id is not None:
             return page, None
         return page, replace(query, limit=limit, after=(ordered[-1][0], b"", ""))
+
+    def _filtered_page(
+        self, codec: CheckpointCodec, query: ListQuery, page_size: int, conditions: list[bytes]
+    ) -> Plan[Command, tuple[list[CheckpointTuple], ListQuery | None]]:
+        """One page of a filtered ``list``: the FILTER script picks the candidates in Redis.
+
+        Each call examines at most ``FILTER_BUDGET`` checkpoints per namespace; a page may
+        then hold fewer matches than asked for (even none), and the next one goes on
+        below the floor the script reached.
+        """
+        assert query.thread_id is not None
+        keys = self.keys(query.thread_id)
+        size = page_size if query.limit is None else min(page_size, query.limit)
+        bounds = [b for b in (query.before, query.after[0] if query.after else None) if b]
+        ns = query.checkpoint_ns
+        reply: list[bytes] = yield Eval(
+            "filter",
+            keys,
+            [
+                b"" if ns is None else _no_nul(ns, "checkpoint_ns"),
+                b"1" if ns is None else b"0",
+                _utf8(min(bounds) if bounds else ""),
+                size,
+                FILTER_BUDGET,
+                *conditions,
+            ],
+        )
+        floor = reply[0].decode("utf-8", "surrogatepass")
+        candidates = []
+        for raw in reply[1:]:
+            member_ns, cid = raw.decode("utf-8", "surrogatepass").split("\x00", 1)
+            candidates.append((cid, member_ns, raw))
+        candidates.sort(reverse=True)
+        taken = candidates[:size]
+        if len(taken) < len(candidates):
+            floor = taken[-1][0]  # the rest are still below it
+        replies = (
+            (yield Eval("fetch", keys, [self._refresh_ms, *(raw for _, _, raw in taken)]))
+            if taken
+            else []
+        )
+        page = yield from self._decode_page(codec, query.thread_id, replies, query)
+        limit = None if query.limit is None else query.limit - len(page)
+        if not floor or limit == 0:
+            return page, None
+        return page, replace(query, limit=limit, after=(floor, b"", ""))
 
     def _namespace_page(
         self, codec: CheckpointCodec, query: ListQuery, page_size: int
@@ -338,7 +431,9 @@ class RedisCheckpointPlans:
             after=(last, b"", query.checkpoint_ns),
         )
 
-    def put(self, target: Target, encoded: EncodedCheckpoint) -> Plan[Command, None]:
+    def put(
+        self, target: Target, encoded: EncodedCheckpoint, record: RecordInput
+    ) -> Plan[Command, None]:
         ns = _no_nul(target.checkpoint_ns, "checkpoint_ns")
         nsz = ns + b"\x00"
         refs = [
@@ -354,6 +449,11 @@ class RedisCheckpointPlans:
             _utf8(encoded.run_id or ""),
             ormsgpack.packb([*encoded.checkpoint, *encoded.metadata, _versions(encoded)]),
             self.settings.keep_last or 0,
+            json.dumps(record.metadata),  # FILTER reads it in every namespace
+            _utf8(record.title or ""),
+            record.bytes,
+            ts := now_ms(),
+            *self.threads.transcript_args(record),
         ]
         for names in (encoded.delta_channels, encoded.valued_channels):
             args.append(len(names))
@@ -374,7 +474,11 @@ class RedisCheckpointPlans:
                 args.extend((field, LIST_PREFIX + (blob.data or b""), b"0"))
             else:
                 args.extend((field, ormsgpack.packb([blob.type, blob.data]), b"0"))
-        yield Eval("put", self.keys(target.thread_id), args)
+        keys = self.keys(target.thread_id)
+        if record.lines:
+            keys += self.threads.transcript_keys(target.thread_id)
+        # the index entries first (see threads/redis.py), in the same round trip
+        yield self.threads.intent(target.thread_id, record, ts, Eval("put", keys, args))
 
     def put_writes(self, target: Target, writes: list[EncodedWrite]) -> Plan[Command, None]:
         if not writes:
@@ -395,8 +499,11 @@ class RedisCheckpointPlans:
             _no_nul(task_id, "task_id"),
             record,
             self.max_value_bytes,
+            b"1" if (flagged := bool(writes_of_interest(writes))) else b"0",
+            ts := now_ms(),
         ]
-        reply = yield Eval("put_writes", self.keys(target.thread_id), args)
+        write = Eval("put_writes", self.keys(target.thread_id), args)
+        reply = yield (self.threads.intent(target.thread_id, None, ts, write) if flagged else write)
         if isinstance(reply, list):  # merged with an earlier call's writes: too large
             raise ValueTooLargeError(what, int(reply[0]), self.max_value_bytes)
 
@@ -431,7 +538,9 @@ class RedisCheckpointPlans:
         return codec.delta_history(channels, chain, lists)
 
     def delete_thread(self, thread_id: str) -> Plan[Command, None]:
+        records = yield from self.threads.before_delete([thread_id])
         yield Eval("delete", self.keys(thread_id), [TOMBSTONE_MS])
+        yield from self.threads.forget(records)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[Command, None]:
         if not run_ids:
@@ -444,18 +553,21 @@ class RedisCheckpointPlans:
         dump = yield Eval("dump", self.keys(source_thread_id), [])
         if not dump:
             return
+        ts = now_ms()
+        yield self.threads.intent(target_thread_id, None, ts)
         yield Eval(
             "restore",
             self.keys(target_thread_id),
-            [self._ttl_ms, _utf8(target_thread_id), *(_netstrings(part) for part in dump)],
+            [self._ttl_ms, _utf8(target_thread_id), *(_netstrings(part) for part in dump), ts],
         )
+        yield from self.threads.adopt(target_thread_id)
 
     def prune(self, thread_ids: Sequence[str], keep_latest: bool) -> Plan[Command, None]:
         for thread_id in dict.fromkeys(thread_ids):
             if keep_latest:
                 yield Eval("prune_latest", self.keys(thread_id), [])
             else:
-                yield Eval("delete", self.keys(thread_id), [TOMBSTONE_MS])
+                yield from self.delete_thread(thread_id)
 
     def sweep_expired(self, batch_size: int) -> Plan[Command, tuple[int, bool]]:
         """Nothing to sweep: Redis expires a thread's keys itself."""

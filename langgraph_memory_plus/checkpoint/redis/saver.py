@@ -7,7 +7,7 @@ Plain Redis >= 6.2, Valkey and Redis Cluster; no modules. All behaviour lives in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -32,6 +32,10 @@ class _RedisOptions(CheckpointSaverBase):
         serde: the serializer for checkpoint values; LangGraph's by default.
         ttl: ``{"default_ttl": minutes, "refresh_on_read": bool}``, applied with Redis's
             own expiry to every key of a thread at once.
+        thread_index_keys: metadata keys the thread index indexes (``["user_id"]`` by
+            default); ``saver.threads.search(metadata={key: ...})`` reads their index.
+        transcripts: keep each thread's clean chat history (``saver.threads.transcript``),
+            apart from its checkpoints; ``transcript_ttl`` minutes (``None``: forever).
         keep_last: keep only the newest N checkpoints per thread and namespace.
     """
 
@@ -43,9 +47,19 @@ class _RedisOptions(CheckpointSaverBase):
         serde: SerializerProtocol | None = None,
         ttl: TTLConfig | None = None,
         keep_last: int | None = None,
+        thread_index_keys: Sequence[str] | None = None,
+        transcripts: bool = False,
+        transcript_ttl: float | None = None,
     ) -> None:
         self._connect(client)
-        super().__init__(serde=serde, ttl=ttl, keep_last=keep_last)
+        super().__init__(
+            serde=serde,
+            ttl=ttl,
+            keep_last=keep_last,
+            thread_index_keys=thread_index_keys,
+            transcripts=transcripts,
+            transcript_ttl=transcript_ttl,
+        )
         self.client = client
         self._plans = RedisCheckpointPlans(key_prefix, self.settings)
 

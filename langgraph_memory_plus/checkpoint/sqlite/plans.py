@@ -35,6 +35,10 @@ from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from ..._plan import Plan
 from ..._sqlite import Query, Rows, migrate
 from ...errors import InvalidConfigError
+from ...threads.core import RecordInput, writes_of_interest
+from ...threads.sqlite import MIGRATION as THREAD_INDEX_MIGRATION
+from ...threads.sqlite import TABLE as THREAD_INDEX_TABLE
+from ...threads.sqlite import SqliteThreadIndex
 from ..codec import (
     EMPTY,
     ChainLink,
@@ -51,6 +55,10 @@ from .schema import MIGRATIONS
 
 logger = logging.getLogger("langgraph_memory_plus.checkpoint.sqlite")
 
+CHECKPOINT_MIGRATIONS = (*MIGRATIONS, THREAD_INDEX_MIGRATION)
+"""Every migration of the checkpoint tables, the thread index's included: the version
+``setup()`` brings a schema to is ``len(CHECKPOINT_MIGRATIONS) - 1``."""
+
 # SQLite refuses a string or blob over SQLITE_MAX_LENGTH (1e9 bytes by default).
 MAX_VALUE_BYTES = 500 * 1024 * 1024
 TOMBSTONE_SECONDS = 24 * 3600
@@ -58,7 +66,14 @@ MAX_CHAIN_DEPTH = 1_000_000
 CHUNK = 500  # values per IN (...) list: far below SQLite's limit of bound parameters
 
 VISIBLE = "t.thread_id IS NOT NULL AND (t.expires_at IS NULL OR t.expires_at > :now)"
-THREAD_TABLES = ("lgmp_checkpoints", "lgmp_blobs", "lgmp_writes", "lgmp_items", "lgmp_nodes")
+THREAD_TABLES = (
+    "lgmp_checkpoints",
+    "lgmp_blobs",
+    "lgmp_writes",
+    "lgmp_items",
+    "lgmp_nodes",
+    THREAD_INDEX_TABLE,
+)
 
 # Ordinals 0 .. PAGE_SIZE - 1: a page holds PAGE_SIZE item ids, a list's tail fewer.
 SLOTS = f"slots(g) AS (SELECT 0 UNION ALL SELECT g + 1 FROM slots WHERE g < {PAGE_SIZE - 1})"
@@ -109,11 +124,13 @@ class SqliteCheckpointPlans:
 
     def __init__(self, settings: SaverSettings) -> None:
         self.settings = settings
+        self.threads = SqliteThreadIndex(settings.index_keys, settings.transcript_ttl_seconds)
 
     # -- setup ------------------------------------------------------------------------
 
     def setup(self) -> Plan[Query, None]:
-        yield from migrate("lgmp_checkpoint_migrations", MIGRATIONS)
+        yield from migrate("lgmp_checkpoint_migrations", CHECKPOINT_MIGRATIONS)
+        yield from self.threads.setup()
 
     # -- reads ------------------------------------------------------------------------
 
@@ -456,7 +473,9 @@ class SqliteCheckpointPlans:
             }
         )
 
-    def put(self, target: Target, encoded: EncodedCheckpoint) -> Plan[Query, None]:
+    def put(
+        self, target: Target, encoded: EncodedCheckpoint, record: RecordInput
+    ) -> Plan[Query, None]:
         tk, ns = target.thread_key, target.checkpoint_ns
         _no_nul(ns, "checkpoint_ns")
         for channel in encoded.channel_versions:
@@ -493,6 +512,7 @@ class SqliteCheckpointPlans:
                 many=True,
             )
         seeds = yield from self._delta_seeds(tk, ns, encoded)
+        fresh = not (yield from self.threads.exists(tk, ns, encoded.checkpoint_id))
         versions = json.dumps(encoded.channel_versions)
         native = json.dumps(encoded.versions_json)
         yield Query(
@@ -529,10 +549,14 @@ class SqliteCheckpointPlans:
                 "seeds": seeds,
             },
         )
+        tid = _id_bytes(target.thread_id)
+        yield from self.threads.put(tk, tid, encoded.checkpoint_id, record, fresh)
         if expired:
             yield from self._purge_before(tk, encoded.checkpoint_id)
+            yield from self.threads.revived(tk, record)
         if self.settings.keep_last is not None:
             yield from self._trim(tk, ns, self.settings.keep_last)
+            yield from self.threads.refresh([tk])
 
     def put_writes(self, target: Target, writes: list[EncodedWrite]) -> Plan[Query, None]:
         if not writes:
@@ -559,8 +583,11 @@ class SqliteCheckpointPlans:
             [(tk, ns, cid, task_id, w.idx, path, w.channel, w.type, w.data) for w in writes],
             many=True,
         )
+        if writes_of_interest(writes):
+            yield from self.threads.writes(tk, _id_bytes(target.thread_id), ns, cid)
         if expired:
             yield from self._purge_before(tk, cid)
+            yield from self.threads.refresh([tk])
 
     def _purge_before(self, tk: bytes, checkpoint_id: str) -> Plan[Query, None]:
         """Drop what an expired thread held before a write revived it."""
@@ -727,6 +754,7 @@ class SqliteCheckpointPlans:
                 freed[bytes(tk)].update((ns, ch, ver) for ch, ver in json.loads(raw).items())
         for tk in sorted(freed):
             yield from self._collect_blobs(tk, freed[tk])
+        yield from self.threads.refresh(freed)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Plan[Query, None]:
         now = time.time()
@@ -763,6 +791,7 @@ class SqliteCheckpointPlans:
                 "WHERE thread_key = ? ON CONFLICT DO NOTHING",
                 (dst, src),
             )
+        yield from self.threads.copy(src, dst)
 
     def prune(self, thread_ids: Sequence[str], keep_latest: bool) -> Plan[Query, None]:
         if not thread_ids:
@@ -780,6 +809,7 @@ class SqliteCheckpointPlans:
             )
             for (ns,) in namespaces:
                 yield from self._trim(tk, ns, 1)
+        yield from self.threads.refresh(tks)
 
     def sweep_expired(self, batch_size: int) -> Plan[Query, tuple[int, bool]]:
         """One bounded batch of expired threads (and old tombstones), deleted whole."""
@@ -800,4 +830,5 @@ class SqliteCheckpointPlans:
             # The thread rows go last: until then every statement picks the same victims.
             for table in (*THREAD_TABLES, "lgmp_threads"):
                 yield Query(f"DELETE FROM {table} WHERE thread_key IN ({victims})", params)
+        yield self.threads.sweep_transcripts(batch_size)
         return int(live), int(total) >= batch_size

@@ -9,6 +9,7 @@ classes only pair the plans with the SQLite driver mixins of
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -31,6 +32,10 @@ class _SqliteOptions(CheckpointSaverBase):
         ttl: ``{"default_ttl": minutes, "refresh_on_read": bool}``: threads expire that
             long after their last write (or read). Expired threads are never returned;
             ``sweep_expired()`` reclaims their rows.
+        thread_index_keys: metadata keys the thread index indexes (``["user_id"]`` by
+            default); ``saver.threads.search(metadata={key: ...})`` reads their index.
+        transcripts: keep each thread's clean chat history (``saver.threads.transcript``),
+            apart from its checkpoints; ``transcript_ttl`` minutes (``None``: forever).
         keep_last: keep only the newest N checkpoints per thread and namespace
             (``1`` gives a "shallow" saver).
     """
@@ -42,9 +47,19 @@ class _SqliteOptions(CheckpointSaverBase):
         serde: SerializerProtocol | None = None,
         ttl: TTLConfig | None = None,
         keep_last: int | None = None,
+        thread_index_keys: Sequence[str] | None = None,
+        transcripts: bool = False,
+        transcript_ttl: float | None = None,
     ) -> None:
         self._connect(conn)
-        super().__init__(serde=serde, ttl=ttl, keep_last=keep_last)
+        super().__init__(
+            serde=serde,
+            ttl=ttl,
+            keep_last=keep_last,
+            thread_index_keys=thread_index_keys,
+            transcripts=transcripts,
+            transcript_ttl=transcript_ttl,
+        )
         self.conn = conn
         self._plans = SqliteCheckpointPlans(self.settings)
 

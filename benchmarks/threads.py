@@ -1,0 +1,437 @@
+"""The thread index at scale: search by user among 100,000 threads, and its cost per turn.
+
+``python -m benchmarks.threads --pg URL --redis URL [--redis-cluster URL] [--threads N]``
+
+Two parts, one run:
+
+1. **Search.** Each backend gets ``--threads`` threads (default 100,000), one user owning
+   ``--user-threads`` of them (1,000), the others spread over other users. The first
+   thread of each user is written by the saver; the rest are copies of those rows made in
+   bulk (SQL ``generate_series`` / a Redis pipeline), changing only the thread id, user
+   and time: the rows are what the saver writes. Then p50 over ``--reps`` of
+   ``threads.search(metadata={"user_id": u}, limit=10)`` at offset 0 (page 1) and 490
+   (page 50), and of ``count``. Side by side: what users do today without an index,
+   the official ``PostgresSaver`` (langgraph-checkpoint-postgres) seeded alike (one
+   checkpoint per thread), scanning ``list(None, filter={"user_id": u})`` for the same
+   pages of distinct threads.
+2. **Turn cost.** p50 of a chat turn (``graph.invoke`` of a one-node chat graph) with
+   this source and with ``--baseline`` (a git ref without the index, exported to a
+   temporary folder and run in a subprocess), alternating A/B/A/B on fresh storage.
+
+Loopback servers only; every unit uses storage of its own (a fresh database, a unique
+Redis key prefix, a temporary SQLite file) and removes it afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.graph import END, START, StateGraph, add_messages
+from typing_extensions import TypedDict
+
+from .targets import check_pg_url, check_redis_url
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _p50_ms(fn: Callable[[], Any], reps: int) -> float:
+    fn()  # warm: plans, prepared statements, scripts
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
+class State(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def _chat_graph() -> Any:
+    def model(state: State) -> dict[str, Any]:
+        last = state["messages"][-1]
+        return {"messages": [AIMessage(content=f"re: {last.content}", id=f"ai-{last.id}")]}
+
+    builder = StateGraph(State)
+    builder.add_node("model", model)
+    builder.add_edge(START, "model")
+    builder.add_edge("model", END)
+    return builder
+
+
+def _seed_message(i: int) -> Any:
+    return HumanMessage(content=f"hello, this is conversation {i}", id=f"h-{i}")
+
+
+# -- storage of one unit -------------------------------------------------------------
+
+
+@contextmanager
+def _pg_database(admin_url: str) -> Iterator[str]:
+    import psycopg
+
+    name = f"lgmp_bench_threads_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base, _, _ = admin_url.rpartition("/")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _users(total: int, user_threads: int) -> list[str]:
+    """Thread i's user: the first ``user_threads`` threads (spread evenly) are "u-big"."""
+    step = max(1, total // user_threads)
+    return [
+        "u-big" if i % step == 0 and i // step < user_threads else f"u-{i % 997}"
+        for i in range(total)
+    ]
+
+
+def _seed_templates(saver: Any, users: list[str]) -> None:
+    """One thread per distinct user, written by the saver (thread id ``seed-<user>``)."""
+    graph = _chat_graph().compile(checkpointer=saver)
+    for n, user in enumerate(sorted(set(users))):
+        config = {"configurable": {"thread_id": f"seed-{user}", "user_id": user}}
+        graph.invoke({"messages": [_seed_message(n)]}, config)
+
+
+def _pg_clone(url: str, total: int, users: list[str], official: bool) -> None:
+    """Copies of each user's template thread, in bulk, as the saver's own rows."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TEMP TABLE u (i int, user_id text)")
+        with conn.cursor().copy("COPY u (i, user_id) FROM STDIN") as copy:
+            for i, user in enumerate(users):
+                copy.write_row((i, user))
+        if official:  # langgraph-checkpoint-postgres: one checkpoint per thread
+            conn.execute(
+                """INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id,
+                    parent_checkpoint_id, type, checkpoint, metadata)
+                SELECT 'th-' || u.i, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
+                    c.type, c.checkpoint, jsonb_set(c.metadata, '{user_id}', to_jsonb(u.user_id))
+                FROM u JOIN checkpoints c ON c.thread_id = 'seed-' || u.user_id"""
+            )
+            conn.execute(
+                """INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version,
+                    type, blob)
+                SELECT 'th-' || u.i, b.checkpoint_ns, b.channel, b.version, b.type, b.blob
+                FROM u JOIN checkpoint_blobs b ON b.thread_id = 'seed-' || u.user_id"""
+            )
+            conn.execute("ANALYZE")
+            return
+        conn.execute(
+            """INSERT INTO lgmp_threads (thread_key, thread_id, expires_at)
+            SELECT substring(sha256(convert_to('th-' || u.i, 'UTF8')) FROM 1 FOR 16),
+                convert_to('th-' || u.i, 'UTF8'), NULL FROM u"""
+        )
+        conn.execute(
+            """INSERT INTO lgmp_thread_index (thread_key, thread_id, created_at, updated_at,
+                latest_id, metadata, status, interrupts, title, checkpoints, bytes)
+            SELECT substring(sha256(convert_to('th-' || u.i, 'UTF8')) FROM 1 FOR 16),
+                convert_to('th-' || u.i, 'UTF8'),
+                now() - make_interval(secs => %s - u.i), now() - make_interval(secs => %s - u.i),
+                s.latest_id, s.metadata, s.status, s.interrupts, s.title, s.checkpoints, s.bytes
+            FROM u JOIN lgmp_thread_index s
+                ON s.thread_id = convert_to('seed-' || u.user_id, 'UTF8')""",
+            (total, total),
+        )
+        conn.execute("ANALYZE")
+
+
+def _sqlite_clone(path: str, total: int, users: list[str]) -> None:
+    import hashlib
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    now = time.time()
+    templates = {
+        bytes(r[0]).decode(): r[1:]
+        for r in conn.execute(
+            "SELECT thread_id, latest_id, metadata, status, interrupts, title, checkpoints, "
+            "bytes FROM lgmp_thread_index"
+        )
+    }
+    rows = []
+    for i, user in enumerate(users):
+        tid = f"th-{i}".encode()
+        tk = hashlib.sha256(tid).digest()[:16]
+        rows.append((tk, tid, now - total + i, now - total + i, *templates[f"seed-{user}"]))
+    with conn:
+        conn.executemany(
+            "INSERT INTO lgmp_threads (thread_key, thread_id, expires_at) VALUES (?, ?, NULL)",
+            [(r[0], r[1]) for r in rows],
+        )
+        conn.executemany(
+            "INSERT INTO lgmp_thread_index (thread_key, thread_id, created_at, updated_at, "
+            "latest_id, metadata, status, interrupts, title, checkpoints, bytes) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+    conn.execute("ANALYZE")
+    conn.close()
+
+
+def _redis_clone(saver: Any, total: int, users: list[str]) -> None:
+    """Records (copied from the templates) and sorted-set entries, pipelined."""
+    index = saver._plans.threads
+    client = saver.client
+    templates = {}
+    for user in set(users):
+        templates[user] = client.hgetall(index._record_key(f"seed-{user}"))
+    now = int(time.time() * 1000)
+    for start in range(0, total, 5000):
+        pipe = client.pipeline(transaction=False)
+        for i in range(start, min(total, start + 5000)):
+            user, tid = users[i], f"th-{i}"
+            record = dict(templates[user])
+            ts = now - (total - i) * 1000
+            record.update({b"id": tid.encode(), b"c": ts, b"u": ts})
+            pipe.hset(index._record_key(tid), mapping=record)
+            pipe.zadd(index.all_key, {tid: ts})
+            pipe.zadd(index.set_key("user_id", json.dumps(user)), {tid: ts})
+        pipe.execute()
+
+
+# -- part 1: search ------------------------------------------------------------------
+
+
+def _search_row(name: str, saver: Any, reps: int) -> dict[str, Any]:
+    threads = saver.threads
+    first = threads.search(metadata={"user_id": "u-big"}, limit=10)
+    page50 = threads.search(metadata={"user_id": "u-big"}, limit=10, offset=490)
+    assert len(first) == 10 and len(page50) == 10, (name, len(first), len(page50))
+    return {
+        "backend": name,
+        "page 1 ms": _p50_ms(lambda: threads.search(metadata={"user_id": "u-big"}), reps),
+        "page 50 ms": _p50_ms(
+            lambda: threads.search(metadata={"user_id": "u-big"}, offset=490), reps
+        ),
+        "count ms": _p50_ms(lambda: threads.count(metadata={"user_id": "u-big"}), reps),
+        "count": threads.count(metadata={"user_id": "u-big"}),
+    }
+
+
+def _official_row(url: str, total: int, users: list[str], reps: int) -> dict[str, Any]:
+    from langgraph.checkpoint.postgres import PostgresSaver as OfficialSaver
+
+    with _pg_database(url) as db, OfficialSaver.from_conn_string(db) as saver:
+        saver.setup()
+        _seed_templates(saver, users)
+        _pg_clone(db, total, users, official=True)
+
+        def page(offset: int) -> list[str]:
+            seen: dict[str, None] = {}
+            for t in saver.list(None, filter={"user_id": "u-big"}):
+                seen.setdefault(t.config["configurable"]["thread_id"], None)
+                if len(seen) >= offset + 10:
+                    break
+            return list(seen)[offset : offset + 10]
+
+        assert len(page(490)) == 10
+        slow_reps = max(3, reps // 20)
+        return {
+            "backend": "official PostgresSaver, list(None, filter=...)",
+            "page 1 ms": _p50_ms(lambda: page(0), slow_reps),
+            "page 50 ms": _p50_ms(lambda: page(490), slow_reps),
+            "count ms": float("nan"),
+            "count": None,
+        }
+
+
+def search_part(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from langgraph_memory_plus import PostgresSaver, RedisSaver, SqliteSaver
+
+    users = _users(args.threads, args.user_threads)
+    rows = []
+    with _pg_database(args.pg) as db, PostgresSaver.from_conn_string(db) as saver:
+        saver.setup()
+        _seed_templates(saver, users)
+        _pg_clone(db, args.threads, users, official=False)
+        rows.append(_search_row("ours PostgreSQL", saver, args.reps))
+        _progress(rows[-1])
+    redis_urls = [("ours Redis", args.redis)]
+    if args.redis_cluster:
+        redis_urls.append(("ours Redis Cluster", args.redis_cluster))
+    for name, url in redis_urls:
+        prefix = f"lgmpbt{uuid.uuid4().hex[:8]}"
+        with RedisSaver.from_conn_string(url, key_prefix=prefix) as saver:
+            try:
+                _seed_templates(saver, users)
+                _redis_clone(saver, args.threads, users)
+                rows.append(_search_row(name, saver, args.reps))
+                _progress(rows[-1])
+            finally:
+                for node_key in saver.client.scan_iter(match=f"{prefix}:*", count=5000):
+                    saver.client.unlink(node_key)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "threads.db")
+        with SqliteSaver.from_conn_string(path) as saver:
+            saver.setup()
+            _seed_templates(saver, users)
+            _sqlite_clone(path, args.threads, users)
+            rows.append(_search_row("ours SQLite", saver, args.reps))
+            _progress(rows[-1])
+    rows.append(_official_row(args.pg, args.threads, users, args.reps))
+    _progress(rows[-1])
+    return rows
+
+
+# -- part 2: the cost per turn -------------------------------------------------------
+
+
+def turn_p50_ms(backend: str, url: str, turns: int, threads: int) -> float:
+    """p50 of one chat turn on a fresh store of ``backend`` (run in either source tree)."""
+    import langgraph_memory_plus as lgmp
+
+    times: list[float] = []
+    with _turn_saver(lgmp, backend, url) as saver:
+        graph = _chat_graph().compile(checkpointer=saver)
+        for t in range(threads):
+            config = {"configurable": {"thread_id": f"turn-{t}", "user_id": f"u-{t % 7}"}}
+            for n in range(turns):
+                message = _seed_message(t * 1000 + n)
+                start = time.perf_counter()
+                graph.invoke({"messages": [message]}, config)
+                times.append(time.perf_counter() - start)
+    return statistics.median(times[threads:]) * 1000  # each thread's first turn is setup
+
+
+@contextmanager
+def _turn_saver(lgmp: Any, backend: str, url: str) -> Iterator[Any]:
+    if backend == "postgres":
+        with _pg_database(url) as db, lgmp.PostgresSaver.from_conn_string(db) as saver:
+            saver.setup()
+            yield saver
+    elif backend == "sqlite":
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            lgmp.SqliteSaver.from_conn_string(str(Path(tmp) / "t.db")) as saver,
+        ):
+            saver.setup()
+            yield saver
+    else:
+        prefix = f"lgmpbt{uuid.uuid4().hex[:8]}"
+        with lgmp.RedisSaver.from_conn_string(url, key_prefix=prefix) as saver:
+            try:
+                yield saver
+            finally:
+                for key in saver.client.scan_iter(match=f"{prefix}:*", count=5000):
+                    saver.client.unlink(key)
+
+
+def _in_tree(tree: Path, backend: str, url: str, turns: int, threads: int) -> float:
+    code = (
+        "import sys, json; from benchmarks.threads import turn_p50_ms; "
+        f"print(json.dumps(turn_p50_ms({backend!r}, {url!r}, {turns}, {threads})))"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{ROOT}"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return float(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def turn_part(args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        archive = subprocess.run(
+            ["git", "archive", args.baseline, "langgraph_memory_plus"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        )
+        subprocess.run(["tar", "-x", "-C", str(base)], input=archive.stdout, check=True)
+        targets = [("postgres", args.pg), ("redis", args.redis), ("sqlite", "")]
+        if args.redis_cluster:
+            targets.insert(2, ("redis-cluster", args.redis_cluster))
+        for backend, url in targets:
+            with_index, without = [], []
+            for _ in range(2):  # A B A B
+                without.append(_in_tree(base, backend, url, args.turns, args.turn_threads))
+                with_index.append(_in_tree(ROOT, backend, url, args.turns, args.turn_threads))
+            a, b = statistics.median(without), statistics.median(with_index)
+            rows.append(
+                {
+                    "backend": backend,
+                    "turn ms, no index": a,
+                    "turn ms, index": b,
+                    "overhead": f"{(b / a - 1) * 100:+.1f}%",
+                }
+            )
+            _progress(rows[-1])
+    return rows
+
+
+# -- report --------------------------------------------------------------------------
+
+
+def _progress(row: dict[str, Any]) -> None:
+    print(json.dumps(row), file=sys.stderr, flush=True)
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    heads = list(rows[0])
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return "-" if v != v else f"{v:.2f}"
+        return "-" if v is None else str(v)
+
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    lines += ["| " + " | ".join(cell(r[h]) for h in heads) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pg", required=True)
+    parser.add_argument("--redis", required=True)
+    parser.add_argument("--redis-cluster", default=None, help="redis+cluster://127.0.0.1:PORT")
+    parser.add_argument("--threads", type=int, default=100_000)
+    parser.add_argument("--user-threads", type=int, default=1_000)
+    parser.add_argument("--reps", type=int, default=200)
+    parser.add_argument("--turns", type=int, default=20, help="turns per thread (part 2)")
+    parser.add_argument("--turn-threads", type=int, default=10)
+    parser.add_argument("--baseline", default=None, help="git ref without the index")
+    parser.add_argument("--parts", default="search,turns")
+    args = parser.parse_args()
+    check_pg_url(args.pg)
+    check_redis_url(args.redis)
+    if args.redis_cluster:
+        check_redis_url(args.redis_cluster.replace("+cluster", ""))
+    parts = set(args.parts.split(","))
+    load = os.getloadavg()
+    print(f"threads={args.threads} user_threads={args.user_threads} reps={args.reps} "
+          f"load={load[0]:.2f}\n")  # fmt: skip
+    if "search" in parts:
+        print("Search by user_id (p50, ms)\n")
+        print(_table(search_part(args)) + "\n")
+    if "turns" in parts:
+        if not args.baseline:
+            parser.error("--baseline REF is needed for the turn cost")
+        print(f"Chat turn (p50, ms): {args.baseline} (no index) vs this tree\n")
+        print(_table(turn_part(args)) + "\n")
+    print(f"load at end={os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

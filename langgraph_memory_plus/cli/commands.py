@@ -1,0 +1,658 @@
+"""The commands, each thin over the Python API (``copy_threads``, ``delete_thread``, ...)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from typing import Any
+
+from .. import __version__
+from ..migration import CopyProgress, copy_threads, list_thread_ids
+from . import admin
+from .jsonl import export_thread, import_thread
+from .opening import Opened, open_url
+from .output import (
+    FOUND_PROBLEMS,
+    NOT_FOUND,
+    OK,
+    UNSUPPORTED,
+    CliError,
+    Progress,
+    confirm,
+    emit_json,
+    human_bytes,
+    table,
+)
+
+
+def _cfg(thread_id: str, ns: str | None = None, cid: str | None = None) -> dict[str, Any]:
+    c: dict[str, Any] = {"thread_id": thread_id}
+    if ns is not None:
+        c["checkpoint_ns"] = ns
+    if cid is not None:
+        c["checkpoint_id"] = cid
+    return {"configurable": c}
+
+
+def _ours(opened: Opened, what: str) -> None:
+    if opened.memory is None or opened.backend == "memory":
+        raise CliError(f"{what} works on our backends, not on {opened.url}", UNSUPPORTED)
+
+
+# -- info ----------------------------------------------------------------------------------
+
+
+def info(args: argparse.Namespace) -> int:
+    with open_url(args.url) as opened:
+        _ours(opened, "info")
+        out: dict[str, Any] = {
+            "url": opened.url,
+            "backend": opened.backend,
+            "package_version": __version__,
+        }
+        if opened.backend == "redis":
+            facts = admin.redis_info(opened)
+            scan = admin.redis_scan(opened)
+            out.update(
+                server_version=facts.get("redis_version"),
+                schema_version="n/a (Redis keys need no migrations)",
+                maxmemory_policy=facts.get("maxmemory_policy"),
+                used_memory=facts.get("used_memory"),
+                threads=scan["threads"],
+                keys=sum(scan["keys_per_kind"].values()),
+                bytes=sum(scan["per_kind"].values()),
+            )
+        else:
+            with admin.sql(opened) as db:
+                sizes = db.table_sizes()
+                out.update(
+                    server_version=db.server_version(),
+                    schema_version=db.versions(),
+                    package_schema_version=admin.latest_versions(opened.backend),
+                    threads=db.rows(
+                        f"SELECT count(*) FROM {db.table('lgmp_threads')} "
+                        "WHERE thread_id IS NOT NULL"
+                    )[0][0]
+                    if "lgmp_threads" in sizes
+                    else 0,
+                    checkpoints=sizes.get("lgmp_checkpoints", (0, 0))[0],
+                    store_items=sizes.get("lgmp_store", (0, 0))[0],
+                    bytes=sum(b for _, b in sizes.values()),
+                    tables={k: {"rows": r, "bytes": b} for k, (r, b) in sizes.items()},
+                )
+        if args.json:
+            emit_json(out)
+        else:
+            for key, value in out.items():
+                if key == "tables":
+                    continue
+                if key in ("bytes", "used_memory") and isinstance(value, int):
+                    value = f"{value} ({human_bytes(value)})"
+                print(f"{key.replace('_', ' ')}: {value}")
+    return OK
+
+
+# -- schema --------------------------------------------------------------------------------
+
+
+def setup(args: argparse.Namespace) -> int:
+    if getattr(args, "sql", False):
+        return _schema_sql(args)
+    with open_url(args.url) as opened:
+        _ours(opened, "setup")
+        before = _versions(opened)
+    with open_url(args.url, setup=True) as opened:
+        after = _versions(opened)
+    if args.json:
+        emit_json({"url": opened.url, "before": before, "after": after})
+    else:
+        for component in after:
+            print(f"{component}: schema version {before.get(component)} -> {after[component]}")
+    return OK
+
+
+def _versions(opened: Opened) -> dict[str, Any]:
+    if opened.backend == "redis":
+        return {}
+    with admin.sql(opened) as db:
+        return db.versions()
+
+
+def _schema_sql(args: argparse.Namespace) -> int:
+    """The statements ``setup`` would run, printed, not run (alembic's ``--sql``)."""
+    with open_url(args.url) as opened:
+        _ours(opened, "migrate-schema --sql")
+        if opened.backend == "redis":
+            print("-- Redis: nothing to migrate (no schema)")
+            return OK
+        with admin.sql(opened) as db:
+            for what, plan in (
+                ("checkpointer", opened.saver._plans.setup()),
+                ("store", opened.store._plans.setup()),
+            ):
+                print(f"-- {what} of {opened.url}")
+                _print_plan(db, plan)
+    return OK
+
+
+def _print_plan(db: admin._Sql, plan: Any) -> None:
+    """Drive a setup plan: reads run for real (the current version), the rest print."""
+    answer: Any = None
+    try:
+        while True:
+            query = plan.send(answer)
+            answer = None
+            text = query.sql.strip()
+            if getattr(query, "fetch", False):
+                try:
+                    answer = db.rows(text, tuple(query.params or ()))
+                except Exception:  # its bookkeeping table does not exist yet
+                    if db.pg:
+                        db.conn.rollback()
+                    answer = [(-1,)]
+                continue
+            params = query.params or ()
+            if params and db.pg:
+                import psycopg
+
+                text = psycopg.ClientCursor(db.conn).mogrify(text, params)
+            elif params:
+                text += f"  -- parameters: {tuple(params)!r}"
+            print(f"{_dedent(text)};")
+    except StopIteration:
+        pass
+
+
+def _dedent(text: str) -> str:
+    lines = text.splitlines()
+    indent = min((len(x) - len(x.lstrip()) for x in lines[1:] if x.strip()), default=0)
+    return "\n".join([lines[0], *(x[indent:] for x in lines[1:])]) if lines else text
+
+
+# -- threads ---------------------------------------------------------------------------------
+
+
+def threads_ls(args: argparse.Namespace) -> int:
+    """The thread index, newest first: ``saver.threads.search`` with the filters given."""
+    with open_url(args.url) as opened:
+        _ours(opened, "threads ls")
+        index = opened.saver.threads
+        metadata = dict(json.loads(args.metadata)) if args.metadata else {}
+        if args.user:
+            metadata[index.user_key] = args.user
+        found = index.search(
+            metadata=metadata or None, status=args.status, limit=args.limit, offset=args.offset
+        )
+        records = [_record(r) for r in found]
+        if args.json:
+            emit_json(records)
+        else:
+            rows = [
+                [r["thread_id"], r["status"], r["updated_at"], r["title"] or ""] for r in records
+            ]
+            table(rows, ["thread_id", "status", "updated_at", "title"])
+    return OK
+
+
+def _record(record: Any) -> dict[str, Any]:
+    """A thread record as JSON can carry it: interrupts as ``{id, value}`` objects."""
+    out = dict(record)
+    out["interrupts"] = {
+        task: [{"id": i.id, "value": i.value} for i in interrupts]
+        for task, interrupts in record["interrupts"].items()
+    }
+    return out
+
+
+def _history(saver: Any, thread_id: str, limit: int | None) -> list[Any]:
+    out = []
+    for t in saver.list(_cfg(thread_id)):
+        out.append(t)
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+def thread_show(args: argparse.Namespace) -> int:
+    with open_url(args.url) as opened:
+        saver = opened.saver
+        latest = saver.get_tuple(_cfg(args.thread_id, ""))
+        if latest is None:
+            raise CliError(f"no thread {args.thread_id!r} at {opened.url}", NOT_FOUND)
+        history = _history(saver, args.thread_id, args.limit)
+        rows = []
+        for t in history:
+            c = t.config["configurable"]
+            size = len(saver.serde.dumps_typed(t.checkpoint)[1])
+            parent = (t.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+            rows.append(
+                {
+                    "checkpoint_ns": c.get("checkpoint_ns", ""),
+                    "checkpoint_id": c["checkpoint_id"],
+                    "parent_checkpoint_id": parent,
+                    "step": t.metadata.get("step"),
+                    "source": t.metadata.get("source"),
+                    "ts": t.checkpoint.get("ts"),
+                    "writes": len(t.pending_writes or ()),
+                    "bytes": size,
+                }
+            )
+        channels = []
+        for name, value in sorted(latest.checkpoint.get("channel_values", {}).items()):
+            data = saver.serde.dumps_typed(value)[1]
+            length = len(value) if isinstance(value, (list, dict, str)) else None
+            channels.append(
+                {"channel": name, "type": type(value).__name__, "items": length, "bytes": len(data)}
+            )
+        interrupts = [
+            {"task_id": task_id, "value": repr(value)[:200]}
+            for task_id, channel, value in latest.pending_writes or ()
+            if channel == "__interrupt__"
+        ]
+        out = {
+            "thread_id": args.thread_id,
+            "latest_checkpoint_id": latest.config["configurable"]["checkpoint_id"],
+            "metadata": latest.metadata,
+            "channels": channels,
+            "pending_writes": len(latest.pending_writes or ()),
+            "interrupts": interrupts,
+            "history": rows,
+        }
+        if args.json:
+            emit_json(out)
+            return OK
+        print(f"thread {args.thread_id} (latest checkpoint {out['latest_checkpoint_id']})")
+        print(f"pending writes: {out['pending_writes']}, interrupts: {len(interrupts)}")
+        for i in interrupts:
+            print(f"  interrupt in task {i['task_id']}: {i['value']}")
+        print("\nstate:")
+        table(
+            [[c["channel"], c["type"], c["items"], c["bytes"]] for c in channels],
+            ["channel", "type", "items", "bytes"],
+        )
+        first = f", first {args.limit}" if args.limit else ""
+        print(f"\nhistory (newest first{first}):")
+        table(
+            [
+                [
+                    r["checkpoint_ns"] or "-",
+                    r["checkpoint_id"],
+                    r["step"],
+                    r["source"],
+                    r["writes"],
+                    r["bytes"],
+                ]
+                for r in rows
+            ],
+            ["ns", "checkpoint_id", "step", "source", "writes", "bytes"],
+        )
+    return OK
+
+
+def thread_export(args: argparse.Namespace) -> int:
+    with open_url(args.url) as opened:
+        if opened.saver.get_tuple(_cfg(args.thread_id, "")) is None:
+            raise CliError(f"no thread {args.thread_id!r} at {opened.url}", NOT_FOUND)
+        bar = Progress("exported checkpoints")
+        out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+        try:
+            report = export_thread(
+                opened.saver,
+                args.thread_id,
+                out,
+                progress=lambda p: bar.update(p.checkpoints_copied),
+            )
+        finally:
+            bar.close()
+            if out is not sys.stdout:
+                out.close()
+    print(
+        f"exported {args.thread_id}: {report.checkpoints_copied} checkpoints, "
+        f"{report.writes_copied} writes",
+        file=sys.stderr,
+    )
+    return OK
+
+
+def thread_import(args: argparse.Namespace) -> int:
+    source = open(args.input, encoding="utf-8") if args.input != "-" else sys.stdin  # noqa: SIM115
+    try:
+        with open_url(args.url) as opened:
+            first = source.readline()
+            header = json.loads(first) if first.strip() else {}
+            tid = args.thread or header.get("thread_id")
+            if tid and opened.saver.get_tuple(_cfg(str(tid), "")) is not None:
+                raise CliError(
+                    f"thread {tid!r} already exists at {opened.url}: delete it first, or "
+                    "import it as another thread with --thread NEW_ID"
+                )
+            import io
+
+            bar = Progress("imported checkpoints")
+            try:
+                tid, checkpoints, writes = import_thread(
+                    opened.saver, _Chain(io.StringIO(first), source), args.thread, bar.update
+                )
+            finally:
+                bar.close()
+    finally:
+        if source is not sys.stdin:
+            source.close()
+    print(f"imported {tid}: {checkpoints} checkpoints, {writes} writes", file=sys.stderr)
+    return OK
+
+
+class _Chain:
+    """Two text streams read as one (the header was read already to check the thread)."""
+
+    def __init__(self, *parts: Any) -> None:
+        self.parts = list(parts)
+
+    def readline(self) -> str:
+        while self.parts:
+            line = self.parts[0].readline()
+            if line:
+                return str(line)
+            self.parts.pop(0)
+        return ""
+
+    def __iter__(self) -> Any:
+        return iter(self.readline, "")
+
+
+def thread_delete(args: argparse.Namespace) -> int:
+    with open_url(args.url) as opened:
+        if opened.saver.get_tuple(_cfg(args.thread_id, "")) is None:
+            raise CliError(f"no thread {args.thread_id!r} at {opened.url}", NOT_FOUND)
+        confirm(
+            f"Delete thread {args.thread_id!r} and all its checkpoints at {opened.url}?",
+            args.yes,
+            expected=args.thread_id,
+        )
+        opened.saver.delete_thread(args.thread_id)
+    print(f"deleted thread {args.thread_id}", file=sys.stderr)
+    return OK
+
+
+# -- space -----------------------------------------------------------------------------------
+
+
+def stats(args: argparse.Namespace) -> int:
+    with open_url(args.url) as opened:
+        _ours(opened, "stats")
+        if opened.backend == "redis":
+            scan = admin.redis_scan(opened)
+            top = scan["per_tag"].most_common(args.top)
+            names = admin.redis_thread_ids(opened, [t for t, _ in top])
+            threads = [{"thread_id": names[t], "bytes": b} for t, b in top]
+            kinds = {
+                k: {"keys": scan["keys_per_kind"][k], "bytes": b}
+                for k, b in sorted(scan["per_kind"].items())
+            }
+        else:
+            with admin.sql(opened) as db:
+                threads = db.biggest_threads(args.top)
+                kinds = {k: {"rows": r, "bytes": b} for k, (r, b) in db.table_sizes().items()}
+        out = {"url": opened.url, "biggest_threads": threads, "bytes_per_kind": kinds}
+        if args.json:
+            emit_json(out)
+            return OK
+        print(f"biggest threads at {opened.url}:")
+        table(
+            [
+                [t["thread_id"], t.get("checkpoints", ""), t["bytes"], human_bytes(t["bytes"])]
+                for t in threads
+            ],
+            ["thread_id", "checkpoints", "bytes", "size"],
+        )
+        print("\nbytes per kind:")
+        count = "keys" if opened.backend == "redis" else "rows"
+        table(
+            [[k, v[count], v["bytes"], human_bytes(v["bytes"])] for k, v in kinds.items()],
+            ["kind", count, "bytes", "size"],
+        )
+    return OK
+
+
+def sweep(args: argparse.Namespace) -> int:
+    with open_url(args.url) as opened:
+        _ours(opened, "sweep")
+        threads = opened.saver.sweep_expired(args.batch_size)
+        items = opened.store.sweep_ttl(args.batch_size) if hasattr(opened.store, "sweep_ttl") else 0
+    out = {"threads_deleted": threads, "items_deleted": items}
+    if args.json:
+        emit_json(out)
+    else:
+        print(f"swept {threads} expired threads, {items} expired store items")
+    return OK
+
+
+def prune(args: argparse.Namespace) -> int:
+    if not args.keep_latest:
+        raise CliError("prune needs --keep-latest (the only strategy the CLI offers)", 2)
+    with open_url(args.url) as opened:
+        ids = list(args.thread_ids) or (list_thread_ids(opened.saver) if args.all else [])
+        if not ids:
+            raise CliError("name the threads to prune, or give --all", 2)
+        what = f"{len(ids)} threads" if len(ids) > 1 else f"thread {ids[0]!r}"
+        confirm(f"Prune {what} at {opened.url} to their latest checkpoint?", args.yes)
+        bar = Progress("pruned threads", every=1000)
+        try:
+            for n in range(0, len(ids), args.batch_size):
+                opened.saver.prune(ids[n : n + args.batch_size], strategy="keep_latest")
+                bar.update(min(n + args.batch_size, len(ids)), total=len(ids))
+        finally:
+            bar.close()
+    print(f"pruned {len(ids)} threads to their latest checkpoint", file=sys.stderr)
+    return OK
+
+
+# -- migrate ---------------------------------------------------------------------------------
+
+
+def migrate(args: argparse.Namespace) -> int:
+    with open_url(args.source) as source, open_url(args.target, setup=True) as target:
+        if args.store and (source.memory is None or target.memory is None):
+            raise CliError(
+                "--store copies between our URLs: LangGraph's savers have no store", UNSUPPORTED
+            )
+        bar = Progress("copied checkpoints")
+        last = Counter[str]()
+
+        def progress(p: CopyProgress) -> None:
+            bar.update(p.checkpoints_copied, f"{p.threads_done} threads done, now {p.thread_id}")
+            if not bar.live and p.threads_done != last["threads"]:
+                last["threads"] = p.threads_done
+                print(
+                    f"thread {p.thread_id} done ({p.threads_done} threads, "
+                    f"{p.checkpoints_copied} checkpoints)",
+                    file=sys.stderr,
+                )
+
+        try:
+            report = copy_threads(
+                source.saver,
+                target.saver,
+                args.thread or None,
+                progress=progress,
+                verify=args.verify,
+                batch_size=args.batch_size,
+            )
+        finally:
+            bar.close()
+        items = None
+        if args.store:
+            from ..migration import copy_store
+
+            items = copy_store(source.store, target.store, batch_size=args.batch_size)
+    out = {
+        "from": source.url,
+        "to": target.url,
+        "threads": len(report.threads),
+        "checkpoints_copied": report.checkpoints_copied,
+        "checkpoints_skipped": report.checkpoints_skipped,
+        "writes_copied": report.writes_copied,
+        "verified": args.verify,
+        "differences": report.differences,
+        "items_copied": items.items_copied if items else None,
+    }
+    if args.json:
+        emit_json(out)
+    else:
+        print(
+            f"copied {out['checkpoints_copied']} checkpoints ({out['writes_copied']} writes) "
+            f"of {out['threads']} threads; {out['checkpoints_skipped']} were there already"
+        )
+        if items:
+            print(f"copied {items.items_copied} store items ({items.items_skipped} unchanged)")
+        if args.verify:
+            print(
+                "verified: equal" if report.ok else f"verify: {len(report.differences)} differences"
+            )
+            for d in report.differences[:50]:
+                print(f"  {d}")
+    return OK if report.ok else FOUND_PROBLEMS
+
+
+# -- doctor ----------------------------------------------------------------------------------
+
+
+def doctor(args: argparse.Namespace) -> int:
+    findings: list[admin.Finding] = []
+    with open_url(args.url) as opened:
+        _ours(opened, "doctor")
+        if opened.backend == "redis":
+            findings.extend(_redis_checks(opened))
+        else:
+            findings.extend(_sql_checks(opened))
+    if args.json:
+        emit_json([f.__dict__ for f in findings])
+    else:
+        for f in findings:
+            mark = {"ok": "ok", "warning": "WARNING", "problem": "PROBLEM"}[f.level]
+            print(f"[{mark}] {f.check}: {f.message}")
+            if f.fix:
+                print(f"    fix: {f.fix}")
+    return FOUND_PROBLEMS if any(f.level == "problem" for f in findings) else OK
+
+
+def _redis_checks(opened: Opened) -> list[admin.Finding]:
+    policy, maxmemory = admin.redis_policy(opened)
+    check = "redis maxmemory-policy"
+    if policy is None:
+        return [
+            admin.Finding(
+                check,
+                "warning",
+                f"could not read it: {maxmemory}",
+                "check it with your provider: it must be noeviction or volatile-*",
+            )
+        ]
+    if policy == "noeviction" or policy.startswith("volatile-"):
+        return [admin.Finding(check, "ok", f"{policy}: our keys are never evicted")]
+    limit = (
+        ""
+        if maxmemory not in ("0", None)
+        else " (maxmemory is 0 today, so it applies once a limit is set)"
+    )
+    return [
+        admin.Finding(
+            check,
+            "problem",
+            f"{policy}: Redis may evict some keys of a thread and keep others, leaving it half "
+            f"deleted{limit}",
+            "CONFIG SET maxmemory-policy noeviction (or volatile-*, with a TTL on threads)",
+            {"policy": policy, "maxmemory": maxmemory},
+        )
+    ]
+
+
+def _sql_checks(opened: Opened) -> list[admin.Finding]:
+    out = []
+    latest = admin.latest_versions(opened.backend)
+    with admin.sql(opened) as db:
+        versions = db.versions()
+        for component, have in versions.items():
+            want = latest[component]
+            check = f"{component} schema"
+            if have is None:
+                out.append(admin.Finding(check, "problem", "not set up", "langgraph-memory setup"))
+            elif have < want:
+                out.append(
+                    admin.Finding(
+                        check,
+                        "problem",
+                        f"version {have}, older than this package's {want}",
+                        "langgraph-memory migrate-schema (see --sql first)",
+                    )
+                )
+            elif have > want:
+                out.append(
+                    admin.Finding(
+                        check,
+                        "problem",
+                        f"version {have}, newer than this package's {want}: upgrade "
+                        "langgraph-memory-plus",
+                        "pip install -U langgraph-memory-plus",
+                    )
+                )
+            else:
+                out.append(admin.Finding(check, "ok", f"version {have}, current"))
+        if db.pg:
+            out.extend(_pg_checks(opened, db))
+        else:
+            mode = db.rows("PRAGMA journal_mode")[0][0]
+            level = "ok" if str(mode).lower() == "wal" else "warning"
+            out.append(
+                admin.Finding(
+                    "sqlite journal mode",
+                    level,
+                    str(mode),
+                    "" if level == "ok" else "langgraph-memory setup turns WAL on",
+                )
+            )
+    return out
+
+
+def _pg_checks(opened: Opened, db: admin._Sql) -> list[admin.Finding]:
+    out = []
+    if "lgmp_store_vectors" in db.tables():
+        vectors = db.rows(f"SELECT count(*) FROM {db.table('lgmp_store_vectors')}")[0][0]
+        has = db.rows("SELECT count(*) FROM pg_extension WHERE extname = 'vector'")[0][0]
+        available = db.rows("SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'")[
+            0
+        ][0]
+        if vectors and not has:
+            out.append(
+                admin.Finding(
+                    "pgvector",
+                    "warning",
+                    f"{vectors} stored embeddings (an index is configured) but the vector "
+                    f"extension is not installed{'' if available else ' nor available'}: "
+                    "searches are scored exactly, by a scan",
+                    "CREATE EXTENSION vector (as a superuser), then reopen the store",
+                )
+            )
+        else:
+            out.append(
+                admin.Finding(
+                    "pgvector", "ok", "installed" if has else "no embeddings stored: not needed"
+                )
+            )
+    threshold = opened.option("prepare_threshold", "default")
+    bouncer = ":6432" in opened.url or "pgbouncer" in opened.url.lower()
+    if bouncer and threshold is not None:
+        out.append(
+            admin.Finding(
+                "pgbouncer",
+                "problem",
+                "the URL looks like PgBouncer (port 6432) but prepares statements: in transaction "
+                "mode that fails with 'prepared statement does not exist'",
+                "add ?prepare_threshold=none to the URL",
+            )
+        )
+    elif bouncer:
+        out.append(admin.Finding("pgbouncer", "ok", "prepare_threshold=none"))
+    return out

@@ -1,0 +1,224 @@
+"""``saver.threads``: search, count and get the thread index; per-user sessions.
+
+One object per saver, for sync and async callers alike: each method builds its plan once
+(:class:`ThreadPlans` of the backend) and runs it with the saver's ``_run`` or
+``_arun``, as every saver method does (see ``checkpoint/saver.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from langgraph.types import Interrupt
+
+from .._plan import Plan
+from ..errors import InvalidConfigError
+from .core import StoredRecord, ThreadQuery, ThreadRecord, index_value, to_datetime
+from .transcripts import TranscriptMessage
+
+if TYPE_CHECKING:
+    from ..checkpoint.saver import CheckpointSaverBase
+
+
+class ThreadPlans(Protocol):
+    """What a backend provides to read its thread index (no I/O of its own)."""
+
+    def search(self, query: ThreadQuery) -> Plan[Any, list[StoredRecord]]: ...
+
+    def count(self, query: ThreadQuery) -> Plan[Any, int]: ...
+
+    def get(self, thread_id: str) -> Plan[Any, StoredRecord | None]: ...
+
+    def transcript(
+        self, thread_id: str, owner: str | None, limit: int, offset: int
+    ) -> Plan[Any, list[tuple[str, str, str, float]]]: ...
+
+
+def _thread_id(thread_id: Any) -> str:
+    if not isinstance(thread_id, str) or not thread_id:
+        raise InvalidConfigError(f"thread_id must be a non-empty string, got {thread_id!r}")
+    return thread_id
+
+
+class Threads:
+    """The thread index of one saver, as ``langgraph_sdk``'s ``client.threads`` reads it.
+
+    ``search`` / ``count`` take the SDK's argument names; ``get(thread_id, user_id=...)``
+    and ``sessions(user_id)`` check ownership against the saver's user key
+    (``user_key``, ``user_id`` by default). Async twins are ``asearch``, ``acount``,
+    ``aget`` and ``asessions``.
+    """
+
+    def __init__(self, saver: CheckpointSaverBase, plans: ThreadPlans, keys: Sequence[str]):
+        self._saver = saver
+        self._plans = plans
+        self.index_keys = tuple(keys)
+        self.user_key = self.index_keys[0] if self.index_keys else "user_id"
+
+    # -- building -----------------------------------------------------------------------
+
+    def _query(self, **kwargs: Any) -> ThreadQuery:
+        return ThreadQuery.build(self.index_keys, **kwargs)
+
+    def _record(self, stored: StoredRecord) -> ThreadRecord:
+        load = self._saver._codec._load
+        interrupts: dict[str, list[Interrupt]] = {}
+        for task_id, (typ, data) in sorted(stored.interrupts.items()):
+            value = load(typ, data)
+            interrupts[task_id] = list(value) if isinstance(value, (list, tuple)) else [value]
+        return ThreadRecord(
+            thread_id=stored.thread_id,
+            created_at=to_datetime(stored.created_at),
+            updated_at=to_datetime(stored.updated_at),
+            metadata=dict(stored.metadata),
+            status=stored.status,  # type: ignore[typeddict-item]
+            interrupts=interrupts,
+            title=stored.title,
+            size={"checkpoints": stored.checkpoints, "bytes": stored.bytes},
+        )
+
+    def _owned(self, stored: StoredRecord | None, user_id: Any) -> ThreadRecord | None:
+        if stored is None:
+            return None
+        if user_id is not None and stored.metadata.get(self.user_key) != user_id:
+            return None
+        return self._record(stored)
+
+    def _sessions_query(self, user_id: Any, limit: int, offset: int) -> ThreadQuery:
+        if user_id is None:
+            raise InvalidConfigError("sessions needs a user id")
+        return self._query(metadata={self.user_key: user_id}, limit=limit, offset=offset)
+
+    def _transcript_args(
+        self, thread_id: Any, user_id: Any, limit: Any, offset: Any
+    ) -> tuple[str, str | None, int, int]:
+        query = self._query(limit=limit, offset=offset)  # the same checks as a search
+        owner = None
+        if user_id is not None:
+            owner = index_value(user_id)
+            if owner is None:
+                raise InvalidConfigError(f"user_id must be a string or number, got {user_id!r}")
+        return _thread_id(thread_id), owner, query.limit, query.offset
+
+    @staticmethod
+    def _lines(rows: list[tuple[str, str, str, float]]) -> list[TranscriptMessage]:
+        return [
+            TranscriptMessage(id=i, role=r, content=c, created_at=to_datetime(t))
+            for i, r, c, t in rows
+        ]
+
+    # -- synchronous --------------------------------------------------------------------
+
+    def search(
+        self,
+        *,
+        metadata: dict[str, Any] | None = None,
+        status: str | None = None,
+        ids: Sequence[str] | None = None,
+        sort_by: str = "updated_at",
+        sort_order: str = "desc",
+        limit: int = 10,
+        offset: int = 0,
+    ) -> list[ThreadRecord]:
+        """Threads whose metadata has these top-level values, in this status, newest first
+        by default. A filter on an indexed key (``user_id``) reads that key's index:
+        O(log n + offset + limit), whatever the number of threads."""
+        query = self._query(
+            metadata=metadata,
+            status=status,
+            ids=ids,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+        )
+        return [self._record(r) for r in self._saver._run(self._plans.search(query))]
+
+    def count(
+        self,
+        *,
+        metadata: dict[str, Any] | None = None,
+        status: str | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> int:
+        """How many threads :meth:`search` would find with no limit."""
+        query = self._query(metadata=metadata, status=status, ids=ids)
+        return self._saver._run(self._plans.count(query))
+
+    def get(self, thread_id: str, *, user_id: Any = None) -> ThreadRecord | None:
+        """One thread's record; ``None`` if it does not exist, expired, or (with
+        ``user_id``) belongs to another user."""
+        stored = self._saver._run(self._plans.get(_thread_id(thread_id)))
+        return self._owned(stored, user_id)
+
+    def sessions(self, user_id: Any, *, limit: int = 20, offset: int = 0) -> list[ThreadRecord]:
+        """A user's conversations, newest first: the search by the user key."""
+        query = self._sessions_query(user_id, limit, offset)
+        return [self._record(r) for r in self._saver._run(self._plans.search(query))]
+
+    def transcript(
+        self, thread_id: str, *, user_id: Any = None, limit: int = 100, offset: int = 0
+    ) -> list[TranscriptMessage]:
+        """The thread's clean chat history, oldest first (``transcripts=True`` savers).
+
+        Outlives the thread's checkpoints. With ``user_id``, only a transcript recorded
+        for that user is returned (another user's thread id gives ``[]``).
+        """
+        args = self._transcript_args(thread_id, user_id, limit, offset)
+        return self._lines(self._saver._run(self._plans.transcript(*args)))
+
+    # -- asynchronous -------------------------------------------------------------------
+
+    async def asearch(
+        self,
+        *,
+        metadata: dict[str, Any] | None = None,
+        status: str | None = None,
+        ids: Sequence[str] | None = None,
+        sort_by: str = "updated_at",
+        sort_order: str = "desc",
+        limit: int = 10,
+        offset: int = 0,
+    ) -> list[ThreadRecord]:
+        """Async :meth:`search`."""
+        query = self._query(
+            metadata=metadata,
+            status=status,
+            ids=ids,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+        )
+        return [self._record(r) for r in await self._saver._arun(self._plans.search(query))]
+
+    async def acount(
+        self,
+        *,
+        metadata: dict[str, Any] | None = None,
+        status: str | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> int:
+        """Async :meth:`count`."""
+        query = self._query(metadata=metadata, status=status, ids=ids)
+        return await self._saver._arun(self._plans.count(query))
+
+    async def aget(self, thread_id: str, *, user_id: Any = None) -> ThreadRecord | None:
+        """Async :meth:`get`."""
+        stored = await self._saver._arun(self._plans.get(_thread_id(thread_id)))
+        return self._owned(stored, user_id)
+
+    async def asessions(
+        self, user_id: Any, *, limit: int = 20, offset: int = 0
+    ) -> list[ThreadRecord]:
+        """Async :meth:`sessions`."""
+        query = self._sessions_query(user_id, limit, offset)
+        return [self._record(r) for r in await self._saver._arun(self._plans.search(query))]
+
+    async def atranscript(
+        self, thread_id: str, *, user_id: Any = None, limit: int = 100, offset: int = 0
+    ) -> list[TranscriptMessage]:
+        """Async :meth:`transcript`."""
+        args = self._transcript_args(thread_id, user_id, limit, offset)
+        return self._lines(await self._saver._arun(self._plans.transcript(*args)))

@@ -1,0 +1,399 @@
+"""The thread index on PostgreSQL: ``lgmp_thread_index``, kept by the saver's own writes.
+
+One row per thread with at least one checkpoint. The saver's plans (see
+``checkpoint/postgres/plans.py``) put the row's update into the statement or the
+transaction of each write:
+
+- ``put``: a CTE of the put's statement (so a checkpoint and its record commit together):
+  a newer root checkpoint sets the metadata and resets status to ``idle``; every put moves
+  ``updated_at``, counts the checkpoint and its bytes, and sets the title once.
+- ``put_writes`` with an interrupt or an error: a CTE of its statement, applied only if the
+  writes are for the latest root checkpoint. Other writes leave the row alone, so a
+  step's many concurrent ``put_writes`` don't queue on it.
+- ``delete_thread``, ``prune``, ``sweep_expired``: CTEs deleting the rows.
+- ``delete_for_runs``, ``prune(keep_latest)``, retention, ``copy_thread``: :meth:`refresh`,
+  in the same transaction, derives the row again from what the thread still holds.
+
+Reads join ``lgmp_threads`` for expiry, so an expired thread is never listed, swept or not.
+Each indexed metadata key (``user_id`` by default) has an expression index on
+``(metadata -> key, updated_at)``: a search by it is an index range scan, O(log n + k).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from .._plan import Plan
+from .._postgres import Query, Rows
+from ..checkpoint.config import thread_key
+from .core import (
+    RecordInput,
+    StoredRecord,
+    ThreadQuery,
+    derive,
+    interrupts_from_json,
+    interrupts_json,
+)
+
+TABLE = "lgmp_thread_index"
+TRANSCRIPTS = "lgmp_transcripts"
+
+MIGRATION: tuple[str, ...] = (
+    f"""
+    CREATE TABLE IF NOT EXISTS {{s}}.{TABLE} (
+        thread_key bytea PRIMARY KEY,
+        thread_id bytea NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        updated_at timestamptz NOT NULL DEFAULT now(),
+        latest_id text,
+        metadata jsonb NOT NULL DEFAULT '{{{{}}}}',
+        status text NOT NULL DEFAULT 'idle',
+        interrupts jsonb NOT NULL DEFAULT '{{{{}}}}',
+        title text,
+        checkpoints bigint NOT NULL DEFAULT 0,
+        bytes bigint NOT NULL DEFAULT 0
+    )
+    """,
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_updated_idx ON {{s}}.{TABLE} (updated_at)",
+    # Transcripts (see ..transcripts): one row per message, never deleted with the thread.
+    f"""
+    CREATE TABLE IF NOT EXISTS {{s}}.{TRANSCRIPTS} (
+        thread_key bytea NOT NULL,
+        message_id text NOT NULL,
+        owner text,
+        seq bigint NOT NULL,
+        role text NOT NULL,
+        content text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        expires_at timestamptz,
+        PRIMARY KEY (thread_key, message_id)
+    )
+    """,
+    f"CREATE INDEX IF NOT EXISTS {TRANSCRIPTS}_seq_idx ON {{s}}.{TRANSCRIPTS} (thread_key, seq)",
+    f"""CREATE INDEX IF NOT EXISTS {TRANSCRIPTS}_expires_idx ON {{s}}.{TRANSCRIPTS} (expires_at)
+        WHERE expires_at IS NOT NULL""",
+    # Threads written before this migration: metadata and counts now, status with their
+    # next write (their pending writes are packed records SQL cannot read).
+    f"""
+    INSERT INTO {{s}}.{TABLE} (thread_key, thread_id, latest_id, metadata, checkpoints)
+    SELECT t.thread_key, t.thread_id, l.checkpoint_id, coalesce(l.metadata_json, '{{{{}}}}'), n.n
+    FROM {{s}}.lgmp_threads t
+    CROSS JOIN LATERAL (SELECT count(*) AS n FROM {{s}}.lgmp_checkpoints c
+        WHERE c.thread_key = t.thread_key AND NOT c.replay_only) n
+    LEFT JOIN LATERAL (SELECT c.checkpoint_id, c.metadata_json FROM {{s}}.lgmp_checkpoints c
+        WHERE c.thread_key = t.thread_key AND c.checkpoint_ns = '' AND NOT c.replay_only
+        ORDER BY c.checkpoint_id DESC LIMIT 1) l ON true
+    WHERE t.thread_id IS NOT NULL AND n.n > 0
+    ON CONFLICT DO NOTHING
+    """,
+)
+
+_COLUMNS = """i.thread_id, extract(epoch FROM i.created_at), extract(epoch FROM i.updated_at),
+    i.metadata, i.status, i.interrupts, i.title, i.checkpoints, i.bytes"""
+
+_ORDER = {
+    "updated_at": "i.updated_at",
+    "created_at": "i.created_at",
+    "thread_id": "i.thread_id",
+    "status": "i.status",
+}
+
+WriteRows = Callable[[Any, Any, Any], list[tuple[str, str, str, bytes, str, int]]]
+
+
+def _index_name(key: str) -> str:
+    return f"{TABLE}_{hashlib.sha256(key.encode()).hexdigest()[:12]}_idx"
+
+
+def _stored(row: tuple[Any, ...]) -> StoredRecord:
+    tid, created, updated, meta, status, interrupts, title, n, size = row
+    return StoredRecord(
+        thread_id=bytes(tid).decode("utf-8", "surrogatepass"),
+        created_at=float(created),
+        updated_at=float(updated),
+        metadata=meta,
+        status=status,
+        interrupts=interrupts_from_json(interrupts),
+        title=title,
+        checkpoints=int(n),
+        bytes=int(size),
+    )
+
+
+class PostgresThreadIndex:
+    """SQL of the thread index for one schema; used by the checkpoint plans and the API."""
+
+    def __init__(
+        self,
+        quoted_schema: str,
+        index_keys: Sequence[str],
+        visible: str,
+        write_rows: WriteRows,
+        transcript_ttl: float | None = None,
+    ) -> None:
+        self.transcript_ttl = transcript_ttl
+        s = quoted_schema
+        self._write_rows = write_rows
+        self._s = s
+        self._ix = f"{s}.{TABLE}"
+        self._th = f"{s}.lgmp_threads"
+        self._ck = f"{s}.lgmp_checkpoints"
+        self._bl = f"{s}.lgmp_blobs"
+        self._it = f"{s}.lgmp_items"
+        self._wr = f"{s}.lgmp_task_writes"
+        self._tx = f"{s}.{TRANSCRIPTS}"
+        self._visible = visible
+        self.index_keys = tuple(index_keys)
+        root = "%(ix_latest)s::text IS NOT NULL AND (i.latest_id IS NULL OR %(ix_latest)s"
+        newer, fresh = f"({root} >= i.latest_id))", f"({root} > i.latest_id))"
+        self.put_cte = f"""
+            ix AS (
+                INSERT INTO {self._ix} AS i (thread_key, thread_id, latest_id, metadata,
+                    title, checkpoints, bytes)
+                SELECT %(tk)s, %(tid)s, %(ix_latest)s, %(ix_meta)s, %(ix_title)s,
+                    (SELECT count(*) FROM saved WHERE fresh), %(ix_bytes)s
+                FROM (SELECT 1 FROM saved LIMIT 1) s
+                ON CONFLICT (thread_key) DO UPDATE SET
+                    thread_id = EXCLUDED.thread_id,
+                    updated_at = now(),
+                    latest_id = CASE WHEN {newer} THEN EXCLUDED.latest_id ELSE i.latest_id END,
+                    metadata = CASE WHEN {newer} THEN EXCLUDED.metadata ELSE i.metadata END,
+                    status = CASE WHEN {fresh} THEN 'idle' ELSE i.status END,
+                    interrupts = CASE WHEN {fresh} THEN '{{}}'::jsonb ELSE i.interrupts END,
+                    title = coalesce(i.title, EXCLUDED.title),
+                    checkpoints = i.checkpoints + EXCLUDED.checkpoints,
+                    bytes = i.bytes + EXCLUDED.bytes
+            ), tx AS (
+                INSERT INTO {self._tx} (thread_key, message_id, owner, seq, role, content,
+                    expires_at)
+                SELECT %(tk)s, l.id, %(tx_owner)s,
+                    (extract(epoch FROM clock_timestamp()) * 1000)::bigint * 1000 + l.ord,
+                    l.role, l.content, now() + make_interval(secs => %(tx_ttl)s)
+                FROM unnest(%(tx_id)b::text[], %(tx_role)b::text[], %(tx_text)b::text[])
+                    WITH ORDINALITY AS l(id, role, content, ord)
+                WHERE EXISTS (SELECT 1 FROM saved)
+                ON CONFLICT DO NOTHING
+            )"""
+        # Writes may come before their checkpoint's put (LangGraph runs them side by
+        # side): writes for a checkpoint newer than the row's latest make it the latest,
+        # so the put that follows keeps their status (it resets only a strictly newer one).
+        same = "i.latest_id = %(id)s"
+        self.writes_cte = f"""
+            ixw AS (
+                INSERT INTO {self._ix} AS i (thread_key, thread_id, latest_id, status,
+                    interrupts)
+                SELECT %(tk)s, %(tid)s, %(id)s,
+                    CASE WHEN %(ix_error)s THEN 'error' ELSE 'interrupted' END, %(ix_int)s
+                FROM ok WHERE %(ns)s = ''
+                ON CONFLICT (thread_key) DO UPDATE SET updated_at = now(),
+                    latest_id = EXCLUDED.latest_id,
+                    status = CASE WHEN %(ix_error)s OR ({same} AND i.status = 'error')
+                        THEN 'error' ELSE 'interrupted' END,
+                    interrupts = CASE WHEN {same} THEN i.interrupts ELSE '{{}}'::jsonb END
+                        || EXCLUDED.interrupts
+                WHERE i.latest_id IS NULL OR i.latest_id <= %(id)s
+            )"""
+
+    # -- setup ----------------------------------------------------------------------------
+
+    def setup(self) -> Plan[Query, None]:
+        """One expression index per indexed key (run under the migration's lock)."""
+        for key in self.index_keys:
+            yield Query(
+                f"CREATE INDEX IF NOT EXISTS {_index_name(key)} ON {self._ix} "
+                f"((metadata -> '{key}'), updated_at)"
+            )
+
+    # -- what the writes add to their statements ------------------------------------------
+
+    def put_params(self, record: RecordInput, checkpoint_id: str) -> dict[str, Any]:
+        return {
+            "tx_owner": record.owner,
+            "tx_ttl": self.transcript_ttl,
+            "tx_id": [line.id for line in record.lines],
+            "tx_role": [line.role for line in record.lines],
+            "tx_text": [line.text for line in record.lines],
+            "ix_latest": checkpoint_id if record.root else None,
+            "ix_meta": Jsonb(record.metadata if record.root else {}),
+            "ix_title": record.title,
+            "ix_bytes": record.bytes,
+        }
+
+    @staticmethod
+    def writes_params(interesting: Sequence[Any]) -> dict[str, Any]:
+        raw = derive((w.task_id, w.channel, w.type, w.data) for w in interesting)
+        return {
+            "ix_error": raw.status == "error",
+            "ix_int": Jsonb(interrupts_json(raw.interrupts)),
+        }
+
+    def delete_cte(self, tks_param: str) -> str:
+        return f"DELETE FROM {self._ix} WHERE thread_key = ANY({tks_param})"
+
+    def delete_in(self, subquery: str) -> str:
+        return f"DELETE FROM {self._ix} WHERE thread_key IN ({subquery})"
+
+    def sweep_transcripts(self, limit_param: str) -> str:
+        """A CTE body deleting a bounded batch of expired transcript lines."""
+        return f"""DELETE FROM {self._tx} WHERE ctid = ANY(ARRAY(
+            SELECT ctid FROM {self._tx} WHERE expires_at <= now() LIMIT {limit_param}))"""
+
+    def copy(self, src: bytes, dst: bytes, dst_id: bytes) -> Query:
+        """The target's row from the source's (title, metadata, status); counts follow
+        from :meth:`refresh`."""
+        return Query(
+            f"""
+            INSERT INTO {self._ix} AS i (thread_key, thread_id, latest_id, metadata, status,
+                interrupts, title)
+            SELECT %(dst)s, %(dst_id)s, latest_id, metadata, status, interrupts, title
+            FROM {self._ix} WHERE thread_key = %(src)s
+            ON CONFLICT (thread_key) DO UPDATE SET updated_at = now(),
+                title = coalesce(i.title, EXCLUDED.title)""",
+            {"src": src, "dst": dst, "dst_id": dst_id},
+        )
+
+    def revived(self, tk: bytes, record: RecordInput) -> Plan[Query, None]:
+        """An expired thread written again starts over: a new creation time and title."""
+        yield Query(
+            f"UPDATE {self._ix} SET created_at = now(), title = %s WHERE thread_key = %s",
+            (record.title, tk),
+        )
+        yield from self.refresh([tk])
+
+    def refresh(self, tks: Sequence[bytes]) -> Plan[Query, None]:
+        """Derive the rows of ``tks`` again from what the threads hold (same transaction).
+
+        For the operations that remove checkpoints (``delete_for_runs``, pruning,
+        retention) or merge them (``copy_thread``): rare or bounded, so two statements.
+        """
+        if not tks:
+            return
+        rows: Rows = yield Query(
+            f"""
+            SELECT k.tk, t.thread_id, l.checkpoint_id, l.metadata_json, n.n,
+                n.b + coalesce((SELECT sum(octet_length(blob)) FROM {self._bl}
+                    WHERE thread_key = k.tk), 0)
+                    + coalesce((SELECT sum(octet_length(data)) FROM {self._it}
+                    WHERE thread_key = k.tk), 0),
+                w.task_ids, w.paths, w.writes
+            FROM unnest(%s::bytea[]) AS k(tk)
+            JOIN {self._th} t ON t.thread_key = k.tk
+            CROSS JOIN LATERAL (
+                SELECT count(*) FILTER (WHERE NOT replay_only) AS n,
+                    coalesce(sum(octet_length(checkpoint) + octet_length(metadata)), 0) AS b
+                FROM {self._ck} WHERE thread_key = k.tk) n
+            LEFT JOIN LATERAL (
+                SELECT checkpoint_id, metadata_json FROM {self._ck}
+                WHERE thread_key = k.tk AND checkpoint_ns = '' AND NOT replay_only
+                ORDER BY checkpoint_id DESC LIMIT 1) l ON true
+            LEFT JOIN LATERAL (
+                SELECT array_agg(task_id) AS task_ids, array_agg(task_path) AS paths,
+                    array_agg(writes) AS writes
+                FROM {self._wr} WHERE thread_key = k.tk AND checkpoint_ns = ''
+                    AND checkpoint_id = l.checkpoint_id) w ON true""",
+            (sorted(tks),),
+            fetch=True,
+        )
+        keep = [r for r in rows if r[4] and r[1] is not None]
+        missing = {bytes(tk) for tk in tks} - {bytes(r[0]) for r in keep}
+        if missing:
+            yield Query(f"DELETE FROM {self._ix} WHERE thread_key = ANY(%s)", (sorted(missing),))
+        for tk, tid, latest, meta, n, size, task_ids, paths, packed in keep:
+            found = derive(row[:4] for row in self._write_rows(task_ids, paths, packed))
+            yield Query(
+                f"""
+                INSERT INTO {self._ix} AS i (thread_key, thread_id, latest_id, metadata,
+                    status, interrupts, checkpoints, bytes)
+                VALUES (%(tk)s, %(tid)s, %(latest)s, %(meta)s, %(status)s, %(int)s, %(n)s,
+                    %(b)s)
+                ON CONFLICT (thread_key) DO UPDATE SET thread_id = EXCLUDED.thread_id,
+                    latest_id = EXCLUDED.latest_id, metadata = EXCLUDED.metadata,
+                    status = EXCLUDED.status, interrupts = EXCLUDED.interrupts,
+                    checkpoints = EXCLUDED.checkpoints, bytes = EXCLUDED.bytes""",
+                {
+                    "tk": tk,
+                    "tid": tid,
+                    "latest": latest,
+                    "meta": Jsonb(meta or {}),
+                    "status": found.status,
+                    "int": Jsonb(interrupts_json(found.interrupts)),
+                    "n": n,
+                    "b": size,
+                },
+            )
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def _where(self, query: ThreadQuery) -> tuple[str, list[Any]]:
+        wheres, params = [self._visible], list[Any]()
+        if query.indexed is not None:
+            key, form = query.indexed
+            wheres.append(f"i.metadata -> '{key}' = %s::jsonb")
+            params.append(form)
+        rest = {
+            k: v for k, v in query.metadata.items() if not query.indexed or k != query.indexed[0]
+        }
+        for key, value in rest.items():
+            wheres.append("i.metadata -> %s = %s::jsonb")
+            params.extend([key, json.dumps(value)])
+        if query.status is not None:
+            wheres.append("i.status = %s")
+            params.append(query.status)
+        if query.ids is not None:
+            wheres.append("i.thread_key = ANY(%s)")
+            params.append([thread_key(t) for t in query.ids])
+        return " AND ".join(wheres), params
+
+    def _from(self) -> str:
+        return f"{self._ix} i JOIN {self._th} t ON t.thread_key = i.thread_key"
+
+    def search(self, query: ThreadQuery) -> Plan[Query, list[StoredRecord]]:
+        where, params = self._where(query)
+        order = "DESC" if query.sort_order == "desc" else "ASC"
+        rows: Rows = yield Query(
+            f"""SELECT {_COLUMNS} FROM {self._from()} WHERE {where}
+            ORDER BY {_ORDER[query.sort_by]} {order}, i.thread_key {order}
+            LIMIT {int(query.limit)} OFFSET {int(query.offset)}""",
+            params,
+            fetch=True,
+            standalone=True,
+        )
+        return [_stored(r) for r in rows]
+
+    def count(self, query: ThreadQuery) -> Plan[Query, int]:
+        where, params = self._where(query)
+        rows: Rows = yield Query(
+            f"SELECT count(*) FROM {self._from()} WHERE {where}",
+            params,
+            fetch=True,
+            standalone=True,
+        )
+        return int(rows[0][0])
+
+    def get(self, thread_id: str) -> Plan[Query, StoredRecord | None]:
+        rows: Rows = yield Query(
+            f"SELECT {_COLUMNS} FROM {self._from()} WHERE {self._visible} AND i.thread_key = %s",
+            (thread_key(thread_id),),
+            fetch=True,
+            standalone=True,
+        )
+        return _stored(rows[0]) if rows else None
+
+    def transcript(
+        self, thread_id: str, owner: str | None, limit: int, offset: int
+    ) -> Plan[Query, list[tuple[str, str, str, float]]]:
+        rows: Rows = yield Query(
+            f"""SELECT message_id, role, content, extract(epoch FROM created_at) FROM {self._tx}
+            WHERE thread_key = %(tk)s AND (expires_at IS NULL OR expires_at > now())
+                AND (%(owner)s::text IS NULL OR owner = %(owner)s)
+            ORDER BY seq LIMIT %(limit)s OFFSET %(offset)s""",
+            {"tk": thread_key(thread_id), "owner": owner, "limit": limit, "offset": offset},
+            fetch=True,
+            standalone=True,
+        )
+        return [(i, r, c, float(t)) for i, r, c, t in rows]

@@ -1,0 +1,396 @@
+"""The thread index on Redis (single node and Cluster): a record per thread, plus sorted sets.
+
+**The record** is a hash beside the thread's other keys, in the thread's hash slot, so
+the checkpoint scripts update it in the same atomic step as the write (see ``RECORD_LUA``,
+called by the scripts of ``checkpoint/redis/lua.py``) and it expires with them:
+
+- ``id``, ``c`` (created, ms), ``u`` (updated, ms), ``t`` (title), ``n`` (checkpoints),
+  ``b`` (bytes written), ``l`` (latest root checkpoint id), ``m`` (its metadata JSON),
+  ``s`` (status), ``i`` (interrupts: netstrings of task id, type, data per interrupt);
+- ``m<member>``: each root checkpoint's metadata JSON, so a delete that removes the
+  latest checkpoint can say what the new latest one's metadata is.
+
+**The sorted sets** answer "which threads": one of every thread (``<prefix>:{tix:all}``)
+and one per indexed metadata value (``<prefix>:{tix:<key>:<hash of value>}``), scored by
+``updated_at`` (ms), members the thread ids. They live in other hash slots than the
+threads, so they cannot be in the thread's script. Consistency comes from the order of
+the two steps and from reading the records back:
+
+1. Before a put (or an interrupt or error write), the saver adds the thread to its sets
+   with the write's timestamp (``ZADD GT``: idempotent, scores only grow); then the
+   script writes the thread and its record with the same timestamp (``u`` only grows).
+   A crash between the two leaves an entry whose record is missing or older: never a
+   thread missing from its sets.
+2. Every read verifies the entries it returns against the records (exists, not expired,
+   still has that metadata value) and heals what it finds: stale entries are removed,
+   scores that disagree with ``u`` are corrected, and the read is taken again. A
+   deleted thread's entries are removed right after the delete (and by the next read if
+   that removal is lost).
+
+A search by an indexed key reads ``offset + limit`` entries of one set: O(log n + k).
+Other filters read the candidate set (the indexed key's, or all threads) in batches and
+filter exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .._plan import Plan
+from .._redis import Batch, Eval, Scan
+from .core import RecordInput, StoredRecord, ThreadQuery, index_value
+
+Command = Eval | Scan | Batch
+
+FIELDS = (b"id", b"c", b"u", b"m", b"s", b"i", b"t", b"n", b"b")
+MAX_HEAL_ROUNDS = 3
+BATCH = 500
+
+# Lua shared by the checkpoint scripts (after their PRELUDE, which defines K_REC and the
+# helpers used here). Interrupts and errors are found in the latest root checkpoint's
+# pending writes: records of (idx, channel, type, data) netstrings after the task path.
+RECORD_LUA = r"""
+local function rec_status(member)
+  local status, ints = 'idle', {}
+  local tw = task_writes(member)
+  for i = 1, #tw, 2 do
+    local t = unpack_list(tw[i + 1])
+    for j = 2, #t, 4 do
+      if t[j + 1] == '__interrupt__' then
+        ints[#ints + 1] = tw[i]
+        ints[#ints + 1] = t[j + 2]
+        ints[#ints + 1] = t[j + 3]
+      elseif t[j + 1] == '__error__' then
+        status = 'error'
+      end
+    end
+  end
+  if status == 'idle' and #ints > 0 then status = 'interrupted' end
+  redis.call('HSET', K_REC, 's', status, 'i', pack_list(ints))
+end
+
+local function rec_touch(thread_id, ts)
+  redis.call('HSET', K_REC, 'id', thread_id)
+  redis.call('HSETNX', K_REC, 'c', ts)
+  local u = redis.call('HGET', K_REC, 'u')
+  if (not u) or tonumber(u) < tonumber(ts) then redis.call('HSET', K_REC, 'u', ts) end
+  redis.call('HSET', K_REC, 'n', redis.call('ZCARD', K_IDX))
+end
+
+-- A root checkpoint at or after the latest is the latest: its metadata and the status
+-- its pending writes give (LangGraph may store a step's writes before its checkpoint).
+local function rec_latest(member, cid)
+  local latest = redis.call('HGET', K_REC, 'l')
+  if latest and before(cid, latest) then return end
+  redis.call('HSET', K_REC, 'l', cid)
+  local meta = redis.call('HGET', K_REC, 'm' .. member)
+  if meta then redis.call('HSET', K_REC, 'm', meta) end
+  rec_status(member)
+end
+
+local function rec_put(thread_id, ns, cid, meta, title, nbytes, ts)
+  local member = ns .. '\0' .. cid
+  if ns == '' then
+    redis.call('HSET', K_REC, 'm' .. member, meta)
+    rec_latest(member, cid)
+  end
+  if title ~= '' then redis.call('HSETNX', K_REC, 't', title) end
+  redis.call('HINCRBY', K_REC, 'b', nbytes)
+  rec_touch(thread_id, ts)
+end
+
+local function rec_writes(thread_id, ns, cid, ts)
+  if ns ~= '' then return end
+  rec_latest(ns .. '\0' .. cid, cid)
+  rec_touch(thread_id, ts)
+end
+
+-- Transcript lines (KEYS[12]: id -> netstrings of role, text, time ms; KEYS[13]: ids in
+-- order): a known id is skipped. Returns the position after its arguments.
+local function tx_put(pos, ts)
+  local owner, ttl, n = ARGV[pos], tonumber(ARGV[pos + 1]), tonumber(ARGV[pos + 2])
+  local first = pos + 3
+  if n == 0 then return first end
+  local seq = redis.call('ZCARD', KEYS[13])
+  for i = 0, n - 1 do
+    local id = ARGV[first + 3 * i]
+    local line = pack_list({ARGV[first + 3 * i + 1], ARGV[first + 3 * i + 2], ts})
+    if redis.call('HSETNX', KEYS[12], id, line) == 1 then
+      seq = seq + 1
+      redis.call('ZADD', KEYS[13], seq, id)
+    end
+  end
+  if owner ~= '' then redis.call('HSET', KEYS[12], '\0owner', owner) end
+  for k = 12, 13 do
+    if ttl > 0 then redis.call('PEXPIRE', KEYS[k], ttl) else redis.call('PERSIST', KEYS[k]) end
+  end
+  return first + 3 * n
+end
+
+-- After checkpoints were removed or merged in: derive the record from what is left.
+local function rec_refresh()
+  if redis.call('EXISTS', K_IDX) == 0 then
+    redis.call('DEL', K_REC)
+    return
+  end
+  local latest = pick('', '')
+  if latest then
+    redis.call('HDEL', K_REC, 'l')
+    local _, cid = split_member(latest)
+    rec_latest(latest, cid)
+  else
+    redis.call('HDEL', K_REC, 'l')
+    redis.call('HSET', K_REC, 'm', '{}', 's', 'idle', 'i', '')
+  end
+  redis.call('HSET', K_REC, 'n', redis.call('ZCARD', K_IDX))
+end
+"""
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _netstrings(raw: bytes) -> list[bytes]:
+    out, pos = [], 0
+    while pos < len(raw):
+        colon = raw.index(b":", pos)
+        n = int(raw[pos:colon])
+        out.append(raw[colon + 1 : colon + 1 + n])
+        pos = colon + 1 + n
+    return out
+
+
+def _entries(raw: list[Any]) -> list[tuple[str, int]]:
+    """(member, score) from a ``ZRANGE ... WITHSCORES`` reply, flat or paired by the client."""
+    if raw and not isinstance(raw[0], (list, tuple)):
+        raw = [(raw[i], raw[i + 1]) for i in range(0, len(raw), 2)]
+    return [(m.decode("utf-8", "surrogatepass"), int(float(score))) for m, score in raw]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _record(values: Sequence[bytes | None]) -> StoredRecord | None:
+    tid, created, updated, meta, status, ints, title, n, size = values
+    if tid is None or updated is None:
+        return None
+    parts = _netstrings(ints or b"")
+    interrupts = {
+        parts[i].decode("utf-8", "surrogatepass"): (parts[i + 1].decode(), parts[i + 2])
+        for i in range(0, len(parts), 3)
+    }
+    return StoredRecord(
+        thread_id=tid.decode("utf-8", "surrogatepass"),
+        created_at=int(created or updated) / 1000,
+        updated_at=int(updated) / 1000,
+        metadata=json.loads(meta or b"{}"),
+        status=(status or b"idle").decode(),
+        interrupts=interrupts,
+        title=title.decode("utf-8", "surrogatepass") if title else None,
+        checkpoints=int(n or 0),
+        bytes=int(size or 0),
+    )
+
+
+class RedisThreadIndex:
+    """Set keys, the write steps and the reads of the thread index for one key prefix."""
+
+    def __init__(
+        self,
+        prefix: str,
+        index_keys: Sequence[str],
+        record_key: Callable[[str], bytes],
+        ttl_ms: int,
+        transcript_ttl_ms: int = 0,
+    ) -> None:
+        self.transcript_ttl_ms = transcript_ttl_ms
+        self.prefix = prefix
+        self.index_keys = tuple(index_keys)
+        self._record_key = record_key
+        self._ttl_ms = ttl_ms
+        # ``{prefix}:{tix:...}``: a hash tag per set, so sets spread over a cluster's slots
+        self.all_key = _utf8(f"{prefix}:{{tix:all}}")
+
+    def transcript_keys(self, thread_id: str) -> list[bytes]:
+        """The transcript's keys: in the thread's slot, outside its expiring keys."""
+        base = self._record_key(thread_id)[: -len(b"rec")]
+        return [base + b"tx", base + b"txo"]
+
+    def transcript_args(self, record: RecordInput) -> list[bytes | int]:
+        args: list[bytes | int] = [
+            _utf8(record.owner or ""),
+            self.transcript_ttl_ms,
+            len(record.lines),
+        ]
+        for line in record.lines:
+            args.extend((_utf8(line.id), _utf8(line.role), _utf8(line.text)))
+        return args
+
+    def transcript(
+        self, thread_id: str, owner: str | None, limit: int, offset: int
+    ) -> Plan[Command, list[tuple[str, str, str, float]]]:
+        lines, order = self.transcript_keys(thread_id)
+        stored_owner, ids = yield Batch(
+            [("HGET", lines, b"\x00owner"), ("ZRANGE", order, offset, offset + limit - 1)]
+        )
+        if not ids or limit == 0 or (owner is not None and stored_owner != _utf8(owner)):
+            return []
+        [values] = yield Batch([("HMGET", lines, *ids)])
+        out = []
+        for msg_id, value in zip(ids, values, strict=True):
+            if value is None:
+                continue
+            role, text, ts = _netstrings(value)
+            out.append(
+                (
+                    msg_id.decode("utf-8", "surrogatepass"),
+                    role.decode(),
+                    text.decode("utf-8", "surrogatepass"),
+                    int(ts) / 1000,
+                )
+            )
+        return out
+
+    def set_key(self, key: str, form: str) -> bytes:
+        digest = hashlib.sha256(_utf8(f"{key}\x00{form}")).hexdigest()[:32]
+        return _utf8(f"{self.prefix}:{{tix:{key}:{digest}}}")
+
+    # -- writes -------------------------------------------------------------------------
+
+    def _adds(self, keys: Sequence[bytes], thread_id: str, ts: int) -> Batch:
+        commands: list[tuple[Any, ...]] = []
+        for key in keys:
+            commands.append(("ZADD", key, "GT", ts, _utf8(thread_id)))
+            if self._ttl_ms:
+                # Every entry's thread expires by the last write's time plus the TTL.
+                commands.append(("PEXPIRE", key, self._ttl_ms))
+        return Batch(commands)
+
+    def intent(
+        self, thread_id: str, record: RecordInput | None, ts: int, then: Eval | None = None
+    ) -> Batch:
+        """Step 1 of a write: the thread's entries in its sets, then (``then``) the write."""
+        keys = [self.all_key]
+        if record is not None:
+            keys += [self.set_key(k, v) for k, v in record.indexed.items()]
+        return Batch(self._adds(keys, thread_id, ts).commands, then)
+
+    def _keys_of(self, record: StoredRecord) -> list[bytes]:
+        return [self.all_key] + [
+            self.set_key(k, form)
+            for k in self.index_keys
+            if k in record.metadata and (form := index_value(record.metadata[k])) is not None
+        ]
+
+    def before_delete(self, thread_ids: Sequence[str]) -> Plan[Command, list[StoredRecord | None]]:
+        """The records of threads about to be deleted: which sets to clean after."""
+        return (yield from self._records(list(thread_ids)))
+
+    def forget(self, records: Sequence[StoredRecord | None]) -> Plan[Command, None]:
+        """After deletions: the threads' entries go (a lost removal heals on read)."""
+        commands: list[tuple[Any, ...]] = [
+            ("ZREM", key, _utf8(r.thread_id)) for r in records if r for key in self._keys_of(r)
+        ]
+        if commands:
+            yield Batch(commands)
+
+    def adopt(self, thread_id: str) -> Plan[Command, None]:
+        """After a copy or refresh: the thread's entries as its record says."""
+        [record] = yield from self._records([thread_id])
+        if record is not None:
+            yield self._adds(self._keys_of(record), thread_id, int(record.updated_at * 1000))
+
+    # -- reads --------------------------------------------------------------------------
+
+    def _records(self, thread_ids: Sequence[str]) -> Plan[Command, list[StoredRecord | None]]:
+        out: list[StoredRecord | None] = []
+        for start in range(0, len(thread_ids), BATCH):
+            chunk = thread_ids[start : start + BATCH]
+            replies = yield Batch([("HMGET", self._record_key(t), *FIELDS) for t in chunk])
+            out.extend(_record(r) for r in replies)
+        return out
+
+    def _belongs(self, record: StoredRecord | None, query: ThreadQuery) -> bool:
+        if record is None:
+            return False
+        if query.indexed is None:
+            return True
+        key, form = query.indexed
+        return key in record.metadata and index_value(record.metadata[key]) == form
+
+    def _set_of(self, query: ThreadQuery) -> bytes:
+        return self.set_key(*query.indexed) if query.indexed else self.all_key
+
+    def _heal(
+        self,
+        key: bytes,
+        entries: list[tuple[str, int]],
+        records: list[StoredRecord | None],
+        query: ThreadQuery,
+    ) -> Batch | None:
+        fixes: list[tuple[Any, ...]] = []
+        for (tid, score), record in zip(entries, records, strict=True):
+            if not self._belongs(record, query):
+                fixes.append(("ZREM", key, _utf8(tid)))
+            elif record is not None and int(record.updated_at * 1000) != score:
+                fixes.append(("ZADD", key, "XX", int(record.updated_at * 1000), _utf8(tid)))
+        return Batch(fixes) if fixes else None
+
+    def _window(self, query: ThreadQuery) -> Plan[Command, list[StoredRecord]]:
+        """``limit`` entries from ``offset`` of one set, verified (the indexed fast path)."""
+        key = self._set_of(query)
+        desc = query.sort_order == "desc"
+        for _ in range(MAX_HEAL_ROUNDS):
+            stop = query.offset + query.limit - 1
+            [raw] = yield Batch(
+                [("ZRANGE", key, query.offset, stop, *(("REV",) if desc else ()), "WITHSCORES")]
+            )
+            entries = _entries(raw)
+            records = yield from self._records([t for t, _ in entries])
+            fixes = self._heal(key, entries, records, query)
+            if fixes is None:
+                return [r for r in records if r is not None]
+            yield fixes
+        return query.page(r for r in records if r is not None and self._belongs(r, query))
+
+    def _all(self, query: ThreadQuery) -> Plan[Command, list[StoredRecord]]:
+        """Every candidate of the query's set (or its ids), verified and healed."""
+        if query.ids is not None:
+            found = yield from self._records(list(query.ids))
+            return [r for r in found if r is not None and self._belongs(r, query)]
+        key = self._set_of(query)
+        out: list[StoredRecord] = []
+        start = 0
+        while True:
+            [raw] = yield Batch([("ZRANGE", key, start, start + BATCH - 1, "WITHSCORES")])
+            entries = _entries(raw)
+            records = yield from self._records([t for t, _ in entries])
+            fixes = self._heal(key, entries, records, query)
+            if fixes is not None:
+                yield fixes
+            out.extend(r for r in records if r is not None and self._belongs(r, query))
+            if len(entries) < BATCH:
+                return out
+            start += BATCH - sum(1 for c in (fixes.commands if fixes else ()) if c[0] == "ZREM")
+
+    def search(self, query: ThreadQuery) -> Plan[Command, list[StoredRecord]]:
+        if query.limit == 0:
+            return []
+        rest = {k for k in query.metadata if not query.indexed or k != query.indexed[0]}
+        simple = not rest and query.status is None and query.ids is None
+        if simple and query.sort_by == "updated_at":
+            return (yield from self._window(query))
+        return query.page((yield from self._all(query)))
+
+    def count(self, query: ThreadQuery) -> Plan[Command, int]:
+        return sum(1 for r in (yield from self._all(query)) if query.matches(r))
+
+    def get(self, thread_id: str) -> Plan[Command, StoredRecord | None]:
+        [record] = yield from self._records([thread_id])
+        return record

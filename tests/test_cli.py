@@ -1,0 +1,387 @@
+"""The ``langgraph-memory`` command, run as a subprocess against real PostgreSQL, Redis, SQLite.
+
+Each test writes real threads (graphs with interrupts and subgraphs) in-process, then runs
+the command the way an operator does (``python -m langgraph_memory_plus.cli``, the module
+behind the console script) and checks its output, its exit code and the storage after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import PG_ADMIN_URL, _fresh_database, _ping, _wait_for
+from graphs import chat_graph, human, team_graph
+from langgraph.types import Command
+from test_copy_threads import pg_as_url
+
+from langgraph_memory_plus import from_url
+from langgraph_memory_plus.cli.output import EXIT_CODES
+from langgraph_memory_plus.migration import verify_threads
+
+pytestmark = pytest.mark.storage
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI_BACKENDS = ["postgres", "redis", "sqlite"]
+
+
+def run(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI in a child process; stdin is not a terminal (nor is stdout or stderr)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("LANGGRAPH_MEMORY_URL", None)
+    return subprocess.run(
+        [sys.executable, "-m", "langgraph_memory_plus.cli", *args],
+        capture_output=True, text=True, input=input if input is not None else "",
+        env=env, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+
+
+def ok(*args: str) -> subprocess.CompletedProcess[str]:
+    done = run(*args)
+    assert done.returncode == 0, (args, done.stdout, done.stderr)
+    return done
+
+
+def as_json(*args: str) -> Any:
+    return json.loads(ok(*args, "--json").stdout)
+
+
+@pytest.fixture(params=CLI_BACKENDS)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of our backend with storage of this test's own (a schema, a prefix, a file)."""
+    tag = uuid.uuid4().hex[:10]
+    if request.param == "postgres":
+        return f"{pg_as_url(request.getfixturevalue('pg_url'))}?schema=cli_{tag}"
+    if request.param == "redis":
+        prefix = request.getfixturevalue("redis_prefix")
+        return f"{request.getfixturevalue('redis_url')}?key_prefix={prefix}-cli-{tag}"
+    return f"sqlite:///{tmp_path / 'cli.db'}"
+
+
+def cfg(thread_id: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def populate(saver: Any) -> None:
+    """A finished chat and a team thread waiting in a nested subgraph's interrupt."""
+    chat = chat_graph().compile(checkpointer=saver)
+    for i in range(3):
+        chat.invoke({"messages": [human(f"hi {i}", f"c-{i}")]}, cfg("chat"))
+    team_graph(nested=True).compile(checkpointer=saver).invoke(
+        {"messages": [human("plan", "t-1")]}, cfg("team")
+    )
+
+
+@pytest.fixture
+def filled(url: str) -> str:
+    with from_url(url) as memory:
+        populate(memory.checkpointer)
+        memory.store.put(("users", "u1"), "profile", {"name": "Ada"})
+    return url
+
+
+# -- listings --------------------------------------------------------------------------------
+
+
+def test_info_stats_show(filled: str) -> None:
+    info = as_json("info", "-u", filled)
+    assert info["backend"] in ("postgres", "redis", "sqlite")
+    assert info["threads"] == 2
+    assert info["server_version"]
+    if info["backend"] != "redis":
+        assert info["checkpoints"] == 20 and info["store_items"] == 1
+        assert info["schema_version"] == info["package_schema_version"]
+
+    stats = as_json("stats", "-u", filled, "--top", "5")
+    assert {t["thread_id"] for t in stats["biggest_threads"]} == {"chat", "team"}
+    sizes = [t["bytes"] for t in stats["biggest_threads"]]
+    assert sizes == sorted(sizes, reverse=True) and min(sizes) > 0
+    assert sum(k["bytes"] for k in stats["bytes_per_kind"].values()) > 0
+
+    show = as_json("thread", "show", "team", "-u", filled, "--limit", "0")
+    with from_url(filled) as memory:
+        history = list(memory.checkpointer.list(cfg("team")))
+    assert len(show["history"]) == len(history) == 8
+    assert {h["checkpoint_ns"].count("|") for h in show["history"]} == {0, 1}  # two levels
+    assert show["interrupts"] and "inner" in show["interrupts"][0]["value"]
+    assert {c["channel"] for c in show["channels"]} >= {"messages"}
+    text = ok("thread", "show", "team", "-u", filled).stdout
+    assert "interrupt in task" in text and "history (newest first, first 20)" in text
+    missing = run("thread", "show", "nope", "-u", filled)
+    assert missing.returncode == 4 and "no thread 'nope'" in missing.stderr
+
+
+def test_export_import_round_trip(filled: str, tmp_path: Path) -> None:
+    dump = tmp_path / "team.jsonl"
+    done = ok("thread", "export", "team", "-u", filled, "-o", str(dump))
+    assert "exported team: 8 checkpoints" in done.stderr
+    lines = dump.read_text().splitlines()
+    assert json.loads(lines[0])["format"] == "langgraph-memory-plus/thread"
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    ok("setup", "-u", other)
+    ok("thread", "import", str(dump), "-u", other)
+    with from_url(filled) as a, from_url(other) as b:
+        assert verify_threads(a.checkpointer, b.checkpointer, ["team"]) == []
+        # and the imported thread resumes exactly as the original
+        builder = team_graph(nested=True)
+        ga, gb = (
+            builder.compile(checkpointer=a.checkpointer),
+            builder.compile(checkpointer=b.checkpointer),
+        )
+        assert ga.invoke(Command(resume="ok"), cfg("team")) == gb.invoke(
+            Command(resume="ok"), cfg("team")
+        )
+    again = run("thread", "import", str(dump), "-u", other)
+    assert again.returncode == 1 and "already exists" in again.stderr
+    # from stdin, under another id, onto the backend it came from
+    done = run("thread", "import", "-", "--thread", "team-copy", "-u", filled,
+               input=dump.read_text())  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with from_url(filled) as memory:
+        graph = team_graph(nested=True).compile(checkpointer=memory.checkpointer)
+        copied = graph.get_state(cfg("team-copy"))  # exported before the resume above
+        assert copied.values["messages"] and copied.interrupts
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"format": "something else"}\n')
+    refused = run("thread", "import", str(bad), "-u", other)
+    assert refused.returncode == 1 and "not a langgraph-memory-plus/thread" in refused.stderr
+
+
+def test_destructive_commands_need_yes(filled: str) -> None:
+    refused = run("thread", "delete", "chat", "-u", filled)
+    assert refused.returncode == 5 and "--yes" in refused.stderr
+    refused = run("prune", "--keep-latest", "chat", "-u", filled)
+    assert refused.returncode == 5
+    with from_url(filled) as memory:
+        assert len(list(memory.checkpointer.list(cfg("chat")))) == 12  # nothing touched
+    wrong = run("thread", "delete", "chat", "-u", filled, input="no\n")
+    assert wrong.returncode == 5
+    ok("prune", "--keep-latest", "chat", "-u", filled, "--yes")
+    with from_url(filled) as memory:
+        assert len(list(memory.checkpointer.list(cfg("chat")))) == 1
+    ok("thread", "delete", "chat", "-u", filled, "--yes")
+    with from_url(filled) as memory:
+        assert memory.checkpointer.get_tuple(cfg("chat")) is None
+        assert memory.checkpointer.get_tuple(cfg("team")) is not None
+    assert as_json("sweep", "-u", filled) == {"threads_deleted": 0, "items_deleted": 0}
+
+
+# -- migrate ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["official-postgres", "official-sqlite"])
+def official_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A URL of one of LangGraph's savers, holding the threads of :func:`populate`."""
+    if request.param == "official-postgres":
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with _fresh_database(PG_ADMIN_URL, "PostgreSQL") as conninfo:
+            with PostgresSaver.from_conn_string(conninfo) as saver:
+                saver.setup()
+                populate(saver)
+            yield "langgraph+" + pg_as_url(conninfo)
+    else:
+        from langgraph.checkpoint.sqlite import SqliteSaver as OfficialSqlite
+
+        path = tmp_path / "official.db"
+        with OfficialSqlite.from_conn_string(str(path)) as saver:
+            populate(saver)
+        yield f"langgraph+sqlite:///{path}"
+
+
+def test_migrate_from_official_with_verify(official_url: str, url: str) -> None:
+    done = run("migrate", "--from", official_url, "--to", url, "--verify", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["differences"] == [] and report["verified"]
+    assert (report["threads"], report["checkpoints_copied"]) == (2, 20)
+    assert "thread team done" in done.stderr  # plain progress lines: stderr is no terminal
+    again = as_json("migrate", "--from", official_url, "--to", url)
+    assert (again["checkpoints_copied"], again["checkpoints_skipped"]) == (0, 20)
+    with from_url(url) as memory:  # the pending interrupt came along
+        graph = team_graph(nested=True).compile(checkpointer=memory.checkpointer)
+        assert graph.get_state(cfg("team"), subgraphs=True).tasks[0].state.tasks[0].interrupts
+        latest = memory.checkpointer.get_tuple(cfg("chat"))
+        memory.checkpointer.put_writes(latest.config, [("messages", "tampered")], "task-x")
+    found = run("migrate", "--from", official_url, "--to", url, "--verify")
+    assert found.returncode == 1 and "pending writes differ" in found.stdout
+
+
+def test_migrate_between_ours_with_store(filled: str, tmp_path: Path) -> None:
+    target = f"sqlite:///{tmp_path / 'target.db'}"
+    report = as_json("migrate", "--from", filled, "--to", target, "--verify", "--store")
+    assert report["differences"] == [] and report["items_copied"] == 1
+    with from_url(target) as memory:
+        assert memory.store.get(("users", "u1"), "profile").value == {"name": "Ada"}
+        assert {t for t in ("chat", "team") if memory.checkpointer.get_tuple(cfg(t))} == {
+            "chat",
+            "team",
+        }
+
+
+# -- doctor, schema ---------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def lru_redis(tmp_path: Path) -> Iterator[str]:
+    """A private redis-server on a free loopback port, with an evicting policy planted."""
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    if not server or not cli:
+        pytest.fail("redis-server / redis-cli are needed") if os.environ.get("CI") else pytest.skip(
+            "redis-server / redis-cli not installed"
+        )
+    assert server and cli
+    port = _free_port()
+    subprocess.run(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--daemonize", "yes", "--dir", str(tmp_path), "--logfile", str(tmp_path / "log"),
+         "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"],
+        check=True,
+    )  # fmt: skip
+    try:
+        _wait_for(lambda: _ping(cli, port), f"redis-server on port {port}")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        subprocess.run([cli, "-p", str(port), "shutdown", "nosave"], capture_output=True)
+
+
+def test_doctor_flags_an_evicting_redis(lru_redis: str) -> None:
+    done = run("doctor", "-u", lru_redis)
+    assert done.returncode == 1
+    assert "PROBLEM" in done.stdout and "allkeys-lru" in done.stdout
+    findings = json.loads(run("doctor", "-u", lru_redis, "--json").stdout)
+    assert findings[0]["level"] == "problem" and findings[0]["detail"]["policy"] == "allkeys-lru"
+    redis_cli = shutil.which("redis-cli")
+    assert redis_cli
+    port = lru_redis.rsplit(":", 1)[1].split("/")[0]
+    subprocess.run([redis_cli, "-p", port, "config", "set", "maxmemory-policy", "volatile-lru"],
+                   check=True, capture_output=True)  # fmt: skip
+    assert run("doctor", "-u", lru_redis).returncode == 0
+
+
+def test_doctor_and_setup_on_sql(url: str) -> None:
+    if url.startswith("redis"):
+        assert "noeviction" in ok("doctor", "-u", url).stdout  # the suite's server
+        return
+    ok("setup", "-u", url)
+    assert ok("doctor", "-u", url).stdout.count("[ok]") >= 2
+    if url.startswith("sqlite"):
+        path = url.removeprefix("sqlite:///")
+        import sqlite3
+
+        with sqlite3.connect(path) as conn:
+            conn.execute("DELETE FROM lgmp_checkpoint_migrations")
+    else:
+        base, schema = url.split("?schema=")
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(
+                f'DELETE FROM "{schema}".lgmp_checkpoint_migrations WHERE v = '
+                f'(SELECT max(v) FROM "{schema}".lgmp_checkpoint_migrations)'
+            )
+    sick = run("doctor", "-u", url)
+    assert sick.returncode == 1 and "checkpoint schema" in sick.stdout
+    # SQLite's checkpointer has one migration: without it, it is not set up at all
+    expected = "not set up" if url.startswith("sqlite") else "older than this package's"
+    assert "PROBLEM" in sick.stdout and expected in sick.stdout
+
+
+def test_setup_sql_prints_and_runs_nothing(pg_url: str) -> None:
+    schema = f"cli_dry_{uuid.uuid4().hex[:8]}"
+    url = f"{pg_as_url(pg_url)}?schema={schema}"
+    done = ok("migrate-schema", "--sql", "-u", url)
+    assert f'CREATE TABLE IF NOT EXISTS "{schema}".lgmp_checkpoints' in done.stdout
+    assert f'CREATE TABLE IF NOT EXISTS "{schema}".lgmp_store' in done.stdout
+    assert "%s" not in done.stdout  # parameters are written in
+    with psycopg.connect(pg_url) as conn:
+        found = conn.execute(
+            "SELECT count(*) FROM information_schema.schemata WHERE schema_name = %s", (schema,)
+        ).fetchone()
+    assert found == (0,)
+    ok("setup", "-u", url)
+    after = ok("migrate-schema", "--sql", "-u", url).stdout
+    assert "lgmp_checkpoints (" not in after  # up to date: only the bookkeeping is left
+
+
+# -- errors, threads ls, the entry point ------------------------------------------------------
+
+
+def test_exit_codes_for_bad_input(tmp_path: Path) -> None:
+    assert run("info", "-u", "nosuch://x").returncode == 2
+    unreachable = run("info", "-u", "postgresql://u:s3cr%2Ft@127.0.0.1:1/db")
+    assert unreachable.returncode == 3 and "s3cr" not in unreachable.stderr
+    assert run("migrate", "--from", "langgraph+sqlite:///nope.db", "--to",
+               f"sqlite:///{tmp_path / 'x.db'}").returncode == 2  # fmt: skip
+    assert run("bogus").returncode == 2
+    assert "exit codes" in ok("--help").stdout
+
+
+def test_threads_ls(filled: str) -> None:
+    done = run("threads", "ls", "-u", filled, "--json")
+    assert done.returncode == 0, done.stderr
+    listed = {r["thread_id"] for r in json.loads(done.stdout)}
+    assert listed == {"chat", "team"}
+    waiting = json.loads(
+        ok("threads", "ls", "-u", filled, "--status", "interrupted", "--json").stdout
+    )
+    assert [r["thread_id"] for r in waiting] == ["team"]
+    [interrupts] = waiting[0]["interrupts"].values()
+    assert interrupts and {"id", "value"} <= set(interrupts[0])
+
+
+def test_console_script_is_declared() -> None:
+    text = (ROOT / "pyproject.toml").read_text()
+    found = re.search(r'(?m)^\[project\.scripts\]\nlanggraph-memory = "([^"]+)"', text)
+    assert found
+    target = found.group(1)
+    module, _, name = target.partition(":")
+    import importlib
+
+    assert callable(getattr(importlib.import_module(module), name))
+    assert set(EXIT_CODES) == {0, 1, 2, 3, 4, 5, 6}
+
+
+def test_progress_on_a_terminal(tmp_path: Path) -> None:
+    """On a terminal, migrate redraws one counter line; elsewhere it prints plain lines."""
+    import pty
+
+    source = f"sqlite:///{tmp_path / 'a.db'}"
+    with from_url(source) as memory:
+        populate(memory.checkpointer)
+    primary, secondary = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "langgraph_memory_plus.cli", "migrate", "--from", source,
+         "--to", f"sqlite:///{tmp_path / 'b.db'}"],
+        stdout=subprocess.PIPE, stderr=secondary, stdin=subprocess.DEVNULL, env=env,
+        timeout=120, cwd=ROOT, text=True,
+    )  # fmt: skip
+    os.close(secondary)
+    drawn = b""
+    with contextlib.suppress(OSError):  # EIO once everything written was read
+        while chunk := os.read(primary, 65536):
+            drawn += chunk
+    os.close(primary)
+    assert done.returncode == 0
+    text = drawn.decode()
+    assert "\rcopied checkpoints: 20 " in text and "thread team done" not in text
+    assert "copied 20 checkpoints" in done.stdout
+    refused = run("migrate", "--from", f"langgraph+{source}", "--to", source, "--store")
+    assert refused.returncode == 6 and "--store" in refused.stderr
