@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -142,9 +142,12 @@ CLUSTER_SLOTS = 16384
 
 
 @contextmanager
-def _redis_nodes(what: str, count: int, *, cluster: bool, start_port: int) -> Iterator[list[int]]:
+def _redis_nodes(
+    what: str, count: int, *, cluster: bool, start_port: int, extra: Sequence[str] = ()
+) -> Iterator[list[int]]:
     """``count`` fresh nodes of the server ``what`` (a key of ``REDIS_SERVERS``) on loopback,
     joined into a cluster (slots split evenly, no replicas) if ``cluster``; their ports.
+    ``extra``: more server flags (``--maxmemory-policy ...``).
 
     Each runs in the foreground of its own process with nothing kept on disk, and is stopped
     by its pid at the end. The cluster is made with plain ``CLUSTER ADDSLOTS`` / ``MEET``
@@ -164,7 +167,7 @@ def _redis_nodes(what: str, count: int, *, cluster: bool, start_port: int) -> It
             os.makedirs(node_dir)
             log = os.path.join(node_dir, "log")
             args = [server, "--port", str(port), "--bind", "127.0.0.1", "--dir", node_dir,
-                    "--save", "", "--appendonly", "no", "--logfile", log]  # fmt: skip
+                    "--save", "", "--appendonly", "no", "--logfile", log, *extra]  # fmt: skip
             if cluster:
                 args += ["--cluster-enabled", "yes",
                          "--cluster-config-file", os.path.join(node_dir, "nodes.conf")]  # fmt: skip
@@ -214,11 +217,15 @@ def _cluster_ok(client: Any, count: int) -> bool:
 
 
 @contextmanager
-def _redis_server(what: str, *, cluster: bool, start_port: int) -> Iterator[str]:
+def _redis_server(
+    what: str, *, cluster: bool, start_port: int, extra: Sequence[str] = ()
+) -> Iterator[str]:
     """The URL of a fresh single node (or three-master cluster) of ``what``."""
     try:
         count = 3 if cluster else 1
-        with _redis_nodes(what, count, cluster=cluster, start_port=start_port) as ports:
+        with _redis_nodes(
+            what, count, cluster=cluster, start_port=start_port, extra=extra
+        ) as ports:
             scheme = "redis+cluster" if cluster else "redis"
             yield f"{scheme}://127.0.0.1:{ports[0]}"
     except (OSError, subprocess.SubprocessError, TimeoutError) as exc:
