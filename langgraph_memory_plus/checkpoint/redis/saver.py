@@ -13,6 +13,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..._redis import AsyncClient, SyncClient
 from ..._redisdriver import RedisAsyncDriver, RedisSyncDriver
+from ...observability.core import Listener
 from ..config import TTLConfig
 from ..saver import AsyncDriver, CheckpointSaverBase, SyncDriver
 from .lua import SCRIPTS
@@ -50,6 +51,7 @@ class _RedisOptions(CheckpointSaverBase):
         thread_index_keys: Sequence[str] | None = None,
         transcripts: bool = False,
         transcript_ttl: float | None = None,
+        listeners: Sequence[Listener] | None = None,
     ) -> None:
         self._connect(client)
         super().__init__(
@@ -59,6 +61,7 @@ class _RedisOptions(CheckpointSaverBase):
             thread_index_keys=thread_index_keys,
             transcripts=transcripts,
             transcript_ttl=transcript_ttl,
+            listeners=listeners,
         )
         self.client = client
         self._plans = RedisCheckpointPlans(key_prefix, self.settings)

@@ -7,6 +7,7 @@ All behaviour lives in :mod:`.plans` (SQL and decoding) and the shared store cor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from langgraph.store.base import IndexConfig, TTLConfig
@@ -14,6 +15,7 @@ from psycopg import AsyncConnection, Connection
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..._pgdriver import PgAsyncDriver, PgSyncDriver
+from ...observability.core import Listener
 from ..base import AsyncStore, StoreBase, SyncStore
 from .pgvector import VectorBackend
 from .plans import PostgresStorePlans
@@ -67,12 +69,13 @@ class _PostgresOptions(StoreBase):
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
         max_value_bytes: int | None = None,
+        listeners: Sequence[Listener] | None = None,
         pipeline: bool = False,
         vector_backend: VectorBackend = "auto",
         hnsw: bool = False,
     ) -> None:
         self._connect(conn, pipeline)
-        super().__init__(index=index, ttl=ttl, max_value_bytes=max_value_bytes)
+        super().__init__(index=index, ttl=ttl, max_value_bytes=max_value_bytes, listeners=listeners)
         self._plans = PostgresStorePlans(
             schema,
             dims=None if self.index is None else self.index.dims,
