@@ -177,21 +177,15 @@ class StoreExpired(MemoryEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ScanRefused(MemoryEvent):
-    """The injection scanner refused a memory (``rule``: which rule matched)."""
+class NodeCounted(MemoryEvent):
+    """A memory node counted something in its ``stats`` (``refused``: the injection
+    scanner refused a memory, ``prefetch_used``: a prefetched read answered, ``store_timeouts``:
+    the store or a prefetch did not answer in time, ...); ``n`` is how many."""
 
     kind = "node"
-    operation = "scan_refused"
-    rule: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class PrefetchFinished(MemoryEvent):
-    """A prefetch ended: ``outcome`` ``hit`` (ready in time) or ``timeout``."""
-
-    kind = "node"
-    operation = "prefetch"
-    outcome: Literal["hit", "timeout"]
+    operation = "counted"
+    counter: str
+    n: int = 1
 
 
 __all__ = [
@@ -199,9 +193,8 @@ __all__ = [
     "CheckpointSaved",
     "CheckpointsExpired",
     "MemoryEvent",
-    "PrefetchFinished",
+    "NodeCounted",
     "Result",
-    "ScanRefused",
     "StoreDeleted",
     "StoreExpired",
     "StoreRead",
