@@ -503,3 +503,114 @@ def test_namespace_templates() -> None:
     assert match(("users", "42", "facts")) == "other"
     with pytest.raises(TypeError):
         NamespaceTemplates("users/*")  # type: ignore[arg-type]
+
+
+# -- OpenTelemetry, with the real SDK ---------------------------------------------------------
+
+
+@pytest.fixture
+def otel() -> Iterator[tuple[Any, Any, Any]]:
+    """A listener on SDK providers of its own: in-memory span exporter and metric reader."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from langgraph_memory_plus.observability.otel import OpenTelemetryListener
+
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+    listener = OpenTelemetryListener(
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        store_id="prefs",
+        namespace_templates=["users/*/preferences"],
+    )
+    yield listener, spans, reader
+    tracer_provider.shutdown()
+    meter_provider.shutdown()
+
+
+def otel_points(reader: Any) -> dict[str, list[Any]]:
+    data = reader.get_metrics_data()
+    return {
+        metric.name: list(metric.data.data_points)
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+
+
+def test_otel_spans_carry_the_conventions(
+    otel: Any, saver_factory: Any, store_factory: Any, backend: str
+) -> None:
+    from opentelemetry.trace import SpanKind, StatusCode
+
+    listener, spans, reader = otel
+    thread = new_thread()
+    with saver_factory(listeners=[listener]) as saver:
+        run_saver_sequence(saver, thread, new_thread())
+    with store_factory(listeners=[listener]) as store:
+        run_store_sequence(store)
+        store.put(("a",), "k", {"v": 1}, expected_version=0)
+        with pytest.raises(ConflictError):
+            store.put(("a",), "k", {"v": 2}, expected_version=0)
+    finished = spans.get_finished_spans()
+    db = BACKEND_SYSTEM[backend]
+    assert [s.name for s in finished[:3]] == [f"get_tuple {db}", f"put {db}", f"get_tuple {db}"]
+    assert all(s.kind == SpanKind.CLIENT for s in finished)
+    saved = finished[1].attributes
+    assert saved["db.system"] == db and saved["db.operation.name"] == "put"
+    assert saved["gen_ai.conversation.id"] == thread
+    assert saved["gen_ai.memory.scope"] == "session" and saved["lgmp.message_count"] == 3
+    assert finished[1].end_time > finished[1].start_time
+    reads = [s for s in finished if s.attributes.get("gen_ai.operation.name") == "search_memory"]
+    assert [s.attributes["lgmp.result"] for s in reads] == ["miss", "hit", "hit", "miss"]
+    assert reads[0].attributes["gen_ai.memory.record.id"] == "color"
+    assert reads[0].attributes["gen_ai.memory.store.id"] == "prefs"
+    conflict = finished[-1]
+    assert conflict.attributes["gen_ai.operation.name"] == "update_memory"
+    assert conflict.attributes["lgmp.result"] == "conflict"
+    assert conflict.attributes["error.type"] == "ConflictError"
+    assert conflict.status.status_code == StatusCode.ERROR
+    points = otel_points(reader)
+    lookups = {
+        (p.attributes["result"], p.attributes["namespace"]): p.value
+        for p in points["lgmp.store.lookups"]
+        if p.attributes["backend"] == db
+    }
+    assert lookups == {("miss", "users/*/preferences"): 1, ("hit", "users/*/preferences"): 1,
+                       ("hit", "other"): 1, ("miss", "other"): 1}  # fmt: skip
+    (messages,) = points["lgmp.checkpoint.messages"]
+    assert (messages.count, messages.sum) == (1, 3)
+    failures = points["lgmp.write.failures"]
+    assert [(p.attributes["result"], p.value) for p in failures] == [("conflict", 1)]
+    durations = points["lgmp.operation.duration"]
+    assert sum(p.count for p in durations) == len(finished)
+
+
+def test_otel_records_query_text_only_with_content_capture(
+    otel: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langgraph_memory_plus.observability.otel import CAPTURE_CONTENT, attributes
+
+    listener, spans, _ = otel
+    read = StoreRead(backend="sqlite", duration=0.001, namespace=("u",), key=None, query="shoes")
+    monkeypatch.delenv(CAPTURE_CONTENT, raising=False)
+    assert "gen_ai.memory.query.text" not in attributes(read, None)
+    monkeypatch.setenv(CAPTURE_CONTENT, "true")
+    listener(read)
+    (span,) = spans.get_finished_spans()
+    assert span.attributes["gen_ai.memory.query.text"] == "shoes"
+    assert span.attributes["db.operation.name"] == "search"
+
+
+def test_otel_api_without_sdk_is_a_no_op() -> None:
+    from langgraph_memory_plus.observability.otel import OpenTelemetryListener
+
+    listener = OpenTelemetryListener()  # the global providers: the API's no-ops here
+    listener(StoreRead(backend="redis", duration=0.001, namespace=("u",), key="k", count=1))
