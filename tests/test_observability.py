@@ -614,3 +614,28 @@ def test_otel_api_without_sdk_is_a_no_op() -> None:
 
     listener = OpenTelemetryListener()  # the global providers: the API's no-ops here
     listener(StoreRead(backend="redis", duration=0.001, namespace=("u",), key="k", count=1))
+
+
+def test_the_example_alerts_and_dashboard_use_metrics_the_listener_exposes() -> None:
+    """Every ``lgmp_*`` series the examples query is one ``PrometheusListener`` serves."""
+    import json
+    import re
+    from pathlib import Path
+
+    import yaml
+    from prometheus_client import generate_latest
+
+    registry = CollectorRegistry()
+    PrometheusListener(registry=registry)
+    served = set()
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        served.add(family.name)
+        served.update(family.name + s for s in ("_total", "_bucket", "_sum", "_count"))
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    rules = yaml.safe_load((examples / "prometheus-alerts.yml").read_text())
+    alerts = {r["alert"]: r["expr"] for g in rules["groups"] for r in g["rules"]}
+    assert len(alerts) == 4
+    dashboard = json.loads((examples / "grafana-dashboard.json").read_text())
+    exprs = [*alerts.values()] + [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {name for e in exprs for name in re.findall(r"\blgmp_\w+", e)}
+    assert used and used <= served, used - served
