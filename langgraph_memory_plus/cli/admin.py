@@ -206,7 +206,9 @@ def redis_scan(opened: Opened) -> dict[str, Any]:
         for key, size in zip(batch, pipe.execute(), strict=True):
             text = key.decode("utf-8", "replace")
             rest = text[len(prefix) + 1 :]
-            if rest.startswith("{"):
+            if rest.startswith("{tix:"):  # the thread index's per-user sets, no thread's
+                kind = "thread_index"
+            elif rest.startswith("{"):
                 tag, _, kind = rest[1:].partition("}:")
                 per_tag[tag] += size or 0
                 if kind == "thread":

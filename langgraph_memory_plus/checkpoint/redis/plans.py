@@ -43,7 +43,7 @@ from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, Delta
 
 from ..._plan import Plan
 from ..._redis import Batch, Eval, Scan, glob_escape
-from ...errors import InvalidConfigError, ValueTooLargeError
+from ...errors import InvalidConfigError, ValueTooLargeError, decoding
 from ...threads.core import RecordInput, writes_of_interest
 from ...threads.redis import RedisThreadIndex, now_ms
 from .. import task_writes
@@ -205,13 +205,17 @@ class RedisCheckpointPlans:
     @staticmethod
     def _stored(thread_id: str, ns: str, reply: list[Any]) -> StoredCheckpoint:
         member, record, parent, fields, values, writes = reply
-        ctype, cblob, mtype, mblob, versions = ormsgpack.unpackb(record)
-        blobs = []
         skip = len(_utf8(ns)) + 1
+        checkpoint_id = bytes(member[skip:]).decode("utf-8", "replace")
+        where = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
+        with decoding("the checkpoint record", **where):
+            ctype, cblob, mtype, mblob, versions = ormsgpack.unpackb(record)
+        blobs = []
         refs = [bytes(field[skip:]).split(b"\x00", 1) for field in fields]
         for (channel, _), value in zip(refs, values, strict=True):
             if value is not None:
-                blobs.append((channel.decode(), *_blob(value)))
+                with decoding(f"channel {channel!r}", **where):
+                    blobs.append((channel.decode(), *_blob(value)))
         if versions is None:  # all text: the blob references spell them out
             versions = {ch.decode(): ver.decode("utf-8", "surrogatepass") for ch, ver in refs}
         return StoredCheckpoint(
