@@ -22,6 +22,7 @@ from contextlib import (
 from typing import Any
 
 import pytest
+from backends import EVERY
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from prometheus_client import CollectorRegistry, start_http_server
@@ -113,12 +114,12 @@ EXPECTED_SAVER = [
     ("checkpoint.pruned", "ok"),
     ("checkpoint.deleted", "ok"),
 ]
-BACKEND_SYSTEM = {
-    "postgres": "postgresql",
-    "redis": "redis",
-    "redis-cluster": "redis",
-    "sqlite": "sqlite",
-}
+SYSTEM = {"postgres": "postgresql", "redis": "redis", "sqlite": "sqlite"}
+
+
+def db_system_of(backend: str) -> str:
+    """The ``db.system`` events of a ``tests/backends.py`` backend carry."""
+    return SYSTEM[EVERY[backend].kind]
 
 
 def test_saver_events_in_order_with_their_fields(saver_factory: Any, backend: str) -> None:
@@ -128,7 +129,7 @@ def test_saver_events_in_order_with_their_fields(saver_factory: Any, backend: st
         run_saver_sequence(saver, thread, copy)
         assert saver.listener_errors == 0
     assert [(e.name, e.result) for e in seen] == EXPECTED_SAVER
-    assert {e.backend for e in seen} == {BACKEND_SYSTEM[backend]}
+    assert {e.backend for e in seen} == {db_system_of(backend)}
     assert all(e.duration > 0 and e.error is None for e in seen)
     miss, saved, hit, writes, copied = seen[:5]
     assert isinstance(miss, CheckpointLoaded) and not miss.hit and miss.thread_id == thread
@@ -225,7 +226,7 @@ def test_sweeping_expired_threads_reports_what_it_deleted(saver_factory: Any, ba
         swept = saver.sweep_expired()
     expired = [e for e in seen if e.name == "checkpoint.expired"]
     assert expired and sum(e.deleted for e in expired) == swept  # type: ignore[attr-defined]
-    if backend in ("postgres", "sqlite"):  # Redis expires keys itself
+    if EVERY[backend].kind in ("postgres", "sqlite"):  # Redis expires keys itself
         assert swept >= 1
 
 
@@ -235,29 +236,26 @@ StoreFactory = Callable[..., AbstractContextManager[Any]]
 AsyncStoreFactory = Callable[..., AbstractAsyncContextManager[Any]]
 
 
-def _store_target(backend: str, request: pytest.FixtureRequest) -> tuple[Any, str, dict[str, Any]]:
+def _store_target(storage: Any) -> tuple[Any, str, dict[str, Any]]:
+    """The (sync, async) store classes, URL and options on a backend's storage; a schema,
+    file or key prefix of the test's own."""
     from langgraph_memory_plus.store import AsyncPostgresStore, PostgresStore
     from langgraph_memory_plus.store.redis import AsyncRedisStore, RedisStore
     from langgraph_memory_plus.store.sqlite import AsyncSqliteStore, SqliteStore
 
     name = f"obs_{uuid.uuid4().hex[:10]}"
-    if backend == "postgres":
-        return (
-            (PostgresStore, AsyncPostgresStore),
-            request.getfixturevalue("pg_url"),
-            {"schema": name},
-        )
-    if backend == "sqlite":
-        path = str(request.getfixturevalue("tmp_path") / f"{name}.db")
-        return (SqliteStore, AsyncSqliteStore), path, {}
-    url = request.getfixturevalue("redis_url" if backend == "redis" else "redis_cluster_url")
-    prefix = request.getfixturevalue("redis_prefix")
-    return (RedisStore, AsyncRedisStore), url, {"key_prefix": f"{prefix}-{name}"}
+    options = {k: v for k, v in storage.options.items() if k != "key_prefix"}
+    if storage.kind == "postgres":
+        return (PostgresStore, AsyncPostgresStore), storage.url, {**options, "schema": name}
+    if storage.kind == "sqlite":
+        return (SqliteStore, AsyncSqliteStore), f"{storage.url}/{name}.db", options
+    prefix = storage.options.get("key_prefix", "lgmp-test")
+    return (RedisStore, AsyncRedisStore), storage.url, {**options, "key_prefix": f"{prefix}-{name}"}
 
 
 @pytest.fixture
-def store_factory(backend: str, request: pytest.FixtureRequest) -> StoreFactory:
-    (cls, _), url, defaults = _store_target(backend, request)
+def store_factory(storage: Any) -> StoreFactory:
+    (cls, _), url, defaults = _store_target(storage)
 
     @contextmanager
     def open_store(**options: Any) -> Iterator[Any]:
@@ -269,8 +267,8 @@ def store_factory(backend: str, request: pytest.FixtureRequest) -> StoreFactory:
 
 
 @pytest.fixture
-def async_store_factory(backend: str, request: pytest.FixtureRequest) -> AsyncStoreFactory:
-    (_, cls), url, defaults = _store_target(backend, request)
+def async_store_factory(storage: Any) -> AsyncStoreFactory:
+    (_, cls), url, defaults = _store_target(storage)
 
     @asynccontextmanager
     async def open_store(**options: Any) -> AsyncIterator[Any]:
@@ -306,7 +304,7 @@ def test_store_events_in_order_with_their_fields(store_factory: Any, backend: st
     with store_factory(listeners=[seen.append]) as store:
         run_store_sequence(store)
     assert [(e.name, e.result) for e in seen] == EXPECTED_STORE
-    assert {e.backend for e in seen} == {BACKEND_SYSTEM[backend]}
+    assert {e.backend for e in seen} == {db_system_of(backend)}
     miss, written, hit, found = seen[:4]
     assert isinstance(miss, StoreRead) and miss.key == "color" and miss.count == 0
     assert miss.namespace == ("users", "u1", "preferences")
@@ -362,7 +360,7 @@ def test_sweeping_expired_items_reports_what_it_deleted(store_factory: Any, back
         swept = store.sweep_ttl()
     expired = [e for e in seen if e.name == "store.expired"]
     assert expired and sum(e.deleted for e in expired) == swept  # type: ignore[attr-defined]
-    if backend in ("postgres", "sqlite"):
+    if EVERY[backend].kind in ("postgres", "sqlite"):
         assert swept == 1
 
 
@@ -402,7 +400,7 @@ def test_prometheus_metrics_move_on_every_backend(
     metrics = PrometheusListener(
         registry=registry, prefix="t_", namespace_templates=["users/*/preferences"]
     )
-    db = BACKEND_SYSTEM[backend]
+    db = db_system_of(backend)
     before = scrape()
     assert sample(before, "t_store_lookups_total", backend=db, result="hit", namespace="x") == 0
     with store_factory(listeners=[metrics]) as store:
@@ -459,7 +457,7 @@ def test_prometheus_ttl_sweeps_and_default_labels(
         time.sleep(0.6)
         swept = store.sweep_ttl()
     after = scrape()
-    db = BACKEND_SYSTEM[backend]
+    db = db_system_of(backend)
     assert sample(after, "lgmp_store_lookups_total", backend=db, result="hit") == 1
     assert sample(after, "lgmp_ttl_sweep_deleted_total", kind="store", backend=db) == swept
     assert not any(dict(key[1:]).get("namespace") for key in after)
@@ -560,7 +558,7 @@ def test_otel_spans_carry_the_conventions(
         with pytest.raises(ConflictError):
             store.put(("a",), "k", {"v": 2}, expected_version=0)
     finished = spans.get_finished_spans()
-    db = BACKEND_SYSTEM[backend]
+    db = db_system_of(backend)
     assert [s.name for s in finished[:3]] == [f"get_tuple {db}", f"put {db}", f"get_tuple {db}"]
     assert all(s.kind == SpanKind.CLIENT for s in finished)
     saved = finished[1].attributes
