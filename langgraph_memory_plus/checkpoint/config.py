@@ -15,6 +15,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..errors import InvalidConfigError
+from ..observability.core import Listener
 from ..threads.core import DEFAULT_INDEX_KEYS, check_index_keys, check_transcripts
 
 
@@ -52,6 +53,7 @@ class SaverOptions(TypedDict, total=False):
     thread_index_keys: Sequence[str] | None
     transcripts: bool
     transcript_ttl: float | None
+    listeners: Sequence[Listener] | None
 
 
 @dataclass(frozen=True)

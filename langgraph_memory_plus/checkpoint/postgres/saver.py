@@ -56,6 +56,8 @@ class _PostgresOptions(CheckpointSaverBase):
             apart from its checkpoints; ``transcript_ttl`` minutes (``None``: forever).
         keep_last: keep only the newest N checkpoints per thread and namespace
             (``1`` gives a "shallow" saver).
+        listeners: callables handed a :mod:`~langgraph_memory_plus.observability` event
+            after every operation (``add_listener`` / ``remove_listener`` later).
         pipeline: send each operation's statements in pipeline mode.
     """
 

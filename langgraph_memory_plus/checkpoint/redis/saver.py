@@ -50,6 +50,8 @@ class _RedisOptions(CheckpointSaverBase):
         transcripts: keep each thread's clean chat history (``saver.threads.transcript``),
             apart from its checkpoints; ``transcript_ttl`` minutes (``None``: forever).
         keep_last: keep only the newest N checkpoints per thread and namespace.
+        listeners: callables handed a :mod:`~langgraph_memory_plus.observability` event
+            after every operation (``add_listener`` / ``remove_listener`` later).
     """
 
     _options: ClassVar[type] = RedisSaverOptions

@@ -57,6 +57,8 @@ class _PostgresOptions(StoreBase):
             sweep.
         max_value_bytes: refuse values larger than this (as JSON text) before writing;
             at most, and by default, 64 MiB.
+        listeners: callables handed a :mod:`~langgraph_memory_plus.observability` event
+            after every operation (``add_listener`` / ``remove_listener`` later).
         pipeline: send each batch's statements in pipeline mode.
         vector_backend: how ``search(query=...)`` scores. ``"auto"``: ``setup()``
             installs pgvector where the server has it and allows it (a superuser; or an
@@ -83,6 +85,7 @@ class _PostgresOptions(StoreBase):
             index=options.get("index"),
             ttl=options.get("ttl"),
             max_value_bytes=options.get("max_value_bytes"),
+            listeners=options.get("listeners"),
         )
         self._plans = PostgresStorePlans(
             options.get("schema", DEFAULT_SCHEMA),

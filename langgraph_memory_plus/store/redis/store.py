@@ -60,6 +60,8 @@ class _RedisOptions(StoreBase):
             sweep.
         max_value_bytes: refuse values larger than this (as JSON text) before writing;
             at most, and by default, 64 MiB.
+        listeners: callables handed a :mod:`~langgraph_memory_plus.observability` event
+            after every operation (``add_listener`` / ``remove_listener`` later).
     """
 
     _options: ClassVar[type] = RedisStoreOptions
@@ -80,6 +82,7 @@ class _RedisOptions(StoreBase):
             index=options.get("index"),
             ttl=options.get("ttl"),
             max_value_bytes=options.get("max_value_bytes"),
+            listeners=options.get("listeners"),
         )
         self.client = client
 

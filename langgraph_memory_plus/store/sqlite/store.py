@@ -42,6 +42,8 @@ class _SqliteOptions(StoreBase):
             sweep.
         max_value_bytes: refuse values larger than this (as JSON text) before writing;
             at most, and by default, 64 MiB.
+        listeners: callables handed a :mod:`~langgraph_memory_plus.observability` event
+            after every operation (``add_listener`` / ``remove_listener`` later).
     """
 
     _options: ClassVar[type] = StoreOptions
@@ -56,6 +58,7 @@ class _SqliteOptions(StoreBase):
             index=options.get("index"),
             ttl=options.get("ttl"),
             max_value_bytes=options.get("max_value_bytes"),
+            listeners=options.get("listeners"),
         )
         self.conn = conn
 
