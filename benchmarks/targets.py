@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import inspect
 import ipaddress
 import itertools
 import socket
@@ -326,15 +325,8 @@ def _open_sync(target: Target, st: Storage, pool_size: int) -> Iterator[Any]:
         import langgraph_memory_plus as lgmp
 
         cls = lgmp.RedisStore
-        params = {  # from_conn_string(url, **options) passes options to the constructor
-            *inspect.signature(cls.from_conn_string).parameters,
-            *inspect.signature(cls.__init__).parameters,
-        }
-        prefix = next((p for p in ("key_prefix", "prefix") if p in params), None)
-        if prefix is None:
-            raise RuntimeError("RedisStore.from_conn_string takes no key prefix to isolate keys")
         assert st.url
-        with cls.from_conn_string(st.url, **{prefix: st.marker}) as obj:
+        with cls.from_conn_string(st.url, key_prefix=st.marker) as obj:
             if hasattr(obj, "setup"):
                 obj.setup()
             yield obj
