@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
 
+import psycopg
 import pytest
 from conftest import PG_ADMIN_URL, _fresh_database
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
@@ -181,19 +182,7 @@ def dump_redis(url: str, prefix: str) -> list[Row]:
     client: Any = sync_client_from_url(url)
     rows: list[Row] = []
     try:
-        cluster = url.startswith("redis+cluster")
-        nodes = client.get_primaries() if cluster else [None]
-        keys: set[bytes] = set()
-        for node in nodes:
-            cursor: Any = 0
-            while True:
-                if cluster:
-                    cursor, found = client.scan(cursor, match=f"{prefix}*", count=500, target_nodes=node)
-                else:
-                    cursor, found = client.scan(cursor, match=f"{prefix}*", count=500)
-                keys.update(found)
-                if not int(cursor):
-                    break
+        keys = set(client.scan_iter(match=f"{prefix}*", count=500))  # every primary
         for key in sorted(keys):
             kind = client.type(key).decode()
             name = key.decode("utf-8", "surrogateescape")
@@ -245,7 +234,9 @@ class Target:
 def target(backend: str, request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Target]:
     if backend == "postgres":
         with _fresh_database(PG_ADMIN_URL, "PostgreSQL") as url:
-            yield Target(url, {}, lambda: dump_postgres(url))
+            dbname = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+            pg = f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{dbname}"
+            yield Target(pg, {}, lambda: dump_postgres(url))
         return
     if backend == "sqlite":
         path = str(tmp_path / "memory.db")

@@ -316,6 +316,14 @@ class RedisThreadIndex:
             keys += [self.set_key(k, v) for k, v in record.indexed.items()]
         return Batch(self._adds(keys, thread_id, ts).commands, then)
 
+    def refused(self, thread_id: str, record: RecordInput | None) -> Plan[Command, None]:
+        """After a write the script refused (its thread was deleted, e.g. by erasure):
+        the entries step 1 added go again, unless the thread lives (a fresh run)."""
+        [stored] = yield from self._records([thread_id])
+        if stored is None:
+            keys = self.intent(thread_id, record, 0).commands
+            yield Batch([("ZREM", c[1], _utf8(thread_id)) for c in keys if c[0] == "ZADD"])
+
     def _keys_of(self, record: StoredRecord) -> list[bytes]:
         return [self.all_key] + [
             self.set_key(k, form)
