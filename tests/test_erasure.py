@@ -422,3 +422,26 @@ def test_bad_arguments_are_refused_before_anything_goes(tmp_path: Any) -> None:
         with pytest.raises(InvalidConfigError, match="not both"):
             erase_user("u", memory=memory, store=memory.store)
         assert memory.store.get(("users", "u"), "k") is not None
+
+
+def test_cli_erase_user_asks_dry_runs_and_reports_json(target: Target) -> None:
+    from test_cli import as_json, run
+
+    from langgraph_memory_plus.cli.output import REFUSED
+
+    frank = User("frank")
+    frank.threads = frank.threads[:2]
+    with target.open() as memory:
+        seed(memory, frank)
+    url = target.url
+    if "key_prefix" in target.options:
+        url += f"?key_prefix={target.options['key_prefix']}"
+    refused = run("erase-user", frank.id, "-u", url)
+    assert refused.returncode == REFUSED and "--yes" in refused.stderr
+    dry = as_json("erase-user", frank.id, "--dry-run", "-u", url)
+    assert dry["dry_run"] and sorted(dry["thread_ids"]) == sorted(frank.threads)
+    done = as_json("erase-user", frank.id, "--yes", "-u", url)
+    assert not done["dry_run"] and done["counts"] == dry["counts"]
+    assert done["counts"]["threads"] == 2 and done["counts"]["drafts"] == 1
+    assert set(as_json("erase-user", frank.id, "--yes", "-u", url)["counts"].values()) == {0}
+    assert mentions(target.dump(), frank.markers) == []
