@@ -4,9 +4,9 @@ A user lives in many places: the checkpoints of every thread the thread index
 attributes to them (whatever the thread ids look like), those threads' transcripts,
 their session entries (the index records), store items under namespace templates such
 as ``("users", "{user_id}")`` (profile, memories, task drafts, their vectors), and
-approval decisions. Erasure removes all of it, except approval decision records,
-which are audit and are anonymized instead (through :data:`APPROVAL_ANONYMIZERS`, a
-hook the approvals module plugs into, so this module never imports it).
+approval decisions. Erasure removes all of it, except the decision records of
+``approvals.Approvals`` (in the store, ``approvals_namespace``): they are audit, so
+they are anonymized instead (:func:`anonymized`).
 
 One core, :func:`_erase`, a plan yielding small steps that a sync or an async runner
 executes against the saver and the store. Every step is bounded (``batch_size``
@@ -19,6 +19,7 @@ finishes the job. A second call reports zeros.
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -73,13 +74,42 @@ class ErasureProgress:
     """How many of that kind so far."""
 
 
-ApprovalAnonymizer = Callable[[Any, Any, str, bool], int]
-"""``(checkpointer, store, user_id, dry_run) -> records anonymized``."""
-AsyncApprovalAnonymizer = Callable[[Any, Any, str, bool], Any]
-APPROVAL_ANONYMIZERS: list[tuple[ApprovalAnonymizer, AsyncApprovalAnonymizer]] = []
-"""(sync, async) anonymizers of approval decision records; the approvals module
-registers its own on import. Each replaces the user id by an opaque ``erased:<random>``
-id and redacts action arguments, keeping decisions and timestamps."""
+APPROVALS_NAMESPACE: Namespace = ("approvals", "decisions")
+"""Where ``approvals.Approvals`` keeps decision records (its default namespace)."""
+REDACTED = "[erased]"
+_IDENTIFYING = ("user_id", "thread_id")
+"""Decision record fields replaced by the opaque id (a thread id may name the user)."""
+
+
+def _redact(value: Any) -> Any:
+    """``value`` with its structure kept and every scalar replaced: field names stay."""
+    if isinstance(value, Mapping):
+        return {k: _redact(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact(v) for v in value]
+    return None if value is None else REDACTED
+
+
+def anonymized(record: Mapping[str, Any], opaque: str) -> dict[str, Any]:
+    """A decision record with the user gone and the audit kept.
+
+    The user id and thread id become ``opaque`` (``erased:<random>``); the action
+    arguments, the edited arguments and the reviewer's message are redacted (field
+    names kept); the decision, reviewer, action names, ids and times stay.
+    """
+    out = dict(record)
+    for name in _IDENTIFYING:
+        if name in out:
+            out[name] = opaque
+    for name in ("args", "message"):
+        if out.get(name) is not None:
+            out[name] = _redact(out[name])
+    if isinstance(out.get("actions"), list):
+        out["actions"] = [
+            {**a, "args": _redact(a.get("args"))} if isinstance(a, Mapping) else _redact(a)
+            for a in out["actions"]
+        ]
+    return out
 
 
 # -- steps ---------------------------------------------------------------------------
@@ -94,10 +124,12 @@ class _Threads:
 
 
 @dataclass(frozen=True)
-class _Saver:
-    """A plan of the saver's backend (``saver._plans``), run with the saver's runner."""
+class _Index:
+    """A plan of the saver's thread index (``method`` of ``saver._plans.threads``, the
+    transcript hooks), run with the saver's runner."""
 
-    build: Callable[[Any], Plan[Any, Any]]
+    method: str
+    args: tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -118,11 +150,21 @@ class _DeleteItems:
 
 
 @dataclass(frozen=True)
-class _Approvals:
-    pass
+class _Records:
+    """Up to ``limit`` decision records of the user, from ``offset``."""
+
+    namespace: Namespace
+    user_id: str
+    offset: int
+    limit: int
 
 
-_Step = _Threads | _Saver | _DeleteThread | _Items | _DeleteItems | _Approvals
+@dataclass(frozen=True)
+class _PutItems:
+    items: list[tuple[Namespace, str, dict[str, Any]]]
+
+
+_Step = _Threads | _Index | _DeleteThread | _Items | _DeleteItems | _Records | _PutItems
 
 
 def _namespaces(user_id: str, templates: Sequence[Sequence[str]]) -> list[Namespace]:
@@ -144,6 +186,7 @@ def _erase(
     *,
     has_saver: bool,
     has_store: bool,
+    approvals: Namespace | None,
     dry_run: bool,
     batch_size: int,
     progress: Callable[[ErasureProgress], None] | None,
@@ -176,9 +219,7 @@ def _erase(
             ids = [r["thread_id"] for r in page]
             if set(ids) & set(report.thread_ids):
                 raise RuntimeError("the thread index still lists threads erasure deleted")
-            counts["transcript_messages"] += yield _Saver(
-                lambda plans, ids=ids: plans.threads.drop_transcripts(ids, dry_run)
-            )
+            counts["transcript_messages"] += yield _Index("drop_transcripts", (ids, dry_run))
             for record in page:
                 if not dry_run:
                     yield _DeleteThread(record["thread_id"])
@@ -193,10 +234,8 @@ def _erase(
         owner = index_value(user_id)
         assert owner is not None  # a string always has one
         while True:
-            n: int = yield _Saver(
-                lambda plans: plans.threads.drop_owned_transcripts(
-                    owner, batch_size, dry_run, report.thread_ids
-                )
+            n: int = yield _Index(
+                "drop_owned_transcripts", (owner, batch_size, dry_run, report.thread_ids)
             )
             counts["transcript_messages"] += n
             tell("transcript_messages", counts["transcript_messages"])
@@ -217,9 +256,21 @@ def _erase(
                 else:
                     yield _DeleteItems([(tuple(i.namespace), i.key) for i in items])
                 tell("store_items", counts["store_items"] + counts["drafts"])
-    if APPROVAL_ANONYMIZERS:
-        counts["approvals_anonymized"] = yield _Approvals()
-        tell("approvals", counts["approvals_anonymized"])
+    if has_store and approvals is not None:
+        opaque = f"erased:{secrets.token_hex(12)}"
+        offset = 0
+        while True:
+            records: list[Any] = yield _Records(approvals, user_id, offset, batch_size)
+            if not records:
+                break
+            counts["approvals_anonymized"] += len(records)
+            if dry_run:
+                offset += len(records)
+            else:
+                yield _PutItems(
+                    [(tuple(r.namespace), r.key, anonymized(r.value, opaque)) for r in records]
+                )
+            tell("approvals", counts["approvals_anonymized"])
     report.counts = counts
     report.duration_s = time.monotonic() - started
     return report
@@ -266,6 +317,7 @@ def _plan(
     user_id: Any,
     target: _Target,
     namespaces: Sequence[Sequence[str]],
+    approvals_namespace: Sequence[str] | None,
     dry_run: bool,
     batch_size: Any,
     progress: Callable[[ErasureProgress], None] | None,
@@ -276,6 +328,7 @@ def _plan(
         _namespaces(user_id, namespaces),
         has_saver=target.checkpointer is not None,
         has_store=target.store is not None,
+        approvals=None if approvals_namespace is None else tuple(approvals_namespace),
         dry_run=bool(dry_run),
         batch_size=batch_size,
         progress=progress,
@@ -296,6 +349,15 @@ def _deletes(step: _DeleteItems) -> list[PutOp]:
     return [PutOp(ns, key, None) for ns, key in step.keys]
 
 
+def _records_args(step: _Records) -> dict[str, Any]:
+    return {"filter": {"user_id": step.user_id}, "limit": step.limit, "offset": step.offset}
+
+
+def _puts(step: _PutItems) -> list[PutOp]:
+    # Decision records carry no TTL (the audit outlives the threads) and no vectors.
+    return [PutOp(ns, key, value, index=False) for ns, key, value in step.items]
+
+
 def erase_user(
     user_id: str,
     *,
@@ -303,6 +365,7 @@ def erase_user(
     checkpointer: Any = None,
     store: BaseStore | None = None,
     namespaces: Sequence[Sequence[str]] = DEFAULT_NAMESPACES,
+    approvals_namespace: Sequence[str] | None = APPROVALS_NAMESPACE,
     dry_run: bool = False,
     progress: Callable[[ErasureProgress], None] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
@@ -313,7 +376,9 @@ def erase_user(
     ``checkpointer=`` / ``store=``). Threads are those the saver's thread index
     attributes to the user (its user key, ``user_id`` by default); store items are
     those under ``namespaces``, templates whose labels may hold ``{user_id}``.
-    ``dry_run`` changes nothing and reports what would go. Safe to repeat after a crash.
+    Decision records under ``approvals_namespace`` (``None``: none kept) are anonymized,
+    not deleted. ``dry_run`` changes nothing and reports what would go. Safe to repeat
+    after a crash.
     """
     target = _target(memory, checkpointer, store)
     saver, items = target.checkpointer, target.store
@@ -321,8 +386,8 @@ def erase_user(
     def execute(step: _Step) -> Any:
         if isinstance(step, _Threads):
             return saver.threads.search(**_search_args(target, user_id, step))
-        if isinstance(step, _Saver):
-            return saver._run(step.build(saver._plans))
+        if isinstance(step, _Index):
+            return saver._run(getattr(saver._plans.threads, step.method)(*step.args))
         if isinstance(step, _DeleteThread):
             return saver.delete_thread(step.thread_id)
         assert items is not None
@@ -330,9 +395,14 @@ def erase_user(
             return items.search(step.namespace, limit=step.limit, offset=step.offset)
         if isinstance(step, _DeleteItems):
             return items.batch(_deletes(step))
-        return sum(sync(saver, items, user_id, dry_run) for sync, _ in APPROVAL_ANONYMIZERS)
+        if isinstance(step, _Records):
+            return items.search(step.namespace, **_records_args(step))
+        return items.batch(_puts(step))
 
-    return drive(_plan(user_id, target, namespaces, dry_run, batch_size, progress), execute)
+    return drive(
+        _plan(user_id, target, namespaces, approvals_namespace, dry_run, batch_size, progress),
+        execute,
+    )
 
 
 async def aerase_user(
@@ -342,6 +412,7 @@ async def aerase_user(
     checkpointer: Any = None,
     store: BaseStore | None = None,
     namespaces: Sequence[Sequence[str]] = DEFAULT_NAMESPACES,
+    approvals_namespace: Sequence[str] | None = APPROVALS_NAMESPACE,
     dry_run: bool = False,
     progress: Callable[[ErasureProgress], None] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
@@ -353,8 +424,8 @@ async def aerase_user(
     async def execute(step: _Step) -> Any:
         if isinstance(step, _Threads):
             return await saver.threads.asearch(**_search_args(target, user_id, step))
-        if isinstance(step, _Saver):
-            return await saver._arun(step.build(saver._plans))
+        if isinstance(step, _Index):
+            return await saver._arun(getattr(saver._plans.threads, step.method)(*step.args))
         if isinstance(step, _DeleteThread):
             return await saver.adelete_thread(step.thread_id)
         assert items is not None
@@ -362,9 +433,11 @@ async def aerase_user(
             return await items.asearch(step.namespace, limit=step.limit, offset=step.offset)
         if isinstance(step, _DeleteItems):
             return await items.abatch(_deletes(step))
-        total = 0
-        for _, anonymize in APPROVAL_ANONYMIZERS:
-            total += await anonymize(saver, items, user_id, dry_run)
-        return total
+        if isinstance(step, _Records):
+            return await items.asearch(step.namespace, **_records_args(step))
+        return await items.abatch(_puts(step))
 
-    return await adrive(_plan(user_id, target, namespaces, dry_run, batch_size, progress), execute)
+    return await adrive(
+        _plan(user_id, target, namespaces, approvals_namespace, dry_run, batch_size, progress),
+        execute,
+    )

@@ -18,10 +18,10 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated, Any
 
 import psycopg
@@ -45,6 +45,7 @@ def embed(texts: list[str]) -> list[list[float]]:
 
 
 INDEX: Any = {"dims": 6, "embed": embed, "fields": ["text"]}
+APPROVALS = ("approvals", "decisions")
 
 
 class State(TypedDict, total=False):
@@ -78,6 +79,7 @@ class User:
         self.id = f"{name}-{uuid.uuid4().hex[:8]}"
         self.threads = [str(uuid.uuid4()) for _ in range(3)] + [f"chat-of-{self.id}"]
         self.texts: list[str] = []
+        self.approval: dict[str, Any] = {}
 
     def text(self, what: str) -> str:
         out = f"{what} {uuid.uuid4().hex}"
@@ -102,6 +104,23 @@ def seed(memory: Any, user: User) -> None:
     store.put(("users", user.id), "profile", {"text": user.text("profile abc")})
     store.put(("users", user.id, "memories"), "m1", {"text": user.text("memory bcd")})
     store.put(("users", user.id, "pending_tasks"), "d1", {"text": user.text("draft passport")})
+    # A decision record as ``approvals.Approvals`` keeps it (merged in later: the real one).
+    passport = user.text("passport")
+    record = {
+        "approval_id": f"approval-{uuid.uuid4().hex}",
+        "thread_id": user.threads[0],
+        "user_id": user.id,
+        "decision": "edit",
+        "by": "reviewer-1",
+        "decided_at": "2026-12-01T10:00:00+00:00",
+        "args": {"passport": user.text("edited passport"), "seats": [1, 2]},
+        "message": user.text("reviewer note"),
+        "actions": [{"name": "book_flight", "args": {"passport": passport}}],
+        "resumed_at": "2026-12-01T10:00:01+00:00",
+        "status": "edited",
+    }
+    store.put(APPROVALS, record["approval_id"], record, index=False)
+    user.approval = record
 
 
 # -- dumping storage --------------------------------------------------------------------------
@@ -166,8 +185,7 @@ def dump_sqlite(path: str) -> list[Row]:
     conn = sqlite3.connect(path)
     try:
         tables = [
-            f'"{t}"'
-            for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            f'"{t}"' for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         ]
         assert tables
         return dump_sql(conn, tables)
@@ -242,7 +260,9 @@ def target(backend: str, request: pytest.FixtureRequest, tmp_path: Any) -> Itera
         path = str(tmp_path / "memory.db")
         yield Target(f"sqlite:///{path}", {}, lambda: dump_sqlite(path))
         return
-    url = request.getfixturevalue("redis_cluster_url" if backend == "redis-cluster" else "redis_url")
+    url = request.getfixturevalue(
+        "redis_cluster_url" if backend == "redis-cluster" else "redis_url"
+    )
     prefix = f"lgmp-erasure-{uuid.uuid4().hex[:10]}"
     yield Target(url, {"key_prefix": prefix}, lambda: dump_redis(url, prefix))
     from langgraph_memory_plus._redis import sync_client_from_url
@@ -292,6 +312,7 @@ def test_erase_user_leaves_nothing_of_them_and_the_other_user_untouched(target: 
     # deleted thread's two lines.
     assert report.counts["transcript_messages"] == 4 * 3 * 2 + 1 + 2
     assert report.counts["store_items"] == 2 and report.counts["drafts"] == 1
+    assert report.counts["approvals_anonymized"] == 1
     assert report.namespaces == [("users", alice.id)]
     assert report.duration_s > 0
     assert {p.kind for p in seen} >= {"threads", "store_items"}
@@ -307,6 +328,19 @@ def test_erase_user_leaves_nothing_of_them_and_the_other_user_untouched(target: 
         assert memory.store.search(("users", alice.id)) == []
         assert len(memory.store.search(("users", bob.id))) == 3
         assert memory.store.search(("users",), query="abc")  # bob's vectors still answer
+        # The audit survives: who decided what, when, on which action; nothing of alice.
+        kept = memory.store.get(APPROVALS, alice.approval["approval_id"])
+        assert kept is not None
+        left = kept.value
+        opaque = left["user_id"]
+        assert opaque.startswith("erased:") and len(opaque) > len("erased:") + 8
+        assert left["thread_id"] == opaque
+        assert left["args"] == {"passport": "[erased]", "seats": ["[erased]", "[erased]"]}
+        assert left["actions"] == [{"name": "book_flight", "args": {"passport": "[erased]"}}]
+        assert left["message"] == "[erased]"
+        same = ("approval_id", "decision", "by", "decided_at", "resumed_at", "status")
+        assert {k: left[k] for k in same} == {k: alice.approval[k] for k in same}
+        assert memory.store.get(APPROVALS, bob.approval["approval_id"]).value == bob.approval
 
 
 def test_aerase_user_matches_the_sync_report(target: Target) -> None:
@@ -332,7 +366,7 @@ def test_a_run_still_going_during_erasure_cannot_bring_the_thread_back(target: T
     dave.threads = [dave.threads[0]]
     with target.open() as memory:
         seed(memory, dave)
-        ready, release = __import__("threading").Event(), __import__("threading").Event()
+        ready, release = threading.Event(), threading.Event()
 
         def slow(state: State) -> dict[str, Any]:
             ready.set()
@@ -344,15 +378,13 @@ def test_a_run_still_going_during_erasure_cannot_bring_the_thread_back(target: T
         builder.add_edge(START, "slow")
         builder.add_edge("slow", END)
         app = builder.compile(checkpointer=memory.checkpointer)
-        import threading
-
         errors: list[BaseException] = []
 
         def run() -> None:
             try:
                 late = HumanMessage(dave.text("late question"), id="h-late")
                 app.invoke({"messages": [late]}, cfg(dave.threads[0], dave.id))
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:
                 errors.append(exc)
 
         worker = threading.Thread(target=run)

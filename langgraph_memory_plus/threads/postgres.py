@@ -257,8 +257,10 @@ class PostgresThreadIndex:
         """Erasure: the transcript lines of these threads (counted only, when ``dry``)."""
         tks = [thread_key(t) for t in thread_ids]
         where = f"FROM {self._tx} WHERE thread_key = ANY(%s)"
-        sql = f"SELECT count(*) {where}" if dry else (
-            f"WITH gone AS (DELETE {where} RETURNING 1) SELECT count(*) FROM gone"
+        sql = (
+            f"SELECT count(*) {where}"
+            if dry
+            else (f"WITH gone AS (DELETE {where} RETURNING 1) SELECT count(*) FROM gone")
         )
         rows: Rows = yield Query(sql, (tks,), fetch=True, standalone=True)
         return int(rows[0][0])
