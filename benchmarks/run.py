@@ -310,7 +310,7 @@ def reads_section(env: Env, sizes: Sizes, savers: list[Target]) -> Section:
             return read_paths(session, sizes.read_checkpoints, sizes.read_reps, deadline)
 
     _run_rounds(section, savers, sizes.rounds_for("reads"), unit)
-    section.summary = ["get_tuple latest", "list(limit=10)"]
+    section.summary = ["get_tuple latest", "list(limit=10)", "list(filter=first, limit=1)"]
     return section
 
 

@@ -427,12 +427,17 @@ def _get_tuple(session: Session, config: dict[str, Any]) -> Any:
     return session.run(session.obj.aget_tuple(config))
 
 
-def _list(session: Session, config: dict[str, Any], limit: int | None) -> list[Any]:
+def _list(
+    session: Session,
+    config: dict[str, Any],
+    limit: int | None,
+    filter: dict[str, Any] | None = None,
+) -> list[Any]:
     if session.loop is None:
-        return list(session.obj.list(config, limit=limit))
+        return list(session.obj.list(config, limit=limit, filter=filter))
 
     async def collect() -> list[Any]:
-        return [item async for item in session.obj.alist(config, limit=limit)]
+        return [item async for item in session.obj.alist(config, limit=limit, filter=filter)]
 
     return list(session.run(collect()))
 
@@ -549,7 +554,9 @@ def chat_metrics(result: dict[str, Any], turns: list[int]) -> Metrics:
 
 
 def read_paths(session: Session, checkpoints: int, reps: int, deadline: float) -> Metrics:
-    """``get_tuple`` latest and ``list(limit=10)`` on a chat thread of >= N checkpoints."""
+    """``get_tuple`` latest, ``list(limit=10)`` and a filtered ``list`` whose one match is
+    the thread's first checkpoint (so it looks at all of them) on a chat thread of >= N
+    checkpoints."""
     graph = chat_graph().compile(checkpointer=session.obj)
     _invoke(session, graph, {"messages": [user_message(1)]}, _config(f"{session.marker}-warm"))
     config = _config(f"{session.marker}-reads")
@@ -571,6 +578,7 @@ def read_paths(session: Session, checkpoints: int, reps: int, deadline: float) -
     _check_conversation(_state_values(session, graph, config), turn, "reads")
     get_times: list[float] = []
     list_times: list[float] = []
+    filter_times: list[float] = []
     expected = min(10, count)
     for _ in range(reps):
         started = time.perf_counter()
@@ -581,11 +589,17 @@ def read_paths(session: Session, checkpoints: int, reps: int, deadline: float) -
         list_times.append(time.perf_counter() - started)
         if latest is None or len(page) != expected:
             raise AssertionError(f"read back {latest!r:.80} and {len(page)} of {expected} items")
+        started = time.perf_counter()
+        first = _list(session, config, 1, {"step": -1})
+        filter_times.append(time.perf_counter() - started)
+        if len(first) != 1:
+            raise AssertionError(f"list(filter={{'step': -1}}) found {len(first)} checkpoints")
         if time.perf_counter() > deadline:
             break
     return {
         ("get_tuple latest", "ms"): _median_ms(get_times),
         ("list(limit=10)", "ms"): _median_ms(list_times),
+        ("list(filter=first, limit=1)", "ms"): _median_ms(filter_times),
         ("checkpoints in the thread", "count"): float(count),
     }
 

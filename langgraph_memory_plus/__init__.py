@@ -14,7 +14,14 @@ from .checkpoint.config import TTLConfig
 from .checkpoint.postgres import AsyncPostgresSaver, PostgresSaver
 from .checkpoint.redis import AsyncRedisSaver, RedisSaver
 from .checkpoint.sqlite import AsyncSqliteSaver, SqliteSaver
-from .errors import ConflictError, InvalidConfigError, MemoryPlusError, ValueTooLargeError
+from .errors import (
+    ConflictError,
+    CorruptDataError,
+    InvalidConfigError,
+    MemoryPlusError,
+    PoolTimeoutError,
+    ValueTooLargeError,
+)
 from .messages import (
     Summarizer,
     Trimmer,
@@ -37,10 +44,12 @@ __all__ = [
     "AsyncSqliteSaver",
     "AsyncSqliteStore",
     "ConflictError",
+    "CorruptDataError",
     "InvalidConfigError",
     "Memory",
     "MemoryConnectionError",
     "MemoryPlusError",
+    "PoolTimeoutError",
     "PostgresSaver",
     "PostgresStore",
     "PreferenceLearner",

@@ -25,6 +25,7 @@ from ._postgres import (
     open_async_pool,
     open_pool,
 )
+from ._urls import check_conninfo
 
 R = TypeVar("R")
 
@@ -56,6 +57,7 @@ class PgSyncDriver:
         ``prepare_threshold=None`` turns off server-side prepared statements, as
         PgBouncer in transaction mode requires. ``options`` are the constructor's.
         """
+        check_conninfo(conn_string)  # libpq's parse errors (logged at every retry) quote it
         sizes = {"min_size": pool_min_size, "max_size": pool_max_size}
         with (
             open_pool(conn_string, prepare_threshold=prepare_threshold, **sizes) as pool,
@@ -87,6 +89,7 @@ class PgAsyncDriver:
         **options: Any,
     ) -> AsyncIterator[Self]:
         """Async ``from_conn_string``: the same options, an async pool."""
+        check_conninfo(conn_string)  # libpq's parse errors (logged at every retry) quote it
         sizes = {"min_size": pool_min_size, "max_size": pool_max_size}
         async with (
             open_async_pool(conn_string, prepare_threshold=prepare_threshold, **sizes) as pool,

@@ -8,9 +8,13 @@ falling back to ``EVAL`` when the server has forgotten them (e.g. after a restar
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar, cast
 
 import redis
@@ -21,7 +25,8 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from ._plan import Plan, adrive, drive
-from .errors import InvalidConfigError
+from ._urls import redact, redis_database, scrub
+from .errors import InvalidConfigError, PoolTimeoutError
 
 R = TypeVar("R")
 
@@ -126,28 +131,155 @@ def _client_options(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {**options, **kwargs}
 
 
-def sync_client_from_url(url: str, **kwargs: Any) -> SyncClient:
-    """A client for ``redis://``, ``rediss://`` or ``redis+cluster://`` (``rediss+cluster://``)."""
+DEFAULT_POOL_SIZE = 100
+DEFAULT_POOL_TIMEOUT = 30.0
+
+
+def _pool_exhausted(exc: redis.ConnectionError) -> bool:
+    """Whether a blocking pool gave up waiting (redis-py words it so since 2.x)."""
+    return str(exc) == "No connection available."
+
+
+class _BlockingPool(redis.BlockingConnectionPool):
+    """A pool whose callers wait (bounded) for a free connection, failing with our error."""
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+        except redis.ConnectionError as exc:
+            if not _pool_exhausted(exc):
+                raise
+        raise PoolTimeoutError(self.max_connections, self.timeout)
+
+
+class _AsyncBlockingPool(redis.asyncio.BlockingConnectionPool):
+    """Async :class:`_BlockingPool`."""
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+        except redis.ConnectionError as exc:
+            if not _pool_exhausted(exc):
+                raise
+        raise PoolTimeoutError(self.max_connections, self.timeout)
+
+
+# redis.asyncio's RedisCluster has no pool class to swap: its nodes raise
+# MaxConnectionsError when full. The clients we open get a gate instead, as many places
+# as each node has connections, that callers wait at (bounded) before each command.
+_GATES: weakref.WeakKeyDictionary[Any, tuple[asyncio.Semaphore, int, float]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+@asynccontextmanager
+async def _gate(client: Any) -> AsyncIterator[None]:
+    found = _GATES.get(client)
+    if found is None:
+        yield
+        return
+    gate, size, timeout = found
+    try:
+        await asyncio.wait_for(gate.acquire(), timeout)
+    except asyncio.TimeoutError:
+        waited = False
+    else:
+        waited = True
+    if not waited:
+        raise PoolTimeoutError(size, timeout)
+    try:
+        yield
+    finally:
+        gate.release()
+
+
+def _pool_options(url: str, size: int | None, timeout: float | None) -> tuple[int, float]:
+    redis_database(url)  # checks the user info, the port and the database first
+    size = DEFAULT_POOL_SIZE if size is None else size
+    timeout = DEFAULT_POOL_TIMEOUT if timeout is None else timeout
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise InvalidConfigError(f"pool_max_size must be an integer >= 1, got {size!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise InvalidConfigError(f"pool_timeout must be a number of seconds > 0, got {timeout!r}")
+    return size, float(timeout)
+
+
+def _split_scheme(url: str) -> tuple[str, bool]:
     scheme, sep, rest = url.partition("://")
     if not sep:
         raise InvalidConfigError("a Redis URL looks like redis://host:6379/0")
     if scheme.endswith("+cluster"):
-        return redis.cluster.RedisCluster.from_url(
-            f"{scheme[: -len('+cluster')]}://{rest}", **kwargs
-        )
-    return redis.Redis.from_url(url, **kwargs)
+        return f"{scheme[: -len('+cluster')]}://{rest}", True
+    return url, False
 
 
-def async_client_from_url(url: str, **kwargs: Any) -> AsyncClient:
-    """Async :func:`sync_client_from_url`."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        raise InvalidConfigError("a Redis URL looks like redis://host:6379/0")
-    if scheme.endswith("+cluster"):
-        return redis.asyncio.cluster.RedisCluster.from_url(
-            f"{scheme[: -len('+cluster')]}://{rest}", **kwargs
+def _opened(make: Callable[[], R], url: str) -> R:
+    """``make()``, a redis-py ``ValueError`` (which may quote the URL) masked."""
+    try:
+        return make()
+    except ValueError as exc:
+        message = scrub(str(exc).splitlines()[0] if str(exc) else "", url)
+    raise InvalidConfigError(f"bad Redis URL {redact(url)}: {message}")
+
+
+def sync_client_from_url(
+    url: str,
+    *,
+    pool_max_size: int | None = None,
+    pool_timeout: float | None = None,
+    **kwargs: Any,
+) -> SyncClient:
+    """A client for ``redis://``, ``rediss://`` or ``redis+cluster://`` (``rediss+cluster://``).
+
+    Its pool (one per node on a cluster) holds up to ``pool_max_size`` connections; a call
+    that finds them all busy waits up to ``pool_timeout`` seconds, then raises
+    :class:`PoolTimeoutError`.
+    """
+    size, timeout = _pool_options(url, pool_max_size, pool_timeout)
+    target, cluster = _split_scheme(url)
+    pool_class = partial(_BlockingPool, timeout=timeout)
+    options = {**kwargs, "max_connections": size}
+    if cluster:
+        return _opened(
+            lambda: redis.cluster.RedisCluster.from_url(
+                target, connection_pool_class=pool_class, **options
+            ),
+            url,
         )
-    return redis.asyncio.Redis.from_url(url, **_client_options(kwargs))
+    pool = _opened(lambda: _BlockingPool.from_url(url, timeout=timeout, **options), url)
+    return redis.Redis.from_pool(pool)
+
+
+def async_client_from_url(
+    url: str,
+    *,
+    pool_max_size: int | None = None,
+    pool_timeout: float | None = None,
+    **kwargs: Any,
+) -> AsyncClient:
+    """Async :func:`sync_client_from_url`; await :func:`initialize` before sharing it."""
+    size, timeout = _pool_options(url, pool_max_size, pool_timeout)
+    target, cluster = _split_scheme(url)
+    if cluster:
+        options = {**kwargs, "max_connections": size}
+        client = _opened(
+            lambda: redis.asyncio.cluster.RedisCluster.from_url(target, **options), url
+        )
+        _GATES[client] = (asyncio.Semaphore(size), size, timeout)
+        return client
+    options = {**_client_options(kwargs), "max_connections": size}
+    apool = _opened(lambda: _AsyncBlockingPool.from_url(url, timeout=timeout, **options), url)
+    return redis.asyncio.Redis.from_pool(apool)
+
+
+async def initialize(client: AsyncClient) -> None:
+    """Discover an async cluster client's nodes before concurrent use.
+
+    A fresh ``redis.asyncio`` cluster client whose first commands run concurrently races
+    on discovering the cluster (``'NoneType' object has no attribute 'writelines'``).
+    """
+    if isinstance(client, redis.asyncio.cluster.RedisCluster):
+        await client.initialize()
 
 
 class RedisRunner:
@@ -184,16 +316,20 @@ class AsyncRedisRunner:
         self._scripts = {name: self.client.register_script(src) for name, src in scripts.items()}
 
     async def _execute(self, command: Eval | Scan | Batch) -> Any:
+        async with _gate(self.client):
+            return await self._send(command)
+
+    async def _send(self, command: Eval | Scan | Batch) -> Any:
         if isinstance(command, Eval):
             return await self._scripts[command.script](keys=command.keys, args=command.args)
         if isinstance(command, Batch):
             pipe, carried = _pipelined(self.client, self._scripts, command)
             if not carried:
                 replies = await pipe.execute()
-                return replies if command.then is None else await self._execute(command.then)
+                return replies if command.then is None else await self._send(command.then)
             reply = _script_reply(await pipe.execute(raise_on_error=False))
             if reply is _RUN_SCRIPT:
-                return await self._execute(command.then)  # type: ignore[arg-type]
+                return await self._send(command.then)  # type: ignore[arg-type]
             return reply
         return [key async for key in self.client.scan_iter(match=command.match, count=1000)]
 

@@ -18,7 +18,13 @@ from typing_extensions import Self
 
 from ._closing import aclosing_first, closing_first
 from ._plan import Plan
-from ._redis import AsyncRedisRunner, RedisRunner, async_client_from_url, sync_client_from_url
+from ._redis import (
+    AsyncRedisRunner,
+    RedisRunner,
+    async_client_from_url,
+    initialize,
+    sync_client_from_url,
+)
 
 R = TypeVar("R")
 
@@ -37,10 +43,21 @@ class RedisSyncDriver:
 
     @classmethod
     @contextmanager
-    def from_conn_string(cls, url: str, **options: Any) -> Iterator[Self]:
+    def from_conn_string(
+        cls,
+        url: str,
+        *,
+        pool_max_size: int | None = None,
+        pool_timeout: float | None = None,
+        **options: Any,
+    ) -> Iterator[Self]:
         """Open a client for ``url`` (``redis://``, ``rediss://``, ``redis+cluster://``)
-        and an instance on it; close both after. ``options`` are the constructor's."""
-        client = sync_client_from_url(url)
+        and an instance on it; close both after. ``options`` are the constructor's.
+
+        ``pool_max_size`` connections at most (per node on a cluster; default 100); a
+        call that finds them all busy waits up to ``pool_timeout`` seconds (default 30),
+        then raises ``PoolTimeoutError``."""
+        client = sync_client_from_url(url, pool_max_size=pool_max_size, pool_timeout=pool_timeout)
         try:
             with closing_first(cast(Any, cls)(client, **options)) as instance:
                 yield instance
@@ -62,10 +79,18 @@ class RedisAsyncDriver:
 
     @classmethod
     @asynccontextmanager
-    async def from_conn_string(cls, url: str, **options: Any) -> AsyncIterator[Self]:
+    async def from_conn_string(
+        cls,
+        url: str,
+        *,
+        pool_max_size: int | None = None,
+        pool_timeout: float | None = None,
+        **options: Any,
+    ) -> AsyncIterator[Self]:
         """Async ``from_conn_string``: the same URLs and options, an async client."""
-        client = async_client_from_url(url)
+        client = async_client_from_url(url, pool_max_size=pool_max_size, pool_timeout=pool_timeout)
         try:
+            await initialize(client)
             async with aclosing_first(cast(Any, cls)(client, **options)) as instance:
                 yield instance
         finally:

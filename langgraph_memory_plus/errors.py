@@ -6,6 +6,10 @@ carries connection strings or stored values, so they are safe to log.
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class MemoryPlusError(Exception):
     """Base class for every error this package raises on purpose."""
@@ -33,3 +37,55 @@ class ValueTooLargeError(MemoryPlusError, ValueError):
 
 class ConflictError(MemoryPlusError):
     """A conditional write lost a race: the item changed since it was read."""
+
+
+class PoolTimeoutError(MemoryPlusError, TimeoutError):
+    """No pooled connection became free within ``pool_timeout`` seconds.
+
+    Raised instead of waiting forever (or failing at once, as redis-py's own pool does
+    when full), naming the two options that change it.
+    """
+
+    def __init__(self, size: int, timeout: float | None) -> None:
+        super().__init__(
+            f"no Redis connection became free within pool_timeout={timeout or 0:g} seconds "
+            f"(all pool_max_size={size} are in use); raise pool_max_size or pool_timeout"
+        )
+        self.size = size
+        self.timeout = timeout
+
+
+class CorruptDataError(MemoryPlusError, ValueError):
+    """Stored data could not be decoded: a damaged row, field or key.
+
+    Names where the data lives (thread id, checkpoint namespace, checkpoint id and
+    channel, or a store item's namespace and key) so it can be found and repaired; the
+    decoder's own error is the ``__cause__``. Nothing is returned from a read that
+    raises it.
+    """
+
+    def __init__(self, what: str, /, **where: object) -> None:
+        place = ", ".join(f"{name}={value!r}" for name, value in where.items() if value is not None)
+        super().__init__(
+            f"corrupt stored data: {what} ({place})" if place else f"corrupt stored data: {what}"
+        )
+        self.where = where
+
+
+# What decoding damaged bytes raises: the serializers' own errors (msgpack's and JSON's are
+# ValueErrors), zlib's, a list item found missing (LookupError), or a value that decoded to
+# the wrong shape. Driver errors (connection, timeout) are none of these, so a failure
+# thrown into a plan while it is inside the block passes through unchanged.
+_DECODE_ERRORS = (ValueError, LookupError, TypeError, AttributeError, EOFError, zlib.error)
+
+
+@contextmanager
+def decoding(what: str, /, **where: object) -> Iterator[None]:
+    """Turn a decoding failure inside the block into :class:`CorruptDataError` naming
+    ``what`` and ``where``, with the original as its cause."""
+    try:
+        yield
+    except MemoryPlusError:  # already ours: an option checked inside a plan, or nested
+        raise
+    except _DECODE_ERRORS as exc:
+        raise CorruptDataError(what, **where) from exc

@@ -50,13 +50,14 @@ from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
 from ._plan import adrive, drive
 from ._sqlite import path_from_url
+from ._urls import check_conninfo, check_port, check_userinfo, redact, redis_database, scrub
 from .errors import InvalidConfigError, MemoryPlusError
 
 ENV_VAR = "LANGGRAPH_MEMORY_URL"
@@ -205,6 +206,11 @@ OPTIONS: dict[str, Option] = {
         frozenset({"postgres", "redis", "sqlite"}),
         "most connections open at once",
     ),
+    "pool_timeout": Option(
+        partial(_number, minimum=0, strict=True),
+        frozenset({"redis"}),
+        "seconds a call waits for a free pooled connection before PoolTimeoutError",
+    ),
     "prepare_threshold": Option(
         _threshold,
         frozenset({"postgres"}),
@@ -232,8 +238,6 @@ OPTIONS: dict[str, Option] = {
     "index": Option(_object, EVERY, "the store's semantic search config (keyword only)"),
     "serde": Option(_object, EVERY, "the checkpointer's serializer (keyword only)"),
 }
-_SECRET_QUERY = re.compile(r"(?i)([?&])((?:ssl)?password=)[^&#]*")
-_AUTHORITY = re.compile(r"^([^:/?#]+://)([^/?#]*)(.*)$", re.DOTALL)
 
 
 def _split(url: str) -> tuple[str, str, str]:
@@ -246,23 +250,22 @@ def _split(url: str) -> tuple[str, str, str]:
     return base, query, hash_ + fragment
 
 
-def redact(url: str) -> str:
-    """``url`` with its password (in the user info or a ``password=`` parameter) masked."""
-    found = _AUTHORITY.match(url)
-    if found is None:
-        return _SECRET_QUERY.sub(r"\1\2***", url)
-    head, authority, tail = found.groups()
-    userinfo, at, host = authority.rpartition("@")
-    if at and ":" in userinfo:
-        authority = f"{userinfo.split(':', 1)[0]}:***@{host}"
-    return head + authority + _SECRET_QUERY.sub(r"\1\2***", tail)
+def _check_address(url: str, backend: str) -> None:
+    """The checks that must pass before any parser sees ``url`` (see :mod:`._urls`)."""
+    if backend == "redis":
+        redis_database(url)
+    elif backend == "postgres":
+        check_userinfo(url)
+        check_port(url)
 
 
-def _password(url: str) -> str | None:
+def _sqlite_path(url: str) -> str:
+    """:func:`path_from_url`, its error (which quotes the URL) with any password masked."""
     try:
-        return unquote(urlsplit(url).password or "") or None
-    except ValueError:
-        return None
+        return path_from_url(url)
+    except InvalidConfigError as exc:
+        message = scrub(str(exc), url)
+    raise InvalidConfigError(message)
 
 
 def default_path() -> Path:
@@ -435,10 +438,7 @@ class Memory:
     def _unreachable(self, what: str, exc: Exception) -> MemoryConnectionError:
         """One line naming the URL without its password, and the driver's first line."""
         lines = str(exc).strip().splitlines() or [type(exc).__name__]
-        reason = lines[0].strip()
-        secret = _password(self._raw)
-        if secret:
-            reason = reason.replace(secret, "***")
+        reason = scrub(lines[0].strip(), self._raw)
         return MemoryConnectionError(f"cannot reach {what} at {self.url}: {reason}")
 
     # -- what each backend opens, written once for both flavours --------------------------
@@ -507,16 +507,19 @@ class Memory:
         )
 
     def _redis(self, is_async: bool) -> _Opening:
-        from ._redis import async_client_from_url, sync_client_from_url
+        from ._redis import async_client_from_url, initialize, sync_client_from_url
         from .checkpoint.redis import AsyncRedisSaver, RedisSaver
 
         o = self._options
         options: dict[str, Any] = {"socket_connect_timeout": CONNECT_TIMEOUT}
-        if "pool_max_size" in o:
-            options["max_connections"] = o["pool_max_size"]
+        for name in ("pool_max_size", "pool_timeout"):
+            if name in o:
+                options[name] = o[name]
         connect = async_client_from_url if is_async else sync_client_from_url
         client = yield _Call(partial(connect, self._target, **options), "Redis")
         yield _Defer(client.aclose if is_async else client.close)
+        if is_async:
+            yield _Call(partial(initialize, client), "Redis")
         yield _Call(client.ping, "Redis")
         prefix = {"key_prefix": o["key_prefix"]} if "key_prefix" in o else {}
         saver_cls = AsyncRedisSaver if is_async else RedisSaver
@@ -571,7 +574,8 @@ def from_url(url: str | None = None, **options: Any) -> Memory:
     ``schema`` and ``prepare_threshold`` (PostgreSQL; ``none`` for PgBouncer in transaction
     mode), ``vector_backend`` and ``hnsw`` (the PostgreSQL store's semantic search),
     ``key_prefix`` (Redis), ``pool_min_size`` (PostgreSQL),
-    ``pool_max_size``, ``busy_timeout`` (SQLite, seconds), ``setup`` (default true: run the
+    ``pool_max_size``, ``pool_timeout`` (Redis, seconds to wait for a free connection),
+    ``busy_timeout`` (SQLite, seconds), ``setup`` (default true: run the
     migrations on entering), and, as keyword arguments only, ``index`` (the store's
     semantic search) and ``serde`` (the checkpointer's serializer).
 
@@ -590,10 +594,7 @@ def from_url(url: str | None = None, **options: Any) -> Memory:
     if backend is None:
         what = f"unsupported URL scheme {scheme!r}" if sep else "not a URL"
         raise InvalidConfigError(f"{what}: {shown}; use one of {EXAMPLES}")
-    try:
-        urlsplit(url).port  # noqa: B018  (reading it checks it)
-    except ValueError as exc:
-        raise InvalidConfigError(f"bad URL {shown}: {exc}") from None
+    _check_address(url, backend)
     base, query, fragment = _split(url)
     given: dict[str, Any] = {}
     rest: list[str] = []  # the driver's own parameters, passed on exactly as written
@@ -629,11 +630,13 @@ def from_url(url: str | None = None, **options: Any) -> Memory:
                 f"option {name!r} does not apply to {shown} (it is for: {takes})"
             )
     if backend == "sqlite":
-        target = path_from_url(base + fragment)
+        target = _sqlite_path(base + fragment)
     elif backend == "memory":
         target = ""
     else:
         target = base + ("?" + "&".join(rest) if rest else "") + fragment
+        if backend == "postgres":
+            check_conninfo(target)
     return Memory(url, backend, target, given)
 
 

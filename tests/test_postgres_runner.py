@@ -41,12 +41,15 @@ def test_compact_sql_keeps_every_statement_of_the_package_under_psycopgs_cache_l
     from langgraph_memory_plus.checkpoint.config import SaverSettings
     from langgraph_memory_plus.checkpoint.postgres.plans import PostgresCheckpointPlans
 
-    plans = PostgresCheckpointPlans("public", SaverSettings())
-    for payload in (plans._put_payload, plans._writes_payload):
-        for fast in (True, False):
-            sql = f"WITH {plans._thread_ctes(fast)}, {payload} SELECT 1"
-            assert len(sql) > len(compact_sql(sql))
-            assert len(compact_sql(sql)) <= MAX_CACHED_STATEMENT_LENGTH
+    for transcripts in (False, True):
+        plans = PostgresCheckpointPlans(
+            "public", SaverSettings.build(None, None, transcripts=transcripts)
+        )
+        for payload in (plans._put_payload, plans._writes_payload):
+            for fast in (True, False):
+                sql = f"WITH {plans._thread_ctes(fast)}, {payload} SELECT 1"
+                assert len(sql) > len(compact_sql(sql))
+                assert len(compact_sql(sql)) <= MAX_CACHED_STATEMENT_LENGTH
     with psycopg.connect(pg_url) as conn:  # and the compacted text still runs
         assert conn.execute(compact_sql("SELECT 1 -- one\n  + 1")).fetchone() == (2,)
 

@@ -1569,6 +1569,36 @@ async def test_keep_last_keeps_the_newest_checkpoints_per_namespace(
             assert tup.pending_writes == [(f"task-{i}", "a", f"w{i}"), (f"task-{i}", "b", i)]
 
 
+async def test_keep_last_trim_fails_with_its_put(
+    open_saver: Any, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    """The put and its retention trim commit together or not at all.
+
+    A trigger makes the trim's DELETE fail (as a crash between the two would stop it):
+    the put raises and its checkpoint is not stored, so keep_last still holds.
+    """
+    async with open_saver(schema, keep_last=1) as ops:
+        first = await put_chain(ops, "atomic", 1)
+        admin.execute(
+            sql.SQL(
+                "CREATE FUNCTION {s}.lgmp_t_refuse() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$BEGIN RAISE EXCEPTION 'trim refused'; END$$; "
+                "CREATE TRIGGER lgmp_t_refuse BEFORE DELETE ON {s}.lgmp_checkpoints "
+                "FOR EACH ROW EXECUTE FUNCTION {s}.lgmp_t_refuse()"
+            ).format(s=sql.Identifier(schema))
+        )
+        with pytest.raises(psycopg.errors.RaiseException, match="trim refused"):
+            await put_chain(ops, "atomic", 1, parent=checkpoint_id(first[0]), writes=False)
+        admin.execute(
+            sql.SQL("DROP TRIGGER lgmp_t_refuse ON {}.lgmp_checkpoints").format(
+                sql.Identifier(schema)
+            )
+        )
+        assert ids(await ops.list(cfg("atomic"))) == [checkpoint_id(first[0])]
+        latest = await ops.get_tuple(cfg("atomic"))
+        assert latest is not None and latest.checkpoint["channel_values"]["a"] == "atomic//a0"
+
+
 class ChatState(TypedDict):
     messages: Annotated[list[AnyMessage], add_messages]
     profile: NotRequired[str]

@@ -49,6 +49,7 @@ from graphs import delta_graph, human
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP, Checkpoint, CheckpointTuple
 from langgraph.checkpoint.base.id import uuid6
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 from langgraph.graph import END, START, StateGraph
 from redis.backoff import NoBackoff
@@ -1438,3 +1439,80 @@ async def test_same_answers_as_inmemory_saver_across_a_restart(space: Space, fla
     async with space.open(flavour) as reopened:
         mismatches = await compare_with_reference(reopened, ref, stored)
     assert not mismatches, "\n".join(mismatches[:10])
+
+
+# --------------------------------------------------------------------------------------------
+# list(filter=...) is evaluated in Redis
+# --------------------------------------------------------------------------------------------
+
+FILTER_THREAD = 2600  # past two FILTER calls' budget (1000 per namespace)
+
+
+def _filter_metadata(i: int) -> dict[str, Any]:
+    return {
+        "source": "loop",
+        "step": i,
+        "parents": {},
+        "tag": "hit" if i % 700 == 9 else "miss",
+        "flag": i % 2 == 0,
+        "nested": {"i": i % 3},
+    }
+
+
+async def test_filtered_list_reads_only_what_matches(
+    start_redis: Callable[..., RedisServer],
+) -> None:
+    """``list(filter=...)`` of a long thread gives InMemorySaver's answers while Redis sends
+    back little more than the matches (it read every checkpoint before: ~1 ms each)."""
+    server = start_redis()
+    ref = InMemorySaver()
+    body = "x" * 1000
+    async with open_ops("sync", server.url(), key_prefix="flt") as ops:  # one plan for both
+        for ns, n in (("", FILTER_THREAD), ("child:1", 300)):
+            parent: str | None = None
+            for i in range(n):
+                checkpoint = make_checkpoint({"a": f"{ns}{i}{body}"}, {"a": i + 1})
+                for saver in (ops, Ops(ref, is_async=False)):
+                    await saver.put(
+                        cfg("f", ns, parent), checkpoint, _filter_metadata(i), {"a": i + 1}
+                    )
+                parent = checkpoint["id"]
+        filters: list[dict[str, Any]] = [
+            {"tag": "hit"},
+            {"tag": "hit", "step": 709},
+            {"step": 1409.0},
+            {"step": True},
+            {"flag": 1, "tag": "hit"},
+            {"tag": "none-such"},
+            {"tag": "hit", "other": None},
+            {"nested": {"i": 0}, "tag": "hit"},
+        ]
+        configs: list[RunnableConfig] = [
+            {"configurable": {"thread_id": "f"}},
+            cfg("f"),
+            cfg("f", "child:1"),
+        ]
+        with server.admin() as admin:
+            for flt in filters:
+                for config in configs:
+                    # across namespaces newest first, as the unfiltered list (InMemorySaver
+                    # goes namespace by namespace)
+                    every = sorted(
+                        (t.config for t in ref.list(config, filter=flt)),
+                        key=lambda c: c["configurable"]["checkpoint_id"],
+                        reverse=True,
+                    )
+                    for limit in (None, 1, 2):
+                        got = [t.config for t in await ops.list(config, filter=flt, limit=limit)]
+                        assert got == every[:limit], (flt, config, limit)
+            hits = ref.list(cfg("f"), filter={"tag": "hit"})
+            before = [t.config for t in hits][1]
+            expected = [t.config for t in ref.list(cfg("f"), filter={"tag": "hit"}, before=before)]
+            got = await ops.list(cfg("f"), filter={"tag": "hit"}, before=before)
+            assert [t.config for t in got] == expected
+            sent = admin.info("stats")["total_net_output_bytes"]
+            found = await ops.list({"configurable": {"thread_id": "f"}}, filter={"tag": "hit"})
+            sent = admin.info("stats")["total_net_output_bytes"] - sent
+        assert len(found) == 5
+        # the matches' bodies and a few replies' worth, not the whole thread's
+        assert sent < 20 * len(body) * len(found), sent

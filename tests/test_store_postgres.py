@@ -612,6 +612,43 @@ async def test_ttl_refresh_on_read(
         assert expiry() > stored
 
 
+async def test_refresh_on_read_never_waits_for_a_row_lock(
+    open_store: OpenStore, admin: psycopg.Connection[Any], pg_url: str, schema: str
+) -> None:
+    """Refreshing reads skip rows another transaction holds, so they cannot deadlock.
+
+    Concurrent searches and batch gets that refreshed their rows in no fixed order
+    deadlocked (upstream's ``test_large_batches``). Here a transaction holds one row's
+    lock: a search and a get that find it must still finish, refreshing the others.
+    """
+    async with open_store(ttl={"default_ttl": 5}) as ops:
+        await ops.call("batch", [PutOp(("lock",), f"k{i}", {"i": i}, ttl=5) for i in range(20)])
+        before = dict(admin.execute(f'SELECT key, expires_at FROM "{schema}".lgmp_store'))
+        await asyncio.sleep(0.05)
+        with psycopg.connect(pg_url) as holder:
+            holder.execute(f'SELECT 1 FROM "{schema}".lgmp_store WHERE key = %s FOR UPDATE', ["k7"])
+            pid = holder.info.backend_pid
+            for call in (
+                ops.background("search", ("lock",), limit=50),
+                ops.background("batch", [GetOp(("lock",), f"k{i}") for i in (19, 7, 3)]),
+            ):
+                await poll(lambda c=call: c.done() or bool(blocked_by(admin, pid)), "the read")
+                assert call.done(), "a refreshing read waited for another transaction's lock"
+                assert call.result()
+            holder.rollback()
+        after = dict(admin.execute(f'SELECT key, expires_at FROM "{schema}".lgmp_store'))
+        assert after["k7"] == before["k7"]  # skipped while locked
+        assert all(after[k] > before[k] for k in before if k != "k7")
+        # concurrent refreshing reads in opposite orders, as in test_large_batches
+        names = [f"k{i}" for i in range(20)]
+        calls = [
+            ops.background("batch", [GetOp(("lock",), k) for k in order])
+            for _ in range(10)
+            for order in (names, names[::-1])
+        ] + [ops.background("search", ("lock",), limit=20) for _ in range(10)]
+        assert all(await asyncio.gather(*calls))
+
+
 async def test_ttl_sweeper_deletes_in_bounded_batches(
     open_store: OpenStore, admin: psycopg.Connection[Any], schema: str
 ) -> None:

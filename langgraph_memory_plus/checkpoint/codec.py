@@ -35,7 +35,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
-from ..errors import ValueTooLargeError
+from ..errors import ValueTooLargeError, decoding
 from .compression import compress, decompress
 from .config import Target, checkpoint_config, thread_key
 from .lists import (
@@ -420,10 +420,12 @@ class CheckpointCodec:
         for channel, typ, data in blobs:
             if typ == LIST_TYPE and data is not None:
                 key = (tk, checkpoint_ns, channel)
-                request = ListRequest(key, ListRef.decode(data), {})
-                lists[channel] = yield from resolve_list(
-                    request, self.memory, fetch, self._load, parse, at
-                )
+                where = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
+                with decoding(f"the list items of channel {channel!r}", **where):
+                    request = ListRequest(key, ListRef.decode(data), {})
+                    lists[channel] = yield from resolve_list(
+                        request, self.memory, fetch, self._load, parse, at
+                    )
         return lists
 
     def encode_writes(
@@ -460,17 +462,32 @@ class CheckpointCodec:
         )  # fmt: skip
         return self.decode_tuple(stored, metadata, lists)
 
+    def _load_at(self, typ: str, data: bytes | None, what: str, /, **where: object) -> Any:
+        with decoding(what, **where):
+            return self._load(typ, data)
+
     def decode_writes(
-        self, rows: Iterable[tuple[str, str, str, bytes, str, int]]
+        self, rows: Iterable[tuple[str, str, str, bytes, str, int]], **where: object
     ) -> list[PendingWrite]:
         """Pending writes in ``writes_sort_key`` order, the order live execution applies them."""
         ordered = sorted(rows, key=lambda w: writes_sort_key(w[4], w[0], w[5]))
-        return [(task_id, ch, self._load(typ, data)) for task_id, ch, typ, data, _, _ in ordered]
+        return [
+            (
+                task_id,
+                ch,
+                self._load_at(
+                    typ, data, f"the pending write of task {task_id!r} to channel {ch!r}", **where
+                ),
+            )
+            for task_id, ch, typ, data, _, _ in ordered
+        ]
 
     def decode_metadata(self, stored: StoredCheckpoint) -> CheckpointMetadata:
         if stored.metadata[0] == JSON_METADATA:
             return cast(CheckpointMetadata, dict(stored.metadata_json or {}))
-        return cast(CheckpointMetadata, self._load(*stored.metadata))
+        return cast(
+            CheckpointMetadata, self._load_at(*stored.metadata, "the metadata", **_where(stored))
+        )
 
     def decode_tuple(
         self,
@@ -479,17 +496,22 @@ class CheckpointCodec:
         lists: Mapping[str, list[Any]] | None = None,
     ) -> CheckpointTuple:
         """Decode a stored checkpoint; ``lists`` holds its list channels, already rebuilt."""
-        body = self._load(*stored.checkpoint)
-        body.setdefault("id", stored.checkpoint_id)
-        if "channel_versions" not in body:
-            body["channel_versions"] = plain_versions(stored.channel_versions or {})
+        where = _where(stored)
+        with decoding("the checkpoint", **where):
+            body = self._load(*stored.checkpoint)
+            body.setdefault("id", stored.checkpoint_id)
+            if "channel_versions" not in body:
+                body["channel_versions"] = plain_versions(stored.channel_versions or {})
+            inline = inline_values(stored.channel_versions)
         values = {
-            ch: lists[ch] if typ == LIST_TYPE and lists else self._load(typ, data)
+            ch: lists[ch]
+            if typ == LIST_TYPE and lists
+            else self._load_at(typ, data, f"channel {ch!r}", **where)
             for ch, typ, data in stored.blobs
             if typ != EMPTY
         }
-        for ch, typed in inline_values(stored.channel_versions).items():
-            values[ch] = self._load(*typed)
+        for ch, typed in inline.items():
+            values[ch] = self._load_at(*typed, f"channel {ch!r}", **where)
         body["channel_values"] = values
         parent = (
             checkpoint_config(stored.thread_id, stored.checkpoint_ns, stored.parent_id)
@@ -501,7 +523,7 @@ class CheckpointCodec:
             checkpoint=body,
             metadata=metadata if metadata is not None else self.decode_metadata(stored),
             parent_config=parent,
-            pending_writes=self.decode_writes(stored.writes),
+            pending_writes=self.decode_writes(stored.writes, **where),
         )
 
     def delta_history(
@@ -522,16 +544,25 @@ class CheckpointCodec:
             seed: tuple[str, bytes | None] | None = None
             for link in chain:
                 mine = [w for w in link.writes if w[1] == channel]
-                per_link.append(self.decode_writes(mine))
+                per_link.append(self.decode_writes(mine, checkpoint_id=link.checkpoint_id))
                 if channel in link.seeds:
                     seed = link.seeds[channel]
                     break
+            what = f"the delta history of channel {channel!r}"
             entry: DeltaChannelHistory = {
                 "writes": [w for writes in reversed(per_link) for w in writes]
             }
             if seed is not None and seed[0] == LIST_TYPE and lists is not None:
                 entry["seed"] = lists[channel]
             elif seed is not None and seed[0] != EMPTY:
-                entry["seed"] = self._load(*seed)
+                entry["seed"] = self._load_at(*seed, what, checkpoint_id=link.checkpoint_id)
             result[channel] = entry
         return result
+
+
+def _where(stored: StoredCheckpoint) -> dict[str, object]:
+    return {
+        "thread_id": stored.thread_id,
+        "checkpoint_ns": stored.checkpoint_ns,
+        "checkpoint_id": stored.checkpoint_id,
+    }

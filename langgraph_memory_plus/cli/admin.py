@@ -16,8 +16,8 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..checkpoint.postgres import schema as pg_checkpoint_schema
-from ..checkpoint.sqlite import schema as sqlite_checkpoint_schema
+from ..checkpoint.postgres import plans as pg_checkpoint_plans
+from ..checkpoint.sqlite import plans as sqlite_checkpoint_plans
 from ..store.postgres import schema as pg_store_schema
 from ..store.sqlite import schema as sqlite_store_schema
 from .opening import Opened
@@ -34,11 +34,11 @@ def latest_versions(backend: str) -> dict[str, int]:
     """The schema version each component has with this package."""
     if backend == "postgres":
         return {
-            "checkpoint": len(pg_checkpoint_schema.MIGRATIONS) - 1,
+            "checkpoint": len(pg_checkpoint_plans.CHECKPOINT_MIGRATIONS) - 1,
             "store": len(pg_store_schema.MIGRATIONS) - 1,
         }
     return {
-        "checkpoint": len(sqlite_checkpoint_schema.MIGRATIONS) - 1,
+        "checkpoint": len(sqlite_checkpoint_plans.CHECKPOINT_MIGRATIONS) - 1,
         "store": len(sqlite_store_schema.MIGRATIONS) - 1,
     }
 
@@ -206,7 +206,9 @@ def redis_scan(opened: Opened) -> dict[str, Any]:
         for key, size in zip(batch, pipe.execute(), strict=True):
             text = key.decode("utf-8", "replace")
             rest = text[len(prefix) + 1 :]
-            if rest.startswith("{"):
+            if rest.startswith("{tix:"):  # the thread index's per-user sets, no thread's
+                kind = "thread_index"
+            elif rest.startswith("{"):
                 tag, _, kind = rest[1:].partition("}:")
                 per_tag[tag] += size or 0
                 if kind == "thread":

@@ -26,6 +26,7 @@ from langgraph.store.base import (
     NOT_PROVIDED,
     BaseStore,
     GetOp,
+    InvalidNamespaceError,
     ListNamespacesOp,
     NotProvided,
     Op,
@@ -37,7 +38,7 @@ from langgraph.store.base import (
 
 from .._bridge import AsyncBridge, SyncBridge
 from .._plan import Plan, adrive, drive
-from ..errors import ConflictError, InvalidConfigError, ValueTooLargeError
+from ..errors import ConflictError, InvalidConfigError, ValueTooLargeError, decoding
 from .filters import Fields, parse_filter
 from .namespaces import (
     Condition,
@@ -265,7 +266,11 @@ class StoreBase(BaseStore, ABC):
             namespace = check_labels(op.namespace)
             request = WriteRequest(namespace, key, None, None, expected_version)
             return _Write(request, [])
-        namespace = check_writable(op.namespace)
+        # Not check_writable: the reserved root "langgraph" is refused by put()/aput() only
+        # (``_put_op``), as BaseStore does; InMemoryStore.batch stores it, and so do we.
+        namespace = check_labels(op.namespace)
+        if not namespace:
+            raise InvalidNamespaceError("Namespace cannot be empty.")
         self._address(namespace, key)
         encoded = encode_value(op.value, escape=self._plans.escape_strings)
         if encoded.size > self.max_value_bytes:
@@ -360,11 +365,15 @@ class StoreBase(BaseStore, ABC):
     ) -> Plan[Any, list[Result]]:
         results: list[Result] = [None] * batch.size
         if batch.gets:
-            items = yield from self._plans.get([req for _, req in batch.gets])
+            requests = [req for _, req in batch.gets]
+            where = _items_where(requests)
+            with decoding("a store item", **where):
+                items = yield from self._plans.get(requests)
             for (i, _), item in zip(batch.gets, items, strict=True):
                 results[i] = item
         for i, search in searches:
-            found = yield from self._plans.search(search)
+            with decoding("a store item found by search", namespace_prefix=search.prefix):
+                found = yield from self._plans.search(search)
             results[i] = cast(list[SearchItem], found)
         for i, listing in batch.lists:
             results[i] = yield from self._plans.list_namespaces(listing)
@@ -484,6 +493,13 @@ class StoreBase(BaseStore, ABC):
         """Async :meth:`delete_namespace`."""
         prefix = self._prefix_to_delete(namespace_prefix)
         return await self._arun(self._plans.delete_namespace(prefix))
+
+
+def _items_where(requests: list[GetRequest]) -> dict[str, object]:
+    """The namespace and key of a get, for a corrupt-data error (all of them for several)."""
+    if len(requests) == 1:
+        return {"namespace": requests[0].namespace, "key": requests[0].key}
+    return {"items": [(r.namespace, r.key) for r in requests]}
 
 
 def _with_query(request: SearchRequest, vector: Vector) -> SearchRequest:

@@ -149,8 +149,10 @@ class PostgresThreadIndex:
         self._tx = f"{s}.{TRANSCRIPTS}"
         self._visible = visible
         self.index_keys = tuple(index_keys)
-        root = "%(ix_latest)s::text IS NOT NULL AND (i.latest_id IS NULL OR %(ix_latest)s"
-        newer, fresh = f"({root} >= i.latest_id))", f"({root} > i.latest_id))"
+        # Whether this put is of the thread's newest root checkpoint (ids sort by time);
+        # NULL (not a root checkpoint) counts as not.
+        newer = "%(ix_latest)s::text >= coalesce(i.latest_id, '')"  # in CASE: NULL is false
+        fresh = "%(ix_latest)s::text > coalesce(i.latest_id, '')"
         self.put_cte = f"""
             ix AS (
                 INSERT INTO {self._ix} AS i (thread_key, thread_id, latest_id, metadata,
@@ -161,24 +163,25 @@ class PostgresThreadIndex:
                 ON CONFLICT (thread_key) DO UPDATE SET
                     thread_id = EXCLUDED.thread_id,
                     updated_at = now(),
-                    latest_id = CASE WHEN {newer} THEN EXCLUDED.latest_id ELSE i.latest_id END,
+                    latest_id = greatest(i.latest_id, EXCLUDED.latest_id),
                     metadata = CASE WHEN {newer} THEN EXCLUDED.metadata ELSE i.metadata END,
                     status = CASE WHEN {fresh} THEN 'idle' ELSE i.status END,
                     interrupts = CASE WHEN {fresh} THEN '{{}}'::jsonb ELSE i.interrupts END,
                     title = coalesce(i.title, EXCLUDED.title),
                     checkpoints = i.checkpoints + EXCLUDED.checkpoints,
                     bytes = i.bytes + EXCLUDED.bytes
-            ), tx AS (
-                INSERT INTO {self._tx} (thread_key, message_id, owner, seq, role, content,
-                    expires_at)
-                SELECT %(tk)s, l.id, %(tx_owner)s,
-                    (extract(epoch FROM clock_timestamp()) * 1000)::bigint * 1000 + l.ord,
-                    l.role, l.content, now() + make_interval(secs => %(tx_ttl)s)
-                FROM unnest(%(tx_id)b::text[], %(tx_role)b::text[], %(tx_text)b::text[])
-                    WITH ORDINALITY AS l(id, role, content, ord)
-                WHERE EXISTS (SELECT 1 FROM saved)
-                ON CONFLICT DO NOTHING
             )"""
+        # Transcripts (off by default): a statement of their own in the put's transaction,
+        # which keeps the put under psycopg's 4 KB statement cache.
+        self.transcript_insert = f"""
+            INSERT INTO {self._tx} (thread_key, message_id, owner, seq, role, content,
+                expires_at)
+            SELECT %(tk)s, l.id, %(tx_owner)s,
+                (extract(epoch FROM clock_timestamp()) * 1000)::bigint * 1000 + l.ord,
+                l.role, l.content, now() + make_interval(secs => %(tx_ttl)s)
+            FROM unnest(%(tx_id)b::text[], %(tx_role)b::text[], %(tx_text)b::text[])
+                WITH ORDINALITY AS l(id, role, content, ord)
+            ON CONFLICT DO NOTHING"""
         # Writes may come before their checkpoint's put (LangGraph runs them side by
         # side): writes for a checkpoint newer than the row's latest make it the latest,
         # so the put that follows keeps their status (it resets only a strictly newer one).
@@ -213,16 +216,27 @@ class PostgresThreadIndex:
 
     def put_params(self, record: RecordInput, checkpoint_id: str) -> dict[str, Any]:
         return {
-            "tx_owner": record.owner,
-            "tx_ttl": self.transcript_ttl,
-            "tx_id": [line.id for line in record.lines],
-            "tx_role": [line.role for line in record.lines],
-            "tx_text": [line.text for line in record.lines],
             "ix_latest": checkpoint_id if record.root else None,
             "ix_meta": Jsonb(record.metadata if record.root else {}),
             "ix_title": record.title,
             "ix_bytes": record.bytes,
         }
+
+    def transcript_lines(self, tk: bytes, record: RecordInput) -> Query | None:
+        """The statement that adds a put's transcript lines, if it has any."""
+        if not record.lines:
+            return None
+        return Query(
+            self.transcript_insert,
+            {
+                "tk": tk,
+                "tx_owner": record.owner,
+                "tx_ttl": self.transcript_ttl,
+                "tx_id": [line.id for line in record.lines],
+                "tx_role": [line.role for line in record.lines],
+                "tx_text": [line.text for line in record.lines],
+            },
+        )
 
     @staticmethod
     def writes_params(interesting: Sequence[Any]) -> dict[str, Any]:
@@ -242,16 +256,6 @@ class PostgresThreadIndex:
         """A CTE body deleting a bounded batch of expired transcript lines."""
         return f"""DELETE FROM {self._tx} WHERE ctid = ANY(ARRAY(
             SELECT ctid FROM {self._tx} WHERE expires_at <= now() LIMIT {limit_param}))"""
-
-    def refused_lines(self, params: dict[str, Any]) -> Query:
-        """The transcript lines a refused put recorded (its thread was deleted while the
-        run went on): those of its messages recorded after the deletion."""
-        return Query(
-            f"""DELETE FROM {self._tx} WHERE thread_key = %(tk)s AND message_id = ANY(%(tx_id)s)
-                AND seq >= (SELECT (extract(epoch FROM deleted_at) * 1000)::bigint * 1000
-                    FROM {self._th} WHERE thread_key = %(tk)s)""",
-            params,
-        )
 
     def drop_transcripts(self, thread_ids: Sequence[str], dry: bool) -> Plan[Query, int]:
         """Erasure: the transcript lines of these threads (counted only, when ``dry``)."""

@@ -44,6 +44,10 @@ from .schema import MIGRATIONS, quote_schema
 
 logger = logging.getLogger("langgraph_memory_plus.checkpoint.postgres")
 
+CHECKPOINT_MIGRATIONS = (*MIGRATIONS, THREAD_INDEX_MIGRATION)
+"""Every migration of the checkpoint tables, the thread index's included: the version
+``setup()`` brings a schema to is ``len(CHECKPOINT_MIGRATIONS) - 1``."""
+
 # PostgreSQL refuses a field over 1 GiB and a message over 1 GiB; stay clear of both.
 MAX_VALUE_BYTES = 512 * 1024 * 1024
 MAX_STATEMENT_BYTES = 1000 * 1024 * 1024
@@ -184,7 +188,11 @@ class PostgresCheckpointPlans:
             )"""
         self._visible = "t.thread_id IS NOT NULL AND (t.expires_at IS NULL OR t.expires_at > now())"
         self.threads = PostgresThreadIndex(
-            s, settings.index_keys, self._visible, _write_rows, settings.transcript_ttl_seconds
+            s,
+            settings.index_keys,
+            self._visible,
+            _write_rows,
+            settings.transcript_ttl_seconds,
         )
         self._put_payload += f", {self.threads.put_cte}"
         self._writes_flagged = f"{self._writes_payload}, {self.threads.writes_cte}"
@@ -196,7 +204,7 @@ class PostgresCheckpointPlans:
             self._s,
             "lgmp_checkpoint_migrations",
             advisory_lock_id("checkpoint", self.schema),
-            (*MIGRATIONS, THREAD_INDEX_MIGRATION),
+            CHECKPOINT_MIGRATIONS,
         )
         yield from self.threads.setup()
 
@@ -459,13 +467,16 @@ class PostgresCheckpointPlans:
             )"""
 
     def _write(
-        self, params: dict[str, Any], payload: str, done: str
+        self, params: dict[str, Any], payload: str, done: str, *, more: bool = False
     ) -> Plan[Query, tuple[bool, str | None, bool, bool]]:
         """Run a write (``payload``: CTEs that insert when ``ok`` has a row).
 
-        The fast path is one standalone statement that takes only a shared lock on the
-        thread row, so a step's concurrent put and put_writes don't queue behind each
-        other, and refreshes the expiry only when it has drifted by more than the slack.
+        The fast path is one statement that takes only a shared lock on the thread row,
+        so a step's concurrent put and put_writes don't queue behind each other, and
+        refreshes the expiry only when it has drifted by more than the slack. It is
+        standalone (autocommit, one round trip) unless ``more``: then the caller's
+        statements that follow (retention) must commit with it or not at all, so it
+        opens the plan's transaction instead.
         It declines (writes nothing) when the thread is new to a racing writer, deleted
         or expired; then the locked path runs in a transaction and reports the tombstone
         (``live_after``) and whether the thread had expired, for the caller to act on.
@@ -477,7 +488,10 @@ class PostgresCheckpointPlans:
                    coalesce((SELECT bool_or(was_expired) FROM thread), false),
                    EXISTS (SELECT 1 FROM {done})"""
         rows: Rows = yield Query(
-            f"WITH {self._thread_ctes(True)}, {payload} {tail}", params, fetch=True, standalone=True
+            f"WITH {self._thread_ctes(True)}, {payload} {tail}",
+            params,
+            fetch=True,
+            standalone=not more,
         )
         if rows[0][0]:
             return True, None, False, bool(rows[0][3])
@@ -519,8 +533,14 @@ class PostgresCheckpointPlans:
             + [b"".join(children) for children in encoded.nodes.values()],
             **self.threads.put_params(record, encoded.checkpoint_id),
         )
-        fast, live_after, was_expired, _ = yield from self._write(
-            params, self._put_payload, "saved"
+        # With retention the trim joins the put's transaction: a crash or a failed trim
+        # between the two would leave keep_last + 1 checkpoints, or a put that raised
+        # although its checkpoint committed. It costs no round trip: the trim opened a
+        # transaction of its own before.
+        keep = self.settings.keep_last
+        transcript = self.threads.transcript_lines(target.thread_key, record)
+        fast, live_after, was_expired, saved = yield from self._write(
+            params, self._put_payload, "saved", more=keep is not None or transcript is not None
         )
         if not fast:
             if (yield from self._refused(params, live_after, encoded.parent_id)):
@@ -528,8 +548,10 @@ class PostgresCheckpointPlans:
             if was_expired:
                 yield from self._purge_before(target.thread_key, encoded.checkpoint_id)
                 yield from self.threads.revived(target.thread_key, record)
-        if self.settings.keep_last is not None:
-            yield from self._trim(target.thread_key, target.checkpoint_ns, self.settings.keep_last)
+        if transcript is not None and saved:
+            yield transcript
+        if keep is not None:
+            yield from self._trim(target.thread_key, target.checkpoint_ns, keep)
             yield from self.threads.refresh([target.thread_key])
 
     def put_writes(self, target: Target, writes: list[EncodedWrite]) -> Plan[Query, None]:
@@ -641,8 +663,6 @@ class PostgresCheckpointPlans:
             params,
         )
         yield from self._collect_blobs(freed)
-        if params.get("tx_id"):
-            yield self.threads.refused_lines(params)
         yield from self.threads.refresh([params["tk"]])
 
     def _purge_before(self, tk: bytes, checkpoint_id: str) -> Plan[Query, None]:

@@ -390,6 +390,9 @@ redis.call('ZADD', K_IDX, 0, member)
 redis.call('HSET', K_THREAD, 'id', thread_id)
 if keep > 0 then trim(ns, keep) end
 rec_put(thread_id, ns, cid, ARGV[9], ARGV[10], tonumber(ARGV[11]), ARGV[12])
+-- The record keeps each root checkpoint's metadata JSON; FILTER reads it for the
+-- checkpoints of every namespace.
+if ns ~= '' and ARGV[9] ~= '' then redis.call('HSET', K_REC, 'm' .. member, ARGV[9]) end
 touch(ttl)
 return 1
 """
@@ -469,6 +472,82 @@ while true do
   cursor = '[' .. ns .. '\1'
 end
 return out
+"""
+
+# ARGV: ns, '1' for every namespace ('0': only ns), checkpoint id bound (exclusive; ''
+# for none), matches wanted per namespace, members examined per namespace at most, then
+# (metadata key, kind, value) per condition: kind 's' a string, 'n' a number (booleans
+# as 1/0, as Python compares them). Walks each namespace newest first below the bound
+# and keeps the members whose metadata projection may satisfy every condition (Python
+# checks the exact metadata of what it fetches). Reply: the floor, down to which every
+# namespace was examined ('' when all were examined to their end), then the candidates
+# at or above it. Bounded work per call: the caller pages on from the floor.
+FILTER = r"""
+local ns_arg, all, bound = ARGV[1], ARGV[2] == '1', ARGV[3]
+local want, budget = tonumber(ARGV[4]), tonumber(ARGV[5])
+local conds = {}
+for i = 6, #ARGV, 3 do
+  local value = ARGV[i + 2]
+  if ARGV[i + 1] ~= 's' then value = tonumber(value) end
+  conds[#conds + 1] = {ARGV[i], ARGV[i + 1], value}
+end
+local function as_number(v)
+  if type(v) == 'number' then return v end
+  if type(v) == 'boolean' then return v and 1 or 0 end
+  return nil
+end
+local function may_match(member)
+  local raw = redis.call('HGET', K_REC, 'm' .. member)
+  if not raw then return true end
+  local ok, meta = pcall(cjson.decode, raw)
+  if not ok or type(meta) ~= 'table' then return true end
+  for _, c in ipairs(conds) do
+    local v = meta[c[1]]
+    if c[2] == 's' then
+      if v ~= c[3] then return false end
+    elseif type(v) ~= 'string' and as_number(v) ~= c[3] then
+      -- a string may be the projection of a number-like object (Decimal): Python decides
+      return false
+    end
+  end
+  return true
+end
+local out, floor = {}, nil
+local function scan(ns)
+  local hi = '(' .. ns .. '\1'
+  if bound ~= '' then hi = '(' .. ns .. '\0' .. bound end
+  local members = redis.call('ZREVRANGEBYLEX', K_IDX, hi, '[' .. ns .. '\0', 'LIMIT', 0, budget)
+  local found, last = 0, nil
+  for _, m in ipairs(members) do
+    last = m
+    if may_match(m) then
+      out[#out + 1] = m
+      found = found + 1
+      if found >= want then break end
+    end
+  end
+  if found < want and #members < budget then return end
+  local _, cid = split_member(last)
+  if floor == nil or before(floor, cid) then floor = cid end
+end
+if all then
+  local cursor = '-'
+  while true do
+    local first = redis.call('ZRANGEBYLEX', K_IDX, cursor, '+', 'LIMIT', 0, 1)[1]
+    if not first then break end
+    local ns = split_member(first)
+    scan(ns)
+    cursor = '[' .. ns .. '\1'
+  end
+else
+  scan(ns_arg)
+end
+local reply = {floor or ''}
+for _, m in ipairs(out) do
+  local _, cid = split_member(m)
+  if floor == nil or not before(cid, floor) then reply[#reply + 1] = m end
+end
+return reply
 """
 
 # ARGV: refresh ttl_ms, then members
@@ -664,6 +743,7 @@ SCRIPTS: dict[str, str] = {
         "page": PAGE,
         "members": MEMBERS,
         "fetch": FETCH,
+        "filter": FILTER,
         "delta": DELTA,
         "delete": DELETE,
         "prune_latest": PRUNE_LATEST,

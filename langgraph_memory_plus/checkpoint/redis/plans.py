@@ -21,6 +21,8 @@ slot; every update of a thread is then one atomic script, on Redis Cluster too.
 - ``items`` and ``nodes`` (hashes): list channels stored as items, pages and spines, so
   a long ``messages`` list costs O(T), not O(T^2) (see ``checkpoint/lists.py``).
 - ``rec`` (hash): the thread's record in the thread index (see ``threads/redis.py``).
+  Its ``m<member>`` fields, each checkpoint's metadata JSON, are what the FILTER
+  script reads, so ``list(filter=...)`` is judged in Redis.
 
 A fixed number of keys per thread keeps TTL cheap: every write sets the same expiry on
 all ten, so a thread expires whole, never half.
@@ -30,7 +32,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -40,7 +43,7 @@ from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, Delta
 
 from ..._plan import Plan
 from ..._redis import Batch, Eval, Scan, glob_escape
-from ...errors import InvalidConfigError, ValueTooLargeError
+from ...errors import InvalidConfigError, ValueTooLargeError, decoding
 from ...threads.core import RecordInput, writes_of_interest
 from ...threads.redis import RedisThreadIndex, now_ms
 from .. import task_writes
@@ -51,6 +54,7 @@ from ..codec import (
     EncodedCheckpoint,
     EncodedWrite,
     StoredCheckpoint,
+    json_safe,
     metadata_matches,
 )
 from ..config import ListQuery, SaverSettings, Target
@@ -63,6 +67,12 @@ MAX_CHAIN_DEPTH = 1_000_000
 KINDS = (
     "thread", "idx", "ck", "meta", "blobs", "writes", "widx", "replay", "items", "nodes", "rec"
 )  # fmt: skip
+
+FILTER_BUDGET = 1000
+"""Checkpoints per namespace one FILTER call examines at most: a filtered ``list`` of a
+long thread pages through it in calls of bounded length, never blocking Redis long."""
+# Numbers Lua's doubles hold exactly; a larger int is compared in Python only.
+EXACT_INT = 2**53
 
 # A list version's blob value: this prefix, then its ListRef (see ..lists).
 LIST_PREFIX = b"\x00lgmp:list\x00"
@@ -126,6 +136,24 @@ def _versions(encoded: EncodedCheckpoint) -> dict[str, Any] | None:
     return versions
 
 
+def _conditions(flt: Mapping[str, Any] | None) -> list[bytes]:
+    """The filter's conditions FILTER can judge: (key, kind, value) per str, bool or
+    number. Others (None, which also matches a missing key; containers; other types;
+    ints past 2**53) are left to the exact check in Python on what is fetched."""
+    out: list[bytes] = []
+    for key, value in (flt or {}).items():
+        kind = type(value)
+        if type(key) is not str:
+            continue
+        if kind is str:
+            out.extend((_utf8(json_safe(key)), b"s", _utf8(json_safe(value))))
+        elif kind is bool or (kind is int and abs(value) < EXACT_INT):
+            out.extend((_utf8(json_safe(key)), b"n", b"%d" % value))
+        elif kind is float and math.isfinite(value):
+            out.extend((_utf8(json_safe(key)), b"n", repr(value).encode()))
+    return out
+
+
 def thread_tag(thread_id: str) -> str:
     return hashlib.sha256(_utf8(thread_id)).hexdigest()[:32]
 
@@ -177,13 +205,17 @@ class RedisCheckpointPlans:
     @staticmethod
     def _stored(thread_id: str, ns: str, reply: list[Any]) -> StoredCheckpoint:
         member, record, parent, fields, values, writes = reply
-        ctype, cblob, mtype, mblob, versions = ormsgpack.unpackb(record)
-        blobs = []
         skip = len(_utf8(ns)) + 1
+        checkpoint_id = bytes(member[skip:]).decode("utf-8", "replace")
+        where = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
+        with decoding("the checkpoint record", **where):
+            ctype, cblob, mtype, mblob, versions = ormsgpack.unpackb(record)
+        blobs = []
         refs = [bytes(field[skip:]).split(b"\x00", 1) for field in fields]
         for (channel, _), value in zip(refs, values, strict=True):
             if value is not None:
-                blobs.append((channel.decode(), *_blob(value)))
+                with decoding(f"channel {channel!r}", **where):
+                    blobs.append((channel.decode(), *_blob(value)))
         if versions is None:  # all text: the blob references spell them out
             versions = {ch.decode(): ver.decode("utf-8", "surrogatepass") for ch, ver in refs}
         return StoredCheckpoint(
@@ -292,6 +324,9 @@ class RedisCheckpointPlans:
         costs the same whatever the thread's length.
         """
         assert query.thread_id is not None
+        conditions = _conditions(query.filter)
+        if conditions and query.checkpoint_id is None:
+            return (yield from self._filtered_page(codec, query, page_size, conditions))
         if query.checkpoint_ns is not None:
             return (yield from self._namespace_page(codec, query, page_size))
         keys = self.keys(query.thread_id)
@@ -319,6 +354,52 @@ class RedisCheckpointPlans:
         if len(ordered) < size or limit == 0 or query.checkpoint_id is not None:
             return page, None
         return page, replace(query, limit=limit, after=(ordered[-1][0], b"", ""))
+
+    def _filtered_page(
+        self, codec: CheckpointCodec, query: ListQuery, page_size: int, conditions: list[bytes]
+    ) -> Plan[Command, tuple[list[CheckpointTuple], ListQuery | None]]:
+        """One page of a filtered ``list``: the FILTER script picks the candidates in Redis.
+
+        Each call examines at most ``FILTER_BUDGET`` checkpoints per namespace; a page may
+        then hold fewer matches than asked for (even none), and the next one goes on
+        below the floor the script reached.
+        """
+        assert query.thread_id is not None
+        keys = self.keys(query.thread_id)
+        size = page_size if query.limit is None else min(page_size, query.limit)
+        bounds = [b for b in (query.before, query.after[0] if query.after else None) if b]
+        ns = query.checkpoint_ns
+        reply: list[bytes] = yield Eval(
+            "filter",
+            keys,
+            [
+                b"" if ns is None else _no_nul(ns, "checkpoint_ns"),
+                b"1" if ns is None else b"0",
+                _utf8(min(bounds) if bounds else ""),
+                size,
+                FILTER_BUDGET,
+                *conditions,
+            ],
+        )
+        floor = reply[0].decode("utf-8", "surrogatepass")
+        candidates = []
+        for raw in reply[1:]:
+            member_ns, cid = raw.decode("utf-8", "surrogatepass").split("\x00", 1)
+            candidates.append((cid, member_ns, raw))
+        candidates.sort(reverse=True)
+        taken = candidates[:size]
+        if len(taken) < len(candidates):
+            floor = taken[-1][0]  # the rest are still below it
+        replies = (
+            (yield Eval("fetch", keys, [self._refresh_ms, *(raw for _, _, raw in taken)]))
+            if taken
+            else []
+        )
+        page = yield from self._decode_page(codec, query.thread_id, replies, query)
+        limit = None if query.limit is None else query.limit - len(page)
+        if not floor or limit == 0:
+            return page, None
+        return page, replace(query, limit=limit, after=(floor, b"", ""))
 
     def _namespace_page(
         self, codec: CheckpointCodec, query: ListQuery, page_size: int
@@ -372,7 +453,7 @@ class RedisCheckpointPlans:
             _utf8(encoded.run_id or ""),
             ormsgpack.packb([*encoded.checkpoint, *encoded.metadata, _versions(encoded)]),
             self.settings.keep_last or 0,
-            json.dumps(record.metadata) if record.root else b"",
+            json.dumps(record.metadata),  # FILTER reads it in every namespace
             _utf8(record.title or ""),
             record.bytes,
             ts := now_ms(),

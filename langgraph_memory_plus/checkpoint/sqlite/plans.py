@@ -55,6 +55,10 @@ from .schema import MIGRATIONS
 
 logger = logging.getLogger("langgraph_memory_plus.checkpoint.sqlite")
 
+CHECKPOINT_MIGRATIONS = (*MIGRATIONS, THREAD_INDEX_MIGRATION)
+"""Every migration of the checkpoint tables, the thread index's included: the version
+``setup()`` brings a schema to is ``len(CHECKPOINT_MIGRATIONS) - 1``."""
+
 # SQLite refuses a string or blob over SQLITE_MAX_LENGTH (1e9 bytes by default).
 MAX_VALUE_BYTES = 500 * 1024 * 1024
 TOMBSTONE_SECONDS = 24 * 3600
@@ -125,7 +129,7 @@ class SqliteCheckpointPlans:
     # -- setup ------------------------------------------------------------------------
 
     def setup(self) -> Plan[Query, None]:
-        yield from migrate("lgmp_checkpoint_migrations", (*MIGRATIONS, THREAD_INDEX_MIGRATION))
+        yield from migrate("lgmp_checkpoint_migrations", CHECKPOINT_MIGRATIONS)
         yield from self.threads.setup()
 
     # -- reads ------------------------------------------------------------------------

@@ -349,12 +349,7 @@ class PostgresStorePlans:
             WITH req AS (
                 SELECT * FROM unnest(%(p)s::text[], %(k)s::text[], %(r)s::boolean[])
                     AS r(prefix, key, refresh)
-            ), refreshed AS (
-                UPDATE {self._t} s SET expires_at = now() + s.ttl_minutes * interval '1 minute'
-                FROM req r
-                WHERE s.prefix = r.prefix AND s.key = r.key AND r.refresh
-                    AND s.ttl_minutes IS NOT NULL AND {LIVE}
-            )
+            ), refreshed AS ({self._touch("(SELECT prefix, key FROM req WHERE refresh) r")})
             SELECT {READ} FROM {self._t} s
             WHERE (s.prefix, s.key) IN (SELECT prefix, key FROM req) AND {LIVE}""",
             {"p": prefixes, "k": keys, "r": [r.refresh for r in requests]},
@@ -364,12 +359,28 @@ class PostgresStorePlans:
         found = {(row[0], row[1]): _item(row) for row in rows}
         return [found.get(address) for address in zip(prefixes, keys, strict=True)]
 
+    def _touch(self, found: str) -> str:
+        """An UPDATE moving the expiry of the live rows at the addresses ``found`` (a FROM
+        item ``r(prefix, key)``), as reads with ``refresh_on_read`` do.
+
+        It takes the row locks in key order and skips rows another transaction holds:
+        concurrent reads (a search, a batch get) then never wait for each other, so they
+        cannot deadlock, and the holder is writing or deleting the row anyway, which sets
+        its expiry or makes it moot. A refresh is best effort, never worth a wait.
+        """
+        return f"""
+            UPDATE {self._t} s SET expires_at = now() + s.ttl_minutes * interval '1 minute'
+            FROM (
+                SELECT s.prefix, s.key FROM {self._t} s
+                JOIN {found} ON s.prefix = r.prefix AND s.key = r.key
+                WHERE s.ttl_minutes IS NOT NULL AND {LIVE}
+                ORDER BY s.prefix, s.key FOR UPDATE OF s SKIP LOCKED
+            ) k
+            WHERE s.prefix = k.prefix AND s.key = k.key"""
+
     def _refresh(self, rows: list[tuple[Any, ...]]) -> Query:
         return Query(
-            f"""
-            UPDATE {self._t} s SET expires_at = now() + s.ttl_minutes * interval '1 minute'
-            FROM unnest(%s::text[], %s::text[]) AS r(prefix, key)
-            WHERE s.prefix = r.prefix AND s.key = r.key AND s.ttl_minutes IS NOT NULL""",
+            self._touch("unnest(%s::text[], %s::text[]) AS r(prefix, key)"),
             ([row[0] for row in rows], [row[1] for row in rows]),
         )
 
