@@ -73,6 +73,10 @@ class Source:
     key: str | None = PROFILE_KEY
     title: str = "User profile"
     limit: int = 10
+    entries: Callable[[Any], list[tuple[str, Any]]] | None = None
+    """Turns the read's result (an item, or the items of a search) into the section's
+    ``(name, value)`` lines; by default an item's fields, or each item's key and value.
+    Task drafts use it to show one line per open draft with what it still needs."""
 
 
 @dataclass(frozen=True)
@@ -319,7 +323,9 @@ class ProfileInjector(Scoped):
         """The sources' items as sections: thresholded, scanned, ``_private`` fields hidden."""
         out: list[Section] = []
         for source, result in zip(sources, results, strict=True):
-            if source.key is not None:
+            if source.entries is not None:
+                entries = source.entries(result)
+            elif source.key is not None:
                 value = result.value if result is not None else {}
                 entries = list(value.items()) if isinstance(value, Mapping) else []
             else:
