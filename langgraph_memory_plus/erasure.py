@@ -349,8 +349,18 @@ def _deletes(step: _DeleteItems) -> list[PutOp]:
     return [PutOp(ns, key, None) for ns, key in step.keys]
 
 
+def _items_args(step: _Items) -> dict[str, Any]:
+    # No TTL refresh: a dry run changes nothing, and what erasure reads is going anyway.
+    return {"limit": step.limit, "offset": step.offset, "refresh_ttl": False}
+
+
 def _records_args(step: _Records) -> dict[str, Any]:
-    return {"filter": {"user_id": step.user_id}, "limit": step.limit, "offset": step.offset}
+    return {
+        "filter": {"user_id": step.user_id},
+        "limit": step.limit,
+        "offset": step.offset,
+        "refresh_ttl": False,
+    }
 
 
 def _puts(step: _PutItems) -> list[PutOp]:
@@ -392,7 +402,7 @@ def erase_user(
             return saver.delete_thread(step.thread_id)
         assert items is not None
         if isinstance(step, _Items):
-            return items.search(step.namespace, limit=step.limit, offset=step.offset)
+            return items.search(step.namespace, **_items_args(step))
         if isinstance(step, _DeleteItems):
             return items.batch(_deletes(step))
         if isinstance(step, _Records):
@@ -430,7 +440,7 @@ async def aerase_user(
             return await saver.adelete_thread(step.thread_id)
         assert items is not None
         if isinstance(step, _Items):
-            return await items.asearch(step.namespace, limit=step.limit, offset=step.offset)
+            return await items.asearch(step.namespace, **_items_args(step))
         if isinstance(step, _DeleteItems):
             return await items.abatch(_deletes(step))
         if isinstance(step, _Records):

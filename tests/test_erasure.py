@@ -22,6 +22,7 @@ import threading
 import uuid
 import zlib
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from typing import Annotated, Any
 
 import psycopg
@@ -33,6 +34,8 @@ from langgraph.types import interrupt
 from typing_extensions import TypedDict
 
 from langgraph_memory_plus import InvalidConfigError, from_url
+from langgraph_memory_plus.approvals import Approvals, DecisionRecord, TaskDrafts
+from langgraph_memory_plus.approvals.queue import DEFAULT_NAMESPACE
 from langgraph_memory_plus.checkpoint.compression import DICTIONARY, SUFFIX
 from langgraph_memory_plus.erasure import ErasureProgress, aerase_user, erase_user
 
@@ -45,7 +48,12 @@ def embed(texts: list[str]) -> list[list[float]]:
 
 
 INDEX: Any = {"dims": 6, "embed": embed, "fields": ["text"]}
-APPROVALS = ("approvals", "decisions")
+APPROVALS = DEFAULT_NAMESPACE
+CANCELLATION = {
+    "type": "object",
+    "properties": {"flight": {"type": "string"}, "passport": {"type": "string"}},
+    "required": ["flight", "passport"],
+}
 
 
 class State(TypedDict, total=False):
@@ -103,22 +111,21 @@ def seed(memory: Any, user: User) -> None:
     store = memory.store
     store.put(("users", user.id), "profile", {"text": user.text("profile abc")})
     store.put(("users", user.id, "memories"), "m1", {"text": user.text("memory bcd")})
-    store.put(("users", user.id, "pending_tasks"), "d1", {"text": user.text("draft passport")})
-    # A decision record as ``approvals.Approvals`` keeps it (merged in later: the real one).
-    passport = user.text("passport")
-    record = {
-        "approval_id": f"approval-{uuid.uuid4().hex}",
-        "thread_id": user.threads[0],
-        "user_id": user.id,
-        "decision": "edit",
-        "by": "reviewer-1",
-        "decided_at": "2026-12-01T10:00:00+00:00",
-        "args": {"passport": user.text("edited passport"), "seats": [1, 2]},
-        "message": user.text("reviewer note"),
-        "actions": [{"name": "book_flight", "args": {"passport": passport}}],
-        "resumed_at": "2026-12-01T10:00:01+00:00",
-        "status": "edited",
-    }
+    drafts = TaskDrafts(store, {"cancellation": CANCELLATION})
+    drafts.create(user.id, "cancellation", {"flight": user.text("flight")}, draft_id="d1")
+    # A decision record as ``Approvals.decide`` writes it (its own shape and namespace).
+    record = DecisionRecord(
+        approval_id=f"approval-{uuid.uuid4().hex}",
+        thread_id=user.threads[0],
+        user_id=user.id,
+        decision="edit",
+        by="reviewer-1",
+        decided_at=datetime(2026, 12, 1, 10, tzinfo=timezone.utc),
+        args={"passport": user.text("edited passport"), "seats": [1, 2]},
+        message=user.text("reviewer note"),
+        actions=({"name": "book_flight", "args": {"passport": user.text("passport")}},),
+        resumed_at=datetime(2026, 12, 1, 10, 0, 1, tzinfo=timezone.utc),
+    ).as_value()
     store.put(APPROVALS, record["approval_id"], record, index=False)
     user.approval = record
 
@@ -341,6 +348,13 @@ def test_erase_user_leaves_nothing_of_them_and_the_other_user_untouched(target: 
         same = ("approval_id", "decision", "by", "decided_at", "resumed_at", "status")
         assert {k: left[k] for k in same} == {k: alice.approval[k] for k in same}
         assert memory.store.get(APPROVALS, bob.approval["approval_id"]).value == bob.approval
+        # The approvals module still reads the anonymized record: the audit is usable.
+        approvals = Approvals(memory.checkpointer, memory.store)
+        audited = approvals.get(alice.approval["approval_id"])
+        assert audited.status == "edited" and audited.user_id == opaque
+        assert approvals.list(user_id=alice.id, status=None) == []
+        assert TaskDrafts(memory.store, {"cancellation": CANCELLATION}).list(alice.id) == []
+        assert len(TaskDrafts(memory.store, {"cancellation": CANCELLATION}).list(bob.id)) == 1
 
 
 def test_aerase_user_matches_the_sync_report(target: Target) -> None:
