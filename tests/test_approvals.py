@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from approvals_support import booking_agent, runs
-from conftest import _backend_target
+from conftest import _saver_target
 from langchain_core.messages import HumanMessage, ToolMessage
 
 from langgraph_memory_plus import InvalidConfigError
@@ -47,7 +47,7 @@ def open_store(backend: str, request: pytest.FixtureRequest) -> Any:
         SqliteStore,
     )
 
-    url, _ = _backend_target(backend, request)
+    url = _saver_target(request.getfixturevalue("storage"))
     tag = uuid.uuid4().hex[:10]
     if backend == "postgres":
         classes, options = (PostgresStore, AsyncPostgresStore), {"schema": f"appr_{tag}"}
@@ -96,7 +96,8 @@ def test_restart_approve_runs_the_tool_exactly_once(
     request: pytest.FixtureRequest,
     tmp_path: Path,
 ) -> None:
-    url, options = _backend_target(backend, request)
+    storage = request.getfixturevalue("storage")
+    url, options = _saver_target(storage), dict(storage.options)
     user, thread = f"u-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
     runs_file = tmp_path / "runs.jsonl"
     proc = subprocess.run(

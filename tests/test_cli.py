@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import uuid
@@ -22,7 +21,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import PG_ADMIN_URL, _fresh_database, _ping, _wait_for
+from conftest import PG_ADMIN_URL, _fresh_database, _redis_server
 from graphs import chat_graph, human, team_graph
 from langgraph.types import Command
 from test_copy_threads import pg_as_url
@@ -234,33 +233,12 @@ def test_migrate_between_ours_with_store(filled: str, tmp_path: Path) -> None:
 # -- doctor, schema ---------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
-def lru_redis(tmp_path: Path) -> Iterator[str]:
+def lru_redis() -> Iterator[str]:
     """A private redis-server on a free loopback port, with an evicting policy planted."""
-    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
-    if not server or not cli:
-        pytest.fail("redis-server / redis-cli are needed") if os.environ.get("CI") else pytest.skip(
-            "redis-server / redis-cli not installed"
-        )
-    assert server and cli
-    port = _free_port()
-    subprocess.run(
-        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--daemonize", "yes", "--dir", str(tmp_path), "--logfile", str(tmp_path / "log"),
-         "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"],
-        check=True,
-    )  # fmt: skip
-    try:
-        _wait_for(lambda: _ping(cli, port), f"redis-server on port {port}")
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        subprocess.run([cli, "-p", str(port), "shutdown", "nosave"], capture_output=True)
+    lru = ("--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")
+    with _redis_server("redis", cluster=False, start_port=7261, extra=lru) as url:
+        yield f"{url}/0"
 
 
 def test_doctor_flags_an_evicting_redis(lru_redis: str) -> None:
@@ -344,6 +322,21 @@ def test_threads_ls(filled: str) -> None:
     assert [r["thread_id"] for r in waiting] == ["team"]
     [interrupts] = waiting[0]["interrupts"].values()
     assert interrupts and {"id", "value"} <= set(interrupts[0])
+
+
+def test_approvals_ls_and_expire(filled: str) -> None:
+    """The queue lists the pending interrupt of "team"; expire asks first, and finds
+    nothing overdue inside the window."""
+    [pending] = as_json("approvals", "ls", "-u", filled)
+    assert pending["thread_id"] == "team" and pending["status"] == "pending"
+    assert as_json("approvals", "ls", "-u", filled, "--user", "nobody") == []
+    refused = run("approvals", "expire", "-u", filled)
+    assert refused.returncode == 5 and "--yes" in refused.stderr
+    assert as_json("approvals", "expire", "-u", filled, "--yes") == {"expired": 0}
+    [still] = as_json("approvals", "ls", "-u", filled)
+    assert still["id"] == pending["id"]
+    checks = {f["check"]: f for f in json.loads(run("doctor", "-u", filled, "--json").stdout)}
+    assert checks["ttl vs approval window"]["level"] == "ok"
 
 
 def test_console_script_is_declared() -> None:

@@ -13,8 +13,8 @@ import asyncio
 from typing import Any
 
 import pytest
+from backends import BACKENDS
 from backends_support import open_async, space_for
-from conftest import BACKENDS
 from langgraph.checkpoint.base import empty_checkpoint
 
 CALLS = 500
@@ -29,7 +29,7 @@ def checkpoint(n: int) -> Any:
     return cp
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", list(BACKENDS))
 async def test_500_concurrent_saver_calls(backend: str, request: pytest.FixtureRequest) -> None:
     space = space_for(backend, request)
     async with open_async(space, "saver") as writer:  # so the tested saver remembers nothing
@@ -86,7 +86,7 @@ async def test_500_concurrent_saver_calls(backend: str, request: pytest.FixtureR
             assert tasks == {i for i in range(CALLS) if i % THREADS == t and i % 5 == 3}
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", list(BACKENDS))
 async def test_500_concurrent_store_calls(backend: str, request: pytest.FixtureRequest) -> None:
     space = space_for(backend, request)
     async with open_async(space, "store") as writer:

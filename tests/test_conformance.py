@@ -3,9 +3,10 @@
 Acceptance: all 8 capabilities detected (none missing) and every conformance test passed, for
 each class. The report table prints with ``pytest -s``.
 
-Adding a backend is one line in ``TARGETS``: its name, the fixture giving its server URL (for
-SQLite: a temporary directory), and an async context manager that opens a ready-to-use saver
-on fresh, isolated storage.
+Every backend of ``tests/backends.py`` (the machine's servers and the tested server matrix)
+runs it, with the blocking class and the asyncio one. ``OPENERS`` holds, per kind of backend
+and flavour, an async context manager that opens a ready-to-use saver on fresh, isolated
+storage.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 import redis
+from backends import ALL_SERVERS
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import Capability
 from psycopg import sql
@@ -41,14 +43,19 @@ async def _postgres_schema(pg_url: str) -> AsyncIterator[str]:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
+def _connect_kwargs(options: dict[str, Any]) -> dict[str, Any]:
+    """The pool's connection settings: autocommit, and what the server needs (PgBouncer)."""
+    return {"autocommit": True, **{k: options[k] for k in ("prepare_threshold",) if k in options}}
+
+
 @asynccontextmanager
-async def open_postgres_saver(pg_url: str) -> AsyncIterator[Any]:
+async def open_postgres_saver(pg_url: str, options: dict[str, Any]) -> AsyncIterator[Any]:
     """The sync class on a connection pool (the suite drives its async methods)."""
     from langgraph_memory_plus import PostgresSaver
 
     async with _postgres_schema(pg_url) as schema:
         with ConnectionPool(
-            pg_url, min_size=1, max_size=4, kwargs={"autocommit": True}, open=True
+            pg_url, min_size=1, max_size=4, kwargs=_connect_kwargs(options), open=True
         ) as pool:
             saver = PostgresSaver(pool, schema=schema)
             saver.setup()
@@ -56,13 +63,13 @@ async def open_postgres_saver(pg_url: str) -> AsyncIterator[Any]:
 
 
 @asynccontextmanager
-async def open_async_postgres_saver(pg_url: str) -> AsyncIterator[Any]:
+async def open_async_postgres_saver(pg_url: str, options: dict[str, Any]) -> AsyncIterator[Any]:
     from langgraph_memory_plus import AsyncPostgresSaver
 
     async with (
         _postgres_schema(pg_url) as schema,
         AsyncConnectionPool(
-            pg_url, min_size=1, max_size=4, kwargs={"autocommit": True}, open=False
+            pg_url, min_size=1, max_size=4, kwargs=_connect_kwargs(options), open=False
         ) as pool,
     ):
         saver = AsyncPostgresSaver(pool, schema=schema)
@@ -89,7 +96,7 @@ async def _redis_prefix(url: str) -> AsyncIterator[str]:
 
 
 @asynccontextmanager
-async def open_redis_saver(url: str) -> AsyncIterator[Any]:
+async def open_redis_saver(url: str, options: dict[str, Any]) -> AsyncIterator[Any]:
     """The sync class from a URL (single node or ``redis+cluster://``)."""
     from langgraph_memory_plus import RedisSaver
 
@@ -100,7 +107,7 @@ async def open_redis_saver(url: str) -> AsyncIterator[Any]:
 
 
 @asynccontextmanager
-async def open_async_redis_saver(url: str) -> AsyncIterator[Any]:
+async def open_async_redis_saver(url: str, options: dict[str, Any]) -> AsyncIterator[Any]:
     from langgraph_memory_plus import AsyncRedisSaver
 
     async with (
@@ -112,52 +119,45 @@ async def open_async_redis_saver(url: str) -> AsyncIterator[Any]:
 
 
 @asynccontextmanager
-async def open_sqlite_saver(directory: Any) -> AsyncIterator[Any]:
+async def open_sqlite_saver(directory: str, options: dict[str, Any]) -> AsyncIterator[Any]:
     """The sync class on a fresh database file per capability suite."""
     from langgraph_memory_plus.checkpoint.sqlite import SqliteSaver
 
-    path = directory / f"conf-{uuid.uuid4().hex[:12]}.db"
+    path = Path(directory) / f"conf-{uuid.uuid4().hex[:12]}.db"
     with SqliteSaver.from_conn_string(path) as saver:
         saver.setup()
         yield saver
 
 
 @asynccontextmanager
-async def open_async_sqlite_saver(directory: Any) -> AsyncIterator[Any]:
+async def open_async_sqlite_saver(directory: str, options: dict[str, Any]) -> AsyncIterator[Any]:
     from langgraph_memory_plus.checkpoint.sqlite import AsyncSqliteSaver
 
-    path = directory / f"conf-{uuid.uuid4().hex[:12]}.db"
+    path = Path(directory) / f"conf-{uuid.uuid4().hex[:12]}.db"
     async with AsyncSqliteSaver.from_conn_string(path) as saver:
         await saver.setup()
         yield saver
 
 
-@dataclass(frozen=True)
-class Target:
-    name: str
-    url_fixture: str
-    open: Callable[[str], AbstractAsyncContextManager[Any]]
+Opener = Callable[[str, dict[str, Any]], AbstractAsyncContextManager[Any]]
+OPENERS: dict[tuple[str, str], tuple[str, Opener]] = {
+    ("postgres", "sync"): ("PostgresSaver", open_postgres_saver),
+    ("postgres", "async"): ("AsyncPostgresSaver", open_async_postgres_saver),
+    ("redis", "sync"): ("RedisSaver", open_redis_saver),
+    ("redis", "async"): ("AsyncRedisSaver", open_async_redis_saver),
+    ("sqlite", "sync"): ("SqliteSaver", open_sqlite_saver),
+    ("sqlite", "async"): ("AsyncSqliteSaver", open_async_sqlite_saver),
+}
 
 
-TARGETS = [
-    Target("PostgresSaver", "pg_url", open_postgres_saver),
-    Target("AsyncPostgresSaver", "pg_url", open_async_postgres_saver),
-    Target("RedisSaver", "redis_url", open_redis_saver),
-    Target("AsyncRedisSaver", "redis_url", open_async_redis_saver),
-    Target("RedisSaver[cluster]", "redis_cluster_url", open_redis_saver),
-    Target("AsyncRedisSaver[cluster]", "redis_cluster_url", open_async_redis_saver),
-    Target("SqliteSaver", "tmp_path", open_sqlite_saver),
-    Target("AsyncSqliteSaver", "tmp_path", open_async_sqlite_saver),
-]
+@ALL_SERVERS
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_conformance(storage: Any, flavour: str) -> None:
+    cls, opener = OPENERS[storage.kind, flavour]
 
-
-@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
-async def test_conformance(target: Target, request: pytest.FixtureRequest) -> None:
-    url = request.getfixturevalue(target.url_fixture)
-
-    @checkpointer_test(name=target.name)
+    @checkpointer_test(name=f"{cls}[{storage.name}]")
     async def factory() -> AsyncIterator[Any]:
-        async with target.open(url) as saver:
+        async with opener(storage.url, storage.options) as saver:
             yield saver
 
     report = await validate(factory)

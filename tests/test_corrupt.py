@@ -15,8 +15,8 @@ from typing import Any
 import ormsgpack
 import psycopg
 import pytest
+from backends import BACKENDS
 from backends_support import Space, open_async, open_sync, space_for
-from conftest import BACKENDS
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_memory_plus.errors import CorruptDataError
@@ -66,7 +66,7 @@ def corrupt(space: Space, saver: Any, thread_id: str) -> None:
                 )
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", list(BACKENDS))
 def test_a_corrupt_checkpoint_names_where_it_is(
     backend: str, request: pytest.FixtureRequest
 ) -> None:
@@ -89,7 +89,7 @@ def test_a_corrupt_checkpoint_names_where_it_is(
         assert after.checkpoint["channel_values"]["count"] == 3
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", list(BACKENDS))
 async def test_a_corrupt_checkpoint_async(backend: str, request: pytest.FixtureRequest) -> None:
     space = space_for(backend, request)
     with open_sync(space, "saver") as saver:

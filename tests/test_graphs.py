@@ -37,6 +37,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, context
 from typing import Any
 
 import pytest
+from backends import ALL_SERVERS
 from graphs import (
     chat_graph,
     delta_graph,
@@ -53,7 +54,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.types import Command, Interrupt, PregelTask, StateSnapshot
 
-pytestmark = pytest.mark.storage
+pytestmark = [pytest.mark.storage, ALL_SERVERS]
 
 Scenario = Callable[..., Coroutine[Any, Any, None]]
 

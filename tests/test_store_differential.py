@@ -3,11 +3,12 @@
 Hypothesis draws sequences of puts, deletes, gets, searches (with filters, pagination and
 semantic queries), namespace listings (prefix/suffix conditions with wildcards, depth) and
 mixed batches, runs each on a fresh store of ours (PostgreSQL, single-node Redis, Redis
-Cluster, SQLite; blocking and async classes) and on LangGraph's ``InMemoryStore``, and compares
-every answer. Where LangGraph leaves the order unspecified (search without a
-query) a page is checked as "the right number of the right items", and the whole result
-as a set; namespace listings are ordered by definition and compared as lists; semantic
-scores are compared with a tolerance and must be non-increasing.
+Cluster, SQLite and the server matrix of ``tests/backends.py``; blocking and async
+classes) and on LangGraph's ``InMemoryStore``, and compares every answer. Where LangGraph
+leaves the order unspecified (search without a query) a page is checked as "the right
+number of the right items", and the whole result as a set; namespace listings are ordered
+by definition and compared as lists; semantic scores are compared with a tolerance and must
+be non-increasing.
 
 ``InMemoryStore`` quirks we do not reproduce are neutralized: :class:`Reference` fixes two
 bugs (empty namespaces listed; batches putting one text twice crash), and where its order
@@ -28,6 +29,7 @@ from typing import Any
 import psycopg
 import pytest
 import test_redis_saver
+from backends import ALL_SERVERS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.store.base import GetOp, Item, ListNamespacesOp, MatchCondition, PutOp, SearchOp
@@ -148,15 +150,19 @@ def to_op(spec: tuple[Any, ...]) -> Any:
 class Ours:
     """One blocking interface over any of our classes (the async ones driven on their own loop)."""
 
-    def __init__(self, backend: str, url: str, is_async: bool) -> None:
+    def __init__(
+        self, backend: str, url: str, is_async: bool, options: dict[str, Any] | None = None
+    ) -> None:
         self.backend, self.url, self.is_async = backend, url, is_async
+        # Only what a server needs (PgBouncer: prepare_threshold); each store has its own prefix.
+        self.options = {k: v for k, v in (options or {}).items() if k != "key_prefix"}
         self.name = f"diff_{uuid.uuid4().hex[:12]}"  # schema or key prefix, removed on exit
         self.ops_run = 0
 
     def _open(self) -> Any:
         if self.backend == "postgres":
             cls: Any = AsyncPostgresStore if self.is_async else PostgresStore
-            return cls.from_conn_string(self.url, schema=self.name, index=INDEX)
+            return cls.from_conn_string(self.url, schema=self.name, index=INDEX, **self.options)
         if self.backend == "sqlite":  # a file per test in a temporary directory
             cls = AsyncSqliteStore if self.is_async else SqliteStore
             return cls.from_conn_string(f"{self.url}/{self.name}.db", index=INDEX)
@@ -165,7 +171,8 @@ class Ours:
 
     def __enter__(self) -> Ours:
         if self.backend == "postgres":
-            self.admin: Any = psycopg.connect(self.url, autocommit=True)
+            # No prepared statements: the same DELETE runs once per example, via PgBouncer too.
+            self.admin: Any = psycopg.connect(self.url, autocommit=True, prepare_threshold=None)
         elif self.backend == "sqlite":
             self.admin = sqlite3.connect(f"{self.url}/{self.name}.db", isolation_level=None)
         else:
@@ -320,24 +327,13 @@ def compare_result(op: Any, mine: Any, want: Any) -> None:
         assert mine is None
 
 
-URL_FIXTURES = {
-    "postgres": "pg_url",
-    "redis": "redis_url",
-    "redis-cluster": "redis_cluster_url",
-    "sqlite": "tmp_path",  # SQLite needs no server: a directory for the database file
-}
-
-
-@pytest.mark.parametrize("backend", list(URL_FIXTURES))
+@ALL_SERVERS
 @pytest.mark.parametrize("flavour", ["sync", "async"])
-def test_random_operations_match_in_memory_store(
-    request: pytest.FixtureRequest, backend: str, flavour: str
-) -> None:
-    url = str(request.getfixturevalue(URL_FIXTURES[backend]))
+def test_random_operations_match_in_memory_store(storage: Any, flavour: str) -> None:
     # SQLite's filters are the Python definition itself (filters.holds), so fewer examples
     # buy the same confidence there; its own tests pin the rest.
-    examples = MAX_EXAMPLES // 2 if backend == "sqlite" else MAX_EXAMPLES
-    with Ours(backend, url, flavour == "async") as ours:
+    examples = MAX_EXAMPLES // 2 if storage.kind == "sqlite" else MAX_EXAMPLES
+    with Ours(storage.kind, storage.url, flavour == "async", storage.options) as ours:
         run_random_operations(ours, examples)
 
 

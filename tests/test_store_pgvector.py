@@ -22,11 +22,11 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 import psycopg
 import pytest
 import test_store_differential as differential
+from conftest import as_url
 from langgraph.store.base import Item, PutOp
 from langgraph.store.memory import InMemoryStore
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -694,17 +694,8 @@ async def test_hnsw_is_used_by_the_planner_on_a_larger_store(
 # --------------------------------------------------------------------------------------------
 
 
-def as_url(conninfo: str) -> str:
-    """A conninfo as a postgresql:// URL (a Unix socket directory goes in ``?host=``)."""
-    parts = psycopg.conninfo.conninfo_to_dict(conninfo)
-    user, db, host = parts.get("user", "postgres"), parts["dbname"], str(parts.get("host", ""))
-    if host.startswith("/"):
-        return f"postgresql://{user}@/{db}?host={quote(host, safe='')}"
-    return f"postgresql://{user}@{host or '127.0.0.1'}:{parts.get('port', 5432)}/{db}"
-
-
 async def test_from_url_takes_the_vector_options(pgvector_url: str, schema: str) -> None:
-    url = f"{as_url(pgvector_url)}&schema={schema}&vector_backend=pgvector&hnsw=true"
+    url = as_url(pgvector_url, schema=schema, vector_backend="pgvector", hnsw="true")
     with from_url(url, index=INDEX) as memory:
         plans = memory.store._plans  # type: ignore[attr-defined]
         assert (plans.vector_backend, plans.hnsw) == ("pgvector", True)

@@ -7,8 +7,8 @@ LangGraph's store spec refuses that root only in ``put()`` / ``aput()``; ops han
 from __future__ import annotations
 
 import pytest
+from backends import BACKENDS
 from backends_support import open_async, open_sync, space_for
-from conftest import BACKENDS
 from langgraph.store.base import GetOp, InvalidNamespaceError, PutOp, SearchOp
 from langgraph.store.memory import InMemoryStore
 
@@ -22,7 +22,7 @@ def answers(store: object) -> list[object]:
     return [got[0].value, [(i.namespace, i.key, i.value) for i in got[1]]]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", list(BACKENDS))
 def test_batch_takes_the_reserved_root(backend: str, request: pytest.FixtureRequest) -> None:
     space = space_for(backend, request)
     with open_sync(space, "store") as store:
@@ -33,7 +33,7 @@ def test_batch_takes_the_reserved_root(backend: str, request: pytest.FixtureRequ
         assert store.get(NS, "k") is None
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", list(BACKENDS))
 async def test_abatch_takes_the_reserved_root(backend: str, request: pytest.FixtureRequest) -> None:
     space = space_for(backend, request)
     async with open_async(space, "store") as store:

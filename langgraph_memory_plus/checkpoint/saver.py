@@ -28,6 +28,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from .._bridge import AsyncBridge, SyncBridge
 from .._plan import Plan
 from ..errors import InvalidConfigError
+from ..observability import events as ev
+from ..observability.core import Listener, Observable
 from ..threads.core import RecordInput, record_input
 from ..threads.transcripts import RecordedIds, lines_of
 from .codec import CheckpointCodec, EncodedCheckpoint, EncodedWrite
@@ -104,7 +106,7 @@ def _thread_ids(thread_ids: Sequence[str], what: str) -> list[str]:
     return [read_target({"configurable": {"thread_id": t}}).thread_id for t in thread_ids]
 
 
-class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
+class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
     """Shared saver logic; subclasses supply ``_plans``, ``_run`` and ``_arun``."""
 
     _plans: CheckpointPlans
@@ -118,8 +120,10 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
         thread_index_keys: Sequence[str] | None = None,
         transcripts: bool = False,
         transcript_ttl: float | None = None,
+        listeners: Sequence[Listener] | None = None,
     ) -> None:
         super().__init__(serde=serde)
+        self._init_listeners(listeners)
         self.settings = SaverSettings.build(
             ttl, keep_last, thread_index_keys, transcripts, transcript_ttl
         )
@@ -164,7 +168,20 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
     def _get_tuple_plan(self, config: RunnableConfig) -> Plan[Any, CheckpointTuple | None]:
         target = read_target(config)
         codec = self._codec
-        found = yield from self._plans.get_tuple(codec, target)
+        found = yield from self._observed(
+            self._plans.get_tuple(codec, target),
+            lambda found, took, error: [
+                ev.CheckpointLoaded(
+                    backend=self._backend,
+                    duration=took,
+                    error=error,
+                    thread_id=target.thread_id,
+                    checkpoint_ns=target.checkpoint_ns,
+                    checkpoint_id=target.checkpoint_id,
+                    hit=found is not None,
+                )
+            ],
+        )
         if found is None:
             # Deleted, perhaps by another process, with the items its lists used.
             self._lists.forget_lists(target.thread_key)
@@ -187,17 +204,34 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
         values = checkpoint.get("channel_values") or {}
         if self.settings.transcripts and "messages" in new_versions:
             lines = lines_of(values.get("messages"), self._recorded.known(target.thread_key))
+        sizes = (
+            [len(encoded.checkpoint[1]), len(encoded.metadata[1])]
+            + [len(b.data or b"") for b in encoded.blobs]
+            + [len(data) for _, data in encoded.items.values()]
+        )
         record = record_input(
             target.checkpoint_ns,
             values,
             encoded.metadata_json,
-            [len(encoded.checkpoint[1]), len(encoded.metadata[1])]
-            + [len(b.data or b"") for b in encoded.blobs]
-            + [len(data) for _, data in encoded.items.values()],
+            sizes,
             self.settings.index_keys,
             lines,
         )
-        plan = self._plans.put(target, encoded, record)
+        plan = self._observed(
+            self._plans.put(target, encoded, record),
+            lambda _, took, error: [
+                ev.CheckpointSaved(
+                    backend=self._backend,
+                    duration=took,
+                    error=error,
+                    thread_id=target.thread_id,
+                    checkpoint_ns=target.checkpoint_ns,
+                    checkpoint_id=checkpoint["id"],
+                    bytes_written=sum(sizes),
+                    message_count=sum(len(v) for v in values.values() if isinstance(v, list)),
+                )
+            ],
+        )
 
         def stored() -> None:
             codec.commit(target, encoded)
@@ -214,7 +248,22 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
     ) -> Plan[Any, None]:
         target = read_checkpoint_target(config)
         encoded = self._codec.encode_writes(target, writes, task_id, task_path)
-        return self._plans.put_writes(target, encoded)
+        return self._observed(
+            self._plans.put_writes(target, encoded),
+            lambda _, took, error: [
+                ev.WritesSaved(
+                    backend=self._backend,
+                    duration=took,
+                    error=error,
+                    thread_id=target.thread_id,
+                    checkpoint_ns=target.checkpoint_ns,
+                    checkpoint_id=target.checkpoint_id,
+                    task_id=task_id,
+                    write_count=len(encoded),
+                    bytes_written=sum(len(w.data or b"") for w in encoded),
+                )
+            ],
+        )
 
     def _prune_plan(self, thread_ids: Sequence[str], strategy: str) -> Plan[Any, None]:
         if strategy not in PRUNE_STRATEGIES:
@@ -224,7 +273,18 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
         ids = _thread_ids(thread_ids, "prune")
         for thread_id in ids:
             self._lists.forget_lists(thread_key(thread_id))
-        return self._plans.prune(ids, strategy == "keep_latest")
+        return self._observed(
+            self._plans.prune(ids, strategy == "keep_latest"),
+            lambda _, took, error: [
+                ev.ThreadsPruned(
+                    backend=self._backend,
+                    duration=took,
+                    error=error,
+                    thread_ids=tuple(ids),
+                    strategy=strategy,
+                )
+            ],
+        )
 
     def _delete_for_runs_plan(self, run_ids: Sequence[str]) -> Plan[Any, None]:
         self._lists.clear()  # the runs' threads are not known here
@@ -233,12 +293,36 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
     def _copy_plan(self, source_thread_id: str, target_thread_id: str) -> Plan[Any, None]:
         source, target = _thread_ids([source_thread_id, target_thread_id], "copy_thread")
         self._lists.forget_lists(thread_key(target))
-        return self._plans.copy_thread(source, target)
+        return self._observed(
+            self._plans.copy_thread(source, target),
+            lambda _, took, error: [
+                ev.ThreadCopied(
+                    backend=self._backend,
+                    duration=took,
+                    error=error,
+                    source_thread_id=source,
+                    target_thread_id=target,
+                )
+            ],
+        )
 
     def _delta_plan(
         self, config: RunnableConfig, channels: Sequence[str]
     ) -> Plan[Any, dict[str, DeltaChannelHistory]]:
         return self._plans.delta_history(self._codec, read_target(config), list(channels))
+
+    def _sweep_batch_plan(self, batch_size: int) -> Plan[Any, tuple[int, bool]]:
+        return self._observed(
+            self._plans.sweep_expired(batch_size),
+            lambda done, took, error: [
+                ev.CheckpointsExpired(
+                    backend=self._backend,
+                    duration=took,
+                    error=error,
+                    deleted=0 if done is None else done[0],
+                )
+            ],
+        )
 
     @staticmethod
     def _check_batch(batch_size: int) -> int:
@@ -290,7 +374,14 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
     def _delete_plan(self, thread_id: str) -> Plan[Any, None]:
         thread_id = _thread_ids([thread_id], "delete_thread")[0]
         self._lists.forget_thread(thread_key(thread_id))
-        return self._plans.delete_thread(thread_id)
+        return self._observed(
+            self._plans.delete_thread(thread_id),
+            lambda _, took, error: [
+                ev.ThreadDeleted(
+                    backend=self._backend, duration=took, error=error, thread_id=thread_id
+                )
+            ],
+        )
 
     def delete_thread(self, thread_id: str) -> None:
         self._run(self._delete_plan(thread_id))
@@ -316,7 +407,7 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
         """
         batch, total, more = self._check_batch(batch_size), 0, True
         while more:
-            deleted, more = self._run(self._plans.sweep_expired(batch))
+            deleted, more = self._run(self._sweep_batch_plan(batch))
             total += deleted
         return total
 
@@ -383,7 +474,7 @@ class CheckpointSaverBase(BaseCheckpointSaver[str], ABC):
         """Async :meth:`sweep_expired`."""
         batch, total, more = self._check_batch(batch_size), 0, True
         while more:
-            deleted, more = await self._arun(self._plans.sweep_expired(batch))
+            deleted, more = await self._arun(self._sweep_batch_plan(batch))
             total += deleted
         return total
 

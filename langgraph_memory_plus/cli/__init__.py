@@ -103,6 +103,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="change nothing; report what would go")
     p.add_argument("--batch-size", type=int, default=100)
     p.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    p = command("approvals", commands.approvals, "pending approvals: list, or expire overdue")
+    p.add_argument("action", choices=["ls", "expire"])
+    p.add_argument("--user", help="only this user's approvals")
+    p.add_argument("--action-name", dest="action_name", help="only this requested action")
+    p.add_argument(
+        "--status",
+        default="pending",
+        choices=["pending", "approved", "rejected", "edited", "expired", "all"],
+    )
+    p.add_argument("--window-hours", type=float, default=24.0, help="the approval window")
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=100)
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask (expire)")
     command("doctor", commands.doctor, "check the setup for problems users do not think of")
     return parser
 

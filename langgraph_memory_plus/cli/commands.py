@@ -9,6 +9,7 @@ from collections import Counter
 from typing import Any
 
 from .. import __version__
+from ..errors import InvalidConfigError
 from ..migration import CopyProgress, copy_threads, list_thread_ids
 from . import admin
 from .jsonl import export_thread, import_thread
@@ -204,6 +205,58 @@ def _record(record: Any) -> dict[str, Any]:
         for task, interrupts in record["interrupts"].items()
     }
     return out
+
+
+# -- approvals -------------------------------------------------------------------------------
+
+
+def approvals(args: argparse.Namespace) -> int:
+    """``approvals ls``: the queue, oldest first; ``approvals expire``: mark overdue ones."""
+    from ..approvals import Approvals
+
+    with open_url(args.url) as opened:
+        _ours(opened, "approvals")
+        queue = Approvals(opened.saver, opened.store, window=args.window_hours * 3600)
+        if args.action == "expire":
+            confirm("mark every approval past its window expired", args.yes)
+            meter = Progress("approvals expired")
+            expired = queue.expire_overdue(batch_size=args.batch_size, progress=meter.update)
+            meter.close()
+            if args.json:
+                emit_json({"expired": expired})
+            else:
+                print(f"expired {expired}")
+            return OK
+        status = None if args.status == "all" else args.status
+        found = queue.list(
+            user_id=args.user,
+            action=args.action_name,
+            status=status,
+            limit=args.limit,
+            offset=args.offset,
+        )
+        rows = [
+            {
+                "id": a.id,
+                "thread_id": a.thread_id,
+                "user_id": a.user_id,
+                "status": a.status,
+                "action": a.action,
+                "args": a.args,
+                "created_at": a.created_at,
+                "expires_at": a.expires_at,
+            }
+            for a in found
+        ]
+        if args.json:
+            emit_json(rows)
+        else:
+            table(
+                [[r["id"], r["thread_id"], r["user_id"], r["status"], r["action"],
+                  r["expires_at"]] for r in rows],
+                ["id", "thread_id", "user_id", "status", "action", "expires_at"],
+            )  # fmt: skip
+    return OK
 
 
 def _history(saver: Any, thread_id: str, limit: int | None) -> list[Any]:
@@ -568,6 +621,7 @@ def doctor(args: argparse.Namespace) -> int:
             findings.extend(_redis_checks(opened))
         else:
             findings.extend(_sql_checks(opened))
+        findings.append(_approval_window_check(opened))
     if args.json:
         emit_json([f.__dict__ for f in findings])
     else:
@@ -577,6 +631,20 @@ def doctor(args: argparse.Namespace) -> int:
             if f.fix:
                 print(f"    fix: {f.fix}")
     return FOUND_PROBLEMS if any(f.level == "problem" for f in findings) else OK
+
+
+def _approval_window_check(opened: Opened) -> admin.Finding:
+    """A checkpoint TTL shorter than 1.5x the default approval window (24 h): a thread
+    waiting for a reviewer would expire before its approval does."""
+    from ..approvals import check_ttl
+    from ..approvals.queue import DEFAULT_WINDOW
+
+    check, window = "ttl vs approval window", DEFAULT_WINDOW.total_seconds()
+    try:
+        check_ttl(opened.saver.settings.ttl_seconds, window)
+    except InvalidConfigError as exc:
+        return admin.Finding(check, "warning", str(exc), "raise ttl, or pass a shorter window")
+    return admin.Finding(check, "ok", "no checkpoint TTL shorter than 1.5x the 24 h window")
 
 
 def _redis_checks(opened: Opened) -> list[admin.Finding]:

@@ -29,6 +29,8 @@ from langgraph.store.base import BaseStore, GetOp, Op, PutOp
 
 from .._plan import Plan, adrive, drive
 from ..errors import ConflictError
+from ..observability import core as observability
+from ..observability.events import NodeCounted
 from ..store.base import ConditionalPutOp, StoreBase
 
 if TYPE_CHECKING:
@@ -108,6 +110,8 @@ class Stats:
     def incr(self, event: str, n: int = 1) -> None:
         with self._lock:
             self._counts[event] += n
+        if observability.has_global_listeners():  # metrics of every node, in one place
+            observability.emit_global(NodeCounted(backend="", duration=0.0, counter=event, n=n))
 
     def __getitem__(self, event: str) -> int:
         with self._lock:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar, cast
@@ -39,6 +39,8 @@ from langgraph.store.base import (
 from .._bridge import AsyncBridge, SyncBridge
 from .._plan import Plan, adrive, drive
 from ..errors import ConflictError, InvalidConfigError, ValueTooLargeError, decoding
+from ..observability import events as ev
+from ..observability.core import Listener, Observable
 from .filters import Fields, parse_filter
 from .namespaces import (
     Condition,
@@ -199,15 +201,21 @@ class _Batch:
     writes: dict[tuple[Namespace, str], _Write] = field(default_factory=dict)
 
 
-class StoreBase(BaseStore, ABC):
+class StoreBase(Observable, BaseStore, ABC):
     """Shared store logic; drivers supply ``_plans``, ``_run`` and ``_arun``."""
 
     supports_ttl = True
     _plans: StorePlans
 
     def __init__(
-        self, *, index: Any = None, ttl: Any = None, max_value_bytes: int | None = None
+        self,
+        *,
+        index: Any = None,
+        ttl: Any = None,
+        max_value_bytes: int | None = None,
+        listeners: Sequence[Listener] | None = None,
     ) -> None:
+        self._init_listeners(listeners)
         self.index = IndexSettings.build(index)
         self.index_config = None if self.index is None else self.index.config
         self.ttl_config = read_ttl_config(ttl)
@@ -354,7 +362,14 @@ class StoreBase(BaseStore, ABC):
         ]
         if not batch.size:
             return []
-        results: list[Result] = yield Transact(self._transaction(batch, searches, writes))
+        results: list[Result] = yield Transact(
+            self._observed(
+                self._transaction(batch, searches, writes),
+                lambda results, took, error: _store_events(
+                    self._backend, batch, writes, results, took, error
+                ),
+            )
+        )
         return results
 
     def _transaction(
@@ -386,7 +401,19 @@ class StoreBase(BaseStore, ABC):
             raise InvalidConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
         total, more = 0, True
         while more:
-            deleted, more = yield Transact(self._plans.sweep(batch_size))
+            deleted, more = yield Transact(
+                self._observed(
+                    self._plans.sweep(batch_size),
+                    lambda done, took, error: [
+                        ev.StoreExpired(
+                            backend=self._backend,
+                            duration=took,
+                            error=error,
+                            deleted=0 if done is None else done[0],
+                        )
+                    ],
+                )
+            )
             total += deleted
         return total
 
@@ -493,6 +520,64 @@ class StoreBase(BaseStore, ABC):
         """Async :meth:`delete_namespace`."""
         prefix = self._prefix_to_delete(namespace_prefix)
         return await self._arun(self._plans.delete_namespace(prefix))
+
+
+def _store_events(
+    backend: str,
+    batch: _Batch,
+    writes: list[WriteRequest],
+    results: list[Result] | None,
+    took: float,
+    error: BaseException | None,
+) -> list[ev.MemoryEvent]:
+    """One event per op of a batch, in op order for reads, then the writes.
+
+    The ops ran in one transaction: each carries its duration, and a failed batch (a
+    conflict, an outage) fails every op in it.
+    """
+    out: list[ev.MemoryEvent] = []
+    reads: list[tuple[int, Namespace, str | None, str | None]]
+    reads = [(i, req.namespace, req.key, None) for i, req in batch.gets]
+    reads += [(i, req.prefix, None, q) for i, req, q in batch.searches]
+    for i, namespace, key, query in sorted(reads, key=lambda r: r[0]):
+        found = None if results is None else results[i]
+        count = len(found) if isinstance(found, list) else int(found is not None)
+        out.append(
+            ev.StoreRead(
+                backend=backend,
+                duration=took,
+                error=error,
+                namespace=namespace,
+                key=key,
+                count=count,
+                query=query,
+            )
+        )
+    for w in writes:
+        if w.value is None:
+            out.append(
+                ev.StoreDeleted(
+                    backend=backend,
+                    duration=took,
+                    error=error,
+                    namespace=w.namespace,
+                    key=w.key,
+                    expected_version=w.expected_version,
+                )
+            )
+        else:
+            out.append(
+                ev.StoreWritten(
+                    backend=backend,
+                    duration=took,
+                    error=error,
+                    namespace=w.namespace,
+                    key=w.key,
+                    bytes_written=w.value.size,
+                    expected_version=w.expected_version,
+                )
+            )
+    return out
 
 
 def _items_where(requests: list[GetRequest]) -> dict[str, object]:

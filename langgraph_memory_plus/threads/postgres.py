@@ -135,8 +135,10 @@ class PostgresThreadIndex:
         visible: str,
         write_rows: WriteRows,
         transcript_ttl: float | None = None,
+        transcripts: bool = False,
     ) -> None:
         self.transcript_ttl = transcript_ttl
+        self.transcripts = transcripts
         s = quoted_schema
         self._write_rows = write_rows
         self._s = s
@@ -171,17 +173,21 @@ class PostgresThreadIndex:
                     checkpoints = i.checkpoints + EXCLUDED.checkpoints,
                     bytes = i.bytes + EXCLUDED.bytes
             )"""
-        # Transcripts (off by default): a statement of their own in the put's transaction,
-        # which keeps the put under psycopg's 4 KB statement cache.
-        self.transcript_insert = f"""
-            INSERT INTO {self._tx} (thread_key, message_id, owner, seq, role, content,
-                expires_at)
-            SELECT %(tk)s, l.id, %(tx_owner)s,
-                (extract(epoch FROM clock_timestamp()) * 1000)::bigint * 1000 + l.ord,
-                l.role, l.content, now() + make_interval(secs => %(tx_ttl)s)
-            FROM unnest(%(tx_id)b::text[], %(tx_role)b::text[], %(tx_text)b::text[])
-                WITH ORDINALITY AS l(id, role, content, ord)
-            ON CONFLICT DO NOTHING"""
+        # Transcripts (off by default) add their rows in the same statement. That puts the
+        # statement over psycopg's 4 KB cache (re-parsed at each put), the price of one
+        # atomic statement; without transcripts it stays under it.
+        if transcripts:
+            self.put_cte += f""", tx AS (
+                INSERT INTO {self._tx} (thread_key, message_id, owner, seq, role, content,
+                    expires_at)
+                SELECT %(tk)s, l.id, %(tx_owner)s,
+                    (extract(epoch FROM clock_timestamp()) * 1000)::bigint * 1000 + l.ord,
+                    l.role, l.content, now() + make_interval(secs => %(tx_ttl)s)
+                FROM unnest(%(tx_id)b::text[], %(tx_role)b::text[], %(tx_text)b::text[])
+                    WITH ORDINALITY AS l(id, role, content, ord)
+                WHERE EXISTS (SELECT 1 FROM saved)
+                ON CONFLICT DO NOTHING
+            )"""
         # Writes may come before their checkpoint's put (LangGraph runs them side by
         # side): writes for a checkpoint newer than the row's latest make it the latest,
         # so the put that follows keeps their status (it resets only a strictly newer one).
@@ -215,28 +221,21 @@ class PostgresThreadIndex:
     # -- what the writes add to their statements ------------------------------------------
 
     def put_params(self, record: RecordInput, checkpoint_id: str) -> dict[str, Any]:
-        return {
+        params: dict[str, Any] = {
             "ix_latest": checkpoint_id if record.root else None,
             "ix_meta": Jsonb(record.metadata if record.root else {}),
             "ix_title": record.title,
             "ix_bytes": record.bytes,
         }
-
-    def transcript_lines(self, tk: bytes, record: RecordInput) -> Query | None:
-        """The statement that adds a put's transcript lines, if it has any."""
-        if not record.lines:
-            return None
-        return Query(
-            self.transcript_insert,
-            {
-                "tk": tk,
-                "tx_owner": record.owner,
-                "tx_ttl": self.transcript_ttl,
-                "tx_id": [line.id for line in record.lines],
-                "tx_role": [line.role for line in record.lines],
-                "tx_text": [line.text for line in record.lines],
-            },
-        )
+        if self.transcripts:
+            params.update(
+                tx_owner=record.owner,
+                tx_ttl=self.transcript_ttl,
+                tx_id=[line.id for line in record.lines],
+                tx_role=[line.role for line in record.lines],
+                tx_text=[line.text for line in record.lines],
+            )
+        return params
 
     @staticmethod
     def writes_params(interesting: Sequence[Any]) -> dict[str, Any]:

@@ -193,6 +193,7 @@ class PostgresCheckpointPlans:
             self._visible,
             _write_rows,
             settings.transcript_ttl_seconds,
+            settings.transcripts,
         )
         self._put_payload += f", {self.threads.put_cte}"
         self._writes_flagged = f"{self._writes_payload}, {self.threads.writes_cte}"
@@ -538,9 +539,8 @@ class PostgresCheckpointPlans:
         # although its checkpoint committed. It costs no round trip: the trim opened a
         # transaction of its own before.
         keep = self.settings.keep_last
-        transcript = self.threads.transcript_lines(target.thread_key, record)
-        fast, live_after, was_expired, saved = yield from self._write(
-            params, self._put_payload, "saved", more=keep is not None or transcript is not None
+        fast, live_after, was_expired, _ = yield from self._write(
+            params, self._put_payload, "saved", more=keep is not None
         )
         if not fast:
             if (yield from self._refused(params, live_after, encoded.parent_id)):
@@ -548,8 +548,6 @@ class PostgresCheckpointPlans:
             if was_expired:
                 yield from self._purge_before(target.thread_key, encoded.checkpoint_id)
                 yield from self.threads.revived(target.thread_key, record)
-        if transcript is not None and saved:
-            yield transcript
         if keep is not None:
             yield from self._trim(target.thread_key, target.checkpoint_ns, keep)
             yield from self.threads.refresh([target.thread_key])

@@ -15,6 +15,7 @@ from psycopg import AsyncConnection, Connection
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..._pgdriver import PgAsyncDriver, PgSyncDriver
+from ...observability.core import Listener
 from ..config import TTLConfig
 from ..saver import AsyncDriver, CheckpointSaverBase, SyncDriver
 from .plans import PostgresCheckpointPlans
@@ -44,6 +45,8 @@ class _PostgresOptions(CheckpointSaverBase):
             apart from its checkpoints; ``transcript_ttl`` minutes (``None``: forever).
         keep_last: keep only the newest N checkpoints per thread and namespace
             (``1`` gives a "shallow" saver).
+        listeners: callables handed a :mod:`~langgraph_memory_plus.observability` event
+            after every operation (``add_listener`` / ``remove_listener`` later).
         pipeline: send each operation's statements in pipeline mode.
     """
 
@@ -58,6 +61,7 @@ class _PostgresOptions(CheckpointSaverBase):
         thread_index_keys: Sequence[str] | None = None,
         transcripts: bool = False,
         transcript_ttl: float | None = None,
+        listeners: Sequence[Listener] | None = None,
         pipeline: bool = False,
     ) -> None:
         self._connect(conn, pipeline)
@@ -68,6 +72,7 @@ class _PostgresOptions(CheckpointSaverBase):
             thread_index_keys=thread_index_keys,
             transcripts=transcripts,
             transcript_ttl=transcript_ttl,
+            listeners=listeners,
         )
         self.conn = conn
         self._plans = PostgresCheckpointPlans(schema, self.settings)

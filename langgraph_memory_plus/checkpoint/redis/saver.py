@@ -13,6 +13,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..._redis import AsyncClient, SyncClient
 from ..._redisdriver import RedisAsyncDriver, RedisSyncDriver
+from ...observability.core import Listener
 from ..config import TTLConfig
 from ..saver import AsyncDriver, CheckpointSaverBase, SyncDriver
 from .lua import SCRIPTS
@@ -37,6 +38,8 @@ class _RedisOptions(CheckpointSaverBase):
         transcripts: keep each thread's clean chat history (``saver.threads.transcript``),
             apart from its checkpoints; ``transcript_ttl`` minutes (``None``: forever).
         keep_last: keep only the newest N checkpoints per thread and namespace.
+        listeners: callables handed a :mod:`~langgraph_memory_plus.observability` event
+            after every operation (``add_listener`` / ``remove_listener`` later).
     """
 
     def __init__(
@@ -50,6 +53,7 @@ class _RedisOptions(CheckpointSaverBase):
         thread_index_keys: Sequence[str] | None = None,
         transcripts: bool = False,
         transcript_ttl: float | None = None,
+        listeners: Sequence[Listener] | None = None,
     ) -> None:
         self._connect(client)
         super().__init__(
@@ -59,6 +63,7 @@ class _RedisOptions(CheckpointSaverBase):
             thread_index_keys=thread_index_keys,
             transcripts=transcripts,
             transcript_ttl=transcript_ttl,
+            listeners=listeners,
         )
         self.client = client
         self._plans = RedisCheckpointPlans(key_prefix, self.settings)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..._sqlite import SqliteAsyncDriver, SqlitePool, SqliteSyncDriver
+from ...observability.core import Listener
 from ..config import TTLConfig
 from ..saver import AsyncDriver, CheckpointSaverBase, SyncDriver
 from .plans import SqliteCheckpointPlans
@@ -38,6 +39,8 @@ class _SqliteOptions(CheckpointSaverBase):
             apart from its checkpoints; ``transcript_ttl`` minutes (``None``: forever).
         keep_last: keep only the newest N checkpoints per thread and namespace
             (``1`` gives a "shallow" saver).
+        listeners: callables handed a :mod:`~langgraph_memory_plus.observability` event
+            after every operation (``add_listener`` / ``remove_listener`` later).
     """
 
     def __init__(
@@ -50,6 +53,7 @@ class _SqliteOptions(CheckpointSaverBase):
         thread_index_keys: Sequence[str] | None = None,
         transcripts: bool = False,
         transcript_ttl: float | None = None,
+        listeners: Sequence[Listener] | None = None,
     ) -> None:
         self._connect(conn)
         super().__init__(
@@ -59,6 +63,7 @@ class _SqliteOptions(CheckpointSaverBase):
             thread_index_keys=thread_index_keys,
             transcripts=transcripts,
             transcript_ttl=transcript_ttl,
+            listeners=listeners,
         )
         self.conn = conn
         self._plans = SqliteCheckpointPlans(self.settings)

@@ -7,6 +7,7 @@ All behaviour lives in :mod:`.plans` (SQL and decoding) and the shared store cor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from langgraph.store.base import IndexConfig, TTLConfig
@@ -14,6 +15,7 @@ from psycopg import AsyncConnection, Connection
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..._pgdriver import PgAsyncDriver, PgSyncDriver
+from ...observability.core import Listener
 from ..base import AsyncStore, StoreBase, SyncStore
 from .pgvector import VectorBackend
 from .plans import PostgresStorePlans
@@ -42,6 +44,8 @@ class _PostgresOptions(StoreBase):
             sweep.
         max_value_bytes: refuse values larger than this (as JSON text) before writing;
             at most, and by default, 64 MiB.
+        listeners: callables handed a :mod:`~langgraph_memory_plus.observability` event
+            after every operation (``add_listener`` / ``remove_listener`` later).
         pipeline: send each batch's statements in pipeline mode.
         vector_backend: how ``search(query=...)`` scores. ``"auto"``: ``setup()``
             installs pgvector where the server has it and allows it (a superuser; or an
@@ -67,12 +71,13 @@ class _PostgresOptions(StoreBase):
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
         max_value_bytes: int | None = None,
+        listeners: Sequence[Listener] | None = None,
         pipeline: bool = False,
         vector_backend: VectorBackend = "auto",
         hnsw: bool = False,
     ) -> None:
         self._connect(conn, pipeline)
-        super().__init__(index=index, ttl=ttl, max_value_bytes=max_value_bytes)
+        super().__init__(index=index, ttl=ttl, max_value_bytes=max_value_bytes, listeners=listeners)
         self._plans = PostgresStorePlans(
             schema,
             dims=None if self.index is None else self.index.dims,

@@ -8,7 +8,7 @@ behaviour lives in :mod:`.plans` and :mod:`.lua` and the shared store core
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import redis.asyncio.cluster
 import redis.cluster
@@ -16,6 +16,7 @@ from langgraph.store.base import IndexConfig, TTLConfig
 
 from ..._redis import AsyncClient, SyncClient
 from ..._redisdriver import RedisAsyncDriver, RedisSyncDriver
+from ...observability.core import Listener
 from ..base import AsyncStore, StoreBase, SyncStore
 from .lua import SCRIPTS
 from .plans import DEFAULT_SHARD_DEPTH, RedisStorePlans
@@ -46,6 +47,8 @@ class _RedisOptions(StoreBase):
             sweep.
         max_value_bytes: refuse values larger than this (as JSON text) before writing;
             at most, and by default, 64 MiB.
+        listeners: callables handed a :mod:`~langgraph_memory_plus.observability` event
+            after every operation (``add_listener`` / ``remove_listener`` later).
     """
 
     def __init__(
@@ -57,11 +60,12 @@ class _RedisOptions(StoreBase):
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
         max_value_bytes: int | None = None,
+        listeners: Sequence[Listener] | None = None,
     ) -> None:
         self._connect(client)
         cluster = isinstance(client, CLUSTER_CLIENTS)
         self._plans = RedisStorePlans(key_prefix, shard_depth, cluster=cluster)
-        super().__init__(index=index, ttl=ttl, max_value_bytes=max_value_bytes)
+        super().__init__(index=index, ttl=ttl, max_value_bytes=max_value_bytes, listeners=listeners)
         self.client = client
 
     _scripts: Mapping[str, str] = SCRIPTS

@@ -9,10 +9,12 @@ thread).
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 
 from langgraph.store.base import IndexConfig, TTLConfig
 
 from ..._sqlite import SqliteAsyncDriver, SqlitePool, SqliteSyncDriver
+from ...observability.core import Listener
 from ..base import AsyncStore, StoreBase, SyncStore
 from .plans import SqliteStorePlans
 
@@ -34,6 +36,8 @@ class _SqliteOptions(StoreBase):
             sweep.
         max_value_bytes: refuse values larger than this (as JSON text) before writing;
             at most, and by default, 64 MiB.
+        listeners: callables handed a :mod:`~langgraph_memory_plus.observability` event
+            after every operation (``add_listener`` / ``remove_listener`` later).
     """
 
     def __init__(
@@ -43,10 +47,11 @@ class _SqliteOptions(StoreBase):
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
         max_value_bytes: int | None = None,
+        listeners: Sequence[Listener] | None = None,
     ) -> None:
         self._connect(conn)
         self._plans = SqliteStorePlans()
-        super().__init__(index=index, ttl=ttl, max_value_bytes=max_value_bytes)
+        super().__init__(index=index, ttl=ttl, max_value_bytes=max_value_bytes, listeners=listeners)
         self.conn = conn
 
     def _connect(self, conn: object) -> None:

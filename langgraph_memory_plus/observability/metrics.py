@@ -1,0 +1,179 @@
+"""What the metric listeners record, written once for Prometheus and OpenTelemetry.
+
+:func:`measure` turns an event into ``(metric, value, labels)`` triples; each adapter only
+creates its instruments from :data:`METRICS` and records the triples. Labels stay bounded:
+never a thread id, user id or raw namespace. Store namespaces appear only as the template
+they match (``users/*/preferences``; ``other`` when none does), and not at all without
+templates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from .events import (
+    CheckpointLoaded,
+    CheckpointSaved,
+    CheckpointsExpired,
+    MemoryEvent,
+    Namespace,
+    NodeCounted,
+    StoreDeleted,
+    StoreExpired,
+    StoreRead,
+    StoreWritten,
+    WritesSaved,
+)
+
+DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+BYTES_BUCKETS = tuple(float(256 * 4**k) for k in range(10))  # 256 B .. 64 MiB
+MESSAGE_BUCKETS = (1.0, 5.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 150.0, 250.0, 500.0)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric: ``name`` is the Prometheus base name (before prefix and suffix)."""
+
+    name: str
+    kind: Literal["counter", "histogram"]
+    unit: Literal["s", "By", "1"]
+    help: str
+    labels: tuple[str, ...]
+    by_namespace: bool = False
+    buckets: tuple[float, ...] = ()
+
+
+METRICS = {
+    m.name: m
+    for m in (
+        Metric(
+            "operation_duration",
+            "histogram",
+            "s",
+            "Duration of memory operations (storage time).",
+            ("operation", "backend", "result"),
+            by_namespace=True,
+            buckets=DURATION_BUCKETS,
+        ),
+        Metric(
+            "store_lookups",
+            "counter",
+            "1",
+            "Store reads (gets and searches) by result: hit, miss, error.",
+            ("backend", "result"),
+            by_namespace=True,
+        ),
+        Metric(
+            "checkpoint_loads",
+            "counter",
+            "1",
+            "Checkpoint loads (get_tuple) by result: hit, miss, error.",
+            ("backend", "result"),
+        ),
+        Metric(
+            "checkpoint",
+            "histogram",
+            "By",
+            "Bytes written per checkpoint (encoded checkpoint, metadata, blobs, list items).",
+            ("backend",),
+            buckets=BYTES_BUCKETS,
+        ),
+        Metric(
+            "checkpoint_messages",
+            "histogram",
+            "1",
+            "Items in the list channels (messages) of each saved checkpoint.",
+            ("backend",),
+            buckets=MESSAGE_BUCKETS,
+        ),
+        Metric(
+            "write_failures",
+            "counter",
+            "1",
+            "Failed writes by result: conflict (expected_version) or error.",
+            ("operation", "backend", "result"),
+            by_namespace=True,
+        ),
+        Metric(
+            "ttl_sweep_deleted",
+            "counter",
+            "1",
+            "Expired threads (kind=checkpoint) and items (kind=store) a sweep deleted.",
+            ("kind", "backend"),
+        ),
+        Metric(
+            "injection_scan_refusals",
+            "counter",
+            "1",
+            "Memories the injection scanner refused, on write or on read (stage).",
+            ("stage",),
+        ),
+        Metric("prefetch_hits", "counter", "1", "Prefetched store reads that answered a turn.", ()),
+        Metric(
+            "node_store_timeouts",
+            "counter",
+            "1",
+            "Store reads of memory nodes (prefetched or not) that timed out.",
+            (),
+        ),
+    )
+}
+
+_WRITES = (CheckpointSaved, WritesSaved, StoreWritten, StoreDeleted)
+_REFUSALS = {"refused": "write", "unsafe_fields": "read", "unsafe_results": "read"}
+
+
+class NamespaceTemplates:
+    """Maps a namespace to the first template it matches (``*`` matches one label)."""
+
+    def __init__(self, templates: Sequence[str]) -> None:
+        if isinstance(templates, str):
+            raise TypeError("namespace_templates takes a list of templates, not one string")
+        self.templates = [(t, tuple(t.split("/"))) for t in templates]
+
+    def __call__(self, namespace: Namespace) -> str:
+        for text, parts in self.templates:
+            if len(parts) == len(namespace) and all(
+                p in ("*", label) for p, label in zip(parts, namespace, strict=True)
+            ):
+                return text
+        return "other"
+
+
+Measurement = tuple[str, float, tuple[str, ...]]
+
+
+def measure(event: MemoryEvent, templates: NamespaceTemplates | None) -> Iterator[Measurement]:
+    """The measurements of one event; label values follow each metric's ``labels``, then
+    the namespace template when ``templates`` is set and the metric is ``by_namespace``
+    (``""`` for events without a namespace)."""
+    if isinstance(event, NodeCounted):
+        if event.counter in _REFUSALS:
+            yield "injection_scan_refusals", event.n, (_REFUSALS[event.counter],)
+        elif event.counter == "prefetch_used":
+            yield "prefetch_hits", event.n, ()
+        elif event.counter == "store_timeouts":
+            yield "node_store_timeouts", event.n, ()
+        return
+    result, backend = event.result, event.backend
+    ns: tuple[str, ...] = ()
+    if templates is not None:
+        namespace = getattr(event, "namespace", None)
+        ns = (templates(namespace) if namespace is not None else "",)
+    yield "operation_duration", event.duration, (event.name, backend, result, *ns)
+    if isinstance(event, StoreRead):
+        yield "store_lookups", 1, (backend, result, *ns)
+    elif isinstance(event, CheckpointLoaded):
+        yield "checkpoint_loads", 1, (backend, result)
+    elif isinstance(event, _WRITES) and event.error is not None:
+        yield "write_failures", 1, (event.name, backend, result, *ns)
+    elif isinstance(event, CheckpointSaved):
+        yield "checkpoint", event.bytes_written, (backend,)
+        yield "checkpoint_messages", event.message_count, (backend,)
+    elif isinstance(event, (CheckpointsExpired, StoreExpired)) and event.deleted:
+        yield "ttl_sweep_deleted", event.deleted, (event.kind, backend)
+
+
+__all__ = ["METRICS", "Metric", "NamespaceTemplates", "measure"]

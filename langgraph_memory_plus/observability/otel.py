@@ -1,0 +1,193 @@
+"""OpenTelemetry spans and metrics for savers, stores and memory nodes (extra ``otel``).
+
+Uses only ``opentelemetry-api``: with no SDK configured by the application every call is
+the API's no-op. ``OpenTelemetryListener()`` is a listener (``listeners=[...]`` or
+``add_listener``); :meth:`watch_nodes` adds the memory nodes' counters.
+
+Each operation becomes one CLIENT span, a child of whatever span is current where the
+operation ran, backdated to the operation's start. Attributes follow the database
+conventions (``db.system`` / ``db.system.name``, ``db.operation.name``) and the GenAI
+memory ones: ``gen_ai.operation.name`` (``search_memory``, ``update_memory``,
+``delete_memory`` for store items), ``gen_ai.conversation.id`` (the thread id),
+``gen_ai.memory.store.id``, ``gen_ai.memory.record.id`` (the item key),
+``gen_ai.memory.scope`` (``session`` for checkpoints, ``user`` for store items). The search
+text (``gen_ai.memory.query.text``) is content: it is recorded only when
+``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is true.
+
+The metrics are those of :mod:`.metrics` under ``lgmp.`` names with UCUM units (``s``,
+``By``). Raw queries are left to the psycopg and redis-py instrumentations.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from .core import add_global_listener, remove_global_listener
+from .events import (
+    CheckpointLoaded,
+    CheckpointSaved,
+    CheckpointsExpired,
+    MemoryEvent,
+    NodeCounted,
+    StoreDeleted,
+    StoreExpired,
+    StoreRead,
+    StoreWritten,
+    ThreadCopied,
+    ThreadDeleted,
+    ThreadsPruned,
+    WritesSaved,
+)
+from .metrics import METRICS, Metric, NamespaceTemplates, measure
+
+_SCOPE = "langgraph_memory_plus"
+
+CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+_DB_OPERATION = {
+    CheckpointLoaded: "get_tuple",
+    CheckpointSaved: "put",
+    WritesSaved: "put_writes",
+    ThreadDeleted: "delete_thread",
+    ThreadCopied: "copy_thread",
+    ThreadsPruned: "prune",
+    CheckpointsExpired: "sweep_expired",
+    StoreWritten: "put",
+    StoreDeleted: "delete",
+    StoreExpired: "sweep_ttl",
+}
+_OTEL_NAMES = {"checkpoint": "checkpoint.size", "checkpoint_messages": "checkpoint.messages"}
+_MEMORY_OPERATION = {
+    StoreRead: "search_memory",
+    StoreWritten: "update_memory",
+    StoreDeleted: "delete_memory",
+}
+
+
+def capture_content() -> bool:
+    """The standard GenAI content-capture switch (off unless set to ``true``)."""
+    return os.environ.get(CAPTURE_CONTENT, "").strip().lower() == "true"
+
+
+def attributes(event: MemoryEvent, store_id: str | None) -> dict[str, Any]:
+    """A span's attributes for ``event`` (content only with the capture switch on)."""
+    attrs: dict[str, Any] = {
+        "db.system": event.backend,
+        "db.system.name": event.backend,
+        "lgmp.result": event.result,
+    }
+    if isinstance(event, StoreRead):
+        attrs["db.operation.name"] = "get" if event.key is not None else "search"
+        attrs["lgmp.records_count"] = event.count
+        if event.query is not None and capture_content():
+            attrs["gen_ai.memory.query.text"] = event.query
+    elif type(event) in _DB_OPERATION:
+        attrs["db.operation.name"] = _DB_OPERATION[type(event)]
+    if type(event) in _MEMORY_OPERATION:
+        attrs["gen_ai.operation.name"] = _MEMORY_OPERATION[type(event)]
+        attrs["gen_ai.memory.scope"] = "user"
+        if store_id is not None:
+            attrs["gen_ai.memory.store.id"] = store_id
+    thread_id = getattr(event, "thread_id", None) or getattr(event, "source_thread_id", None)
+    if thread_id is not None:
+        attrs["gen_ai.conversation.id"] = thread_id
+        attrs["gen_ai.memory.scope"] = "session"
+    if isinstance(event, ThreadCopied):
+        attrs["lgmp.target_thread_id"] = event.target_thread_id
+    key = getattr(event, "key", None)
+    if key is not None:
+        attrs["gen_ai.memory.record.id"] = key
+    for name in ("checkpoint_ns", "bytes_written", "message_count", "write_count", "deleted"):
+        value = getattr(event, name, None)
+        if value is not None:
+            attrs[f"lgmp.{name}"] = value
+    if event.error is not None:
+        attrs["error.type"] = type(event.error).__qualname__
+    return attrs
+
+
+class OpenTelemetryListener:
+    """Records every event it is handed as a span and as metrics.
+
+    Args:
+        tracer_provider / meter_provider: the providers to use (the global ones by default).
+        store_id: ``gen_ai.memory.store.id`` for store spans (left out by default).
+        namespace_templates: as for :class:`~.prometheus.PrometheusListener`.
+    """
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+        store_id: str | None = None,
+        namespace_templates: Sequence[str] | None = None,
+    ) -> None:
+        self._tracer = trace.get_tracer(_SCOPE, tracer_provider=tracer_provider)
+        meter = metrics.get_meter(_SCOPE, meter_provider=meter_provider)
+        self._store_id = store_id
+        self._templates = (
+            None if namespace_templates is None else NamespaceTemplates(namespace_templates)
+        )
+        self._instruments = {name: self._create(meter, m) for name, m in METRICS.items()}
+
+    def _create(self, meter: metrics.Meter, metric: Metric) -> Any:
+        name = "lgmp." + _OTEL_NAMES.get(metric.name, metric.name.replace("_", "."))
+        unit = {"s": "s", "By": "By", "1": "{operation}"}[metric.unit]
+        if metric.kind == "counter":
+            return meter.create_counter(name, unit=unit, description=metric.help)
+        return meter.create_histogram(
+            name,
+            unit=unit,
+            description=metric.help,
+            explicit_bucket_boundaries_advisory=list(metric.buckets),
+        )
+
+    def _label_names(self, metric: Metric) -> tuple[str, ...]:
+        names = metric.labels
+        if metric.by_namespace and self._templates is not None:
+            names = (*names, "namespace")
+        return names
+
+    def __call__(self, event: MemoryEvent) -> None:
+        for name, value, labels in measure(event, self._templates):
+            instrument = self._instruments[name]
+            attrs = dict(zip(self._label_names(METRICS[name]), labels, strict=True))
+            if METRICS[name].kind == "histogram":
+                instrument.record(value, attrs)
+            else:
+                instrument.add(value, attrs)
+        if not isinstance(event, NodeCounted):
+            self._span(event)
+
+    def _span(self, event: MemoryEvent) -> None:
+        end = time.time_ns()
+        attrs = attributes(event, self._store_id)
+        name = attrs.get("gen_ai.operation.name") or attrs.get("db.operation.name", event.name)
+        span = self._tracer.start_span(
+            f"{name} {event.backend}",
+            kind=SpanKind.CLIENT,
+            attributes=attrs,
+            start_time=end - int(event.duration * 1e9),
+        )
+        if event.error is not None:
+            span.record_exception(event.error)
+            span.set_status(Status(StatusCode.ERROR, type(event.error).__qualname__))
+        span.end(end_time=end)
+
+    def watch_nodes(self) -> OpenTelemetryListener:
+        """Also count the memory nodes' events (they have no saver to register on)."""
+        add_global_listener(self)
+        return self
+
+    def unwatch_nodes(self) -> None:
+        remove_global_listener(self)
+
+
+__all__ = ["CAPTURE_CONTENT", "OpenTelemetryListener", "attributes", "capture_content"]

@@ -1,0 +1,79 @@
+"""Prometheus metrics for savers, stores and memory nodes (extra ``prometheus``).
+
+``PrometheusListener(registry=...)`` is a listener: pass it in ``listeners=[...]`` (or
+``add_listener``) on every saver and store to watch, and call :meth:`watch_nodes` for the
+memory nodes' counters (injection-scan refusals, prefetch hits, store timeouts). Names use
+base units and suffixes (``_seconds``, ``_bytes``, ``_total``) behind one prefix; the
+metrics themselves are listed in :mod:`.metrics`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+
+from .core import add_global_listener, remove_global_listener
+from .events import MemoryEvent
+from .metrics import METRICS, Metric, NamespaceTemplates, measure
+
+_SUFFIX = {"s": "_seconds", "By": "_bytes", "1": ""}
+
+
+class PrometheusListener:
+    """Records every event it is handed as Prometheus metrics.
+
+    Args:
+        registry: where the metrics are registered (the global ``REGISTRY`` by default);
+            one listener per registry and prefix.
+        prefix: put before every metric name.
+        namespace_templates: label store metrics with the template the namespace matches
+            (``["users/*/preferences"]``; ``other`` when none does). Without templates the
+            namespace label is left out.
+    """
+
+    def __init__(
+        self,
+        *,
+        registry: CollectorRegistry | None = None,
+        prefix: str = "lgmp_",
+        namespace_templates: Sequence[str] | None = None,
+    ) -> None:
+        registry = REGISTRY if registry is None else registry
+        self._templates = (
+            None if namespace_templates is None else NamespaceTemplates(namespace_templates)
+        )
+        self.metrics = {
+            name: self._create(prefix, metric, registry) for name, metric in METRICS.items()
+        }
+
+    def _create(self, prefix: str, metric: Metric, registry: CollectorRegistry) -> Any:
+        labels = metric.labels
+        if metric.by_namespace and self._templates is not None:
+            labels = (*labels, "namespace")
+        name = f"{prefix}{metric.name}{_SUFFIX[metric.unit]}"
+        if metric.kind == "counter":  # prometheus_client adds the ``_total``
+            return Counter(name, metric.help, labels, registry=registry)
+        return Histogram(name, metric.help, labels, registry=registry, buckets=metric.buckets)
+
+    def __call__(self, event: MemoryEvent) -> None:
+        for name, value, labels in measure(event, self._templates):
+            metric = self.metrics[name]
+            if labels:
+                metric = metric.labels(*labels)
+            if isinstance(metric, Counter):
+                metric.inc(value)
+            else:
+                metric.observe(value)
+
+    def watch_nodes(self) -> PrometheusListener:
+        """Also count the memory nodes' events (they have no saver to register on)."""
+        add_global_listener(self)
+        return self
+
+    def unwatch_nodes(self) -> None:
+        remove_global_listener(self)
+
+
+__all__ = ["NamespaceTemplates", "PrometheusListener"]

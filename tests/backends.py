@@ -1,0 +1,63 @@
+"""The storage targets the tests run on: the machine's servers, and the tested server matrix.
+
+A test that takes the ``backend`` fixture runs once per entry of ``BACKENDS`` (the machine's
+PostgreSQL 15 and Redis 7, a local Redis Cluster, SQLite). Marked ``@ALL_SERVERS``, it also
+runs on every entry of ``MATRIX``: servers and poolers users run in production, each started
+by a fixture of ``conftest.py`` for the test run. Those cases carry the ``matrix`` mark, so
+``pytest -m "not matrix"`` leaves them out of a quick local run (CI runs them all).
+
+Adding a server to the matrix is one line in ``MATRIX`` and a fixture that yields its URL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where a backend's classes store: their ``kind`` (postgres, redis or sqlite), the
+    fixture that yields the server's URL (for SQLite a temporary directory), and the options
+    every saver and store opened there needs."""
+
+    kind: str
+    url_fixture: str
+    options: dict[str, Any] = field(default_factory=dict)
+    # A fixture giving a key prefix of this run's own, on a server other runs share.
+    prefix_fixture: str | None = None
+
+
+BACKENDS: dict[str, Backend] = {
+    "postgres": Backend("postgres", "pg_url"),
+    "redis": Backend("redis", "redis_url", prefix_fixture="redis_prefix"),
+    "redis-cluster": Backend("redis", "redis_cluster_url", {"key_prefix": "lgmp-test"}),
+    "sqlite": Backend("sqlite", "tmp_path"),
+}
+
+MATRIX: dict[str, Backend] = {
+    "valkey": Backend("redis", "valkey_url"),
+    "valkey-cluster": Backend("redis", "valkey_cluster_url"),
+    "redis-6.2": Backend("redis", "redis62_url"),
+    "postgres-16": Backend("postgres", "pg16_url"),
+    "postgres-18": Backend("postgres", "pg18_url"),
+    # Transaction pooling hands each transaction any server connection: no server-side
+    # prepared statements (PgBouncer 1.18 cannot route them).
+    "pgbouncer": Backend("postgres", "pgbouncer_url", {"prepare_threshold": None}),
+}
+
+EVERY = {**BACKENDS, **MATRIX}
+
+
+def backend_params(all_servers: bool) -> list[Any]:
+    """``pytest.param`` per backend; the matrix ones (marked ``matrix``) if ``all_servers``."""
+    params = [pytest.param(name, id=name) for name in BACKENDS]
+    if all_servers:
+        params += [pytest.param(name, id=name, marks=pytest.mark.matrix) for name in MATRIX]
+    return params
+
+
+# Runs a test that takes ``backend`` on the machine's backends and on the server matrix.
+ALL_SERVERS = pytest.mark.parametrize("backend", backend_params(all_servers=True), indirect=True)
