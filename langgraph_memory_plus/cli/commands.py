@@ -569,6 +569,47 @@ def migrate(args: argparse.Namespace) -> int:
     return OK if report.ok else FOUND_PROBLEMS
 
 
+# -- erasure ---------------------------------------------------------------------------------
+
+
+def erase_user(args: argparse.Namespace) -> int:
+    from ..erasure import ErasureProgress
+    from ..erasure import erase_user as erase
+
+    with open_url(args.url) as opened:
+        _ours(opened, "erase-user")
+        if not args.dry_run:
+            confirm(
+                f"Erase everything of user {args.user_id!r} at {opened.url} (threads, "
+                "transcripts, sessions, store items under ('users', USER), drafts)?",
+                args.yes,
+                expected=args.user_id,
+            )
+        bar = Progress("erased threads")
+
+        def progress(p: ErasureProgress) -> None:
+            if p.kind == "threads":
+                bar.update(p.done, "")
+
+        try:
+            report = erase(
+                args.user_id,
+                memory=opened.memory,
+                dry_run=args.dry_run,
+                progress=progress,
+                batch_size=args.batch_size,
+            )
+        finally:
+            bar.close()
+    if args.json:
+        emit_json(report.to_dict())
+        return OK
+    verb = "would erase" if report.dry_run else "erased"
+    counts = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in report.counts.items())
+    print(f"{verb} user {report.user_id}: {counts} in {report.duration_s:.3f} s")
+    return OK
+
+
 # -- doctor ----------------------------------------------------------------------------------
 
 

@@ -256,6 +256,35 @@ class PostgresThreadIndex:
         return f"""DELETE FROM {self._tx} WHERE ctid = ANY(ARRAY(
             SELECT ctid FROM {self._tx} WHERE expires_at <= now() LIMIT {limit_param}))"""
 
+    def drop_transcripts(self, thread_ids: Sequence[str], dry: bool) -> Plan[Query, int]:
+        """Erasure: the transcript lines of these threads (counted only, when ``dry``)."""
+        tks = [thread_key(t) for t in thread_ids]
+        where = f"FROM {self._tx} WHERE thread_key = ANY(%s)"
+        sql = (
+            f"SELECT count(*) {where}"
+            if dry
+            else (f"WITH gone AS (DELETE {where} RETURNING 1) SELECT count(*) FROM gone")
+        )
+        rows: Rows = yield Query(sql, (tks,), fetch=True, standalone=True)
+        return int(rows[0][0])
+
+    def drop_owned_transcripts(
+        self, owner: str, limit: int, dry: bool, listed: Sequence[str] = ()
+    ) -> Plan[Query, int]:
+        """Erasure: up to ``limit`` lines recorded for ``owner`` in threads no longer in
+        the index; when ``dry``, all of them counted, except those of ``listed`` threads."""
+        if dry:
+            sql = f"""SELECT count(*) FROM {self._tx}
+                WHERE owner = %s AND NOT thread_key = ANY(%s)"""
+            params: tuple[Any, ...] = (owner, [thread_key(t) for t in listed])
+        else:
+            sql = f"""WITH gone AS (DELETE FROM {self._tx} WHERE ctid = ANY(ARRAY(
+                SELECT ctid FROM {self._tx} WHERE owner = %s LIMIT %s)) RETURNING 1)
+                SELECT count(*) FROM gone"""
+            params = (owner, limit)
+        rows: Rows = yield Query(sql, params, fetch=True, standalone=True)
+        return int(rows[0][0])
+
     def copy(self, src: bytes, dst: bytes, dst_id: bytes) -> Query:
         """The target's row from the source's (title, metadata, status); counts follow
         from :meth:`refresh`."""

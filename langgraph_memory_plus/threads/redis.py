@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._plan import Plan
-from .._redis import Batch, Eval, Scan
+from .._redis import Batch, Eval, Scan, glob_escape
 from .core import RecordInput, StoredRecord, ThreadQuery, index_value
 
 Command = Eval | Scan | Batch
@@ -232,6 +232,41 @@ class RedisThreadIndex:
             args.extend((_utf8(line.id), _utf8(line.role), _utf8(line.text)))
         return args
 
+    def drop_transcripts(self, thread_ids: Sequence[str], dry: bool) -> Plan[Command, int]:
+        """Erasure: the transcript lines of these threads (counted only, when ``dry``)."""
+        keys = [self.transcript_keys(t) for t in thread_ids]
+        if not keys:
+            return 0
+        counts = yield Batch([("ZCARD", order) for _, order in keys])
+        if not dry:
+            yield Batch([("DEL", lines, order) for lines, order in keys])
+        return sum(int(n) for n in counts)
+
+    def drop_owned_transcripts(
+        self, owner: str, limit: int, dry: bool, listed: Sequence[str] = ()
+    ) -> Plan[Command, int]:
+        """Erasure: the lines recorded for ``owner`` in threads no longer in the index
+        (when ``dry``, those of ``listed`` threads left out: they are counted apart).
+
+        There is no owner index on Redis: SCAN (admin paths only) finds every
+        transcript, read and deleted ``limit`` keys per pipeline.
+        """
+        found: list[bytes] = yield Scan(_utf8(f"{glob_escape(self.prefix)}:{{*}}:tx"))
+        skip = {self.transcript_keys(t)[0] for t in listed}
+        found = [key for key in found if key not in skip]
+        total, want = 0, _utf8(owner)
+        for start in range(0, len(found), max(1, limit)):
+            chunk = found[start : start + max(1, limit)]
+            owners = yield Batch([("HGET", key, b"\x00owner") for key in chunk])
+            mine = [key for key, o in zip(chunk, owners, strict=True) if o == want]
+            if not mine:
+                continue
+            counts = yield Batch([("ZCARD", key + b"o") for key in mine])
+            total += sum(int(n) for n in counts)
+            if not dry:
+                yield Batch([("DEL", key, key + b"o") for key in mine])
+        return total
+
     def transcript(
         self, thread_id: str, owner: str | None, limit: int, offset: int
     ) -> Plan[Command, list[tuple[str, str, str, float]]]:
@@ -280,6 +315,14 @@ class RedisThreadIndex:
         if record is not None:
             keys += [self.set_key(k, v) for k, v in record.indexed.items()]
         return Batch(self._adds(keys, thread_id, ts).commands, then)
+
+    def refused(self, thread_id: str, record: RecordInput | None) -> Plan[Command, None]:
+        """After a write the script refused (its thread was deleted, e.g. by erasure):
+        the entries step 1 added go again, unless the thread lives (a fresh run)."""
+        [stored] = yield from self._records([thread_id])
+        if stored is None:
+            keys = self.intent(thread_id, record, 0).commands
+            yield Batch([("ZREM", c[1], _utf8(thread_id)) for c in keys if c[0] == "ZADD"])
 
     def _keys_of(self, record: StoredRecord) -> list[bytes]:
         return [self.all_key] + [

@@ -407,6 +407,40 @@ class SqliteThreadIndex:
         )
         return _stored(rows[0]) if rows else None
 
+    def drop_transcripts(self, thread_ids: Sequence[str], dry: bool) -> Plan[Query, int]:
+        """Erasure: the transcript lines of these threads (counted only, when ``dry``)."""
+        tks = [thread_key(t) for t in thread_ids]
+        where = f"FROM {TRANSCRIPTS} WHERE thread_key IN ({','.join('?' * len(tks))})"
+        if not tks:
+            return 0
+        if dry:
+            rows: Rows = yield Query(f"SELECT count(*) {where}", tks, fetch=True)
+            return int(rows[0][0])
+        deleted: int = yield Query(f"DELETE {where}", tks, write=True)
+        return deleted
+
+    def drop_owned_transcripts(
+        self, owner: str, limit: int, dry: bool, listed: Sequence[str] = ()
+    ) -> Plan[Query, int]:
+        """Erasure: up to ``limit`` lines recorded for ``owner`` in threads no longer in
+        the index; when ``dry``, all of them counted, except those of ``listed`` threads."""
+        if dry:
+            tks = [thread_key(t) for t in listed]
+            rows: Rows = yield Query(
+                f"SELECT count(*) FROM {TRANSCRIPTS} WHERE owner = ? "
+                f"AND thread_key NOT IN ({','.join('?' * len(tks))})",
+                (owner, *tks),
+                fetch=True,
+            )
+            return int(rows[0][0])
+        deleted: int = yield Query(
+            f"""DELETE FROM {TRANSCRIPTS} WHERE (thread_key, message_id) IN (
+                SELECT thread_key, message_id FROM {TRANSCRIPTS} WHERE owner = ? LIMIT ?)""",
+            (owner, limit),
+            write=True,
+        )
+        return deleted
+
     def sweep_transcripts(self, batch_size: int) -> Query:
         """A bounded batch of expired transcript lines (run by ``sweep_expired``)."""
         return Query(

@@ -482,7 +482,9 @@ class RedisCheckpointPlans:
         if record.lines:
             keys += self.threads.transcript_keys(target.thread_id)
         # the index entries first (see threads/redis.py), in the same round trip
-        yield self.threads.intent(target.thread_id, record, ts, Eval("put", keys, args))
+        reply = yield self.threads.intent(target.thread_id, record, ts, Eval("put", keys, args))
+        if reply == 0:  # refused: the thread was deleted while this run went on
+            yield from self.threads.refused(target.thread_id, record)
 
     def put_writes(self, target: Target, writes: list[EncodedWrite]) -> Plan[Command, None]:
         if not writes:
@@ -510,6 +512,8 @@ class RedisCheckpointPlans:
         reply = yield (self.threads.intent(target.thread_id, None, ts, write) if flagged else write)
         if isinstance(reply, list):  # merged with an earlier call's writes: too large
             raise ValueTooLargeError(what, int(reply[0]), self.max_value_bytes)
+        if flagged and reply == 0:
+            yield from self.threads.refused(target.thread_id, None)
 
     def delta_history(
         self, codec: CheckpointCodec, target: Target, channels: Sequence[str]

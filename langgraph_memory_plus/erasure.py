@@ -1,0 +1,453 @@
+"""Forget a user: ``erase_user`` / ``aerase_user`` across every kind of memory.
+
+A user lives in many places: the checkpoints of every thread the thread index
+attributes to them (whatever the thread ids look like), those threads' transcripts,
+their session entries (the index records), store items under namespace templates such
+as ``("users", "{user_id}")`` (profile, memories, task drafts, their vectors), and
+approval decisions. Erasure removes all of it, except the decision records of
+``approvals.Approvals`` (in the store, ``approvals_namespace``): they are audit, so
+they are anonymized instead (:func:`anonymized`).
+
+One core, :func:`_erase`, a plan yielding small steps that a sync or an async runner
+executes against the saver and the store. Every step is bounded (``batch_size``
+threads, lines or items), each thread goes through the saver's own
+``delete_thread`` (its tombstone refuses the late writes of a run still going), and
+the order makes a crash harmless: a thread's transcript goes before the thread, so a
+thread that survives a crash still points to what is left, and repeating the call
+finishes the job. A second call reports zeros.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langgraph.store.base import BaseStore, PutOp
+
+from ._plan import Plan, adrive, drive
+from .errors import InvalidConfigError
+from .threads.core import index_value
+
+Namespace = tuple[str, ...]
+DEFAULT_NAMESPACES: tuple[Namespace, ...] = (("users", "{user_id}"),)
+"""Store namespaces erased by default (drafts, ``("users", id, "pending_tasks")``,
+fall under it)."""
+DEFAULT_BATCH_SIZE = 100
+
+
+@dataclass
+class ErasureReport:
+    """What an erasure removed (or, for a dry run, would remove)."""
+
+    user_id: str
+    dry_run: bool
+    counts: dict[str, int] = field(default_factory=dict)
+    """Per kind: ``threads``, ``checkpoints``, ``transcript_messages``,
+    ``store_items``, ``drafts``, ``approvals_anonymized``."""
+    thread_ids: list[str] = field(default_factory=list)
+    namespaces: list[Namespace] = field(default_factory=list)
+    """The namespace templates, filled in with the user id."""
+    duration_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form (the CLI's ``--json`` output)."""
+        return {
+            "user_id": self.user_id,
+            "dry_run": self.dry_run,
+            "counts": dict(self.counts),
+            "thread_ids": list(self.thread_ids),
+            "namespaces": [list(ns) for ns in self.namespaces],
+            "duration_s": round(self.duration_s, 6),
+        }
+
+
+@dataclass(frozen=True)
+class ErasureProgress:
+    """Handed to the ``progress`` callback after every batch."""
+
+    kind: str
+    """``threads``, ``transcript_messages``, ``store_items`` or ``approvals``."""
+    done: int
+    """How many of that kind so far."""
+
+
+APPROVALS_NAMESPACE: Namespace = ("approvals", "decisions")
+"""Where ``approvals.Approvals`` keeps decision records (its default namespace)."""
+REDACTED = "[erased]"
+_IDENTIFYING = ("user_id", "thread_id")
+"""Decision record fields replaced by the opaque id (a thread id may name the user)."""
+
+
+def _redact(value: Any) -> Any:
+    """``value`` with its structure kept and every scalar replaced: field names stay."""
+    if isinstance(value, Mapping):
+        return {k: _redact(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact(v) for v in value]
+    return None if value is None else REDACTED
+
+
+def anonymized(record: Mapping[str, Any], opaque: str) -> dict[str, Any]:
+    """A decision record with the user gone and the audit kept.
+
+    The user id and thread id become ``opaque`` (``erased:<random>``); the action
+    arguments, the edited arguments and the reviewer's message are redacted (field
+    names kept); the decision, reviewer, action names, ids and times stay.
+    """
+    out = dict(record)
+    for name in _IDENTIFYING:
+        if name in out:
+            out[name] = opaque
+    for name in ("args", "message"):
+        if out.get(name) is not None:
+            out[name] = _redact(out[name])
+    if isinstance(out.get("actions"), list):
+        out["actions"] = [
+            {**a, "args": _redact(a.get("args"))} if isinstance(a, Mapping) else _redact(a)
+            for a in out["actions"]
+        ]
+    return out
+
+
+# -- steps ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Threads:
+    """Up to ``limit`` of the user's threads, from ``offset`` (oldest id first)."""
+
+    offset: int
+    limit: int
+
+
+@dataclass(frozen=True)
+class _Index:
+    """A plan of the saver's thread index (``method`` of ``saver._plans.threads``, the
+    transcript hooks), run with the saver's runner."""
+
+    method: str
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class _DeleteThread:
+    thread_id: str
+
+
+@dataclass(frozen=True)
+class _Items:
+    namespace: Namespace
+    offset: int
+    limit: int
+
+
+@dataclass(frozen=True)
+class _DeleteItems:
+    keys: list[tuple[Namespace, str]]
+
+
+@dataclass(frozen=True)
+class _Records:
+    """Up to ``limit`` decision records of the user, from ``offset``."""
+
+    namespace: Namespace
+    user_id: str
+    offset: int
+    limit: int
+
+
+@dataclass(frozen=True)
+class _PutItems:
+    items: list[tuple[Namespace, str, dict[str, Any]]]
+
+
+_Step = _Threads | _Index | _DeleteThread | _Items | _DeleteItems | _Records | _PutItems
+
+
+def _namespaces(user_id: str, templates: Sequence[Sequence[str]]) -> list[Namespace]:
+    out: list[Namespace] = []
+    for template in templates:
+        labels = tuple(template)
+        if not labels or not any("{user_id}" in label for label in labels):
+            # A template without the user id would erase everyone's items.
+            raise InvalidConfigError(
+                f"namespace template {labels!r} must contain '{{user_id}}' in one of its labels"
+            )
+        out.append(tuple(label.replace("{user_id}", user_id) for label in labels))
+    return out
+
+
+def _erase(
+    user_id: str,
+    namespaces: list[Namespace],
+    *,
+    has_saver: bool,
+    has_store: bool,
+    approvals: Namespace | None,
+    dry_run: bool,
+    batch_size: int,
+    progress: Callable[[ErasureProgress], None] | None,
+) -> Plan[_Step, ErasureReport]:
+    """The whole erasure, as steps; see the module docstring for the order."""
+    started = time.monotonic()
+    report = ErasureReport(user_id, dry_run, namespaces=list(namespaces))
+    counts = dict.fromkeys(
+        (
+            "threads",
+            "checkpoints",
+            "transcript_messages",
+            "store_items",
+            "drafts",
+            "approvals_anonymized",
+        ),
+        0,
+    )
+
+    def tell(kind: str, done: int) -> None:
+        if progress is not None:
+            progress(ErasureProgress(kind, done))
+
+    if has_saver:
+        offset = 0  # deleted threads leave the index: a real run always reads page one
+        while True:
+            page: list[Any] = yield _Threads(offset, batch_size)
+            if not page:
+                break
+            ids = [r["thread_id"] for r in page]
+            if set(ids) & set(report.thread_ids):
+                raise RuntimeError("the thread index still lists threads erasure deleted")
+            counts["transcript_messages"] += yield _Index("drop_transcripts", (ids, dry_run))
+            for record in page:
+                if not dry_run:
+                    yield _DeleteThread(record["thread_id"])
+                counts["checkpoints"] += int(record["size"]["checkpoints"])
+            report.thread_ids.extend(ids)
+            counts["threads"] += len(ids)
+            tell("threads", counts["threads"])
+            if dry_run:
+                offset += len(page)
+        # Lines of the user's threads deleted earlier (transcripts outlive threads),
+        # recorded under the owner as the index stores a value.
+        owner = index_value(user_id)
+        assert owner is not None  # a string always has one
+        while True:
+            n: int = yield _Index(
+                "drop_owned_transcripts", (owner, batch_size, dry_run, report.thread_ids)
+            )
+            counts["transcript_messages"] += n
+            tell("transcript_messages", counts["transcript_messages"])
+            if dry_run or n < batch_size:
+                break
+    if has_store:
+        for namespace in namespaces:
+            offset = 0
+            while True:
+                items: list[Any] = yield _Items(namespace, offset, batch_size)
+                if not items:
+                    break
+                for item in items:
+                    kind = "drafts" if "pending_tasks" in item.namespace else "store_items"
+                    counts[kind] += 1
+                if dry_run:
+                    offset += len(items)
+                else:
+                    yield _DeleteItems([(tuple(i.namespace), i.key) for i in items])
+                tell("store_items", counts["store_items"] + counts["drafts"])
+    if has_store and approvals is not None:
+        opaque = f"erased:{secrets.token_hex(12)}"
+        offset = 0
+        while True:
+            records: list[Any] = yield _Records(approvals, user_id, offset, batch_size)
+            if not records:
+                break
+            counts["approvals_anonymized"] += len(records)
+            if dry_run:
+                offset += len(records)
+            else:
+                yield _PutItems(
+                    [(tuple(r.namespace), r.key, anonymized(r.value, opaque)) for r in records]
+                )
+            tell("approvals", counts["approvals_anonymized"])
+    report.counts = counts
+    report.duration_s = time.monotonic() - started
+    return report
+
+
+# -- running it ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Target:
+    checkpointer: Any
+    store: BaseStore | None
+    user_key: str
+
+
+def _target(memory: Any, checkpointer: Any, store: Any) -> _Target:
+    if memory is not None:
+        if checkpointer is not None or store is not None:
+            raise InvalidConfigError("pass memory= or checkpointer=/store=, not both")
+        checkpointer, store = memory.checkpointer, memory.store
+    if checkpointer is None and store is None:
+        raise InvalidConfigError("erase_user needs memory=, checkpointer= or store=")
+    user_key = "user_id"
+    if checkpointer is not None:
+        if not hasattr(checkpointer, "threads") or not hasattr(checkpointer, "_plans"):
+            raise InvalidConfigError(
+                f"{type(checkpointer).__name__} keeps no thread index: erasure needs one of "
+                "this package's savers"
+            )
+        user_key = checkpointer.threads.user_key
+    if store is not None and not isinstance(store, BaseStore):
+        raise InvalidConfigError(f"store must be a BaseStore, got {type(store).__name__}")
+    return _Target(checkpointer, store, user_key)
+
+
+def _check(user_id: Any, batch_size: Any) -> None:
+    if not isinstance(user_id, str) or not user_id.strip():
+        raise InvalidConfigError(f"user_id must be a non-empty string, got {user_id!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
+
+
+def _plan(
+    user_id: Any,
+    target: _Target,
+    namespaces: Sequence[Sequence[str]],
+    approvals_namespace: Sequence[str] | None,
+    dry_run: bool,
+    batch_size: Any,
+    progress: Callable[[ErasureProgress], None] | None,
+) -> Plan[_Step, ErasureReport]:
+    _check(user_id, batch_size)
+    return _erase(
+        user_id,
+        _namespaces(user_id, namespaces),
+        has_saver=target.checkpointer is not None,
+        has_store=target.store is not None,
+        approvals=None if approvals_namespace is None else tuple(approvals_namespace),
+        dry_run=bool(dry_run),
+        batch_size=batch_size,
+        progress=progress,
+    )
+
+
+def _search_args(target: _Target, user_id: str, step: _Threads) -> Mapping[str, Any]:
+    return {
+        "metadata": {target.user_key: user_id},
+        "sort_by": "updated_at",
+        "sort_order": "asc",
+        "limit": step.limit,
+        "offset": step.offset,
+    }
+
+
+def _deletes(step: _DeleteItems) -> list[PutOp]:
+    return [PutOp(ns, key, None) for ns, key in step.keys]
+
+
+def _items_args(step: _Items) -> dict[str, Any]:
+    # No TTL refresh: a dry run changes nothing, and what erasure reads is going anyway.
+    return {"limit": step.limit, "offset": step.offset, "refresh_ttl": False}
+
+
+def _records_args(step: _Records) -> dict[str, Any]:
+    return {
+        "filter": {"user_id": step.user_id},
+        "limit": step.limit,
+        "offset": step.offset,
+        "refresh_ttl": False,
+    }
+
+
+def _puts(step: _PutItems) -> list[PutOp]:
+    # Decision records carry no TTL (the audit outlives the threads) and no vectors.
+    return [PutOp(ns, key, value, index=False) for ns, key, value in step.items]
+
+
+def erase_user(
+    user_id: str,
+    *,
+    memory: Any = None,
+    checkpointer: Any = None,
+    store: BaseStore | None = None,
+    namespaces: Sequence[Sequence[str]] = DEFAULT_NAMESPACES,
+    approvals_namespace: Sequence[str] | None = APPROVALS_NAMESPACE,
+    dry_run: bool = False,
+    progress: Callable[[ErasureProgress], None] | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> ErasureReport:
+    """Remove everything of ``user_id``; returns what was removed.
+
+    ``memory`` is what :func:`~langgraph_memory_plus.from_url` opens (or pass
+    ``checkpointer=`` / ``store=``). Threads are those the saver's thread index
+    attributes to the user (its user key, ``user_id`` by default); store items are
+    those under ``namespaces``, templates whose labels may hold ``{user_id}``.
+    Decision records under ``approvals_namespace`` (``None``: none kept) are anonymized,
+    not deleted. ``dry_run`` changes nothing and reports what would go. Safe to repeat
+    after a crash.
+    """
+    target = _target(memory, checkpointer, store)
+    saver, items = target.checkpointer, target.store
+
+    def execute(step: _Step) -> Any:
+        if isinstance(step, _Threads):
+            return saver.threads.search(**_search_args(target, user_id, step))
+        if isinstance(step, _Index):
+            return saver._run(getattr(saver._plans.threads, step.method)(*step.args))
+        if isinstance(step, _DeleteThread):
+            return saver.delete_thread(step.thread_id)
+        assert items is not None
+        if isinstance(step, _Items):
+            return items.search(step.namespace, **_items_args(step))
+        if isinstance(step, _DeleteItems):
+            return items.batch(_deletes(step))
+        if isinstance(step, _Records):
+            return items.search(step.namespace, **_records_args(step))
+        return items.batch(_puts(step))
+
+    return drive(
+        _plan(user_id, target, namespaces, approvals_namespace, dry_run, batch_size, progress),
+        execute,
+    )
+
+
+async def aerase_user(
+    user_id: str,
+    *,
+    memory: Any = None,
+    checkpointer: Any = None,
+    store: BaseStore | None = None,
+    namespaces: Sequence[Sequence[str]] = DEFAULT_NAMESPACES,
+    approvals_namespace: Sequence[str] | None = APPROVALS_NAMESPACE,
+    dry_run: bool = False,
+    progress: Callable[[ErasureProgress], None] | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> ErasureReport:
+    """Async :func:`erase_user`."""
+    target = _target(memory, checkpointer, store)
+    saver, items = target.checkpointer, target.store
+
+    async def execute(step: _Step) -> Any:
+        if isinstance(step, _Threads):
+            return await saver.threads.asearch(**_search_args(target, user_id, step))
+        if isinstance(step, _Index):
+            return await saver._arun(getattr(saver._plans.threads, step.method)(*step.args))
+        if isinstance(step, _DeleteThread):
+            return await saver.adelete_thread(step.thread_id)
+        assert items is not None
+        if isinstance(step, _Items):
+            return await items.asearch(step.namespace, **_items_args(step))
+        if isinstance(step, _DeleteItems):
+            return await items.abatch(_deletes(step))
+        if isinstance(step, _Records):
+            return await items.asearch(step.namespace, **_records_args(step))
+        return await items.abatch(_puts(step))
+
+    return await adrive(
+        _plan(user_id, target, namespaces, approvals_namespace, dry_run, batch_size, progress),
+        execute,
+    )
