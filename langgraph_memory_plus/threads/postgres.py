@@ -256,6 +256,16 @@ class PostgresThreadIndex:
         return f"""DELETE FROM {self._tx} WHERE ctid = ANY(ARRAY(
             SELECT ctid FROM {self._tx} WHERE expires_at <= now() LIMIT {limit_param}))"""
 
+    def refused_lines(self, params: dict[str, Any]) -> Query:
+        """The transcript lines a refused put recorded (its thread was deleted while the
+        run went on): those of its messages recorded after the deletion."""
+        return Query(
+            f"""DELETE FROM {self._tx} WHERE thread_key = %(tk)s AND message_id = ANY(%(tx_id)s)
+                AND seq >= (SELECT (extract(epoch FROM deleted_at) * 1000)::bigint * 1000
+                    FROM {self._th} WHERE thread_key = %(tk)s)""",
+            params,
+        )
+
     def drop_transcripts(self, thread_ids: Sequence[str], dry: bool) -> Plan[Query, int]:
         """Erasure: the transcript lines of these threads (counted only, when ``dry``)."""
         tks = [thread_key(t) for t in thread_ids]

@@ -661,6 +661,8 @@ class PostgresCheckpointPlans:
             params,
         )
         yield from self._collect_blobs(freed)
+        if params.get("tx_id"):
+            yield self.threads.refused_lines(params)
         yield from self.threads.refresh([params["tk"]])
 
     def _purge_before(self, tk: bytes, checkpoint_id: str) -> Plan[Query, None]:
