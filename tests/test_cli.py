@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import uuid
@@ -21,6 +20,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from backends import machine_program
 from conftest import PG_ADMIN_URL, _fresh_database, _redis_server
 from graphs import chat_graph, human, team_graph
 from langgraph.types import Command
@@ -247,8 +247,7 @@ def test_doctor_flags_an_evicting_redis(lru_redis: str) -> None:
     assert "PROBLEM" in done.stdout and "allkeys-lru" in done.stdout
     findings = json.loads(run("doctor", "-u", lru_redis, "--json").stdout)
     assert findings[0]["level"] == "problem" and findings[0]["detail"]["policy"] == "allkeys-lru"
-    redis_cli = shutil.which("redis-cli")
-    assert redis_cli
+    redis_cli = machine_program("redis-cli")
     port = lru_redis.rsplit(":", 1)[1].split("/")[0]
     subprocess.run([redis_cli, "-p", port, "config", "set", "maxmemory-policy", "volatile-lru"],
                    check=True, capture_output=True)  # fmt: skip

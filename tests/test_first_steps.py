@@ -33,6 +33,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from backends import machine_program
 from conftest import _service_missing, _stop_postgres, _unprivileged_user
 
 import langgraph_memory_plus
@@ -201,10 +202,10 @@ def password_pg_port() -> Iterator[int]:
 @pytest.fixture(scope="module")
 def password_redis_port() -> Iterator[int]:
     """A Redis on a loopback port that requires the password ``right-password``."""
-    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
-    if not server or not cli:
-        _service_missing("redis-server (for a password server)", FileNotFoundError())
-    assert server and cli
+    try:
+        server, cli = machine_program("redis-server"), machine_program("redis-cli")
+    except FileNotFoundError as error:
+        _service_missing("redis-server (for a password server)", error)
     port = closed_port()
     workdir = tempfile.mkdtemp(prefix="lgmp-redisauth-")
     try:

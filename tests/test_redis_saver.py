@@ -45,6 +45,7 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.exceptions
+from backends import machine_program
 from graphs import delta_graph, human
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP, Checkpoint, CheckpointTuple
@@ -261,9 +262,7 @@ class RedisServer:
     """A ``redis-server`` of this test session's own; stopped by port (``SHUTDOWN NOSAVE``)."""
 
     def __init__(self, workdir: Path, *extra: str, password: str | None = None) -> None:
-        binary = shutil.which("redis-server")
-        assert binary, "redis-server is needed for the private-server tests"
-        self.binary = binary
+        self.binary = machine_program("redis-server")
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
