@@ -1,8 +1,10 @@
-"""The ``langgraph-memory`` command against real PostgreSQL, Redis and SQLite (in-process).
+"""The ``langgraph-memory`` command against real PostgreSQL, Redis and SQLite.
 
-Each test writes real threads (graphs with interrupts and subgraphs) in-process, then runs
-the command the way an operator does (``python -m langgraph_memory_plus.cli``, the module
-behind the console script) and checks its output, its exit code and the storage after.
+Each test writes real threads (graphs with interrupts and subgraphs), then runs the
+command's ``main()`` with the arguments an operator types (stdin, stdout and stderr are
+strings, not terminals) and checks its output, its exit code and the storage after. One
+case runs ``python -m langgraph_memory_plus.cli`` (the module behind the console script)
+as a program and compares it with the in-process run; the kill test runs it as one too.
 """
 
 from __future__ import annotations
