@@ -20,12 +20,18 @@ when one is made.
 from __future__ import annotations
 
 import json
-import math
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
+from zlib import adler32
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 
 EXTRA_TOKENS_PER_MESSAGE = 4
 """Per-message framing, as in OpenAI's chat format: three for the markers and separators,
@@ -35,40 +41,109 @@ TOKENS_PER_IMAGE = 85
 
 # ---------------------------------------------------------------------------------------------
 # the estimate
+#
+# Rates are kept in units of 1/20 token, so a count is an exact integer (no float rounding
+# between the two paths below) and a message rounds up once: ceil(units / 20).
 
-# byte -> class letter; UTF-8 continuation bytes (0x80-0xBF) are deleted, so every
-# character leaves exactly one letter behind (its lead byte's class). Classes that cost
-# the same share a letter: each letter is one more pass over the text.
-_CLASS = bytearray(b"l" * 256)  # ASCII letters, spaces and controls
-for _b in b"!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~":
-    _CLASS[_b] = ord("p")
-for _lo, _hi, _letter in (
-    (0x30, 0x39, "d"),  # digits (numbers split into groups of up to three)
-    (0xC0, 0xDF, "d"),  # U+0080-07FF: Latin-1, Latin extended, Greek, Cyrillic, Arabic...
-    (0xE0, 0xE2, "w"),  # U+0800-2FFF: Indic scripts, punctuation, symbols, dingbats
-    (0xE3, 0xE3, "j"),  # U+3000-3FFF: kana, CJK punctuation (split below), ext. A
-    (0xE4, 0xE9, "h"),  # U+4000-9FFF: CJK unified ideographs
-    (0xEA, 0xED, "k"),  # U+A000-DFFF: Hangul syllables (and Yi)
-    (0xEE, 0xEF, "w"),  # U+E000-FFFF: full-width forms, compatibility ideographs, VS16
-    (0xF0, 0xFF, "4"),  # astral: emoji, CJK ext. B+
-):
-    for _b in range(_lo, _hi + 1):
-        _CLASS[_b] = ord(_letter)
-_TABLE = bytes(_CLASS)
-_CONTINUATION = bytes(range(0x80, 0xC0))
-del _b, _lo, _hi, _letter
-
-# tokens per character, fitted to the geometric mean of o200k and cl100k on
+UNITS_PER_TOKEN = 20
+# tokens per character x 20, fitted to the geometric mean of o200k and cl100k on
 # benchmarks/data/language_samples.py (English runs ~4.7 characters a token)
-_ASCII = 0.2
-_PUNCT = 0.7  # ASCII punctuation (code and markup split on it)
-_DIGIT = 0.45  # digits, and letters of two-byte scripts (accented Latin, Cyrillic...)
-_WIDE = 0.9  # other BMP symbols, CJK punctuation, full-width forms
-_HAN = 0.9
-_KANJI = 1.05  # ideographs in Japanese text (with kana) cost more in cl100k
-_KANA = 0.7
-_HANGUL = 0.65
-_ASTRAL = 1.7  # emoji (o200k ~1.3, cl100k ~2.2 a code point)
+_ASCII = 4  # ASCII letters, spaces and controls
+_PUNCT = 14  # ASCII punctuation (code and markup split on it)
+_DIGIT = 9  # digits, and letters of two-byte scripts (accented Latin, Cyrillic...)
+_WIDE = 18  # other BMP symbols, CJK punctuation (U+3000-303F), full-width forms
+_HAN = 18
+_KANJI = 21  # ideographs in Japanese text (with kana) cost more in cl100k
+_KANA = 14
+_HANGUL = 13
+_ASTRAL = 34  # emoji (o200k ~1.3, cl100k ~2.2 a code point)
+
+# Characters are classed by their UTF-8 lead byte. One bytes.translate drops the
+# continuation bytes and the two commonest classes (ASCII letters, ideographs) and maps
+# every other lead byte to a weight; the rest follows from two lengths. With
+# n characters in b bytes, of which n2 / n4 have two / four bytes, the three-byte ones
+# number n3 = (b - n - n2 - 3 n4) / 2 and the ASCII ones n - n2 - n3 - n4, so
+#     units = 7 b - 3 n + sum over the kept bytes of (their class rate - what 7 b - 3 n
+#             already gave them)
+# where 7 b - 3 n gives an ASCII character 4 (_ASCII) and a three-byte one 18 (_HAN).
+# Each kept weight is that difference plus _OFFSET (bytes are unsigned), subtracted once
+# per kept byte; each class has its own weight, so a class can still be counted.
+_OFFSET = 5
+_W_PUNCT = _PUNCT - _ASCII + _OFFSET
+_W_DIGIT = _DIGIT - _ASCII + _OFFSET
+_W_TWO = _DIGIT - (7 * 2 - 3) + _OFFSET  # U+0080-07FF: Latin-1, Greek, Cyrillic, Arabic...
+_W_WIDE = _WIDE - _HAN + _OFFSET  # U+0800-2FFF, U+E000-FFFF: Indic, symbols, full-width
+_W_KANA = _KANA - _HAN + _OFFSET  # U+3000-3FFF: kana; its CJK punctuation is added back
+_W_HANGUL = _HANGUL - _HAN + _OFFSET  # U+A000-DFFF: Hangul syllables (and Yi)
+_W_ASTRAL = _ASTRAL - (7 * 4 - 3) + _OFFSET  # emoji, CJK ext. B+
+_CJK_PUNCT = _WIDE - _KANA  # what a U+3000-303F character costs more than kana
+
+_WEIGHT = bytearray(256)
+_DROP = bytearray()
+for _b in range(256):
+    if 0x21 <= _b <= 0x7E and not chr(_b).isalnum():
+        _WEIGHT[_b] = _W_PUNCT
+    elif 0x30 <= _b <= 0x39:
+        _WEIGHT[_b] = _W_DIGIT
+    elif 0xC0 <= _b <= 0xDF:
+        _WEIGHT[_b] = _W_TWO
+    elif 0xE0 <= _b <= 0xE2 or 0xEE <= _b <= 0xEF:
+        _WEIGHT[_b] = _W_WIDE
+    elif _b == 0xE3:
+        _WEIGHT[_b] = _W_KANA
+    elif 0xEA <= _b <= 0xED:
+        _WEIGHT[_b] = _W_HANGUL
+    elif _b >= 0xF0:
+        _WEIGHT[_b] = _W_ASTRAL
+    else:  # ASCII letters, spaces, controls; continuation bytes; U+4000-9FFF ideographs
+        _DROP.append(_b)
+_WEIGHT_TABLE, _DROPPED = bytes(_WEIGHT), bytes(_DROP)
+del _WEIGHT, _DROP, _b
+assert len({_W_PUNCT, _W_DIGIT, _W_TWO, _W_WIDE, _W_KANA, _W_HANGUL, _W_ASTRAL}) == 7
+assert min(_W_PUNCT, _W_DIGIT, _W_TWO, _W_WIDE, _W_KANA, _W_HANGUL, _W_ASTRAL) >= 0
+
+# zlib.adler32's low half is 1 + the sum of the bytes mod 65521 (RFC 1950): a byte sum in
+# C. Exact while the sum stays below 65521, so longer inputs are summed in chunks.
+_SUM_CHUNK = 65519 // max(_W_PUNCT, _W_DIGIT, _W_TWO, _W_WIDE, _W_KANA, _W_HANGUL, _W_ASTRAL)
+
+
+def _byte_sum(data: bytes) -> int:
+    """The sum of the bytes of ``data`` (callers inline the one-chunk case)."""
+    return sum(
+        (adler32(data[i : i + _SUM_CHUNK]) & 0xFFFF) - 1 for i in range(0, len(data), _SUM_CHUNK)
+    )
+
+
+def _general_units(text: str) -> int:
+    """:func:`text_units` of any text."""
+    raw = text.encode("utf-8", "surrogatepass")
+    kept = raw.translate(_WEIGHT_TABLE, _DROPPED)
+    size = len(kept)
+    weights = (adler32(kept) & 0xFFFF) - 1 if size <= _SUM_CHUNK else _byte_sum(kept)
+    units = 7 * len(raw) - 3 * len(text) + weights - _OFFSET * size
+    if 0xE3 not in raw:
+        return units
+    cjk_punct = raw.count(b"\xe3\x80")  # U+3000-303F; the rest of U+3000-3FFF is kana
+    units += _CJK_PUNCT * cjk_punct
+    kana = kept.count(_W_KANA) - cjk_punct
+    if kana:  # Japanese: its ideographs cost _KANJI, not _HAN
+        two, four = kept.count(_W_TWO), kept.count(_W_ASTRAL)
+        three = (len(raw) - len(text) - two - 3 * four) // 2
+        han = three - kana - cjk_punct - kept.count(_W_WIDE) - kept.count(_W_HANGUL)
+        units += (_KANJI - _HAN) * han
+    return units
+
+
+def text_units(text: str) -> int:
+    """:func:`approximate_text_tokens` in 1/20 tokens (:data:`UNITS_PER_TOKEN`), exact."""
+    if not text.isascii():
+        return _general_units(text)
+    # what most messages are: _general_units without the classes ASCII cannot have
+    # (7 b - 3 n is 4 n here), inlined as it runs once a message
+    kept = text.encode().translate(_WEIGHT_TABLE, _DROPPED)
+    size = len(kept)
+    weights = (adler32(kept) & 0xFFFF) - 1 if size <= _SUM_CHUNK else _byte_sum(kept)
+    return _ASCII * len(text) + weights - _OFFSET * size
 
 
 def approximate_text_tokens(text: str) -> float:
@@ -76,32 +151,7 @@ def approximate_text_tokens(text: str) -> float:
 
     A float, so a message's parts can be added before rounding once.
     """
-    if text.isascii():
-        classes = text.encode("ascii").translate(_TABLE)
-        return (
-            _ASCII * len(classes)
-            + (_PUNCT - _ASCII) * classes.count(b"p")
-            + (_DIGIT - _ASCII) * classes.count(b"d")
-        )
-    raw = text.encode("utf-8", "surrogatepass")
-    classes = raw.translate(_TABLE, _CONTINUATION)
-    punct, digit, wide, han, j, hangul, astral = map(classes.count, _LETTERS)
-    cjk_punct = raw.count(b"\xe3\x80")  # U+3000-303F, the rest of "j" is kana (mostly)
-    kana = j - cjk_punct
-    rest = len(classes) - punct - digit - wide - han - j - hangul - astral
-    return (
-        _ASCII * rest
-        + _PUNCT * punct
-        + _DIGIT * digit
-        + _WIDE * (wide + cjk_punct)
-        + (_KANJI if kana else _HAN) * han
-        + _KANA * kana
-        + _HANGUL * hangul
-        + _ASTRAL * astral
-    )
-
-
-_LETTERS = (b"p", b"d", b"w", b"h", b"j", b"k", b"4")
+    return text_units(text) / UNITS_PER_TOKEN
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,31 +186,46 @@ def _parts(message: BaseMessage) -> tuple[list[str], int]:
 
 
 def count_message_tokens(
-    messages: Sequence[BaseMessage], text_tokens: Callable[[str], float]
+    messages: Sequence[BaseMessage],
+    text_tokens: Callable[[str], float],
+    units_per_token: int = 1,
 ) -> int:
     """Tokens of a message list with ``text_tokens`` for its texts: each message's
     content, tool calls and name, plus :data:`EXTRA_TOKENS_PER_MESSAGE` framing and
-    :data:`TOKENS_PER_IMAGE` per image. Rounded up per message, so counts add up."""
-    total = 0
+    :data:`TOKENS_PER_IMAGE` per image. Rounded up per message, so counts add up.
+
+    ``text_tokens`` may count in fractions of a token (``units_per_token`` of them make
+    one): integer counts are then rounded once per message without going through floats.
+    """
+    total: float = 0
     for message in messages:
         content = message.content
+        kind = type(message)
         if (
-            isinstance(content, str)
+            type(content) is str
+            and (
+                kind in _NO_EXTRAS
+                or (kind is AIMessage and not cast(AIMessage, message).tool_calls)
+            )
             and not message.name
-            and not isinstance(message, ToolMessage)
-            and not (isinstance(message, AIMessage) and message.tool_calls)
         ):  # the common case, without building lists
-            total += math.ceil(text_tokens(content)) + EXTRA_TOKENS_PER_MESSAGE
+            total += -(-text_tokens(content) // units_per_token) + EXTRA_TOKENS_PER_MESSAGE
             continue
         texts, images = _parts(message)
         tokens = sum(text_tokens(text) for text in texts if text)
-        total += math.ceil(tokens) + EXTRA_TOKENS_PER_MESSAGE + images * TOKENS_PER_IMAGE
-    return total
+        total += (
+            -(-tokens // units_per_token) + EXTRA_TOKENS_PER_MESSAGE + images * TOKENS_PER_IMAGE
+        )
+    return int(total)
+
+
+_NO_EXTRAS = frozenset({HumanMessage, SystemMessage})
+"""Message types with nothing to count but content and name (subclasses take the long way)."""
 
 
 def count_tokens_script_aware(messages: Sequence[BaseMessage]) -> int:
     """The default token counter: :func:`approximate_text_tokens` over each message."""
-    return count_message_tokens(messages, approximate_text_tokens)
+    return count_message_tokens(messages, text_units, UNITS_PER_TOKEN)
 
 
 # ---------------------------------------------------------------------------------------------
