@@ -103,10 +103,11 @@ def interleaved_us(
     counters: Sequence[Callable[[list[BaseMessage]], int]],
     messages: list[BaseMessage],
     repeat: int,
-) -> list[float]:
-    """Median µs per call of each counter, timed in turns (a, b, a, b ...) so that a
-    change in the shared machine's load hits all of them alike. Each timing runs the
-    call often enough to last about 50 µs, which the clock resolves well."""
+) -> tuple[list[float], float]:
+    """Median µs per call of each counter, and the median over rounds of the second's
+    time over the first's. The counters are timed in turns (a, b, a, b ...), so a change
+    in the shared machine's load hits both alike; each timing repeats the call for about
+    50 µs, which the clock resolves well."""
     calls = max(1, int(50 / (len(messages) * 0.5)))
     timings: list[list[float]] = [[] for _ in counters]
     for _ in range(repeat):
@@ -115,7 +116,8 @@ def interleaved_us(
             for _ in range(calls):
                 counter(messages)
             out.append((time.perf_counter() - start) / calls)
-    return [sorted(t)[len(t) // 2] * 1e6 for t in timings]
+    ratios = sorted(b / a for a, b in zip(timings[0], timings[-1], strict=True))
+    return [sorted(t)[len(t) // 2] * 1e6 for t in timings], ratios[len(ratios) // 2]
 
 
 def speed_table(exact: dict[str, ExactTokenCounter], repeat: int) -> list[str]:
@@ -129,12 +131,12 @@ def speed_table(exact: dict[str, ExactTokenCounter], repeat: int) -> list[str]:
     for language, texts in SAMPLES.items():
         for shape, messages in shapes(texts).items():
             chars = sum(len(m.text) for m in messages)
-            old, new = interleaved_us(
+            (old, new), ratio = interleaved_us(
                 [count_tokens_approximately, count_tokens_script_aware], messages, repeat
             )
-            (real,) = interleaved_us([exact["o200k_base"]], messages, max(3, repeat // 20))
+            (real,), _ = interleaved_us([exact["o200k_base"]], messages, max(3, repeat // 20))
             lines.append(
-                f"| {language} | {shape} | {chars} | {old:.2f} | {new:.2f} | {new / old:.2f} "
+                f"| {language} | {shape} | {chars} | {old:.2f} | {new:.2f} | {ratio:.2f} "
                 f"| {old / chars * 1e3:.2f} | {new / chars * 1e3:.2f} | {real:.0f} |"
             )
     return lines

@@ -58,17 +58,15 @@ _KANA = 14
 _HANGUL = 13
 _ASTRAL = 34  # emoji (o200k ~1.3, cl100k ~2.2 a code point)
 
-# Characters are classed by their UTF-8 lead byte. One bytes.translate drops the
-# continuation bytes and the two commonest classes (ASCII letters, ideographs) and maps
-# every other lead byte to a weight; the rest follows from two lengths. With
-# n characters in b bytes, of which n2 / n4 have two / four bytes, the three-byte ones
-# number n3 = (b - n - n2 - 3 n4) / 2 and the ASCII ones n - n2 - n3 - n4, so
-#     units = 7 b - 3 n + sum over the kept bytes of (their class rate - what 7 b - 3 n
-#             already gave them)
-# where 7 b - 3 n gives an ASCII character 4 (_ASCII) and a three-byte one 18 (_HAN).
-# Each kept weight is that difference plus _OFFSET (bytes are unsigned), subtracted once
-# per kept byte; each class has its own weight, so a class can still be counted.
+# Characters are classed by their UTF-8 lead byte, without a pass per class:
+# 7 b - 3 n (b bytes, n characters) charges every character by its UTF-8 length, 4 units
+# for one byte (_ASCII), 11 for two, 18 for three (_HAN), 25 for four, and one
+# bytes.translate keeps one byte per character whose class costs something else (its
+# lead byte, mapped to the difference plus _OFFSET, as bytes are unsigned), dropping
+# continuation bytes and ideographs. The kept weights are summed in C (zlib.adler32,
+# below), less _OFFSET per kept byte. Ideographs then number n - (kept bytes).
 _OFFSET = 5
+_W_LETTER = _OFFSET  # ASCII letters, spaces, controls (the ASCII path drops them instead)
 _W_PUNCT = _PUNCT - _ASCII + _OFFSET
 _W_DIGIT = _DIGIT - _ASCII + _OFFSET
 _W_TWO = _DIGIT - (7 * 2 - 3) + _OFFSET  # U+0080-07FF: Latin-1, Greek, Cyrillic, Arabic...
@@ -79,27 +77,31 @@ _W_ASTRAL = _ASTRAL - (7 * 4 - 3) + _OFFSET  # emoji, CJK ext. B+
 _CJK_PUNCT = _WIDE - _KANA  # what a U+3000-303F character costs more than kana
 
 _WEIGHT = bytearray(256)
-_DROP = bytearray()
+_DROP, _ASCII_DROP = bytearray(), bytearray()
 for _b in range(256):
     if 0x21 <= _b <= 0x7E and not chr(_b).isalnum():
         _WEIGHT[_b] = _W_PUNCT
     elif 0x30 <= _b <= 0x39:
         _WEIGHT[_b] = _W_DIGIT
-    elif 0xC0 <= _b <= 0xDF:
+    elif _b < 0x80:
+        _WEIGHT[_b] = _W_LETTER
+        _ASCII_DROP.append(_b)
+    elif _b < 0xC0 or 0xE4 <= _b <= 0xE9:  # continuation bytes; U+4000-9FFF ideographs
+        _DROP.append(_b)
+    elif _b < 0xE0:
         _WEIGHT[_b] = _W_TWO
-    elif 0xE0 <= _b <= 0xE2 or 0xEE <= _b <= 0xEF:
-        _WEIGHT[_b] = _W_WIDE
     elif _b == 0xE3:
         _WEIGHT[_b] = _W_KANA
     elif 0xEA <= _b <= 0xED:
         _WEIGHT[_b] = _W_HANGUL
-    elif _b >= 0xF0:
+    elif _b < 0xF0:
+        _WEIGHT[_b] = _W_WIDE
+    else:
         _WEIGHT[_b] = _W_ASTRAL
-    else:  # ASCII letters, spaces, controls; continuation bytes; U+4000-9FFF ideographs
-        _DROP.append(_b)
-_WEIGHT_TABLE, _DROPPED = bytes(_WEIGHT), bytes(_DROP)
-del _WEIGHT, _DROP, _b
-assert len({_W_PUNCT, _W_DIGIT, _W_TWO, _W_WIDE, _W_KANA, _W_HANGUL, _W_ASTRAL}) == 7
+_WEIGHT_TABLE, _DROPPED, _ASCII_DROPPED = bytes(_WEIGHT), bytes(_DROP), bytes(_ASCII_DROP)
+del _WEIGHT, _DROP, _ASCII_DROP, _b
+# kana are counted among the kept bytes (and a kept weight is a byte)
+assert _W_KANA not in (_W_LETTER, _W_PUNCT, _W_DIGIT, _W_TWO, _W_WIDE, _W_HANGUL, _W_ASTRAL)
 assert min(_W_PUNCT, _W_DIGIT, _W_TWO, _W_WIDE, _W_KANA, _W_HANGUL, _W_ASTRAL) >= 0
 
 # zlib.adler32's low half is 1 + the sum of the bytes mod 65521 (RFC 1950): a byte sum in
@@ -127,10 +129,7 @@ def _general_units(text: str) -> int:
     units += _CJK_PUNCT * cjk_punct
     kana = kept.count(_W_KANA) - cjk_punct
     if kana:  # Japanese: its ideographs cost _KANJI, not _HAN
-        two, four = kept.count(_W_TWO), kept.count(_W_ASTRAL)
-        three = (len(raw) - len(text) - two - 3 * four) // 2
-        han = three - kana - cjk_punct - kept.count(_W_WIDE) - kept.count(_W_HANGUL)
-        units += (_KANJI - _HAN) * han
+        units += (_KANJI - _HAN) * (len(text) - size)
     return units
 
 
@@ -140,7 +139,7 @@ def text_units(text: str) -> int:
         return _general_units(text)
     # what most messages are: _general_units without the classes ASCII cannot have
     # (7 b - 3 n is 4 n here), inlined as it runs once a message
-    kept = text.encode().translate(_WEIGHT_TABLE, _DROPPED)
+    kept = text.encode().translate(_WEIGHT_TABLE, _ASCII_DROPPED)
     size = len(kept)
     weights = (adler32(kept) & 0xFFFF) - 1 if size <= _SUM_CHUNK else _byte_sum(kept)
     return _ASCII * len(text) + weights - _OFFSET * size
