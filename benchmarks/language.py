@@ -9,7 +9,8 @@
 2. Counting speed: microseconds per call and per 1k characters, old and new counter
    timed in turns in one run (their ratio is what to compare on a shared machine), on
    one sentence, one 2 KB message and a 100-turn conversation of each language (a list
-   as ``Trimmer`` and ``Summarizer`` pass it); the exact counter for scale.
+   as ``Trimmer`` and ``Summarizer`` pass it), and a ``Trimmer`` call on that conversation
+   with each counter; the exact counter for scale.
 3. The scanner on ``benchmarks/data/scan_corpus.py``: false positives on ordinary
    messages, detection per attack form, the held-out set apart, and its speed.
 
@@ -35,6 +36,7 @@ from benchmarks.data import scan_corpus
 from benchmarks.data.language_samples import SAMPLES
 from langgraph_memory_plus.messages import (
     ExactTokenCounter,
+    Trimmer,
     approximate_text_tokens,
     count_tokens_script_aware,
 )
@@ -100,7 +102,7 @@ def shapes(texts: Sequence[str]) -> dict[str, list[BaseMessage]]:
 
 
 def interleaved_us(
-    counters: Sequence[Callable[[list[BaseMessage]], int]],
+    counters: Sequence[Callable[[list[BaseMessage]], object]],
     messages: list[BaseMessage],
     repeat: int,
 ) -> tuple[list[float], float]:
@@ -139,6 +141,19 @@ def speed_table(exact: dict[str, ExactTokenCounter], repeat: int) -> list[str]:
                 f"| {language} | {shape} | {chars} | {old:.2f} | {new:.2f} | {ratio:.2f} "
                 f"| {old / chars * 1e3:.2f} | {new / chars * 1e3:.2f} | {real:.0f} |"
             )
+        # what a budget costs end to end: each counter's Trimmer keeps about half of
+        # the conversation by its own count (so both do the same amount of trimming)
+        history = conversation(texts)
+        trimmers = [
+            Trimmer(max_tokens=counter(history) // 2, token_counter=counter)
+            for counter in (count_tokens_approximately, count_tokens_script_aware)
+        ]
+        (old, new), ratio = interleaved_us(trimmers, history, max(3, repeat // 4))
+        chars = sum(len(m.text) for m in history)
+        lines.append(
+            f"| {language} | Trimmer, 100 turns | {chars} | {old:.0f} | {new:.0f} | {ratio:.2f} "
+            "| | | |"
+        )
     return lines
 
 
