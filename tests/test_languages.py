@@ -136,6 +136,14 @@ def test_the_estimate_equals_a_character_by_character_count() -> None:
     long texts); any slip in that arithmetic shows up against the plain count."""
     rnd = random.Random(23)
     texts = [*(t for ts in SAMPLES.values() for t in ts), ""]
+    # CJK punctuation found by counting 。 and 、, and by the byte-pair search
+    texts += [
+        "好的。谢谢、再见。" * 3,
+        "他说「好」。" * 3,
+        "。" * 9,
+        "はい。" * 3,
+        "。ア" + "中" * 30,
+    ]
     for _ in range(3000):
         texts.append("".join(rnd.choices(BOUNDARIES, k=rnd.randint(1, 40))))
     for size in (4366, 4367, 4368, 20000):

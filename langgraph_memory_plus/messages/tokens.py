@@ -126,12 +126,17 @@ def _general_units(text: str) -> int:
     size = len(kept)
     weights = (adler32(kept) & 0xFFFF) - 1 if size <= _SUM_CHUNK else _byte_sum(kept)
     units = 7 * len(raw) - 3 * len(text) + weights - _OFFSET * size
-    if 0xE3 not in raw:
+    if 0xE3 not in raw:  # a memchr
         return units
-    cjk_punct = raw.count(b"\xe3\x80")  # U+3000-303F; the rest of U+3000-3FFF is kana
+    j = kept.count(_W_KANA)  # U+3000-3FFF: CJK punctuation (U+3000-303F) and kana
+    # In Chinese text these are as a rule all 。 and 、 (and few): two str.count passes
+    # then settle what the pair search, about three passes, would
+    if j * 8 <= len(text) and text.count("。") + text.count("、") == j:
+        cjk_punct = j
+    else:
+        cjk_punct = raw.count(b"\xe3\x80")
     units += _CJK_PUNCT * cjk_punct
-    kana = kept.count(_W_KANA) - cjk_punct
-    if kana:  # Japanese: its ideographs cost _KANJI, not _HAN
+    if j > cjk_punct:  # kana: Japanese, whose ideographs cost _KANJI, not _HAN
         units += (_KANJI - _HAN) * (len(text) - size)
     return units
 
