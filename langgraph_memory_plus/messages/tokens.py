@@ -10,10 +10,10 @@ o200k and cl100k tokenizers on customer-service text (``benchmarks/language.py``
 at the geometric mean of the two, so it stays within 25% of both on English, Chinese,
 Japanese and mixed text. It classifies characters by their UTF-8 lead bytes in a few C
 calls a text (one ``bytes.translate``, a byte sum, and for text with U+3000-3FFF
-characters a search for CJK punctuation). On ASCII text, and on lists of English or code
-messages, it costs what the four-characters rule costs (0.35-1.05x); on Chinese and
-Japanese messages 1.9-2.2x in a 100-turn list and 3.6-5.6x on one 2 KB message, as it
-reads the text where ``len`` does not (``benchmarks/language.py``).
+characters a look for CJK punctuation). On English and code it costs about what the
+four-characters rule costs (0.4-1.3x); on Chinese and Japanese about twice as much in a
+100-turn list and 4-7x on one 2 KB message, as it reads the text where ``len`` does not
+(``benchmarks/language.py``, ``benchmarks/results/2026-12-02-token-estimate-speed.md``).
 
 For exact budgets, :class:`ExactTokenCounter` counts with the real tables (the ``tokens``
 extra, ``bpe-openai``, which ships them: no download at run time); it is imported only
