@@ -9,7 +9,7 @@ metrics themselves are listed in :mod:`.metrics`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
@@ -17,6 +17,9 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from .core import add_global_listener, remove_global_listener
 from .events import MemoryEvent
 from .metrics import METRICS, Metric, NamespaceTemplates, measure
+
+_CHILD_CACHE = 4096
+"""Labelled children kept for reuse (labels are bounded; this only caps a mistake)."""
 
 _SUFFIX = {"s": "_seconds", "By": "_bytes", "1": ""}
 
@@ -47,6 +50,7 @@ class PrometheusListener:
         self.metrics = {
             name: self._create(prefix, metric, registry) for name, metric in METRICS.items()
         }
+        self._children: dict[tuple[str, tuple[str, ...]], Callable[[float], None]] = {}
 
     def _create(self, prefix: str, metric: Metric, registry: CollectorRegistry) -> Any:
         labels = metric.labels
@@ -59,13 +63,22 @@ class PrometheusListener:
 
     def __call__(self, event: MemoryEvent) -> None:
         for name, value, labels in measure(event, self._templates):
-            metric = self.metrics[name]
-            if labels:
-                metric = metric.labels(*labels)
-            if isinstance(metric, Counter):
-                metric.inc(value)
-            else:
-                metric.observe(value)
+            key = (name, labels)
+            record = self._children.get(key)
+            if record is None:
+                record = self._child(name, labels)
+            record(value)
+
+    def _child(self, name: str, labels: tuple[str, ...]) -> Callable[[float], None]:
+        """The ``inc`` / ``observe`` of one labelled child, looked up once: ``labels()``
+        validates and locks on every call, the child itself stays the same."""
+        metric = self.metrics[name]
+        child = metric.labels(*labels) if labels else metric
+        counter = isinstance(metric, Counter)
+        record: Callable[[float], None] = child.inc if counter else child.observe
+        if len(self._children) < _CHILD_CACHE:
+            self._children[(name, labels)] = record
+        return record
 
     def watch_nodes(self) -> PrometheusListener:
         """Also count the memory nodes' events (they have no saver to register on)."""
