@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
-from opentelemetry.metrics import Meter, get_meter
+from opentelemetry.metrics import CallbackOptions, Meter, Observation, get_meter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from .approvals import DEFAULT_MAX_AGE, HELP, CountsPending, PendingApprovals
 from .core import add_global_listener, remove_global_listener
 from .events import (
     CheckpointLoaded,
@@ -226,6 +227,23 @@ class OpenTelemetryListener:
                 span.record_exception(event.error)
                 span.set_status(Status(StatusCode.ERROR, type(event.error).__qualname__))
         span.end(end_time=end)
+
+    def watch_approvals(
+        self, approvals: CountsPending, *, max_age: float = DEFAULT_MAX_AGE
+    ) -> PendingApprovals:
+        """Observe ``lgmp.approvals.pending`` (an observable gauge): the queue's pending
+        count, asked when the reader collects and reused for ``max_age`` seconds (see
+        :mod:`.approvals` for why). On the meter provider even with ``metrics=False``."""
+        gauge = PendingApprovals(approvals, max_age=max_age)
+
+        def observe(_: CallbackOptions) -> Iterable[Observation]:
+            value = gauge.pending()
+            return [] if value is None else [Observation(value)]
+
+        self._meter.create_observable_gauge(
+            "lgmp.approvals.pending", callbacks=[observe], unit="{approval}", description=HELP
+        )
+        return gauge
 
     def watch_nodes(self) -> OpenTelemetryListener:
         """Also count the memory nodes' events (they have no saver to register on)."""
