@@ -33,8 +33,11 @@ from langgraph_memory_plus.nodes._store import Stats
 from langgraph_memory_plus.observability import (
     CheckpointLoaded,
     CheckpointSaved,
+    CheckpointsListed,
+    HistoryLoaded,
     MemoryEvent,
     NodeCounted,
+    RunsDeleted,
     StoreRead,
     StoreWritten,
     ThreadCopied,
@@ -161,6 +164,52 @@ async def test_async_savers_emit_the_same_events(
     for mine, theirs in zip(async_seen, sync_seen, strict=True):
         size = getattr(mine, "bytes_written", 0)
         assert abs(size - getattr(theirs, "bytes_written", 0)) <= max(8, size // 20)
+
+
+def run_listing_sequence(saver: Any, thread: str) -> None:
+    config = config_of(thread)
+    checkpoint, versions = checkpoint_with(saver, 2)
+    saver.put(config, checkpoint, {"run_id": f"run-{thread}"}, versions)
+    assert len(list(saver.list(config))) == 1
+    saver.get_delta_channel_history(config=config, channels=["messages"])
+    saver.delete_for_runs([f"run-{thread}"])
+    assert list(saver.list(config)) == []
+
+
+async def arun_listing_sequence(saver: Any, thread: str) -> None:
+    config = config_of(thread)
+    checkpoint, versions = checkpoint_with(saver, 2)
+    await saver.aput(config, checkpoint, {"run_id": f"run-{thread}"}, versions)
+    assert len([c async for c in saver.alist(config)]) == 1
+    await saver.aget_delta_channel_history(config=config, channels=["messages"])
+    await saver.adelete_for_runs([f"run-{thread}"])
+    assert [c async for c in saver.alist(config)] == []
+
+
+async def test_list_history_and_run_deletes_are_reported(
+    saver_factory: Any, async_saver_factory: Any
+) -> None:
+    seen: list[MemoryEvent] = []
+    async_seen: list[MemoryEvent] = []
+    thread = new_thread()
+    with saver_factory(listeners=[seen.append]) as saver:
+        run_listing_sequence(saver, thread)
+    async with async_saver_factory(listeners=[async_seen.append]) as saver:
+        await arun_listing_sequence(saver, thread)
+    assert [(e.name, e.result) for e in seen] == [
+        ("checkpoint.saved", "ok"),
+        ("checkpoint.listed", "ok"),
+        ("checkpoint.history_loaded", "ok"),
+        ("checkpoint.runs_deleted", "ok"),
+        ("checkpoint.listed", "ok"),
+    ]
+    _, listed, history, runs, emptied = seen
+    assert isinstance(listed, CheckpointsListed) and isinstance(emptied, CheckpointsListed)
+    assert (listed.thread_id, listed.count, emptied.count) == (thread, 1, 0)
+    assert isinstance(history, HistoryLoaded) and history.channels == ("messages",)
+    assert history.thread_id == thread and history.checkpoint_id is None
+    assert isinstance(runs, RunsDeleted) and runs.run_ids == (f"run-{thread}",)
+    assert [shape(e) for e in async_seen] == [shape(e) for e in seen]
 
 
 def test_a_failing_listener_does_not_fail_a_put(

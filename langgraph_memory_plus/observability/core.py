@@ -36,6 +36,9 @@ class Listener(Protocol):
 EventsOf = Callable[[Any, float, BaseException | None], Sequence[MemoryEvent]]
 """Builds the events of a finished plan from (result or None, duration, error or None)."""
 
+Fields = dict[str, Any]
+"""An event's own fields, beside the ``backend``, ``duration`` and ``error`` all share."""
+
 
 _BACKENDS = {"postgres": "postgresql", "redis": "redis", "sqlite": "sqlite"}
 
@@ -106,6 +109,20 @@ class Observable:
         """``plan``, reporting its events when it ends; ``plan`` itself with no listener."""
         if not self._listeners:
             return plan
+        return self._watch(plan, events_of)
+
+    def _observed_event(
+        self, plan: Plan[C, R], event: type[MemoryEvent], fields_of: Callable[[Any], Fields]
+    ) -> Plan[C, R]:
+        """``plan``, reporting one ``event`` with the fields ``fields_of(result or None)``
+        gives; they are built only when a listener is there to receive them."""
+        if not self._listeners:
+            return plan
+        backend = self._backend
+
+        def events_of(result: Any, took: float, error: BaseException | None) -> list[MemoryEvent]:
+            return [event(backend=backend, duration=took, error=error, **fields_of(result))]
+
         return self._watch(plan, events_of)
 
     def _watch(self, plan: Plan[C, R], events_of: EventsOf) -> Plan[C, R]:
