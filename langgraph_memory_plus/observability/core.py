@@ -163,9 +163,28 @@ def emit_global(event: MemoryEvent) -> None:
     _deliver(_global, [event])
 
 
+W = TypeVar("W", bound="WatchesNodes")
+
+
+class WatchesNodes:
+    """For metric listeners: also receive the memory nodes' events (global listeners)."""
+
+    def __call__(self, event: MemoryEvent) -> None:
+        raise NotImplementedError
+
+    def watch_nodes(self: W) -> W:
+        """Also count the memory nodes' events (they have no saver to register on)."""
+        add_global_listener(self)
+        return self
+
+    def unwatch_nodes(self) -> None:
+        remove_global_listener(self)
+
+
 __all__ = [
     "Listener",
     "Observable",
+    "WatchesNodes",
     "add_global_listener",
     "db_system",
     "emit_global",

@@ -31,7 +31,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation, get_meter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from .approvals import DEFAULT_MAX_AGE, HELP, CountsPending, PendingApprovals
-from .core import add_global_listener, remove_global_listener
+from .core import WatchesNodes
 from .events import (
     CheckpointLoaded,
     CheckpointSaved,
@@ -144,7 +144,7 @@ _LABEL_CACHE = 4096
 """Label dicts kept for reuse; labels are bounded by design, this only caps a mistake."""
 
 
-class OpenTelemetryListener:
+class OpenTelemetryListener(WatchesNodes):
     """Records every event it is handed as a span and as metrics.
 
     Args:
@@ -250,14 +250,6 @@ class OpenTelemetryListener:
             "lgmp.approvals.pending", callbacks=[observe], unit="{approval}", description=HELP
         )
         return gauge
-
-    def watch_nodes(self) -> OpenTelemetryListener:
-        """Also count the memory nodes' events (they have no saver to register on)."""
-        add_global_listener(self)
-        return self
-
-    def unwatch_nodes(self) -> None:
-        remove_global_listener(self)
 
 
 __all__ = ["CAPTURE_CONTENT", "OpenTelemetryListener", "attributes", "capture_content"]

@@ -17,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .approvals import DEFAULT_MAX_AGE, HELP, CountsPending, PendingApprovals
-from .core import add_global_listener, remove_global_listener
+from .core import WatchesNodes
 from .events import MemoryEvent
 from .metrics import METRICS, NamespaceTemplates, measure
 from .metrics import Metric as MemoryMetric
@@ -28,7 +28,7 @@ _CHILD_CACHE = 4096
 _SUFFIX = {"s": "_seconds", "By": "_bytes", "1": ""}
 
 
-class PrometheusListener:
+class PrometheusListener(WatchesNodes):
     """Records every event it is handed as Prometheus metrics.
 
     Args:
@@ -93,14 +93,6 @@ class PrometheusListener:
         gauge = PendingApprovals(approvals, max_age=max_age)
         self._registry.register(_PendingCollector(f"{self._prefix}pending_approvals", gauge))
         return gauge
-
-    def watch_nodes(self) -> PrometheusListener:
-        """Also count the memory nodes' events (they have no saver to register on)."""
-        add_global_listener(self)
-        return self
-
-    def unwatch_nodes(self) -> None:
-        remove_global_listener(self)
 
 
 __all__ = ["NamespaceTemplates", "PrometheusListener"]
