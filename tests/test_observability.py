@@ -818,8 +818,12 @@ def test_the_example_alerts_and_dashboard_use_metrics_the_listener_exposes() -> 
     import yaml
     from prometheus_client import generate_latest
 
+    class NoApprovals:
+        def count(self) -> int:
+            return 0
+
     registry = CollectorRegistry()
-    PrometheusListener(registry=registry)
+    PrometheusListener(registry=registry).watch_approvals(NoApprovals())
     served = set()
     for family in text_string_to_metric_families(generate_latest(registry).decode()):
         served.add(family.name)
