@@ -2,8 +2,9 @@
 
 ``python -m benchmarks.observability --pg URL --redis URL [--turns N] [--backends ...]``
 
-One saver per backend (PostgreSQL, Redis, SQLite) on storage of its own, and a two-node
-chat graph (``recall`` then ``model``, ``messages`` reduced by ``add_messages``). Modes:
+One saver per backend (PostgreSQL, Redis, SQLite) on storage of its own, and the two-node
+chat graph of :mod:`benchmarks.workloads` (``model`` then ``remember``, ``messages``
+reduced by ``add_messages``). Modes:
 
 - ``off``: no listener (the shipped default: the plans run unwrapped);
 - ``prometheus``: a :class:`PrometheusListener` on a registry of its own;
@@ -33,46 +34,15 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
-
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
-from langgraph.graph import END, START, StateGraph, add_messages
+from typing import Any
 
 from langgraph_memory_plus._plan import Plan
 
 from .targets import check_pg_url, check_redis_url
 from .threads import _turn_saver
+from .workloads import chat_graph, user_message
 
 MODES = ("off", "prometheus", "otel_metrics", "otel_traces")
-
-
-class State(TypedDict, total=False):
-    messages: Annotated[list[AnyMessage], add_messages]
-    recalled: int
-
-
-def chat_graph() -> Any:
-    """``recall`` (what a memory node does before the model: reads the state) then
-    ``model`` (answers): two checkpointed steps per turn."""
-
-    def recall(state: State) -> dict[str, Any]:
-        return {"recalled": len(state["messages"])}
-
-    def model(state: State) -> dict[str, Any]:
-        last = state["messages"][-1]
-        return {"messages": [AIMessage(content=f"re: {last.content}", id=f"ai-{last.id}")]}
-
-    builder = StateGraph(State)
-    builder.add_node("recall", recall)
-    builder.add_node("model", model)
-    builder.add_edge(START, "recall")
-    builder.add_edge("recall", "model")
-    builder.add_edge("model", END)
-    return builder
-
-
-def message(i: int) -> HumanMessage:
-    return HumanMessage(content=f"hello, this is message {i} of a conversation", id=f"h-{i}")
 
 
 def _providers() -> tuple[Any, Any]:
@@ -121,21 +91,21 @@ def backend_row(backend: str, url: str, turns: int) -> dict[str, Any]:
         graph = chat_graph().compile(checkpointer=saver)
         configs = {m: {"configurable": {"thread_id": f"obs-{m}"}} for m in MODES}
         for mode in MODES:  # thread setup and warm-up, not timed
-            graph.invoke({"messages": [message(0)]}, configs[mode])
+            graph.invoke({"messages": [user_message(0)]}, configs[mode])
         for n in range(turns):
             shift = n % len(MODES)
             for mode in MODES[shift:] + MODES[:shift]:
                 if mode != "off":
                     saver.add_listener(made[mode])
                 start = time.perf_counter()
-                graph.invoke({"messages": [message(n + 1)]}, configs[mode])
+                graph.invoke({"messages": [user_message(n + 1)]}, configs[mode])
                 times[mode].append(time.perf_counter() - start)
                 if mode != "off":
                     saver.remove_listener(made[mode])
         assert saver.listener_errors == 0
         seen: list[Any] = []
         saver.add_listener(seen.append)
-        graph.invoke({"messages": [message(turns + 1)]}, configs["off"])
+        graph.invoke({"messages": [user_message(turns + 1)]}, configs["off"])
     p50 = {mode: statistics.median(values) * 1000 for mode, values in times.items()}
     row: dict[str, Any] = {"backend": backend, "turns": turns, "events_per_turn": len(seen)}
     for mode in MODES:
