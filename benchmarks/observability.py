@@ -7,6 +7,8 @@ chat graph of :mod:`benchmarks.workloads` (``model`` then ``remember``, ``messag
 reduced by ``add_messages``). Modes:
 
 - ``off``: no listener (the shipped default: the plans run unwrapped);
+- ``off_again``: no listener either, on a thread of its own: the control. Its "overhead"
+  is what the machine's noise alone makes of two identical modes;
 - ``prometheus``: a :class:`PrometheusListener` on a registry of its own;
 - ``otel_metrics``: an :class:`OpenTelemetryListener` with ``traces=False`` on the SDK's
   ``MeterProvider`` with an in-memory reader;
@@ -15,7 +17,9 @@ reduced by ``add_messages``). Modes:
 
 Every mode has a thread of its own, and the modes take turns one chat turn at a time (the
 order rotating), so the drift of a shared machine hits all of them alike. The overhead is
-each mode's p50 against ``off``'s in the same run (goal for metrics: <= 3%).
+each mode's p50 against ``off``'s in the same run (goal for metrics: <= 3%); ``paired`` is
+the median of each turn's time over the ``off`` turn next to it (same thread length, a
+few milliseconds apart), which a loaded machine disturbs less.
 
 The turn p50s move with the machine's load; the per-event costs below them do not, so
 the report also gives the overhead they predict (events per turn x cost per event, over
@@ -42,7 +46,7 @@ from .targets import check_pg_url, check_redis_url
 from .threads import _turn_saver
 from .workloads import chat_graph, user_message
 
-MODES = ("off", "prometheus", "otel_metrics", "otel_traces")
+MODES = ("off", "off_again", "prometheus", "otel_metrics", "otel_traces")
 
 
 def _providers() -> tuple[Any, Any]:
@@ -95,12 +99,12 @@ def backend_row(backend: str, url: str, turns: int) -> dict[str, Any]:
         for n in range(turns):
             shift = n % len(MODES)
             for mode in MODES[shift:] + MODES[:shift]:
-                if mode != "off":
+                if mode in made:
                     saver.add_listener(made[mode])
                 start = time.perf_counter()
                 graph.invoke({"messages": [user_message(n + 1)]}, configs[mode])
                 times[mode].append(time.perf_counter() - start)
-                if mode != "off":
+                if mode in made:
                     saver.remove_listener(made[mode])
         assert saver.listener_errors == 0
         seen: list[Any] = []
@@ -112,6 +116,8 @@ def backend_row(backend: str, url: str, turns: int) -> dict[str, Any]:
         row[f"{mode}_p50_ms"] = round(p50[mode], 3)
     for mode in MODES[1:]:
         row[f"{mode}_overhead_pct"] = round((p50[mode] / p50["off"] - 1) * 100, 2)
+        paired = [on / off for on, off in zip(times[mode], times["off"], strict=True)]
+        row[f"{mode}_paired_pct"] = round((statistics.median(paired) - 1) * 100, 2)
     return row
 
 
@@ -165,19 +171,25 @@ def micro_row(reps: int) -> dict[str, Any]:
 
 
 def _table(rows: list[dict[str, Any]], micro: dict[str, Any]) -> str:
-    head = ["backend", "turns", "events/turn", "off p50 ms"]
-    head += [f"{m} p50 ms | overhead | predicted" for m in MODES[1:]]
-    lines = ["| " + " | ".join(head) + " |", "|---" * (4 + 3 * (len(MODES) - 1)) + "|"]
+    lines = [
+        "| backend | events/turn | mode | p50 ms | vs off: p50 | vs off: paired | predicted |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        cells = [r["backend"], str(r["turns"]), str(r["events_per_turn"]), f"{r['off_p50_ms']:.3f}"]
-        for m in MODES[1:]:
-            predicted = r["events_per_turn"] * micro[f"{m}_us_per_event"] / 10 / r["off_p50_ms"]
-            cells += [
-                f"{r[f'{m}_p50_ms']:.3f}",
-                f"{r[f'{m}_overhead_pct']:+.2f}%",
-                f"{predicted:.2f}%",
-            ]
-        lines.append("| " + " | ".join(cells) + " |")
+        for m in MODES:
+            per_event = micro.get(f"{m}_us_per_event", 0.0) if m != "off" else 0.0
+            predicted = r["events_per_turn"] * per_event / 10 / r["off_p50_ms"]
+            versus = (
+                ("", "", "")
+                if m == "off"
+                else (
+                    f"{r[f'{m}_overhead_pct']:+.2f}%",
+                    f"{r[f'{m}_paired_pct']:+.2f}%",
+                    f"{predicted:.2f}%",
+                )
+            )
+            cells = [r["backend"], str(r["events_per_turn"]), m, f"{r[f'{m}_p50_ms']:.3f}", *versus]
+            lines.append("| " + " | ".join(cells) + " |")
     floor = [
         f"| {r['backend']} | "
         f"{r['events_per_turn'] * micro['sdk_bare_span_us'] / 10 / r['off_p50_ms']:.2f}% |"
@@ -188,7 +200,7 @@ def _table(rows: list[dict[str, Any]], micro: dict[str, Any]) -> str:
             *lines,
             "",
             "Per event (us): "
-            + ", ".join(f"{m} {micro[f'{m}_us_per_event']}" for m in ("off", *MODES[1:]))
+            + ", ".join(f"{m} {micro[f'{m}_us_per_event']}" for m in ("off", *MODES[2:]))
             + f"; the SDK's bare start_as_current_span: {micro['sdk_bare_span_us']}",
             "",
             "| backend | SDK floor for traces (events/turn x bare span, over off p50) |",
