@@ -411,8 +411,10 @@ class _FirstContact:
         try:
             yield
         except _CONNECTING as exc:
-            if isinstance(exc, redis.ConnectionError) and _pool_exhausted(exc):
-                raise
+            if isinstance(exc, PoolTimeoutError) or (
+                isinstance(exc, redis.ConnectionError) and _pool_exhausted(exc)
+            ):
+                raise  # a busy pool, not an unreachable server
             raise unreachable(_client_url(self.client), exc) from None
         self.reached = True
 

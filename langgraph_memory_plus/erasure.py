@@ -14,7 +14,9 @@ threads, lines or items), each thread goes through the saver's own
 ``delete_thread`` (its tombstone refuses the late writes of a run still going), and
 the order makes a crash harmless: a thread's transcript goes before the thread, so a
 thread that survives a crash still points to what is left, and repeating the call
-finishes the job. A second call reports zeros.
+finishes the job. Once the threads are gone (their tombstones refuse late writes), their
+transcripts are dropped once more: a run still going may have recorded lines in between.
+A second call reports zeros.
 """
 
 from __future__ import annotations
@@ -224,6 +226,10 @@ def _erase(
                 if not dry_run:
                     yield _DeleteThread(record["thread_id"])
                 counts["checkpoints"] += int(record["size"]["checkpoints"])
+            if not dry_run:
+                # A run still going may have stored a checkpoint, and its lines, between
+                # the two steps above; the tombstones refuse any after, so this is the last.
+                counts["transcript_messages"] += yield _Index("drop_transcripts", (ids, False))
             report.thread_ids.extend(ids)
             counts["threads"] += len(ids)
             tell("threads", counts["threads"])
