@@ -29,6 +29,8 @@ from langgraph.store.base import BaseStore, PutOp
 
 from ._plan import Plan, adrive, drive
 from .errors import InvalidConfigError
+from .store.base import StoreBase
+from .store.tombstones import DEFAULT_HOLD_HOURS, check_hold
 from .threads.core import index_value
 
 Namespace = tuple[str, ...]
@@ -150,6 +152,23 @@ class _DeleteItems:
 
 
 @dataclass(frozen=True)
+class _Tombstone:
+    """Drop every later put under ``namespace`` for ``hold_seconds`` (the store's
+    ``tombstone_namespace``), before its items go."""
+
+    namespace: Namespace
+    hold_seconds: float
+
+
+@dataclass(frozen=True)
+class _Seal:
+    """``delete_namespace``: what a put that was under way when the tombstone came wrote;
+    on Redis it also closes the shards a short tombstone covers (see the store's plans)."""
+
+    namespace: Namespace
+
+
+@dataclass(frozen=True)
 class _Records:
     """Up to ``limit`` decision records of the user, from ``offset``."""
 
@@ -164,7 +183,17 @@ class _PutItems:
     items: list[tuple[Namespace, str, dict[str, Any]]]
 
 
-_Step = _Threads | _Index | _DeleteThread | _Items | _DeleteItems | _Records | _PutItems
+_Step = (
+    _Threads
+    | _Index
+    | _DeleteThread
+    | _Items
+    | _DeleteItems
+    | _Tombstone
+    | _Seal
+    | _Records
+    | _PutItems
+)
 
 
 def _namespaces(user_id: str, templates: Sequence[Sequence[str]]) -> list[Namespace]:
@@ -190,8 +219,13 @@ def _erase(
     dry_run: bool,
     batch_size: int,
     progress: Callable[[ErasureProgress], None] | None,
+    hold_seconds: float | None = None,
 ) -> Plan[_Step, ErasureReport]:
-    """The whole erasure, as steps; see the module docstring for the order."""
+    """The whole erasure, as steps; see the module docstring for the order.
+
+    ``hold_seconds``: tombstone each namespace for that long first (``None``: the store
+    keeps no tombstones, or the caller asked for none).
+    """
     started = time.monotonic()
     report = ErasureReport(user_id, dry_run, namespaces=list(namespaces))
     counts = dict.fromkeys(
@@ -243,6 +277,8 @@ def _erase(
                 break
     if has_store:
         for namespace in namespaces:
+            if hold_seconds is not None and not dry_run:
+                yield _Tombstone(namespace, hold_seconds)
             offset = 0
             while True:
                 items: list[Any] = yield _Items(namespace, offset, batch_size)
@@ -256,6 +292,8 @@ def _erase(
                 else:
                     yield _DeleteItems([(tuple(i.namespace), i.key) for i in items])
                 tell("store_items", counts["store_items"] + counts["drafts"])
+            if hold_seconds is not None and not dry_run:
+                counts["store_items"] += yield _Seal(namespace)
     if has_store and approvals is not None:
         opaque = f"erased:{secrets.token_hex(12)}"
         offset = 0
@@ -284,6 +322,8 @@ class _Target:
     checkpointer: Any
     store: BaseStore | None
     user_key: str
+    tombstones: bool
+    """Whether the store keeps namespace tombstones (this package's stores do)."""
 
 
 def _target(memory: Any, checkpointer: Any, store: Any) -> _Target:
@@ -303,7 +343,7 @@ def _target(memory: Any, checkpointer: Any, store: Any) -> _Target:
         user_key = checkpointer.threads.user_key
     if store is not None and not isinstance(store, BaseStore):
         raise InvalidConfigError(f"store must be a BaseStore, got {type(store).__name__}")
-    return _Target(checkpointer, store, user_key)
+    return _Target(checkpointer, store, user_key, isinstance(store, StoreBase))
 
 
 def _check(user_id: Any, batch_size: Any) -> None:
@@ -311,6 +351,21 @@ def _check(user_id: Any, batch_size: Any) -> None:
         raise InvalidConfigError(f"user_id must be a non-empty string, got {user_id!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
+
+
+def _hold(target: _Target, tombstone_hours: Any) -> float | None:
+    """The tombstones' hold in seconds; ``None`` for none (``tombstone_hours`` None or 0,
+    or a store that keeps none)."""
+    if tombstone_hours is None or tombstone_hours == 0:
+        return None
+    try:
+        seconds = check_hold(tombstone_hours * 3600)
+    except (InvalidConfigError, TypeError):
+        raise InvalidConfigError(
+            f"tombstone_hours must be a positive number of hours (up to a year) or None, "
+            f"got {tombstone_hours!r}"
+        ) from None
+    return seconds if target.tombstones else None
 
 
 def _plan(
@@ -321,8 +376,10 @@ def _plan(
     dry_run: bool,
     batch_size: Any,
     progress: Callable[[ErasureProgress], None] | None,
+    tombstone_hours: Any,
 ) -> Plan[_Step, ErasureReport]:
     _check(user_id, batch_size)
+    hold_seconds = _hold(target, tombstone_hours)
     return _erase(
         user_id,
         _namespaces(user_id, namespaces),
@@ -332,6 +389,7 @@ def _plan(
         dry_run=bool(dry_run),
         batch_size=batch_size,
         progress=progress,
+        hold_seconds=hold_seconds,
     )
 
 
@@ -379,6 +437,7 @@ def erase_user(
     dry_run: bool = False,
     progress: Callable[[ErasureProgress], None] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    tombstone_hours: float | None = DEFAULT_HOLD_HOURS,
 ) -> ErasureReport:
     """Remove everything of ``user_id``; returns what was removed.
 
@@ -389,6 +448,11 @@ def erase_user(
     Decision records under ``approvals_namespace`` (``None``: none kept) are anonymized,
     not deleted. ``dry_run`` changes nothing and reports what would go. Safe to repeat
     after a crash.
+
+    Each erased namespace gets a tombstone first: for ``tombstone_hours`` (24 by default)
+    the store drops every put under it, so a run of the user still going cannot write
+    their data back; then writes work again (a user may sign up again with the same id;
+    ``store.lift_tombstone(namespace)`` ends it earlier). ``None`` or ``0``: no tombstones.
     """
     target = _target(memory, checkpointer, store)
     saver, items = target.checkpointer, target.store
@@ -405,12 +469,27 @@ def erase_user(
             return items.search(step.namespace, **_items_args(step))
         if isinstance(step, _DeleteItems):
             return items.batch(_deletes(step))
+        if isinstance(step, _Tombstone):
+            assert isinstance(items, StoreBase)  # target.tombstones
+            return items.tombstone_namespace(step.namespace, hold_seconds=step.hold_seconds)
+        if isinstance(step, _Seal):
+            assert isinstance(items, StoreBase)
+            return items.delete_namespace(step.namespace)
         if isinstance(step, _Records):
             return items.search(step.namespace, **_records_args(step))
         return items.batch(_puts(step))
 
     return drive(
-        _plan(user_id, target, namespaces, approvals_namespace, dry_run, batch_size, progress),
+        _plan(
+            user_id,
+            target,
+            namespaces,
+            approvals_namespace,
+            dry_run,
+            batch_size,
+            progress,
+            tombstone_hours,
+        ),
         execute,
     )
 
@@ -426,6 +505,7 @@ async def aerase_user(
     dry_run: bool = False,
     progress: Callable[[ErasureProgress], None] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    tombstone_hours: float | None = DEFAULT_HOLD_HOURS,
 ) -> ErasureReport:
     """Async :func:`erase_user`."""
     target = _target(memory, checkpointer, store)
@@ -443,11 +523,26 @@ async def aerase_user(
             return await items.asearch(step.namespace, **_items_args(step))
         if isinstance(step, _DeleteItems):
             return await items.abatch(_deletes(step))
+        if isinstance(step, _Tombstone):
+            assert isinstance(items, StoreBase)  # target.tombstones
+            return await items.atombstone_namespace(step.namespace, hold_seconds=step.hold_seconds)
+        if isinstance(step, _Seal):
+            assert isinstance(items, StoreBase)
+            return await items.adelete_namespace(step.namespace)
         if isinstance(step, _Records):
             return await items.asearch(step.namespace, **_records_args(step))
         return await items.abatch(_puts(step))
 
     return await adrive(
-        _plan(user_id, target, namespaces, approvals_namespace, dry_run, batch_size, progress),
+        _plan(
+            user_id,
+            target,
+            namespaces,
+            approvals_namespace,
+            dry_run,
+            batch_size,
+            progress,
+            tombstone_hours,
+        ),
         execute,
     )

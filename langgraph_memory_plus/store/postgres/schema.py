@@ -13,6 +13,9 @@ Layout (in the configured schema, prefixed ``lgmp_`` so it can sit beside LangGr
   the item's ``ttl_minutes`` for refresh on read.
 - ``lgmp_store_vectors``: one row per embedded text of an item, as ``float8[]`` with its
   norm, deleted with the item.
+- ``lgmp_store_tombstones``: namespace prefixes whose puts are dropped until ``until``
+  (see :mod:`..tombstones`), by a hex SHA-256 of the prefix text, so an erased user's id
+  is not kept in them.
 
 Migrations run in order under a transaction-scoped advisory lock (see
 :mod:`langgraph_memory_plus._migrations`), so several processes may call ``setup()`` at once.
@@ -57,6 +60,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (prefix, key, field),
             FOREIGN KEY (prefix, key) REFERENCES {s}.lgmp_store (prefix, key) ON DELETE CASCADE
         )
+        """,
+    ),
+    (
+        """
+        CREATE TABLE IF NOT EXISTS {s}.lgmp_store_tombstones (
+            prefix_hash text COLLATE "C" PRIMARY KEY,
+            until timestamptz NOT NULL
+        )
+        """,
+        """
+        CREATE INDEX IF NOT EXISTS lgmp_store_tombstones_until_idx
+            ON {s}.lgmp_store_tombstones (until)
         """,
     ),
 )

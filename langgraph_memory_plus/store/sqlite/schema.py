@@ -14,6 +14,8 @@ The same layout as PostgreSQL's (:mod:`..postgres.schema`), in SQLite's types:
 - ``lgmp_store_vectors``: one row per embedded text of an item: the vector as packed
   little-endian doubles, and its norm. Deleted with the item by the plans (not by a
   foreign key, which a caller's connection may not enforce).
+- ``lgmp_store_tombstones``: namespace prefixes whose puts are dropped until ``until``
+  (seconds; see :mod:`..tombstones`), by a hex SHA-256 of the prefix text.
 """
 
 from __future__ import annotations
@@ -57,5 +59,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
         "INSERT INTO lgmp_store_clock (id, version) VALUES (0, 0) ON CONFLICT DO NOTHING",
+    ),
+    (
+        """
+        CREATE TABLE IF NOT EXISTS lgmp_store_tombstones (
+            prefix_hash TEXT PRIMARY KEY,
+            until REAL NOT NULL
+        ) WITHOUT ROWID
+        """,
+        """
+        CREATE INDEX IF NOT EXISTS lgmp_store_tombstones_until_idx
+            ON lgmp_store_tombstones (until)
+        """,
     ),
 )
