@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -29,7 +30,9 @@ import psycopg
 import pytest
 from conftest import PG_ADMIN_URL, _fresh_database
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.config import get_store
 from langgraph.graph import END, START, StateGraph, add_messages
+from langgraph.store.base import PutOp
 from langgraph.types import interrupt
 from typing_extensions import TypedDict
 
@@ -414,6 +417,126 @@ def test_a_run_still_going_during_erasure_cannot_bring_the_thread_back(target: T
         assert memory.checkpointer.threads.transcript(dave.threads[0]) == []
     # The texts of the turn that ran during erasure included: none of it came back.
     assert mentions(target.dump(), dave.markers) == []
+
+
+def test_a_run_still_going_during_erasure_cannot_bring_store_items_back(
+    target: Target, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A node writes the user's store items after ``erase_user`` returned: every put under
+    an erased namespace is dropped (a short prefix too, which on Redis spans shards), other
+    namespaces still take puts, and once the hold time is over writes work again."""
+    gina, hal = User("gina"), User("hal")
+    gina.threads, hal.threads = gina.threads[:1], hal.threads[:1]
+    templates = [("users", "{user_id}"), ("{user_id}",)]
+    hold_hours = 3 / 3600
+    with target.open() as memory:
+        seed(memory, gina)
+        seed(memory, hal)
+        memory.store.put((gina.id, "notes"), "n1", {"text": gina.text("note")})
+    hal_before = owned_by(target.dump(), hal.markers)
+
+    with target.open() as memory:
+        store = memory.store
+        dry = erase_user(gina.id, memory=memory, namespaces=templates, dry_run=True)
+        ready, release = threading.Event(), threading.Event()
+
+        def late(state: State) -> dict[str, Any]:
+            ready.set()
+            assert release.wait(20)
+            writer = get_store()
+            writer.put(("users", gina.id, "preferences"), "seat", {"text": gina.text("aisle")})
+            writer.put(("users", gina.id), "profile", {"text": gina.text("late profile")})
+            writer.put((gina.id, "notes"), "n2", {"text": gina.text("late note")})
+            writer.put(("users", gina.id, "drafts"), "d", {"v": gina.text("x")}, expected_version=0)
+            writer.batch(
+                [
+                    PutOp(("users", gina.id, "memories"), "m9", {"text": gina.text("late")}),
+                    PutOp(("shared", "counters"), "runs", {"n": 1}),
+                ]
+            )
+            return {"messages": [AIMessage("done", id="ai-late-store")]}
+
+        builder = StateGraph(State)
+        builder.add_node("late", late)
+        builder.add_edge(START, "late")
+        builder.add_edge("late", END)
+        app = builder.compile(store=store)
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                app.invoke({"messages": [HumanMessage("go", id="h-go")]})
+            except BaseException as exc:
+                errors.append(exc)
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        assert ready.wait(20)
+        report = erase_user(
+            gina.id, memory=memory, namespaces=templates, tombstone_hours=hold_hours
+        )
+        with caplog.at_level(logging.WARNING, logger="langgraph_memory_plus.store"):
+            release.set()
+            worker.join(30)
+        assert not worker.is_alive() and not errors
+
+        assert report.counts == dry.counts and report.counts["store_items"] == 3
+        assert store.search(("users", gina.id)) == [] and store.search((gina.id,)) == []
+        assert store.get(("shared", "counters"), "runs") is not None  # not under a tombstone
+        assert any("tombstoned" in r.getMessage() for r in caplog.records)
+        assert set(
+            erase_user(gina.id, memory=memory, namespaces=templates, dry_run=True).counts.values()
+        ) == {0}
+        again = erase_user(gina.id, memory=memory, namespaces=templates, tombstone_hours=hold_hours)
+        assert set(again.counts.values()) == {0}
+    after = target.dump()
+    assert mentions(after, gina.markers) == []
+    assert owned_by(after, hal.markers) == hal_before
+
+    with target.open() as memory:
+        # The hold ends: the same user id may sign up again.
+        back = ("users", gina.id)
+        for _ in range(300):
+            memory.store.put(back, "profile", {"text": "signed up again"})
+            if memory.store.get(back, "profile") is not None:
+                break
+            threading.Event().wait(0.1)
+        assert memory.store.get(back, "profile") is not None
+        memory.store.put((gina.id, "notes"), "n3", {"text": "new"})
+        assert memory.store.get((gina.id, "notes"), "n3") is not None
+
+
+def test_a_tombstone_is_lifted_early_and_checked(target: Target) -> None:
+    """The async API, and the lift: a user who signs up again need not wait."""
+    ns = ("users", f"ivy-{uuid.uuid4().hex[:8]}")
+
+    async def go() -> None:
+        async with target.open() as memory:
+            store = memory.store
+            await store.aput(ns, "k", {"v": 1})
+            report = await aerase_user(ns[1], memory=memory)
+            assert report.counts["store_items"] == 1
+            await store.aput(ns, "k", {"v": 2})
+            await store.aput((*ns, "deeper"), "k", {"v": 2})
+            assert await store.asearch(ns) == []
+            assert await store.alift_tombstone(ns) is True
+            assert await store.alift_tombstone(ns) is False
+            await store.aput((*ns, "deeper"), "k", {"v": 3})
+            assert (await store.aget((*ns, "deeper"), "k")).value == {"v": 3}
+            # No tombstone: the put that follows is kept.
+            await aerase_user(ns[1], memory=memory, tombstone_hours=None)
+            await store.aput(ns, "k", {"v": 4})
+            assert (await store.aget(ns, "k")).value == {"v": 4}
+            for bad in (-1, float("inf"), "24"):
+                with pytest.raises(InvalidConfigError, match="tombstone_hours"):
+                    await aerase_user(ns[1], memory=memory, tombstone_hours=bad)  # type: ignore[arg-type]
+                with pytest.raises(InvalidConfigError, match="hold_seconds"):
+                    await store.atombstone_namespace(ns, hold_seconds=bad)  # type: ignore[arg-type]
+            with pytest.raises(InvalidConfigError, match="non-empty"):
+                await store.atombstone_namespace(())
+            assert (await store.aget(ns, "k")).value == {"v": 4}
+
+    asyncio.run(go())
 
 
 KILLED = textwrap.dedent(
