@@ -19,6 +19,7 @@ finishes the job. A second call reports zeros.
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -322,11 +323,12 @@ class _Target:
     checkpointer: Any
     store: BaseStore | None
     user_key: str
-    tombstones: bool
-    """Whether the store keeps namespace tombstones (this package's stores do)."""
+    hold_seconds: float | None
+    """How long erased namespaces stay tombstoned; ``None``: not at all (asked for, or a
+    store that keeps no tombstones: this package's stores do)."""
 
 
-def _target(memory: Any, checkpointer: Any, store: Any) -> _Target:
+def _target(memory: Any, checkpointer: Any, store: Any, tombstone_hours: Any) -> _Target:
     if memory is not None:
         if checkpointer is not None or store is not None:
             raise InvalidConfigError("pass memory= or checkpointer=/store=, not both")
@@ -343,7 +345,8 @@ def _target(memory: Any, checkpointer: Any, store: Any) -> _Target:
         user_key = checkpointer.threads.user_key
     if store is not None and not isinstance(store, BaseStore):
         raise InvalidConfigError(f"store must be a BaseStore, got {type(store).__name__}")
-    return _Target(checkpointer, store, user_key, isinstance(store, StoreBase))
+    hold = _hold(tombstone_hours)
+    return _Target(checkpointer, store, user_key, hold if isinstance(store, StoreBase) else None)
 
 
 def _check(user_id: Any, batch_size: Any) -> None:
@@ -353,19 +356,18 @@ def _check(user_id: Any, batch_size: Any) -> None:
         raise InvalidConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
 
 
-def _hold(target: _Target, tombstone_hours: Any) -> float | None:
-    """The tombstones' hold in seconds; ``None`` for none (``tombstone_hours`` None or 0,
-    or a store that keeps none)."""
-    if tombstone_hours is None or tombstone_hours == 0:
+def _hold(tombstone_hours: Any) -> float | None:
+    """The tombstones' hold in seconds; ``None`` for none (``tombstone_hours`` None or 0)."""
+    number = not isinstance(tombstone_hours, bool) and isinstance(tombstone_hours, (int, float))
+    if tombstone_hours is None or (number and tombstone_hours == 0):
         return None
     try:
-        seconds = check_hold(tombstone_hours * 3600)
-    except (InvalidConfigError, TypeError):
+        return check_hold(tombstone_hours * 3600 if number else math.nan)
+    except InvalidConfigError:
         raise InvalidConfigError(
             f"tombstone_hours must be a positive number of hours (up to a year) or None, "
             f"got {tombstone_hours!r}"
         ) from None
-    return seconds if target.tombstones else None
 
 
 def _plan(
@@ -376,10 +378,8 @@ def _plan(
     dry_run: bool,
     batch_size: Any,
     progress: Callable[[ErasureProgress], None] | None,
-    tombstone_hours: Any,
 ) -> Plan[_Step, ErasureReport]:
     _check(user_id, batch_size)
-    hold_seconds = _hold(target, tombstone_hours)
     return _erase(
         user_id,
         _namespaces(user_id, namespaces),
@@ -389,7 +389,7 @@ def _plan(
         dry_run=bool(dry_run),
         batch_size=batch_size,
         progress=progress,
-        hold_seconds=hold_seconds,
+        hold_seconds=target.hold_seconds,
     )
 
 
@@ -454,7 +454,7 @@ def erase_user(
     their data back; then writes work again (a user may sign up again with the same id;
     ``store.lift_tombstone(namespace)`` ends it earlier). ``None`` or ``0``: no tombstones.
     """
-    target = _target(memory, checkpointer, store)
+    target = _target(memory, checkpointer, store, tombstone_hours)
     saver, items = target.checkpointer, target.store
 
     def execute(step: _Step) -> Any:
@@ -470,7 +470,7 @@ def erase_user(
         if isinstance(step, _DeleteItems):
             return items.batch(_deletes(step))
         if isinstance(step, _Tombstone):
-            assert isinstance(items, StoreBase)  # target.tombstones
+            assert isinstance(items, StoreBase)  # target.hold_seconds
             return items.tombstone_namespace(step.namespace, hold_seconds=step.hold_seconds)
         if isinstance(step, _Seal):
             assert isinstance(items, StoreBase)
@@ -480,16 +480,7 @@ def erase_user(
         return items.batch(_puts(step))
 
     return drive(
-        _plan(
-            user_id,
-            target,
-            namespaces,
-            approvals_namespace,
-            dry_run,
-            batch_size,
-            progress,
-            tombstone_hours,
-        ),
+        _plan(user_id, target, namespaces, approvals_namespace, dry_run, batch_size, progress),
         execute,
     )
 
@@ -508,7 +499,7 @@ async def aerase_user(
     tombstone_hours: float | None = DEFAULT_HOLD_HOURS,
 ) -> ErasureReport:
     """Async :func:`erase_user`."""
-    target = _target(memory, checkpointer, store)
+    target = _target(memory, checkpointer, store, tombstone_hours)
     saver, items = target.checkpointer, target.store
 
     async def execute(step: _Step) -> Any:
@@ -524,7 +515,7 @@ async def aerase_user(
         if isinstance(step, _DeleteItems):
             return await items.abatch(_deletes(step))
         if isinstance(step, _Tombstone):
-            assert isinstance(items, StoreBase)  # target.tombstones
+            assert isinstance(items, StoreBase)  # target.hold_seconds
             return await items.atombstone_namespace(step.namespace, hold_seconds=step.hold_seconds)
         if isinstance(step, _Seal):
             assert isinstance(items, StoreBase)
@@ -534,15 +525,6 @@ async def aerase_user(
         return await items.abatch(_puts(step))
 
     return await adrive(
-        _plan(
-            user_id,
-            target,
-            namespaces,
-            approvals_namespace,
-            dry_run,
-            batch_size,
-            progress,
-            tombstone_hours,
-        ),
+        _plan(user_id, target, namespaces, approvals_namespace, dry_run, batch_size, progress),
         execute,
     )

@@ -24,17 +24,16 @@ import uuid
 import zlib
 from collections.abc import Iterator
 from datetime import datetime, timezone
-from typing import Annotated, Any
+from typing import Any
 
 import psycopg
 import pytest
+from chat_support import State, chat_graph, run_config
 from conftest import PG_ADMIN_URL, _fresh_database
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.config import get_store
-from langgraph.graph import END, START, StateGraph, add_messages
+from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import PutOp
-from langgraph.types import interrupt
-from typing_extensions import TypedDict
 
 from langgraph_memory_plus import InvalidConfigError, from_url
 from langgraph_memory_plus.approvals import Approvals, DecisionRecord, TaskDrafts
@@ -59,28 +58,8 @@ CANCELLATION = {
 }
 
 
-class State(TypedDict, total=False):
-    messages: Annotated[list[AnyMessage], add_messages]
-
-
 def graph() -> StateGraph:
-    def chat(state: State) -> dict[str, Any]:
-        last = state["messages"][-1]
-        text = str(last.content)
-        if text.startswith("ask"):
-            answer = interrupt({"question": text})
-            return {"messages": [AIMessage(content=f"ok {answer}", id=f"ai-{last.id}")]}
-        return {"messages": [AIMessage(content=f"reply to {text}", id=f"ai-{last.id}")]}
-
-    builder = StateGraph(State)
-    builder.add_node("chat", chat)
-    builder.add_edge(START, "chat")
-    builder.add_edge("chat", END)
-    return builder
-
-
-def cfg(thread_id: str, user: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread_id, "user_id": user}}
+    return chat_graph(lambda text: f"reply to {text}")
 
 
 class User:
@@ -107,10 +86,14 @@ def seed(memory: Any, user: User) -> None:
     for n, tid in enumerate(user.threads):
         for turn in range(3):
             said = user.text(f"turn {turn}")
-            app.invoke({"messages": [HumanMessage(said, id=f"h-{tid}-{turn}")]}, cfg(tid, user.id))
+            app.invoke(
+                {"messages": [HumanMessage(said, id=f"h-{tid}-{turn}")]}, run_config(tid, user.id)
+            )
         if n == 0:  # left waiting for a human
             ask = user.text("ask")
-            app.invoke({"messages": [HumanMessage(ask, id=f"h-{tid}-ask")]}, cfg(tid, user.id))
+            app.invoke(
+                {"messages": [HumanMessage(ask, id=f"h-{tid}-ask")]}, run_config(tid, user.id)
+            )
     store = memory.store
     store.put(("users", user.id), "profile", {"text": user.text("profile abc")})
     store.put(("users", user.id, "memories"), "m1", {"text": user.text("memory bcd")})
@@ -296,7 +279,9 @@ def test_erase_user_leaves_nothing_of_them_and_the_other_user_untouched(target: 
         gone = str(uuid.uuid4())
         alice.threads.append(gone)
         app = graph().compile(checkpointer=memory.checkpointer)
-        app.invoke({"messages": [HumanMessage(alice.text("old"), id="h-old")]}, cfg(gone, alice.id))
+        app.invoke(
+            {"messages": [HumanMessage(alice.text("old"), id="h-old")]}, run_config(gone, alice.id)
+        )
         memory.checkpointer.delete_thread(gone)
     before = target.dump()
     assert mentions(before, [m for m in alice.markers]), "the scan finds the seeded data"
@@ -400,7 +385,7 @@ def test_a_run_still_going_during_erasure_cannot_bring_the_thread_back(target: T
         def run() -> None:
             try:
                 late = HumanMessage(dave.text("late question"), id="h-late")
-                app.invoke({"messages": [late]}, cfg(dave.threads[0], dave.id))
+                app.invoke({"messages": [late]}, run_config(dave.threads[0], dave.id))
             except BaseException as exc:
                 errors.append(exc)
 
@@ -412,7 +397,7 @@ def test_a_run_still_going_during_erasure_cannot_bring_the_thread_back(target: T
         worker.join(30)
         assert not worker.is_alive() and not errors
         assert report.thread_ids == dave.threads
-        assert memory.checkpointer.get_tuple(cfg(dave.threads[0], dave.id)) is None
+        assert memory.checkpointer.get_tuple(run_config(dave.threads[0], dave.id)) is None
         assert memory.checkpointer.threads.sessions(dave.id) == []
         assert memory.checkpointer.threads.transcript(dave.threads[0]) == []
     # The texts of the turn that ran during erasure included: none of it came back.

@@ -15,7 +15,9 @@ Layout (in the configured schema, prefixed ``lgmp_`` so it can sit beside LangGr
   norm, deleted with the item.
 - ``lgmp_store_tombstones``: namespace prefixes whose puts are dropped until ``until``
   (see :mod:`..tombstones`), by a hex SHA-256 of the prefix text, so an erased user's id
-  is not kept in them.
+  is not kept in them. No index on ``until``: a put must find its tombstones by hash
+  (with one, a generic plan scanned every live tombstone); pruning reads the whole table,
+  which holds only the hold window's erasures.
 
 Migrations run in order under a transaction-scoped advisory lock (see
 :mod:`langgraph_memory_plus._migrations`), so several processes may call ``setup()`` at once.
@@ -68,10 +70,6 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             prefix_hash text COLLATE "C" PRIMARY KEY,
             until timestamptz NOT NULL
         )
-        """,
-        """
-        CREATE INDEX IF NOT EXISTS lgmp_store_tombstones_until_idx
-            ON {s}.lgmp_store_tombstones (until)
         """,
     ),
 )

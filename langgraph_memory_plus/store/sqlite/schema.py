@@ -15,7 +15,8 @@ The same layout as PostgreSQL's (:mod:`..postgres.schema`), in SQLite's types:
   little-endian doubles, and its norm. Deleted with the item by the plans (not by a
   foreign key, which a caller's connection may not enforce).
 - ``lgmp_store_tombstones``: namespace prefixes whose puts are dropped until ``until``
-  (seconds; see :mod:`..tombstones`), by a hex SHA-256 of the prefix text.
+  (seconds; see :mod:`..tombstones`), by a hex SHA-256 of the prefix text; found by
+  hash only (no index on ``until``, as on PostgreSQL).
 """
 
 from __future__ import annotations
@@ -66,10 +67,6 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             prefix_hash TEXT PRIMARY KEY,
             until REAL NOT NULL
         ) WITHOUT ROWID
-        """,
-        """
-        CREATE INDEX IF NOT EXISTS lgmp_store_tombstones_until_idx
-            ON lgmp_store_tombstones (until)
         """,
     ),
 )
