@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from functools import lru_cache
 from typing import Any
 
 from ..errors import InvalidConfigError
@@ -32,9 +33,14 @@ def tombstone_hash(namespace: Namespace) -> str:
     return hashlib.sha256(prefix_text(namespace).encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def ancestor_hashes(namespace: Namespace) -> list[str]:
-    """The tombstone hashes that block a put into ``namespace``: itself and every prefix."""
-    return [tombstone_hash(namespace[:n]) for n in range(1, len(namespace) + 1)]
+@lru_cache(maxsize=4096)
+def ancestor_hashes(namespace: Namespace) -> tuple[str, ...]:
+    """The tombstone hashes that block a put into ``namespace``: itself and every prefix.
+
+    Cached: every put needs them, and a store's puts go to few namespaces at a time (the
+    hashing was a tenth of a SQLite put).
+    """
+    return tuple(tombstone_hash(namespace[:n]) for n in range(1, len(namespace) + 1))
 
 
 def check_hold(hold_seconds: Any) -> float:

@@ -593,25 +593,33 @@ class PostgresStorePlans:
             "v": ("text", [r.value.text for r in requests if r.value is not None]),
             "e": ("boolean", [r.value.escaped for r in requests if r.value is not None]),
             "t": ("float8", [r.ttl for r in requests]),
-            # The tombstones that would drop each put: its namespace and its prefixes.
-            "a": ("text", [",".join(ancestor_hashes(r.namespace)) for r in requests]),
         }
         one = len(requests) == 1
+        if one:
+            # The tombstones that would drop the put (its namespace and its prefixes) as
+            # scalars too: a list, or text split in SQL, cost a put 30 to 80 µs more.
+            hashes = ancestor_hashes(requests[0].namespace)
+            tombs = ", ".join(f"%(h{i})s::text" for i in range(len(hashes)))
+            covers = f"t.prefix_hash IN ({tombs})"
+            extra = {f"h{i}": h for i, h in enumerate(hashes)}
+        else:
+            joined = [",".join(ancestor_hashes(r.namespace)) for r in requests]
+            columns["a"] = ("text", joined)
+            covers = "t.prefix_hash = ANY(string_to_array(w.tombs, ','))"
+            extra = {}
         slots = ", ".join(f"%({n})s::{t}{'' if one else '[]'}" for n, (t, _) in columns.items())
         source = f"(VALUES ({slots}))" if one else f"unnest({slots})"
         params = {n: values[0] if one else values for n, (_, values) in columns.items()}
+        names = "prefix, key, value, escaped, ttl" + ("" if one else ", tombs")
         return Query(
             f"""
             INSERT INTO {self._t} AS s ({INSERTED})
             SELECT w.prefix, w.key, w.value::jsonb, w.escaped, {self._next_version}, now(), now(),
                 now() + w.ttl * interval '1 minute', w.ttl
-            FROM {source} AS w(prefix, key, value, escaped, ttl, tombs)
-            WHERE NOT EXISTS (
-                SELECT FROM {self._tombs} t
-                WHERE t.prefix_hash = ANY(string_to_array(w.tombs, ',')) AND t.until > now()
-            )
+            FROM {source} AS w({names})
+            WHERE NOT EXISTS (SELECT FROM {self._tombs} t WHERE {covers} AND t.until > now())
             {on_conflict}""",
-            params,
+            {**params, **extra},
             fetch=fetch,
             standalone=standalone,
         )

@@ -45,6 +45,7 @@ MAX_BATCH_BYTES = 512 * 1024 * 1024
 MAX_KEY_BYTES = 4096
 MAX_COUNT = 2**62  # SQLite's LIMIT/OFFSET are 64-bit; larger requests mean "all" anyway
 SCAN_CHUNK = 1000
+MAX_INLINE_HASHES = 32  # tombstone hashes sent as placeholders; more go as one JSON array
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 LIVE = "(s.expires_at IS NULL OR s.expires_at > :now)"
@@ -357,12 +358,19 @@ class SqliteStorePlans:
         Read under the write lock (``write=True``), which the rest of the batch keeps: no
         tombstone can be placed between this check and the writes.
         """
-        ancestors = [ancestor_hashes(r.namespace) if r.value is not None else [] for r in requests]
+        ancestors = [ancestor_hashes(r.namespace) if r.value is not None else () for r in requests]
         wanted = sorted({h for hashes in ancestors for h in hashes})
+        if not wanted:  # deletes only
+            return requests, 0
+        if len(wanted) <= MAX_INLINE_HASHES:  # a put: a few placeholders beat JSON
+            among = ", ".join("?" * len(wanted))
+            params: tuple[Any, ...] = (now, *wanted)
+        else:
+            among, params = "SELECT value FROM json_each(?)", (now, json.dumps(wanted))
         rows: Rows = yield Query(
-            "SELECT prefix_hash FROM lgmp_store_tombstones WHERE until > :now "
-            "AND prefix_hash IN (SELECT value FROM json_each(:hashes))",
-            {"now": now, "hashes": json.dumps(wanted)},
+            f"SELECT prefix_hash FROM lgmp_store_tombstones WHERE until > ? "
+            f"AND prefix_hash IN ({among})",
+            params,
             fetch=True,
             write=True,
         )
