@@ -524,6 +524,49 @@ def test_a_tombstone_is_lifted_early_and_checked(target: Target) -> None:
     asyncio.run(go())
 
 
+def _live_tombstones(target: Target, store: Any, prefixes: list[tuple[str, ...]]) -> int:
+    """How many tombstone records the storage still holds (expired or not): rows of the
+    SQL stores' table, fields of the Redis keys where ``prefixes`` would have theirs."""
+    if "key_prefix" in target.options:
+        from langgraph_memory_plus.store.redis.lua import REGISTRY_KINDS, SHARD_KINDS
+
+        plans = store._plans
+        keys = {plans.shard(p).keys[SHARD_KINDS.index("tomb")] for p in prefixes}
+        keys.add(plans.registry[REGISTRY_KINDS.index("tombs")])
+        return sum(int(store.client.hlen(key)) for key in keys)  # HLEN expires a key first
+    rows = [r for r in target.dump() if r[0].strip('"').endswith("lgmp_store_tombstones")]
+    return len(rows)
+
+
+def test_expired_tombstones_never_block_and_do_not_pile_up(target: Target) -> None:
+    run = uuid.uuid4().hex[:8]
+    old = [("users", f"old-{i}-{run}") for i in range(5)] + [(f"short-{run}",)]
+    with target.open() as memory:
+        store = memory.store
+        for prefix in old:
+            store.tombstone_namespace(prefix, hold_seconds=1)
+        store.put((*old[0], "x"), "k", {"v": 1})
+        store.put((*old[-1], "x"), "k", {"v": 1})
+        assert store.get((*old[0], "x"), "k") is None and store.get((*old[-1], "x"), "k") is None
+        assert _live_tombstones(target, store, old) == len(old)
+        for _ in range(300):  # the hold ends: puts are kept again, before any sweep
+            store.put((*old[0], "x"), "k", {"v": 2})
+            if store.get((*old[0], "x"), "k") is not None:
+                break
+            threading.Event().wait(0.05)
+        store.put((*old[-1], "x"), "k", {"v": 2})
+        assert store.get((*old[-1], "x"), "k") is not None
+        # Expired tombstones go: with the sweep, with the next placed, or (Redis) by expiry.
+        store.sweep_ttl()
+        fresh = ("users", f"fresh-{run}")
+        store.tombstone_namespace(fresh, hold_seconds=60)
+        assert _live_tombstones(target, store, [*old, fresh]) == 1
+        assert store.lift_tombstone(fresh) is True
+        assert _live_tombstones(target, store, [*old, fresh]) == 0
+        for prefix in old:
+            store.delete_namespace(prefix)
+
+
 KILLED = textwrap.dedent(
     """
     import json, os, signal, sys
