@@ -28,6 +28,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from backends import ALL_SERVERS
+from backends_support import Space, open_sync
 from chat_support import State, chat_graph, run_config
 from conftest import PG_ADMIN_URL, _fresh_database
 from langchain_core.messages import AIMessage, HumanMessage
@@ -564,6 +566,41 @@ def test_expired_tombstones_never_block_and_do_not_pile_up(target: Target) -> No
         assert store.lift_tombstone(fresh) is True
         assert _live_tombstones(target, store, [*old, fresh]) == 0
         for prefix in old:
+            store.delete_namespace(prefix)
+
+
+@ALL_SERVERS
+def test_tombstones_work_on_every_server(storage: Any) -> None:
+    """The tombstone scripts and statements on every server of the matrix (Redis 6.2,
+    Valkey, PgBouncer's transaction pooling, PostgreSQL 16 and 18 too)."""
+    run = uuid.uuid4().hex[:8]
+    options = dict(storage.options)
+    url = storage.url
+    if storage.kind == "postgres":
+        options["schema"] = f"t{run}"
+    elif storage.kind == "redis":
+        options["key_prefix"] = f"{options.get('key_prefix', 'lgmp-test')}-{run}"
+    else:
+        url = os.path.join(storage.url, f"t{run}.db")
+    erased, short = ("users", f"u-{run}"), (f"s-{run}",)
+    with open_sync(Space(storage.kind, url, options), "store") as store:
+        store.put((*erased, "a"), "kept", {"v": 1})
+        store.tombstone_namespace(erased, hold_seconds=600)
+        store.tombstone_namespace(short, hold_seconds=600)
+        store.put((*erased, "a"), "kept", {"v": 2})
+        store.put((*short, "b"), "k", {"v": 2})
+        store.put(("users", f"other-{run}"), "k", {"v": 2})
+        assert store.get((*erased, "a"), "kept").value == {"v": 1}  # not overwritten
+        assert store.get((*short, "b"), "k") is None
+        assert store.get(("users", f"other-{run}"), "k") is not None
+        store.delete((*erased, "a"), "kept")  # deletes still work
+        assert store.get((*erased, "a"), "kept") is None
+        assert store.lift_tombstone(erased) and store.lift_tombstone(short)
+        store.put((*erased, "a"), "kept", {"v": 3})
+        store.put((*short, "b"), "k", {"v": 3})
+        assert store.get((*erased, "a"), "kept").value == {"v": 3}
+        assert store.get((*short, "b"), "k").value == {"v": 3}
+        for prefix in (erased, short, ("users", f"other-{run}")):
             store.delete_namespace(prefix)
 
 
