@@ -21,6 +21,7 @@ A second call reports zeros.
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +32,8 @@ from langgraph.store.base import BaseStore, PutOp
 
 from ._plan import Plan, adrive, drive
 from .errors import InvalidConfigError
+from .store.base import StoreBase
+from .store.tombstones import DEFAULT_HOLD_HOURS, check_hold
 from .threads.core import index_value
 
 Namespace = tuple[str, ...]
@@ -152,6 +155,23 @@ class _DeleteItems:
 
 
 @dataclass(frozen=True)
+class _Tombstone:
+    """Drop every later put under ``namespace`` for ``hold_seconds`` (the store's
+    ``tombstone_namespace``), before its items go."""
+
+    namespace: Namespace
+    hold_seconds: float
+
+
+@dataclass(frozen=True)
+class _Seal:
+    """``delete_namespace``: what a put that was under way when the tombstone came wrote;
+    on Redis it also closes the shards a short tombstone covers (see the store's plans)."""
+
+    namespace: Namespace
+
+
+@dataclass(frozen=True)
 class _Records:
     """Up to ``limit`` decision records of the user, from ``offset``."""
 
@@ -166,7 +186,17 @@ class _PutItems:
     items: list[tuple[Namespace, str, dict[str, Any]]]
 
 
-_Step = _Threads | _Index | _DeleteThread | _Items | _DeleteItems | _Records | _PutItems
+_Step = (
+    _Threads
+    | _Index
+    | _DeleteThread
+    | _Items
+    | _DeleteItems
+    | _Tombstone
+    | _Seal
+    | _Records
+    | _PutItems
+)
 
 
 def _namespaces(user_id: str, templates: Sequence[Sequence[str]]) -> list[Namespace]:
@@ -192,8 +222,13 @@ def _erase(
     dry_run: bool,
     batch_size: int,
     progress: Callable[[ErasureProgress], None] | None,
+    hold_seconds: float | None = None,
 ) -> Plan[_Step, ErasureReport]:
-    """The whole erasure, as steps; see the module docstring for the order."""
+    """The whole erasure, as steps; see the module docstring for the order.
+
+    ``hold_seconds``: tombstone each namespace for that long first (``None``: the store
+    keeps no tombstones, or the caller asked for none).
+    """
     started = time.monotonic()
     report = ErasureReport(user_id, dry_run, namespaces=list(namespaces))
     counts = dict.fromkeys(
@@ -249,6 +284,8 @@ def _erase(
                 break
     if has_store:
         for namespace in namespaces:
+            if hold_seconds is not None and not dry_run:
+                yield _Tombstone(namespace, hold_seconds)
             offset = 0
             while True:
                 items: list[Any] = yield _Items(namespace, offset, batch_size)
@@ -262,6 +299,8 @@ def _erase(
                 else:
                     yield _DeleteItems([(tuple(i.namespace), i.key) for i in items])
                 tell("store_items", counts["store_items"] + counts["drafts"])
+            if hold_seconds is not None and not dry_run:
+                counts["store_items"] += yield _Seal(namespace)
     if has_store and approvals is not None:
         opaque = f"erased:{secrets.token_hex(12)}"
         offset = 0
@@ -290,9 +329,12 @@ class _Target:
     checkpointer: Any
     store: BaseStore | None
     user_key: str
+    hold_seconds: float | None
+    """How long erased namespaces stay tombstoned; ``None``: not at all (asked for, or a
+    store that keeps no tombstones: this package's stores do)."""
 
 
-def _target(memory: Any, checkpointer: Any, store: Any) -> _Target:
+def _target(memory: Any, checkpointer: Any, store: Any, tombstone_hours: Any) -> _Target:
     if memory is not None:
         if checkpointer is not None or store is not None:
             raise InvalidConfigError("pass memory= or checkpointer=/store=, not both")
@@ -309,7 +351,8 @@ def _target(memory: Any, checkpointer: Any, store: Any) -> _Target:
         user_key = checkpointer.threads.user_key
     if store is not None and not isinstance(store, BaseStore):
         raise InvalidConfigError(f"store must be a BaseStore, got {type(store).__name__}")
-    return _Target(checkpointer, store, user_key)
+    hold = _hold(tombstone_hours)
+    return _Target(checkpointer, store, user_key, hold if isinstance(store, StoreBase) else None)
 
 
 def _check(user_id: Any, batch_size: Any) -> None:
@@ -317,6 +360,20 @@ def _check(user_id: Any, batch_size: Any) -> None:
         raise InvalidConfigError(f"user_id must be a non-empty string, got {user_id!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
+
+
+def _hold(tombstone_hours: Any) -> float | None:
+    """The tombstones' hold in seconds; ``None`` for none (``tombstone_hours`` None or 0)."""
+    number = not isinstance(tombstone_hours, bool) and isinstance(tombstone_hours, (int, float))
+    if tombstone_hours is None or (number and tombstone_hours == 0):
+        return None
+    try:
+        return check_hold(tombstone_hours * 3600 if number else math.nan)
+    except InvalidConfigError:
+        raise InvalidConfigError(
+            f"tombstone_hours must be a positive number of hours (up to a year) or None, "
+            f"got {tombstone_hours!r}"
+        ) from None
 
 
 def _plan(
@@ -338,6 +395,7 @@ def _plan(
         dry_run=bool(dry_run),
         batch_size=batch_size,
         progress=progress,
+        hold_seconds=target.hold_seconds,
     )
 
 
@@ -385,6 +443,7 @@ def erase_user(
     dry_run: bool = False,
     progress: Callable[[ErasureProgress], None] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    tombstone_hours: float | None = DEFAULT_HOLD_HOURS,
 ) -> ErasureReport:
     """Remove everything of ``user_id``; returns what was removed.
 
@@ -395,8 +454,13 @@ def erase_user(
     Decision records under ``approvals_namespace`` (``None``: none kept) are anonymized,
     not deleted. ``dry_run`` changes nothing and reports what would go. Safe to repeat
     after a crash.
+
+    Each erased namespace gets a tombstone first: for ``tombstone_hours`` (24 by default)
+    the store drops every put under it, so a run of the user still going cannot write
+    their data back; then writes work again (a user may sign up again with the same id;
+    ``store.lift_tombstone(namespace)`` ends it earlier). ``None`` or ``0``: no tombstones.
     """
-    target = _target(memory, checkpointer, store)
+    target = _target(memory, checkpointer, store, tombstone_hours)
     saver, items = target.checkpointer, target.store
 
     def execute(step: _Step) -> Any:
@@ -411,6 +475,12 @@ def erase_user(
             return items.search(step.namespace, **_items_args(step))
         if isinstance(step, _DeleteItems):
             return items.batch(_deletes(step))
+        if isinstance(step, _Tombstone):
+            assert isinstance(items, StoreBase)  # target.hold_seconds
+            return items.tombstone_namespace(step.namespace, hold_seconds=step.hold_seconds)
+        if isinstance(step, _Seal):
+            assert isinstance(items, StoreBase)
+            return items.delete_namespace(step.namespace)
         if isinstance(step, _Records):
             return items.search(step.namespace, **_records_args(step))
         return items.batch(_puts(step))
@@ -432,9 +502,10 @@ async def aerase_user(
     dry_run: bool = False,
     progress: Callable[[ErasureProgress], None] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    tombstone_hours: float | None = DEFAULT_HOLD_HOURS,
 ) -> ErasureReport:
     """Async :func:`erase_user`."""
-    target = _target(memory, checkpointer, store)
+    target = _target(memory, checkpointer, store, tombstone_hours)
     saver, items = target.checkpointer, target.store
 
     async def execute(step: _Step) -> Any:
@@ -449,6 +520,12 @@ async def aerase_user(
             return await items.asearch(step.namespace, **_items_args(step))
         if isinstance(step, _DeleteItems):
             return await items.abatch(_deletes(step))
+        if isinstance(step, _Tombstone):
+            assert isinstance(items, StoreBase)  # target.hold_seconds
+            return await items.atombstone_namespace(step.namespace, hold_seconds=step.hold_seconds)
+        if isinstance(step, _Seal):
+            assert isinstance(items, StoreBase)
+            return await items.adelete_namespace(step.namespace)
         if isinstance(step, _Records):
             return await items.asearch(step.namespace, **_records_args(step))
         return await items.abatch(_puts(step))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -23,15 +24,18 @@ import uuid
 import zlib
 from collections.abc import Iterator
 from datetime import datetime, timezone
-from typing import Annotated, Any
+from typing import Any
 
 import psycopg
 import pytest
+from backends import ALL_SERVERS
+from backends_support import Space, open_sync
+from chat_support import State, chat_graph, run_config
 from conftest import PG_ADMIN_URL, _fresh_database
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
-from langgraph.graph import END, START, StateGraph, add_messages
-from langgraph.types import interrupt
-from typing_extensions import TypedDict
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.config import get_store
+from langgraph.graph import END, START, StateGraph
+from langgraph.store.base import PutOp
 
 from langgraph_memory_plus import InvalidConfigError, from_url
 from langgraph_memory_plus.approvals import Approvals, DecisionRecord, TaskDrafts
@@ -56,28 +60,8 @@ CANCELLATION = {
 }
 
 
-class State(TypedDict, total=False):
-    messages: Annotated[list[AnyMessage], add_messages]
-
-
 def graph() -> StateGraph:
-    def chat(state: State) -> dict[str, Any]:
-        last = state["messages"][-1]
-        text = str(last.content)
-        if text.startswith("ask"):
-            answer = interrupt({"question": text})
-            return {"messages": [AIMessage(content=f"ok {answer}", id=f"ai-{last.id}")]}
-        return {"messages": [AIMessage(content=f"reply to {text}", id=f"ai-{last.id}")]}
-
-    builder = StateGraph(State)
-    builder.add_node("chat", chat)
-    builder.add_edge(START, "chat")
-    builder.add_edge("chat", END)
-    return builder
-
-
-def cfg(thread_id: str, user: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread_id, "user_id": user}}
+    return chat_graph(lambda text: f"reply to {text}")
 
 
 class User:
@@ -104,10 +88,14 @@ def seed(memory: Any, user: User) -> None:
     for n, tid in enumerate(user.threads):
         for turn in range(3):
             said = user.text(f"turn {turn}")
-            app.invoke({"messages": [HumanMessage(said, id=f"h-{tid}-{turn}")]}, cfg(tid, user.id))
+            app.invoke(
+                {"messages": [HumanMessage(said, id=f"h-{tid}-{turn}")]}, run_config(tid, user.id)
+            )
         if n == 0:  # left waiting for a human
             ask = user.text("ask")
-            app.invoke({"messages": [HumanMessage(ask, id=f"h-{tid}-ask")]}, cfg(tid, user.id))
+            app.invoke(
+                {"messages": [HumanMessage(ask, id=f"h-{tid}-ask")]}, run_config(tid, user.id)
+            )
     store = memory.store
     store.put(("users", user.id), "profile", {"text": user.text("profile abc")})
     store.put(("users", user.id, "memories"), "m1", {"text": user.text("memory bcd")})
@@ -293,7 +281,9 @@ def test_erase_user_leaves_nothing_of_them_and_the_other_user_untouched(target: 
         gone = str(uuid.uuid4())
         alice.threads.append(gone)
         app = graph().compile(checkpointer=memory.checkpointer)
-        app.invoke({"messages": [HumanMessage(alice.text("old"), id="h-old")]}, cfg(gone, alice.id))
+        app.invoke(
+            {"messages": [HumanMessage(alice.text("old"), id="h-old")]}, run_config(gone, alice.id)
+        )
         memory.checkpointer.delete_thread(gone)
     before = target.dump()
     assert mentions(before, [m for m in alice.markers]), "the scan finds the seeded data"
@@ -397,7 +387,7 @@ def test_a_run_still_going_during_erasure_cannot_bring_the_thread_back(target: T
         def run() -> None:
             try:
                 late = HumanMessage(dave.text("late question"), id="h-late")
-                app.invoke({"messages": [late]}, cfg(dave.threads[0], dave.id))
+                app.invoke({"messages": [late]}, run_config(dave.threads[0], dave.id))
             except BaseException as exc:
                 errors.append(exc)
 
@@ -409,11 +399,209 @@ def test_a_run_still_going_during_erasure_cannot_bring_the_thread_back(target: T
         worker.join(30)
         assert not worker.is_alive() and not errors
         assert report.thread_ids == dave.threads
-        assert memory.checkpointer.get_tuple(cfg(dave.threads[0], dave.id)) is None
+        assert memory.checkpointer.get_tuple(run_config(dave.threads[0], dave.id)) is None
         assert memory.checkpointer.threads.sessions(dave.id) == []
         assert memory.checkpointer.threads.transcript(dave.threads[0]) == []
     # The texts of the turn that ran during erasure included: none of it came back.
     assert mentions(target.dump(), dave.markers) == []
+
+
+def test_a_run_still_going_during_erasure_cannot_bring_store_items_back(
+    target: Target, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A node writes the user's store items after ``erase_user`` returned: every put under
+    an erased namespace is dropped (a short prefix too, which on Redis spans shards), other
+    namespaces still take puts, and once the hold time is over writes work again."""
+    gina, hal = User("gina"), User("hal")
+    gina.threads, hal.threads = gina.threads[:1], hal.threads[:1]
+    templates = [("users", "{user_id}"), ("{user_id}",)]
+    hold_hours = 3 / 3600
+    with target.open() as memory:
+        seed(memory, gina)
+        seed(memory, hal)
+        memory.store.put((gina.id, "notes"), "n1", {"text": gina.text("note")})
+    hal_before = owned_by(target.dump(), hal.markers)
+
+    with target.open() as memory:
+        store = memory.store
+        dry = erase_user(gina.id, memory=memory, namespaces=templates, dry_run=True)
+        ready, release = threading.Event(), threading.Event()
+
+        def late(state: State) -> dict[str, Any]:
+            ready.set()
+            assert release.wait(20)
+            writer = get_store()
+            writer.put(("users", gina.id, "preferences"), "seat", {"text": gina.text("aisle")})
+            writer.put(("users", gina.id), "profile", {"text": gina.text("late profile")})
+            writer.put((gina.id, "notes"), "n2", {"text": gina.text("late note")})
+            writer.put(("users", gina.id, "drafts"), "d", {"v": gina.text("x")}, expected_version=0)
+            writer.batch(
+                [
+                    PutOp(("users", gina.id, "memories"), "m9", {"text": gina.text("late")}),
+                    PutOp(("shared", "counters"), "runs", {"n": 1}),
+                ]
+            )
+            return {"messages": [AIMessage("done", id="ai-late-store")]}
+
+        builder = StateGraph(State)
+        builder.add_node("late", late)
+        builder.add_edge(START, "late")
+        builder.add_edge("late", END)
+        app = builder.compile(store=store)
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                app.invoke({"messages": [HumanMessage("go", id="h-go")]})
+            except BaseException as exc:
+                errors.append(exc)
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        assert ready.wait(20)
+        report = erase_user(
+            gina.id, memory=memory, namespaces=templates, tombstone_hours=hold_hours
+        )
+        with caplog.at_level(logging.WARNING, logger="langgraph_memory_plus.store"):
+            release.set()
+            worker.join(30)
+        assert not worker.is_alive() and not errors
+
+        assert report.counts == dry.counts and report.counts["store_items"] == 3
+        assert store.search(("users", gina.id)) == [] and store.search((gina.id,)) == []
+        assert store.get(("shared", "counters"), "runs") is not None  # not under a tombstone
+        assert any("tombstoned" in r.getMessage() for r in caplog.records)
+        assert set(
+            erase_user(gina.id, memory=memory, namespaces=templates, dry_run=True).counts.values()
+        ) == {0}
+        again = erase_user(gina.id, memory=memory, namespaces=templates, tombstone_hours=hold_hours)
+        assert set(again.counts.values()) == {0}
+    after = target.dump()
+    assert mentions(after, gina.markers) == []
+    assert owned_by(after, hal.markers) == hal_before
+
+    with target.open() as memory:
+        # The hold ends: the same user id may sign up again.
+        back = ("users", gina.id)
+        for _ in range(300):
+            memory.store.put(back, "profile", {"text": "signed up again"})
+            if memory.store.get(back, "profile") is not None:
+                break
+            threading.Event().wait(0.1)
+        assert memory.store.get(back, "profile") is not None
+        memory.store.put((gina.id, "notes"), "n3", {"text": "new"})
+        assert memory.store.get((gina.id, "notes"), "n3") is not None
+
+
+def test_a_tombstone_is_lifted_early_and_checked(target: Target) -> None:
+    """The async API, and the lift: a user who signs up again need not wait."""
+    ns = ("users", f"ivy-{uuid.uuid4().hex[:8]}")
+
+    async def go() -> None:
+        async with target.open() as memory:
+            store = memory.store
+            await store.aput(ns, "k", {"v": 1})
+            report = await aerase_user(ns[1], memory=memory)
+            assert report.counts["store_items"] == 1
+            await store.aput(ns, "k", {"v": 2})
+            await store.aput((*ns, "deeper"), "k", {"v": 2})
+            assert await store.asearch(ns) == []
+            assert await store.alift_tombstone(ns) is True
+            assert await store.alift_tombstone(ns) is False
+            await store.aput((*ns, "deeper"), "k", {"v": 3})
+            assert (await store.aget((*ns, "deeper"), "k")).value == {"v": 3}
+            # No tombstone: the put that follows is kept.
+            await aerase_user(ns[1], memory=memory, tombstone_hours=None)
+            await store.aput(ns, "k", {"v": 4})
+            assert (await store.aget(ns, "k")).value == {"v": 4}
+            for bad in (-1, float("inf"), "24"):
+                with pytest.raises(InvalidConfigError, match="tombstone_hours"):
+                    await aerase_user(ns[1], memory=memory, tombstone_hours=bad)  # type: ignore[arg-type]
+                with pytest.raises(InvalidConfigError, match="hold_seconds"):
+                    await store.atombstone_namespace(ns, hold_seconds=bad)  # type: ignore[arg-type]
+            with pytest.raises(InvalidConfigError, match="non-empty"):
+                await store.atombstone_namespace(())
+            assert (await store.aget(ns, "k")).value == {"v": 4}
+
+    asyncio.run(go())
+
+
+def _live_tombstones(target: Target, store: Any, prefixes: list[tuple[str, ...]]) -> int:
+    """How many tombstone records the storage still holds (expired or not): rows of the
+    SQL stores' table, fields of the Redis keys where ``prefixes`` would have theirs."""
+    if "key_prefix" in target.options:
+        from langgraph_memory_plus.store.redis.lua import REGISTRY_KINDS, SHARD_KINDS
+
+        plans = store._plans
+        keys = {plans.shard(p).keys[SHARD_KINDS.index("tomb")] for p in prefixes}
+        keys.add(plans.registry[REGISTRY_KINDS.index("tombs")])
+        return sum(int(store.client.hlen(key)) for key in keys)  # HLEN expires a key first
+    rows = [r for r in target.dump() if r[0].strip('"').endswith("lgmp_store_tombstones")]
+    return len(rows)
+
+
+def test_expired_tombstones_never_block_and_do_not_pile_up(target: Target) -> None:
+    run = uuid.uuid4().hex[:8]
+    old = [("users", f"old-{i}-{run}") for i in range(5)] + [(f"short-{run}",)]
+    with target.open() as memory:
+        store = memory.store
+        for prefix in old:
+            store.tombstone_namespace(prefix, hold_seconds=1)
+        store.put((*old[0], "x"), "k", {"v": 1})
+        store.put((*old[-1], "x"), "k", {"v": 1})
+        assert store.get((*old[0], "x"), "k") is None and store.get((*old[-1], "x"), "k") is None
+        assert _live_tombstones(target, store, old) == len(old)
+        for _ in range(300):  # the hold ends: puts are kept again, before any sweep
+            store.put((*old[0], "x"), "k", {"v": 2})
+            if store.get((*old[0], "x"), "k") is not None:
+                break
+            threading.Event().wait(0.05)
+        store.put((*old[-1], "x"), "k", {"v": 2})
+        assert store.get((*old[-1], "x"), "k") is not None
+        # Expired tombstones go: with the sweep, with the next placed, or (Redis) by expiry.
+        store.sweep_ttl()
+        fresh = ("users", f"fresh-{run}")
+        store.tombstone_namespace(fresh, hold_seconds=60)
+        assert _live_tombstones(target, store, [*old, fresh]) == 1
+        assert store.lift_tombstone(fresh) is True
+        assert _live_tombstones(target, store, [*old, fresh]) == 0
+        for prefix in old:
+            store.delete_namespace(prefix)
+
+
+@ALL_SERVERS
+def test_tombstones_work_on_every_server(storage: Any) -> None:
+    """The tombstone scripts and statements on every server of the matrix (Redis 6.2,
+    Valkey, PgBouncer's transaction pooling, PostgreSQL 16 and 18 too)."""
+    run = uuid.uuid4().hex[:8]
+    options = dict(storage.options)
+    url = storage.url
+    if storage.kind == "postgres":
+        options["schema"] = f"t{run}"
+    elif storage.kind == "redis":
+        options["key_prefix"] = f"{options.get('key_prefix', 'lgmp-test')}-{run}"
+    else:
+        url = os.path.join(storage.url, f"t{run}.db")
+    erased, short = ("users", f"u-{run}"), (f"s-{run}",)
+    with open_sync(Space(storage.kind, url, options), "store") as store:
+        store.put((*erased, "a"), "kept", {"v": 1})
+        store.tombstone_namespace(erased, hold_seconds=600)
+        store.tombstone_namespace(short, hold_seconds=600)
+        store.put((*erased, "a"), "kept", {"v": 2})
+        store.put((*short, "b"), "k", {"v": 2})
+        store.put(("users", f"other-{run}"), "k", {"v": 2})
+        assert store.get((*erased, "a"), "kept").value == {"v": 1}  # not overwritten
+        assert store.get((*short, "b"), "k") is None
+        assert store.get(("users", f"other-{run}"), "k") is not None
+        store.delete((*erased, "a"), "kept")  # deletes still work
+        assert store.get((*erased, "a"), "kept") is None
+        assert store.lift_tombstone(erased) and store.lift_tombstone(short)
+        store.put((*erased, "a"), "kept", {"v": 3})
+        store.put((*short, "b"), "k", {"v": 3})
+        assert store.get((*erased, "a"), "kept").value == {"v": 3}
+        assert store.get((*short, "b"), "k").value == {"v": 3}
+        for prefix in (erased, short, ("users", f"other-{run}")):
+            store.delete_namespace(prefix)
 
 
 KILLED = textwrap.dedent(

@@ -211,7 +211,7 @@ def test_setup_puts_the_file_in_wal_mode_and_is_idempotent(tmp_path: Path) -> No
         assert len(list(saver.list(cfg("t")))) == 2
     assert query(path, "PRAGMA journal_mode") == [("wal",)]
     assert query(path, "SELECT v FROM lgmp_checkpoint_migrations") == [(0,), (1,)]  # 1: threads
-    assert query(path, "SELECT v FROM lgmp_store_migrations") == [(0,)]
+    assert query(path, "SELECT v FROM lgmp_store_migrations") == [(0,), (1,)]  # 1: tombstones
     assert query(path, "SELECT count(*) FROM lgmp_store") == [(1,)]
 
 

@@ -190,8 +190,10 @@ def scripts(seen: list[Eval]) -> Counter[str]:
 
 
 def shards_visited(seen: list[Eval], script: str) -> int:
-    """How many shards the calls of ``script`` covered (7 keys per shard)."""
-    return sum(len(c.keys) // 7 for c in seen if c.script == script)
+    """How many shards the calls of ``script`` covered (``SHARD_KINDS`` keys per shard)."""
+    from langgraph_memory_plus.store.redis.lua import SHARD_KINDS
+
+    return sum(len(c.keys) // len(SHARD_KINDS) for c in seen if c.script == script)
 
 
 # --------------------------------------------------------------------------------------------
@@ -235,7 +237,7 @@ async def test_hot_paths_read_one_shard_and_never_scan(open_store: OpenStore) ->
         await ops.call("count", ("users", "u3"))
         await ops.call("put", ("users", "u3"), "k", {"i": 33})
         assert scripts(seen) == {"get": 1, "search": 1, "namespaces": 1, "count": 1, "write": 1}
-        assert all(len(c.keys) == 7 for c in seen)  # one shard each, no registry
+        assert all(len(c.keys) == 8 for c in seen)  # one shard each, no registry
         seen.clear()
         assert len(await ops.call("search", ("users",), limit=100)) == 20
         assert scripts(seen)["registry"] == 1 and shards_visited(seen, "search") == 20

@@ -12,45 +12,23 @@ import contextlib
 import random
 import time
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
-from langgraph.graph import END, START, StateGraph, add_messages
-from langgraph.types import Command, interrupt
-from typing_extensions import TypedDict
+from chat_support import State, chat_graph, run_config
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command
 
 from langgraph_memory_plus import InvalidConfigError
 from langgraph_memory_plus.threads import status_of
 from langgraph_memory_plus.threads.core import graphemes, title_of
 
 
-class State(TypedDict, total=False):
-    messages: Annotated[list[AnyMessage], add_messages]
-
-
 def _graph() -> StateGraph:
-    """One node that answers, asks a human when told "ask", and fails when told "boom"."""
-
-    def chat(state: State) -> dict[str, Any]:
-        last = state["messages"][-1]
-        text = str(last.content)
-        if text.startswith("ask"):
-            answer = interrupt({"question": text})
-            return {"messages": [AIMessage(content=f"ok {answer}", id=f"ai-{last.id}")]}
-        if text.startswith("boom"):
-            raise ValueError("boom")
-        return {"messages": [AIMessage(content=text.upper(), id=f"ai-{last.id}")]}
-
-    builder = StateGraph(State)
-    builder.add_node("chat", chat)
-    builder.add_edge(START, "chat")
-    builder.add_edge("chat", END)
-    return builder
-
-
-def _config(thread_id: str, user: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread_id, "user_id": user}}
+    """One node that answers in capitals, asks a human when told "ask", and fails when told
+    "boom"."""
+    return chat_graph(str.upper)
 
 
 def _truth(saver: Any, thread_ids: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -102,7 +80,7 @@ def _run_sequence(saver: Any, seed: int) -> None:
     run_ids: list[str] = []
     for step, (kind, a, b) in enumerate(_operations(seed)):
         tid = thread_ids[a]
-        config = _config(tid, users[tid])
+        config = run_config(tid, users[tid])
         if kind in ("run", "ask", "boom"):
             text = {"run": "hello", "ask": "ask me", "boom": "boom now"}[kind]
             run_id = f"00000000-0000-4000-8000-{seed:04d}{step:08d}"
@@ -142,7 +120,7 @@ async def test_async_index_matches_list(async_saver_factory: Any) -> None:
     """The async savers keep the same index; read it with the async methods."""
     async with async_saver_factory() as saver:
         graph = _graph().compile(checkpointer=saver)
-        config = _config("at-1", "au")
+        config = run_config("at-1", "au")
         await graph.ainvoke({"messages": [HumanMessage(content="ask now", id="a1")]}, config)
         [record] = await saver.threads.asearch(metadata={"user_id": "au"})
         state = await graph.aget_state(config)
@@ -163,15 +141,17 @@ def test_record_fields(saver_factory: Any) -> None:
     with saver_factory() as saver:
         graph = _graph().compile(checkpointer=saver)
         long = "Bonjour " + "e\u0301" * 60  # combining accents: never cut inside one
-        graph.invoke({"messages": [HumanMessage(content=long, id="h1")]}, _config("r1", "ru"))
-        graph.invoke({"messages": [HumanMessage(content="second", id="h2")]}, _config("r1", "ru"))
+        graph.invoke({"messages": [HumanMessage(content=long, id="h1")]}, run_config("r1", "ru"))
+        graph.invoke(
+            {"messages": [HumanMessage(content="second", id="h2")]}, run_config("r1", "ru")
+        )
         record = saver.threads.get("r1")
         assert record is not None
         assert record["title"] == title_of([HumanMessage(content=long)])
         assert record["title"] is not None and len(graphemes(record["title"])) == 50
         assert record["title"].endswith("e\u0301\u2026")
         assert record["metadata"]["user_id"] == "ru"
-        assert record["size"]["checkpoints"] == len(list(saver.list(_config("r1", "ru"))))
+        assert record["size"]["checkpoints"] == len(list(saver.list(run_config("r1", "ru"))))
         assert record["size"]["bytes"] > 0
         assert record["created_at"] <= record["updated_at"]
         assert saver.threads.get("r1", user_id="ru") == record
@@ -230,24 +210,24 @@ def test_bad_input_names_the_problem(saver_factory: Any) -> None:
 def test_expired_threads_are_never_listed(saver_factory: Any) -> None:
     with saver_factory(ttl={"default_ttl": 0.02}) as saver:  # 1.2 s
         graph = _graph().compile(checkpointer=saver)
-        graph.invoke({"messages": [HumanMessage(content="hi", id="e1")]}, _config("e1", "eu"))
+        graph.invoke({"messages": [HumanMessage(content="hi", id="e1")]}, run_config("e1", "eu"))
         assert saver.threads.count(metadata={"user_id": "eu"}) == 1
         time.sleep(1.5)
         assert saver.threads.get("e1") is None
         assert saver.threads.search(metadata={"user_id": "eu"}) == []
         assert saver.threads.count(ids=["e1"]) == 0
         saver.sweep_expired()
-        graph.invoke({"messages": [HumanMessage(content="again", id="e2")]}, _config("e1", "eu"))
+        graph.invoke({"messages": [HumanMessage(content="again", id="e2")]}, run_config("e1", "eu"))
         record = saver.threads.get("e1")
         assert record is not None and record["title"] == "again"
-        assert record["size"]["checkpoints"] == len(list(saver.list(_config("e1", "eu"))))
+        assert record["size"]["checkpoints"] == len(list(saver.list(run_config("e1", "eu"))))
 
 
 def test_two_savers_writing_one_thread_keep_one_record(saver_factory: Any) -> None:
     """Two processes (two savers, two connections) interleave writes on one thread."""
     with saver_factory() as one, saver_factory() as two:
         graphs = [_graph().compile(checkpointer=s) for s in (one, two)]
-        config = _config("shared", "su")
+        config = run_config("shared", "su")
         for i in range(6):
             message = HumanMessage(content=("ask" if i == 5 else "hi") + f" {i}", id=f"s{i}")
             graphs[i % 2].invoke({"messages": [message]}, config)
@@ -266,12 +246,12 @@ def test_concurrent_async_writers(async_saver_factory: Any) -> None:
             async def chat(i: int) -> None:
                 for j in range(3):
                     message = HumanMessage(content=f"hi {j}", id=f"c{i}-{j}")
-                    await graph.ainvoke({"messages": [message]}, _config(f"c{i}", "cu"))
+                    await graph.ainvoke({"messages": [message]}, run_config(f"c{i}", "cu"))
 
             await asyncio.gather(*(chat(i) for i in range(4)))
             assert await saver.threads.acount(metadata={"user_id": "cu"}) == 4
             for record in await saver.threads.asessions("cu"):
-                stored = [c async for c in saver.alist(_config(record["thread_id"], "cu"))]
+                stored = [c async for c in saver.alist(run_config(record["thread_id"], "cu"))]
                 assert record["size"]["checkpoints"] == len(stored)
 
     asyncio.run(main())
@@ -320,7 +300,7 @@ def _tool_graph() -> StateGraph:
 def test_transcripts_keep_what_the_user_saw(saver_factory: Any) -> None:
     with saver_factory(transcripts=True) as saver:
         graph = _tool_graph().compile(checkpointer=saver)
-        config = _config("tx-1", "tu")
+        config = run_config("tx-1", "tu")
         for i, text in enumerate(["first question", "second", "forget"]):
             graph.invoke({"messages": [HumanMessage(content=text, id=f"q{i}")]}, config)
         expected = [
@@ -352,11 +332,11 @@ def test_transcripts_keep_what_the_user_saw(saver_factory: Any) -> None:
 def test_transcripts_are_off_by_default_and_expire(saver_factory: Any) -> None:
     with saver_factory() as saver:
         graph = _tool_graph().compile(checkpointer=saver)
-        graph.invoke({"messages": [HumanMessage(content="hi", id="o1")]}, _config("tx-off", "u"))
+        graph.invoke({"messages": [HumanMessage(content="hi", id="o1")]}, run_config("tx-off", "u"))
         assert saver.threads.transcript("tx-off") == []
     with saver_factory(transcripts=True, transcript_ttl=0.02) as saver:  # 1.2 s
         graph = _tool_graph().compile(checkpointer=saver)
-        graph.invoke({"messages": [HumanMessage(content="hi", id="x1")]}, _config("tx-ttl", "u"))
+        graph.invoke({"messages": [HumanMessage(content="hi", id="x1")]}, run_config("tx-ttl", "u"))
         assert len(saver.threads.transcript("tx-ttl")) == 2
         time.sleep(1.5)
         assert saver.threads.transcript("tx-ttl") == []
@@ -371,7 +351,7 @@ def test_transcripts_are_off_by_default_and_expire(saver_factory: Any) -> None:
 async def test_async_transcript(async_saver_factory: Any) -> None:
     async with async_saver_factory(transcripts=True) as saver:
         graph = _tool_graph().compile(checkpointer=saver)
-        config = _config("tx-async", "au")
+        config = run_config("tx-async", "au")
         await graph.ainvoke({"messages": [HumanMessage(content="yo", id="y1")]}, config)
         lines = await saver.threads.atranscript("tx-async", user_id="au")
         assert [m["content"] for m in lines] == ["yo", "answer to yo"]
@@ -385,7 +365,7 @@ def test_from_url_turns_transcripts_on(tmp_path: Any) -> None:
         saver = memory.checkpointer
         assert saver.settings.transcripts and saver.settings.index_keys == ("user_id", "team")
         graph = _graph().compile(checkpointer=saver)
-        graph.invoke({"messages": [HumanMessage(content="hi", id="f1")]}, _config("fu", "u"))
+        graph.invoke({"messages": [HumanMessage(content="hi", id="f1")]}, run_config("fu", "u"))
         assert [m["content"] for m in saver.threads.transcript("fu")] == ["hi", "HI"]
 
 
@@ -403,7 +383,7 @@ def test_connection_killed_mid_write_leaves_index_checkpoint_and_transcript_cons
     with PostgresSaver.from_conn_string(pg_url, transcripts=True) as saver:
         saver.setup()
         graph = _graph().compile(checkpointer=saver)
-        config = _config(f"kill-{table}", "ku")
+        config = run_config(f"kill-{table}", "ku")
         graph.invoke({"messages": [HumanMessage(content="one", id=f"k1-{table}")]}, config)
         before = (saver.threads.get(f"kill-{table}"), saver.threads.transcript(f"kill-{table}"))
         checkpoints = len(list(saver.list(config)))
@@ -454,7 +434,7 @@ def test_two_savers_writing_one_thread_at_once(saver_factory: Any) -> None:
     import threading
 
     with saver_factory() as one, saver_factory() as two:
-        config = _config("race", "ru2")
+        config = run_config("race", "ru2")
         failures: list[BaseException] = []
 
         def run(saver: Any, name: str) -> None:

@@ -13,6 +13,11 @@ Layout (in the configured schema, prefixed ``lgmp_`` so it can sit beside LangGr
   the item's ``ttl_minutes`` for refresh on read.
 - ``lgmp_store_vectors``: one row per embedded text of an item, as ``float8[]`` with its
   norm, deleted with the item.
+- ``lgmp_store_tombstones``: namespace prefixes whose puts are dropped until ``until``
+  (see :mod:`..tombstones`), by a hex SHA-256 of the prefix text, so an erased user's id
+  is not kept in them. No index on ``until``: a put must find its tombstones by hash
+  (with one, a generic plan scanned every live tombstone); pruning reads the whole table,
+  which holds only the hold window's erasures.
 
 Migrations run in order under a transaction-scoped advisory lock (see
 :mod:`langgraph_memory_plus._migrations`), so several processes may call ``setup()`` at once.
@@ -56,6 +61,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             norm double precision NOT NULL,
             PRIMARY KEY (prefix, key, field),
             FOREIGN KEY (prefix, key) REFERENCES {s}.lgmp_store (prefix, key) ON DELETE CASCADE
+        )
+        """,
+    ),
+    (
+        """
+        CREATE TABLE IF NOT EXISTS {s}.lgmp_store_tombstones (
+            prefix_hash text COLLATE "C" PRIMARY KEY,
+            until timestamptz NOT NULL
         )
         """,
     ),

@@ -3,12 +3,12 @@
 Two kinds of script, never mixed (see :mod:`.plans` for the key layout and its reasons):
 
 - *Shard scripts* work on one or more shards whose keys share one hash slot (on a single
-  server: any shards). ``KEYS`` holds seven keys per shard, in :data:`SHARD_KINDS` order;
+  server: any shards). ``KEYS`` holds eight keys per shard, in :data:`SHARD_KINDS` order;
   ``ARGV`` starts with the script's own arguments, then the number of shards, then each
   shard's arguments. Each script is one atomic step.
-- *Registry scripts* work on the four registry keys of the store (one hash slot of their
+- *Registry scripts* work on the five registry keys of the store (one hash slot of their
   own): the lexicographic index of shards, the due index for the TTL sweeper, the
-  per-shard epochs, and the last epoch given.
+  per-shard epochs, the last epoch given, and the tombstones of short prefixes.
 
 Times are the server's (``TIME``), in microseconds since the epoch: exact in Lua's
 doubles until the year 2255. Numbers leave a script formatted with ``%.0f``, since Lua
@@ -21,8 +21,8 @@ refresh on read rewrites one score, not the value.
 
 from __future__ import annotations
 
-SHARD_KINDS = ("meta", "items", "vecs", "order", "exp", "ns", "nsn")
-REGISTRY_KINDS = ("shards", "due", "epoch", "seq")
+SHARD_KINDS = ("meta", "items", "vecs", "order", "exp", "ns", "nsn", "tomb")
+REGISTRY_KINDS = ("shards", "due", "epoch", "seq", "tombs")
 
 # How long a closed shard's ``meta`` hash (its version clock and generation) outlives
 # the shard's data: longer than any writer can take between two of its scripts.
@@ -30,11 +30,11 @@ TOMBSTONE_MS = 24 * 3600 * 1000
 
 PRELUDE = (
     r"""
-local NK = 7
+local NK = 8
 local function shard(i)
   local b = (i - 1) * NK
   return {meta = KEYS[b + 1], items = KEYS[b + 2], vecs = KEYS[b + 3], order = KEYS[b + 4],
-          exp = KEYS[b + 5], ns = KEYS[b + 6], nsn = KEYS[b + 7]}
+          exp = KEYS[b + 5], ns = KEYS[b + 6], nsn = KEYS[b + 7], tomb = KEYS[b + 8]}
 end
 
 local argi = 0
@@ -155,22 +155,28 @@ end
 # version ('' for none), ttl in microseconds ('' for none), value record tail, vectors
 # ('-' leave alone, '' none, else the packed vectors).
 #
+# A put under a live tombstone of the shard (TOMBS) is dropped, and counted in the reply.
 # Every check runs before the first write, so a script that refuses writes nothing:
 # 'conflict' (a condition failed), or 'refuse' (a shard must first be enrolled in the
 # registry, or its due hint lowered; the caller does that and runs the script again).
 WRITE = r"""
 local mode, want_undo, n = arg(), arg() == '1', tonumber(arg())
 local now = NOW
-local plans, refusals = {}, {}
+local plans, refusals, dropped = {}, {}, 0
 for i = 1, n do
   local s = shard(i)
   local enrolled_gen, floor, m = arg(), arg(), tonumber(arg())
   local writes, has_put, min_exp = {}, false, nil
+  local tombed = redis.call('EXISTS', s.tomb) == 1
   for j = 1, m do
     local w = {id = arg(), op = arg(), expected = arg(), ttl = arg(), value = arg(), vec = arg()}
+    if w.op == 'p' and tombed and tomb_live(s.tomb, ns_of(w.id), now) then
+      w.op = 'x'  -- dropped: its namespace was erased (see TOMBS)
+      dropped = dropped + 1
+    end
     w.rec = redis.call('HGET', s.items, w.id)
     w.live = w.rec and live(s, w.id, now)
-    if w.expected ~= '' then
+    if w.expected ~= '' and w.op ~= 'x' then
       local found = 0
       if w.live then found = header(w.rec) end
       if found ~= tonumber(w.expected) then return {'conflict', i, j, fmt(found)} end
@@ -220,7 +226,9 @@ for i = 1, n do
   local deleted = false
   for _, w in ipairs(p.writes) do
     local image
-    if want_undo then
+    if w.op == 'x' then
+      -- dropped by a tombstone: nothing written, nothing to undo
+    elseif want_undo then
       image = {i, w.id, w.rec or '', fmt(redis.call('ZSCORE', s.exp, w.id) or -1),
                redis.call('HGET', s.vecs, w.id) or '', ''}
     end
@@ -229,7 +237,7 @@ for i = 1, n do
         unlink(s, w.id)
         deleted = true
       end
-    else
+    elseif w.op == 'p' then
       clock = math.max(clock + 1, now)
       local created = fmt(now)
       if w.live then
@@ -249,7 +257,7 @@ for i = 1, n do
   if p.has_put then redis.call('HSET', s.meta, 'clock', fmt(clock)) end
   if deleted and redis.call('EXISTS', s.items) == 0 then emptied[#emptied + 1] = i end
 end
-return {'ok', emptied, undo}
+return {'ok', emptied, undo, dropped}
 """
 
 # Puts back what WRITE replaced, item by item, where the item is still as WRITE left it.
@@ -601,7 +609,7 @@ end)
 """
 
 REGISTRY_PRELUDE = r"""
-local K_SHARDS, K_DUE, K_EPOCH, K_SEQ = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local K_SHARDS, K_DUE, K_EPOCH, K_SEQ, K_TOMBS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -612,20 +620,29 @@ end
 # (so a sweeper that looked before this will not unregister it) and lowers its hint.
 # Epochs are the server's time, or the last epoch plus one where that is larger: they
 # never repeat even though SETTLE forgets the last one when the registry empties.
+# A shard under a live tombstone of the registry (TOMBS) is not enrolled: the reply
+# lists those paths, whose puts the writer then drops.
 ENROLL = r"""
-local epoch = math.max(tonumber(redis.call('GET', K_SEQ) or '0') + 1, now_us())
+local now = now_us()
+local epoch = math.max(tonumber(redis.call('GET', K_SEQ) or '0') + 1, now)
 epoch = string.format('%.0f', epoch)
 redis.call('SET', K_SEQ, epoch)
+local blocked = {}
+local tombed = redis.call('EXISTS', K_TOMBS) == 1
 for i = 1, #ARGV, 2 do
   local path, hint = ARGV[i], ARGV[i + 1]
-  redis.call('ZADD', K_SHARDS, 0, path)
-  redis.call('HSET', K_EPOCH, path, epoch)
-  if hint ~= '' then
-    local cur = redis.call('ZSCORE', K_DUE, path)
-    if (not cur) or tonumber(hint) < tonumber(cur) then redis.call('ZADD', K_DUE, hint, path) end
+  if tombed and tomb_live(K_TOMBS, path, now) then
+    blocked[#blocked + 1] = path
+  else
+    redis.call('ZADD', K_SHARDS, 0, path)
+    redis.call('HSET', K_EPOCH, path, epoch)
+    if hint ~= '' then
+      local cur = redis.call('ZSCORE', K_DUE, path)
+      if (not cur) or tonumber(hint) < tonumber(cur) then redis.call('ZADD', K_DUE, hint, path) end
+    end
   end
 end
-return 1
+return blocked
 """
 
 # ARGV: (path, epoch seen before the shard script ran, action, hint) quads. Acts only
@@ -674,13 +691,66 @@ return out
 """
 
 
+# Namespace tombstones (see :mod:`..tombstones`): a hash of SHA-1 (hex) of a namespace
+# prefix (labels joined by NUL) -> until (server microseconds). A prefix at least
+# ``shard_depth`` labels long lives in its shard's ``tomb`` key, so WRITE checks it in the
+# same script as the put; a shorter one spans shards and lives in the registry's
+# ``tombs``, checked by ENROLL. The key expires with its last tombstone, and setting one
+# prunes the expired: nothing piles up.
+TOMBS = r"""
+-- Whether a live tombstone in `key` covers the namespace `ns` or one of its prefixes.
+local function tomb_live(key, ns, now)
+  local at = 0
+  while true do
+    local nxt = string.find(ns, '\0', at + 1, true)
+    local pre = nxt and string.sub(ns, 1, nxt - 1) or ns
+    local until_us = redis.call('HGET', key, redis.sha1hex(pre))
+    if until_us and tonumber(until_us) > now then return true end
+    if not nxt then return false end
+    at = nxt
+  end
+end
+
+-- ARGV-driven: 'set' prefix hold_us | 'lift' prefix. Reply: 1 if a live one was there.
+local function tomb_apply(key, action, prefix, hold, now)
+  local field = redis.sha1hex(prefix)
+  local old = redis.call('HGET', key, field)
+  local was = (old and tonumber(old) > now) and 1 or 0
+  if action == 'lift' then
+    redis.call('HDEL', key, field)
+    return was
+  end
+  redis.call('HSET', key, field, string.format('%.0f', now + tonumber(hold)))
+  local last = 0
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    local u = tonumber(all[i + 1])
+    if u <= now then redis.call('HDEL', key, all[i]) elseif u > last then last = u end
+  end
+  redis.call('PEXPIREAT', key, string.format('%.0f', math.ceil(last / 1000)))
+  return was
+end
+"""
+
+# ARGV: action, prefix, hold (µs, '' for lift), shard count (1). On the shard's tomb key.
+TOMB = r"""
+return tomb_apply(shard(1).tomb, ARGV[1], ARGV[2], ARGV[3], NOW)
+"""
+
+# ARGV: action, prefix, hold (µs, '' for lift). On the registry's tombs key.
+REGISTRY_TOMB = r"""
+return tomb_apply(K_TOMBS, ARGV[1], ARGV[2], ARGV[3], now_us())
+"""
+
+
 def _with(prelude: str, **bodies: str) -> dict[str, str]:
     return {name: prelude + body for name, body in bodies.items()}
 
 
 SCRIPTS: dict[str, str] = {
     **_with(
-        PRELUDE,
+        PRELUDE + TOMBS,
+        tomb=TOMB,
         write=WRITE,
         undo=UNDO,
         get=GET,
@@ -691,5 +761,11 @@ SCRIPTS: dict[str, str] = {
         purge=PURGE,
         sweep=SWEEP,
     ),
-    **_with(REGISTRY_PRELUDE, enroll=ENROLL, settle=SETTLE, registry=REGISTRY),
+    **_with(
+        REGISTRY_PRELUDE + TOMBS,
+        enroll=ENROLL,
+        settle=SETTLE,
+        registry=REGISTRY,
+        tombs=REGISTRY_TOMB,
+    ),
 }

@@ -5,7 +5,7 @@ Key layout
 Items are grouped into *shards*: the namespaces that share their first ``shard_depth``
 labels (default 2; a shorter namespace is a shard of its own). ``("users", "u1")``,
 ``("users", "u1", "notes")`` and ``("users", "u1", "prefs")`` are one shard. A shard is
-seven keys ``{prefix}:store:{<tag>}:<kind>``, the tag a hex SHA-256 prefix of the shard's
+eight keys ``{prefix}:store:{<tag>}:<kind>``, the tag a hex SHA-256 prefix of the shard's
 labels, so one shard is one hash slot and any label text (braces, NUL, megabytes) maps
 to a safe tag:
 
@@ -20,17 +20,21 @@ to a safe tag:
   label order, and how many items each holds.
 - ``vecs`` (hash): id -> the item's embedding vectors (packed doubles).
 - ``meta`` (hash): the version clock, the shard's registration and due hint (below).
+- ``tomb`` (hash, only while one is live): tombstones of namespace prefixes in the
+  shard, by SHA-1 of the prefix, with when each ends; the write script drops a put they
+  cover (see :mod:`..tombstones` and ``TOMBS`` in :mod:`.lua`).
 
 An item's ``version`` comes from its shard's clock: the server's time in microseconds, or
 the shard's previous version plus one where that is larger. So versions never repeat,
 even after a shard is emptied and its clock forgotten, and they order writes across
 shards by time: search results come newest first, as on PostgreSQL.
 
-The store's *registry* is four keys in a hash slot of their own: ``shards`` (sorted set,
+The store's *registry* is five keys in a hash slot of their own: ``shards`` (sorted set,
 scores 0: every shard's labels, so a lexicographic range finds the shards under a
 namespace prefix), ``due`` (sorted set: when each shard next has something for the TTL
-sweeper), ``epoch`` (hash: each shard's epoch, below) and ``seq`` (the last epoch
-given).
+sweeper), ``epoch`` (hash: each shard's epoch, below), ``seq`` (the last epoch
+given) and ``tombs`` (tombstones of prefixes shorter than a shard path, which ``enroll``
+checks: such a prefix covers shards that may not exist yet).
 
 Why this layout
 ---------------
@@ -534,7 +538,7 @@ class RedisStorePlans:
 
     # -- writes -------------------------------------------------------------------------
 
-    def write(self, requests: list[WriteRequest]) -> Plan[Command, None]:
+    def write(self, requests: list[WriteRequest]) -> Plan[Command, int]:
         by_shard: dict[bytes, tuple[Shard, list[WriteRequest]]] = {}
         for request in requests:
             shard = self.shard(request.namespace)
@@ -549,10 +553,12 @@ class RedisStorePlans:
                     raise self._conflict(plan, indexes, reply)
         applied: list[tuple[list[int], list[Any]]] = []
         emptied: list[Shard] = []
+        dropped = 0
         try:
             for indexes in groups:
                 reply = yield from self._apply(plan, indexes, undo)
                 applied.append((indexes, reply[2]))
+                dropped += int(reply[3])
                 emptied.extend(plan[indexes[int(i) - 1]][0] for i in reply[1])
         except Exception:
             if applied:
@@ -565,6 +571,7 @@ class RedisStorePlans:
                 yield from self._close_emptied(emptied)
             except Exception:
                 logger.exception("could not close emptied namespace shards")
+        return dropped
 
     def _close_emptied(self, shards: Sequence[Shard]) -> Plan[Command, None]:
         """Close the shards a write emptied, as a sweep would (see "Registration"), so
@@ -579,17 +586,29 @@ class RedisStorePlans:
         yield Eval("settle", self.registry, settle)
 
     def _apply(
-        self, plan: Sequence[tuple[Shard, Sequence[WriteRequest]]], indexes: list[int], undo: bool
+        self, plan: list[tuple[Shard, list[WriteRequest]]], indexes: list[int], undo: bool
     ) -> Plan[Command, list[Any]]:
-        """Write one slot's shards, enrolling them first where the script asks to."""
+        """Write one slot's shards, enrolling them first where the script asks to.
+
+        A shard the registry will not enroll (under a short tombstoned prefix) keeps only
+        its deletes: its puts are dropped, and counted with the script's own (reply[3]).
+        """
         tokens: dict[bytes, tuple[bytes, bytes]] = {}
+        blocked = 0
         for _ in range(ENROLL_ATTEMPTS):
             reply = yield self._write_call(plan, indexes, "apply", undo, tokens)
             if reply[0] == b"conflict":
                 raise self._conflict(plan, indexes, reply)
             if reply[0] != b"refuse":
-                return list(reply)
-            tokens.update((yield from self._enroll(plan, indexes, reply[1])))
+                return [*reply[:3], int(reply[3]) + blocked]
+            enrolled, refused = yield from self._enroll(plan, indexes, reply[1])
+            tokens.update(enrolled)
+            for i in indexes:
+                shard, requests = plan[i]
+                if shard.path in refused:
+                    kept = [r for r in requests if r.value is None]
+                    blocked += len(requests) - len(kept)
+                    plan[i] = (shard, kept)
         raise MemoryPlusError(
             f"could not register a namespace shard in {ENROLL_ATTEMPTS} attempts "
             "(its namespaces being deleted concurrently?); the batch was not applied"
@@ -626,9 +645,10 @@ class RedisStorePlans:
         plan: Sequence[tuple[Shard, Sequence[WriteRequest]]],
         indexes: Sequence[int],
         refusals: Sequence[Sequence[Any]],
-    ) -> Plan[Command, dict[bytes, tuple[bytes, bytes]]]:
+    ) -> Plan[Command, tuple[dict[bytes, tuple[bytes, bytes]], set[bytes]]]:
         """Register refused shards (and lower their due hints); returns the tokens the
-        write script then accepts: the generation seen at refusal, the hint floor."""
+        write script then accepts (the generation seen at refusal, the hint floor), and
+        the paths the registry refused to enroll, being under a tombstone."""
         args: list[Arg] = []
         tokens: dict[bytes, tuple[bytes, bytes]] = {}
         for number, gen, earliest in refusals:
@@ -636,8 +656,8 @@ class RedisStorePlans:
             floor = b"%d" % (int(earliest) - HINT_MARGIN_US) if earliest else b""
             args.extend((shard.path, floor))
             tokens[shard.path] = (gen, floor)
-        yield Eval("enroll", self.registry, args)
-        return tokens
+        refused: list[bytes] = yield Eval("enroll", self.registry, args)
+        return tokens, set(refused)
 
     @staticmethod
     def _conflict(
@@ -685,6 +705,25 @@ class RedisStorePlans:
         if settle:
             yield Eval("settle", self.registry, settle)
         return total
+
+    def tombstone(self, prefix: Namespace, hold_seconds: float) -> Plan[Command, None]:
+        yield self._tomb_call("set", prefix, max(1, round(hold_seconds * 1e6)))
+
+    def lift(self, prefix: Namespace) -> Plan[Command, bool]:
+        return bool((yield self._tomb_call("lift", prefix, "")))
+
+    def _tomb_call(self, action: str, prefix: Namespace, hold: Arg) -> Eval:
+        """Where a tombstone lives (see ``TOMBS`` in :mod:`.lua`): a prefix at least a shard
+        path long covers one shard, so its tombstone sits in that shard's slot and the
+        write script checks it atomically with the put. A shorter one covers shards that
+        may not exist yet, so it sits in the registry, which every shard passes through
+        before its first item (see "Registration"): ``erase_user`` then empties and
+        closes those shards with :meth:`delete_namespace`, after which a late put must
+        enroll, and the registry refuses it."""
+        head: list[Arg] = [action, encode_namespace(prefix), hold]
+        if len(prefix) >= self.depth:
+            return self.call("tomb", [(self.shard(prefix), ())], [0], head)
+        return Eval("tombs", self.registry, head)
 
     def sweep(self, batch_size: int) -> Plan[Command, tuple[int, bool]]:
         reply = yield Eval("registry", self.registry, ["due", SWEEP_SHARDS])

@@ -34,6 +34,7 @@ from ..base import GetRequest, ListRequest, Namespace, SearchRequest, WriteReque
 from ..columns import INSERTED, READ, replace_existing
 from ..filters import holds
 from ..namespaces import namespace_of, prefix_text
+from ..tombstones import ancestor_hashes, tombstone_hash
 from ..values import VersionedItem, VersionedSearchItem, decode_value, escape_text, unescape_text
 from ..vectors import Vector, cosine, norm
 from .schema import MIGRATIONS
@@ -44,6 +45,7 @@ MAX_BATCH_BYTES = 512 * 1024 * 1024
 MAX_KEY_BYTES = 4096
 MAX_COUNT = 2**62  # SQLite's LIMIT/OFFSET are 64-bit; larger requests mean "all" anyway
 SCAN_CHUNK = 1000
+MAX_INLINE_HASHES = 32  # tombstone hashes sent as placeholders; more go as one JSON array
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 LIVE = "(s.expires_at IS NULL OR s.expires_at > :now)"
@@ -267,9 +269,10 @@ class SqliteStorePlans:
 
     # -- writes -------------------------------------------------------------------------
 
-    def write(self, requests: list[WriteRequest]) -> Plan[Query, None]:
+    def write(self, requests: list[WriteRequest]) -> Plan[Query, int]:
         now_us = time.time_ns() // 1000
         now = now_us / 1e6
+        requests, dropped = yield from self._untombstoned(requests, now)
         conditional = [r for r in requests if r.expected_version is not None]
         if conditional:
             # Under the write lock: nobody can change these items until we commit.
@@ -344,6 +347,59 @@ class SqliteStorePlans:
                     vectors,
                     many=True,
                 )
+        return dropped
+
+    @staticmethod
+    def _untombstoned(
+        requests: list[WriteRequest], now: float
+    ) -> Plan[Query, tuple[list[WriteRequest], int]]:
+        """The writes without the puts a live tombstone drops, and how many those were.
+
+        Read under the write lock (``write=True``), which the rest of the batch keeps: no
+        tombstone can be placed between this check and the writes.
+        """
+        ancestors = [ancestor_hashes(r.namespace) if r.value is not None else () for r in requests]
+        wanted = sorted({h for hashes in ancestors for h in hashes})
+        if not wanted:  # deletes only
+            return requests, 0
+        if len(wanted) <= MAX_INLINE_HASHES:  # a put: a few placeholders beat JSON
+            among = ", ".join("?" * len(wanted))
+            params: tuple[Any, ...] = (now, *wanted)
+        else:
+            among, params = "SELECT value FROM json_each(?)", (now, json.dumps(wanted))
+        rows: Rows = yield Query(
+            f"SELECT prefix_hash FROM lgmp_store_tombstones WHERE until > ? "
+            f"AND prefix_hash IN ({among})",
+            params,
+            fetch=True,
+            write=True,
+        )
+        if not rows:
+            return requests, 0
+        live = {row[0] for row in rows}
+        kept = [r for r, hashes in zip(requests, ancestors, strict=True) if not live & set(hashes)]
+        return kept, len(requests) - len(kept)
+
+    def tombstone(self, prefix: Namespace, hold_seconds: float) -> Plan[Query, None]:
+        now = time.time()
+        yield Query("DELETE FROM lgmp_store_tombstones WHERE until <= ?", (now,), write=True)
+        yield Query(
+            """INSERT INTO lgmp_store_tombstones (prefix_hash, until) VALUES (?, ?)
+            ON CONFLICT (prefix_hash) DO UPDATE SET until = excluded.until""",
+            (tombstone_hash(prefix), now + hold_seconds),
+        )
+
+    def lift(self, prefix: Namespace) -> Plan[Query, bool]:
+        params = {"hash": tombstone_hash(prefix), "now": time.time()}
+        # No RETURNING: SQLite has it from 3.35 only. The write lock keeps both as one.
+        rows: Rows = yield Query(
+            "SELECT until > :now FROM lgmp_store_tombstones WHERE prefix_hash = :hash",
+            params,
+            fetch=True,
+            write=True,
+        )
+        yield Query("DELETE FROM lgmp_store_tombstones WHERE prefix_hash = :hash", params)
+        return any(row[0] for row in rows)
 
     def delete_namespace(self, prefix: Namespace) -> Plan[Query, int]:
         params: dict[str, Any] = {}
@@ -359,14 +415,11 @@ class SqliteStorePlans:
 
     def sweep(self, batch_size: int) -> Plan[Query, tuple[int, bool]]:
         params = {"now": time.time(), "n": batch_size}
+        yield Query("DELETE FROM lgmp_store_tombstones WHERE until <= :now", params, write=True)
         victims = """SELECT prefix, key FROM lgmp_store WHERE expires_at <= :now
             ORDER BY expires_at, prefix, key LIMIT :n"""
         # The items go last: until then both statements pick the same victims.
-        yield Query(
-            f"DELETE FROM lgmp_store_vectors WHERE (prefix, key) IN ({victims})",
-            params,
-            write=True,
-        )
+        yield Query(f"DELETE FROM lgmp_store_vectors WHERE (prefix, key) IN ({victims})", params)
         deleted: int = yield Query(
             f"DELETE FROM lgmp_store WHERE (prefix, key) IN ({victims})", params
         )

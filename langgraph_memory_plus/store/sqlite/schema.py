@@ -14,6 +14,9 @@ The same layout as PostgreSQL's (:mod:`..postgres.schema`), in SQLite's types:
 - ``lgmp_store_vectors``: one row per embedded text of an item: the vector as packed
   little-endian doubles, and its norm. Deleted with the item by the plans (not by a
   foreign key, which a caller's connection may not enforce).
+- ``lgmp_store_tombstones``: namespace prefixes whose puts are dropped until ``until``
+  (seconds; see :mod:`..tombstones`), by a hex SHA-256 of the prefix text; found by
+  hash only (no index on ``until``, as on PostgreSQL).
 """
 
 from __future__ import annotations
@@ -57,5 +60,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
         "INSERT INTO lgmp_store_clock (id, version) VALUES (0, 0) ON CONFLICT DO NOTHING",
+    ),
+    (
+        """
+        CREATE TABLE IF NOT EXISTS lgmp_store_tombstones (
+            prefix_hash TEXT PRIMARY KEY,
+            until REAL NOT NULL
+        ) WITHOUT ROWID
+        """,
     ),
 )
