@@ -70,11 +70,14 @@ def threads_of(keep: int | None) -> list[str]:
     return [f"crash-{keep}-{i}" for i in range(THREADS_PER_KEEP)]
 
 
-def _write(open_saver: Opener, keep: int | None, log_path: str, seed: int) -> None:
-    """A writer's life (in the forked child): turns on its threads until it is killed."""
+def _write(open_saver: Opener, keep: int | None, log_path: str, seed: int, ready: Any) -> None:
+    """A writer's life (in the forked child): turns on its threads until it is killed.
+    ``ready`` is set once its saver is open: the kill's random moment counts from there,
+    so a loaded machine's slow start does not eat the time meant for writing."""
     rng = random.Random(seed)
     with open_saver(keep_last=keep) as saver, open(log_path, "a") as log:
         app = graph().compile(checkpointer=saver)
+        ready.set()
         while True:
             thread = rng.choice(threads_of(keep))
             config: Any = {"configurable": {"thread_id": thread}}
@@ -97,9 +100,11 @@ def opener(cls: Any, url: str, defaults: dict[str, Any]) -> Opener:
     return open_saver
 
 
-def _child(target: tuple[Any, str, dict[str, Any]], keep: int | None, log: str, seed: int) -> None:
+def _child(
+    target: tuple[Any, str, dict[str, Any]], keep: int | None, log: str, seed: int, ready: Any
+) -> None:
     try:
-        _write(opener(*target), keep, log, seed)
+        _write(opener(*target), keep, log, seed, ready)
     finally:
         os._exit(1)  # a writer stops only when killed
 
@@ -109,10 +114,15 @@ def start_writer(
 ) -> multiprocessing.process.BaseProcess:
     """A writer process, forked from a server process that has langgraph imported (so it
     writes from its first moment) and no threads (a fork of pytest's process could
-    inherit a lock another thread holds)."""
-    process = _FORKS.Process(target=_child, args=(target, keep, str(log_path), seed))
+    inherit a lock another thread holds); returned once its saver is open."""
+    ready = _FORKS.Event()
+    process = _FORKS.Process(target=_child, args=(target, keep, str(log_path), seed, ready))
     process.start()
+    ready.wait(WRITER_START_SECONDS)
     return process
+
+
+WRITER_START_SECONDS = 60.0  # only a writer that cannot open its saver takes this long
 
 
 _FORKS = multiprocessing.get_context("forkserver")
@@ -188,6 +198,10 @@ def crash_rounds(
         keep = KEEPS[r % len(KEEPS)]
         writer = start_writer(target, keep, log_path, rng.randrange(2**32))
         time.sleep(rng.uniform(0.2, 1.2))
+        if r == rounds - 1:  # a loaded machine may commit nothing in time: wait for one
+            deadline = time.monotonic() + WRITER_START_SECONDS
+            while not wiped + sum(logged(log_path).values()) and time.monotonic() < deadline:
+                time.sleep(0.05)
         if server is not None and r % 3 == 2:
             assert server.process is not None
             server.process.kill()  # SIGKILL, our own child, by its pid
