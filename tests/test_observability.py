@@ -376,6 +376,71 @@ async def test_async_stores_emit_the_same_events(async_store_factory: Any) -> No
     assert [(e.name, e.result) for e in seen] == EXPECTED_STORE
 
 
+EXPECTED_NAMESPACE_OPS = [
+    ("store.written", "ok"),
+    ("store.written", "ok"),
+    ("store.namespaces_listed", "ok"),
+    ("store.namespaces_listed", "ok"),
+    ("store.counted", "ok"),
+    ("store.namespace_deleted", "ok"),
+    ("store.counted", "ok"),
+]
+
+
+def _namespace_fields(seen: list[MemoryEvent]) -> list[tuple[Any, ...]]:
+    return [
+        (
+            e.name,
+            getattr(e, "namespace", None),
+            getattr(e, "count", None),
+            getattr(e, "deleted", None),
+        )
+        for e in seen
+    ]
+
+
+async def test_namespace_listing_counting_and_deleting_are_reported(
+    store_factory: Any, async_store_factory: Any
+) -> None:
+    """``list_namespaces`` (on its own and in a batch), ``count`` and ``delete_namespace``
+    each report one event with what they found, sync and async alike."""
+    from langgraph.store.base import ListNamespacesOp, MatchCondition
+
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    wildcard = MatchCondition("prefix", ("users", "*"))
+    seen: list[MemoryEvent] = []
+    with store_factory(listeners=[seen.append]) as store:
+        store.put(("users", user, "a"), "k", {"v": 1})
+        store.put(("users", user, "b"), "k", {"v": 2})
+        assert len(store.list_namespaces(prefix=("users", user))) == 2
+        store.batch([ListNamespacesOp(match_conditions=(wildcard,), max_depth=2)])
+        assert store.count(("users", user)) == 2
+        assert store.delete_namespace(("users", user)) == 2
+        assert store.count(("users", user)) == 0
+    async_seen: list[MemoryEvent] = []
+    async with async_store_factory(listeners=[async_seen.append]) as store:
+        await store.aput(("users", user, "a"), "k", {"v": 1})
+        await store.aput(("users", user, "b"), "k", {"v": 2})
+        assert len(await store.alist_namespaces(prefix=("users", user))) == 2
+        await store.abatch([ListNamespacesOp(match_conditions=(wildcard,), max_depth=2)])
+        assert await store.acount(("users", user)) == 2
+        assert await store.adelete_namespace(("users", user)) == 2
+        assert await store.acount(("users", user)) == 0
+    assert [(e.name, e.result) for e in seen] == EXPECTED_NAMESPACE_OPS
+    fields = _namespace_fields(seen)
+    assert fields[2] == ("store.namespaces_listed", ("users", user), 2, None)
+    assert fields[3][:2] == ("store.namespaces_listed", ("users", "*"))
+    assert fields[3][2] >= 1  # other tests' users may be listed too
+    assert fields[4:] == [
+        ("store.counted", ("users", user), 2, None),
+        ("store.namespace_deleted", ("users", user), None, 2),
+        ("store.counted", ("users", user), 0, None),
+    ]
+    assert [f for i, f in enumerate(_namespace_fields(async_seen)) if i != 3] == [
+        f for i, f in enumerate(fields) if i != 3
+    ]
+
+
 def test_a_conflict_is_a_conflict(store_factory: Any) -> None:
     seen: list[MemoryEvent] = []
     with store_factory(listeners=[seen.append]) as store:

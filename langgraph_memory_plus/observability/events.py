@@ -203,6 +203,37 @@ class StoreDeleted(_ItemChanged):
 
 
 @dataclass(frozen=True, kw_only=True)
+class NamespacesListed(MemoryEvent):
+    """A ``list_namespaces``: ``count`` namespaces found below ``namespace``, its prefix
+    condition (``*`` for a wildcard label; ``()`` without one)."""
+
+    kind = "store"
+    operation = "namespaces_listed"
+    namespace: Namespace
+    count: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoreCounted(MemoryEvent):
+    """A ``count``: ``count`` live items below the prefix ``namespace``."""
+
+    kind = "store"
+    operation = "counted"
+    namespace: Namespace
+    count: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class NamespaceDeleted(MemoryEvent):
+    """A ``delete_namespace``: ``deleted`` items below the prefix ``namespace`` removed."""
+
+    kind = "store"
+    operation = "namespace_deleted"
+    namespace: Namespace
+    deleted: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class StoreExpired(_Swept):
     """One batch of ``sweep_ttl``: ``deleted`` items."""
 
@@ -231,9 +262,12 @@ __all__ = [
     "CheckpointsListed",
     "HistoryLoaded",
     "MemoryEvent",
+    "NamespaceDeleted",
+    "NamespacesListed",
     "NodeCounted",
     "Result",
     "RunsDeleted",
+    "StoreCounted",
     "StoreDeleted",
     "StoreExpired",
     "StoreRead",

@@ -39,8 +39,11 @@ from .events import (
     CheckpointsListed,
     HistoryLoaded,
     MemoryEvent,
+    NamespaceDeleted,
+    NamespacesListed,
     NodeCounted,
     RunsDeleted,
+    StoreCounted,
     StoreDeleted,
     StoreExpired,
     StoreRead,
@@ -69,6 +72,9 @@ _DB_OPERATION = {
     CheckpointsExpired: "sweep_expired",
     StoreWritten: "put",
     StoreDeleted: "delete",
+    NamespacesListed: "list_namespaces",
+    StoreCounted: "count",
+    NamespaceDeleted: "delete_namespace",
     StoreExpired: "sweep_ttl",
 }
 _OTEL_NAMES = {"checkpoint": "checkpoint.size", "checkpoint_messages": "checkpoint.messages"}

@@ -478,6 +478,22 @@ class StoreBase(Observable, BaseStore, ABC):
             )
         return prefix
 
+    def _count_plan(self, namespace_prefix: Namespace) -> Plan[Any, int]:
+        prefix = check_labels(namespace_prefix)
+        return self._observed_event(
+            self._plans.count(prefix),
+            ev.StoreCounted,
+            lambda n: {"namespace": prefix, "count": n or 0},
+        )
+
+    def _delete_namespace_plan(self, namespace_prefix: Namespace) -> Plan[Any, int]:
+        prefix = self._prefix_to_delete(namespace_prefix)
+        return self._observed_event(
+            self._plans.delete_namespace(prefix),
+            ev.NamespaceDeleted,
+            lambda n: {"namespace": prefix, "deleted": n or 0},
+        )
+
     def _tombstone_plan(self, namespace_prefix: Namespace, hold_seconds: float) -> Plan[Any, None]:
         prefix = self._prefix_to_delete(namespace_prefix, "a tombstone")
         return self._plans.tombstone(prefix, check_hold(hold_seconds))
@@ -519,14 +535,14 @@ class StoreBase(Observable, BaseStore, ABC):
 
     def count(self, namespace_prefix: Namespace = ()) -> int:
         """How many live items are stored under ``namespace_prefix`` (all, for ``()``)."""
-        return self._run(self._plans.count(check_labels(namespace_prefix)))
+        return self._run(self._count_plan(namespace_prefix))
 
     def delete_namespace(self, namespace_prefix: Namespace) -> int:
         """Delete every item under ``namespace_prefix`` in one transaction; returns how many.
 
         Meant for erasing a user's data: ``delete_namespace(("users", user_id))``.
         """
-        return self._run(self._plans.delete_namespace(self._prefix_to_delete(namespace_prefix)))
+        return self._run(self._delete_namespace_plan(namespace_prefix))
 
     def tombstone_namespace(
         self, namespace_prefix: Namespace, *, hold_seconds: float = DEFAULT_HOLD_HOURS * 3600
@@ -578,12 +594,11 @@ class StoreBase(Observable, BaseStore, ABC):
 
     async def acount(self, namespace_prefix: Namespace = ()) -> int:
         """Async :meth:`count`."""
-        return await self._arun(self._plans.count(check_labels(namespace_prefix)))
+        return await self._arun(self._count_plan(namespace_prefix))
 
     async def adelete_namespace(self, namespace_prefix: Namespace) -> int:
         """Async :meth:`delete_namespace`."""
-        prefix = self._prefix_to_delete(namespace_prefix)
-        return await self._arun(self._plans.delete_namespace(prefix))
+        return await self._arun(self._delete_namespace_plan(namespace_prefix))
 
     async def atombstone_namespace(
         self, namespace_prefix: Namespace, *, hold_seconds: float = DEFAULT_HOLD_HOURS * 3600
@@ -604,7 +619,8 @@ def _store_events(
     took: float,
     error: BaseException | None,
 ) -> list[ev.MemoryEvent]:
-    """One event per op of a batch, in op order for reads, then the writes.
+    """One event per op of a batch, in op order for reads, then namespace listings, then
+    the writes.
 
     The ops ran in one transaction: each carries its duration, and a failed batch (a
     conflict, an outage) fails every op in it.
@@ -625,6 +641,18 @@ def _store_events(
                 key=key,
                 count=count,
                 query=query,
+            )
+        )
+    for i, listing in batch.lists:
+        found = None if results is None else results[i]
+        prefix = next((c.labels for c in listing.conditions if not c.suffix), ())
+        out.append(
+            ev.NamespacesListed(
+                backend=backend,
+                duration=took,
+                error=error,
+                namespace=tuple("*" if label is None else label for label in prefix),
+                count=len(found) if isinstance(found, list) else 0,
             )
         )
     for w in writes:
