@@ -10,10 +10,17 @@ from typing import Annotated, Any
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph, add_messages
+from langgraph.types import interrupt
 from pydantic import BaseModel
 from typing_extensions import TypedDict
 
+from langgraph_memory_plus import InvalidConfigError
+from langgraph_memory_plus._postgres import Query as PgQuery
+from langgraph_memory_plus._redis import Batch
+from langgraph_memory_plus._sqlite import Query as SqliteQuery
+from langgraph_memory_plus.checkpoint.config import thread_key
 from langgraph_memory_plus.threads.context import with_context_keys
+from langgraph_memory_plus.threads.core import ReindexProgress, index_value
 
 
 class State(TypedDict, total=False):
@@ -36,6 +43,9 @@ class ModelContext(BaseModel):
 def _graph(context_schema: Any = None) -> StateGraph:
     def chat(state: State) -> dict[str, Any]:
         last = state["messages"][-1]
+        if str(last.content).startswith("ask"):
+            answer = interrupt({"question": last.content})
+            return {"messages": [AIMessage(content=f"ok {answer}", id=f"ai-{last.id}")]}
         return {"messages": [AIMessage(content=str(last.content).upper(), id=f"ai-{last.id}")]}
 
     builder = StateGraph(State, context_schema=context_schema)
@@ -103,3 +113,114 @@ def test_context_keys_lift_only_what_is_missing() -> None:
     assert with_context_keys(given, ("user_id",)) is given  # type: ignore[arg-type]
     plain = {"configurable": {"thread_id": "t"}}
     assert with_context_keys(plain, ("user_id",)) is plain  # type: ignore[arg-type]
+
+
+# -- the backfill ---------------------------------------------------------------------
+
+
+def _forget_records(saver: Any, thread_ids: list[str], user_of: dict[str, str]) -> Any:
+    """The plan that leaves these threads as a saver from before the index wrote them:
+    checkpoints, no record (Redis: no record hash and no set entries either)."""
+    index = saver.threads._plans
+    kind = type(saver).__name__
+    if "Postgres" in kind:
+        tks = [thread_key(t) for t in thread_ids]
+        yield PgQuery(f"DELETE FROM {index._ix} WHERE thread_key = ANY(%s)", (tks,))
+    elif "Sqlite" in kind:
+        for tid in thread_ids:
+            yield SqliteQuery(
+                "DELETE FROM lgmp_thread_index WHERE thread_key = ?", (thread_key(tid),), write=True
+            )
+    else:
+        commands: list[tuple[Any, ...]] = []
+        for tid in thread_ids:
+            member = tid.encode()
+            user_set = index.set_key("user_id", index_value(user_of[tid]))
+            commands += [("DEL", index._record_key(tid)), ("ZREM", index.all_key, member)]
+            commands.append(("ZREM", user_set, member))
+        yield Batch(commands)
+
+
+def _write_threads(saver: Any, tag: str) -> tuple[list[str], dict[str, str]]:
+    graph = _graph().compile(checkpointer=saver)
+    thread_ids = [f"bf-{tag}-{i}" for i in range(5)]
+    users = {t: f"bfu-{tag}-{i % 2}" for i, t in enumerate(thread_ids)}
+    for i, tid in enumerate(thread_ids):
+        config = {"configurable": {"thread_id": tid, "user_id": users[tid]}}
+        graph.invoke(_turn("hello", f"{tid}-1"), config)
+        graph.invoke(_turn("ask me" if i % 2 else "more", f"{tid}-2"), config)
+    return thread_ids, users
+
+
+def _comparable(record: dict[str, Any] | None) -> Any:
+    assert record is not None
+    return (
+        record["metadata"],
+        record["status"],
+        record["interrupts"],
+        record["size"]["checkpoints"],
+    )
+
+
+def test_reindex_backfills_threads_without_a_record(saver_factory: Any) -> None:
+    tag = uuid.uuid4().hex[:8]
+    with saver_factory() as saver:
+        thread_ids, users = _write_threads(saver, tag)
+        before = {t: saver.threads.get(t) for t in thread_ids}
+        order = {
+            u: [r["thread_id"] for r in saver.threads.sessions(u)] for u in set(users.values())
+        }
+        saver._run(_forget_records(saver, thread_ids, users))
+        assert all(saver.threads.get(t) is None for t in thread_ids)
+        assert saver.threads.sessions(users[thread_ids[0]]) == []
+
+        # A crash after the first batch: the next run takes up where it stopped.
+        def crash(progress: ReindexProgress) -> None:
+            raise RuntimeError("killed")
+
+        with pytest.raises(RuntimeError):
+            saver.threads.reindex(batch_size=2, progress=crash)
+        seen: list[ReindexProgress] = []
+        done = saver.threads.reindex(batch_size=2, progress=seen.append)
+        assert seen[-1] == done and len(seen) >= 2  # bounded batches, each reported
+        assert done.indexed == 3  # the crashed run had written its first batch
+
+        # Same records as the saver wrote, as list() says, in the same order per user.
+        for tid in thread_ids:
+            record = saver.threads.get(tid)
+            assert _comparable(record) == _comparable(before[tid]), tid
+            listed = list(saver.list({"configurable": {"thread_id": tid}}))
+            assert record is not None and record["size"]["checkpoints"] == len(listed)
+            assert record["status"] == ("interrupted" if listed[0].pending_writes else "idle")
+            assert abs((record["updated_at"] - before[tid]["updated_at"]).total_seconds()) < 5
+        for user, expected in order.items():
+            assert [r["thread_id"] for r in saver.threads.sessions(user)] == expected
+        assert {
+            r["thread_id"] for r in saver.threads.search(status="interrupted", ids=thread_ids)
+        } == {t for t in thread_ids if before[t]["status"] == "interrupted"}
+        # Idempotent: nothing left to do; and a thread written meanwhile keeps its record.
+        assert saver.threads.reindex().indexed == 0
+
+
+async def test_async_reindex(async_saver_factory: Any) -> None:
+    tag = uuid.uuid4().hex[:8]
+    async with async_saver_factory() as saver:
+        graph = _graph().compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": f"abf-{tag}", "user_id": f"abu-{tag}"}}
+        await graph.ainvoke(_turn("hello", "a1"), config)
+        before = await saver.threads.aget(f"abf-{tag}")
+        await saver._arun(_forget_records(saver, [f"abf-{tag}"], {f"abf-{tag}": f"abu-{tag}"}))
+        assert await saver.threads.aget(f"abf-{tag}") is None
+        done = await saver.threads.areindex(batch_size=1)
+        assert done.indexed == 1
+        assert _comparable(await saver.threads.aget(f"abf-{tag}")) == _comparable(before)
+        assert [r["thread_id"] for r in await saver.threads.asessions(f"abu-{tag}")] == [
+            f"abf-{tag}"
+        ]
+
+
+def test_reindex_refuses_a_bad_batch_size(saver_factory: Any) -> None:
+    with saver_factory() as saver:
+        for bad in (0, -1, 1.5, True):
+            with pytest.raises(InvalidConfigError, match="batch_size"):
+                saver.threads.reindex(batch_size=bad)

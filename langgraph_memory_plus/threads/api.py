@@ -7,14 +7,22 @@ One object per saver, for sync and async callers alike: each method builds its p
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from langgraph.types import Interrupt
 
-from .._plan import Plan
+from .._plan import Plan, adrive, drive
 from ..errors import InvalidConfigError
-from .core import StoredRecord, ThreadQuery, ThreadRecord, index_value, to_datetime
+from .core import (
+    ReindexBatch,
+    ReindexProgress,
+    StoredRecord,
+    ThreadQuery,
+    ThreadRecord,
+    index_value,
+    to_datetime,
+)
 from .transcripts import TranscriptMessage
 
 if TYPE_CHECKING:
@@ -33,6 +41,8 @@ class ThreadPlans(Protocol):
     def transcript(
         self, thread_id: str, owner: str | None, limit: int, offset: int
     ) -> Plan[Any, list[tuple[str, str, str, float]]]: ...
+
+    def reindex(self, codec: Any, cursor: Any, batch_size: int) -> Plan[Any, ReindexBatch]: ...
 
 
 def _thread_id(thread_id: Any) -> str:
@@ -108,6 +118,24 @@ class Threads:
             for i, r, c, t in rows
         ]
 
+    def _reindex(
+        self, batch_size: Any, progress: Callable[[ReindexProgress], None] | None
+    ) -> Plan[Plan[Any, ReindexBatch], ReindexProgress]:
+        """The backfill as a plan of batch plans: each batch is one plan (one transaction
+        or one script per thread), run by ``drive`` / ``adrive`` with the saver's driver."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
+        codec, cursor, examined, indexed = self._saver._codec, None, 0, 0
+        while True:
+            batch: ReindexBatch = yield self._plans.reindex(codec, cursor, batch_size)
+            examined, indexed = examined + batch.examined, indexed + batch.indexed
+            done = ReindexProgress(examined, indexed)
+            if progress is not None:
+                progress(done)
+            if batch.cursor is None:
+                return done
+            cursor = batch.cursor
+
     # -- synchronous --------------------------------------------------------------------
 
     def search(
@@ -168,6 +196,24 @@ class Threads:
         args = self._transcript_args(thread_id, user_id, limit, offset)
         return self._lines(self._saver._run(self._plans.transcript(*args)))
 
+    def reindex(
+        self,
+        *,
+        batch_size: int = 500,
+        progress: Callable[[ReindexProgress], None] | None = None,
+    ) -> ReindexProgress:
+        """Write a record for every thread that has none: threads written before the
+        index existed (an upgrade) or whose record was lost. Safe at any time, also
+        beside running graphs; idempotent, so a run that crashed is just run again.
+
+        ``batch_size`` threads are looked at per batch (one transaction on SQL; on Redis
+        one script per thread, after a ``SCAN`` of every primary node); ``progress``
+        gets a :class:`ReindexProgress` after each batch. A backfilled record is what a
+        refresh derives (metadata, status, interrupts, counts), dated by its checkpoint
+        ids; its title comes with its next write.
+        """
+        return drive(self._reindex(batch_size, progress), self._saver._run)
+
     # -- asynchronous -------------------------------------------------------------------
 
     async def asearch(
@@ -222,3 +268,12 @@ class Threads:
         """Async :meth:`transcript`."""
         args = self._transcript_args(thread_id, user_id, limit, offset)
         return self._lines(await self._saver._arun(self._plans.transcript(*args)))
+
+    async def areindex(
+        self,
+        *,
+        batch_size: int = 500,
+        progress: Callable[[ReindexProgress], None] | None = None,
+    ) -> ReindexProgress:
+        """Async :meth:`reindex`."""
+        return await adrive(self._reindex(batch_size, progress), self._saver._arun)

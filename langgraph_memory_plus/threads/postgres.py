@@ -33,8 +33,10 @@ from .._postgres import Query, Rows
 from ..checkpoint.config import thread_key
 from .core import (
     RecordInput,
+    ReindexBatch,
     StoredRecord,
     ThreadQuery,
+    checkpoint_time,
     derive,
     interrupts_from_json,
     interrupts_json,
@@ -378,6 +380,45 @@ class PostgresThreadIndex:
                     "b": size,
                 },
             )
+
+    def reindex(self, codec: Any, cursor: Any, batch_size: int) -> Plan[Query, ReindexBatch]:
+        """One backfill batch: records for up to ``batch_size`` threads that have none
+        (written before the index, or whose record was lost), in one transaction. SQL
+        reads the metadata's JSON projection, so ``codec`` is not needed.
+
+        ``cursor`` is the last thread key looked at (``None``: from the start); a run
+        that crashed starts again from the start and skips the threads it indexed.
+        """
+        rows: Rows = yield Query(
+            f"""
+            SELECT t.thread_key, min(c.checkpoint_id), max(c.checkpoint_id)
+            FROM (SELECT t.thread_key FROM {self._th} t
+                WHERE t.thread_key > %s AND t.thread_id IS NOT NULL
+                    AND NOT EXISTS (SELECT 1 FROM {self._ix} i WHERE i.thread_key = t.thread_key)
+                ORDER BY t.thread_key LIMIT %s) t
+            LEFT JOIN {self._ck} c ON c.thread_key = t.thread_key AND c.checkpoint_ns = ''
+                AND NOT c.replay_only
+            GROUP BY t.thread_key ORDER BY t.thread_key""",
+            (cursor or b"", batch_size),
+            fetch=True,
+        )
+        tks = [bytes(r[0]) for r in rows]
+        yield from self.refresh(tks)
+        times = [(tk, checkpoint_time(lo), checkpoint_time(hi)) for tk, lo, hi in rows]
+        times = [(bytes(tk), lo, hi) for tk, lo, hi in times if lo is not None and hi is not None]
+        if times:
+            yield Query(
+                f"""UPDATE {self._ix} i SET created_at = to_timestamp(v.c),
+                    updated_at = to_timestamp(v.u)
+                FROM unnest(%s::bytea[], %s::float8[], %s::float8[]) AS v(tk, c, u)
+                WHERE i.thread_key = v.tk""",
+                ([t[0] for t in times], [t[1] for t in times], [t[2] for t in times]),
+            )
+        indexed: Rows = yield Query(
+            f"SELECT count(*) FROM {self._ix} WHERE thread_key = ANY(%s)", (tks,), fetch=True
+        )
+        done = len(rows) < batch_size
+        return ReindexBatch(len(rows), int(indexed[0][0]), None if done else tks[-1])
 
     # -- reads ----------------------------------------------------------------------------
 

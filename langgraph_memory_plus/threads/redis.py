@@ -42,9 +42,12 @@ from typing import Any
 
 from .._plan import Plan
 from .._redis import Batch, Eval, Scan, glob_escape
-from .core import RecordInput, StoredRecord, ThreadQuery, index_value
+from .core import RecordInput, ReindexBatch, StoredRecord, ThreadQuery, index_value
 
 Command = Eval | Scan | Batch
+Backfill = Callable[[Any, Any, int], Plan[Command, ReindexBatch]]
+"""The checkpoint plans' backfill batch (codec, cursor, size): it needs their keys and
+decoding, which this module does not have."""
 
 FIELDS = (b"id", b"c", b"u", b"m", b"s", b"i", b"t", b"n", b"b")
 MAX_HEAL_ROUNDS = 3
@@ -208,8 +211,10 @@ class RedisThreadIndex:
         record_key: Callable[[str], bytes],
         ttl_ms: int,
         transcript_ttl_ms: int = 0,
+        backfill: Backfill | None = None,
     ) -> None:
         self.transcript_ttl_ms = transcript_ttl_ms
+        self._backfill = backfill
         self.prefix = prefix
         self.index_keys = tuple(index_keys)
         self._record_key = record_key
@@ -433,6 +438,11 @@ class RedisThreadIndex:
 
     def count(self, query: ThreadQuery) -> Plan[Command, int]:
         return sum(1 for r in (yield from self._all(query)) if query.matches(r))
+
+    def reindex(self, codec: Any, cursor: Any, batch_size: int) -> Plan[Command, ReindexBatch]:
+        """One backfill batch (see ``RedisCheckpointPlans.reindex``)."""
+        assert self._backfill is not None, "the checkpoint plans give the backfill"
+        return (yield from self._backfill(codec, cursor, batch_size))
 
     def get(self, thread_id: str) -> Plan[Command, StoredRecord | None]:
         [record] = yield from self._records([thread_id])

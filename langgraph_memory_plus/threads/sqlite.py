@@ -30,8 +30,10 @@ from .core import (
     ERROR,
     INTERRUPT,
     RecordInput,
+    ReindexBatch,
     StoredRecord,
     ThreadQuery,
+    checkpoint_time,
     derive,
     interrupts_from_json,
     interrupts_json,
@@ -334,6 +336,51 @@ class SqliteThreadIndex:
                     "b": size,
                 },
             )
+
+    def reindex(self, codec: Any, cursor: Any, batch_size: int) -> Plan[Query, ReindexBatch]:
+        """One backfill batch: records for up to ``batch_size`` threads that have none
+        (written before the index, or whose record was lost), in one transaction. SQL
+        reads the metadata's JSON projection, so ``codec`` is not needed.
+
+        ``cursor`` is the last thread key looked at (``None``: from the start); a run
+        that crashed starts again from the start and skips the threads it indexed.
+        """
+        rows: Rows = yield Query(
+            f"""
+            SELECT t.thread_key, min(c.checkpoint_id), max(c.checkpoint_id)
+            FROM (SELECT t.thread_key FROM lgmp_threads t
+                WHERE t.thread_key > ? AND t.thread_id IS NOT NULL
+                    AND NOT EXISTS (SELECT 1 FROM {TABLE} i WHERE i.thread_key = t.thread_key)
+                ORDER BY t.thread_key LIMIT ?) t
+            LEFT JOIN lgmp_checkpoints c ON c.thread_key = t.thread_key
+                AND c.checkpoint_ns = '' AND NOT c.replay_only
+            GROUP BY t.thread_key ORDER BY t.thread_key""",
+            (cursor or b"", batch_size),
+            fetch=True,
+            write=True,
+        )
+        tks = [bytes(r[0]) for r in rows]
+        yield from self.refresh(tks)
+        times = [(checkpoint_time(lo), checkpoint_time(hi), bytes(tk)) for tk, lo, hi in rows]
+        times = [t for t in times if t[0] is not None and t[1] is not None]
+        if times:
+            yield Query(
+                f"UPDATE {TABLE} SET created_at = ?, updated_at = ? WHERE thread_key = ?",
+                times,
+                many=True,
+            )
+        marks = ",".join("?" * len(tks))
+        indexed: Rows = (
+            (
+                yield Query(
+                    f"SELECT count(*) FROM {TABLE} WHERE thread_key IN ({marks})", tks, fetch=True
+                )
+            )
+            if tks
+            else [(0,)]
+        )
+        done = len(rows) < batch_size
+        return ReindexBatch(len(rows), int(indexed[0][0]), None if done else tks[-1])
 
     # -- reads ------------------------------------------------------------------------
 

@@ -734,6 +734,28 @@ touch(ARGV[1])
 return 1
 """
 
+# A record for a thread that has none (written before the index, or its record lost).
+# ARGV: its latest root checkpoint's metadata JSON, its first and latest checkpoint times
+# (ms). Status, interrupts and counts come from what the thread holds, as after a prune;
+# the record keeps the thread's expiry. Reply: 1 written, 0 the thread has a record
+# already (or no checkpoints left).
+REINDEX = r"""
+local tid = redis.call('HGET', K_THREAD, 'id')
+if (not tid) or redis.call('EXISTS', K_REC) == 1 or redis.call('EXISTS', K_IDX) == 0 then
+  return 0
+end
+local latest = pick('', '')
+if latest then redis.call('HSET', K_REC, 'm' .. latest, ARGV[1]) end
+local size = 0
+for _, key in ipairs({K_CK, K_BLOBS, K_ITEMS}) do
+  for _, f in ipairs(redis.call('HKEYS', key)) do size = size + redis.call('HSTRLEN', key, f) end
+end
+redis.call('HSET', K_REC, 'id', tid, 'c', ARGV[2], 'u', ARGV[3], 'b', size)
+rec_refresh()
+keep_expiry()
+return 1
+"""
+
 SCRIPTS: dict[str, str] = {
     name: PRELUDE + RECORD_LUA + body
     for name, body in {
@@ -752,5 +774,6 @@ SCRIPTS: dict[str, str] = {
         "resolve": RESOLVE,
         "dump": DUMP,
         "restore": RESTORE,
+        "reindex": REINDEX,
     }.items()
 }

@@ -44,7 +44,7 @@ from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, Delta
 from ..._plan import Plan
 from ..._redis import Batch, Eval, Scan, glob_escape
 from ...errors import InvalidConfigError, ValueTooLargeError, decoding
-from ...threads.core import RecordInput, writes_of_interest
+from ...threads.core import RecordInput, ReindexBatch, checkpoint_time, writes_of_interest
 from ...threads.redis import RedisThreadIndex, now_ms
 from .. import task_writes
 from ..codec import (
@@ -158,6 +158,11 @@ def thread_tag(thread_id: str) -> str:
     return hashlib.sha256(_utf8(thread_id)).hexdigest()[:32]
 
 
+def _ms(epoch: float | None) -> int:
+    """A checkpoint's time in ms, or now when its id does not tell."""
+    return now_ms() if epoch is None else int(epoch * 1000)
+
+
 class RedisCheckpointPlans:
     """Arguments for the scripts and decoding of their replies."""
 
@@ -184,6 +189,7 @@ class RedisCheckpointPlans:
             lambda t: self.keys(t)[-1],
             set_ttl,
             0 if tx_ttl is None else max(1, round(tx_ttl * 1000)),
+            self.reindex,
         )
 
     # -- keys -------------------------------------------------------------------------
@@ -544,6 +550,46 @@ class RedisCheckpointPlans:
             target.thread_id, target.checkpoint_ns, seeds, partial(self._resolve, keys), _item_rows
         )
         return codec.delta_history(channels, chain, lists)
+
+    def reindex(
+        self, codec: CheckpointCodec, cursor: Any, batch_size: int
+    ) -> Plan[Command, ReindexBatch]:
+        """One backfill batch: records for threads that have none (written before the
+        index existed, or whose record was lost), up to ``batch_size`` threads looked at.
+
+        The first batch lists every thread (SCAN, on every primary of a cluster); the
+        cursor carries that list and the position in it. Each record is written by one
+        script on the thread's keys, which does nothing if a record appeared meanwhile
+        (a write): a run that crashed is simply run again. The thread's set entries are
+        added after its record, as after a copy.
+        """
+        if cursor is None:
+            cursor = ((yield from self._all_thread_keys()), 0)
+        tags, start = cursor
+        chunk = tags[start : start + batch_size]
+        has = yield Batch([("EXISTS", self._keys_of_tag(tag)[-1]) for tag in chunk])
+        indexed = 0
+        for tag in (t for t, found in zip(chunk, has, strict=True) if not found):
+            keys = self._keys_of_tag(tag)
+            raw, first = yield Batch(
+                [
+                    ("HGET", keys[0], b"id"),
+                    ("ZRANGEBYLEX", keys[1], b"[\x00", b"(\x01", "LIMIT", 0, 1),
+                ]
+            )
+            if raw is None:
+                continue
+            thread_id = raw.decode("utf-8", "surrogatepass")
+            latest = yield from self.get_tuple(codec, Target(thread_id, "", None))
+            latest_id = latest.config["configurable"]["checkpoint_id"] if latest else None
+            first_id = bytes(first[0][1:]).decode("utf-8", "replace") if first else None
+            lo, hi = (_ms(checkpoint_time(cid)) for cid in (first_id, latest_id))
+            meta = json_safe(dict(latest.metadata)) if latest else {}
+            if (yield Eval("reindex", keys, [json.dumps(meta), lo, hi])) == 1:
+                indexed += 1
+                yield from self.threads.adopt(thread_id)
+        end = start + len(chunk)
+        return ReindexBatch(len(chunk), indexed, (tags, end) if end < len(tags) else None)
 
     def delete_thread(self, thread_id: str) -> Plan[Command, None]:
         records = yield from self.threads.before_delete([thread_id])
