@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph, add_messages
-from langgraph.types import interrupt
+from langgraph.types import Command, interrupt
 from pydantic import BaseModel
 from typing_extensions import TypedDict
 
@@ -175,7 +175,10 @@ def test_reindex_backfills_threads_without_a_record(saver_factory: Any) -> None:
         assert saver.threads.sessions(users[thread_ids[0]]) == []
 
         # A crash after the first batch: the next run takes up where it stopped.
+        crashed: list[ReindexProgress] = []
+
         def crash(progress: ReindexProgress) -> None:
+            crashed.append(progress)
             raise RuntimeError("killed")
 
         with pytest.raises(RuntimeError):
@@ -183,7 +186,9 @@ def test_reindex_backfills_threads_without_a_record(saver_factory: Any) -> None:
         seen: list[ReindexProgress] = []
         done = saver.threads.reindex(batch_size=2, progress=seen.append)
         assert seen[-1] == done and len(seen) >= 2  # bounded batches, each reported
-        assert done.indexed == 3  # the crashed run had written its first batch
+        # each thread once: the crashed run's first batch, the rest now (the storage may
+        # hold other tests' threads, which have records)
+        assert crashed[0].indexed + done.indexed == 5
 
         # Same records as the saver wrote, as list() says, in the same order per user.
         for tid in thread_ids:
@@ -224,3 +229,114 @@ def test_reindex_refuses_a_bad_batch_size(saver_factory: Any) -> None:
         for bad in (0, -1, 1.5, True):
             with pytest.raises(InvalidConfigError, match="batch_size"):
                 saver.threads.reindex(batch_size=bad)
+
+
+# -- the status index -----------------------------------------------------------------
+
+
+def test_search_by_status_follows_every_transition(saver_factory: Any) -> None:
+    """Interrupt, resume, interrupt again, fail: ``search(status=...)`` (with and without a
+    user, every page) says what each thread's latest checkpoint says."""
+    tag = uuid.uuid4().hex[:8]
+    user = f"su-{tag}"
+    with saver_factory() as saver:
+        graph = _graph().compile(checkpointer=saver)
+        tids = [f"st-{tag}-{i}" for i in range(6)]
+
+        def config(tid: str) -> dict[str, Any]:
+            return {"configurable": {"thread_id": tid, "user_id": user}}
+
+        for n, tid in enumerate(tids):
+            graph.invoke(_turn("ask first" if n < 4 else "hello", f"{tid}-1"), config(tid))
+        for tid in tids[:2]:  # resumed: they leave the interrupted sets' entries behind
+            graph.invoke(Command(resume="yes"), config(tid))
+        graph.invoke(_turn("ask again", f"{tids[0]}-2"), config(tids[0]))  # and back
+        for status in ("interrupted", "idle"):
+            truth = [r for r in saver.threads.sessions(user) if r["status"] == status]
+            for order in ("desc", "asc"):
+                expected = [r["thread_id"] for r in truth]
+                if order == "asc":
+                    expected.reverse()
+                mine = {"metadata": {"user_id": user}, "status": status, "sort_order": order}
+                pages = [
+                    r["thread_id"]
+                    for offset in range(len(expected) + 1)
+                    for r in saver.threads.search(**mine, limit=1, offset=offset)
+                ]
+                assert pages == expected, (status, order)
+                assert saver.threads.count(metadata={"user_id": user}, status=status) == len(
+                    expected
+                )
+                everyone = saver.threads.search(status=status, sort_order=order, limit=10_000)
+                assert [r["thread_id"] for r in everyone if r["thread_id"] in tids] == expected
+        assert {
+            r["thread_id"] for r in saver.threads.search(status="interrupted", limit=10_000)
+        } >= {
+            tids[0],
+            tids[2],
+            tids[3],
+        }
+        saver.delete_thread(tids[2])
+        found = saver.threads.search(metadata={"user_id": user}, status="interrupted")
+        assert {r["thread_id"] for r in found} == {tids[0], tids[3]}
+
+
+def test_status_index_exists(saver_factory: Any, storage: Any) -> None:
+    """The migration and ``setup()`` create the status indexes (SQL) / the writes fill
+    the per-status sets, in the index's order, and reads drop entries left behind."""
+    tag = uuid.uuid4().hex[:8]
+    with saver_factory() as saver:
+        graph = _graph().compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": f"sx-{tag}", "user_id": f"sxu-{tag}"}}
+        graph.invoke(_turn("ask", "x1"), config)
+        index = saver.threads._plans
+        if storage.kind == "redis":
+            member = f"sx-{tag}".encode()
+            form = index_value(f"sxu-{tag}")
+            waiting = [
+                index.status_key("interrupted"),
+                index.status_key("interrupted", ("user_id", form)),
+            ]
+            scores = saver._run(_commands(Batch([("ZSCORE", k, member) for k in waiting])))
+            assert all(s is not None for s in scores)
+            graph.invoke(Command(resume="ok"), config)
+            assert (
+                saver.threads.search(status="interrupted", metadata={"user_id": f"sxu-{tag}"}) == []
+            )
+            scores = saver._run(_commands(Batch([("ZSCORE", k, member) for k in waiting])))
+            assert scores[1] is None  # the read removed the entry the resume left behind
+            idle = index.status_key("idle", ("user_id", form))
+            [score] = saver._run(_commands(Batch([("ZSCORE", idle, member)])))
+            assert score is not None
+        elif storage.kind == "postgres":
+            rows = saver._run(
+                _commands(
+                    PgQuery(
+                        "SELECT indexdef FROM pg_indexes WHERE tablename = 'lgmp_thread_index'",
+                        fetch=True,
+                    )
+                )
+            )
+            defs = " ".join(r[0] for r in rows)
+            assert "(status, updated_at, thread_key)" in defs
+            assert "'user_id'::text)), status, updated_at, thread_key)" in defs
+        else:
+            rows = saver._run(
+                _commands(
+                    SqliteQuery(
+                        "SELECT sql FROM sqlite_master WHERE tbl_name = 'lgmp_thread_index'",
+                        fetch=True,
+                    )
+                )
+            )
+            defs = " ".join(r[0] or "" for r in rows)
+            assert "(status, updated_at, thread_key, expires_at)" in defs
+            assert "'$.\"user_id\"'), status, updated_at" in defs
+
+
+def _commands(*commands: Any) -> Any:
+    """A plan of these commands; returns the last one's reply."""
+    reply = None
+    for command in commands:
+        reply = yield command
+    return reply

@@ -95,6 +95,13 @@ MIGRATION: tuple[str, ...] = (
     """,
 )
 
+STATUS_MIGRATION: tuple[str, ...] = (
+    # "Which threads wait for a human": search(status=...) reads this index in order,
+    # O(log n + k), instead of every thread's row (the approvals queue's first page).
+    f"""CREATE INDEX IF NOT EXISTS {TABLE}_status_idx
+        ON {{s}}.{TABLE} (status, updated_at, thread_key)""",
+)
+
 _COLUMNS = """i.thread_id, extract(epoch FROM i.created_at), extract(epoch FROM i.updated_at),
     i.metadata, i.status, i.interrupts, i.title, i.checkpoints, i.bytes"""
 
@@ -106,6 +113,10 @@ _ORDER = {
 }
 
 WriteRows = Callable[[Any, Any, Any], list[tuple[str, str, str, bytes, str, int]]]
+
+
+STATUS = "\x00status"
+"""Appended to a key to name its index by key and status."""
 
 
 def _index_name(key: str) -> str:
@@ -213,11 +224,16 @@ class PostgresThreadIndex:
     # -- setup ----------------------------------------------------------------------------
 
     def setup(self) -> Plan[Query, None]:
-        """One expression index per indexed key (run under the migration's lock)."""
+        """Two expression indexes per indexed key (run under the migration's lock): by
+        key, and by key and status (a user's threads that wait for a human)."""
         for key in self.index_keys:
             yield Query(
                 f"CREATE INDEX IF NOT EXISTS {_index_name(key)} ON {self._ix} "
                 f"((metadata -> '{key}'), updated_at)"
+            )
+            yield Query(
+                f"CREATE INDEX IF NOT EXISTS {_index_name(key + STATUS)} ON {self._ix} "
+                f"((metadata -> '{key}'), status, updated_at, thread_key)"
             )
 
     # -- what the writes add to their statements ------------------------------------------

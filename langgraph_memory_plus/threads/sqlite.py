@@ -113,6 +113,14 @@ MIGRATION: tuple[str, ...] = (
     """,
 )
 
+STATUS_MIGRATION: tuple[str, ...] = (
+    # search(status=...) ("which threads wait for a human") reads this index in order.
+    f"""CREATE INDEX IF NOT EXISTS {TABLE}_status_idx
+        ON {TABLE} (status, updated_at, thread_key, expires_at)""",
+)
+STATUS = "\x00status"
+"""Appended to a key to name its index by key and status."""
+
 _COLUMNS = """i.thread_id, i.created_at, i.updated_at, i.metadata, i.status, i.interrupts,
     i.title, i.checkpoints, i.bytes"""
 _ORDER = {
@@ -165,6 +173,12 @@ class SqliteThreadIndex:
             yield Query(
                 f"CREATE INDEX IF NOT EXISTS {_index_name(key)} ON {TABLE} "
                 f"(json_extract(metadata, '$.\"{key}\"'), updated_at, thread_key, expires_at)",
+                write=True,
+            )
+            yield Query(
+                f"CREATE INDEX IF NOT EXISTS {_index_name(key + STATUS)} ON {TABLE} "
+                f"(json_extract(metadata, '$.\"{key}\"'), status, updated_at, thread_key, "
+                "expires_at)",
                 write=True,
             )
 

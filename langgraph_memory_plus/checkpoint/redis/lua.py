@@ -10,7 +10,7 @@ values stay opaque bytes that only Python decodes.
 
 from __future__ import annotations
 
-from ...threads.redis import RECORD_LUA
+from ...threads.redis import RECORD_LUA, ZREM_IF
 
 PRELUDE = r"""
 local K_THREAD, K_IDX, K_CK, K_META, K_BLOBS, K_WRITES, K_WIDX, K_REPLAY, K_ITEMS, K_NODES =
@@ -394,6 +394,9 @@ rec_put(thread_id, ns, cid, ARGV[9], ARGV[10], tonumber(ARGV[11]), ARGV[12])
 -- checkpoints of every namespace.
 if ns ~= '' and ARGV[9] ~= '' then redis.call('HSET', K_REC, 'm' .. member, ARGV[9]) end
 touch(ttl)
+-- 2: a root checkpoint whose writes came first left its thread interrupted or failed
+-- (the writes' step 1 could not know the thread's metadata yet: see threads/redis.py).
+if ns == '' and redis.call('HGET', K_REC, 's') ~= 'idle' then return 2 end
 return 1
 """
 
@@ -777,3 +780,5 @@ SCRIPTS: dict[str, str] = {
         "reindex": REINDEX,
     }.items()
 }
+# On one index set, not a thread's keys (see threads/redis.py).
+SCRIPTS["zrem_if"] = ZREM_IF

@@ -44,7 +44,7 @@ from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, Delta
 from ..._plan import Plan
 from ..._redis import Batch, Eval, Scan, glob_escape
 from ...errors import InvalidConfigError, ValueTooLargeError, decoding
-from ...threads.core import RecordInput, ReindexBatch, checkpoint_time, writes_of_interest
+from ...threads.core import ERROR, RecordInput, ReindexBatch, checkpoint_time, writes_of_interest
 from ...threads.redis import RedisThreadIndex, now_ms
 from .. import task_writes
 from ..codec import (
@@ -491,6 +491,8 @@ class RedisCheckpointPlans:
         reply = yield self.threads.intent(target.thread_id, record, ts, Eval("put", keys, args))
         if reply == 0:  # refused: the thread was deleted while this run went on
             yield from self.threads.refused(target.thread_id, record)
+        elif reply == 2:  # not idle after all: the sets of its status, as its record says
+            yield from self.threads.adopt(target.thread_id)
 
     def put_writes(self, target: Target, writes: list[EncodedWrite]) -> Plan[Command, None]:
         if not writes:
@@ -515,7 +517,14 @@ class RedisCheckpointPlans:
             ts := now_ms(),
         ]
         write = Eval("put_writes", self.keys(target.thread_id), args)
-        reply = yield (self.threads.intent(target.thread_id, None, ts, write) if flagged else write)
+        if flagged and target.checkpoint_ns == "":
+            failed = any(w.channel == ERROR for w in writes)
+            status = "error" if failed else "interrupted"
+            reply = yield from self.threads.writes_intent(target.thread_id, status, ts, write)
+        elif flagged:  # a subgraph's: the record's status does not change
+            reply = yield self.threads.intent(target.thread_id, None, ts, write)
+        else:
+            reply = yield write
         if isinstance(reply, list):  # merged with an earlier call's writes: too large
             raise ValueTooLargeError(what, int(reply[0]), self.max_value_bytes)
         if flagged and reply == 0:
