@@ -6,20 +6,24 @@
    (``approximate_text_tokens``, script-aware) against the exact o200k and cl100k counts
    (``ExactTokenCounter``, the ``tokens`` extra). "all texts" is the language's texts
    taken together (what a budget sees); "worst text" the largest error on one text.
-2. Counting speed: microseconds per message, counting whole message lists of each
-   language, old and new counter and the exact one, with the new/old ratio.
+2. Counting speed: microseconds per call and per 1k characters, old and new counter
+   timed in turns in one run (their ratio is what to compare on a shared machine), on
+   one sentence, one 2 KB message and a 100-turn conversation of each language (a list
+   as ``Trimmer`` and ``Summarizer`` pass it), and a ``Trimmer`` call on that conversation
+   with each counter; the exact counter for scale.
 3. The scanner on ``benchmarks/data/scan_corpus.py``: false positives on ordinary
    messages, detection per attack form, the held-out set apart, and its speed.
 
 Run from the repository root (needs the ``tokens`` extra)::
 
-    python -m benchmarks.language [--repeat 200] [--markdown out.md]
+    python -m benchmarks.language [--repeat 200] [--only speed] [--markdown out.md]
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
+import re
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +36,7 @@ from benchmarks.data import scan_corpus
 from benchmarks.data.language_samples import SAMPLES
 from langgraph_memory_plus.messages import (
     ExactTokenCounter,
+    Trimmer,
     approximate_text_tokens,
     count_tokens_script_aware,
 )
@@ -82,29 +87,73 @@ def conversation(texts: Sequence[str], size: int = 100) -> list[BaseMessage]:
     ]
 
 
-def per_message_us(counter: Callable[[list[BaseMessage]], int], messages: list[BaseMessage],
-                   repeat: int) -> float:  # fmt: skip
-    """The median of ``repeat`` timings of counting the whole list, per message."""
-    timings = []
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s*|\n")
+
+
+def shapes(texts: Sequence[str]) -> dict[str, list[BaseMessage]]:
+    """The lists the speed table counts: one sentence, one 2 KB message, 100 turns."""
+    long_text = "".join(texts)
+    long_text = (long_text * (2048 // len(long_text) + 1))[:2048]
+    return {
+        "short": [HumanMessage(_SENTENCE_END.split(texts[0], maxsplit=1)[0], id="s")],
+        "2 KB": [HumanMessage(long_text, id="l")],
+        "100 turns": conversation(texts),
+    }
+
+
+def interleaved_us(
+    counters: Sequence[Callable[[list[BaseMessage]], object]],
+    messages: list[BaseMessage],
+    repeat: int,
+) -> tuple[list[float], float]:
+    """Median µs per call of each counter, and the median over rounds of the second's
+    time over the first's. The counters are timed in turns (a, b, a, b ...), so a change
+    in the shared machine's load hits both alike; each timing repeats the call for about
+    50 µs, which the clock resolves well."""
+    calls = max(1, int(50 / (len(messages) * 0.5)))
+    timings: list[list[float]] = [[] for _ in counters]
     for _ in range(repeat):
-        start = time.perf_counter()
-        counter(messages)
-        timings.append(time.perf_counter() - start)
-    timings.sort()
-    return timings[len(timings) // 2] / len(messages) * 1e6
+        for counter, out in zip(counters, timings, strict=True):
+            start = time.perf_counter()
+            for _ in range(calls):
+                counter(messages)
+            out.append((time.perf_counter() - start) / calls)
+    ratios = sorted(b / a for a, b in zip(timings[0], timings[-1], strict=True))
+    return [sorted(t)[len(t) // 2] * 1e6 for t in timings], ratios[len(ratios) // 2]
 
 
 def speed_table(exact: dict[str, ExactTokenCounter], repeat: int) -> list[str]:
+    """Old (``count_tokens_approximately``) and new counter, per call and per 1k characters,
+    with the new/old ratio; the exact o200k counter for scale."""
     lines = [
-        "| language | old µs/msg | new µs/msg | new/old | exact o200k µs/msg |",
-        "|---|---:|---:|---:|---:|",
+        "| language | list | chars | old µs | new µs | new/old | old µs/1k chars "
+        "| new µs/1k chars | exact o200k µs |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for language, texts in SAMPLES.items():
-        messages = conversation(texts)
-        old = per_message_us(count_tokens_approximately, messages, repeat)
-        new = per_message_us(count_tokens_script_aware, messages, repeat)
-        real = per_message_us(exact["o200k_base"], messages, max(3, repeat // 10))
-        lines.append(f"| {language} | {old:.2f} | {new:.2f} | {new / old:.2f} | {real:.1f} |")
+        for shape, messages in shapes(texts).items():
+            chars = sum(len(m.text) for m in messages)
+            (old, new), ratio = interleaved_us(
+                [count_tokens_approximately, count_tokens_script_aware], messages, repeat
+            )
+            (real,), _ = interleaved_us([exact["o200k_base"]], messages, max(3, repeat // 20))
+            lines.append(
+                f"| {language} | {shape} | {chars} | {old:.2f} | {new:.2f} | {ratio:.2f} "
+                f"| {old / chars * 1e3:.2f} | {new / chars * 1e3:.2f} | {real:.0f} |"
+            )
+        # what a budget costs end to end: each counter's Trimmer keeps about half of
+        # the conversation by its own count (so both do the same amount of trimming)
+        history = conversation(texts)
+        trimmers = [
+            Trimmer(max_tokens=counter(history) // 2, token_counter=counter)
+            for counter in (count_tokens_approximately, count_tokens_script_aware)
+        ]
+        (old, new), ratio = interleaved_us(trimmers, history, max(3, repeat // 4))
+        chars = sum(len(m.text) for m in history)
+        lines.append(
+            f"| {language} | Trimmer, 100 turns | {chars} | {old:.0f} | {new:.0f} | {ratio:.2f} "
+            "| | | |"
+        )
     return lines
 
 
@@ -170,22 +219,32 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=200, help="timings per speed cell")
     parser.add_argument("--markdown", help="also write the report to this file")
+    parser.add_argument(
+        "--only",
+        choices=("counting", "speed", "scanner"),
+        action="append",
+        help="run only this section (repeatable); all three by default",
+    )
     args = parser.parse_args(argv)
+    only = set(args.only or ("counting", "speed", "scanner"))
     exact = {name: ExactTokenCounter(name) for name in ENCODINGS}
-    report = [
-        *header(),
-        "## Counting error vs exact counts (signed: + over, - under)",
-        "",
-        *counting_table(exact),
-        "",
-        "## Counting speed (100-message lists, median per message)",
-        "",
-        *speed_table(exact, args.repeat),
-        "",
-        "## Scanner (benchmarks/data/scan_corpus.py)",
-        "",
-        *scanner_table(),
-    ]
+    report = header()
+    if "counting" in only:
+        report += [
+            "## Counting error vs exact counts (signed: + over, - under)",
+            "",
+            *counting_table(exact),
+            "",
+        ]
+    if "speed" in only:
+        report += [
+            "## Counting speed (median µs per call, old and new timed in turns)",
+            "",
+            *speed_table(exact, args.repeat),
+            "",
+        ]
+    if "scanner" in only:
+        report += ["## Scanner (benchmarks/data/scan_corpus.py)", "", *scanner_table()]
     text = "\n".join(report) + "\n"
     print(text, end="")
     if args.markdown:

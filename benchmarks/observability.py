@@ -1,38 +1,69 @@
-"""What metrics cost a chat turn: p50 with no listener, with Prometheus, with OpenTelemetry.
+"""What metrics and traces cost a chat turn: p50 with nothing on, and with each listener.
 
-``python -m benchmarks.observability --pg URL --redis URL [--turns N] [--rounds R]``
+``python -m benchmarks.observability --pg URL --redis URL [--turns N] [--backends ...]``
 
-One saver per backend (PostgreSQL, Redis, SQLite) on storage of its own; the same
-one-node chat graph as ``benchmarks.threads``. Each round runs ``--turns`` turns on fresh
-threads in every mode, the modes alternating within the round (off, prometheus, otel,
-then again), so slow drift of the machine hits all modes alike. Modes:
+One saver per backend (PostgreSQL, Redis, SQLite) on storage of its own, and the two-node
+chat graph of :mod:`benchmarks.workloads` (``model`` then ``remember``, ``messages``
+reduced by ``add_messages``). Modes:
 
 - ``off``: no listener (the shipped default: the plans run unwrapped);
+- ``off_again``: no listener either, on a thread of its own: the control. Its "overhead"
+  is what the machine's noise alone makes of two identical modes;
 - ``prometheus``: a :class:`PrometheusListener` on a registry of its own;
-- ``otel``: an :class:`OpenTelemetryListener` on the real SDK (batch span processor, as in
-  production, into an in-memory exporter; in-memory metric reader).
+- ``otel_metrics``: an :class:`OpenTelemetryListener` with ``traces=False`` on the SDK's
+  ``MeterProvider`` with an in-memory reader;
+- ``otel_traces``: one with ``metrics=False`` on the SDK's ``TracerProvider`` (batch span
+  processor, as in production, into an in-memory exporter).
 
-Reports p50 per mode and the overhead against ``off`` (goal: <= 3%).
+Every mode has a thread of its own, and the modes take turns one chat turn at a time (the
+order rotating), so the drift of a shared machine hits all of them alike. The overhead is
+each mode's p50 against ``off``'s in the same run (goal for metrics: <= 3%); ``paired`` is
+the median of each turn's time over the ``off`` turn next to it (same thread length, a
+few milliseconds apart), which a loaded machine disturbs less.
+
+The turn p50s move with the machine's load; the per-event costs below them do not, so
+the report also gives the overhead they predict (events per turn x cost per event, over
+``off``'s p50), and the floor the SDK sets for traces: a bare
+``tracer.start_as_current_span`` loop with no code of ours.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from langgraph_memory_plus._plan import Plan
+
 from .targets import check_pg_url, check_redis_url
-from .threads import _chat_graph, _seed_message, _turn_saver
+from .threads import _turn_saver
+from .workloads import chat_graph, user_message
 
-MODES = ("off", "prometheus", "otel")
+MODES = ("off", "off_again", "prometheus", "otel_metrics", "otel_traces")
 
 
-def _listeners() -> dict[str, Callable[[], Any]]:
+def _providers() -> tuple[Any, Any]:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    tracer = TracerProvider()
+    tracer.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
+    return tracer, MeterProvider(metric_readers=[InMemoryMetricReader()])
+
+
+def listeners() -> dict[str, Callable[[], Any]]:
+    """A fresh listener per mode (each Prometheus one on a registry of its own)."""
+
     def prometheus() -> Any:
         from prometheus_client import CollectorRegistry
 
@@ -40,63 +71,72 @@ def _listeners() -> dict[str, Callable[[], Any]]:
 
         return PrometheusListener(registry=CollectorRegistry())
 
-    def otel() -> Any:
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
+    def otel_metrics() -> Any:
         from langgraph_memory_plus.observability.otel import OpenTelemetryListener
 
-        tracer = TracerProvider()
-        tracer.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
-        meter = MeterProvider(metric_readers=[InMemoryMetricReader()])
-        return OpenTelemetryListener(tracer_provider=tracer, meter_provider=meter)
+        _, meter = _providers()
+        return OpenTelemetryListener(meter_provider=meter, traces=False)
 
-    return {"prometheus": prometheus, "otel": otel}
+    def otel_traces() -> Any:
+        from langgraph_memory_plus.observability.otel import OpenTelemetryListener
+
+        tracer, _ = _providers()
+        return OpenTelemetryListener(tracer_provider=tracer, metrics=False)
+
+    return {"prometheus": prometheus, "otel_metrics": otel_metrics, "otel_traces": otel_traces}
 
 
-def backend_row(backend: str, url: str, turns: int, rounds: int) -> dict[str, Any]:
+def backend_row(backend: str, url: str, turns: int) -> dict[str, Any]:
     import langgraph_memory_plus as lgmp
 
-    made = _listeners()
-    listeners = {mode: made[mode]() for mode in made}
+    made = {mode: make() for mode, make in listeners().items()}
     times: dict[str, list[float]] = {mode: [] for mode in MODES}
     with _turn_saver(lgmp, backend, url) as saver:
-        graph = _chat_graph().compile(checkpointer=saver)
-        for r in range(rounds):
-            order = MODES if r % 2 == 0 else tuple(reversed(MODES))
-            for mode in order:
-                if mode != "off":
-                    saver.add_listener(listeners[mode])
-                config = {"configurable": {"thread_id": f"obs-{mode}-{r}"}}
-                graph.invoke({"messages": [_seed_message(0)]}, config)  # thread setup
-                for n in range(turns):
-                    message = _seed_message(r * 10_000 + n + 1)
-                    start = time.perf_counter()
-                    graph.invoke({"messages": [message]}, config)
-                    times[mode].append(time.perf_counter() - start)
-                if mode != "off":
-                    saver.remove_listener(listeners[mode])
+        graph = chat_graph().compile(checkpointer=saver)
+        configs = {m: {"configurable": {"thread_id": f"obs-{m}"}} for m in MODES}
+        for mode in MODES:  # thread setup and warm-up, not timed
+            graph.invoke({"messages": [user_message(0)]}, configs[mode])
+        for n in range(turns):
+            shift = n % len(MODES)
+            for mode in MODES[shift:] + MODES[:shift]:
+                if mode in made:
+                    saver.add_listener(made[mode])
+                start = time.perf_counter()
+                graph.invoke({"messages": [user_message(n + 1)]}, configs[mode])
+                times[mode].append(time.perf_counter() - start)
+                if mode in made:
+                    saver.remove_listener(made[mode])
         assert saver.listener_errors == 0
+        seen: list[Any] = []
+        saver.add_listener(seen.append)
+        graph.invoke({"messages": [user_message(turns + 1)]}, configs["off"])
     p50 = {mode: statistics.median(values) * 1000 for mode, values in times.items()}
-    row: dict[str, Any] = {"backend": backend, "turns": turns * rounds}
+    row: dict[str, Any] = {"backend": backend, "turns": turns, "events_per_turn": len(seen)}
     for mode in MODES:
         row[f"{mode}_p50_ms"] = round(p50[mode], 3)
     for mode in MODES[1:]:
         row[f"{mode}_overhead_pct"] = round((p50[mode] / p50["off"] - 1) * 100, 2)
+        paired = [on / off for on, off in zip(times[mode], times["off"], strict=True)]
+        row[f"{mode}_paired_pct"] = round((statistics.median(paired) - 1) * 100, 2)
     return row
 
 
-def micro_row(reps: int) -> dict[str, Any]:
-    """Per-event cost of each listener and of the no-listener path, in microseconds: the
-    turn p50s above are as noisy as the machine, these are not. ``events/turn`` is how
-    many events one chat turn emits (counted on SQLite)."""
-    import tempfile
+def _per_call_us(call: Callable[[], Any], reps: int) -> float:
+    start = time.perf_counter()
+    for _ in range(reps):
+        call()
+    return round((time.perf_counter() - start) / reps * 1e6, 2)
 
-    import langgraph_memory_plus as lgmp
+
+def _no_events(*_: Any) -> list[Any]:
+    return []
+
+
+def micro_row(reps: int) -> dict[str, Any]:
+    """Per-event cost of each listener, of the no-listener path, and of the SDK itself
+    (a bare span loop), in microseconds."""
     from langgraph_memory_plus.observability import CheckpointSaved
+    from langgraph_memory_plus.observability.core import Observable
 
     event = CheckpointSaved(
         backend="sqlite",
@@ -108,72 +148,93 @@ def micro_row(reps: int) -> dict[str, Any]:
         message_count=12,
     )
     row: dict[str, Any] = {}
-    for mode, make in _listeners().items():
-        listener = make()
-        start = time.perf_counter()
-        for _ in range(reps):
-            listener(event)
-        row[f"{mode}_us_per_event"] = round((time.perf_counter() - start) / reps * 1e6, 2)
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        lgmp.SqliteSaver.from_conn_string(f"{tmp}/m.db") as saver,
-    ):
-        saver.setup()
-        start = time.perf_counter()
-        for _ in range(reps):
-            saver._observed(iter(()), lambda *_: [])  # what every call pays with none
-        row["no_listener_us_per_call"] = round((time.perf_counter() - start) / reps * 1e6, 3)
-        seen: list[Any] = []
-        saver.add_listener(seen.append)
-        graph = _chat_graph().compile(checkpointer=saver)
-        graph.invoke({"messages": [_seed_message(0)]}, {"configurable": {"thread_id": "m"}})
-        seen.clear()
-        graph.invoke({"messages": [_seed_message(1)]}, {"configurable": {"thread_id": "m"}})
-        row["events_per_turn"] = len(seen)
+    for mode, make in listeners().items():
+        call = partial(make(), event)
+        call()  # first-use caches
+        row[f"{mode}_us_per_event"] = _per_call_us(call, reps)
+    owner = Observable()
+    owner._init_listeners(None)
+
+    def unobserved() -> Plan[Any, None]:
+        return None
+        yield
+
+    row["off_us_per_event"] = _per_call_us(lambda: owner._observed(unobserved(), _no_events), reps)
+    tracer = _providers()[0].get_tracer("bare")
+
+    def bare_span() -> None:
+        with tracer.start_as_current_span("put sqlite"):
+            pass
+
+    row["sdk_bare_span_us"] = _per_call_us(bare_span, reps)
     return row
 
 
-def _table(rows: list[dict[str, Any]]) -> str:
-    head = (
-        "| backend | turns | off p50 ms | prometheus p50 ms | overhead | otel p50 ms | overhead |"
-    )
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|"]
+def _table(rows: list[dict[str, Any]], micro: dict[str, Any]) -> str:
+    lines = [
+        "| backend | events/turn | mode | p50 ms | vs off: p50 | vs off: paired | predicted |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(
-            f"| {r['backend']} | {r['turns']} | {r['off_p50_ms']:.3f} | "
-            f"{r['prometheus_p50_ms']:.3f} | {r['prometheus_overhead_pct']:+.2f}% | "
-            f"{r['otel_p50_ms']:.3f} | {r['otel_overhead_pct']:+.2f}% |"
-        )
-    return "\n".join(lines)
+        for m in MODES:
+            per_event = micro.get(f"{m}_us_per_event", 0.0) if m != "off" else 0.0
+            predicted = r["events_per_turn"] * per_event / 10 / r["off_p50_ms"]
+            versus = (
+                ("", "", "")
+                if m == "off"
+                else (
+                    f"{r[f'{m}_overhead_pct']:+.2f}%",
+                    f"{r[f'{m}_paired_pct']:+.2f}%",
+                    f"{predicted:.2f}%",
+                )
+            )
+            cells = [r["backend"], str(r["events_per_turn"]), m, f"{r[f'{m}_p50_ms']:.3f}", *versus]
+            lines.append("| " + " | ".join(cells) + " |")
+    floor = [
+        f"| {r['backend']} | "
+        f"{r['events_per_turn'] * micro['sdk_bare_span_us'] / 10 / r['off_p50_ms']:.2f}% |"
+        for r in rows
+    ]
+    return "\n".join(
+        [
+            *lines,
+            "",
+            "Per event (us): "
+            + ", ".join(f"{m} {micro[f'{m}_us_per_event']}" for m in ("off", *MODES[2:]))
+            + f"; the SDK's bare start_as_current_span: {micro['sdk_bare_span_us']}",
+            "",
+            "| backend | SDK floor for traces (events/turn x bare span, over off p50) |",
+            "|---|---:|",
+            *floor,
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
-    parser.add_argument("--backends", default="postgres,redis,sqlite")
-    parser.add_argument("--turns", type=int, default=100, help="turns per mode and round")
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--backends", default="postgres,sqlite,redis")
+    parser.add_argument("--turns", type=int, default=300, help="timed turns per mode")
+    parser.add_argument("--reps", type=int, default=20_000, help="calls per micro measure")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     check_pg_url(args.pg)
     check_redis_url(args.redis)
     urls = {"postgres": args.pg, "redis": args.redis, "sqlite": ""}
+    load = {"start": os.getloadavg()}
     rows = []
     for backend in args.backends.split(","):
-        row = backend_row(backend, urls[backend], args.turns, args.rounds)
+        row = backend_row(backend, urls[backend], args.turns)
         print(json.dumps(row), file=sys.stderr)
         rows.append(row)
-    micro = micro_row(20_000)
-    print(_table(rows))
-    print()
-    print(
-        f"Per event: prometheus {micro['prometheus_us_per_event']} us, otel "
-        f"{micro['otel_us_per_event']} us; with no listener {micro['no_listener_us_per_call']} "
-        f"us per call; {micro['events_per_turn']} events per chat turn."
-    )
+    micro = micro_row(args.reps)
+    load["end"] = os.getloadavg()
+    print(_table(rows, micro))
+    print(f"\nLoad average: start {load['start']}, end {load['end']}")
     if args.json:
-        args.json.write_text(json.dumps({"turns": rows, "micro": micro}, indent=2) + "\n")
+        out = {"turns": rows, "micro": micro, "load": load}
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
     return 0
 
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from ._plan import Plan
 from ._postgres import Query, Rows
+from .errors import SetupRequiredError
 
 
 def advisory_lock_id(component: str, schema: str) -> int:
@@ -47,3 +48,48 @@ def migrate(
         for statement in migrations[version]:
             yield Query(statement.format(s=quoted_schema))
         yield Query(f"INSERT INTO {quoted_schema}.{table} (v) VALUES (%s)", (version,))
+
+
+class SchemaVersion:
+    """Whether a component's tables are at the version this package migrates them to.
+
+    A missing table or column already fails as :class:`SetupRequiredError`; a schema that
+    ``setup()`` of an older release made may have every table and column and still lack a
+    later migration (an index, a constraint, a backfill). So each saver or store reads its
+    bookkeeping table once, before its first statement, and refuses to run on an older
+    schema. Its own ``setup()`` skips the check (it is what brings the schema up to date).
+    """
+
+    def __init__(self, quoted_schema: str, table: str, migrations: Sequence[Sequence[str]]) -> None:
+        self._query = f"SELECT max(v) FROM {quoted_schema}.{table}"
+        self.latest = len(migrations) - 1
+        self.current = False
+
+    def pending(self, owner: str) -> Plan[Query, None] | None:
+        """The check to run before the next plan, or ``None`` once it has passed."""
+        return None if self.current else self._check(owner)
+
+    def _check(self, owner: str) -> Plan[Query, None]:
+        rows: Rows = yield Query(self._query, fetch=True)
+        found = rows[0][0]
+        if found is None or found < self.latest:
+            at = "no recorded schema version" if found is None else f"schema version {found}"
+            raise SetupRequiredError(
+                f"{owner}: the database's tables are at {at}, this version of "
+                f"langgraph-memory-plus needs {self.latest}; run {owner}.setup() once to "
+                "migrate them"
+            )
+        self.current = True
+
+    def migrating(self, plan: Plan[Query, None]) -> Plan[Query, None]:
+        """``setup()``'s plan: marked current before it runs, so no check precedes it (a
+        fresh database has no bookkeeping table to read), and unmarked if it fails."""
+        self.current = True
+        return self._migrate(plan)
+
+    def _migrate(self, plan: Plan[Query, None]) -> Plan[Query, None]:
+        try:
+            yield from plan
+        except BaseException:
+            self.current = False
+            raise

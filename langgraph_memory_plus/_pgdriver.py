@@ -2,8 +2,8 @@
 
 Savers and stores differ in their plans, not in how they reach PostgreSQL, so the blocking
 and the async driver mixins live here once. A class mixes one of them in beside its core
-(which must call ``_connect`` from its constructor), first among its bases so
-these concrete ``_run``/``_arun`` win, and gets an ``_open`` that its typed
+(which must call ``_connect`` from its constructor, with its plans' schema version check),
+first among its bases so these concrete ``_run``/``_arun`` win, and gets an ``_open`` that its typed
 ``from_conn_string`` returns: it opens a checked pool and closes it afterwards, first
 calling (or awaiting) the instance's ``_before_close()`` if it has one (a store stops its
 TTL sweeper there).
@@ -24,6 +24,7 @@ from ._postgres import (
     DEFAULT_PREPARE_THRESHOLD,
     AsyncPgRunner,
     PgRunner,
+    SchemaCheck,
     open_async_pool,
     open_pool,
 )
@@ -60,8 +61,9 @@ class PgSyncDriver:
     _runner: PgRunner
     _options: ClassVar[type]  # the constructor's options (a TypedDict)
 
-    def _connect(self, conn: object, pipeline: bool) -> None:
+    def _connect(self, conn: object, pipeline: bool, schema: SchemaCheck) -> None:
         self._runner = PgRunner(conn, pipeline=pipeline, owner=type(self).__name__)
+        self._runner.schema = schema
 
     def _run(self, plan: Plan[Any, R]) -> R:
         return self._runner.run(plan)
@@ -91,8 +93,9 @@ class PgAsyncDriver:
     _runner: AsyncPgRunner
     _options: ClassVar[type]
 
-    def _connect(self, conn: object, pipeline: bool) -> None:
+    def _connect(self, conn: object, pipeline: bool, schema: SchemaCheck) -> None:
         self._runner = AsyncPgRunner(conn, pipeline=pipeline, owner=type(self).__name__)
+        self._runner.schema = schema
 
     async def _arun(self, plan: Plan[Any, R]) -> R:
         return await self._runner.run(plan)

@@ -24,6 +24,27 @@ Plan = Generator[C, Any, R]
 """A generator yielding commands of type ``C`` and returning ``R``."""
 
 
+def before_first_command(first: Plan[C, object], plan: Plan[C, R]) -> Plan[C, R]:
+    """``plan`` with ``first`` run just before its first command: after ``plan`` checked
+    its arguments (a bad config stays the error it is), in the same run and transaction.
+    A plan that sends no command needs no ``first``."""
+    try:
+        command = next(plan)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    yield from first
+    while True:
+        try:
+            try:
+                result = yield command
+            except Exception as exc:
+                command = plan.throw(exc)
+            else:
+                command = plan.send(result)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
 def drive(plan: Plan[C, R], execute: Callable[[C], Any]) -> R:
     """Run ``plan`` to completion, executing each command synchronously."""
     try:

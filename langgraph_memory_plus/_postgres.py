@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from psycopg import AsyncConnection, AsyncCursor, Connection, Cursor, OperationalError
 from psycopg import ProgrammingError as _ProgrammingError
@@ -36,7 +36,7 @@ from psycopg.rows import TupleRow, tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from ._connect import CONNECT_TIMEOUT, reason
-from ._plan import Plan, adrive, drive
+from ._plan import Plan, adrive, before_first_command, drive
 from .errors import InvalidConfigError, MemoryConnectionError, SetupRequiredError
 
 R = TypeVar("R")
@@ -265,6 +265,17 @@ def _setup_hint(owner: str) -> Iterator[None]:
         ) from exc
 
 
+class SchemaCheck(Protocol):
+    """A check to run before a runner's next plan (see ``_migrations.SchemaVersion``)."""
+
+    def pending(self, owner: str) -> Plan[Query, None] | None: ...
+
+
+def _checked(check: SchemaCheck | None, owner: str, plan: Plan[Query, R]) -> Plan[Query, R]:
+    first = check.pending(owner) if check is not None else None
+    return plan if first is None else before_first_command(first, plan)
+
+
 @dataclass
 class _Borrowing:
     """How long a runner waits for a pool's connection before asking the server itself.
@@ -297,6 +308,7 @@ class PgRunner:
         self.conn: Connection[Any] | ConnectionPool[Any] = conn
         self.pipeline = pipeline
         self.owner = owner
+        self.schema: SchemaCheck | None = None  # set by the owner once its plans exist
         self._lock = threading.Lock()
         self._borrow = _Borrowing()
 
@@ -320,6 +332,7 @@ class PgRunner:
             yield conn
 
     def run(self, plan: Plan[Query, R]) -> R:
+        plan = _checked(self.schema, self.owner, plan)
         with _setup_hint(self.owner), self._connection() as conn, ExitStack() as stack:
             # In pipeline mode the statements are batched anyway; the whole plan runs in
             # one transaction opened first (psycopg pipelines want BEGIN before cursors).
@@ -354,6 +367,7 @@ class AsyncPgRunner:
         self.conn: AsyncConnection[Any] | AsyncConnectionPool[Any] = conn
         self.pipeline = pipeline
         self.owner = owner
+        self.schema: SchemaCheck | None = None
         self._lock = asyncio.Lock()
         self._borrow = _Borrowing()
 
@@ -379,7 +393,7 @@ class AsyncPgRunner:
 
     async def run(self, plan: Plan[Query, R]) -> R:
         with _setup_hint(self.owner):
-            return await self._run(plan)
+            return await self._run(_checked(self.schema, self.owner, plan))
 
     async def _run(self, plan: Plan[Query, R]) -> R:
         async with self._connection() as conn, AsyncExitStack() as stack:

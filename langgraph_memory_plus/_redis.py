@@ -11,18 +11,19 @@ from __future__ import annotations
 import asyncio
 import re
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar, cast
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 from redis.backoff import ExponentialBackoff
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 from ._connect import CONNECT_TIMEOUT, reason
@@ -368,6 +369,54 @@ async def aopen_client(url: str, **kwargs: Any) -> AsyncClient:
     return client
 
 
+_CONNECTING = (redis.ConnectionError, redis.TimeoutError, RedisClusterException, OSError)
+"""What a client raises when it cannot connect (``AuthenticationError`` is one)."""
+
+
+def _client_url(client: object) -> str:
+    """Where a client of the caller's own connects, as a URL (password percent-encoded, so
+    :func:`unreachable` can mask it): its pool's settings, or a cluster's first node."""
+    nodes = getattr(client, "nodes_manager", None)
+    if nodes is not None:
+        kwargs = dict(getattr(nodes, "connection_kwargs", {}) or {})
+        first = next(iter(getattr(nodes, "startup_nodes", {}) or {}), "")
+        scheme, place = "redis+cluster", str(first)
+    else:
+        kwargs = dict(getattr(getattr(client, "connection_pool", None), "connection_kwargs", {}))
+        scheme = "unix" if kwargs.get("path") else "redis"
+        place = str(
+            kwargs.get("path") or f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+        )
+        place += "" if kwargs.get("path") else f"/{kwargs.get('db', 0)}"
+    user, password = kwargs.get("username") or "", kwargs.get("password") or ""
+    auth = f"{quote(str(user), safe='')}:{quote(str(password), safe='')}@" if password else ""
+    return f"{scheme}://{auth}{place}"
+
+
+class _FirstContact:
+    """Until a client of the caller's own has served a plan, a failure to connect is a
+    one-line :class:`MemoryConnectionError` naming where (password masked) and why, as
+    ``from_conn_string`` reports it; afterwards redis-py's errors pass as they are (a lost
+    connection mid-run is the driver's to report, and the caller's to retry)."""
+
+    def __init__(self, client: object) -> None:
+        self.client = client
+        self.reached = False
+
+    @contextmanager
+    def watch(self) -> Iterator[None]:
+        if self.reached:
+            yield
+            return
+        try:
+            yield
+        except _CONNECTING as exc:
+            if isinstance(exc, redis.ConnectionError) and _pool_exhausted(exc):
+                raise
+            raise unreachable(_client_url(self.client), exc) from None
+        self.reached = True
+
+
 class RedisRunner:
     """Runs plans on a blocking ``Redis`` or ``RedisCluster`` client."""
 
@@ -376,6 +425,7 @@ class RedisRunner:
         _check_client(client, (redis.Redis, redis.cluster.RedisCluster), owner)
         self.client = cast(SyncClient, client)
         self._scripts = {name: self.client.register_script(src) for name, src in scripts.items()}
+        self._contact = _FirstContact(client)
 
     def _execute(self, command: Eval | Scan | Batch) -> Any:
         if isinstance(command, Eval):
@@ -390,7 +440,8 @@ class RedisRunner:
         return list(self.client.scan_iter(match=command.match, count=1000))
 
     def run(self, plan: Plan[Eval | Scan | Batch, R]) -> R:
-        return drive(plan, self._execute)
+        with self._contact.watch():
+            return drive(plan, self._execute)
 
 
 class AsyncRedisRunner:
@@ -400,6 +451,7 @@ class AsyncRedisRunner:
         _check_client(client, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster), owner)
         self.client = cast(AsyncClient, client)
         self._scripts = {name: self.client.register_script(src) for name, src in scripts.items()}
+        self._contact = _FirstContact(client)
 
     async def _execute(self, command: Eval | Scan | Batch) -> Any:
         async with _gate(self.client):
@@ -420,4 +472,5 @@ class AsyncRedisRunner:
         return [key async for key in self.client.scan_iter(match=command.match, count=1000)]
 
     async def run(self, plan: Plan[Eval | Scan | Batch, R]) -> R:
-        return await adrive(plan, self._execute)
+        with self._contact.watch():
+            return await adrive(plan, self._execute)

@@ -1,13 +1,16 @@
-"""The ``langgraph-memory`` command, run as a subprocess against real PostgreSQL, Redis, SQLite.
+"""The ``langgraph-memory`` command against real PostgreSQL, Redis and SQLite.
 
-Each test writes real threads (graphs with interrupts and subgraphs) in-process, then runs
-the command the way an operator does (``python -m langgraph_memory_plus.cli``, the module
-behind the console script) and checks its output, its exit code and the storage after.
+Each test writes real threads (graphs with interrupts and subgraphs), then runs the
+command's ``main()`` with the arguments an operator types (stdin, stdout and stderr are
+strings, not terminals) and checks its output, its exit code and the storage after. One
+case runs ``python -m langgraph_memory_plus.cli`` (the module behind the console script)
+as a program and compares it with the in-process run; the kill test runs it as one too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import re
@@ -27,7 +30,8 @@ from langgraph.types import Command
 from test_copy_threads import pg_as_url
 
 from langgraph_memory_plus import from_url
-from langgraph_memory_plus.cli.output import EXIT_CODES
+from langgraph_memory_plus.cli import main
+from langgraph_memory_plus.cli.output import EXIT_CODES, USAGE
 from langgraph_memory_plus.migration import verify_threads
 
 pytestmark = pytest.mark.storage
@@ -37,14 +41,43 @@ CLI_BACKENDS = ["postgres", "redis", "sqlite"]
 
 
 def run(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
-    """The CLI in a child process; stdin is not a terminal (nor is stdout or stderr)."""
+    """The CLI's ``main()`` in this process, with string streams for stdin, stdout and
+    stderr (none is a terminal, as in a pipe); ``LANGGRAPH_MEMORY_URL`` unset.
+
+    In-process, because a child process per case spent most of this file's minutes
+    importing LangGraph; :func:`test_the_command_runs_as_a_program` and the kill test
+    still run it as a program."""
+    out, err = io.StringIO(), io.StringIO()
+    saved = os.environ.pop("LANGGRAPH_MEMORY_URL", None)
+    stdin, sys.stdin = sys.stdin, io.StringIO(input or "")
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse: a usage error, or --help / --version
+                code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    finally:
+        sys.stdin = stdin
+        if saved is not None:
+            os.environ["LANGGRAPH_MEMORY_URL"] = saved
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
+def test_the_command_runs_as_a_program() -> None:
+    """``python -m langgraph_memory_plus.cli`` (what the console script calls) in a child
+    process: its exit codes and streams are the ones the in-process cases check."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("LANGGRAPH_MEMORY_URL", None)
-    return subprocess.run(
-        [sys.executable, "-m", "langgraph_memory_plus.cli", *args],
-        capture_output=True, text=True, input=input if input is not None else "",
-        env=env, timeout=120, cwd=ROOT,
-    )  # fmt: skip
+    child = [sys.executable, "-m", "langgraph_memory_plus.cli"]
+    done = subprocess.run([*child, "--help"], capture_output=True, text=True, env=env,
+                          timeout=120, cwd=ROOT)  # fmt: skip
+    assert done.returncode == 0 and "usage: langgraph-memory" in done.stdout
+    wrong = ["threads", "ls", "-u", "ftp://nowhere/db"]
+    refused = subprocess.run([*child, *wrong], capture_output=True, text=True, env=env,
+                             timeout=120, cwd=ROOT)  # fmt: skip
+    here = run(*wrong)
+    assert refused.returncode == here.returncode == USAGE
+    assert (refused.stdout, refused.stderr) == (here.stdout, here.stderr)
 
 
 def ok(*args: str) -> subprocess.CompletedProcess[str]:

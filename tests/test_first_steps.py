@@ -295,6 +295,75 @@ def test_a_pool_of_your_own_that_cannot_connect_fails_with_the_reason(
     assert_unreachable(error, "PostgreSQL", reason)
 
 
+async def _first_call(instance: Any) -> None:
+    if "Saver" in type(instance).__name__:
+        result = instance.aget_tuple(CONFIG) if type(instance) is AsyncRedisSaver else None
+        if result is None:
+            instance.get_tuple(CONFIG)
+    else:
+        result = instance.aget(("a",), "k") if type(instance) is AsyncRedisStore else None
+        if result is None:
+            instance.get(("a",), "k")
+    if result is not None:
+        await result
+
+
+@pytest.mark.parametrize("cls", SYNC_REDIS + ASYNC_REDIS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("wrong", ["port", "password"])
+def test_a_redis_client_of_your_own_that_cannot_connect_fails_with_the_reason(
+    cls: Any, wrong: str, password_redis_port: int
+) -> None:
+    """``RedisSaver(client)``: the first call is the one-line error ``from_conn_string``
+    gives (where, password masked, and why), not redis-py's own; later calls are as before."""
+    import redis
+    import redis.asyncio
+
+    port = closed_port() if wrong == "port" else password_redis_port
+    make = redis.asyncio.Redis if cls in ASYNC_REDIS else redis.Redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    client = make(
+        host="127.0.0.1",
+        port=port,
+        password=SECRET,
+        socket_connect_timeout=2,
+        retry=Retry(NoBackoff(), 0),  # redis-py's default retries only make the test slow
+    )
+    reason = "Error 111 connecting to 127.0.0.1" if wrong == "port" else "invalid username-password"
+
+    async def main() -> None:
+        instance = cls(client, key_prefix=f"lgmp-first-{uuid.uuid4().hex}")
+        try:
+            await _first_call(instance)
+        finally:
+            closing = client.aclose() if cls in ASYNC_REDIS else client.close()
+            if closing is not None:
+                await closing
+
+    error = guarded(lambda: asyncio.run(main()))
+    text = assert_unreachable(error, "Redis", reason)
+    assert f"127.0.0.1:{port}/0" in text
+
+
+def test_a_redis_client_of_your_own_that_works_is_left_as_it_is(password_redis_port: int) -> None:
+    import redis
+
+    client = redis.Redis(port=password_redis_port, password="right-password")
+    saver = RedisSaver(client, key_prefix=f"lgmp-first-{uuid.uuid4().hex}")
+    assert saver.get_tuple(CONFIG) is None
+    client.config_set("requirepass", "changed")  # a later failure is redis-py's, untouched
+    try:
+        client.connection_pool.disconnect()
+        with pytest.raises(redis.AuthenticationError):
+            saver.get_tuple(CONFIG)
+    finally:
+        redis.Redis(port=password_redis_port, password="changed").config_set(
+            "requirepass", "right-password"
+        )
+        client.close()
+
+
 @pytest.mark.parametrize("cls", SYNC_REDIS + ASYNC_REDIS, ids=lambda c: c.__name__)
 @pytest.mark.parametrize("scheme", ["redis", "redis+cluster"])
 def test_redis_from_conn_string_on_a_closed_port(cls: Any, scheme: str) -> None:
@@ -442,6 +511,68 @@ def test_postgres_async_without_setup_says_run_setup(pg_url: str) -> None:
         async with AsyncPostgresSaver.from_conn_string(pg_url, schema=schema) as saver:
             with pytest.raises(SetupRequiredError, match=r"AsyncPostgresSaver\.setup\(\)"):
                 await saver.aget_tuple(CONFIG)
+
+    asyncio.run(main())
+
+
+@pytest.mark.storage
+@pytest.mark.parametrize(
+    "cls", [*SYNC_PG, AsyncPostgresSaver, AsyncPostgresStore], ids=lambda c: c.__name__
+)
+def test_postgres_on_an_older_schema_says_run_setup(cls: Any, pg_url: str) -> None:
+    """Every table and column there, but the last migration missing (an older release's
+    ``setup()``): the first call refuses with the versions, before writing anything."""
+    import psycopg
+
+    schema = f"lgmp_oldschema_{uuid.uuid4().hex[:8]}"
+    table = "lgmp_checkpoint_migrations" if "Saver" in cls.__name__ else "lgmp_store_migrations"
+
+    def call(instance: Any) -> Any:
+        if "Saver" in cls.__name__:
+            return (
+                instance.aget_tuple(CONFIG)
+                if cls is AsyncPostgresSaver
+                else instance.get_tuple(CONFIG)
+            )
+        return (
+            instance.aget(("a",), "k") if cls is AsyncPostgresStore else instance.get(("a",), "k")
+        )
+
+    async def main() -> None:
+        is_async = cls.__name__.startswith("Async")
+
+        async def run(result: Any) -> Any:
+            return (await result) if is_async else result
+
+        async def opened(work: Callable[[Any], Any]) -> None:
+            if is_async:
+                async with cls.from_conn_string(pg_url, schema=schema) as instance:
+                    await work(instance)
+            else:
+                with cls.from_conn_string(pg_url, schema=schema) as instance:
+                    await work(instance)
+
+        async def set_up(instance: Any) -> None:
+            await run(instance.setup())
+
+        await opened(set_up)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            latest = conn.execute(f'SELECT max(v) FROM "{schema}".{table}').fetchone()[0]
+            conn.execute(f'DELETE FROM "{schema}".{table} WHERE v = %s', (latest,))
+
+        async def refused_then_migrated(instance: Any) -> None:
+            with pytest.raises(SetupRequiredError, match=rf"run {cls.__name__}\.setup\(\)") as info:
+                await run(call(instance))
+            text = str(info.value)
+            at = f"schema version {latest - 1}" if latest else "no recorded schema version"
+            assert f"are at {at}," in text and f"needs {latest};" in text
+            await run(instance.setup())  # migrates the one missing version; then it works
+            assert await run(call(instance)) is None
+
+        await opened(refused_then_migrated)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            assert conn.execute(f'SELECT max(v) FROM "{schema}".{table}').fetchone()[0] == latest
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
     asyncio.run(main())
 

@@ -7,6 +7,7 @@ budget on every one of 100 turns, measured with the exact counter.
 
 from __future__ import annotations
 
+import random
 import re
 import sys
 from pathlib import Path
@@ -22,8 +23,10 @@ from langgraph_memory_plus.messages import (
     Trimmer,
     approximate_text_tokens,
     count_tokens_script_aware,
+    tokens,
 )
 from langgraph_memory_plus.messages._core import as_token_counter
+from langgraph_memory_plus.messages.tokens import UNITS_PER_TOKEN, text_units
 from langgraph_memory_plus.nodes import RuleExtractor, Statement, extract_statements
 from langgraph_memory_plus.nodes.extraction import CHINESE, ENGLISH, Rule, lookup
 from langgraph_memory_plus.nodes.profile import (
@@ -94,6 +97,74 @@ def test_exact_counter_counts_messages_as_the_estimate_frames_them(
     assert count_tokens_script_aware([]) == 0
     with pytest.raises(TypeError):
         as_token_counter("gpt-5")  # type: ignore[arg-type]
+
+
+def reference_units(text: str) -> int:
+    """The estimate one character at a time, from the code point ranges the counter's
+    docs give: slow and plain, what the fast byte arithmetic must equal."""
+    japanese = any(0x3040 <= ord(c) <= 0x3FFF for c in text)
+    units = 0
+    for c in text:
+        o = ord(c)
+        if o < 0x80:
+            units += tokens._DIGIT if c.isdigit() else tokens._ASCII
+            units += tokens._PUNCT - tokens._ASCII if 0x21 <= o <= 0x7E and not c.isalnum() else 0
+        elif o < 0x800:
+            units += tokens._DIGIT
+        elif o < 0x3040 or 0xE000 <= o <= 0xFFFF:
+            units += tokens._WIDE
+        elif o < 0x4000:
+            units += tokens._KANA
+        elif o < 0xA000:
+            units += tokens._KANJI if japanese else tokens._HAN
+        elif o < 0xE000:
+            units += tokens._HANGUL
+        else:
+            units += tokens._ASTRAL
+    return units
+
+
+BOUNDARIES = (
+    "aZ 09\n\t\x00\x7f!~{}.,é\x80\u07ff\u0800\u2fff\u3000\u3001\u303f\u3040\u3080\u30c0\u3100"
+    "\u3400\u3fff\u4000\u4e00\u9fff\ua000\uac00\ud7a3\ud800\udfff\ue000\uff0c\uffff"
+    "\U00010000\U0001f600\U0010ffff中文。かなカナ한"
+)
+
+
+def test_the_estimate_equals_a_character_by_character_count() -> None:
+    """The counter derives most classes from two lengths and one byte sum (in chunks for
+    long texts); any slip in that arithmetic shows up against the plain count."""
+    rnd = random.Random(23)
+    texts = [*(t for ts in SAMPLES.values() for t in ts), ""]
+    # CJK punctuation found by counting 。 and 、, and by the byte-pair search
+    texts += [
+        "好的。谢谢、再见。" * 3,
+        "他说「好」。" * 3,
+        "。" * 9,
+        "はい。" * 3,
+        "。ア" + "中" * 30,
+    ]
+    for _ in range(3000):
+        texts.append("".join(rnd.choices(BOUNDARIES, k=rnd.randint(1, 40))))
+    for size in (4366, 4367, 4368, 20000):
+        texts.append("".join(rnd.choices(BOUNDARIES, k=size)))
+        texts.append("!" * size)
+    for text in texts:
+        assert text_units(text) == reference_units(text), text[:40]
+        assert approximate_text_tokens(text) == reference_units(text) / UNITS_PER_TOKEN
+
+
+def test_the_ascii_fast_path_counts_as_the_general_path() -> None:
+    """ASCII text skips the general path; both must give the same count on it, so a
+    change to either cannot silently change what English or code costs."""
+    rnd = random.Random(7)
+    printable = "".join(chr(c) for c in range(128))
+    texts = [*SAMPLES["en"], *SAMPLES["code"], "".join(SAMPLES["code"]) * 40, printable, ""]
+    texts += ["".join(rnd.choices(printable, k=rnd.randint(1, 300))) for _ in range(500)]
+    texts += ["!" * 4367, "!" * 4368, "9" * 50000]
+    for text in texts:
+        assert text.isascii()
+        assert text_units(text) == tokens._general_units(text), text[:40]
 
 
 def test_special_token_text_is_counted_as_plain_text(exact: dict[str, ExactTokenCounter]) -> None:

@@ -358,6 +358,7 @@ def test_a_hung_prefetch_costs_at_most_the_timeout() -> None:
         hanging.release()
     assert profile_count(result.model_input) == 0
     assert (injector.stats["prefetch_used"], injector.stats["store_timeouts"]) == (1, 1)
+    assert injector.stats["prefetch_timeouts"] == 1  # told apart from other timeouts
 
 
 def test_stale_prefetches_are_not_used() -> None:
@@ -368,6 +369,19 @@ def test_stale_prefetches_are_not_used() -> None:
     result = injector.apply([HumanMessage("hi")], mode="transient", config=USER)
     assert "name: Grace" in result.model_input[0].text
     assert injector.stats["prefetch_used"] == 0
+    assert injector.stats["prefetch_missed"] == 1  # a stale prefetch is a miss
+    assert injector.stats["prefetch_timeouts"] == 0
+
+
+def test_no_prefetch_is_no_miss_until_prefetching_starts() -> None:
+    store = seeded()
+    injector = ProfileInjector(store=store)
+    injector.apply([HumanMessage("hi")], mode="transient", config=USER)
+    assert injector.stats["prefetch_missed"] == 0  # this application does not prefetch
+    assert injector.prefetch(config=USER)
+    injector.apply([HumanMessage("hi")], mode="transient", config=USER)
+    injector.apply([HumanMessage("again")], mode="transient", config=USER)
+    assert (injector.stats["prefetch_used"], injector.stats["prefetch_missed"]) == (1, 1)
 
 
 async def test_prefetch_in_async_runs_is_a_task_on_the_loop() -> None:

@@ -25,7 +25,7 @@ import pytest
 from backends import EVERY
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
 from langgraph_memory_plus.errors import ConflictError
@@ -33,8 +33,11 @@ from langgraph_memory_plus.nodes._store import Stats
 from langgraph_memory_plus.observability import (
     CheckpointLoaded,
     CheckpointSaved,
+    CheckpointsListed,
+    HistoryLoaded,
     MemoryEvent,
     NodeCounted,
+    RunsDeleted,
     StoreRead,
     StoreWritten,
     ThreadCopied,
@@ -161,6 +164,52 @@ async def test_async_savers_emit_the_same_events(
     for mine, theirs in zip(async_seen, sync_seen, strict=True):
         size = getattr(mine, "bytes_written", 0)
         assert abs(size - getattr(theirs, "bytes_written", 0)) <= max(8, size // 20)
+
+
+def run_listing_sequence(saver: Any, thread: str) -> None:
+    config = config_of(thread)
+    checkpoint, versions = checkpoint_with(saver, 2)
+    saver.put(config, checkpoint, {"run_id": f"run-{thread}"}, versions)
+    assert len(list(saver.list(config))) == 1
+    saver.get_delta_channel_history(config=config, channels=["messages"])
+    saver.delete_for_runs([f"run-{thread}"])
+    assert list(saver.list(config)) == []
+
+
+async def arun_listing_sequence(saver: Any, thread: str) -> None:
+    config = config_of(thread)
+    checkpoint, versions = checkpoint_with(saver, 2)
+    await saver.aput(config, checkpoint, {"run_id": f"run-{thread}"}, versions)
+    assert len([c async for c in saver.alist(config)]) == 1
+    await saver.aget_delta_channel_history(config=config, channels=["messages"])
+    await saver.adelete_for_runs([f"run-{thread}"])
+    assert [c async for c in saver.alist(config)] == []
+
+
+async def test_list_history_and_run_deletes_are_reported(
+    saver_factory: Any, async_saver_factory: Any
+) -> None:
+    seen: list[MemoryEvent] = []
+    async_seen: list[MemoryEvent] = []
+    thread = new_thread()
+    with saver_factory(listeners=[seen.append]) as saver:
+        run_listing_sequence(saver, thread)
+    async with async_saver_factory(listeners=[async_seen.append]) as saver:
+        await arun_listing_sequence(saver, thread)
+    assert [(e.name, e.result) for e in seen] == [
+        ("checkpoint.saved", "ok"),
+        ("checkpoint.listed", "ok"),
+        ("checkpoint.history_loaded", "ok"),
+        ("checkpoint.runs_deleted", "ok"),
+        ("checkpoint.listed", "ok"),
+    ]
+    _, listed, history, runs, emptied = seen
+    assert isinstance(listed, CheckpointsListed) and isinstance(emptied, CheckpointsListed)
+    assert (listed.thread_id, listed.count, emptied.count) == (thread, 1, 0)
+    assert isinstance(history, HistoryLoaded) and history.channels == ("messages",)
+    assert history.thread_id == thread and history.checkpoint_id is None
+    assert isinstance(runs, RunsDeleted) and runs.run_ids == (f"run-{thread}",)
+    assert [shape(e) for e in async_seen] == [shape(e) for e in seen]
 
 
 def test_a_failing_listener_does_not_fail_a_put(
@@ -483,6 +532,102 @@ def test_prometheus_counts_memory_node_refusals_and_prefetch_hits(exporter: Any)
     assert sample(after, "lgmp_node_store_timeouts_total") == 1
 
 
+def test_prefetch_misses_and_timeouts_are_counted_apart_from_hits(exporter: Any) -> None:
+    registry, scrape = exporter
+    metrics = PrometheusListener(registry=registry).watch_nodes()
+    try:
+        stats = Stats()
+        stats.incr("prefetch_used", 3)
+        stats.incr("prefetch_missed", 2)
+        stats.incr("prefetch_timeouts")
+        stats.incr("store_timeouts")
+    finally:
+        metrics.unwatch_nodes()
+    after = scrape()
+    assert sample(after, "lgmp_prefetch_hits_total") == 3
+    assert sample(after, "lgmp_prefetch_misses_total") == 2
+    assert sample(after, "lgmp_prefetch_timeouts_total") == 1
+    assert sample(after, "lgmp_node_store_timeouts_total") == 1
+
+
+# -- the pending-approvals gauge ------------------------------------------------------------
+
+
+@pytest.fixture
+def approvals_queue(
+    saver_factory: Any, store_factory: Any, tmp_path: Any
+) -> Iterator[tuple[Any, Callable[[], None]]]:
+    """A real queue on the backend, and ``interrupt()``: one more thread waiting for a
+    reviewer (a ``create_agent`` run stopped by ``HumanInTheLoopMiddleware``)."""
+    from approvals_support import booking_agent
+
+    from langgraph_memory_plus.approvals import Approvals
+
+    with saver_factory() as saver, store_factory() as store:
+        agent = booking_agent(saver, tmp_path / "runs.jsonl")
+
+        def interrupt() -> None:
+            thread = new_thread()
+            config = {"configurable": {"thread_id": thread, "user_id": "u-obs"}}
+            result = agent.invoke({"messages": [HumanMessage("book LH1", id="h")]}, config)
+            assert result["__interrupt__"]
+
+        yield Approvals(saver, store), interrupt
+
+
+def test_prometheus_pending_approvals_gauge_asks_the_queue(
+    exporter: Any, approvals_queue: Any, saver_factory: Any, store_factory: Any
+) -> None:
+    from langgraph_memory_plus.approvals import Approvals
+
+    registry, scrape = exporter
+    queue, interrupt = approvals_queue
+    before = queue.count()
+    interrupt()
+    interrupt()
+    listener = PrometheusListener(registry=registry)
+    fresh = listener.watch_approvals(queue, max_age=0)
+    assert sample(scrape(), "lgmp_pending_approvals") == before + 2
+    # Another replica (its own saver and queue, the same storage) reports the same number.
+    other = CollectorRegistry()
+    with saver_factory() as saver, store_factory() as store:
+        PrometheusListener(registry=other, prefix="b_").watch_approvals(Approvals(saver, store))
+        text = generate_latest(other).decode()
+    assert f"b_pending_approvals {float(before + 2)}" in text
+    # Within max_age the last count is served: a scrape does not count again.
+    cached = PrometheusListener(registry=CollectorRegistry(), prefix="c_")
+    gauge = cached.watch_approvals(queue, max_age=3600)
+    assert gauge.pending() == before + 2
+    interrupt()
+    assert gauge.pending() == before + 2
+    assert fresh.pending() == before + 3
+
+
+def test_pending_approvals_keeps_the_last_count_when_counting_fails(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from langgraph_memory_plus.observability.approvals import PendingApprovals
+
+    class Queue:
+        def __init__(self) -> None:
+            self.answers: list[int | Exception] = [4, RuntimeError("index down"), 6]
+
+        def count(self) -> int:
+            answer = self.answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    gauge = PendingApprovals(Queue(), max_age=0)
+    with caplog.at_level(logging.ERROR, "langgraph_memory_plus.observability"):
+        assert [gauge.pending(), gauge.pending(), gauge.pending()] == [4, 4, 6]
+    assert "counting pending approvals failed" in caplog.text
+    with pytest.raises(TypeError):
+        PendingApprovals(object())  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        PendingApprovals(Queue(), max_age=-1)
+
+
 def test_node_events_reach_global_listeners_only_while_registered() -> None:
     seen: list[MemoryEvent] = []
     add_global_listener(seen.append)
@@ -607,6 +752,56 @@ def test_otel_records_query_text_only_with_content_capture(
     assert span.attributes["db.operation.name"] == "search"
 
 
+def test_otel_pending_approvals_is_an_observable_gauge(otel: Any, approvals_queue: Any) -> None:
+    listener, _, reader = otel
+    queue, interrupt = approvals_queue
+    interrupt()
+    listener.watch_approvals(queue, max_age=0)
+    (point,) = otel_points(reader)["lgmp.approvals.pending"]
+    assert point.value == queue.count() >= 1 and dict(point.attributes or {}) == {}
+
+
+def test_otel_metrics_and_traces_switch_off_apart(otel: Any) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from langgraph_memory_plus.observability.otel import OpenTelemetryListener
+
+    spans, reader = InMemorySpanExporter(), InMemoryMetricReader()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    meter_provider = MeterProvider(metric_readers=[reader])
+    read = StoreRead(backend="redis", duration=0.001, namespace=("u",), key="k", count=1)
+    OpenTelemetryListener(
+        tracer_provider=tracer_provider, meter_provider=meter_provider, traces=False
+    )(read)
+    assert spans.get_finished_spans() == () and "lgmp.store.lookups" in otel_points(reader)
+    OpenTelemetryListener(
+        tracer_provider=tracer_provider, meter_provider=meter_provider, metrics=False
+    )(read)
+    assert len(spans.get_finished_spans()) == 1
+    assert sum(p.value for p in otel_points(reader)["lgmp.store.lookups"]) == 1
+
+
+def test_otel_unsampled_spans_get_no_attributes() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    from langgraph_memory_plus.observability.otel import OpenTelemetryListener
+
+    spans = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    listener = OpenTelemetryListener(tracer_provider=provider, metrics=False)
+    listener(StoreRead(backend="redis", duration=0.001, namespace=("u",), key="k", count=1))
+    assert spans.get_finished_spans() == () and listener._static == {}
+
+
 def test_otel_api_without_sdk_is_a_no_op() -> None:
     from langgraph_memory_plus.observability.otel import OpenTelemetryListener
 
@@ -623,8 +818,12 @@ def test_the_example_alerts_and_dashboard_use_metrics_the_listener_exposes() -> 
     import yaml
     from prometheus_client import generate_latest
 
+    class NoApprovals:
+        def count(self) -> int:
+            return 0
+
     registry = CollectorRegistry()
-    PrometheusListener(registry=registry)
+    PrometheusListener(registry=registry).watch_approvals(NoApprovals())
     served = set()
     for family in text_string_to_metric_families(generate_latest(registry).decode()):
         served.add(family.name)

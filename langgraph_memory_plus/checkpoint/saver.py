@@ -100,6 +100,15 @@ class CheckpointPlans(Protocol):
         ...
 
 
+def _at(target: Target) -> dict[str, Any]:
+    """The fields of an event about one checkpoint (or the latest of a thread)."""
+    return {
+        "thread_id": target.thread_id,
+        "checkpoint_ns": target.checkpoint_ns,
+        "checkpoint_id": target.checkpoint_id,
+    }
+
+
 def _thread_ids(thread_ids: Sequence[str], what: str) -> list[str]:
     if isinstance(thread_ids, str):
         raise InvalidConfigError(f"{what} takes a list of thread ids, not a single string")
@@ -168,19 +177,10 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
     def _get_tuple_plan(self, config: RunnableConfig) -> Plan[Any, CheckpointTuple | None]:
         target = read_target(config)
         codec = self._codec
-        found = yield from self._observed(
+        found = yield from self._observed_event(
             self._plans.get_tuple(codec, target),
-            lambda found, took, error: [
-                ev.CheckpointLoaded(
-                    backend=self._backend,
-                    duration=took,
-                    error=error,
-                    thread_id=target.thread_id,
-                    checkpoint_ns=target.checkpoint_ns,
-                    checkpoint_id=target.checkpoint_id,
-                    hit=found is not None,
-                )
-            ],
+            ev.CheckpointLoaded,
+            lambda found: {**_at(target), "hit": found is not None},
         )
         if found is None:
             # Deleted, perhaps by another process, with the items its lists used.
@@ -217,20 +217,15 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
             self.settings.index_keys,
             lines,
         )
-        plan = self._observed(
+        plan = self._observed_event(
             self._plans.put(target, encoded, record),
-            lambda _, took, error: [
-                ev.CheckpointSaved(
-                    backend=self._backend,
-                    duration=took,
-                    error=error,
-                    thread_id=target.thread_id,
-                    checkpoint_ns=target.checkpoint_ns,
-                    checkpoint_id=checkpoint["id"],
-                    bytes_written=sum(sizes),
-                    message_count=sum(len(v) for v in values.values() if isinstance(v, list)),
-                )
-            ],
+            ev.CheckpointSaved,
+            lambda _: {
+                **_at(target),
+                "checkpoint_id": checkpoint["id"],
+                "bytes_written": sum(sizes),
+                "message_count": sum(len(v) for v in values.values() if isinstance(v, list)),
+            },
         )
 
         def stored() -> None:
@@ -248,21 +243,15 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
     ) -> Plan[Any, None]:
         target = read_checkpoint_target(config)
         encoded = self._codec.encode_writes(target, writes, task_id, task_path)
-        return self._observed(
+        return self._observed_event(
             self._plans.put_writes(target, encoded),
-            lambda _, took, error: [
-                ev.WritesSaved(
-                    backend=self._backend,
-                    duration=took,
-                    error=error,
-                    thread_id=target.thread_id,
-                    checkpoint_ns=target.checkpoint_ns,
-                    checkpoint_id=target.checkpoint_id,
-                    task_id=task_id,
-                    write_count=len(encoded),
-                    bytes_written=sum(len(w.data or b"") for w in encoded),
-                )
-            ],
+            ev.WritesSaved,
+            lambda _: {
+                **_at(target),
+                "task_id": task_id,
+                "write_count": len(encoded),
+                "bytes_written": sum(len(w.data or b"") for w in encoded),
+            },
         )
 
     def _prune_plan(self, thread_ids: Sequence[str], strategy: str) -> Plan[Any, None]:
@@ -273,55 +262,56 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         ids = _thread_ids(thread_ids, "prune")
         for thread_id in ids:
             self._lists.forget_lists(thread_key(thread_id))
-        return self._observed(
+        return self._observed_event(
             self._plans.prune(ids, strategy == "keep_latest"),
-            lambda _, took, error: [
-                ev.ThreadsPruned(
-                    backend=self._backend,
-                    duration=took,
-                    error=error,
-                    thread_ids=tuple(ids),
-                    strategy=strategy,
-                )
-            ],
+            ev.ThreadsPruned,
+            lambda _: {"thread_ids": tuple(ids), "strategy": strategy},
         )
 
     def _delete_for_runs_plan(self, run_ids: Sequence[str]) -> Plan[Any, None]:
         self._lists.clear()  # the runs' threads are not known here
-        return self._plans.delete_for_runs([str(r) for r in run_ids])
+        ids = [str(r) for r in run_ids]
+        return self._observed_event(
+            self._plans.delete_for_runs(ids), ev.RunsDeleted, lambda _: {"run_ids": tuple(ids)}
+        )
 
     def _copy_plan(self, source_thread_id: str, target_thread_id: str) -> Plan[Any, None]:
         source, target = _thread_ids([source_thread_id, target_thread_id], "copy_thread")
         self._lists.forget_lists(thread_key(target))
-        return self._observed(
+        return self._observed_event(
             self._plans.copy_thread(source, target),
-            lambda _, took, error: [
-                ev.ThreadCopied(
-                    backend=self._backend,
-                    duration=took,
-                    error=error,
-                    source_thread_id=source,
-                    target_thread_id=target,
-                )
-            ],
+            ev.ThreadCopied,
+            lambda _: {"source_thread_id": source, "target_thread_id": target},
         )
 
     def _delta_plan(
         self, config: RunnableConfig, channels: Sequence[str]
     ) -> Plan[Any, dict[str, DeltaChannelHistory]]:
-        return self._plans.delta_history(self._codec, read_target(config), list(channels))
+        target, names = read_target(config), list(channels)
+        return self._observed_event(
+            self._plans.delta_history(self._codec, target, names),
+            ev.HistoryLoaded,
+            lambda _: {**_at(target), "channels": tuple(names)},
+        )
+
+    def _list_page_plan(
+        self, query: ListQuery
+    ) -> Plan[Any, tuple[list[CheckpointTuple], ListQuery | None]]:
+        return self._observed_event(
+            self._plans.list_page(self._history_codec, query, LIST_PAGE_SIZE),
+            ev.CheckpointsListed,
+            lambda page: {
+                "thread_id": query.thread_id,
+                "checkpoint_ns": query.checkpoint_ns,
+                "count": 0 if page is None else len(page[0]),
+            },
+        )
 
     def _sweep_batch_plan(self, batch_size: int) -> Plan[Any, tuple[int, bool]]:
-        return self._observed(
+        return self._observed_event(
             self._plans.sweep_expired(batch_size),
-            lambda done, took, error: [
-                ev.CheckpointsExpired(
-                    backend=self._backend,
-                    duration=took,
-                    error=error,
-                    deleted=0 if done is None else done[0],
-                )
-            ],
+            ev.CheckpointsExpired,
+            lambda done: {"deleted": 0 if done is None else done[0]},
         )
 
     @staticmethod
@@ -345,9 +335,7 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
     ) -> Iterator[CheckpointTuple]:
         query: ListQuery | None = ListQuery.build(config, filter, before, limit)
         while query is not None:
-            page, query = self._run(
-                self._plans.list_page(self._history_codec, query, LIST_PAGE_SIZE)
-            )
+            page, query = self._run(self._list_page_plan(query))
             yield from page
 
     def put(
@@ -374,13 +362,10 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
     def _delete_plan(self, thread_id: str) -> Plan[Any, None]:
         thread_id = _thread_ids([thread_id], "delete_thread")[0]
         self._lists.forget_thread(thread_key(thread_id))
-        return self._observed(
+        return self._observed_event(
             self._plans.delete_thread(thread_id),
-            lambda _, took, error: [
-                ev.ThreadDeleted(
-                    backend=self._backend, duration=took, error=error, thread_id=thread_id
-                )
-            ],
+            ev.ThreadDeleted,
+            lambda _: {"thread_id": thread_id},
         )
 
     def delete_thread(self, thread_id: str) -> None:
@@ -426,9 +411,7 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
     ) -> AsyncIterator[CheckpointTuple]:
         query: ListQuery | None = ListQuery.build(config, filter, before, limit)
         while query is not None:
-            page, query = await self._arun(
-                self._plans.list_page(self._history_codec, query, LIST_PAGE_SIZE)
-            )
+            page, query = await self._arun(self._list_page_plan(query))
             for item in page:
                 yield item
 

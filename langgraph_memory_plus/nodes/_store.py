@@ -161,7 +161,9 @@ class StoreRunner:
             (a component without a store degrades like one whose store is down).
         timeout: seconds to wait for one step; ``None`` waits as long as the store takes.
         prefetcher: where reads marked with a ``prefetch_key`` may already be running.
-        stats: counts ``prefetch_used`` when a prefetched read answers a step.
+        stats: counts ``prefetch_used`` when a step takes a prefetched read,
+            ``prefetch_missed`` when prefetching is on but none was there (or it was too
+            old), and ``prefetch_timeouts`` when a taken one did not answer in time.
     """
 
     def __init__(
@@ -195,9 +197,14 @@ class StoreRunner:
         if step.prefetch_key is None or self.prefetcher is None:
             return None
         future = self.prefetcher.take(step.prefetch_key)
-        if future is not None and self.stats is not None:
-            self.stats.incr("prefetch_used")
+        if self.stats is not None and (future is not None or self.prefetcher.active):
+            self.stats.incr("prefetch_missed" if future is None else "prefetch_used")
         return future
+
+    def _timed_out(self, exc: BaseException, prefetched: bool) -> StoreFailure:
+        if prefetched and self.stats is not None:
+            self.stats.incr("prefetch_timeouts")  # also a store timeout, to its caller
+        return StoreFailure(exc, timed_out=True)
 
     def _step(self, step: Step) -> Any:
         if isinstance(step, Pause):
@@ -206,6 +213,7 @@ class StoreRunner:
         if self.store is None:
             return NO_STORE
         pending = self._prefetched(step)
+        prefetched = pending is not None
         try:
             if pending is None and self.timeout is None:
                 return self.store.batch(self._ops(step))
@@ -213,7 +221,7 @@ class StoreRunner:
                 pending = background_pool().submit(self.store.batch, self._ops(step))
             return pending.result(self.timeout)
         except _TIMEOUTS as exc:
-            return StoreFailure(exc, timed_out=True)
+            return self._timed_out(exc, prefetched)
         except Exception as exc:
             return StoreFailure(exc)
 
@@ -232,7 +240,7 @@ class StoreRunner:
                 asyncio.shield(asyncio.wrap_future(pending)), self.timeout
             )
         except _TIMEOUTS as exc:
-            return StoreFailure(exc, timed_out=True)
+            return self._timed_out(exc, pending is not None)
         except Exception as exc:
             return StoreFailure(exc)
 

@@ -44,6 +44,9 @@ class Prefetcher:
             OrderedDict()
         )
         self._lock = threading.Lock()
+        self.active = False
+        """Whether a read was ever started: before that, a read finding none is no miss
+        (the application does not prefetch at all)."""
 
     def start(self, key: str, store: BaseStore, ops: Sequence[Op]) -> Future[Any]:
         """Start reading ``ops`` in the background; replaces an older read of ``key``.
@@ -58,6 +61,7 @@ class Prefetcher:
         except RuntimeError:
             loop = None
         task: asyncio.Task[Any] | None = None
+        self.active = True
         if loop is None:
             future = background_pool().submit(store.batch, list(ops))
         else:

@@ -36,6 +36,9 @@ class Listener(Protocol):
 EventsOf = Callable[[Any, float, BaseException | None], Sequence[MemoryEvent]]
 """Builds the events of a finished plan from (result or None, duration, error or None)."""
 
+Fields = dict[str, Any]
+"""An event's own fields, beside the ``backend``, ``duration`` and ``error`` all share."""
+
 
 _BACKENDS = {"postgres": "postgresql", "redis": "redis", "sqlite": "sqlite"}
 
@@ -108,6 +111,20 @@ class Observable:
             return plan
         return self._watch(plan, events_of)
 
+    def _observed_event(
+        self, plan: Plan[C, R], event: type[MemoryEvent], fields_of: Callable[[Any], Fields]
+    ) -> Plan[C, R]:
+        """``plan``, reporting one ``event`` with the fields ``fields_of(result or None)``
+        gives; they are built only when a listener is there to receive them."""
+        if not self._listeners:
+            return plan
+        backend = self._backend
+
+        def events_of(result: Any, took: float, error: BaseException | None) -> list[MemoryEvent]:
+            return [event(backend=backend, duration=took, error=error, **fields_of(result))]
+
+        return self._watch(plan, events_of)
+
     def _watch(self, plan: Plan[C, R], events_of: EventsOf) -> Plan[C, R]:
         start = perf_counter()
         try:
@@ -146,9 +163,28 @@ def emit_global(event: MemoryEvent) -> None:
     _deliver(_global, [event])
 
 
+W = TypeVar("W", bound="WatchesNodes")
+
+
+class WatchesNodes:
+    """For metric listeners: also receive the memory nodes' events (global listeners)."""
+
+    def __call__(self, event: MemoryEvent) -> None:
+        raise NotImplementedError
+
+    def watch_nodes(self: W) -> W:
+        """Also count the memory nodes' events (they have no saver to register on)."""
+        add_global_listener(self)
+        return self
+
+    def unwatch_nodes(self) -> None:
+        remove_global_listener(self)
+
+
 __all__ = [
     "Listener",
     "Observable",
+    "WatchesNodes",
     "add_global_listener",
     "db_system",
     "emit_global",

@@ -47,14 +47,20 @@ class MemoryEvent:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CheckpointLoaded(MemoryEvent):
-    """``get_tuple``: ``checkpoint_id`` is the one asked for (None: the latest)."""
+class _AtCheckpoint(MemoryEvent):
+    """An operation on one thread and namespace (``checkpoint_id`` None: the latest)."""
 
     kind = "checkpoint"
-    operation = "loaded"
     thread_id: str
     checkpoint_ns: str
     checkpoint_id: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointLoaded(_AtCheckpoint):
+    """``get_tuple``: ``checkpoint_id`` is the one asked for (None: the latest)."""
+
+    operation = "loaded"
     hit: bool = False
 
     def _success(self) -> Result:
@@ -62,31 +68,46 @@ class CheckpointLoaded(MemoryEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CheckpointSaved(MemoryEvent):
+class CheckpointSaved(_AtCheckpoint):
     """``put``: ``bytes_written`` sums the encoded checkpoint, metadata, blobs and list
     items; ``message_count`` the items of the checkpoint's list channels (``messages``)."""
 
-    kind = "checkpoint"
     operation = "saved"
-    thread_id: str
-    checkpoint_ns: str
     checkpoint_id: str
     bytes_written: int
     message_count: int
 
 
 @dataclass(frozen=True, kw_only=True)
-class WritesSaved(MemoryEvent):
+class WritesSaved(_AtCheckpoint):
     """``put_writes``: a task's pending writes."""
 
-    kind = "checkpoint"
     operation = "writes_saved"
-    thread_id: str
-    checkpoint_ns: str
-    checkpoint_id: str | None
     task_id: str
     write_count: int
     bytes_written: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class HistoryLoaded(_AtCheckpoint):
+    """``get_delta_channel_history``: the history of ``channels`` up to a checkpoint."""
+
+    operation = "history_loaded"
+    channels: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointsListed(MemoryEvent):
+    """One page of ``list``: ``count`` checkpoints (``thread_id`` None: every thread's).
+
+    A page, not the whole listing: ``list`` is lazy and its caller may stop early.
+    """
+
+    kind = "checkpoint"
+    operation = "listed"
+    thread_id: str | None
+    checkpoint_ns: str | None
+    count: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,6 +115,15 @@ class ThreadDeleted(MemoryEvent):
     kind = "checkpoint"
     operation = "deleted"
     thread_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunsDeleted(MemoryEvent):
+    """``delete_for_runs``: the checkpoints and writes of these runs."""
+
+    kind = "checkpoint"
+    operation = "runs_deleted"
+    run_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,12 +143,18 @@ class ThreadsPruned(MemoryEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CheckpointsExpired(MemoryEvent):
+class _Swept(MemoryEvent):
+    """One batch of a sweep: ``deleted`` is how many it removed."""
+
+    operation = "expired"
+    deleted: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointsExpired(_Swept):
     """One batch of ``sweep_expired``: ``deleted`` threads."""
 
     kind = "checkpoint"
-    operation = "expired"
-    deleted: int
 
 
 # -- store items ---------------------------------------------------------------------------
@@ -144,33 +180,33 @@ class StoreRead(MemoryEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
-class StoreWritten(MemoryEvent):
+class _ItemChanged(MemoryEvent):
+    """A put or delete of one item, optionally conditional on ``expected_version``."""
+
+    kind = "store"
+    namespace: Namespace
+    key: str
+    expected_version: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoreWritten(_ItemChanged):
     """A put; ``bytes_written`` is the value's size as stored JSON."""
 
-    kind = "store"
     operation = "written"
-    namespace: Namespace
-    key: str
     bytes_written: int
-    expected_version: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
-class StoreDeleted(MemoryEvent):
-    kind = "store"
+class StoreDeleted(_ItemChanged):
     operation = "deleted"
-    namespace: Namespace
-    key: str
-    expected_version: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
-class StoreExpired(MemoryEvent):
+class StoreExpired(_Swept):
     """One batch of ``sweep_ttl``: ``deleted`` items."""
 
     kind = "store"
-    operation = "expired"
-    deleted: int
 
 
 # -- memory nodes (no storage backend: ``backend`` is ``""``) ---------------------------------
@@ -192,9 +228,12 @@ __all__ = [
     "CheckpointLoaded",
     "CheckpointSaved",
     "CheckpointsExpired",
+    "CheckpointsListed",
+    "HistoryLoaded",
     "MemoryEvent",
     "NodeCounted",
     "Result",
+    "RunsDeleted",
     "StoreDeleted",
     "StoreExpired",
     "StoreRead",

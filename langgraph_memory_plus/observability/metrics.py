@@ -110,7 +110,27 @@ METRICS = {
             "Memories the injection scanner refused, on write or on read (stage).",
             ("stage",),
         ),
-        Metric("prefetch_hits", "counter", "1", "Prefetched store reads that answered a turn.", ()),
+        Metric(
+            "prefetch_hits",
+            "counter",
+            "1",
+            "Turns that took a prefetched store read (minus prefetch_timeouts: answered).",
+            (),
+        ),
+        Metric(
+            "prefetch_misses",
+            "counter",
+            "1",
+            "Turns of a prefetching injector that found no prefetched read (or a stale one).",
+            (),
+        ),
+        Metric(
+            "prefetch_timeouts",
+            "counter",
+            "1",
+            "Prefetched store reads a turn took that did not answer within its timeout.",
+            (),
+        ),
         Metric(
             "node_store_timeouts",
             "counter",
@@ -122,6 +142,12 @@ METRICS = {
 }
 
 _WRITES = (CheckpointSaved, WritesSaved, StoreWritten, StoreDeleted)
+_NODE_COUNTERS = {
+    "prefetch_used": "prefetch_hits",
+    "prefetch_missed": "prefetch_misses",
+    "prefetch_timeouts": "prefetch_timeouts",
+    "store_timeouts": "node_store_timeouts",
+}
 _REFUSALS = {"refused": "write", "unsafe_fields": "read", "unsafe_results": "read"}
 
 
@@ -152,10 +178,8 @@ def measure(event: MemoryEvent, templates: NamespaceTemplates | None) -> Iterato
     if isinstance(event, NodeCounted):
         if event.counter in _REFUSALS:
             yield "injection_scan_refusals", event.n, (_REFUSALS[event.counter],)
-        elif event.counter == "prefetch_used":
-            yield "prefetch_hits", event.n, ()
-        elif event.counter == "store_timeouts":
-            yield "node_store_timeouts", event.n, ()
+        elif event.counter in _NODE_COUNTERS:
+            yield _NODE_COUNTERS[event.counter], event.n, ()
         return
     result, backend = event.result, event.backend
     ns: tuple[str, ...] = ()

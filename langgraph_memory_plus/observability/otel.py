@@ -22,19 +22,25 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from opentelemetry import metrics, trace
+from opentelemetry import metrics as otel_metrics
+from opentelemetry import trace
+from opentelemetry.metrics import CallbackOptions, Meter, Observation, get_meter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from .core import add_global_listener, remove_global_listener
+from .approvals import DEFAULT_MAX_AGE, HELP, CountsPending, PendingApprovals
+from .core import WatchesNodes
 from .events import (
     CheckpointLoaded,
     CheckpointSaved,
     CheckpointsExpired,
+    CheckpointsListed,
+    HistoryLoaded,
     MemoryEvent,
     NodeCounted,
+    RunsDeleted,
     StoreDeleted,
     StoreExpired,
     StoreRead,
@@ -55,6 +61,9 @@ _DB_OPERATION = {
     CheckpointSaved: "put",
     WritesSaved: "put_writes",
     ThreadDeleted: "delete_thread",
+    CheckpointsListed: "list",
+    HistoryLoaded: "get_delta_channel_history",
+    RunsDeleted: "delete_for_runs",
     ThreadCopied: "copy_thread",
     ThreadsPruned: "prune",
     CheckpointsExpired: "sweep_expired",
@@ -63,6 +72,7 @@ _DB_OPERATION = {
     StoreExpired: "sweep_ttl",
 }
 _OTEL_NAMES = {"checkpoint": "checkpoint.size", "checkpoint_messages": "checkpoint.messages"}
+_UNITS = {"s": "s", "By": "By", "1": "{operation}"}
 _MEMORY_OPERATION = {
     StoreRead: "search_memory",
     StoreWritten: "update_memory",
@@ -75,18 +85,15 @@ def capture_content() -> bool:
     return os.environ.get(CAPTURE_CONTENT, "").strip().lower() == "true"
 
 
-def attributes(event: MemoryEvent, store_id: str | None) -> dict[str, Any]:
-    """A span's attributes for ``event`` (content only with the capture switch on)."""
-    attrs: dict[str, Any] = {
-        "db.system": event.backend,
-        "db.system.name": event.backend,
-        "lgmp.result": event.result,
-    }
+_FIELDS = ("checkpoint_ns", "bytes_written", "message_count", "write_count", "deleted", "count")
+_Static = dict[tuple[type[MemoryEvent], str, bool], tuple[tuple[str, Any], ...]]
+
+
+def _static(event: MemoryEvent, store_id: str | None) -> tuple[tuple[str, Any], ...]:
+    """The attributes every event of this type and backend shares (built once each)."""
+    attrs: dict[str, Any] = {"db.system": event.backend, "db.system.name": event.backend}
     if isinstance(event, StoreRead):
         attrs["db.operation.name"] = "get" if event.key is not None else "search"
-        attrs["lgmp.records_count"] = event.count
-        if event.query is not None and capture_content():
-            attrs["gen_ai.memory.query.text"] = event.query
     elif type(event) in _DB_OPERATION:
         attrs["db.operation.name"] = _DB_OPERATION[type(event)]
     if type(event) in _MEMORY_OPERATION:
@@ -94,60 +101,97 @@ def attributes(event: MemoryEvent, store_id: str | None) -> dict[str, Any]:
         attrs["gen_ai.memory.scope"] = "user"
         if store_id is not None:
             attrs["gen_ai.memory.store.id"] = store_id
+    return tuple(attrs.items())
+
+
+def attributes(
+    event: MemoryEvent, store_id: str | None, cache: _Static | None = None
+) -> dict[str, Any]:
+    """A span's attributes for ``event`` (content only with the capture switch on).
+
+    What depends only on the event's type and backend comes from ``cache`` (filled on
+    first use; bounded by the event types times the backends); the rest is per event.
+    """
+    key = (type(event), event.backend, getattr(event, "key", None) is not None)
+    static = None if cache is None else cache.get(key)
+    if static is None:
+        static = _static(event, store_id)
+        if cache is not None:
+            cache[key] = static
+    attrs = dict(static)
+    attrs["lgmp.result"] = event.result
     thread_id = getattr(event, "thread_id", None) or getattr(event, "source_thread_id", None)
     if thread_id is not None:
         attrs["gen_ai.conversation.id"] = thread_id
         attrs["gen_ai.memory.scope"] = "session"
     if isinstance(event, ThreadCopied):
         attrs["lgmp.target_thread_id"] = event.target_thread_id
-    key = getattr(event, "key", None)
-    if key is not None:
-        attrs["gen_ai.memory.record.id"] = key
-    for name in ("checkpoint_ns", "bytes_written", "message_count", "write_count", "deleted"):
+    item_key = getattr(event, "key", None)
+    if item_key is not None:
+        attrs["gen_ai.memory.record.id"] = item_key
+    for name in _FIELDS:
         value = getattr(event, name, None)
         if value is not None:
-            attrs[f"lgmp.{name}"] = value
+            attrs["lgmp.records_count" if name == "count" else f"lgmp.{name}"] = value
+    if isinstance(event, StoreRead) and event.query is not None and capture_content():
+        attrs["gen_ai.memory.query.text"] = event.query
     if event.error is not None:
         attrs["error.type"] = type(event.error).__qualname__
     return attrs
 
 
-class OpenTelemetryListener:
+_LABEL_CACHE = 4096
+"""Label dicts kept for reuse; labels are bounded by design, this only caps a mistake."""
+
+
+class OpenTelemetryListener(WatchesNodes):
     """Records every event it is handed as a span and as metrics.
 
     Args:
         tracer_provider / meter_provider: the providers to use (the global ones by default).
         store_id: ``gen_ai.memory.store.id`` for store spans (left out by default).
         namespace_templates: as for :class:`~.prometheus.PrometheusListener`.
+        traces / metrics: turn either off (both on by default); off costs nothing per
+            event. An unsampled span costs only its creation: attributes are built and
+            set only on a recording span (so samplers do not see them).
     """
 
     def __init__(
         self,
         *,
         tracer_provider: trace.TracerProvider | None = None,
-        meter_provider: metrics.MeterProvider | None = None,
+        meter_provider: otel_metrics.MeterProvider | None = None,
         store_id: str | None = None,
         namespace_templates: Sequence[str] | None = None,
+        traces: bool = True,
+        metrics: bool = True,
     ) -> None:
-        self._tracer = trace.get_tracer(_SCOPE, tracer_provider=tracer_provider)
-        meter = metrics.get_meter(_SCOPE, meter_provider=meter_provider)
+        self._tracer = trace.get_tracer(_SCOPE, tracer_provider=tracer_provider) if traces else None
+        self._meter = get_meter(_SCOPE, meter_provider=meter_provider)
         self._store_id = store_id
         self._templates = (
             None if namespace_templates is None else NamespaceTemplates(namespace_templates)
         )
-        self._instruments = {name: self._create(meter, m) for name, m in METRICS.items()}
+        self._record: dict[str, tuple[Callable[..., None], tuple[str, ...]]] = {}
+        if metrics:
+            self._record = {
+                name: (self._create(self._meter, m), self._label_names(m))
+                for name, m in METRICS.items()
+            }
+        self._labels: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
+        self._static: _Static = {}
 
-    def _create(self, meter: metrics.Meter, metric: Metric) -> Any:
+    def _create(self, meter: Meter, metric: Metric) -> Callable[..., None]:
         name = "lgmp." + _OTEL_NAMES.get(metric.name, metric.name.replace("_", "."))
-        unit = {"s": "s", "By": "By", "1": "{operation}"}[metric.unit]
+        unit = _UNITS[metric.unit]
         if metric.kind == "counter":
-            return meter.create_counter(name, unit=unit, description=metric.help)
+            return meter.create_counter(name, unit=unit, description=metric.help).add
         return meter.create_histogram(
             name,
             unit=unit,
             description=metric.help,
             explicit_bucket_boundaries_advisory=list(metric.buckets),
-        )
+        ).record
 
     def _label_names(self, metric: Metric) -> tuple[str, ...]:
         names = metric.labels
@@ -156,38 +200,56 @@ class OpenTelemetryListener:
         return names
 
     def __call__(self, event: MemoryEvent) -> None:
-        for name, value, labels in measure(event, self._templates):
-            instrument = self._instruments[name]
-            attrs = dict(zip(self._label_names(METRICS[name]), labels, strict=True))
-            if METRICS[name].kind == "histogram":
-                instrument.record(value, attrs)
-            else:
-                instrument.add(value, attrs)
-        if not isinstance(event, NodeCounted):
-            self._span(event)
+        if self._record:
+            for name, value, labels in measure(event, self._templates):
+                record, names = self._record[name]
+                record(value, self._label_dict(name, names, labels))
+        if self._tracer is not None and not isinstance(event, NodeCounted):
+            self._span(self._tracer, event)
 
-    def _span(self, event: MemoryEvent) -> None:
+    def _label_dict(
+        self, name: str, names: tuple[str, ...], labels: tuple[str, ...]
+    ) -> dict[str, str]:
+        """The attributes of one measurement, the same (never mutated) dict each time."""
+        key = (name, labels)
+        found = self._labels.get(key)
+        if found is None:
+            found = dict(zip(names, labels, strict=True))
+            if len(self._labels) < _LABEL_CACHE:
+                self._labels[key] = found
+        return found
+
+    def _span(self, tracer: trace.Tracer, event: MemoryEvent) -> None:
         end = time.time_ns()
-        attrs = attributes(event, self._store_id)
-        name = attrs.get("gen_ai.operation.name") or attrs.get("db.operation.name", event.name)
-        span = self._tracer.start_span(
-            f"{name} {event.backend}",
+        operation = _MEMORY_OPERATION.get(type(event)) or _DB_OPERATION.get(type(event))
+        span = tracer.start_span(
+            f"{operation or event.name} {event.backend}",
             kind=SpanKind.CLIENT,
-            attributes=attrs,
             start_time=end - int(event.duration * 1e9),
         )
-        if event.error is not None:
-            span.record_exception(event.error)
-            span.set_status(Status(StatusCode.ERROR, type(event.error).__qualname__))
+        if span.is_recording():
+            span.set_attributes(attributes(event, self._store_id, self._static))
+            if event.error is not None:
+                span.record_exception(event.error)
+                span.set_status(Status(StatusCode.ERROR, type(event.error).__qualname__))
         span.end(end_time=end)
 
-    def watch_nodes(self) -> OpenTelemetryListener:
-        """Also count the memory nodes' events (they have no saver to register on)."""
-        add_global_listener(self)
-        return self
+    def watch_approvals(
+        self, approvals: CountsPending, *, max_age: float = DEFAULT_MAX_AGE
+    ) -> PendingApprovals:
+        """Observe ``lgmp.approvals.pending`` (an observable gauge): the queue's pending
+        count, asked when the reader collects and reused for ``max_age`` seconds (see
+        :mod:`.approvals` for why). On the meter provider even with ``metrics=False``."""
+        gauge = PendingApprovals(approvals, max_age=max_age)
 
-    def unwatch_nodes(self) -> None:
-        remove_global_listener(self)
+        def observe(_: CallbackOptions) -> Iterable[Observation]:
+            value = gauge.pending()
+            return [] if value is None else [Observation(value)]
+
+        self._meter.create_observable_gauge(
+            "lgmp.approvals.pending", callbacks=[observe], unit="{approval}", description=HELP
+        )
+        return gauge
 
 
 __all__ = ["CAPTURE_CONTENT", "OpenTelemetryListener", "attributes", "capture_content"]

@@ -9,19 +9,26 @@ metrics themselves are listed in :mod:`.metrics`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
-from .core import add_global_listener, remove_global_listener
+from .approvals import DEFAULT_MAX_AGE, HELP, CountsPending, PendingApprovals
+from .core import WatchesNodes
 from .events import MemoryEvent
-from .metrics import METRICS, Metric, NamespaceTemplates, measure
+from .metrics import METRICS, NamespaceTemplates, measure
+from .metrics import Metric as MemoryMetric
+
+_CHILD_CACHE = 4096
+"""Labelled children kept for reuse (labels are bounded; this only caps a mistake)."""
 
 _SUFFIX = {"s": "_seconds", "By": "_bytes", "1": ""}
 
 
-class PrometheusListener:
+class PrometheusListener(WatchesNodes):
     """Records every event it is handed as Prometheus metrics.
 
     Args:
@@ -41,14 +48,16 @@ class PrometheusListener:
         namespace_templates: Sequence[str] | None = None,
     ) -> None:
         registry = REGISTRY if registry is None else registry
+        self._registry, self._prefix = registry, prefix
         self._templates = (
             None if namespace_templates is None else NamespaceTemplates(namespace_templates)
         )
         self.metrics = {
             name: self._create(prefix, metric, registry) for name, metric in METRICS.items()
         }
+        self._children: dict[tuple[str, tuple[str, ...]], Callable[[float], None]] = {}
 
-    def _create(self, prefix: str, metric: Metric, registry: CollectorRegistry) -> Any:
+    def _create(self, prefix: str, metric: MemoryMetric, registry: CollectorRegistry) -> Any:
         labels = metric.labels
         if metric.by_namespace and self._templates is not None:
             labels = (*labels, "namespace")
@@ -59,21 +68,48 @@ class PrometheusListener:
 
     def __call__(self, event: MemoryEvent) -> None:
         for name, value, labels in measure(event, self._templates):
-            metric = self.metrics[name]
-            if labels:
-                metric = metric.labels(*labels)
-            if isinstance(metric, Counter):
-                metric.inc(value)
-            else:
-                metric.observe(value)
+            key = (name, labels)
+            record = self._children.get(key)
+            if record is None:
+                record = self._child(name, labels)
+            record(value)
 
-    def watch_nodes(self) -> PrometheusListener:
-        """Also count the memory nodes' events (they have no saver to register on)."""
-        add_global_listener(self)
-        return self
+    def _child(self, name: str, labels: tuple[str, ...]) -> Callable[[float], None]:
+        """The ``inc`` / ``observe`` of one labelled child, looked up once: ``labels()``
+        validates and locks on every call, the child itself stays the same."""
+        metric = self.metrics[name]
+        child = metric.labels(*labels) if labels else metric
+        counter = isinstance(metric, Counter)
+        record: Callable[[float], None] = child.inc if counter else child.observe
+        if len(self._children) < _CHILD_CACHE:
+            self._children[(name, labels)] = record
+        return record
 
-    def unwatch_nodes(self) -> None:
-        remove_global_listener(self)
+    def watch_approvals(
+        self, approvals: CountsPending, *, max_age: float = DEFAULT_MAX_AGE
+    ) -> PendingApprovals:
+        """Expose ``<prefix>pending_approvals``: the queue's pending count, asked when
+        scraped and reused for ``max_age`` seconds (see :mod:`.approvals` for why)."""
+        gauge = PendingApprovals(approvals, max_age=max_age)
+        self._registry.register(_PendingCollector(f"{self._prefix}pending_approvals", gauge))
+        return gauge
 
 
 __all__ = ["NamespaceTemplates", "PrometheusListener"]
+
+
+class _PendingCollector(Collector):
+    """One gauge sample per scrape, from :class:`PendingApprovals` (none before a count)."""
+
+    def __init__(self, name: str, gauge: PendingApprovals) -> None:
+        self._name, self._gauge = name, gauge
+
+    def describe(self) -> Iterable[Metric]:
+        return [GaugeMetricFamily(self._name, HELP)]  # registering must not count
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(self._name, HELP)
+        value = self._gauge.pending()
+        if value is not None:
+            family.add_metric([], value)
+        return [family]

@@ -18,7 +18,7 @@ from typing import Any
 from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from psycopg.types.json import Jsonb
 
-from ..._migrations import advisory_lock_id, migrate
+from ..._migrations import SchemaVersion, advisory_lock_id, migrate
 from ..._plan import Plan
 from ..._postgres import Query, Rows
 from ...errors import ValueTooLargeError
@@ -114,6 +114,7 @@ class PostgresCheckpointPlans:
         self._wr = f"{s}.lgmp_task_writes"
         self._it = f"{s}.lgmp_items"
         self._s = s
+        self.version = SchemaVersion(s, "lgmp_checkpoint_migrations", CHECKPOINT_MIGRATIONS)
         # The thread row a write creates or refreshes. It is also the lock that orders a
         # write against delete_thread; it returns the tombstone left by a deletion.
         self._upsert_thread = f"""
@@ -201,6 +202,9 @@ class PostgresCheckpointPlans:
     # -- setup ------------------------------------------------------------------------
 
     def setup(self) -> Plan[Query, None]:
+        return self.version.migrating(self._setup())
+
+    def _setup(self) -> Plan[Query, None]:
         yield from migrate(
             self._s,
             "lgmp_checkpoint_migrations",

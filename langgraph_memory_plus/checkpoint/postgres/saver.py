@@ -16,6 +16,7 @@ from typing_extensions import Self, Unpack
 
 from ..._options import check_options, split_options
 from ..._pgdriver import PgAsyncDriver, PgSyncDriver, PostgresConnectOptions
+from ..._postgres import SchemaCheck
 from ...threads.context import ContextKeysSaver
 from ..config import SaverOptions
 from ..saver import AsyncDriver, SyncDriver
@@ -66,12 +67,12 @@ class _PostgresOptions(ContextKeysSaver):
 
     def __init__(self, conn: AnyConnection, **options: Unpack[PostgresSaverOptions]) -> None:
         check_options(type(self).__name__, options, PostgresSaverOptions)
-        self._connect(conn, options.get("pipeline", False))
         super().__init__(**split_options(options, SaverOptions)[0])
-        self.conn = conn
         self._plans = PostgresCheckpointPlans(options.get("schema", DEFAULT_SCHEMA), self.settings)
+        self._connect(conn, options.get("pipeline", False), self._plans.version)
+        self.conn = conn
 
-    def _connect(self, conn: object, pipeline: bool) -> None:
+    def _connect(self, conn: object, pipeline: bool, schema: SchemaCheck) -> None:
         raise NotImplementedError
 
 

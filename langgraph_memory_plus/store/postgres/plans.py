@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ..._migrations import advisory_lock_id, migrate
+from ..._migrations import SchemaVersion, advisory_lock_id, migrate
 from ..._plan import Plan
 from ..._postgres import Query, Rows
 from ...errors import InvalidConfigError
@@ -266,6 +266,7 @@ class PostgresStorePlans:
     ) -> None:
         self._s = quote_schema(schema)
         self.schema = schema
+        self.version = SchemaVersion(self._s, "lgmp_store_migrations", MIGRATIONS)
         self._t = f"{self._s}.lgmp_store"
         self._v = f"{self._s}.lgmp_store_vectors"
         self._next_version = f"nextval('{self._s}.lgmp_store_version_seq')"
@@ -290,6 +291,9 @@ class PostgresStorePlans:
     # -- setup --------------------------------------------------------------------------
 
     def setup(self) -> Plan[Query, None]:
+        return self.version.migrating(self._setup())
+
+    def _setup(self) -> Plan[Query, None]:
         lock = advisory_lock_id("store", self.schema)
         yield from migrate(self._s, "lgmp_store_migrations", lock, MIGRATIONS)
         self._known = False

@@ -16,6 +16,7 @@ from typing_extensions import Self, Unpack
 
 from ..._options import check_options
 from ..._pgdriver import PgAsyncDriver, PgSyncDriver, PostgresConnectOptions
+from ..._postgres import SchemaCheck
 from ..base import AsyncStore, StoreBase, StoreOptions, SyncStore
 from .pgvector import VectorBackend
 from .plans import PostgresStorePlans
@@ -80,7 +81,6 @@ class _PostgresOptions(StoreBase):
 
     def __init__(self, conn: AnyConnection, **options: Unpack[PostgresStoreOptions]) -> None:
         check_options(type(self).__name__, options, PostgresStoreOptions)
-        self._connect(conn, options.get("pipeline", False))
         super().__init__(
             index=options.get("index"),
             ttl=options.get("ttl"),
@@ -93,9 +93,10 @@ class _PostgresOptions(StoreBase):
             vector_backend=options.get("vector_backend", "auto"),
             hnsw=options.get("hnsw", False),
         )
+        self._connect(conn, options.get("pipeline", False), self._plans.version)
         self.conn = conn
 
-    def _connect(self, conn: object, pipeline: bool) -> None:
+    def _connect(self, conn: object, pipeline: bool, schema: SchemaCheck) -> None:
         raise NotImplementedError
 
 

@@ -1,0 +1,69 @@
+"""The package as an index would receive it: metadata, extras, and an sdist that tests.
+
+Built from this tree with ``python -m build --no-isolation`` (the virtualenv's setuptools,
+no download), once for the module.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+import zipfile
+from email.message import Message
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--sdist", "--wheel",
+         "--outdir", str(out), str(ROOT)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    return out
+
+
+def _metadata(built: Path) -> Message:
+    (wheel,) = built.glob("*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        (name,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        return Parser().parsestr(zf.read(name).decode())
+
+
+def test_the_wheel_says_what_an_index_shows(built: Path) -> None:
+    meta = _metadata(built)
+    assert meta["License-Expression"] == "MIT"
+    assert "LICENSE" in (meta.get_all("License-File") or [])
+    urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL") or [])
+    assert {"Homepage", "Documentation"} <= set(urls)
+    assert all(url.startswith("https://") for url in urls.values())
+    classifiers = meta.get_all("Classifier") or []
+    assert "Typing :: Typed" in classifiers
+    assert any(c.startswith("Programming Language :: Python :: 3.1") for c in classifiers)
+
+
+def test_drivers_are_extras_so_a_sqlite_user_installs_neither(built: Path) -> None:
+    meta = _metadata(built)
+    extras = set(meta.get_all("Provides-Extra") or [])
+    assert {"postgres", "redis"} <= extras
+    required = [r for r in meta.get_all("Requires-Dist") or [] if "extra ==" not in r]
+    assert not [r for r in required if r.startswith(("psycopg", "redis"))], required
+    assert any(r.startswith("langgraph") and "<" in r for r in required)  # a tested range
+
+
+def test_the_sdist_carries_what_its_tests_need(built: Path) -> None:
+    (sdist,) = built.glob("*.tar.gz")
+    with tarfile.open(sdist) as tf:
+        names = {name.split("/", 1)[1] for name in tf.getnames() if "/" in name}
+    for needed in ["LICENSE", "README.md", "CHANGELOG.md", "pyproject.toml", ".ci/run",
+                   "tests/conftest.py", "tests/backends.py", "tests/graphs.py",
+                   "examples/quickstart.py", "langgraph_memory_plus/py.typed"]:  # fmt: skip
+        assert needed in names, needed
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
