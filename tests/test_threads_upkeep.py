@@ -340,3 +340,32 @@ def _commands(*commands: Any) -> Any:
     for command in commands:
         reply = yield command
     return reply
+
+
+# -- copies ---------------------------------------------------------------------------
+
+
+def test_copy_thread_copies_the_transcript(saver_factory: Any) -> None:
+    tag = uuid.uuid4().hex[:8]
+    user = f"cpu-{tag}"
+    src, dst = f"cps-{tag}", f"cpd-{tag}"
+    with saver_factory(transcripts=True) as saver:
+        graph = _graph().compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": src, "user_id": user}}
+        graph.invoke(_turn("hello", f"{tag}-1"), config)
+        graph.invoke(_turn("more", f"{tag}-2"), config)
+        saver.copy_thread(src, dst)
+        source = saver.threads.transcript(src, user_id=user)
+        assert [m["content"] for m in source] == ["hello", "HELLO", "more", "MORE"]
+        assert saver.threads.transcript(dst, user_id=user) == source  # same lines, owner
+        assert saver.threads.transcript(dst, user_id="someone-else") == []
+        # The copy goes on on its own; copying again adds nothing twice.
+        graph.invoke(
+            _turn("next", f"{tag}-3"), {"configurable": {"thread_id": dst, "user_id": user}}
+        )
+        saver.copy_thread(src, dst)
+        contents = [m["content"] for m in saver.threads.transcript(dst, user_id=user)]
+        assert contents == ["hello", "HELLO", "more", "MORE", "next", "NEXT"]
+        assert len(saver.threads.transcript(src)) == 4
+        saver.copy_thread(f"missing-{tag}", f"cpx-{tag}")
+        assert saver.threads.transcript(f"cpx-{tag}") == []

@@ -42,7 +42,12 @@ class ThreadPlans(Protocol):
         self, thread_id: str, owner: str | None, limit: int, offset: int
     ) -> Plan[Any, list[tuple[str, str, str, float]]]: ...
 
-    def reindex(self, codec: Any, cursor: Any, batch_size: int) -> Plan[Any, ReindexBatch]: ...
+    def reindex(self, codec: Any, cursor: Any, batch_size: int) -> Plan[Any, ReindexBatch]:
+        """One backfill batch: records for threads that have none (written before the
+        index, or whose record was lost), up to ``batch_size`` threads looked at. The
+        cursor (``None`` first) says where the next batch starts; a run that crashed
+        starts again and skips the threads it indexed."""
+        ...
 
 
 def _thread_id(thread_id: Any) -> str:

@@ -428,6 +428,17 @@ def checkpoint_time(checkpoint_id: str | None) -> float | None:
     return (ticks - _UUID_EPOCH) / 1e7
 
 
+def backfill_times(rows: Iterable[Sequence[Any]]) -> list[tuple[bytes, float, float]]:
+    """(thread key, created, updated) from a backfill batch's (thread key, first root
+    checkpoint id, latest root checkpoint id) rows, for those whose ids tell the time."""
+    out = []
+    for tk, first, latest in rows:
+        created, updated = checkpoint_time(first), checkpoint_time(latest)
+        if created is not None and updated is not None:
+            out.append((bytes(tk), created, updated))
+    return out
+
+
 @dataclass(frozen=True)
 class ReindexProgress:
     """Where a backfill is, handed to its ``progress`` callback after every batch."""

@@ -36,7 +36,7 @@ from .core import (
     ReindexBatch,
     StoredRecord,
     ThreadQuery,
-    checkpoint_time,
+    backfill_times,
     derive,
     interrupts_from_json,
     interrupts_json,
@@ -327,6 +327,24 @@ class PostgresThreadIndex:
             {"src": src, "dst": dst, "dst_id": dst_id},
         )
 
+    def copy_transcript(self, src: bytes, dst: bytes) -> Query:
+        """The source's transcript lines into the target (``copy_thread``), if the source
+        is visible: a copy shows its user the conversation it continues. Lines the
+        target has (by message id) stay; each keeps its order, owner and expiry."""
+        return Query(
+            f"""
+            INSERT INTO {self._tx} (thread_key, message_id, owner, seq, role, content,
+                created_at, expires_at)
+            SELECT %(dst)s, x.message_id, x.owner, x.seq, x.role, x.content, x.created_at,
+                x.expires_at
+            FROM {self._tx} x
+            WHERE x.thread_key = %(src)s AND (x.expires_at IS NULL OR x.expires_at > now())
+                AND EXISTS (SELECT 1 FROM {self._th} t
+                    WHERE t.thread_key = %(src)s AND {self._visible})
+            ON CONFLICT DO NOTHING""",
+            {"src": src, "dst": dst},
+        )
+
     def revived(self, tk: bytes, record: RecordInput) -> Plan[Query, None]:
         """An expired thread written again starts over: a new creation time and title."""
         yield Query(
@@ -398,13 +416,8 @@ class PostgresThreadIndex:
             )
 
     def reindex(self, codec: Any, cursor: Any, batch_size: int) -> Plan[Query, ReindexBatch]:
-        """One backfill batch: records for up to ``batch_size`` threads that have none
-        (written before the index, or whose record was lost), in one transaction. SQL
-        reads the metadata's JSON projection, so ``codec`` is not needed.
-
-        ``cursor`` is the last thread key looked at (``None``: from the start); a run
-        that crashed starts again from the start and skips the threads it indexed.
-        """
+        """One backfill batch in one transaction (see ``ThreadPlans.reindex``); the
+        cursor is the last thread key looked at. SQL reads metadata's JSON projection."""
         rows: Rows = yield Query(
             f"""
             SELECT t.thread_key, min(c.checkpoint_id), max(c.checkpoint_id)
@@ -420,8 +433,7 @@ class PostgresThreadIndex:
         )
         tks = [bytes(r[0]) for r in rows]
         yield from self.refresh(tks)
-        times = [(tk, checkpoint_time(lo), checkpoint_time(hi)) for tk, lo, hi in rows]
-        times = [(bytes(tk), lo, hi) for tk, lo, hi in times if lo is not None and hi is not None]
+        times = backfill_times(rows)
         if times:
             yield Query(
                 f"""UPDATE {self._ix} i SET created_at = to_timestamp(v.c),

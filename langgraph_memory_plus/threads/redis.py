@@ -286,6 +286,28 @@ class RedisThreadIndex:
                 yield Batch([("DEL", key, key + b"o") for key in mine])
         return total
 
+    def copy_transcript(self, source: str, target: str) -> Plan[Command, None]:
+        """``copy_thread``: the source's transcript lines the target lacks (by message
+        id), in their order, and its owner unless the target has one. Idempotent
+        commands: a copy interrupted half-way is completed by running it again."""
+        lines, order = self.transcript_keys(source)
+        fields, ranked = yield Batch([("HGETALL", lines), ("ZRANGE", order, 0, -1, "WITHSCORES")])
+        if not fields:
+            return
+        to_lines, to_order = self.transcript_keys(target)
+        pairs = (
+            fields.items()
+            if isinstance(fields, dict)
+            else zip(fields[::2], fields[1::2], strict=True)
+        )
+        commands: list[tuple[Any, ...]] = [("HSETNX", to_lines, f, v) for f, v in pairs]
+        commands += [
+            ("ZADD", to_order, "NX", score, _utf8(member)) for member, score in _entries(ranked)
+        ]
+        if self.transcript_ttl_ms:
+            commands += [("PEXPIRE", key, self.transcript_ttl_ms) for key in (to_lines, to_order)]
+        yield Batch(commands)
+
     def transcript(
         self, thread_id: str, owner: str | None, limit: int, offset: int
     ) -> Plan[Command, list[tuple[str, str, str, float]]]:

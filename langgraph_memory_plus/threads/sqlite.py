@@ -33,7 +33,7 @@ from .core import (
     ReindexBatch,
     StoredRecord,
     ThreadQuery,
-    checkpoint_time,
+    backfill_times,
     derive,
     interrupts_from_json,
     interrupts_json,
@@ -299,6 +299,18 @@ class SqliteThreadIndex:
                 title = coalesce(i.title, excluded.title)""",
             {"src": src, "dst": dst, "now": time.time()},
         )
+        # The source's transcript too (its lines the target lacks, as they are): a copy
+        # shows its user the conversation it continues.
+        yield Query(
+            f"""
+            INSERT INTO {TRANSCRIPTS} (thread_key, message_id, owner, seq, role, content,
+                created_at, expires_at)
+            SELECT :dst, message_id, owner, seq, role, content, created_at, expires_at
+            FROM {TRANSCRIPTS}
+            WHERE thread_key = :src AND (expires_at IS NULL OR expires_at > :now)
+            ON CONFLICT DO NOTHING""",
+            {"src": src, "dst": dst, "now": time.time()},
+        )
         yield from self.refresh([dst])
 
     def refresh(self, tks: Iterable[bytes]) -> Plan[Query, None]:
@@ -352,13 +364,8 @@ class SqliteThreadIndex:
             )
 
     def reindex(self, codec: Any, cursor: Any, batch_size: int) -> Plan[Query, ReindexBatch]:
-        """One backfill batch: records for up to ``batch_size`` threads that have none
-        (written before the index, or whose record was lost), in one transaction. SQL
-        reads the metadata's JSON projection, so ``codec`` is not needed.
-
-        ``cursor`` is the last thread key looked at (``None``: from the start); a run
-        that crashed starts again from the start and skips the threads it indexed.
-        """
+        """One backfill batch in one transaction (see ``ThreadPlans.reindex``); the
+        cursor is the last thread key looked at. SQL reads metadata's JSON projection."""
         rows: Rows = yield Query(
             f"""
             SELECT t.thread_key, min(c.checkpoint_id), max(c.checkpoint_id)
@@ -375,12 +382,11 @@ class SqliteThreadIndex:
         )
         tks = [bytes(r[0]) for r in rows]
         yield from self.refresh(tks)
-        times = [(checkpoint_time(lo), checkpoint_time(hi), bytes(tk)) for tk, lo, hi in rows]
-        times = [t for t in times if t[0] is not None and t[1] is not None]
+        times = backfill_times(rows)
         if times:
             yield Query(
                 f"UPDATE {TABLE} SET created_at = ?, updated_at = ? WHERE thread_key = ?",
-                times,
+                [(lo, hi, tk) for tk, lo, hi in times],
                 many=True,
             )
         marks = ",".join("?" * len(tks))

@@ -939,6 +939,7 @@ class PostgresCheckpointPlans:
             params,
         )
         yield self.threads.copy(src, dst, dst_id)
+        yield self.threads.copy_transcript(src, dst)
         yield from self.threads.refresh([dst])
 
     def prune(self, thread_ids: Sequence[str], keep_latest: bool) -> Plan[Query, None]:

@@ -624,6 +624,7 @@ class RedisCheckpointPlans:
             [self._ttl_ms, _utf8(target_thread_id), *(_netstrings(part) for part in dump), ts],
         )
         yield from self.threads.adopt(target_thread_id)
+        yield from self.threads.copy_transcript(source_thread_id, target_thread_id)
 
     def prune(self, thread_ids: Sequence[str], keep_latest: bool) -> Plan[Command, None]:
         for thread_id in dict.fromkeys(thread_ids):
