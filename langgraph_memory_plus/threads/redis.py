@@ -409,16 +409,19 @@ class RedisThreadIndex:
             keys = self.intent(thread_id, record, 0).commands
             yield Batch([("ZREM", c[1], _utf8(thread_id)) for c in keys if c[0] == "ZADD"])
 
-    def _keys_of(self, record: StoredRecord) -> list[bytes]:
+    def _keys_of(self, record: StoredRecord, every_status: bool = False) -> list[bytes]:
+        """The sets the record's thread is in; with ``every_status``, also the other
+        statuses' sets, where it may have left entries behind (see ``intent``)."""
         indexed = {
             k: form
             for k in self.index_keys
             if k in record.metadata and (form := index_value(record.metadata[k])) is not None
         }
+        statuses = ("idle", "interrupted", "error") if every_status else (record.status,)
         return [
             self.all_key,
             *(self.set_key(k, form) for k, form in indexed.items()),
-            *self._status_keys(record.status, indexed),
+            *(key for status in statuses for key in self._status_keys(status, indexed)),
         ]
 
     def before_delete(self, thread_ids: Sequence[str]) -> Plan[Command, list[StoredRecord | None]]:
@@ -428,7 +431,10 @@ class RedisThreadIndex:
     def forget(self, records: Sequence[StoredRecord | None]) -> Plan[Command, None]:
         """After deletions: the threads' entries go (a lost removal heals on read)."""
         commands: list[tuple[Any, ...]] = [
-            ("ZREM", key, _utf8(r.thread_id)) for r in records if r for key in self._keys_of(r)
+            ("ZREM", key, _utf8(r.thread_id))
+            for r in records
+            if r
+            for key in self._keys_of(r, every_status=True)
         ]
         if commands:
             yield Batch(commands)
