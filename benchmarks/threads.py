@@ -10,10 +10,13 @@ Two parts, one run:
    bulk (SQL ``generate_series`` / a Redis pipeline), changing only the thread id, user
    and time: the rows are what the saver writes. Then p50 over ``--reps`` of
    ``threads.search(metadata={"user_id": u}, limit=10)`` at offset 0 (page 1) and 490
-   (page 50), and of ``count``. Side by side: what users do today without an index,
-   the official ``PostgresSaver`` (langgraph-checkpoint-postgres) seeded alike (one
-   checkpoint per thread), scanning ``list(None, filter={"user_id": u})`` for the same
-   pages of distinct threads.
+   (page 50), and of ``count``; and of "which threads wait for a human" (every 37th
+   thread is ``interrupted``): ``search(status="interrupted")`` newest and oldest first
+   (the approvals queue's first page) and for the big user. Side by side: what users
+   do today without an index, the official ``PostgresSaver``
+   (langgraph-checkpoint-postgres) seeded alike (one checkpoint per thread), scanning
+   ``list(None, filter={"user_id": u})`` for the same pages of distinct threads
+   (``--no-official`` skips it, for short runs).
 2. **Turn cost.** p50 of a chat turn (``graph.invoke`` of a one-node chat graph) with
    this source and with ``--baseline`` (a git ref without the index, exported to a
    temporary folder and run in a subprocess), alternating A/B/A/B on fresh storage.
