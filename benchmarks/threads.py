@@ -10,10 +10,13 @@ Two parts, one run:
    bulk (SQL ``generate_series`` / a Redis pipeline), changing only the thread id, user
    and time: the rows are what the saver writes. Then p50 over ``--reps`` of
    ``threads.search(metadata={"user_id": u}, limit=10)`` at offset 0 (page 1) and 490
-   (page 50), and of ``count``. Side by side: what users do today without an index,
-   the official ``PostgresSaver`` (langgraph-checkpoint-postgres) seeded alike (one
-   checkpoint per thread), scanning ``list(None, filter={"user_id": u})`` for the same
-   pages of distinct threads.
+   (page 50), and of ``count``; and of "which threads wait for a human" (every 37th
+   thread is ``interrupted``): ``search(status="interrupted")`` newest and oldest first
+   (the approvals queue's first page) and for the big user. Side by side: what users
+   do today without an index, the official ``PostgresSaver``
+   (langgraph-checkpoint-postgres) seeded alike (one checkpoint per thread), scanning
+   ``list(None, filter={"user_id": u})`` for the same pages of distinct threads
+   (``--no-official`` skips it, for short runs).
 2. **Turn cost.** p50 of a chat turn (``graph.invoke`` of a one-node chat graph) with
    this source and with ``--baseline`` (a git ref without the index, exported to a
    temporary folder and run in a subprocess), alternating A/B/A/B on fresh storage.
@@ -95,6 +98,16 @@ def _pg_database(admin_url: str) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+WAITING_EVERY = 37
+"""Every 37th thread waits for a human (``interrupted``): about 2.7 % of all threads and
+of the big user's (whose threads are every ``total // user_threads``-th)."""
+
+
+def _status(i: int) -> str | None:
+    """Thread i's status in the copies (``None``: its template's, ``idle``)."""
+    return "interrupted" if i % WAITING_EVERY == 0 else None
+
+
 def _users(total: int, user_threads: int) -> list[str]:
     """Thread i's user: the first ``user_threads`` threads (spread evenly) are "u-big"."""
     step = max(1, total // user_threads)
@@ -148,10 +161,12 @@ def _pg_clone(url: str, total: int, users: list[str], official: bool) -> None:
             SELECT substring(sha256(convert_to('th-' || u.i, 'UTF8')) FROM 1 FOR 16),
                 convert_to('th-' || u.i, 'UTF8'),
                 now() - make_interval(secs => %s - u.i), now() - make_interval(secs => %s - u.i),
-                s.latest_id, s.metadata, s.status, s.interrupts, s.title, s.checkpoints, s.bytes
+                s.latest_id, s.metadata,
+                CASE WHEN u.i %% %s = 0 THEN 'interrupted' ELSE s.status END,
+                s.interrupts, s.title, s.checkpoints, s.bytes
             FROM u JOIN lgmp_thread_index s
                 ON s.thread_id = convert_to('seed-' || u.user_id, 'UTF8')""",
-            (total, total),
+            (total, total, WAITING_EVERY),
         )
         conn.execute("ANALYZE")
 
@@ -173,7 +188,9 @@ def _sqlite_clone(path: str, total: int, users: list[str]) -> None:
     for i, user in enumerate(users):
         tid = f"th-{i}".encode()
         tk = hashlib.sha256(tid).digest()[:16]
-        rows.append((tk, tid, now - total + i, now - total + i, *templates[f"seed-{user}"]))
+        latest, meta, status, *rest = templates[f"seed-{user}"]
+        status = _status(i) or status
+        rows.append((tk, tid, now - total + i, now - total + i, latest, meta, status, *rest))
     with conn:
         conn.executemany(
             "INSERT INTO lgmp_threads (thread_key, thread_id, expires_at) VALUES (?, ?, NULL)",
@@ -204,10 +221,21 @@ def _redis_clone(saver: Any, total: int, users: list[str]) -> None:
             record = dict(templates[user])
             ts = now - (total - i) * 1000
             record.update({b"id": tid.encode(), b"c": ts, b"u": ts})
+            status = _status(i) or record.get(b"s", b"idle").decode()
+            record[b"s"] = status
             pipe.hset(index._record_key(tid), mapping=record)
-            pipe.zadd(index.all_key, {tid: ts})
-            pipe.zadd(index.set_key("user_id", json.dumps(user)), {tid: ts})
+            for key in _redis_sets(index, user, status):
+                pipe.zadd(key, {tid: ts})
         pipe.execute()
+
+
+def _redis_sets(index: Any, user: str, status: str) -> list[Any]:
+    """The sorted sets a thread of ``user`` in ``status`` is in."""
+    form = json.dumps(user)
+    keys = [index.all_key, index.set_key("user_id", form)]
+    if hasattr(index, "status_key"):  # the status index (absent before it was added)
+        keys += [index.status_key(status), index.status_key(status, ("user_id", form))]
+    return keys
 
 
 # -- part 1: search ------------------------------------------------------------------
@@ -226,6 +254,14 @@ def _search_row(name: str, saver: Any, reps: int) -> dict[str, Any]:
         ),
         "count ms": _p50_ms(lambda: threads.count(metadata={"user_id": "u-big"}), reps),
         "count": threads.count(metadata={"user_id": "u-big"}),
+        # which threads wait for a human: the approvals queue's first page (oldest first)
+        "waiting ms": _p50_ms(lambda: threads.search(status="interrupted"), reps),
+        "waiting, oldest ms": _p50_ms(
+            lambda: threads.search(status="interrupted", sort_order="asc"), reps
+        ),
+        "waiting, user ms": _p50_ms(
+            lambda: threads.search(status="interrupted", metadata={"user_id": "u-big"}), reps
+        ),
     }
 
 
@@ -253,6 +289,9 @@ def _official_row(url: str, total: int, users: list[str], reps: int) -> dict[str
             "page 50 ms": _p50_ms(lambda: page(490), slow_reps),
             "count ms": float("nan"),
             "count": None,
+            "waiting ms": float("nan"),
+            "waiting, oldest ms": float("nan"),
+            "waiting, user ms": float("nan"),
         }
 
 
@@ -289,8 +328,9 @@ def search_part(args: argparse.Namespace) -> list[dict[str, Any]]:
             _sqlite_clone(path, args.threads, users)
             rows.append(_search_row("ours SQLite", saver, args.reps))
             _progress(rows[-1])
-    rows.append(_official_row(args.pg, args.threads, users, args.reps))
-    _progress(rows[-1])
+    if args.official:
+        rows.append(_official_row(args.pg, args.threads, users, args.reps))
+        _progress(rows[-1])
     return rows
 
 
@@ -413,6 +453,9 @@ def main() -> None:
     parser.add_argument("--turn-threads", type=int, default=10)
     parser.add_argument("--baseline", default=None, help="git ref without the index")
     parser.add_argument("--parts", default="search,turns")
+    parser.add_argument(
+        "--no-official", dest="official", action="store_false", help="skip the official saver"
+    )
     args = parser.parse_args()
     check_pg_url(args.pg)
     check_redis_url(args.redis)

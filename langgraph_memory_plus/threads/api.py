@@ -7,14 +7,23 @@ One object per saver, for sync and async callers alike: each method builds its p
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+import functools
+from collections.abc import Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from langgraph.types import Interrupt
 
-from .._plan import Plan
+from .._plan import Plan, adrive, drive
 from ..errors import InvalidConfigError
-from .core import StoredRecord, ThreadQuery, ThreadRecord, index_value, to_datetime
+from .core import (
+    ReindexBatch,
+    ReindexProgress,
+    StoredRecord,
+    ThreadQuery,
+    ThreadRecord,
+    index_value,
+    to_datetime,
+)
 from .transcripts import TranscriptMessage
 
 if TYPE_CHECKING:
@@ -34,11 +43,57 @@ class ThreadPlans(Protocol):
         self, thread_id: str, owner: str | None, limit: int, offset: int
     ) -> Plan[Any, list[tuple[str, str, str, float]]]: ...
 
+    def reindex(self, codec: Any, cursor: Any, batch_size: int) -> Plan[Any, ReindexBatch]:
+        """One backfill batch: records for threads that have none (written before the
+        index, or whose record was lost), up to ``batch_size`` threads looked at. The
+        cursor (``None`` first) says where the next batch starts; a run that crashed
+        starts again and skips the threads it indexed."""
+        ...
+
 
 def _thread_id(thread_id: Any) -> str:
     if not isinstance(thread_id, str) or not thread_id:
         raise InvalidConfigError(f"thread_id must be a non-empty string, got {thread_id!r}")
     return thread_id
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+def _then(plan: Plan[Any, T], finish: Callable[[T], R]) -> Plan[Any, R]:
+    """``plan``, its answer handed to ``finish``."""
+    return finish((yield from plan))
+
+
+def _blocking(
+    build: Callable[Concatenate[Any, P], Plan[Any, R]],
+) -> Callable[Concatenate[Any, P], R]:
+    """The blocking method of a builder: its arguments are checked when called (the
+    builder is a plain function returning the plan), then the saver's driver runs it."""
+
+    @functools.wraps(build)
+    def call(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._saver._run(build(self, *args, **kwargs))  # type: ignore[no-any-return]
+
+    call.__name__ = call.__qualname__ = build.__name__.lstrip("_")
+    return call
+
+
+def _awaitable(
+    build: Callable[Concatenate[Any, P], Plan[Any, R]],
+) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]:
+    """The async twin of :func:`_blocking`, over the same builder."""
+
+    @functools.wraps(build)
+    async def call(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await self._saver._arun(build(self, *args, **kwargs))  # type: ignore[no-any-return]
+
+    name = build.__name__.lstrip("_")
+    call.__name__ = call.__qualname__ = f"a{name}"
+    call.__doc__ = f"Async :meth:`{name}`."
+    return call
 
 
 class Threads:
@@ -108,9 +163,27 @@ class Threads:
             for i, r, c, t in rows
         ]
 
-    # -- synchronous --------------------------------------------------------------------
+    def _reindex(
+        self, batch_size: Any, progress: Callable[[ReindexProgress], None] | None
+    ) -> Plan[Plan[Any, ReindexBatch], ReindexProgress]:
+        """The backfill as a plan of batch plans: each batch is one plan (one transaction
+        or one script per thread), run by ``drive`` / ``adrive`` with the saver's driver."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
+        codec, cursor, examined, indexed = self._saver._codec, None, 0, 0
+        while True:
+            batch: ReindexBatch = yield self._plans.reindex(codec, cursor, batch_size)
+            examined, indexed = examined + batch.examined, indexed + batch.indexed
+            done = ReindexProgress(examined, indexed)
+            if progress is not None:
+                progress(done)
+            if batch.cursor is None:
+                return done
+            cursor = batch.cursor
 
-    def search(
+    # -- what each call runs: built once, for the blocking and the awaitable method ----
+
+    def _search(
         self,
         *,
         metadata: dict[str, Any] | None = None,
@@ -120,10 +193,10 @@ class Threads:
         sort_order: str = "desc",
         limit: int = 10,
         offset: int = 0,
-    ) -> list[ThreadRecord]:
+    ) -> Plan[Any, list[ThreadRecord]]:
         """Threads whose metadata has these top-level values, in this status, newest first
-        by default. A filter on an indexed key (``user_id``) reads that key's index:
-        O(log n + offset + limit), whatever the number of threads."""
+        by default. A filter on an indexed key (``user_id``) or on ``status`` (or both)
+        reads an index: O(log n + offset + limit), whatever the number of threads."""
         query = self._query(
             metadata=metadata,
             status=status,
@@ -133,92 +206,81 @@ class Threads:
             limit=limit,
             offset=offset,
         )
-        return [self._record(r) for r in self._saver._run(self._plans.search(query))]
+        return _then(self._plans.search(query), self._records)
 
-    def count(
+    def _count(
         self,
         *,
         metadata: dict[str, Any] | None = None,
         status: str | None = None,
         ids: Sequence[str] | None = None,
-    ) -> int:
+    ) -> Plan[Any, int]:
         """How many threads :meth:`search` would find with no limit."""
-        query = self._query(metadata=metadata, status=status, ids=ids)
-        return self._saver._run(self._plans.count(query))
+        return self._plans.count(self._query(metadata=metadata, status=status, ids=ids))
 
-    def get(self, thread_id: str, *, user_id: Any = None) -> ThreadRecord | None:
+    def _get(self, thread_id: str, *, user_id: Any = None) -> Plan[Any, ThreadRecord | None]:
         """One thread's record; ``None`` if it does not exist, expired, or (with
         ``user_id``) belongs to another user."""
-        stored = self._saver._run(self._plans.get(_thread_id(thread_id)))
-        return self._owned(stored, user_id)
+        plan = self._plans.get(_thread_id(thread_id))
+        return _then(plan, lambda stored: self._owned(stored, user_id))
 
-    def sessions(self, user_id: Any, *, limit: int = 20, offset: int = 0) -> list[ThreadRecord]:
+    def _sessions(
+        self, user_id: Any, *, limit: int = 20, offset: int = 0
+    ) -> Plan[Any, list[ThreadRecord]]:
         """A user's conversations, newest first: the search by the user key."""
         query = self._sessions_query(user_id, limit, offset)
-        return [self._record(r) for r in self._saver._run(self._plans.search(query))]
+        return _then(self._plans.search(query), self._records)
 
-    def transcript(
+    def _transcript(
         self, thread_id: str, *, user_id: Any = None, limit: int = 100, offset: int = 0
-    ) -> list[TranscriptMessage]:
+    ) -> Plan[Any, list[TranscriptMessage]]:
         """The thread's clean chat history, oldest first (``transcripts=True`` savers).
 
         Outlives the thread's checkpoints. With ``user_id``, only a transcript recorded
         for that user is returned (another user's thread id gives ``[]``).
         """
         args = self._transcript_args(thread_id, user_id, limit, offset)
-        return self._lines(self._saver._run(self._plans.transcript(*args)))
+        return _then(self._plans.transcript(*args), self._lines)
 
-    # -- asynchronous -------------------------------------------------------------------
+    def _records(self, stored: list[StoredRecord]) -> list[ThreadRecord]:
+        return [self._record(r) for r in stored]
 
-    async def asearch(
+    # -- the methods --------------------------------------------------------------------
+
+    search = _blocking(_search)
+    count = _blocking(_count)
+    get = _blocking(_get)
+    sessions = _blocking(_sessions)
+    transcript = _blocking(_transcript)
+    asearch = _awaitable(_search)
+    acount = _awaitable(_count)
+    aget = _awaitable(_get)
+    asessions = _awaitable(_sessions)
+    atranscript = _awaitable(_transcript)
+
+    def reindex(
         self,
         *,
-        metadata: dict[str, Any] | None = None,
-        status: str | None = None,
-        ids: Sequence[str] | None = None,
-        sort_by: str = "updated_at",
-        sort_order: str = "desc",
-        limit: int = 10,
-        offset: int = 0,
-    ) -> list[ThreadRecord]:
-        """Async :meth:`search`."""
-        query = self._query(
-            metadata=metadata,
-            status=status,
-            ids=ids,
-            sort_by=sort_by,
-            sort_order=sort_order,
-            limit=limit,
-            offset=offset,
-        )
-        return [self._record(r) for r in await self._saver._arun(self._plans.search(query))]
+        batch_size: int = 500,
+        progress: Callable[[ReindexProgress], None] | None = None,
+    ) -> ReindexProgress:
+        """Write a record for every thread that has none: threads written before the
+        index existed (an upgrade) or whose record was lost. Safe at any time, also
+        beside running graphs; idempotent, so a run that crashed is just run again.
 
-    async def acount(
+        ``batch_size`` threads are looked at per batch (one transaction on SQL; on Redis
+        one script per thread, after a ``SCAN`` of every primary node); ``progress``
+        gets a :class:`ReindexProgress` after each batch. A backfilled record is what a
+        refresh derives (metadata, status, interrupts, counts), dated by its checkpoint
+        ids; its title comes with its next write.
+        """
+        return drive(self._reindex(batch_size, progress), self._saver._run)
+
+    async def areindex(
         self,
         *,
-        metadata: dict[str, Any] | None = None,
-        status: str | None = None,
-        ids: Sequence[str] | None = None,
-    ) -> int:
-        """Async :meth:`count`."""
-        query = self._query(metadata=metadata, status=status, ids=ids)
-        return await self._saver._arun(self._plans.count(query))
-
-    async def aget(self, thread_id: str, *, user_id: Any = None) -> ThreadRecord | None:
-        """Async :meth:`get`."""
-        stored = await self._saver._arun(self._plans.get(_thread_id(thread_id)))
-        return self._owned(stored, user_id)
-
-    async def asessions(
-        self, user_id: Any, *, limit: int = 20, offset: int = 0
-    ) -> list[ThreadRecord]:
-        """Async :meth:`sessions`."""
-        query = self._sessions_query(user_id, limit, offset)
-        return [self._record(r) for r in await self._saver._arun(self._plans.search(query))]
-
-    async def atranscript(
-        self, thread_id: str, *, user_id: Any = None, limit: int = 100, offset: int = 0
-    ) -> list[TranscriptMessage]:
-        """Async :meth:`transcript`."""
-        args = self._transcript_args(thread_id, user_id, limit, offset)
-        return self._lines(await self._saver._arun(self._plans.transcript(*args)))
+        batch_size: int = 500,
+        progress: Callable[[ReindexProgress], None] | None = None,
+    ) -> ReindexProgress:
+        """Async :meth:`reindex`."""
+        return await adrive(self._reindex(batch_size, progress), self._saver._arun)

@@ -17,6 +17,7 @@ import base64
 import json
 import math
 import unicodedata
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -402,3 +403,56 @@ def record_input(
         lines=tuple(lines) if root else (),
         owner=indexed.get(index_keys[0]) if index_keys else None,
     )
+
+
+# -- backfill -----------------------------------------------------------------------
+
+_UUID_EPOCH = 0x01B21DD213814000  # 1582-10-15 to 1970-01-01, in 100 ns steps
+
+
+def checkpoint_time(checkpoint_id: str | None) -> float | None:
+    """When a checkpoint was made (epoch seconds), read from its id: LangGraph's ids are
+    UUIDv6, time-ordered with a 100 ns timestamp. ``None`` for any other id.
+
+    A backfilled record takes its times from its thread's first and latest root
+    checkpoints, so it sorts where its last write put it, not at the backfill's time.
+    """
+    try:
+        value = uuid.UUID(checkpoint_id or "")
+    except ValueError:
+        return None
+    if value.version != 6:
+        return None
+    n = value.int
+    ticks = ((n >> 96) << 28) | (((n >> 80) & 0xFFFF) << 12) | ((n >> 64) & 0x0FFF)
+    return (ticks - _UUID_EPOCH) / 1e7
+
+
+def backfill_times(rows: Iterable[Sequence[Any]]) -> list[tuple[bytes, float, float]]:
+    """(thread key, created, updated) from a backfill batch's (thread key, first root
+    checkpoint id, latest root checkpoint id) rows, for those whose ids tell the time."""
+    out = []
+    for tk, first, latest in rows:
+        created, updated = checkpoint_time(first), checkpoint_time(latest)
+        if created is not None and updated is not None:
+            out.append((bytes(tk), created, updated))
+    return out
+
+
+@dataclass(frozen=True)
+class ReindexProgress:
+    """Where a backfill is, handed to its ``progress`` callback after every batch."""
+
+    examined: int
+    """Threads looked at so far (those that had a record are skipped)."""
+    indexed: int
+    """Records written so far."""
+
+
+@dataclass(frozen=True)
+class ReindexBatch:
+    """What one backfill batch did, and where the next one starts (``None``: done)."""
+
+    examined: int
+    indexed: int
+    cursor: Any

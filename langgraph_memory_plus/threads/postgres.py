@@ -33,8 +33,10 @@ from .._postgres import Query, Rows
 from ..checkpoint.config import thread_key
 from .core import (
     RecordInput,
+    ReindexBatch,
     StoredRecord,
     ThreadQuery,
+    backfill_times,
     derive,
     interrupts_from_json,
     interrupts_json,
@@ -93,6 +95,13 @@ MIGRATION: tuple[str, ...] = (
     """,
 )
 
+STATUS_MIGRATION: tuple[str, ...] = (
+    # "Which threads wait for a human": search(status=...) reads this index in order,
+    # O(log n + k), instead of every thread's row (the approvals queue's first page).
+    f"""CREATE INDEX IF NOT EXISTS {TABLE}_status_idx
+        ON {{s}}.{TABLE} (status, updated_at, thread_key)""",
+)
+
 _COLUMNS = """i.thread_id, extract(epoch FROM i.created_at), extract(epoch FROM i.updated_at),
     i.metadata, i.status, i.interrupts, i.title, i.checkpoints, i.bytes"""
 
@@ -104,6 +113,10 @@ _ORDER = {
 }
 
 WriteRows = Callable[[Any, Any, Any], list[tuple[str, str, str, bytes, str, int]]]
+
+
+STATUS = "\x00status"
+"""Appended to a key to name its index by key and status."""
 
 
 def _index_name(key: str) -> str:
@@ -211,11 +224,16 @@ class PostgresThreadIndex:
     # -- setup ----------------------------------------------------------------------------
 
     def setup(self) -> Plan[Query, None]:
-        """One expression index per indexed key (run under the migration's lock)."""
+        """Two expression indexes per indexed key (run under the migration's lock): by
+        key, and by key and status (a user's threads that wait for a human)."""
         for key in self.index_keys:
             yield Query(
                 f"CREATE INDEX IF NOT EXISTS {_index_name(key)} ON {self._ix} "
                 f"((metadata -> '{key}'), updated_at)"
+            )
+            yield Query(
+                f"CREATE INDEX IF NOT EXISTS {_index_name(key + STATUS)} ON {self._ix} "
+                f"((metadata -> '{key}'), status, updated_at, thread_key)"
             )
 
     # -- what the writes add to their statements ------------------------------------------
@@ -309,6 +327,24 @@ class PostgresThreadIndex:
             {"src": src, "dst": dst, "dst_id": dst_id},
         )
 
+    def copy_transcript(self, src: bytes, dst: bytes) -> Query:
+        """The source's transcript lines into the target (``copy_thread``), if the source
+        is visible: a copy shows its user the conversation it continues. Lines the
+        target has (by message id) stay; each keeps its order, owner and expiry."""
+        return Query(
+            f"""
+            INSERT INTO {self._tx} (thread_key, message_id, owner, seq, role, content,
+                created_at, expires_at)
+            SELECT %(dst)s, x.message_id, x.owner, x.seq, x.role, x.content, x.created_at,
+                x.expires_at
+            FROM {self._tx} x
+            WHERE x.thread_key = %(src)s AND (x.expires_at IS NULL OR x.expires_at > now())
+                AND EXISTS (SELECT 1 FROM {self._th} t
+                    WHERE t.thread_key = %(src)s AND {self._visible})
+            ON CONFLICT DO NOTHING""",
+            {"src": src, "dst": dst},
+        )
+
     def revived(self, tk: bytes, record: RecordInput) -> Plan[Query, None]:
         """An expired thread written again starts over: a new creation time and title."""
         yield Query(
@@ -378,6 +414,39 @@ class PostgresThreadIndex:
                     "b": size,
                 },
             )
+
+    def reindex(self, codec: Any, cursor: Any, batch_size: int) -> Plan[Query, ReindexBatch]:
+        """One backfill batch in one transaction (see ``ThreadPlans.reindex``); the
+        cursor is the last thread key looked at. SQL reads metadata's JSON projection."""
+        rows: Rows = yield Query(
+            f"""
+            SELECT t.thread_key, min(c.checkpoint_id), max(c.checkpoint_id)
+            FROM (SELECT t.thread_key FROM {self._th} t
+                WHERE t.thread_key > %s AND t.thread_id IS NOT NULL
+                    AND NOT EXISTS (SELECT 1 FROM {self._ix} i WHERE i.thread_key = t.thread_key)
+                ORDER BY t.thread_key LIMIT %s) t
+            LEFT JOIN {self._ck} c ON c.thread_key = t.thread_key AND c.checkpoint_ns = ''
+                AND NOT c.replay_only
+            GROUP BY t.thread_key ORDER BY t.thread_key""",
+            (cursor or b"", batch_size),
+            fetch=True,
+        )
+        tks = [bytes(r[0]) for r in rows]
+        yield from self.refresh(tks)
+        times = backfill_times(rows)
+        if times:
+            yield Query(
+                f"""UPDATE {self._ix} i SET created_at = to_timestamp(v.c),
+                    updated_at = to_timestamp(v.u)
+                FROM unnest(%s::bytea[], %s::float8[], %s::float8[]) AS v(tk, c, u)
+                WHERE i.thread_key = v.tk""",
+                ([t[0] for t in times], [t[1] for t in times], [t[2] for t in times]),
+            )
+        indexed: Rows = yield Query(
+            f"SELECT count(*) FROM {self._ix} WHERE thread_key = ANY(%s)", (tks,), fetch=True
+        )
+        done = len(rows) < batch_size
+        return ReindexBatch(len(rows), int(indexed[0][0]), None if done else tks[-1])
 
     # -- reads ----------------------------------------------------------------------------
 

@@ -42,9 +42,12 @@ from typing import Any
 
 from .._plan import Plan
 from .._redis import Batch, Eval, Scan, glob_escape
-from .core import RecordInput, StoredRecord, ThreadQuery, index_value
+from .core import RecordInput, ReindexBatch, StoredRecord, ThreadQuery, index_value
 
 Command = Eval | Scan | Batch
+Backfill = Callable[[Any, Any, int], Plan[Command, ReindexBatch]]
+"""The checkpoint plans' backfill batch (codec, cursor, size): it needs their keys and
+decoding, which this module does not have."""
 
 FIELDS = (b"id", b"c", b"u", b"m", b"s", b"i", b"t", b"n", b"b")
 MAX_HEAL_ROUNDS = 3
@@ -151,6 +154,20 @@ end
 """
 
 
+# On one set key; ARGV: member, score pairs. Removes each member still at the score
+# a read saw (a write since moved it up: it is putting the thread back). Reply: removed.
+ZREM_IF = r"""
+local n = 0
+for i = 1, #ARGV, 2 do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if score and tonumber(score) == tonumber(ARGV[i + 1]) then
+    n = n + redis.call('ZREM', KEYS[1], ARGV[i])
+  end
+end
+return n
+"""
+
+
 def _utf8(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
@@ -208,8 +225,10 @@ class RedisThreadIndex:
         record_key: Callable[[str], bytes],
         ttl_ms: int,
         transcript_ttl_ms: int = 0,
+        backfill: Backfill | None = None,
     ) -> None:
         self.transcript_ttl_ms = transcript_ttl_ms
+        self._backfill = backfill
         self.prefix = prefix
         self.index_keys = tuple(index_keys)
         self._record_key = record_key
@@ -267,6 +286,28 @@ class RedisThreadIndex:
                 yield Batch([("DEL", key, key + b"o") for key in mine])
         return total
 
+    def copy_transcript(self, source: str, target: str) -> Plan[Command, None]:
+        """``copy_thread``: the source's transcript lines the target lacks (by message
+        id), in their order, and its owner unless the target has one. Idempotent
+        commands: a copy interrupted half-way is completed by running it again."""
+        lines, order = self.transcript_keys(source)
+        fields, ranked = yield Batch([("HGETALL", lines), ("ZRANGE", order, 0, -1, "WITHSCORES")])
+        if not fields:
+            return
+        to_lines, to_order = self.transcript_keys(target)
+        pairs = (
+            fields.items()
+            if isinstance(fields, dict)
+            else zip(fields[::2], fields[1::2], strict=True)
+        )
+        commands: list[tuple[Any, ...]] = [("HSETNX", to_lines, f, v) for f, v in pairs]
+        commands += [
+            ("ZADD", to_order, "NX", score, _utf8(member)) for member, score in _entries(ranked)
+        ]
+        if self.transcript_ttl_ms:
+            commands += [("PEXPIRE", key, self.transcript_ttl_ms) for key in (to_lines, to_order)]
+        yield Batch(commands)
+
     def transcript(
         self, thread_id: str, owner: str | None, limit: int, offset: int
     ) -> Plan[Command, list[tuple[str, str, str, float]]]:
@@ -296,6 +337,19 @@ class RedisThreadIndex:
         digest = hashlib.sha256(_utf8(f"{key}\x00{form}")).hexdigest()[:32]
         return _utf8(f"{self.prefix}:{{tix:{key}:{digest}}}")
 
+    def status_key(self, status: str, indexed: tuple[str, str] | None = None) -> bytes:
+        """The set of threads in ``status``: all of them, or those of one indexed value."""
+        if indexed is None:
+            return _utf8(f"{self.prefix}:{{tix:s:{status}}}")
+        key, form = indexed
+        digest = hashlib.sha256(_utf8(f"{key}\x00{form}\x00{status}")).hexdigest()[:32]
+        return _utf8(f"{self.prefix}:{{tix:{key}:s:{digest}}}")
+
+    def _status_keys(self, status: str, indexed: dict[str, str]) -> list[bytes]:
+        return [self.status_key(status)] + [
+            self.status_key(status, item) for item in indexed.items()
+        ]
+
     # -- writes -------------------------------------------------------------------------
 
     def _adds(self, keys: Sequence[bytes], thread_id: str, ts: int) -> Batch:
@@ -310,11 +364,42 @@ class RedisThreadIndex:
     def intent(
         self, thread_id: str, record: RecordInput | None, ts: int, then: Eval | None = None
     ) -> Batch:
-        """Step 1 of a write: the thread's entries in its sets, then (``then``) the write."""
+        """Step 1 of a write: the thread's entries in its sets, then (``then``) the write.
+
+        A root checkpoint makes its thread ``idle`` (unless writes stored before it say
+        otherwise: those entered their status's sets already), so it enters the idle
+        sets. Entries a thread left behind in its former status's sets are removed by
+        the reads that meet them (they check each entry's record).
+        """
         keys = [self.all_key]
         if record is not None:
             keys += [self.set_key(k, v) for k, v in record.indexed.items()]
+            if record.root:
+                keys += self._status_keys("idle", record.indexed)
         return Batch(self._adds(keys, thread_id, ts).commands, then)
+
+    def writes_intent(self, thread_id: str, status: str, ts: int, then: Eval) -> Plan[Command, Any]:
+        """Step 1 of an interrupt's or an error's write, then the write (its reply).
+
+        The thread enters ``status``'s sets: all threads', and its indexed values' as
+        its record's metadata says (read first: the writes do not carry metadata). When
+        the writes come before their thread's first checkpoint (LangGraph runs them side
+        by side) the record has no metadata yet: the thread then enters its values' sets
+        after the script, as its record says by then, and a put that finds its thread
+        not idle does so too (see ``put``).
+        """
+        [meta] = yield Batch([("HGET", self._record_key(thread_id), b"m")])
+        metadata = json.loads(meta) if meta else {}
+        indexed = {
+            k: form
+            for k in self.index_keys
+            if k in metadata and (form := index_value(metadata[k])) is not None
+        }
+        keys = [self.all_key, *self._status_keys(status, indexed)]
+        reply = yield Batch(self._adds(keys, thread_id, ts).commands, then)
+        if not meta and reply == 1:  # the metadata may have come meanwhile: as it says now
+            yield from self.adopt(thread_id)
+        return reply
 
     def refused(self, thread_id: str, record: RecordInput | None) -> Plan[Command, None]:
         """After a write the script refused (its thread was deleted, e.g. by erasure):
@@ -324,11 +409,19 @@ class RedisThreadIndex:
             keys = self.intent(thread_id, record, 0).commands
             yield Batch([("ZREM", c[1], _utf8(thread_id)) for c in keys if c[0] == "ZADD"])
 
-    def _keys_of(self, record: StoredRecord) -> list[bytes]:
-        return [self.all_key] + [
-            self.set_key(k, form)
+    def _keys_of(self, record: StoredRecord, every_status: bool = False) -> list[bytes]:
+        """The sets the record's thread is in; with ``every_status``, also the other
+        statuses' sets, where it may have left entries behind (see ``intent``)."""
+        indexed = {
+            k: form
             for k in self.index_keys
             if k in record.metadata and (form := index_value(record.metadata[k])) is not None
+        }
+        statuses = ("idle", "interrupted", "error") if every_status else (record.status,)
+        return [
+            self.all_key,
+            *(self.set_key(k, form) for k, form in indexed.items()),
+            *(key for status in statuses for key in self._status_keys(status, indexed)),
         ]
 
     def before_delete(self, thread_ids: Sequence[str]) -> Plan[Command, list[StoredRecord | None]]:
@@ -338,7 +431,10 @@ class RedisThreadIndex:
     def forget(self, records: Sequence[StoredRecord | None]) -> Plan[Command, None]:
         """After deletions: the threads' entries go (a lost removal heals on read)."""
         commands: list[tuple[Any, ...]] = [
-            ("ZREM", key, _utf8(r.thread_id)) for r in records if r for key in self._keys_of(r)
+            ("ZREM", key, _utf8(r.thread_id))
+            for r in records
+            if r
+            for key in self._keys_of(r, every_status=True)
         ]
         if commands:
             yield Batch(commands)
@@ -362,12 +458,16 @@ class RedisThreadIndex:
     def _belongs(self, record: StoredRecord | None, query: ThreadQuery) -> bool:
         if record is None:
             return False
+        if query.status is not None and record.status != query.status:
+            return False
         if query.indexed is None:
             return True
         key, form = query.indexed
         return key in record.metadata and index_value(record.metadata[key]) == form
 
     def _set_of(self, query: ThreadQuery) -> bytes:
+        if query.status is not None:
+            return self.status_key(query.status, query.indexed)
         return self.set_key(*query.indexed) if query.indexed else self.all_key
 
     def _heal(
@@ -376,31 +476,51 @@ class RedisThreadIndex:
         entries: list[tuple[str, int]],
         records: list[StoredRecord | None],
         query: ThreadQuery,
-    ) -> Batch | None:
-        fixes: list[tuple[Any, ...]] = []
+    ) -> tuple[list[Command], int]:
+        """Commands that mend a set's entries (and how many they may remove): an entry
+        whose record is gone or disagrees goes, unless a write moved its score since it
+        was read (that write is putting the thread back in); a score is set to ``u``."""
+        gone: list[bytes | int] = []
+        scores: list[tuple[Any, ...]] = []
         for (tid, score), record in zip(entries, records, strict=True):
             if not self._belongs(record, query):
-                fixes.append(("ZREM", key, _utf8(tid)))
+                gone += [_utf8(tid), score]
             elif record is not None and int(record.updated_at * 1000) != score:
-                fixes.append(("ZADD", key, "XX", int(record.updated_at * 1000), _utf8(tid)))
-        return Batch(fixes) if fixes else None
+                scores.append(("ZADD", key, "XX", int(record.updated_at * 1000), _utf8(tid)))
+        fixes: list[Command] = [Eval("zrem_if", [key], gone)] if gone else []
+        if scores:
+            fixes.append(Batch(scores))
+        return fixes, len(gone) // 2
 
     def _window(self, query: ThreadQuery) -> Plan[Command, list[StoredRecord]]:
-        """``limit`` entries from ``offset`` of one set, verified (the indexed fast path)."""
+        """``limit`` entries from ``offset`` of one set, verified (the indexed fast path).
+
+        A status set holds entries of threads that have left that status since (removed
+        by the reads that meet them, not by the writes): it is verified from its start,
+        so a page's position is exact, and read again as long as a round removes
+        entries. Each left-behind entry is removed once, so reads stay O(log n + offset
+        + limit) amortized.
+        """
         key = self._set_of(query)
         desc = query.sort_order == "desc"
-        for _ in range(MAX_HEAL_ROUNDS):
+        start = 0 if query.status is not None else query.offset
+        idle_rounds = 0
+        while True:
             stop = query.offset + query.limit - 1
             [raw] = yield Batch(
-                [("ZRANGE", key, query.offset, stop, *(("REV",) if desc else ()), "WITHSCORES")]
+                [("ZRANGE", key, start, stop, *(("REV",) if desc else ()), "WITHSCORES")]
             )
             entries = _entries(raw)
             records = yield from self._records([t for t, _ in entries])
-            fixes = self._heal(key, entries, records, query)
-            if fixes is None:
-                return [r for r in records if r is not None]
-            yield fixes
-        return query.page(r for r in records if r is not None and self._belongs(r, query))
+            fixes, removed = self._heal(key, entries, records, query)
+            if not fixes:
+                return [r for r in records if r is not None][query.offset - start :]
+            for fix in fixes:  # noqa: UP028 (a list iterator takes no replies)
+                yield fix
+            idle_rounds = 0 if removed else idle_rounds + 1
+            if idle_rounds >= MAX_HEAL_ROUNDS:  # scores moving under writes: settle here
+                found = [r for r in records if r is not None and self._belongs(r, query)]
+                return query.page(found) if start == 0 else found
 
     def _all(self, query: ThreadQuery) -> Plan[Command, list[StoredRecord]]:
         """Every candidate of the query's set (or its ids), verified and healed."""
@@ -414,25 +534,30 @@ class RedisThreadIndex:
             [raw] = yield Batch([("ZRANGE", key, start, start + BATCH - 1, "WITHSCORES")])
             entries = _entries(raw)
             records = yield from self._records([t for t, _ in entries])
-            fixes = self._heal(key, entries, records, query)
-            if fixes is not None:
-                yield fixes
+            fixes, removed = self._heal(key, entries, records, query)
+            for fix in fixes:  # noqa: UP028 (a list iterator takes no replies)
+                yield fix
             out.extend(r for r in records if r is not None and self._belongs(r, query))
             if len(entries) < BATCH:
                 return out
-            start += BATCH - sum(1 for c in (fixes.commands if fixes else ()) if c[0] == "ZREM")
+            start += BATCH - removed
 
     def search(self, query: ThreadQuery) -> Plan[Command, list[StoredRecord]]:
         if query.limit == 0:
             return []
         rest = {k for k in query.metadata if not query.indexed or k != query.indexed[0]}
-        simple = not rest and query.status is None and query.ids is None
+        simple = not rest and query.ids is None
         if simple and query.sort_by == "updated_at":
             return (yield from self._window(query))
         return query.page((yield from self._all(query)))
 
     def count(self, query: ThreadQuery) -> Plan[Command, int]:
         return sum(1 for r in (yield from self._all(query)) if query.matches(r))
+
+    def reindex(self, codec: Any, cursor: Any, batch_size: int) -> Plan[Command, ReindexBatch]:
+        """One backfill batch (see ``RedisCheckpointPlans.reindex``)."""
+        assert self._backfill is not None, "the checkpoint plans give the backfill"
+        return (yield from self._backfill(codec, cursor, batch_size))
 
     def get(self, thread_id: str) -> Plan[Command, StoredRecord | None]:
         [record] = yield from self._records([thread_id])

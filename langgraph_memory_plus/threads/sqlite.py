@@ -30,8 +30,10 @@ from .core import (
     ERROR,
     INTERRUPT,
     RecordInput,
+    ReindexBatch,
     StoredRecord,
     ThreadQuery,
+    backfill_times,
     derive,
     interrupts_from_json,
     interrupts_json,
@@ -111,6 +113,14 @@ MIGRATION: tuple[str, ...] = (
     """,
 )
 
+STATUS_MIGRATION: tuple[str, ...] = (
+    # search(status=...) ("which threads wait for a human") reads this index in order.
+    f"""CREATE INDEX IF NOT EXISTS {TABLE}_status_idx
+        ON {TABLE} (status, updated_at, thread_key, expires_at)""",
+)
+STATUS = "\x00status"
+"""Appended to a key to name its index by key and status."""
+
 _COLUMNS = """i.thread_id, i.created_at, i.updated_at, i.metadata, i.status, i.interrupts,
     i.title, i.checkpoints, i.bytes"""
 _ORDER = {
@@ -163,6 +173,12 @@ class SqliteThreadIndex:
             yield Query(
                 f"CREATE INDEX IF NOT EXISTS {_index_name(key)} ON {TABLE} "
                 f"(json_extract(metadata, '$.\"{key}\"'), updated_at, thread_key, expires_at)",
+                write=True,
+            )
+            yield Query(
+                f"CREATE INDEX IF NOT EXISTS {_index_name(key + STATUS)} ON {TABLE} "
+                f"(json_extract(metadata, '$.\"{key}\"'), status, updated_at, thread_key, "
+                "expires_at)",
                 write=True,
             )
 
@@ -283,6 +299,18 @@ class SqliteThreadIndex:
                 title = coalesce(i.title, excluded.title)""",
             {"src": src, "dst": dst, "now": time.time()},
         )
+        # The source's transcript too (its lines the target lacks, as they are): a copy
+        # shows its user the conversation it continues.
+        yield Query(
+            f"""
+            INSERT INTO {TRANSCRIPTS} (thread_key, message_id, owner, seq, role, content,
+                created_at, expires_at)
+            SELECT :dst, message_id, owner, seq, role, content, created_at, expires_at
+            FROM {TRANSCRIPTS}
+            WHERE thread_key = :src AND (expires_at IS NULL OR expires_at > :now)
+            ON CONFLICT DO NOTHING""",
+            {"src": src, "dst": dst, "now": time.time()},
+        )
         yield from self.refresh([dst])
 
     def refresh(self, tks: Iterable[bytes]) -> Plan[Query, None]:
@@ -334,6 +362,45 @@ class SqliteThreadIndex:
                     "b": size,
                 },
             )
+
+    def reindex(self, codec: Any, cursor: Any, batch_size: int) -> Plan[Query, ReindexBatch]:
+        """One backfill batch in one transaction (see ``ThreadPlans.reindex``); the
+        cursor is the last thread key looked at. SQL reads metadata's JSON projection."""
+        rows: Rows = yield Query(
+            f"""
+            SELECT t.thread_key, min(c.checkpoint_id), max(c.checkpoint_id)
+            FROM (SELECT t.thread_key FROM lgmp_threads t
+                WHERE t.thread_key > ? AND t.thread_id IS NOT NULL
+                    AND NOT EXISTS (SELECT 1 FROM {TABLE} i WHERE i.thread_key = t.thread_key)
+                ORDER BY t.thread_key LIMIT ?) t
+            LEFT JOIN lgmp_checkpoints c ON c.thread_key = t.thread_key
+                AND c.checkpoint_ns = '' AND NOT c.replay_only
+            GROUP BY t.thread_key ORDER BY t.thread_key""",
+            (cursor or b"", batch_size),
+            fetch=True,
+            write=True,
+        )
+        tks = [bytes(r[0]) for r in rows]
+        yield from self.refresh(tks)
+        times = backfill_times(rows)
+        if times:
+            yield Query(
+                f"UPDATE {TABLE} SET created_at = ?, updated_at = ? WHERE thread_key = ?",
+                [(lo, hi, tk) for tk, lo, hi in times],
+                many=True,
+            )
+        marks = ",".join("?" * len(tks))
+        indexed: Rows = (
+            (
+                yield Query(
+                    f"SELECT count(*) FROM {TABLE} WHERE thread_key IN ({marks})", tks, fetch=True
+                )
+            )
+            if tks
+            else [(0,)]
+        )
+        done = len(rows) < batch_size
+        return ReindexBatch(len(rows), int(indexed[0][0]), None if done else tks[-1])
 
     # -- reads ------------------------------------------------------------------------
 

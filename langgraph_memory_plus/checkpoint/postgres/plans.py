@@ -24,7 +24,7 @@ from ..._postgres import Query, Rows
 from ...errors import ValueTooLargeError
 from ...threads.core import RecordInput, writes_of_interest
 from ...threads.postgres import MIGRATION as THREAD_INDEX_MIGRATION
-from ...threads.postgres import PostgresThreadIndex
+from ...threads.postgres import STATUS_MIGRATION, PostgresThreadIndex
 from .. import task_writes
 from ..codec import (
     EMPTY,
@@ -44,7 +44,7 @@ from .schema import MIGRATIONS, quote_schema
 
 logger = logging.getLogger("langgraph_memory_plus.checkpoint.postgres")
 
-CHECKPOINT_MIGRATIONS = (*MIGRATIONS, THREAD_INDEX_MIGRATION)
+CHECKPOINT_MIGRATIONS = (*MIGRATIONS, THREAD_INDEX_MIGRATION, STATUS_MIGRATION)
 """Every migration of the checkpoint tables, the thread index's included: the version
 ``setup()`` brings a schema to is ``len(CHECKPOINT_MIGRATIONS) - 1``."""
 
@@ -939,6 +939,7 @@ class PostgresCheckpointPlans:
             params,
         )
         yield self.threads.copy(src, dst, dst_id)
+        yield self.threads.copy_transcript(src, dst)
         yield from self.threads.refresh([dst])
 
     def prune(self, thread_ids: Sequence[str], keep_latest: bool) -> Plan[Query, None]:

@@ -17,8 +17,9 @@ from typing_extensions import Self, Unpack
 from ..._options import check_options, split_options
 from ..._pgdriver import PgAsyncDriver, PgSyncDriver, PostgresConnectOptions
 from ..._postgres import SchemaCheck
+from ...threads.context import ContextKeysSaver
 from ..config import SaverOptions
-from ..saver import AsyncDriver, CheckpointSaverBase, SyncDriver
+from ..saver import AsyncDriver, SyncDriver
 from .plans import PostgresCheckpointPlans
 
 DEFAULT_SCHEMA = "public"
@@ -39,7 +40,7 @@ class PostgresSaverOpenOptions(PostgresSaverOptions, PostgresConnectOptions, tot
     """``from_conn_string``'s keyword options: the pool's and the saver's."""
 
 
-class _PostgresOptions(CheckpointSaverBase):
+class _PostgresOptions(ContextKeysSaver):
     """The constructor both PostgreSQL savers share.
 
     Args:

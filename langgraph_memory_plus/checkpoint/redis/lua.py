@@ -10,7 +10,7 @@ values stay opaque bytes that only Python decodes.
 
 from __future__ import annotations
 
-from ...threads.redis import RECORD_LUA
+from ...threads.redis import RECORD_LUA, ZREM_IF
 
 PRELUDE = r"""
 local K_THREAD, K_IDX, K_CK, K_META, K_BLOBS, K_WRITES, K_WIDX, K_REPLAY, K_ITEMS, K_NODES =
@@ -394,6 +394,9 @@ rec_put(thread_id, ns, cid, ARGV[9], ARGV[10], tonumber(ARGV[11]), ARGV[12])
 -- checkpoints of every namespace.
 if ns ~= '' and ARGV[9] ~= '' then redis.call('HSET', K_REC, 'm' .. member, ARGV[9]) end
 touch(ttl)
+-- 2: a root checkpoint whose writes came first left its thread interrupted or failed
+-- (the writes' step 1 could not know the thread's metadata yet: see threads/redis.py).
+if ns == '' and redis.call('HGET', K_REC, 's') ~= 'idle' then return 2 end
 return 1
 """
 
@@ -734,6 +737,28 @@ touch(ARGV[1])
 return 1
 """
 
+# A record for a thread that has none (written before the index, or its record lost).
+# ARGV: its latest root checkpoint's metadata JSON, its first and latest checkpoint times
+# (ms). Status, interrupts and counts come from what the thread holds, as after a prune;
+# the record keeps the thread's expiry. Reply: 1 written, 0 the thread has a record
+# already (or no checkpoints left).
+REINDEX = r"""
+local tid = redis.call('HGET', K_THREAD, 'id')
+if (not tid) or redis.call('EXISTS', K_REC) == 1 or redis.call('EXISTS', K_IDX) == 0 then
+  return 0
+end
+local latest = pick('', '')
+if latest then redis.call('HSET', K_REC, 'm' .. latest, ARGV[1]) end
+local size = 0
+for _, key in ipairs({K_CK, K_BLOBS, K_ITEMS}) do
+  for _, f in ipairs(redis.call('HKEYS', key)) do size = size + redis.call('HSTRLEN', key, f) end
+end
+redis.call('HSET', K_REC, 'id', tid, 'c', ARGV[2], 'u', ARGV[3], 'b', size)
+rec_refresh()
+keep_expiry()
+return 1
+"""
+
 SCRIPTS: dict[str, str] = {
     name: PRELUDE + RECORD_LUA + body
     for name, body in {
@@ -752,5 +777,8 @@ SCRIPTS: dict[str, str] = {
         "resolve": RESOLVE,
         "dump": DUMP,
         "restore": RESTORE,
+        "reindex": REINDEX,
     }.items()
 }
+# On one index set, not a thread's keys (see threads/redis.py).
+SCRIPTS["zrem_if"] = ZREM_IF

@@ -44,7 +44,7 @@ from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, Delta
 from ..._plan import Plan
 from ..._redis import Batch, Eval, Scan, glob_escape
 from ...errors import InvalidConfigError, ValueTooLargeError, decoding
-from ...threads.core import RecordInput, writes_of_interest
+from ...threads.core import ERROR, RecordInput, ReindexBatch, checkpoint_time, writes_of_interest
 from ...threads.redis import RedisThreadIndex, now_ms
 from .. import task_writes
 from ..codec import (
@@ -158,6 +158,11 @@ def thread_tag(thread_id: str) -> str:
     return hashlib.sha256(_utf8(thread_id)).hexdigest()[:32]
 
 
+def _ms(epoch: float | None) -> int:
+    """A checkpoint's time in ms, or now when its id does not tell."""
+    return now_ms() if epoch is None else int(epoch * 1000)
+
+
 class RedisCheckpointPlans:
     """Arguments for the scripts and decoding of their replies."""
 
@@ -184,6 +189,7 @@ class RedisCheckpointPlans:
             lambda t: self.keys(t)[-1],
             set_ttl,
             0 if tx_ttl is None else max(1, round(tx_ttl * 1000)),
+            self.reindex,
         )
 
     # -- keys -------------------------------------------------------------------------
@@ -485,6 +491,8 @@ class RedisCheckpointPlans:
         reply = yield self.threads.intent(target.thread_id, record, ts, Eval("put", keys, args))
         if reply == 0:  # refused: the thread was deleted while this run went on
             yield from self.threads.refused(target.thread_id, record)
+        elif reply == 2:  # not idle after all: the sets of its status, as its record says
+            yield from self.threads.adopt(target.thread_id)
 
     def put_writes(self, target: Target, writes: list[EncodedWrite]) -> Plan[Command, None]:
         if not writes:
@@ -509,7 +517,14 @@ class RedisCheckpointPlans:
             ts := now_ms(),
         ]
         write = Eval("put_writes", self.keys(target.thread_id), args)
-        reply = yield (self.threads.intent(target.thread_id, None, ts, write) if flagged else write)
+        if flagged and target.checkpoint_ns == "":
+            failed = any(w.channel == ERROR for w in writes)
+            status = "error" if failed else "interrupted"
+            reply = yield from self.threads.writes_intent(target.thread_id, status, ts, write)
+        elif flagged:  # a subgraph's: the record's status does not change
+            reply = yield self.threads.intent(target.thread_id, None, ts, write)
+        else:
+            reply = yield write
         if isinstance(reply, list):  # merged with an earlier call's writes: too large
             raise ValueTooLargeError(what, int(reply[0]), self.max_value_bytes)
         if flagged and reply == 0:
@@ -545,6 +560,46 @@ class RedisCheckpointPlans:
         )
         return codec.delta_history(channels, chain, lists)
 
+    def reindex(
+        self, codec: CheckpointCodec, cursor: Any, batch_size: int
+    ) -> Plan[Command, ReindexBatch]:
+        """One backfill batch: records for threads that have none (written before the
+        index existed, or whose record was lost), up to ``batch_size`` threads looked at.
+
+        The first batch lists every thread (SCAN, on every primary of a cluster); the
+        cursor carries that list and the position in it. Each record is written by one
+        script on the thread's keys, which does nothing if a record appeared meanwhile
+        (a write): a run that crashed is simply run again. The thread's set entries are
+        added after its record, as after a copy.
+        """
+        if cursor is None:
+            cursor = ((yield from self._all_thread_keys()), 0)
+        tags, start = cursor
+        chunk = tags[start : start + batch_size]
+        has = yield Batch([("EXISTS", self._keys_of_tag(tag)[-1]) for tag in chunk])
+        indexed = 0
+        for tag in (t for t, found in zip(chunk, has, strict=True) if not found):
+            keys = self._keys_of_tag(tag)
+            raw, first = yield Batch(
+                [
+                    ("HGET", keys[0], b"id"),
+                    ("ZRANGEBYLEX", keys[1], b"[\x00", b"(\x01", "LIMIT", 0, 1),
+                ]
+            )
+            if raw is None:
+                continue
+            thread_id = raw.decode("utf-8", "surrogatepass")
+            latest = yield from self.get_tuple(codec, Target(thread_id, "", None))
+            latest_id = latest.config["configurable"]["checkpoint_id"] if latest else None
+            first_id = bytes(first[0][1:]).decode("utf-8", "replace") if first else None
+            lo, hi = (_ms(checkpoint_time(cid)) for cid in (first_id, latest_id))
+            meta = json_safe(dict(latest.metadata)) if latest else {}
+            if (yield Eval("reindex", keys, [json.dumps(meta), lo, hi])) == 1:
+                indexed += 1
+                yield from self.threads.adopt(thread_id)
+        end = start + len(chunk)
+        return ReindexBatch(len(chunk), indexed, (tags, end) if end < len(tags) else None)
+
     def delete_thread(self, thread_id: str) -> Plan[Command, None]:
         records = yield from self.threads.before_delete([thread_id])
         yield Eval("delete", self.keys(thread_id), [TOMBSTONE_MS])
@@ -569,6 +624,7 @@ class RedisCheckpointPlans:
             [self._ttl_ms, _utf8(target_thread_id), *(_netstrings(part) for part in dump), ts],
         )
         yield from self.threads.adopt(target_thread_id)
+        yield from self.threads.copy_transcript(source_thread_id, target_thread_id)
 
     def prune(self, thread_ids: Sequence[str], keep_latest: bool) -> Plan[Command, None]:
         for thread_id in dict.fromkeys(thread_ids):

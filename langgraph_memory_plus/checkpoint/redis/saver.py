@@ -16,8 +16,9 @@ from typing_extensions import Self, Unpack
 from ..._options import check_options, split_options
 from ..._redis import AsyncClient, SyncClient
 from ..._redisdriver import RedisAsyncDriver, RedisConnectOptions, RedisSyncDriver
+from ...threads.context import ContextKeysSaver
 from ..config import SaverOptions
-from ..saver import AsyncDriver, CheckpointSaverBase, SyncDriver
+from ..saver import AsyncDriver, SyncDriver
 from .lua import SCRIPTS
 from .plans import RedisCheckpointPlans
 
@@ -34,7 +35,7 @@ class RedisSaverOpenOptions(RedisSaverOptions, RedisConnectOptions, total=False)
     """``from_conn_string``'s keyword options: the client pool's and the saver's."""
 
 
-class _RedisOptions(CheckpointSaverBase):
+class _RedisOptions(ContextKeysSaver):
     """The constructor both Redis savers share.
 
     Args:

@@ -37,8 +37,8 @@ from ..._sqlite import Query, Rows, migrate
 from ...errors import InvalidConfigError
 from ...threads.core import RecordInput, writes_of_interest
 from ...threads.sqlite import MIGRATION as THREAD_INDEX_MIGRATION
+from ...threads.sqlite import STATUS_MIGRATION, SqliteThreadIndex
 from ...threads.sqlite import TABLE as THREAD_INDEX_TABLE
-from ...threads.sqlite import SqliteThreadIndex
 from ..codec import (
     EMPTY,
     ChainLink,
@@ -55,7 +55,7 @@ from .schema import MIGRATIONS
 
 logger = logging.getLogger("langgraph_memory_plus.checkpoint.sqlite")
 
-CHECKPOINT_MIGRATIONS = (*MIGRATIONS, THREAD_INDEX_MIGRATION)
+CHECKPOINT_MIGRATIONS = (*MIGRATIONS, THREAD_INDEX_MIGRATION, STATUS_MIGRATION)
 """Every migration of the checkpoint tables, the thread index's included: the version
 ``setup()`` brings a schema to is ``len(CHECKPOINT_MIGRATIONS) - 1``."""
 

@@ -17,8 +17,9 @@ from typing_extensions import Self, Unpack
 
 from ..._options import check_options, split_options
 from ..._sqlite import SqliteAsyncDriver, SqliteConnectOptions, SqlitePool, SqliteSyncDriver
+from ...threads.context import ContextKeysSaver
 from ..config import SaverOptions
-from ..saver import AsyncDriver, CheckpointSaverBase, SyncDriver
+from ..saver import AsyncDriver, SyncDriver
 from .plans import SqliteCheckpointPlans
 
 
@@ -26,7 +27,7 @@ class SqliteSaverOpenOptions(SaverOptions, SqliteConnectOptions, total=False):
     """``from_conn_string``'s keyword options: the file's and the saver's."""
 
 
-class _SqliteOptions(CheckpointSaverBase):
+class _SqliteOptions(ContextKeysSaver):
     """The constructor both SQLite savers share.
 
     Args:
