@@ -143,13 +143,6 @@ class Approvals:
         self.clock = clock
         self._threads = threads
         self.user_key: str = threads.user_key
-        # Workaround: the Redis thread index answers any ``status=`` search by reading
-        # every candidate record, but pages its updated_at order directly. So on Redis
-        # the queue pages that order and keeps the interrupted threads itself: the same
-        # records read at worst, and only a page of them when the oldest are waiting.
-        from ..checkpoint.redis.saver import _RedisOptions
-
-        self._window_scan = isinstance(saver, _RedisOptions)
 
     # -- reading ------------------------------------------------------------------------
 
@@ -203,11 +196,10 @@ class Approvals:
     ) -> Plan[_Cmd, tuple[list[Approval], bool]]:
         """One page of interrupted threads (oldest first) as approvals; whether more."""
         metadata = None if user_id is None else {self.user_key: user_id}
-        status = None if self._window_scan else "interrupted"
         threads = yield _Search(
             dict(
                 metadata=metadata,
-                status=status,
+                status="interrupted",  # the index's status order: no scan on any backend
                 sort_by="updated_at",
                 sort_order="asc",
                 limit=chunk,
@@ -215,7 +207,6 @@ class Approvals:
             )
         )
         more = len(threads) == chunk
-        threads = [t for t in threads if t["status"] == "interrupted"]
         approvals = yield from self._approvals(threads)
         return approvals, more
 
