@@ -433,7 +433,7 @@ async def test_namespace_listing_counting_and_deleting_are_reported(
     assert fields[3][2] >= 1  # other tests' users may be listed too
     assert fields[4:] == [
         ("store.counted", ("users", user), 2, None),
-        ("store.namespace_deleted", ("users", user), None, 2),
+        ("store.namespace_deleted", ("users", user), 2, None),
         ("store.counted", ("users", user), 0, None),
     ]
     assert [f for i, f in enumerate(_namespace_fields(async_seen)) if i != 3] == [

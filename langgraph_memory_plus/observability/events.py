@@ -203,34 +203,35 @@ class StoreDeleted(_ItemChanged):
 
 
 @dataclass(frozen=True, kw_only=True)
-class NamespacesListed(MemoryEvent):
-    """A ``list_namespaces``: ``count`` namespaces found below ``namespace``, its prefix
-    condition (``*`` for a wildcard label; ``()`` without one)."""
+class _BelowPrefix(MemoryEvent):
+    """An operation on every namespace below the prefix ``namespace``; ``count``: how
+    many namespaces or items it found (or removed)."""
 
     kind = "store"
+    namespace: Namespace
+    count: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class NamespacesListed(_BelowPrefix):
+    """A ``list_namespaces``: ``namespace`` is its prefix condition (``*`` for a
+    wildcard label; ``()`` without one)."""
+
     operation = "namespaces_listed"
-    namespace: Namespace
-    count: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
-class StoreCounted(MemoryEvent):
-    """A ``count``: ``count`` live items below the prefix ``namespace``."""
+class StoreCounted(_BelowPrefix):
+    """A ``count``: ``count`` live items below ``namespace``."""
 
-    kind = "store"
     operation = "counted"
-    namespace: Namespace
-    count: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
-class NamespaceDeleted(MemoryEvent):
-    """A ``delete_namespace``: ``deleted`` items below the prefix ``namespace`` removed."""
+class NamespaceDeleted(_BelowPrefix):
+    """A ``delete_namespace``: ``count`` items below ``namespace`` removed."""
 
-    kind = "store"
     operation = "namespace_deleted"
-    namespace: Namespace
-    deleted: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -491,7 +491,7 @@ class StoreBase(Observable, BaseStore, ABC):
         return self._observed_event(
             self._plans.delete_namespace(prefix),
             ev.NamespaceDeleted,
-            lambda n: {"namespace": prefix, "deleted": n or 0},
+            lambda n: {"namespace": prefix, "count": n or 0},
         )
 
     def _tombstone_plan(self, namespace_prefix: Namespace, hold_seconds: float) -> Plan[Any, None]:
