@@ -112,6 +112,28 @@ def measure(name: str, saver: Any, store: Any, args: argparse.Namespace) -> dict
     }
 
 
+def _delete_keys(url: str, prefix: str) -> None:
+    """No keys left on a shared server: the run's own, found by ``SCAN`` (every node of a
+    cluster), deleted one key per command in pipelines (a cluster pipeline routes each)."""
+    import redis
+    from redis.cluster import RedisCluster
+
+    match = f"{prefix}:*"
+    if url.startswith("redis+cluster://"):
+        client: Any = RedisCluster.from_url(url.replace("redis+cluster://", "redis://", 1))
+        keys = client.scan_iter(match=match, count=1000, target_nodes=RedisCluster.PRIMARIES)
+    else:
+        client = redis.Redis.from_url(url)
+        keys = client.scan_iter(match=match, count=1000)
+    with client:
+        pipe = client.pipeline(transaction=False)
+        for n, key in enumerate(list(keys), 1):
+            pipe.delete(key)
+            if n % 500 == 0:
+                pipe.execute()
+        pipe.execute()
+
+
 @contextmanager
 def backends(args: argparse.Namespace) -> Iterator[list[tuple[str, Any, Any]]]:
     from contextlib import ExitStack
@@ -135,6 +157,7 @@ def backends(args: argparse.Namespace) -> Iterator[list[tuple[str, Any, Any]]]:
             if url:
                 check_redis_url(url.replace("redis+cluster://", "redis://", 1))
                 prefix = f"bench-appr-{uuid.uuid4().hex[:8]}"
+                stack.callback(_delete_keys, url, prefix)  # runs after the saver is closed
                 saver = stack.enter_context(RedisSaver.from_conn_string(url, key_prefix=prefix))
                 saver.setup()
                 out.append((label, saver, InMemoryStore()))
