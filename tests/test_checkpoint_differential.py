@@ -227,8 +227,6 @@ class Sequence:
         op = r.random()
         durability = r.choice(["sync", "exit"])
         self.log.append(f"{thread[-6:]} op={op:.2f} {durability} pending={len(pending)}")
-        if op < 0.7 or op >= 0.9 or pending:
-            self.written.add(thread)
         if pending:
             # Resume every pending interrupt (parallel branches) at once, each by its id.
             self._both(ours, ref, config, None, durability, resume=f"ok{self.turn}")
@@ -248,6 +246,7 @@ class Sequence:
                 if match and _plain(match[0].values) == _plain(ours_history[i].values):
                     inputs = {"messages": [HumanMessage(f"fork {self.turn}", id=f"f-{self.turn}")],
                               "plan": self.plan(durability)}  # fmt: skip
+                    self.written.add(thread)
                     ours.invoke(copy.deepcopy(inputs), ours_history[i].config,
                                 durability=durability)  # fmt: skip
                     ref.invoke(inputs, match[0].config, durability=durability)
@@ -269,6 +268,7 @@ class Sequence:
         else:
             n = self.turn
             update = {"messages": [AIMessage(f"patched {n}", id=f"ai-{n - 1}")]}
+            self.written.add(thread)
             ours.update_state(config, copy.deepcopy(update), as_node="model")
             ref.update_state(config, update, as_node="model")
 
@@ -281,6 +281,7 @@ class Sequence:
         durability: str,
         resume: str | None = None,
     ) -> None:
+        self.written.add(config["configurable"]["thread_id"])
         for graph in (ours, ref):
             given = copy.deepcopy(inputs)  # nodes edit messages in place
             if resume is not None:
@@ -300,7 +301,9 @@ class Sequence:
                 expected = latest(ref, config)
                 assert latest(ours, config) == expected
                 assert latest(fresh, config) == expected
-                if thread in self.written:  # retention holds from a thread's next write
+                # Retention holds from a thread's next write; a skipped fork (no older
+                # checkpoint matched) writes nothing, so it is not counted as one.
+                if thread in self.written:
                     root = [t for t in ours.checkpointer.list(config)
                             if t.config["configurable"]["checkpoint_ns"] == ""]  # fmt: skip
                     assert 1 <= len(root) <= self.keep_last
