@@ -220,6 +220,12 @@ OPTIONS: dict[str, Option] = {
         frozenset({"sqlite"}),
         "seconds a SQLite writer waits for another process's write",
     ),
+    "synchronous": Option(
+        partial(_choice, choices=("normal", "full")),
+        frozenset({"sqlite"}),
+        "when a SQLite commit reaches the disk: normal (at WAL checkpoints; safe from "
+        "process crashes) or full (every commit)",
+    ),
     "vector_backend": Option(
         partial(_choice, choices=("auto", "pgvector", "exact")),
         frozenset({"postgres"}),
@@ -532,9 +538,10 @@ class Memory:
         o = self._options
         if self._target == str(default_path()):
             default_path().parent.mkdir(parents=True, exist_ok=True)
-        sizes = {"max_size": o["pool_max_size"]} if "pool_max_size" in o else {}
-        if "busy_timeout" in o:
-            sizes["busy_timeout"] = o["busy_timeout"]
+        sizes: dict[str, Any] = {"max_size": o["pool_max_size"]} if "pool_max_size" in o else {}
+        for name in ("busy_timeout", "synchronous"):
+            if name in o:
+                sizes[name] = o[name]
         pool = yield _Enter(SqlitePool(self._target, **sizes))
         check = partial(asyncio.to_thread, pool.check) if is_async else pool.check
         yield _Call(check, "the SQLite database")
@@ -567,6 +574,7 @@ class UrlOptions(TypedDict, total=False):
     pool_timeout: float
     prepare_threshold: int | None
     busy_timeout: float
+    synchronous: Literal["normal", "full"]
     thread_index_keys: Sequence[str]
     transcripts: bool
     transcript_ttl: float | None
@@ -603,7 +611,8 @@ def from_url(url: str | None = None, **options: Unpack[UrlOptions]) -> Memory:
     mode), ``vector_backend`` and ``hnsw`` (the PostgreSQL store's semantic search),
     ``key_prefix`` (Redis), ``pool_min_size`` (PostgreSQL),
     ``pool_max_size``, ``pool_timeout`` (Redis, seconds to wait for a free connection),
-    ``busy_timeout`` (SQLite, seconds), ``setup`` (default true: run the
+    ``busy_timeout`` (SQLite, seconds), ``synchronous`` (SQLite: ``normal``, the default,
+    or ``full`` to sync every commit to disk), ``setup`` (default true: run the
     migrations on entering), and, as keyword arguments only, ``index`` (the store's
     semantic search) and ``serde`` (the checkpointer's serializer).
 

@@ -216,6 +216,37 @@ def test_setup_puts_the_file_in_wal_mode_and_is_idempotent(tmp_path: Path) -> No
     assert query(path, "SELECT count(*) FROM lgmp_store") == [(1,)]
 
 
+def _synchronous(pool: Any) -> int:
+    with pool.connection() as conn:
+        return int(conn.execute("PRAGMA synchronous").fetchone()[0])
+
+
+def test_synchronous_is_normal_by_default_and_full_on_request(tmp_path: Path) -> None:
+    """WAL with ``synchronous=NORMAL`` (1) unless ``"full"`` (2) is asked for, by keyword or
+    URL; anything else is refused before a file is opened."""
+    from langgraph_memory_plus import from_url
+    from langgraph_memory_plus._sqlite import SqlitePool
+    from langgraph_memory_plus.errors import InvalidConfigError
+
+    with SqlitePool(tmp_path / "a.db") as pool:
+        assert _synchronous(pool) == 1
+    with SqlitePool(tmp_path / "b.db", synchronous="full") as pool:
+        assert _synchronous(pool) == 2
+    with SqliteSaver.from_conn_string(tmp_path / "c.db", synchronous="full") as saver:
+        assert _synchronous(saver._runner.conn) == 2
+    with SqliteStore.from_conn_string(tmp_path / "d.db") as store:
+        assert _synchronous(store._runner.conn) == 1
+    with from_url(f"sqlite:///{tmp_path / 'e.db'}?synchronous=full") as memory:
+        assert _synchronous(memory.checkpointer._runner.conn) == 2
+        assert _synchronous(memory.store._runner.conn) == 2
+    for bad in ("off", "FULL ", 2):
+        with pytest.raises(InvalidConfigError, match="synchronous"):
+            SqlitePool(tmp_path / "f.db", synchronous=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidConfigError, match="synchronous"):
+        from_url(f"sqlite:///{tmp_path / 'g.db'}?synchronous=off")
+    assert not (tmp_path / "f.db").exists() and not (tmp_path / "g.db").exists()
+
+
 CHILD = textwrap.dedent(
     """
     import sys, time

@@ -267,6 +267,21 @@ def test_graphemes_keep_clusters_whole() -> None:
     assert title_of([{"type": "human", "content": [{"type": "text", "text": "list"}]}]) == "list"
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["x" * 49, "x" * 50, "x" * 51, "word " * 40, "a\r\nb " * 30, "e\u0301" * 50,
+     "e\u0301" * 51, "\u738b\u82b3" * 30, "\U0001f1eb\U0001f1f7" * 51, "x" * 49 + "e\u0301\u0301"],
+)  # fmt: skip
+def test_title_walks_only_what_it_keeps(text: str) -> None:
+    """The title takes the first graphemes only (and ASCII none): the same title as a cut
+    of the whole text's graphemes, at, below and above the limit."""
+    collapsed = " ".join(text.split())
+    chars = graphemes(collapsed)
+    expected = collapsed if len(chars) <= 50 else "".join(chars[:49]).rstrip() + "\u2026"
+    assert title_of([HumanMessage(content=text)]) == expected
+    assert graphemes(collapsed, 3) == chars[:3]
+
+
 def _tool_graph() -> StateGraph:
     """A turn as an agent does it: a tool call, its result, the answer; plus injected and
     removed messages, none of which a transcript may show except what the user saw."""

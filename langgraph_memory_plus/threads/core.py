@@ -149,10 +149,14 @@ def _extends(ch: str, prev: str) -> bool:
     return prev == "\r" and ch == "\n"
 
 
-def graphemes(text: str) -> list[str]:
+def graphemes(text: str, most: int | None = None) -> list[str]:
     """``text`` split into user-perceived characters (extended grapheme clusters,
     approximated with :mod:`unicodedata`: combining marks, ZWJ sequences, variation
-    selectors, skin tones, emoji tags and flag pairs stay whole)."""
+    selectors, skin tones, emoji tags and flag pairs stay whole).
+
+    With ``most``, only the first ``most`` of them (whole): a title needs no more, and the
+    walk is Python code per character, run on every put.
+    """
     out: list[str] = []
     flag_open = False
     for ch in text:
@@ -161,6 +165,8 @@ def graphemes(text: str) -> list[str]:
             out[-1] += ch
             flag_open = False
             continue
+        if most is not None and len(out) == most:
+            break
         out.append(ch)
         flag_open = regional
     return out
@@ -209,7 +215,9 @@ def title_of(messages: Any, limit: int = TITLE_GRAPHEMES) -> str | None:
         text = " ".join(message_text(message).split())
         if not text:
             continue
-        chars = graphemes(text)
+        if text.isascii():  # one grapheme a character: whitespace, "\r\n" too, is collapsed
+            return text if len(text) <= limit else text[: limit - 1].rstrip() + "\u2026"
+        chars = graphemes(text, limit + 1)
         if len(chars) <= limit:
             return text
         return "".join(chars[: limit - 1]).rstrip() + "\u2026"

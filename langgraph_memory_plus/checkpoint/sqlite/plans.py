@@ -401,7 +401,8 @@ class SqliteCheckpointPlans:
         tk = target.thread_key
         expires = None if self.settings.ttl_seconds is None else now + self.settings.ttl_seconds
         rows: Rows = yield Query(
-            "SELECT expires_at, live_after FROM lgmp_threads WHERE thread_key = ?",
+            "SELECT expires_at, live_after, thread_id IS NOT NULL FROM lgmp_threads "
+            "WHERE thread_key = ?",
             (tk,),
             fetch=True,
             write=True,
@@ -412,7 +413,7 @@ class SqliteCheckpointPlans:
                 (tk, _id_bytes(target.thread_id), expires),
             )
             return False
-        expires_at, live_after = rows[0]
+        expires_at, live_after, named = rows[0]
         if live_after is not None:
             check = must_exist(live_after)
             if check is not None:
@@ -425,10 +426,11 @@ class SqliteCheckpointPlans:
                 if not exists[0][0]:
                     yield from self._refuse(tk, written_id)
                     return None
-        yield Query(
-            "UPDATE lgmp_threads SET thread_id = ?, expires_at = ? WHERE thread_key = ?",
-            (_id_bytes(target.thread_id), expires, tk),
-        )
+        if not (named and expires is None and expires_at is None):  # else it changes nothing
+            yield Query(
+                "UPDATE lgmp_threads SET thread_id = ?, expires_at = ? WHERE thread_key = ?",
+                (_id_bytes(target.thread_id), expires, tk),
+            )
         return expires_at is not None and expires_at <= now
 
     def _refuse(self, tk: bytes, written_id: str) -> Plan[Query, None]:
