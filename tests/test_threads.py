@@ -312,6 +312,25 @@ def _tool_graph() -> StateGraph:
     return builder
 
 
+def test_transcript_lines_keep_put_order_within_one_clock_tick(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lines of puts that fall in one tick of the clock keep the order of the puts (they
+    were ordered by time, then message id: 'ai-q0' came before 'q0')."""
+    from langgraph_memory_plus.checkpoint.sqlite import SqliteSaver
+    from langgraph_memory_plus.threads import sqlite as index
+
+    monkeypatch.setattr(index.time, "time", lambda: 1_700_000_000.0)
+    with SqliteSaver.from_conn_string(tmp_path / "tick.db", transcripts=True) as saver:
+        saver.setup()
+        graph = _tool_graph().compile(checkpointer=saver)
+        config = run_config("tick", "tu")
+        for i in range(3):
+            graph.invoke({"messages": [HumanMessage(content=f"q {i}", id=f"q{i}")]}, config)
+        ids = [m["id"] for m in saver.threads.transcript("tick")]
+    assert ids == ["q0", "ai-q0", "q1", "ai-q1", "q2", "ai-q2"]
+
+
 def test_transcripts_keep_what_the_user_saw(saver_factory: Any) -> None:
     with saver_factory(transcripts=True) as saver:
         graph = _tool_graph().compile(checkpointer=saver)

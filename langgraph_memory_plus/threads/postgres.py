@@ -194,7 +194,9 @@ class PostgresThreadIndex:
                 INSERT INTO {self._tx} (thread_key, message_id, owner, seq, role, content,
                     expires_at)
                 SELECT %(tk)s, l.id, %(tx_owner)s,
-                    (extract(epoch FROM clock_timestamp()) * 1000)::bigint * 1000 + l.ord,
+                    greatest((extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
+                        (SELECT max(seq) + 1 FROM {self._tx}
+                         WHERE thread_key = %(tk)s)) + l.ord,
                     l.role, l.content, now() + make_interval(secs => %(tx_ttl)s)
                 FROM unnest(%(tx_id)b::text[], %(tx_role)b::text[], %(tx_text)b::text[])
                     WITH ORDINALITY AS l(id, role, content, ord)

@@ -214,10 +214,14 @@ class SqliteThreadIndex:
         now = time.time()
         if record.lines:
             expires = None if self.transcript_ttl is None else now + self.transcript_ttl
-            base = int(now * 1000) * 1000
+            # The order lines are read in: microseconds, but always after the thread's
+            # last line (two puts can fall in one clock tick; each row sees the one before)
+            base = int(now * 1_000_000)
             yield Query(
                 f"INSERT OR IGNORE INTO {TRANSCRIPTS} (thread_key, message_id, owner, seq, "
-                "role, content, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "role, content, created_at, expires_at) VALUES (?1, ?2, ?3, max(?4, "
+                f"coalesce((SELECT max(seq) FROM {TRANSCRIPTS} WHERE thread_key = ?1), -1) + 1), "
+                "?5, ?6, ?7, ?8)",
                 [
                     (tk, line.id, record.owner, base + n, line.role, line.text, now, expires)
                     for n, line in enumerate(record.lines)
