@@ -230,3 +230,43 @@ def test_copies_edited_differently_stay_apart(saver_factory: Any) -> None:
         ta, tb = _texts(chat.get_state(a)), _texts(chat.get_state(b))
     assert ta[0] == "from A" and tb[0] == "from B"
     assert ta[1:] == tb[1:] and len(ta) == 22
+
+
+def test_templates_built_together_share_nothing() -> None:
+    """``build_all`` unpacks many templates in one call: each element, and everything
+    inside it, is still an object of its own, equal to the original (an element listed
+    twice included), models with their fields-set, extra and private state."""
+    from pydantic import BaseModel, ConfigDict, PrivateAttr
+
+    from langgraph_memory_plus.checkpoint.lists import Template, build_all
+
+    class Loose(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        n: int = 0
+        _secret: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    loose = Loose(n=1, more={"x": [1]})  # type: ignore[call-arg]
+    loose._secret["k"] = "v"
+    originals: list[Any] = [
+        AIMessage("a", id="a1", response_metadata={"usage": {"n": 1}}),
+        {"plain": [1, {"deep": "x"}]},
+        loose,
+        HumanMessage("h", id="h1"),
+    ]
+    templates = [Template.of(v) for v in originals]
+    for count in (1, 15, 16, 17, 70_000 // 4):  # array headers of every size
+        batch = (templates * (count // len(templates) + 1))[:count]
+        built = build_all(batch)
+        assert len(built) == count
+        assert built == (originals * (count // len(originals) + 1))[:count]
+        assert len({id(b) for b in built}) == count
+    a, b = build_all([templates[2], templates[2]])
+    assert a is not b and a.__pydantic_extra__ is not b.__pydantic_extra__
+    assert a._secret == {"k": "v"} and a._secret is not b._secret
+    assert a.model_fields_set == loose.model_fields_set
+    first, second = build_all([templates[0], templates[0]])
+    first.response_metadata["usage"]["n"] = 99
+    assert (
+        second.response_metadata["usage"]["n"] == 1 == originals[0].response_metadata["usage"]["n"]
+    )
+    assert templates[0].build() == originals[0]

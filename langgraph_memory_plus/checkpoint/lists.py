@@ -286,19 +286,46 @@ class Template:
 
     def build(self) -> Any:
         """A new object equal to the one the template was made from."""
-        if self.model is None:
-            return ormsgpack.unpackb(self.data)
-        new = object.__new__(self.model)
-        extra, private = self.extra, self.private
-        object.__setattr__(new, "__dict__", ormsgpack.unpackb(self.data))
-        object.__setattr__(new, "__pydantic_fields_set__", set(self.fields_set))
-        object.__setattr__(new, "__pydantic_extra__", _unpack(extra))
-        object.__setattr__(new, "__pydantic_private__", _unpack(private))
-        return new
+        return build_all([self])[0]
 
 
-def _unpack(data: bytes | None) -> Any:
-    return None if data is None else ormsgpack.unpackb(data)
+def _array_header(n: int) -> bytes:
+    """The msgpack header of an array of ``n`` elements."""
+    if n < 16:
+        return bytes([0x90 | n])
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def build_all(templates: Sequence[Template]) -> list[Any]:
+    """New objects equal to the ones the templates were made from, with one C call for
+    all their msgpack: a long list's read was two ``unpackb`` calls an element, and their
+    overhead, not the unpacking, was most of its time. Every element is still an object
+    of its own."""
+    parts: list[bytes] = []
+    for t in templates:
+        parts.append(t.data)
+        if t.extra is not None:
+            parts.append(t.extra)
+        if t.private is not None:
+            parts.append(t.private)
+    if not parts:
+        return []
+    values = iter(ormsgpack.unpackb(_array_header(len(parts)) + b"".join(parts)))
+    out: list[Any] = []
+    for t in templates:
+        data = next(values)
+        if t.model is None:
+            out.append(data)
+            continue
+        new = object.__new__(t.model)
+        object.__setattr__(new, "__dict__", data)
+        object.__setattr__(new, "__pydantic_fields_set__", set(t.fields_set))
+        object.__setattr__(new, "__pydantic_extra__", None if t.extra is None else next(values))
+        object.__setattr__(new, "__pydantic_private__", None if t.private is None else next(values))
+        out.append(new)
+    return out
 
 
 _NOT_PLAIN = object()
@@ -316,6 +343,23 @@ class _Known:
 
     def __init__(self, typed: Typed) -> None:
         self.state: tuple[Any, Typed | None] = (None, typed)
+
+    @staticmethod
+    def fresh_all(items: Sequence[_Known], load: Callable[[str, bytes], Any]) -> list[Any]:
+        """:meth:`fresh` of each, those with a template built together (:func:`build_all`)."""
+        out: list[Any] = [None] * len(items)
+        templates: list[Template] = []
+        where: list[int] = []
+        for i, item in enumerate(items):
+            template = item.state[0]
+            if isinstance(template, Template):
+                templates.append(template)
+                where.append(i)
+            else:
+                out[i] = item.fresh(load)
+        for i, built in zip(where, build_all(templates), strict=True):
+            out[i] = built
+        return out
 
     def fresh(self, load: Callable[[str, bytes], Any]) -> Any:
         """A new object for this item, shared with nothing handed out before."""
@@ -689,7 +733,7 @@ def resolve_list(
             # store its own pages rather than refer to these.
             page_ids = []
         version = ListVersion(request.ref, item_ids, page_ids)
-    objects = [known[iid].fresh(load) for iid in version.item_ids]
+    objects = _Known.fresh_all([known[iid] for iid in version.item_ids], load)
     view = None
     if checkpoint_id is not None:
         prints = fingerprints_of(objects)

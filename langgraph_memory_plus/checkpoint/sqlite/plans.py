@@ -147,7 +147,12 @@ class SqliteCheckpointPlans:
             LIMIT {int(limit)}"""
 
     def _load(self, rows: Rows) -> Plan[Query, list[StoredCheckpoint]]:
-        """The page's checkpoints with their blobs and pending writes (two statements)."""
+        """The page's checkpoints with their blobs and pending writes (two statements).
+
+        ``CROSS JOIN`` fixes SQLite's join order: each version is then one primary-key
+        lookup. Left to itself the planner walked every blob of the thread per version
+        (2.6 ms a read at 1,000 checkpoints, growing with the thread).
+        """
         if not rows:
             return []
         keys: list[Key] = [(bytes(r[8]), r[1], r[2]) for r in rows]
@@ -159,8 +164,8 @@ class SqliteCheckpointPlans:
             SELECT k.tk, k.ns, k.id, b.channel, b.type, b.blob
             FROM k JOIN lgmp_checkpoints c ON c.thread_key = k.tk AND c.checkpoint_ns = k.ns
                 AND c.checkpoint_id = k.id
-            JOIN json_each(c.channel_versions) v
-            JOIN lgmp_blobs b ON b.thread_key = k.tk AND b.checkpoint_ns = k.ns
+            CROSS JOIN json_each(c.channel_versions) v
+            CROSS JOIN lgmp_blobs b ON b.thread_key = k.tk AND b.checkpoint_ns = k.ns
                 AND b.channel = v.key AND b.version = v.value""",
             params,
             fetch=True,
