@@ -1,0 +1,215 @@
+"""The thread index's fast paths: what they read, and that they stay exact.
+
+A search or a count by an indexed key reads one covering index on SQL (the thread's
+expiry and the key's value copied into the index row) and, on Redis, a count checks a
+few fields per entry of the key's set. These tests check the copies follow every change
+(a thread that moves to another user, expiry, an upgrade from a schema without them) and
+that the SQL indexes really answer by themselves.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from chat_support import chat_graph, run_config
+from langchain_core.messages import HumanMessage
+
+from langgraph_memory_plus._postgres import Query as PgQuery
+from langgraph_memory_plus._redis import Batch
+from langgraph_memory_plus._sqlite import Query as SqliteQuery
+from langgraph_memory_plus.checkpoint.config import thread_key
+from langgraph_memory_plus.threads.core import index_value
+from langgraph_memory_plus.threads.postgres import key_column as pg_key_column
+from langgraph_memory_plus.threads.sqlite import key_column as sqlite_key_column
+
+
+def _run(saver: Any, *commands: Any) -> Any:
+    def plan() -> Any:
+        reply = None
+        for command in commands:
+            reply = yield command
+        return reply
+
+    return saver._run(plan())
+
+
+def _say(graph: Any, tid: str, user: str, text: str = "hi") -> None:
+    message = HumanMessage(content=text, id=f"{tid}-{uuid.uuid4().hex[:6]}")
+    graph.invoke({"messages": [message]}, run_config(tid, user))
+
+
+def test_a_thread_that_changes_user_is_counted_for_its_new_user_only(saver_factory: Any) -> None:
+    tag = uuid.uuid4().hex[:8]
+    old, new, tid = f"old-{tag}", f"new-{tag}", f"mv-{tag}"
+    with saver_factory() as saver:
+        graph = chat_graph(str.upper).compile(checkpointer=saver)
+        _say(graph, tid, old)
+        _say(graph, f"stay-{tag}", old)
+        assert saver.threads.count(metadata={"user_id": old}) == 2
+        _say(graph, tid, new)
+        for _ in range(2):  # the second time after any mending the first did
+            assert saver.threads.count(metadata={"user_id": old}) == 1
+            assert saver.threads.count(metadata={"user_id": new}) == 1
+            assert saver.threads.count(metadata={"user_id": new}, status="idle") == 1
+            assert saver.threads.count(metadata={"user_id": old}, status="idle") == 1
+            assert [r["thread_id"] for r in saver.threads.sessions(new)] == [tid]
+            assert [r["thread_id"] for r in saver.threads.sessions(old)] == [f"stay-{tag}"]
+        _say(graph, tid, new, "ask")
+        assert saver.threads.count(metadata={"user_id": new}, status="interrupted") == 1
+        assert saver.threads.count(metadata={"user_id": new}, status="idle") == 0
+        assert saver.threads.count(metadata={"user_id": old}, status="interrupted") == 0
+
+
+def test_counts_by_user_leave_out_expired_threads(saver_factory: Any) -> None:
+    tag = uuid.uuid4().hex[:8]
+    user = f"eu-{tag}"
+    with saver_factory(ttl={"default_ttl": 0.02}) as saver:  # 1.2 s
+        graph = chat_graph(str.upper).compile(checkpointer=saver)
+        _say(graph, f"e1-{tag}", user)
+        _say(graph, f"e2-{tag}", user, "ask")
+        assert saver.threads.count(metadata={"user_id": user}) == 2
+        assert saver.threads.count(metadata={"user_id": user}, status="interrupted") == 1
+        time.sleep(1.5)
+        assert saver.threads.count(metadata={"user_id": user}) == 0
+        assert saver.threads.count(metadata={"user_id": user}, status="interrupted") == 0
+        assert saver.threads.search(metadata={"user_id": user}, offset=0) == []
+        _say(graph, f"e1-{tag}", user)  # written again: listed again
+        assert saver.threads.count(metadata={"user_id": user}) == 1
+
+
+def test_postgres_rows_carry_their_threads_expiry(saver_factory: Any, storage: Any) -> None:
+    """Every write path that creates or moves a thread's expiry leaves the index row's
+    copy equal to the thread's own (the reads trust the copy)."""
+    if storage.kind != "postgres":
+        return
+    tag = uuid.uuid4().hex[:8]
+    user = f"xu-{tag}"
+    with saver_factory(ttl={"default_ttl": 60}) as saver:
+        graph = chat_graph(str.upper).compile(checkpointer=saver)
+        _say(graph, f"x1-{tag}", user)
+        _say(graph, f"x2-{tag}", user, "ask")
+        saver.copy_thread(f"x1-{tag}", f"x3-{tag}")
+        tks = [thread_key(f"x{i}-{tag}") for i in (1, 2, 3)]
+        # a drifted expiry (as an old write or an admin left it) is copied when it moves
+        _run(
+            saver,
+            PgQuery(
+                "UPDATE lgmp_threads SET expires_at = now() + interval '1 hour' "
+                "WHERE thread_key = %s",
+                (tks[1],),
+            ),
+        )
+        rows = _run(
+            saver,
+            PgQuery(
+                """SELECT i.thread_key, i.expires_at = t.expires_at FROM lgmp_thread_index i
+                JOIN lgmp_threads t USING (thread_key) WHERE i.thread_key = ANY(%s)""",
+                (tks,),
+                fetch=True,
+            ),
+        )
+        assert len(rows) == 3 and all(same for _, same in rows)
+        _run(
+            saver,
+            PgQuery(
+                "UPDATE lgmp_threads SET expires_at = now() - interval '1 s' WHERE thread_key = %s",
+                (tks[0],),
+            ),
+        )
+        assert saver.threads.count(metadata={"user_id": user}) == 2
+        listed = {r["thread_id"] for r in saver.threads.search(metadata={"user_id": user})}
+        assert listed == {f"x2-{tag}", f"x3-{tag}"}
+
+
+def test_postgres_upgrade_copies_expiry_into_the_index(saver_factory: Any, storage: Any) -> None:
+    """A schema from before the copy (no expires_at column, version 5): setup() adds it
+    from each thread's row, so an expired thread stays unlisted after the upgrade."""
+    if storage.kind != "postgres":
+        return
+    tag = uuid.uuid4().hex[:8]
+    user = f"up-{tag}"
+    with saver_factory(ttl={"default_ttl": 60}) as saver:
+        graph = chat_graph(str.upper).compile(checkpointer=saver)
+        _say(graph, f"u1-{tag}", user)
+        _say(graph, f"u2-{tag}", user)
+        _run(
+            saver,
+            PgQuery("ALTER TABLE lgmp_thread_index DROP COLUMN expires_at CASCADE"),
+            PgQuery("DROP FUNCTION lgmp_thread_index_expiry() CASCADE"),
+            PgQuery("DELETE FROM lgmp_checkpoint_migrations WHERE v = 6"),
+            PgQuery(
+                "UPDATE lgmp_threads SET expires_at = now() - interval '1 s' WHERE thread_key = %s",
+                (thread_key(f"u1-{tag}"),),
+            ),
+        )
+    with saver_factory(ttl={"default_ttl": 60}) as saver:  # its setup() migrates
+        assert saver.threads.count(metadata={"user_id": user}) == 1
+        assert [r["thread_id"] for r in saver.threads.sessions(user)] == [f"u2-{tag}"]
+        [[version]] = _run(
+            saver, PgQuery("SELECT max(v) FROM lgmp_checkpoint_migrations", fetch=True)
+        )
+        assert version == 6
+
+
+def test_sql_counts_and_pages_by_user_read_the_index_alone(
+    saver_factory: Any, storage: Any
+) -> None:
+    """The plan of a count and of a page by user and by user and status: an index-only
+    scan (PostgreSQL, with the alternatives turned off, as on a table too small to
+    prefer it) or a covering index (SQLite)."""
+    if storage.kind == "redis":
+        return
+    with saver_factory() as saver:
+        graph = chat_graph(str.upper).compile(checkpointer=saver)
+        _say(graph, f"p-{uuid.uuid4().hex[:8]}", "pu")
+        if storage.kind == "postgres":
+            col, now, mark = pg_key_column("user_id"), "now()", "%s"
+        else:
+            col, now, mark = sqlite_key_column("user_id"), "1e12", "?"
+        listed = f"(i.expires_at IS NULL OR i.expires_at > {now})"
+        queries = [
+            f"SELECT count(*) FROM lgmp_thread_index i WHERE i.{col} = {mark} AND {listed}",
+            f"""SELECT i.thread_key FROM lgmp_thread_index i WHERE i.{col} = {mark}
+                AND i.status = 'idle' AND {listed}
+                ORDER BY i.updated_at DESC, i.thread_key DESC LIMIT 10 OFFSET 5""",
+        ]
+        if storage.kind == "postgres":
+            form = index_value("pu")
+            for sql in queries:
+                plan = _run(
+                    saver,
+                    PgQuery("SET LOCAL enable_seqscan = off"),
+                    PgQuery("SET LOCAL enable_bitmapscan = off"),
+                    PgQuery("EXPLAIN " + sql.replace("%s", "%s::jsonb"), (form,), fetch=True),
+                )
+                assert "Index Only Scan" in " ".join(r[0] for r in plan), plan
+        else:
+            for sql in queries:
+                plan = _run(saver, SqliteQuery("EXPLAIN QUERY PLAN " + sql, ("pu",), fetch=True))
+                assert "COVERING INDEX" in " ".join(str(r) for r in plan), plan
+        # and what the saver runs gives the answer those plans give
+        assert saver.threads.count(metadata={"user_id": "pu"}) >= 1
+
+
+def test_redis_count_leaves_out_and_mends_stale_entries(saver_factory: Any, storage: Any) -> None:
+    """Entries a crash left in a user's set (a deleted thread's, one never written) are
+    not counted, and the count removes them."""
+    if storage.kind != "redis":
+        return
+    tag = uuid.uuid4().hex[:8]
+    user = f"ru-{tag}"
+    with saver_factory() as saver:
+        graph = chat_graph(str.upper).compile(checkpointer=saver)
+        _say(graph, f"r1-{tag}", user)
+        _say(graph, f"r2-{tag}", user)
+        index = saver.threads._plans
+        key = index.set_key("user_id", index_value(user))
+        ghosts = [f"gone-{tag}".encode(), f"r2-{tag}".encode()]
+        saver.delete_thread(f"r2-{tag}")
+        _run(saver, Batch([("ZADD", key, int(time.time() * 1000), g) for g in ghosts]))
+        assert saver.threads.count(metadata={"user_id": user}) == 1
+        scores = _run(saver, Batch([("ZSCORE", key, g) for g in ghosts]))
+        assert scores == [None, None]
+        assert saver.threads.count(metadata={"user_id": user}) == 1
