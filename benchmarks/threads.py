@@ -375,7 +375,8 @@ def index_off(backend: str, saver: Any) -> Any:
 
     PostgreSQL: the put statement without its ``ix`` CTE (the trigger that copies a new
     thread's expiry stays: it fires once per thread). SQLite: a no-op index. Redis: no
-    sorted-set step before the script, and scripts without the record's update.
+    sorted-set step before the script, and scripts without the record's update (the put
+    script keeps its check of a reused step 1, which reads nothing when none is).
     """
     plans = saver._plans
     if backend == "postgres":
@@ -387,7 +388,13 @@ def index_off(backend: str, saver: Any) -> Any:
     else:
         index = plans.threads
         index.intent = lambda thread_id, record, ts, then=None: then
+        index.put = _script_only
     return saver
+
+
+def _script_only(thread_id: str, ns: str, checkpoint_id: str, record: Any, write: Any) -> Any:
+    """A Redis put with no index step: its script, run once (nothing is reused)."""
+    return (yield write)
 
 
 @contextmanager

@@ -213,3 +213,90 @@ def test_redis_count_leaves_out_and_mends_stale_entries(saver_factory: Any, stor
         scores = _run(saver, Batch([("ZSCORE", key, g) for g in ghosts]))
         assert scores == [None, None]
         assert saver.threads.count(metadata={"user_id": user}) == 1
+
+
+def test_the_thread_written_last_comes_first_even_within_a_second(saver_factory: Any) -> None:
+    """A, B, then A again, in quick succession: A is the newest (a new input moves a
+    thread's ``updated_at`` on every backend, also where a run's steps share one time)."""
+    tag = uuid.uuid4().hex[:8]
+    user = f"ab-{tag}"
+    with saver_factory() as saver:
+        graph = chat_graph(str.upper).compile(checkpointer=saver)
+        for tid in (f"a-{tag}", f"b-{tag}", f"a-{tag}"):
+            _say(graph, tid, user)
+            time.sleep(0.005)  # distinct milliseconds (Redis keeps ms)
+        assert [r["thread_id"] for r in saver.threads.sessions(user)] == [f"a-{tag}", f"b-{tag}"]
+
+
+class _Commands:
+    """The commands a Redis saver's runner executes (counted by kind)."""
+
+    def __init__(self, saver: Any) -> None:
+        self.seen: list[Any] = []
+        runner = saver._runner
+        execute = runner._execute
+
+        def counted(command: Any) -> Any:
+            self.seen.append(command)
+            return execute(command)
+
+        runner._execute = counted
+
+    def index_steps(self) -> int:
+        return sum(
+            1 for c in self.seen if isinstance(c, Batch) and any(a[0] == "ZADD" for a in c.commands)
+        )
+
+
+def test_redis_a_runs_later_puts_reuse_its_index_step(saver_factory: Any, storage: Any) -> None:
+    """One sorted-set step per chat turn (its input's), not one per put; the record's
+    time still equals its entries' scores."""
+    if storage.kind != "redis":
+        return
+    tag = uuid.uuid4().hex[:8]
+    tid, user = f"rs-{tag}", f"rsu-{tag}"
+    with saver_factory() as saver:
+        graph = chat_graph(str.upper).compile(checkpointer=saver)
+        _say(graph, tid, user)
+        commands = _Commands(saver)
+        _say(graph, tid, user, "again")
+        puts = [c for c in commands.seen if getattr(c, "script", None) == "put"]
+        assert len(puts) >= 2 and commands.index_steps() == 1
+        index = saver.threads._plans
+        [u] = _run(saver, Batch([("HGET", index._record_key(tid), b"u")]))
+        keys = [index.all_key, index.set_key("user_id", index_value(user))]
+        scores = _run(saver, Batch([("ZSCORE", k, tid.encode()) for k in keys]))
+        assert [int(float(s)) for s in scores] == [int(u)] * 2
+
+
+def test_redis_a_reused_index_step_is_refused_once_the_record_moved(
+    saver_factory: Any, storage: Any
+) -> None:
+    """A put that would reuse its run's step 1 after the record was re-derived (flag x,
+    as a prune or a copy leaves it) or written by someone else makes a step 1 of its own:
+    the thread's entries then carry the put's new time."""
+    if storage.kind != "redis":
+        return
+    tag = uuid.uuid4().hex[:8]
+    with saver_factory() as saver:
+        index = saver.threads._plans
+        for n, meddle in enumerate(
+            [("HSET", "x", "1"), ("HSET", "u", "1")]  # re-derived; another writer's time
+        ):
+            tid, user = f"rr{n}-{tag}", f"rru-{tag}"
+            graph = chat_graph(str.upper).compile(checkpointer=saver)
+            _say(graph, tid, user)
+            config = saver.get_tuple(run_config(tid, user)).config
+            before = _run(saver, Batch([("ZSCORE", index.all_key, tid.encode())]))[0]
+            _run(saver, Batch([(meddle[0], index._record_key(tid), *meddle[1:])]))
+            time.sleep(0.005)
+            latest = saver.get_tuple(config)
+            assert latest is not None
+            checkpoint = {**latest.checkpoint, "id": str(uuid.uuid4())}
+            commands = _Commands(saver)
+            saver.put(config, checkpoint, {"source": "loop", "step": 9, "user_id": user}, {})
+            assert commands.index_steps() == 1  # the refused reuse, then a step 1
+            [u, x] = _run(saver, Batch([("HMGET", index._record_key(tid), b"u", b"x")]))[0]
+            after = _run(saver, Batch([("ZSCORE", index.all_key, tid.encode())]))[0]
+            assert x is None and int(u) == int(float(after)) > int(float(before))
+            assert saver.threads.count(metadata={"user_id": user}, ids=[tid]) == 1
