@@ -10,7 +10,7 @@ values stay opaque bytes that only Python decodes.
 
 from __future__ import annotations
 
-from ...threads.redis import RECORD_LUA, ZREM_IF
+from ...threads.redis import COUNT_ONE_NODE, RECORD_LUA, ZREM_IF
 
 PRELUDE = r"""
 local K_THREAD, K_IDX, K_CK, K_META, K_BLOBS, K_WRITES, K_WIDX, K_REPLAY, K_ITEMS, K_NODES =
@@ -786,3 +786,4 @@ SCRIPTS: dict[str, str] = {
 }
 # On one index set, not a thread's keys (see threads/redis.py).
 SCRIPTS["zrem_if"] = ZREM_IF
+SCRIPTS["tix_count"] = COUNT_ONE_NODE
