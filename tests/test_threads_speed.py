@@ -9,11 +9,14 @@ that the SQL indexes really answer by themselves.
 
 from __future__ import annotations
 
+import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from chat_support import chat_graph, run_config
+from conftest import PG_ADMIN_URL
 from langchain_core.messages import HumanMessage
 
 from langgraph_memory_plus._postgres import Query as PgQuery
@@ -23,6 +26,8 @@ from langgraph_memory_plus.checkpoint.config import thread_key
 from langgraph_memory_plus.threads.core import index_value
 from langgraph_memory_plus.threads.postgres import key_column as pg_key_column
 from langgraph_memory_plus.threads.sqlite import key_column as sqlite_key_column
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run(saver: Any, *commands: Any) -> Any:
@@ -300,3 +305,18 @@ def test_redis_a_reused_index_step_is_refused_once_the_record_moved(
             after = _run(saver, Batch([("ZSCORE", index.all_key, tid.encode())]))[0]
             assert x is None and int(u) == int(float(after)) > int(float(before))
             assert saver.threads.count(metadata={"user_id": user}, ids=[tid]) == 1
+
+
+def test_turn_benchmark_takes_the_index_out_of_the_off_savers(storage: Any) -> None:
+    """``benchmarks.threads.turn_row`` at a tiny size: its ``off`` savers write no index
+    (it checks that only the ``on`` threads are listed), on every backend's own storage."""
+    if str(ROOT) not in sys.path:  # benchmarks/ is not installed; it lives beside tests/
+        sys.path.insert(0, str(ROOT))
+    from benchmarks.threads import turn_row
+
+    if storage.kind == "postgres":
+        url = PG_ADMIN_URL  # it makes a database of its own there
+    else:
+        url = storage.url if storage.kind == "redis" else ""
+    row = turn_row(storage.kind, url, rounds=3, turns=2)
+    assert row["rounds"] == 3 and set(row) >= {"on paired", "off_again paired"}
