@@ -15,10 +15,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from chat_support import chat_graph, run_config
-from conftest import PG_ADMIN_URL
+from conftest import PG_ADMIN_URL, _saver_target
 from langchain_core.messages import HumanMessage
 
+from langgraph_memory_plus import SetupRequiredError
 from langgraph_memory_plus._postgres import Query as PgQuery
 from langgraph_memory_plus._redis import Batch
 from langgraph_memory_plus._sqlite import Query as SqliteQuery
@@ -320,3 +322,26 @@ def test_turn_benchmark_takes_the_index_out_of_the_off_savers(storage: Any) -> N
         url = storage.url if storage.kind == "redis" else ""
     row = turn_row(storage.kind, url, rounds=3, turns=2)
     assert row["rounds"] == 3 and set(row) >= {"on paired", "off_again paired"}
+
+
+def test_sql_search_by_a_key_setup_has_not_added_asks_for_setup(
+    saver_factory: Any, storage: Any
+) -> None:
+    """An indexed key added to ``thread_index_keys`` needs ``setup()`` (its column): on
+    PostgreSQL a search by it before that says so, and works after it; SQLite sets itself
+    up before its first plan."""
+    if storage.kind == "redis":
+        return
+    tag = uuid.uuid4().hex[:8]
+    key = f"team_{tag}"
+    with saver_factory() as saver:
+        graph = chat_graph(str.upper).compile(checkpointer=saver)
+        _say(graph, f"k-{tag}", "ku")
+        options = {**storage.options, "thread_index_keys": ["user_id", key]}
+        with type(saver).from_conn_string(_saver_target(storage), **options) as fresh:
+            if storage.kind == "postgres":
+                with pytest.raises(SetupRequiredError, match=r"setup\(\)"):
+                    fresh.threads.count(metadata={key: "a"})
+                fresh.setup()
+            assert fresh.threads.count(metadata={key: "a"}) == 0
+            assert fresh.threads.count(metadata={"user_id": "ku"}) >= 1
