@@ -186,7 +186,7 @@ class RedisCheckpointPlans:
         self.threads = RedisThreadIndex(
             prefix,
             settings.index_keys,
-            lambda t: _utf8(f"{prefix}:{{{thread_tag(t)}}}:rec"),
+            lambda t: self.keys(t)[-1],
             set_ttl,
             0 if tx_ttl is None else max(1, round(tx_ttl * 1000)),
             self.reindex,
