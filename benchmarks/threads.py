@@ -17,9 +17,10 @@ Two parts, one run:
    (langgraph-checkpoint-postgres) seeded alike (one checkpoint per thread), scanning
    ``list(None, filter={"user_id": u})`` for the same pages of distinct threads
    (``--no-official`` skips it, for short runs).
-2. **Turn cost.** p50 of a chat turn (``graph.invoke`` of a one-node chat graph) with
-   this source and with ``--baseline`` (a git ref without the index, exported to a
-   temporary folder and run in a subprocess), alternating A/B/A/B on fresh storage.
+2. **Turn cost.** A chat turn (``graph.invoke`` of :mod:`.workloads`' chat graph) with the
+   index on and off (:func:`index_off`), and off again (the control: two identical modes
+   show the noise floor), on one storage per backend, the modes taking turns one chat turn
+   at a time for ``--rounds`` rounds; the overhead is the median of the paired ratios.
 
 Loopback servers only; every unit uses storage of its own (a fresh database, a unique
 Redis key prefix, a temporary SQLite file) and removes it afterwards.
@@ -31,13 +32,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -46,8 +46,6 @@ from langgraph.graph import END, START, StateGraph, add_messages
 from typing_extensions import TypedDict
 
 from .targets import check_pg_url, check_redis_url
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _p50_ms(fn: Callable[[], Any], reps: int) -> float:
@@ -168,6 +166,9 @@ def _pg_clone(url: str, total: int, users: list[str], official: bool) -> None:
                 ON s.thread_id = convert_to('seed-' || u.user_id, 'UTF8')""",
             (total, total, WAITING_EVERY),
         )
+        # What autovacuum soon does to a bulk load: the visibility map that lets a count
+        # or a page by user scan the index alone (rows a write changed since are read).
+        conn.execute("VACUUM ANALYZE lgmp_thread_index")
         conn.execute("ANALYZE")
 
 
@@ -336,88 +337,149 @@ def search_part(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 # -- part 2: the cost per turn -------------------------------------------------------
 
+TURN_MODES = ("off", "off_again", "on")
+"""``on``: the saver as shipped. ``off``: the same saver with the index's part of every
+write taken out (see :func:`index_off`). ``off_again``: ``off`` once more, on threads of
+its own: the control, whose "overhead" is the machine's noise alone."""
 
-def turn_p50_ms(backend: str, url: str, turns: int, threads: int) -> float:
-    """p50 of one chat turn on a fresh store of ``backend`` (run in either source tree)."""
-    import langgraph_memory_plus as lgmp
 
-    times: list[float] = []
-    with _turn_saver(lgmp, backend, url) as saver:
-        graph = _chat_graph().compile(checkpointer=saver)
-        for t in range(threads):
-            config = {"configurable": {"thread_id": f"turn-{t}", "user_id": f"u-{t % 7}"}}
-            for n in range(turns):
-                message = _seed_message(t * 1000 + n)
-                start = time.perf_counter()
-                graph.invoke({"messages": [message]}, config)
-                times.append(time.perf_counter() - start)
-    return statistics.median(times[threads:]) * 1000  # each thread's first turn is setup
+class _NoIndex:
+    """SQLite's thread index with every write step a no-op (``exists`` says no)."""
+
+    def __getattr__(self, name: str) -> Callable[..., Iterator[Any]]:
+        def step(*_: Any, **__: Any) -> Iterator[Any]:
+            return
+            yield
+
+        return step
+
+
+def _redis_off_scripts() -> dict[str, str]:
+    """The checkpoint scripts without the record's update in ``put`` / ``put_writes``."""
+    from langgraph_memory_plus.checkpoint.redis import lua
+
+    cuts = {
+        "put": [
+            "rec_put(thread_id, ns, cid, ARGV[9], ARGV[10], tonumber(ARGV[11]), ARGV[12])",
+            "if ns == '' and redis.call('HGET', K_REC, 's') ~= 'idle' then return 2 end",
+        ],
+        "put_writes": ["if ARGV[8] == '1' then rec_writes(thread_id, ns, cid, ARGV[9]) end"],
+    }
+    scripts = dict(lua.SCRIPTS)
+    for name, lines in cuts.items():
+        for line in lines:
+            assert line in scripts[name], f"the {name} script changed: update index_off"
+            scripts[name] = scripts[name].replace(line, "")
+    return scripts
+
+
+def index_off(backend: str, saver: Any) -> Any:
+    """``saver`` with the thread index's work taken out of its writes (benchmark only).
+
+    PostgreSQL: the put statement without its ``ix`` CTE (the trigger that copies a new
+    thread's expiry stays: it fires once per thread). SQLite: a no-op index. Redis: no
+    sorted-set step before the script, and scripts without the record's update (the put
+    script keeps its check of a reused step 1, which reads nothing when none is).
+    """
+    plans = saver._plans
+    if backend == "postgres":
+        cte = f", {plans.threads.put_cte}"
+        assert cte in plans._put_payload, "the put statement changed: update index_off"
+        plans._put_payload = plans._put_payload.replace(cte, "")
+    elif backend == "sqlite":
+        plans.threads = _NoIndex()
+    else:
+        index = plans.threads
+        index.intent = lambda thread_id, record, ts, then=None: then
+        index.put = _script_only
+    return saver
+
+
+def _script_only(thread_id: str, ns: str, checkpoint_id: str, record: Any, write: Any) -> Any:
+    """A Redis put with no index step: its script, run once (nothing is reused)."""
+    return (yield write)
 
 
 @contextmanager
-def _turn_saver(lgmp: Any, backend: str, url: str) -> Iterator[Any]:
-    if backend == "postgres":
-        with _pg_database(url) as db, lgmp.PostgresSaver.from_conn_string(db) as saver:
-            saver.setup()
-            yield saver
-    elif backend == "sqlite":
-        with (
-            tempfile.TemporaryDirectory() as tmp,
-            lgmp.SqliteSaver.from_conn_string(str(Path(tmp) / "t.db")) as saver,
-        ):
-            saver.setup()
-            yield saver
-    else:
-        prefix = f"lgmpbt{uuid.uuid4().hex[:8]}"
-        with lgmp.RedisSaver.from_conn_string(url, key_prefix=prefix) as saver:
-            try:
-                yield saver
-            finally:
-                for key in saver.client.scan_iter(match=f"{prefix}:*", count=5000):
-                    saver.client.unlink(key)
+def _turn_savers(backend: str, url: str) -> Iterator[dict[str, Any]]:
+    """One saver per mode, all on the same fresh storage (a database, a key prefix, a
+    file), the ``off`` ones with :func:`index_off`."""
+    import langgraph_memory_plus as lgmp
+
+    with ExitStack() as stack:
+        if backend == "postgres":
+            db = stack.enter_context(_pg_database(url))
+
+            def make(off: bool) -> Any:
+                return stack.enter_context(lgmp.PostgresSaver.from_conn_string(db))
+        elif backend == "sqlite":
+            path = str(Path(stack.enter_context(tempfile.TemporaryDirectory())) / "t.db")
+
+            def make(off: bool) -> Any:
+                return stack.enter_context(lgmp.SqliteSaver.from_conn_string(path))
+        else:
+            prefix = f"lgmpbt{uuid.uuid4().hex[:8]}"
+            off_class = type("OffRedisSaver", (lgmp.RedisSaver,), {})
+            off_class._scripts = _redis_off_scripts()
+
+            def make(off: bool) -> Any:
+                cls = off_class if off else lgmp.RedisSaver
+                return stack.enter_context(cls.from_conn_string(url, key_prefix=prefix))
+
+        savers = {mode: make(mode != "on") for mode in TURN_MODES}
+        if not backend.startswith("redis"):
+            savers["on"].setup()
+        for mode, saver in savers.items():
+            if mode != "on":
+                index_off(backend.split("-")[0], saver)
+        try:
+            yield savers
+        finally:
+            if backend.startswith("redis"):
+                client = savers["on"].client
+                for key in client.scan_iter(match=f"{prefix}:*", count=5000):
+                    client.unlink(key)
 
 
-def _in_tree(tree: Path, backend: str, url: str, turns: int, threads: int) -> float:
-    code = (
-        "import sys, json; from benchmarks.threads import turn_p50_ms; "
-        f"print(json.dumps(turn_p50_ms({backend!r}, {url!r}, {turns}, {threads})))"
-    )
-    env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{ROOT}"}
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    )
-    return float(json.loads(out.stdout.strip().splitlines()[-1]))
+def turn_row(backend: str, url: str, rounds: int, turns: int) -> dict[str, Any]:
+    """Chat turns of the three modes, one each per round, the order rotating; each mode
+    writes threads of its own, ``turns`` turns long. Paired: each round's ``on`` (and
+    ``off_again``) turn over the ``off`` turn of the same round (same thread length, a
+    few ms apart), so the drift of a shared machine cancels out."""
+    from .workloads import chat_graph, user_message
+
+    times: dict[str, list[float]] = {mode: [] for mode in TURN_MODES}
+    with _turn_savers(backend, url) as savers:
+        graphs = {m: chat_graph().compile(checkpointer=s) for m, s in savers.items()}
+        for n in range(-len(TURN_MODES), rounds):  # the first rounds warm up, untimed
+            shift = n % len(TURN_MODES)
+            for mode in TURN_MODES[shift:] + TURN_MODES[:shift]:
+                thread = max(n, 0) // turns
+                config = {"configurable": {"thread_id": f"{mode}-{thread}", "user_id": "u"}}
+                start = time.perf_counter()
+                graphs[mode].invoke({"messages": [user_message(n)]}, config)
+                if n >= 0:
+                    times[mode].append(time.perf_counter() - start)
+        listed = savers["on"].threads.count(metadata={"user_id": "u"})
+        assert listed == -(-rounds // turns), listed  # only the "on" threads are indexed
+    p50 = {mode: statistics.median(values) * 1000 for mode, values in times.items()}
+    row: dict[str, Any] = {"backend": backend, "rounds": rounds}
+    for mode in TURN_MODES:
+        row[f"{mode} p50 ms"] = p50[mode]
+    for mode in ("off_again", "on"):
+        paired = [x / y for x, y in zip(times[mode], times["off"], strict=True)]
+        row[f"{mode} paired"] = f"{(statistics.median(paired) - 1) * 100:+.1f}%"
+    return row
 
 
 def turn_part(args: argparse.Namespace) -> list[dict[str, Any]]:
+    targets = [("postgres", args.pg), ("redis", args.redis), ("sqlite", "")]
+    if args.redis_cluster:
+        targets.insert(2, ("redis-cluster", args.redis_cluster))
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        base = Path(tmp)
-        archive = subprocess.run(
-            ["git", "archive", args.baseline, "langgraph_memory_plus"],
-            cwd=ROOT,
-            capture_output=True,
-            check=True,
-        )
-        subprocess.run(["tar", "-x", "-C", str(base)], input=archive.stdout, check=True)
-        targets = [("postgres", args.pg), ("redis", args.redis), ("sqlite", "")]
-        if args.redis_cluster:
-            targets.insert(2, ("redis-cluster", args.redis_cluster))
-        for backend, url in targets:
-            with_index, without = [], []
-            for _ in range(2):  # A B A B
-                without.append(_in_tree(base, backend, url, args.turns, args.turn_threads))
-                with_index.append(_in_tree(ROOT, backend, url, args.turns, args.turn_threads))
-            a, b = statistics.median(without), statistics.median(with_index)
-            rows.append(
-                {
-                    "backend": backend,
-                    "turn ms, no index": a,
-                    "turn ms, index": b,
-                    "overhead": f"{(b / a - 1) * 100:+.1f}%",
-                }
-            )
-            _progress(rows[-1])
+    for backend, url in targets:
+        rows.append(turn_row(backend, url, args.rounds, args.turns))
+        _progress(rows[-1])
     return rows
 
 
@@ -449,9 +511,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=100_000)
     parser.add_argument("--user-threads", type=int, default=1_000)
     parser.add_argument("--reps", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=300, help="turns per mode (part 2)")
     parser.add_argument("--turns", type=int, default=20, help="turns per thread (part 2)")
-    parser.add_argument("--turn-threads", type=int, default=10)
-    parser.add_argument("--baseline", default=None, help="git ref without the index")
     parser.add_argument("--parts", default="search,turns")
     parser.add_argument(
         "--no-official", dest="official", action="store_false", help="skip the official saver"
@@ -469,9 +530,7 @@ def main() -> None:
         print("Search by user_id (p50, ms)\n")
         print(_table(search_part(args)) + "\n")
     if "turns" in parts:
-        if not args.baseline:
-            parser.error("--baseline REF is needed for the turn cost")
-        print(f"Chat turn (p50, ms): {args.baseline} (no index) vs this tree\n")
+        print("Chat turn (p50, ms; paired: median of each round's turn over its off turn)\n")
         print(_table(turn_part(args)) + "\n")
     print(f"load at end={os.getloadavg()[0]:.2f}")
 

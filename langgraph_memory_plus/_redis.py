@@ -35,6 +35,7 @@ R = TypeVar("R")
 
 SyncClient = redis.Redis | redis.cluster.RedisCluster
 AsyncClient = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
+CLUSTER_CLIENTS = (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster)
 
 
 @dataclass(frozen=True)
@@ -72,9 +73,7 @@ def _pipelined(client: Any, scripts: Mapping[str, Any], batch: Batch) -> tuple[A
     pipe = client.pipeline(transaction=False)
     for args in batch.commands:
         pipe.execute_command(*args)
-    carried = batch.then is not None and not isinstance(
-        client, (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster)
-    )
+    carried = batch.then is not None and not isinstance(client, CLUSTER_CLIENTS)
     if carried:
         assert batch.then is not None
         script = scripts[batch.then.script]

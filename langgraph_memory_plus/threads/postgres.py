@@ -14,9 +14,11 @@ transaction of each write:
 - ``delete_for_runs``, ``prune(keep_latest)``, retention, ``copy_thread``: :meth:`refresh`,
   in the same transaction, derives the row again from what the thread still holds.
 
-Reads join ``lgmp_threads`` for expiry, so an expired thread is never listed, swept or not.
-Each indexed metadata key (``user_id`` by default) has an expression index on
-``(metadata -> key, updated_at)``: a search by it is an index range scan, O(log n + k).
+Each row carries its thread's expiry (copied by triggers on ``lgmp_threads``), so an
+expired thread is never listed, swept or not, and a search reads no thread row. Each
+indexed metadata key (``user_id`` by default) has a generated column of its value and
+covering indexes on ``(key, updated_at, thread_key)`` and ``(key, status, ...)``: a
+search or a count by it is an index-only scan, O(log n + offset + limit).
 """
 
 from __future__ import annotations
@@ -102,6 +104,49 @@ STATUS_MIGRATION: tuple[str, ...] = (
         ON {{s}}.{TABLE} (status, updated_at, thread_key)""",
 )
 
+EXPIRY_MIGRATION: tuple[str, ...] = (
+    # The thread's expiry copied into its row (as on SQLite): a search or a count then
+    # reads the index alone (an index-only scan), with no lgmp_threads lookup per entry
+    # it counts, skips or returns. '-infinity': a tombstone (the row goes with it anyway).
+    f"ALTER TABLE {{s}}.{TABLE} ADD COLUMN IF NOT EXISTS expires_at timestamptz",
+    f"""UPDATE {{s}}.{TABLE} i SET expires_at = CASE WHEN t.thread_id IS NULL
+            THEN '-infinity' ELSE t.expires_at END
+        FROM {{s}}.lgmp_threads t WHERE t.thread_key = i.thread_key
+            AND (t.expires_at IS NOT NULL OR t.thread_id IS NULL)""",
+    f"""
+    CREATE OR REPLACE FUNCTION {{s}}.{TABLE}_expiry() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE {{s}}.{TABLE} SET expires_at = CASE WHEN NEW.thread_id IS NULL
+                THEN '-infinity' ELSE NEW.expires_at END
+            WHERE thread_key = NEW.thread_key;
+        RETURN NULL;
+    END $$
+    """,
+    # AFTER triggers run at the end of the statement: a put that creates the thread row
+    # and its index row in one statement finds the index row there.
+    f"""CREATE TRIGGER {TABLE}_expiry_ins AFTER INSERT ON {{s}}.lgmp_threads
+        FOR EACH ROW EXECUTE FUNCTION {{s}}.{TABLE}_expiry()""",
+    f"""CREATE TRIGGER {TABLE}_expiry_upd AFTER UPDATE OF expires_at, thread_id
+        ON {{s}}.lgmp_threads FOR EACH ROW
+        WHEN (OLD.expires_at IS DISTINCT FROM NEW.expires_at
+            OR (OLD.thread_id IS NULL) <> (NEW.thread_id IS NULL))
+        EXECUTE FUNCTION {{s}}.{TABLE}_expiry()""",
+    # Both listing indexes cover the visibility test (expires_at), for index-only scans.
+    f"DROP INDEX IF EXISTS {{s}}.{TABLE}_status_idx",
+    f"""CREATE INDEX IF NOT EXISTS {TABLE}_status_cover_idx
+        ON {{s}}.{TABLE} (status, updated_at, thread_key) INCLUDE (expires_at)""",
+    f"DROP INDEX IF EXISTS {{s}}.{TABLE}_updated_idx",
+    f"""CREATE INDEX IF NOT EXISTS {TABLE}_updated_cover_idx
+        ON {{s}}.{TABLE} (updated_at, thread_key) INCLUDE (expires_at)""",
+)
+
+LISTED = "(i.expires_at IS NULL OR i.expires_at > now())"
+"""Visible, from the index row alone (a deleted thread has no row)."""
+EXPIRY_OF = "(SELECT t.expires_at FROM {th} t WHERE t.thread_key = {tk})"
+"""A new row's expiry: its thread's, as the statement finds it (a thread row the same
+statement creates or touches sets it after, by the trigger)."""
+
 _COLUMNS = """i.thread_id, extract(epoch FROM i.created_at), extract(epoch FROM i.updated_at),
     i.metadata, i.status, i.interrupts, i.title, i.checkpoints, i.bytes"""
 
@@ -119,8 +164,22 @@ STATUS = "\x00status"
 """Appended to a key to name its index by key and status."""
 
 
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
 def _index_name(key: str) -> str:
-    return f"{TABLE}_{hashlib.sha256(key.encode()).hexdigest()[:12]}_idx"
+    return f"{TABLE}_{_digest(key)}_idx"
+
+
+def _cover_name(key: str) -> str:
+    return f"{TABLE}_{_digest(key)}_cover_idx"
+
+
+def key_column(key: str) -> str:
+    """The generated column holding ``metadata -> key``: an index on a plain column can
+    answer a query by itself (PostgreSQL never scans an expression index index-only)."""
+    return f"k_{_digest(key)}"
 
 
 def _stored(row: tuple[Any, ...]) -> StoredRecord:
@@ -166,14 +225,15 @@ class PostgresThreadIndex:
         self.index_keys = tuple(index_keys)
         # Whether this put is of the thread's newest root checkpoint (ids sort by time);
         # NULL (not a root checkpoint) counts as not.
+        expiry = EXPIRY_OF.format(th=self._th, tk="%(tk)s")
         newer = "%(ix_latest)s::text >= coalesce(i.latest_id, '')"  # in CASE: NULL is false
         fresh = "%(ix_latest)s::text > coalesce(i.latest_id, '')"
         self.put_cte = f"""
             ix AS (
                 INSERT INTO {self._ix} AS i (thread_key, thread_id, latest_id, metadata,
-                    title, checkpoints, bytes)
+                    title, checkpoints, bytes, expires_at)
                 SELECT %(tk)s, %(tid)s, %(ix_latest)s, %(ix_meta)s, %(ix_title)s,
-                    (SELECT count(*) FROM saved WHERE fresh), %(ix_bytes)s
+                    (SELECT count(*) FROM saved WHERE fresh), %(ix_bytes)s, {expiry}
                 FROM (SELECT 1 FROM saved LIMIT 1) s
                 ON CONFLICT (thread_key) DO UPDATE SET
                     thread_id = EXCLUDED.thread_id,
@@ -210,9 +270,10 @@ class PostgresThreadIndex:
         self.writes_cte = f"""
             ixw AS (
                 INSERT INTO {self._ix} AS i (thread_key, thread_id, latest_id, status,
-                    interrupts)
+                    interrupts, expires_at)
                 SELECT %(tk)s, %(tid)s, %(id)s,
-                    CASE WHEN %(ix_error)s THEN 'error' ELSE 'interrupted' END, %(ix_int)s
+                    CASE WHEN %(ix_error)s THEN 'error' ELSE 'interrupted' END, %(ix_int)s,
+                    {expiry}
                 FROM ok WHERE %(ns)s = ''
                 ON CONFLICT (thread_key) DO UPDATE SET updated_at = now(),
                     latest_id = EXCLUDED.latest_id,
@@ -226,17 +287,26 @@ class PostgresThreadIndex:
     # -- setup ----------------------------------------------------------------------------
 
     def setup(self) -> Plan[Query, None]:
-        """Two expression indexes per indexed key (run under the migration's lock): by
-        key, and by key and status (a user's threads that wait for a human)."""
+        """Per indexed key (run under the migration's lock): a generated column of its
+        value and two indexes on it, by key and by key and status (a user's threads that
+        wait for a human), both covering the visibility test, so a search or count by
+        the key is an index-only scan. Adding the column rewrites the table once (when a
+        key is first configured); the expression indexes of earlier releases go."""
         for key in self.index_keys:
+            col = key_column(key)
             yield Query(
-                f"CREATE INDEX IF NOT EXISTS {_index_name(key)} ON {self._ix} "
-                f"((metadata -> '{key}'), updated_at)"
+                f"ALTER TABLE {self._ix} ADD COLUMN IF NOT EXISTS {col} jsonb "
+                f"GENERATED ALWAYS AS (metadata -> '{key}') STORED"
             )
-            yield Query(
-                f"CREATE INDEX IF NOT EXISTS {_index_name(key + STATUS)} ON {self._ix} "
-                f"((metadata -> '{key}'), status, updated_at, thread_key)"
-            )
+            for name, columns in (
+                (key, "updated_at, thread_key"),
+                (key + STATUS, "status, updated_at, thread_key"),
+            ):
+                yield Query(f"DROP INDEX IF EXISTS {self._s}.{_index_name(name)}")
+                yield Query(
+                    f"CREATE INDEX IF NOT EXISTS {_cover_name(name)} ON {self._ix} "
+                    f"({col}, {columns}) INCLUDE (expires_at)"
+                )
 
     # -- what the writes add to their statements ------------------------------------------
 
@@ -321,8 +391,9 @@ class PostgresThreadIndex:
         return Query(
             f"""
             INSERT INTO {self._ix} AS i (thread_key, thread_id, latest_id, metadata, status,
-                interrupts, title)
-            SELECT %(dst)s, %(dst_id)s, latest_id, metadata, status, interrupts, title
+                interrupts, title, expires_at)
+            SELECT %(dst)s, %(dst_id)s, latest_id, metadata, status, interrupts, title,
+                {EXPIRY_OF.format(th=self._th, tk="%(dst)s")}
             FROM {self._ix} WHERE thread_key = %(src)s
             ON CONFLICT (thread_key) DO UPDATE SET updated_at = now(),
                 title = coalesce(i.title, EXCLUDED.title)""",
@@ -398,9 +469,9 @@ class PostgresThreadIndex:
             yield Query(
                 f"""
                 INSERT INTO {self._ix} AS i (thread_key, thread_id, latest_id, metadata,
-                    status, interrupts, checkpoints, bytes)
+                    status, interrupts, checkpoints, bytes, expires_at)
                 VALUES (%(tk)s, %(tid)s, %(latest)s, %(meta)s, %(status)s, %(int)s, %(n)s,
-                    %(b)s)
+                    %(b)s, {EXPIRY_OF.format(th=self._th, tk="%(tk)s")})
                 ON CONFLICT (thread_key) DO UPDATE SET thread_id = EXCLUDED.thread_id,
                     latest_id = EXCLUDED.latest_id, metadata = EXCLUDED.metadata,
                     status = EXCLUDED.status, interrupts = EXCLUDED.interrupts,
@@ -453,10 +524,12 @@ class PostgresThreadIndex:
     # -- reads ----------------------------------------------------------------------------
 
     def _where(self, query: ThreadQuery) -> tuple[str, list[Any]]:
-        wheres, params = [self._visible], list[Any]()
+        """The filter on the index row alone: with only an indexed key and a status, it
+        reads nothing but the columns of that key's covering index."""
+        wheres, params = [LISTED], list[Any]()
         if query.indexed is not None:
             key, form = query.indexed
-            wheres.append(f"i.metadata -> '{key}' = %s::jsonb")
+            wheres.append(f"i.{key_column(key)} = %s::jsonb")
             params.append(form)
         rest = {
             k: v for k, v in query.metadata.items() if not query.indexed or k != query.indexed[0]
@@ -472,16 +545,18 @@ class PostgresThreadIndex:
             params.append([thread_key(t) for t in query.ids])
         return " AND ".join(wheres), params
 
-    def _from(self) -> str:
-        return f"{self._ix} i JOIN {self._th} t ON t.thread_key = i.thread_key"
-
     def search(self, query: ThreadQuery) -> Plan[Query, list[StoredRecord]]:
+        """The page's keys first (an index-only walk past ``offset`` entries, as the
+        hosted server's offset paging), then only those rows."""
         where, params = self._where(query)
         order = "DESC" if query.sort_order == "desc" else "ASC"
+        sort = _ORDER[query.sort_by]
+        tail = f"ORDER BY {sort} {order}, i.thread_key {order}"
         rows: Rows = yield Query(
-            f"""SELECT {_COLUMNS} FROM {self._from()} WHERE {where}
-            ORDER BY {_ORDER[query.sort_by]} {order}, i.thread_key {order}
-            LIMIT {int(query.limit)} OFFSET {int(query.offset)}""",
+            f"""WITH page AS MATERIALIZED (SELECT i.thread_key FROM {self._ix} i WHERE {where}
+                {tail} LIMIT {int(query.limit)} OFFSET {int(query.offset)})
+            SELECT {_COLUMNS} FROM page JOIN {self._ix} i ON i.thread_key = page.thread_key
+            {tail}""",
             params,
             fetch=True,
             standalone=True,
@@ -491,7 +566,7 @@ class PostgresThreadIndex:
     def count(self, query: ThreadQuery) -> Plan[Query, int]:
         where, params = self._where(query)
         rows: Rows = yield Query(
-            f"SELECT count(*) FROM {self._from()} WHERE {where}",
+            f"SELECT count(*) FROM {self._ix} i WHERE {where}",
             params,
             fetch=True,
             standalone=True,
@@ -500,7 +575,8 @@ class PostgresThreadIndex:
 
     def get(self, thread_id: str) -> Plan[Query, StoredRecord | None]:
         rows: Rows = yield Query(
-            f"SELECT {_COLUMNS} FROM {self._from()} WHERE {self._visible} AND i.thread_key = %s",
+            f"""SELECT {_COLUMNS} FROM {self._ix} i JOIN {self._th} t
+                ON t.thread_key = i.thread_key WHERE {self._visible} AND i.thread_key = %s""",
             (thread_key(thread_id),),
             fetch=True,
             standalone=True,

@@ -27,6 +27,18 @@ the two steps and from reading the records back:
    deleted thread's entries are removed right after the delete (and by the next read if
    that removal is lost).
 
+**A run's later steps reuse its first step 1.** A thread's sets are the same for every
+put of a run (same user, root checkpoints idle), and on a cluster step 1 is a round trip
+of its own (four per chat turn). So a put of a graph step (metadata ``source`` ``loop``)
+that continues the checkpoint this saver wrote last for the thread and namespace, under
+``REUSE_MS`` after the step 1 that put made, for the same sets, skips it and writes with
+that step 1's time: a record's ``u`` and its entries' scores stay equal. On Redis,
+``updated_at`` is then the time of the run's first write (an input, an update, a resume),
+moved at least once a second while the run goes on. The script takes such a put only if
+the record's ``u`` is still that time and nothing re-derived it since (flag ``x``, set by
+``rec_refresh``): any other write, deletion or re-derivation in between sends the put
+through step 1 again.
+
 A search by an indexed key reads ``offset + limit`` entries of one set: O(log n + k).
 Other filters read the candidate set (the indexed key's, or all threads) in batches and
 filter exactly.
@@ -34,9 +46,11 @@ filter exactly.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -50,8 +64,17 @@ Backfill = Callable[[Any, Any, int], Plan[Command, ReindexBatch]]
 decoding, which this module does not have."""
 
 FIELDS = (b"id", b"c", b"u", b"m", b"s", b"i", b"t", b"n", b"b")
+COUNT_FIELDS = (b"u", b"m", b"s")
+"""What a count verifies an entry with: its record's time (it exists), metadata, status."""
 MAX_HEAL_ROUNDS = 3
 BATCH = 500
+REUSE_MS = 1000
+"""How long a put's step 1 serves the run's later puts (see the module docstring)."""
+REUSE_ENTRIES = 4096
+"""Threads remembered per saver for that (the oldest are forgotten first)."""
+PUT_TS_ARG = 11
+"""Where the put script's arguments hold the write's time; the reused step 1's time (or
+empty) follows it (see ``checkpoint/redis/lua.py``)."""
 
 # Lua shared by the checkpoint scripts (after their PRELUDE, which defines K_REC and the
 # helpers used here). Interrupts and errors are found in the latest root checkpoint's
@@ -77,6 +100,7 @@ local function rec_status(member)
 end
 
 local function rec_touch(thread_id, ts)
+  redis.call('HDEL', K_REC, 'x')
   redis.call('HSET', K_REC, 'id', thread_id)
   redis.call('HSETNX', K_REC, 'c', ts)
   local u = redis.call('HGET', K_REC, 'u')
@@ -134,12 +158,22 @@ local function tx_put(pos, ts)
   return first + 3 * n
 end
 
+-- A put that reuses its run's step 1 (u: that step's time) is taken only if the record
+-- is as that run's last write left it, so its entries are still in their sets.
+local function rec_expected(u)
+  if u == '' then return true end
+  local now = redis.call('HMGET', K_REC, 'u', 'x')
+  return now[1] == u and not now[2]
+end
+
 -- After checkpoints were removed or merged in: derive the record from what is left.
+-- (Its metadata or status may change without a step 1: flag x stops reuse until the next.)
 local function rec_refresh()
   if redis.call('EXISTS', K_IDX) == 0 then
     redis.call('DEL', K_REC)
     return
   end
+  redis.call('HSET', K_REC, 'x', '1')
   local latest = pick('', '')
   if latest then
     redis.call('HDEL', K_REC, 'l')
@@ -166,6 +200,44 @@ for i = 1, #ARGV, 2 do
 end
 return n
 """
+
+
+# On one node only (its keys are in many slots): KEYS[1] a set of the index, KEYS[2..]
+# the records of its members ARGV[4..]; ARGV[1..3]: the status ('' any), the indexed key
+# and the value (a string) the records must have. Counts the members whose record says
+# so, removes the others and sets scores to ``u``, in one atomic step. Reply: the count,
+# then the members whose metadata it cannot read (the caller checks them).
+COUNT_ONE_NODE = r"""
+local set, status, key, want = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+local reply = {0}
+for i = 2, #KEYS do
+  local member = ARGV[i + 2]
+  local r = redis.call('HMGET', KEYS[i], 'u', 'm', 's')
+  local ok = r[1] and (status == '' or (r[3] or 'idle') == status)
+  local sure = true
+  if ok and key ~= '' then
+    local fine, meta = pcall(cjson.decode, r[2] or '{}')
+    if fine and type(meta) == 'table' then
+      ok = meta[key] == want
+    else
+      sure = false
+    end
+  end
+  if not sure then
+    reply[#reply + 1] = member
+  elseif ok then
+    reply[1] = reply[1] + 1
+    if tonumber(redis.call('ZSCORE', set, member)) ~= tonumber(r[1]) then
+      redis.call('ZADD', set, 'XX', r[1], member)
+    end
+  else
+    redis.call('ZREM', set, member)
+  end
+end
+return reply
+"""
+COUNT_BATCH = 2000
+"""Entries per call of that script (a few milliseconds of the server's time)."""
 
 
 def _utf8(text: str) -> bytes:
@@ -231,10 +303,18 @@ class RedisThreadIndex:
         self._backfill = backfill
         self.prefix = prefix
         self.index_keys = tuple(index_keys)
-        self._record_key = record_key
+        # a count by user computes a key per thread: the recent ones are kept
+        self._record_key = functools.lru_cache(maxsize=1 << 14)(record_key)
         self._ttl_ms = ttl_ms
+        self.one_node = False
+        """Set by the saver on a single node: counts then run in one script per batch."""
         # ``{prefix}:{tix:...}``: a hash tag per set, so sets spread over a cluster's slots
         self.all_key = _utf8(f"{prefix}:{{tix:all}}")
+        # (thread id, namespace) -> the last checkpoint this saver wrote there, the sets
+        # of the last step 1 and its time (ms, and monotonic seconds)
+        self._runs: OrderedDict[tuple[str, str], tuple[str, frozenset[bytes], int, float]] = (
+            OrderedDict()
+        )
 
     def transcript_keys(self, thread_id: str) -> list[bytes]:
         """The transcript's keys: in the thread's slot, outside its expiring keys."""
@@ -357,9 +437,73 @@ class RedisThreadIndex:
         for key in keys:
             commands.append(("ZADD", key, "GT", ts, _utf8(thread_id)))
             if self._ttl_ms:
-                # Every entry's thread expires by the last write's time plus the TTL.
-                commands.append(("PEXPIRE", key, self._ttl_ms))
+                # Every entry's thread expires by its last step 1's time plus the TTL
+                # (plus the reuse time: a run's later puts move the thread's expiry).
+                commands.append(("PEXPIRE", key, self._ttl_ms + REUSE_MS))
         return Batch(commands)
+
+    def _intent_keys(self, record: RecordInput | None) -> list[bytes]:
+        keys = [self.all_key]
+        if record is not None:
+            keys += [self.set_key(k, v) for k, v in record.indexed.items()]
+            if record.root:
+                keys += self._status_keys("idle", record.indexed)
+        return keys
+
+    def put_args(
+        self, thread_id: str, ns: str, parent_id: str | None, record: RecordInput
+    ) -> list[Any]:
+        """The put script's index arguments: the write's time, the reused step 1's time
+        (empty: none reused), then the transcript's (:meth:`transcript_args`)."""
+        seen = self._runs.get((thread_id, ns))
+        if seen is not None and record.metadata.get("source") == "loop":
+            last, keys, then_ts, at = seen
+            if (
+                parent_id == last
+                and time.monotonic() - at < REUSE_MS / 1000
+                and keys >= set(self._intent_keys(record))
+            ):
+                return [then_ts, b"%d" % then_ts, *self.transcript_args(record)]
+        return [now_ms(), b"", *self.transcript_args(record)]
+
+    def put(
+        self, thread_id: str, ns: str, checkpoint_id: str, record: RecordInput, write: Eval
+    ) -> Plan[Command, Any]:
+        """A put's two steps, step 1 skipped when it reuses the run's (see the module
+        docstring). Reply: the script's (0 refused, 1 stored, 2 stored, not idle)."""
+        args = list(write.args)
+        ts, reused = int(args[PUT_TS_ARG]), args[PUT_TS_ARG + 1]
+        if reused:
+            reply = yield write
+            if reply != 3:
+                if reply != 0:
+                    self._remember(thread_id, ns, checkpoint_id, None, ts)
+                return reply
+            # the record moved since that step 1: this put makes one of its own
+            args[PUT_TS_ARG : PUT_TS_ARG + 2] = [ts := now_ms(), b""]
+            write = Eval(write.script, write.keys, args)
+        reply = yield self.intent(thread_id, record, ts, write)
+        if reply != 0:
+            keys = frozenset(self._intent_keys(record))
+            self._remember(thread_id, ns, checkpoint_id, keys, ts)
+        return reply
+
+    def _remember(
+        self, thread_id: str, ns: str, checkpoint_id: str, keys: frozenset[bytes] | None, ts: int
+    ) -> None:
+        """The put's checkpoint, and with ``keys`` the step 1 it made (else the one it reused)."""
+        key = (thread_id, ns)
+        if keys is None:
+            seen = self._runs.get(key)
+            if seen is None:
+                return
+            _, keys, ts, at = seen
+        else:
+            at = time.monotonic()
+        self._runs[key] = (checkpoint_id, keys, ts, at)
+        self._runs.move_to_end(key)
+        if len(self._runs) > REUSE_ENTRIES:
+            self._runs.popitem(last=False)
 
     def intent(
         self, thread_id: str, record: RecordInput | None, ts: int, then: Eval | None = None
@@ -371,12 +515,7 @@ class RedisThreadIndex:
         sets. Entries a thread left behind in its former status's sets are removed by
         the reads that meet them (they check each entry's record).
         """
-        keys = [self.all_key]
-        if record is not None:
-            keys += [self.set_key(k, v) for k, v in record.indexed.items()]
-            if record.root:
-                keys += self._status_keys("idle", record.indexed)
-        return Batch(self._adds(keys, thread_id, ts).commands, then)
+        return Batch(self._adds(self._intent_keys(record), thread_id, ts).commands, then)
 
     def writes_intent(self, thread_id: str, status: str, ts: int, then: Eval) -> Plan[Command, Any]:
         """Step 1 of an interrupt's or an error's write, then the write (its reply).
@@ -552,7 +691,92 @@ class RedisThreadIndex:
         return query.page((yield from self._all(query)))
 
     def count(self, query: ThreadQuery) -> Plan[Command, int]:
-        return sum(1 for r in (yield from self._all(query)) if query.matches(r))
+        rest = {k for k in query.metadata if not query.indexed or k != query.indexed[0]}
+        if rest or query.ids is not None:
+            return sum(1 for r in (yield from self._all(query)) if query.matches(r))
+        return (yield from self._count_set(query))
+
+    def _count_set(self, query: ThreadQuery) -> Plan[Command, int]:
+        """Entries of the query's set whose record still says so: each checked on three
+        fields of its record, not read whole (a count ships no titles or interrupts).
+        Entries that fail the check are mended as a search mends them. On one node the
+        check runs in a script, ``COUNT_BATCH`` entries a call, and ships nothing back."""
+        want = self._script_value(query)
+        if self.one_node and want is not None:
+            return (yield from self._count_one_node(query, want))
+        key = self._set_of(query)
+        found, start = 0, 0
+        while True:
+            [raw] = yield Batch([("ZRANGE", key, start, start + BATCH - 1, "WITHSCORES")])
+            entries = _entries(raw)
+            replies = yield Batch(
+                [("HMGET", self._record_key(t), *COUNT_FIELDS) for t, _ in entries]
+            )
+            gone: list[bytes | int] = []
+            scores: list[tuple[Any, ...]] = []
+            for (tid, score), (updated, meta, status) in zip(entries, replies, strict=True):
+                if updated is None or not self._holds(meta, status, query):
+                    gone += [_utf8(tid), score]
+                    continue
+                found += 1
+                if int(updated) != score:
+                    scores.append(("ZADD", key, "XX", int(updated), _utf8(tid)))
+            if gone:
+                yield Eval("zrem_if", [key], gone)
+            if scores:
+                yield Batch(scores)
+            if len(entries) < BATCH:
+                return found
+            start += BATCH - len(gone) // 2
+
+    @staticmethod
+    def _script_value(query: ThreadQuery) -> bytes | None:
+        """The indexed value as the count script compares it (b"": no key), or ``None``
+        when the script cannot compare it as Python does (only strings decode alike)."""
+        if query.indexed is None:
+            return b""
+        value = json.loads(query.indexed[1])
+        if not isinstance(value, str):
+            return None
+        try:
+            return value.encode()
+        except UnicodeEncodeError:  # lone surrogates
+            return None
+
+    def _count_one_node(self, query: ThreadQuery, want: bytes) -> Plan[Command, int]:
+        key = self._set_of(query)
+        name = _utf8(query.indexed[0]) if query.indexed else b""
+        found, start = 0, 0
+        while True:
+            [members] = yield Batch([("ZRANGE", key, start, start + COUNT_BATCH - 1)])
+            tids = [m.decode("utf-8", "surrogatepass") for m in members]
+            reply = yield Eval(
+                "tix_count",
+                [key, *(self._record_key(t) for t in tids)],
+                [_utf8(query.status or ""), name, want, *members],
+            )
+            found += int(reply[0])
+            if len(reply) > 1:  # metadata the script could not read: as the pipelined check
+                unsure = [m.decode("utf-8", "surrogatepass") for m in reply[1:]]
+                fields = yield Batch(
+                    [("HMGET", self._record_key(t), *COUNT_FIELDS) for t in unsure]
+                )
+                found += sum(1 for f in fields if f[0] and self._holds(f[1], f[2], query))
+            if len(members) < COUNT_BATCH:
+                return found
+            # the script removed the entries it did not count (and only those)
+            start += COUNT_BATCH - (len(members) - int(reply[0]) - (len(reply) - 1))
+
+    @staticmethod
+    def _holds(meta: bytes | None, status: bytes | None, query: ThreadQuery) -> bool:
+        """:meth:`_belongs` on the raw fields of a record."""
+        if query.status is not None and (status or b"idle").decode() != query.status:
+            return False
+        if query.indexed is None:
+            return True
+        key, form = query.indexed
+        metadata = json.loads(meta or b"{}")
+        return key in metadata and index_value(metadata[key]) == form
 
     def reindex(self, codec: Any, cursor: Any, batch_size: int) -> Plan[Command, ReindexBatch]:
         """One backfill batch (see ``RedisCheckpointPlans.reindex``)."""

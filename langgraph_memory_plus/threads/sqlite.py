@@ -11,8 +11,10 @@ take turns on the whole file, so each write decides in Python with plain stateme
 - Operations that remove or merge checkpoints derive the row again (:meth:`refresh`);
   deletion and the sweep drop it with the thread's other rows.
 
-Reads join ``lgmp_threads`` for expiry. Each indexed key has an expression index on
-``(json_extract(metadata, '$."key"'), updated_at)``.
+Each row carries its thread's expiry (copied by triggers). Each indexed key has a column
+of its value (``json_extract``, kept by triggers) and covering indexes on ``(key,
+updated_at, thread_key, expires_at)`` and ``(key, status, ...)``: a search or a count by
+it reads one index.
 """
 
 from __future__ import annotations
@@ -132,12 +134,22 @@ _ORDER = {
 _SPECIAL = f"channel IN ('{INTERRUPT}', '{ERROR}')"
 
 
-def _key_expr(key: str) -> str:
-    return f"json_extract(i.metadata, '$.\"{key}\"')"
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
 def _index_name(key: str) -> str:
-    return f"{TABLE}_{hashlib.sha256(key.encode()).hexdigest()[:12]}_idx"
+    return f"{TABLE}_{_digest(key)}_idx"
+
+
+def _cover_name(key: str) -> str:
+    return f"{TABLE}_{_digest(key)}_cover_idx"
+
+
+def key_column(key: str) -> str:
+    """The column holding ``json_extract(metadata, key)``, kept by triggers: SQLite reads
+    an index on a plain column alone (covering), never one on an expression."""
+    return f"k_{_digest(key)}"
 
 
 def _sql_value(form: str) -> Any:
@@ -169,18 +181,39 @@ class SqliteThreadIndex:
         self.transcript_ttl = transcript_ttl
 
     def setup(self) -> Plan[Query, None]:
+        """Per indexed key: a column of its value, set by triggers from every write of
+        the row's metadata, and two covering indexes on it (by key, and by key and
+        status), so a search or a count by the key reads one index and no row. The
+        expression indexes of earlier releases go."""
+        columns: Rows = yield Query(f"SELECT name FROM pragma_table_info('{TABLE}')", fetch=True)
+        have = {r[0] for r in columns}
         for key in self.index_keys:
-            yield Query(
-                f"CREATE INDEX IF NOT EXISTS {_index_name(key)} ON {TABLE} "
-                f"(json_extract(metadata, '$.\"{key}\"'), updated_at, thread_key, expires_at)",
-                write=True,
-            )
-            yield Query(
-                f"CREATE INDEX IF NOT EXISTS {_index_name(key + STATUS)} ON {TABLE} "
-                f"(json_extract(metadata, '$.\"{key}\"'), status, updated_at, thread_key, "
-                "expires_at)",
-                write=True,
-            )
+            col, path = key_column(key), f"'$.\"{key}\"'"
+            value = f"json_extract(NEW.metadata, {path})"
+            if col not in have:
+                yield Query(f"ALTER TABLE {TABLE} ADD COLUMN {col}", write=True)
+                yield Query(
+                    f"UPDATE {TABLE} SET {col} = json_extract(metadata, {path})", write=True
+                )
+            for event in ("INSERT", "UPDATE OF metadata"):
+                name = f"{TABLE}_{col}_{event.split()[0].lower()}"
+                yield Query(
+                    f"""CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {TABLE}
+                    WHEN NEW.{col} IS NOT {value}
+                    BEGIN
+                        UPDATE {TABLE} SET {col} = {value} WHERE thread_key = NEW.thread_key;
+                    END""",
+                    write=True,
+                )
+            for name, rest in (
+                (key, "updated_at, thread_key, expires_at"),
+                (key + STATUS, "status, updated_at, thread_key, expires_at"),
+            ):
+                yield Query(f"DROP INDEX IF EXISTS {_index_name(name)}", write=True)
+                yield Query(
+                    f"CREATE INDEX IF NOT EXISTS {_cover_name(name)} ON {TABLE} ({col}, {rest})",
+                    write=True,
+                )
 
     # -- writes -----------------------------------------------------------------------
 
@@ -417,7 +450,7 @@ class SqliteThreadIndex:
             if not isinstance(value, str):
                 exact = False  # 1, true, objects: json_extract alone cannot tell them apart
             if query.indexed is not None and query.indexed[0] == key:
-                expr = _key_expr(key)  # the indexed expression, as written in the index
+                expr = f"i.{key_column(key)}"  # json_extract's value, as the column has it
             elif isinstance(value, str):
                 expr = f"json_extract(i.metadata, :k{n})"
                 params[f"k{n}"] = f'$."{key}"'

@@ -23,8 +23,8 @@ from ..._plan import Plan
 from ..._postgres import Query, Rows
 from ...errors import ValueTooLargeError
 from ...threads.core import RecordInput, writes_of_interest
+from ...threads.postgres import EXPIRY_MIGRATION, STATUS_MIGRATION, PostgresThreadIndex
 from ...threads.postgres import MIGRATION as THREAD_INDEX_MIGRATION
-from ...threads.postgres import STATUS_MIGRATION, PostgresThreadIndex
 from .. import task_writes
 from ..codec import (
     EMPTY,
@@ -44,7 +44,12 @@ from .schema import MIGRATIONS, quote_schema
 
 logger = logging.getLogger("langgraph_memory_plus.checkpoint.postgres")
 
-CHECKPOINT_MIGRATIONS = (*MIGRATIONS, THREAD_INDEX_MIGRATION, STATUS_MIGRATION)
+CHECKPOINT_MIGRATIONS = (
+    *MIGRATIONS,
+    THREAD_INDEX_MIGRATION,
+    STATUS_MIGRATION,
+    EXPIRY_MIGRATION,
+)
 """Every migration of the checkpoint tables, the thread index's included: the version
 ``setup()`` brings a schema to is ``len(CHECKPOINT_MIGRATIONS) - 1``."""
 

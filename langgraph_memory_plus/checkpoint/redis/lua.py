@@ -10,7 +10,7 @@ values stay opaque bytes that only Python decodes.
 
 from __future__ import annotations
 
-from ...threads.redis import RECORD_LUA, ZREM_IF
+from ...threads.redis import COUNT_ONE_NODE, RECORD_LUA, ZREM_IF
 
 PRELUDE = r"""
 local K_THREAD, K_IDX, K_CK, K_META, K_BLOBS, K_WRITES, K_WIDX, K_REPLAY, K_ITEMS, K_NODES =
@@ -318,12 +318,15 @@ end
 """
 
 # ARGV: ttl_ms, thread_id, ns, checkpoint_id, parent, run_id, record, keep_last,
-#       the index record's metadata JSON, title and bytes, the write's time (ms),
-#       the transcript's owner, ttl_ms and n, (message id, role, text)*n,
+#       the index record's metadata JSON, title and bytes, the write's time (ms), the
+#       time of the step 1 it reuses (or ''), the transcript's owner, ttl_ms and n,
+#       (message id, role, text)*n,
 #       n, delta channel*n, n, channel with a value here*n, n, blob field*n (one per
 #       channel version of the checkpoint), n, (list item field, value)*n,
 #       n, (list node field, children)*n,
 #       then (blob field, value, empty flag) for each new version.
+# Reply: 1 stored, 2 stored and its thread is not idle, 0 refused (deleted thread), 3 not
+# written: the step 1 it reuses no longer holds (see threads/redis.py).
 PUT = r"""
 local ttl, thread_id, ns, cid, parent, run_id, record, keep =
   ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
@@ -338,7 +341,8 @@ if not may_put(ns, parent) then
   end
   return 0
 end
-local pos = tx_put(13, ARGV[12])
+if not rec_expected(ARGV[13]) then return 3 end  -- see threads/redis.py
+local pos = tx_put(14, ARGV[12])
 local function take_list()
   local n = tonumber(ARGV[pos])
   local out = {}
@@ -782,3 +786,4 @@ SCRIPTS: dict[str, str] = {
 }
 # On one index set, not a thread's keys (see threads/redis.py).
 SCRIPTS["zrem_if"] = ZREM_IF
+SCRIPTS["tix_count"] = COUNT_ONE_NODE

@@ -462,8 +462,9 @@ class RedisCheckpointPlans:
             json.dumps(record.metadata),  # FILTER reads it in every namespace
             _utf8(record.title or ""),
             record.bytes,
-            ts := now_ms(),
-            *self.threads.transcript_args(record),
+            *self.threads.put_args(
+                target.thread_id, target.checkpoint_ns, encoded.parent_id, record
+            ),
         ]
         for names in (encoded.delta_channels, encoded.valued_channels):
             args.append(len(names))
@@ -488,7 +489,10 @@ class RedisCheckpointPlans:
         if record.lines:
             keys += self.threads.transcript_keys(target.thread_id)
         # the index entries first (see threads/redis.py), in the same round trip
-        reply = yield self.threads.intent(target.thread_id, record, ts, Eval("put", keys, args))
+        write = Eval("put", keys, args)
+        reply = yield from self.threads.put(
+            target.thread_id, target.checkpoint_ns, encoded.checkpoint_id, record, write
+        )
         if reply == 0:  # refused: the thread was deleted while this run went on
             yield from self.threads.refused(target.thread_id, record)
         elif reply == 2:  # not idle after all: the sets of its status, as its record says

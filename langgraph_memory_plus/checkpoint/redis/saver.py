@@ -14,7 +14,7 @@ from typing import ClassVar
 from typing_extensions import Self, Unpack
 
 from ..._options import check_options, split_options
-from ..._redis import AsyncClient, SyncClient
+from ..._redis import CLUSTER_CLIENTS, AsyncClient, SyncClient
 from ..._redisdriver import RedisAsyncDriver, RedisConnectOptions, RedisSyncDriver
 from ...threads.context import ContextKeysSaver
 from ..config import SaverOptions
@@ -66,6 +66,7 @@ class _RedisOptions(ContextKeysSaver):
         super().__init__(**split_options(options, SaverOptions)[0])
         self.client = client
         self._plans = RedisCheckpointPlans(options.get("key_prefix", DEFAULT_PREFIX), self.settings)
+        self._plans.threads.one_node = not isinstance(client, CLUSTER_CLIENTS)
 
     def _connect(self, client: object) -> None:
         raise NotImplementedError
