@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # benchmarks/ is not installed; it lives beside tests/
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import floor, workloads  # noqa: E402
+from benchmarks import floor, goals, workloads  # noqa: E402
 from benchmarks import run as bench  # noqa: E402
 
 pytestmark = pytest.mark.storage
@@ -60,6 +60,10 @@ RATIO_UNITS = {"bytes", "ms", "turns/s", "ops/s"}
 
 def _by(rows: list[dict[str, Any]], saver: str) -> dict[str, dict[str, Any]]:
     return {row["metric"]: row for row in rows if row["saver"] == saver}
+
+
+def _by_metric(rows: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
+    return [row for row in rows if row["metric"] == metric]
 
 
 def test_smoke_run_reports_every_section(
@@ -188,6 +192,17 @@ def test_smoke_run_reports_every_section(
     finally:
         client.close()
     assert list(Path(tempfile.gettempdir()).glob(f"lgmpb{run_id}*")) == []  # SQLite files
+
+    # the issue-22 goal table reads the report: measured goals get a ratio, others say so
+    table = goals.main([str(out)])
+    chat_rows = {row["saver"]: row for row in _by_metric(chat, "turn p50 @T=1")}
+    ratio = chat_rows["ours SqliteSaver"]["median"] / chat_rows["official SqliteSaver"]["median"]
+    line = "| short threads | turn p50 @T=1 | ours SqliteSaver | official SqliteSaver | "
+    assert f"{line}{goals.format_ratio(ratio)} | <= 0.7x |" in table
+    assert (
+        "| short threads | turn p50 @T=10 | ours RedisSaver | InMemorySaver | - | <= 1.5x | "
+        "not measured |" in table
+    )  # the smoke run has no T=10
 
 
 def test_floor_counts_the_calls_and_bounds_from_its_parts(
