@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .targets import Target, baseline_of
+from .targets import Target, baseline_of, memory_reference
 
 # units whose ratio to the baseline means something (dimensionless ones get none)
 _RATIO_UNITS = {"bytes", "ms", "turns/s", "ops/s"}
@@ -40,6 +41,8 @@ class Section:
     # columns of the compact table: a metric, (label, before, after) shown as "a -> b", or a
     # share of a reference saver's median
     summary: list[str | tuple[str, str, str] | Share] = field(default_factory=list)
+    # which official implementation a row's ratio is taken against
+    baseline_of: Callable[[Target], Target] = baseline_of
 
     def add(self, target: Target, metrics: dict[tuple[str, str], float]) -> None:
         self.targets.setdefault(target.name, target)
@@ -50,7 +53,7 @@ class Section:
 
     def baseline(self, metric: str, saver: str) -> Target:
         """The official implementation this row is compared with (by the flavour it ran as)."""
-        return baseline_of(self.flavours.get((metric, saver), self.targets[saver]))
+        return self.baseline_of(self.flavours.get((metric, saver), self.targets[saver]))
 
     def share(self, column: Share, saver: str) -> float | None:
         value = self.median(column.metric, saver)
@@ -67,6 +70,15 @@ class Section:
         if self.units.get(metric) in _RATIO_UNITS and value is not None and base_value:
             return value / base_value
         return None
+
+    def ratio_vs_memory(self, metric: str, saver: str) -> float | None:
+        """Redis rows: the median over InMemorySaver's (None for other rows)."""
+        reference = memory_reference(self.flavours.get((metric, saver), self.targets[saver]))
+        if reference is None or self.units.get(metric) not in _RATIO_UNITS:
+            return None
+        value = self.median(metric, saver)
+        base_value = self.median(metric, reference.name)
+        return value / base_value if value is not None and base_value else None
 
     def rows(self) -> list[dict[str, Any]]:
         out = []
@@ -85,6 +97,7 @@ class Section:
                         "median": value,
                         "ratio": ratio,
                         "baseline": base,
+                        "ratio_vs_memory": self.ratio_vs_memory(metric, saver),
                         "samples": self.samples[(metric, saver)],
                     }
                 )
@@ -136,8 +149,14 @@ def _cell(section: Section, metric: str, saver: str, with_ratio: bool = True) ->
     if (metric, saver) not in section.samples:
         return ""
     text = format_value(section.median(metric, saver), section.units[metric])
-    ratio = section.ratio(metric, saver)
-    return f"{text} ({format_ratio(ratio)})" if with_ratio and ratio is not None else text
+    if not with_ratio:
+        return text
+    ratios = []
+    if (ratio := section.ratio(metric, saver)) is not None:
+        ratios.append(format_ratio(ratio))
+    if (memory := section.ratio_vs_memory(metric, saver)) is not None:
+        ratios.append(f"{format_ratio(memory)} mem")
+    return f"{text} ({'; '.join(ratios)})" if ratios else text
 
 
 def summary_markdown(section: Section) -> str:
@@ -183,12 +202,20 @@ def section_markdown(section: Section) -> str:
     lines += [*section.description, ""] if section.description else []
     summary = summary_markdown(section)
     if summary:
-        lines += ["Summary (ratio vs official PG in parentheses):", "", summary]
-    lines += ["| saver | metric | median | ratio vs official PG |", "|---|---|---|---|"]
+        lines += [
+            "Summary (ratio vs the official baseline in parentheses; Redis rows also vs "
+            "InMemorySaver, `mem`):",
+            "",
+            summary,
+        ]
+    lines += [
+        "| saver | metric | median | ratio vs official | vs InMemorySaver |",
+        "|---|---|---|---|---|",
+    ]
     for row in section.rows():
         lines.append(
             f"| {row['saver']} | {row['metric']} | {format_value(row['median'], row['unit'])} "
-            f"| {format_ratio(row['ratio'])} |"
+            f"| {format_ratio(row['ratio'])} | {format_ratio(row['ratio_vs_memory'])} |"
         )
     lines.append("")
     for note in section.notes:

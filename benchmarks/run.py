@@ -18,6 +18,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -32,12 +33,13 @@ from .report import Section, Share, format_value, section_markdown
 from .targets import Env, Target, open_session
 from .workloads import StoppedEarly, chat_metrics, chat_turns, read_paths, store_ops, throughput
 
-SECTIONS = ("chat", "reads", "throughput", "stores")
+SECTIONS = ("chat", "reads", "throughput", "stores", "setup")
 
 
 @dataclasses.dataclass
 class Sizes:
     turns: list[int]
+    short_samples: int  # turns behind each short-T p50 (and new threads behind the first turn)
     read_checkpoints: int
     read_reps: int
     threads: int
@@ -45,6 +47,7 @@ class Sizes:
     concurrency: list[int]
     store_items: int
     store_reps: int
+    setup_reps: int
     rounds: int
     unit_seconds: float
     section_rounds: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -55,7 +58,8 @@ class Sizes:
 
 PRESETS = {
     "full": Sizes(
-        turns=[50, 200, 1000],
+        turns=[1, 10, 50, 200, 1000],
+        short_samples=50,
         read_checkpoints=1000,
         read_reps=200,
         threads=1000,
@@ -63,11 +67,13 @@ PRESETS = {
         concurrency=[1, 8],
         store_items=10_000,
         store_reps=500,
+        setup_reps=5,
         rounds=3,
         unit_seconds=900.0,
     ),
     "quick": Sizes(
-        turns=[20, 50],
+        turns=[1, 10, 50],
+        short_samples=20,
         read_checkpoints=100,
         read_reps=50,
         threads=50,
@@ -75,6 +81,7 @@ PRESETS = {
         concurrency=[1, 8],
         store_items=500,
         store_reps=100,
+        setup_reps=3,
         rounds=2,
         unit_seconds=120.0,
     ),
@@ -137,9 +144,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--rounds",
         type=_rounds,
         help="rounds per section (median over rounds): N, or per section, "
-        "e.g. chat=1,reads=3,throughput=1,stores=3 (others: the preset's)",
+        "e.g. chat=1,reads=3,throughput=1,stores=3,setup=3 (others: the preset's)",
     )
-    p.add_argument("--turns", type=_ints, help="chat thread lengths T, e.g. 50,200,1000")
+    p.add_argument("--turns", type=_ints, help="chat thread lengths T, e.g. 1,10,50,200,1000")
+    p.add_argument(
+        "--short-samples",
+        type=int,
+        help="turns behind each turn p50 @T (fresh T-turn threads until there are this many; "
+        "at T=1 that many new threads)",
+    )
     p.add_argument("--read-checkpoints", type=int, help="checkpoints in the read-path thread")
     p.add_argument("--read-reps", type=int, help="timed reads per op")
     p.add_argument("--threads", type=int, help="threads in the throughput section")
@@ -147,6 +160,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=_ints, help="concurrency levels, e.g. 1,8")
     p.add_argument("--store-items", type=int, help="items put in each store")
     p.add_argument("--store-reps", type=int, help="timed get/search/list_namespaces calls")
+    p.add_argument("--setup-reps", type=int, help="fresh databases/files per setup() timing")
     p.add_argument(
         "--unit-seconds",
         type=float,
@@ -229,9 +243,11 @@ def _run_rounds(
 
 def _ratio_line() -> str:
     return (
-        "Ratio = this saver's median / the official PostgreSQL saver's of the same flavour "
-        "(sync rows vs `PostgresSaver`, async rows vs `AsyncPostgresSaver`; stores vs "
-        "`PostgresStore`). Lower is better except for turns/s and ops/s."
+        "Ratio = this saver's median / the official saver's of the same flavour: SQLite rows "
+        "vs `langgraph.checkpoint.sqlite` (`SqliteSaver` / `AsyncSqliteSaver`), the others vs "
+        "the official PostgreSQL saver (sync rows vs `PostgresSaver`, async rows vs "
+        "`AsyncPostgresSaver`); stores vs `PostgresStore`. Redis rows also give their ratio "
+        "to `InMemorySaver` (`mem`). Lower is better except for turns/s and ops/s."
     )
 
 
@@ -244,6 +260,10 @@ def chat_section(env: Env, sizes: Sizes, savers: list[Target]) -> Section:
         f"~380 characters of {wl.current_text()} text a turn, {wl.current_messages()} message "
         "envelopes); footprint is measured at T = "
         f"{', '.join(map(str, sizes.turns))} (and T/2 for the top-half exponent). "
+        "Then, on the same saver, fresh threads of T turns until the T-turn threads (the long "
+        f"one's first T turns count as one) hold at least {sizes.short_samples} turns: "
+        "`turn p50 @T` is the median over all their turns; `first turn p50, new thread` the "
+        "median of the first turns of all threads (`new threads` of them). "
         f"{sizes.rounds_for('chat')} round(s).",
         "",
         "Footprint: PostgreSQL = `pg_total_relation_size` summed over the saver's tables in a "
@@ -258,7 +278,7 @@ def chat_section(env: Env, sizes: Sizes, savers: list[Target]) -> Section:
     def unit(target: Target) -> dict[tuple[str, str], float]:
         with open_session(target, env) as session:
             deadline = time.perf_counter() + sizes.unit_seconds
-            result = chat_turns(session, sizes.turns, deadline)
+            result = chat_turns(session, sizes.turns, deadline, sizes.short_samples)
         text_bytes.update(result["text_bytes"])
         if result["turns_done"] < t_max:
             section.notes.append(
@@ -269,9 +289,13 @@ def chat_section(env: Env, sizes: Sizes, savers: list[Target]) -> Section:
 
     _run_rounds(section, savers, sizes.rounds_for("chat"), unit)
     ts = sorted(sizes.turns)
-    section.summary = [f"footprint @T={t}" for t in ts]
+    section.summary = ["first turn p50, new thread"]
+    section.summary += [f"turn p50 @T={t}" for t in ts if t <= 50 or t == ts[0]]
+    big = [t for t in ts if t >= 50] or ts  # a footprint at T=1 or 10 is mostly empty schema
+    section.summary += [f"footprint @T={t}" for t in big]
     if len(ts) >= 2:
-        section.summary.append(f"growth exponent T={ts[0]}..{ts[-1]}")
+        lo, hi = wl.growth_span(ts)
+        section.summary.append(f"growth exponent T={lo}..{hi}")
     section.summary.append(f"growth exponent top half T={ts[-1] // 2}..{ts[-1]}")
     section.summary += [
         (
@@ -298,8 +322,10 @@ def reads_section(env: Env, sizes: Sizes, savers: list[Target]) -> Section:
     section.description = [
         f"A chat thread (same graph) grown to at least {sizes.read_checkpoints} checkpoints, "
         f"then up to {sizes.read_reps} timed calls of each read: `get_tuple` of the latest "
-        "checkpoint and `list(config, limit=10)` consumed in full (async savers: `aget_tuple` "
-        f"/ `alist`). {sizes.rounds_for('reads')} round(s).",
+        "checkpoint, `get_tuple` of a given `checkpoint_id` (time travel, forks: the middle "
+        "checkpoint of the thread and its 10th), `list(config, limit=10)` consumed in full and "
+        "`list(config, filter={'step': -1}, limit=1)` (async savers: `aget_tuple` / `alist`). "
+        f"{sizes.rounds_for('reads')} round(s).",
         "",
         _ratio_line(),
     ]
@@ -310,7 +336,13 @@ def reads_section(env: Env, sizes: Sizes, savers: list[Target]) -> Section:
             return read_paths(session, sizes.read_checkpoints, sizes.read_reps, deadline)
 
     _run_rounds(section, savers, sizes.rounds_for("reads"), unit)
-    section.summary = ["get_tuple latest", "list(limit=10)", "list(filter=first, limit=1)"]
+    section.summary = [
+        "get_tuple latest",
+        "get_tuple by id, middle",
+        "get_tuple by id, 10th",
+        "list(limit=10)",
+        "list(filter=first, limit=1)",
+    ]
     return section
 
 
@@ -387,9 +419,12 @@ def stores_section(env: Env, sizes: Sizes, only: set[str] | None) -> Section:
         return section
     section.description = [
         f"{sizes.store_items} items (~190 characters of text each) put one by one into "
-        f"{max(1, min(100, sizes.store_items // 10))} namespaces, then up to {sizes.store_reps} "
-        "timed calls of each: `get`, `search(namespace, filter={'kind': 'fact'}, limit=10)`, "
-        "`list_namespaces(prefix=('bench',), limit=100)`. No vector index. "
+        f"{wl.store_namespaces(sizes.store_items)} namespaces `('users', 'u<k>', 'memories')`, "
+        f"then up to {sizes.store_reps} timed calls of each: `get`, "
+        "`search(('users', 'u<k>'), filter={'kind': 'fact'}, limit=10)`, the search across "
+        "namespaces `search(('users',), filter={'kind': 'fact', 'topic': 't<j>'}, limit=10)` "
+        f"(about 1% of the items match, in one namespace of {wl.TOPICS}) and "
+        "`list_namespaces(prefix=('users',), limit=100)`. No vector index. "
         f"{sizes.rounds_for('stores')} round(s).",
         "",
         _ratio_line(),
@@ -405,8 +440,55 @@ def stores_section(env: Env, sizes: Sizes, only: set[str] | None) -> Section:
         "put",
         "get",
         "search(ns, filter, limit=10)",
+        "search(('users',), filter, limit=10)",
         "list_namespaces(limit=100)",
     ]
+    return section
+
+
+SETUP_TARGETS = (
+    tg.OURS_PG,
+    tg.OFF_PG,
+    tg.OURS_SQLITE,
+    tg.OFF_SQLITE,
+    tg.OURS_PG_STORE,
+    tg.OFF_PG_STORE,
+    tg.OURS_SQLITE_STORE,
+    tg.OFF_SQLITE_STORE,
+)
+
+
+def setup_section(env: Env, sizes: Sizes, only: set[str] | None) -> Section:
+    section = Section("setup", "setup() on fresh storage", baseline_of=tg.same_backend_baseline)
+    have_official = tg.has_official_sqlite()
+    targets = [
+        t
+        for t in SETUP_TARGETS
+        if (only is None or t.slug in only) and (have_official or t.slug[:10] != "off_sqlite")
+    ]
+    section.description = [
+        f"{sizes.setup_reps} times per saver/store and round: fresh storage (a new PostgreSQL "
+        "database, a new SQLite file), `from_conn_string`, then "
+        "`setup()`, timed alone and together with the opening; creating the storage is not "
+        f"timed. Median per round, then over {sizes.rounds_for('setup')} round(s).",
+        "",
+        "Ratio = the official implementation of the same backend and kind (`PostgresSaver`, "
+        "`SqliteSaver`, `PostgresStore`, `SqliteStore`).",
+    ]
+
+    def unit(target: Target) -> dict[tuple[str, str], float]:
+        alone, opened = [], []
+        for _ in range(sizes.setup_reps):
+            setup_s, open_s = tg.timed_setup(target, env)
+            alone.append(setup_s)
+            opened.append(open_s)
+        return {
+            ("setup()", "ms"): statistics.median(alone) * 1000.0,
+            ("from_conn_string + setup()", "ms"): statistics.median(opened) * 1000.0,
+        }
+
+    _run_rounds(section, targets, sizes.rounds_for("setup"), unit)
+    section.summary = ["setup()", "from_conn_string + setup()"]
     return section
 
 
@@ -462,6 +544,7 @@ def _meta(env: Env, sizes: Sizes, args: argparse.Namespace) -> dict[str, Any]:
                 "langgraph-checkpoint",
                 "langgraph-checkpoint-postgres",
                 "langgraph-checkpoint-redis",
+                "langgraph-checkpoint-sqlite",
                 "psycopg",
                 "redis",
             )
@@ -547,8 +630,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             section = reads_section(env, sizes, savers)
         elif name == "throughput":
             section = throughput_section(env, sizes, savers)
-        else:
+        elif name == "stores":
             section = stores_section(env, sizes, only)
+        else:
+            section = setup_section(env, sizes, only)
         sections.append(section)
         print(section_markdown(section), flush=True)
 

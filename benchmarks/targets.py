@@ -8,6 +8,8 @@ Every measured unit (one saver, one section, one round) gets fresh, isolated sto
 - the official Redis saver (Redis Stack): ``checkpoint_prefix`` / ``checkpoint_write_prefix``
   and thread ids carrying the unit's marker (its ``write_keys_zset:<thread>`` keys are not
   prefixed, but name the thread); its search indexes are dropped after the unit;
+- SQLite (ours and ``langgraph-checkpoint-sqlite``): a file in a temporary directory of the
+  unit's own, removed after it;
 - ``InMemorySaver`` / ``InMemoryStore``: a new instance.
 
 Savers are opened through each library's public API (``from_conn_string`` + ``setup``).
@@ -20,7 +22,11 @@ import contextlib
 import dataclasses
 import ipaddress
 import itertools
+import shutil
 import socket
+import sqlite3
+import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -40,7 +46,7 @@ class Target:
     name: str  # as shown in the tables
     slug: str  # [a-z0-9_]: database names, key prefixes
     family: str  # ours | official | memory
-    backend: str  # postgres | redis | redis-stack | memory
+    backend: str  # postgres | redis | redis-stack | sqlite | memory
     is_async: bool = False  # driven through its async API (ainvoke, aget_tuple) on an event loop
     kind: str = "saver"  # saver | store
     # a sync target whose async methods work as well: it joins the concurrent throughput runs
@@ -68,23 +74,64 @@ OFF_REDIS = Target("official RedisSaver", "off_redis", OFFICIAL, "redis-stack")
 OFF_REDIS_ASYNC = Target(
     "official AsyncRedisSaver", "off_redis_async", OFFICIAL, "redis-stack", True
 )
+OURS_SQLITE = Target("ours SqliteSaver", "ours_sqlite", OURS, "sqlite")
+OURS_SQLITE_ASYNC = Target("ours AsyncSqliteSaver", "ours_sqlite_async", OURS, "sqlite", True)
+OFF_SQLITE = Target("official SqliteSaver", "off_sqlite", OFFICIAL, "sqlite")
+OFF_SQLITE_ASYNC = Target("official AsyncSqliteSaver", "off_sqlite_async", OFFICIAL, "sqlite", True)
 
 MEMORY_STORE = Target("InMemoryStore", "memstore", MEMORY, "memory", kind="store")
 OURS_PG_STORE = Target("ours PostgresStore", "ours_pgstore", OURS, "postgres", kind="store")
 OURS_REDIS_STORE = Target("ours RedisStore", "ours_redisstore", OURS, "redis", kind="store")
 OFF_PG_STORE = Target("official PostgresStore", "off_pgstore", OFFICIAL, "postgres", kind="store")
+OURS_SQLITE_STORE = Target("ours SqliteStore", "ours_sqlitestore", OURS, "sqlite", kind="store")
+OFF_SQLITE_STORE = Target(
+    "official SqliteStore", "off_sqlitestore", OFFICIAL, "sqlite", kind="store"
+)
 
 
 def baseline_of(target: Target) -> Target:
-    """The official PostgreSQL implementation a target's ratios are taken against."""
+    """The official implementation a target's ratios are taken against: the official SQLite
+    saver of the same flavour for SQLite savers (the SQLite goals are set against it), the
+    official PostgreSQL saver of the same flavour for the others, PostgresStore for stores."""
     if target.kind == "store":
         return OFF_PG_STORE
+    if target.backend == "sqlite":
+        return OFF_SQLITE_ASYNC if target.is_async else OFF_SQLITE
     return OFF_PG_ASYNC if target.is_async else OFF_PG
+
+
+def same_backend_baseline(target: Target) -> Target:
+    """The official implementation of the target's own backend and kind (``setup()`` timings:
+    a fresh SQLite file against a fresh PostgreSQL database says nothing)."""
+    if target.backend == "sqlite":
+        return OFF_SQLITE_STORE if target.kind == "store" else OFF_SQLITE
+    return OFF_PG_STORE if target.kind == "store" else OFF_PG
+
+
+def memory_reference(target: Target) -> Target | None:
+    """Redis rows get a second ratio, against InMemorySaver: the Redis goals are set in
+    multiples of it (LangGraph's runtime with no storage)."""
+    if target.kind == "saver" and target.backend in ("redis", "redis-stack"):
+        return MEMORY_SAVER
+    return None
+
+
+def has_official_sqlite() -> bool:
+    """Whether ``langgraph-checkpoint-sqlite`` (savers and store) is installed."""
+    try:
+        import langgraph.checkpoint.sqlite.aio
+        import langgraph.store.sqlite  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def saver_targets(with_redis_stack: bool) -> list[Target]:
     targets = [MEMORY_SAVER, OURS_PG, OURS_PG_ASYNC, OURS_REDIS, OURS_REDIS_ASYNC, OFF_PG]
     targets.append(OFF_PG_ASYNC)
+    targets += [OURS_SQLITE, OURS_SQLITE_ASYNC]
+    if has_official_sqlite():
+        targets += [OFF_SQLITE, OFF_SQLITE_ASYNC]
     if with_redis_stack:
         targets += [OFF_REDIS, OFF_REDIS_ASYNC]
     return targets
@@ -94,13 +141,18 @@ def store_targets() -> tuple[list[Target], str | None]:
     """The stores to compare, or a note saying why the section is skipped."""
     import langgraph_memory_plus as lgmp
 
-    pairs = ((OURS_PG_STORE, "PostgresStore"), (OURS_REDIS_STORE, "RedisStore"))
+    pairs = (
+        (OURS_PG_STORE, "PostgresStore"),
+        (OURS_REDIS_STORE, "RedisStore"),
+        (OURS_SQLITE_STORE, "SqliteStore"),
+    )
     ours = [target for target, attr in pairs if hasattr(lgmp, attr)]
     if not ours:
         return [], (
-            "skipped: langgraph_memory_plus exports neither PostgresStore nor RedisStore yet"
+            "skipped: langgraph_memory_plus exports no PostgresStore, RedisStore or SqliteStore"
         )
-    return [MEMORY_STORE, *ours, OFF_PG_STORE], None
+    official = [OFF_PG_STORE, *([OFF_SQLITE_STORE] if has_official_sqlite() else [])]
+    return [MEMORY_STORE, *ours, *official], None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,6 +318,30 @@ def payload_bytes(obj: Any) -> int:
     return total
 
 
+class SqliteStorage(Storage):
+    """A database file in a temporary directory of the unit's own (with its -wal and -shm
+    files), removed afterwards; footprint = the database's pages in use, WAL included (what
+    ``PRAGMA page_count`` sees through a fresh connection, minus the free list)."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__(marker)
+        self.directory = tempfile.mkdtemp(prefix=f"{marker}-")
+        self.path = self.url = f"{self.directory}/bench.sqlite"
+
+    def footprint(self, obj: Any) -> int:
+        probe = sqlite3.connect(self.path)
+        try:
+            pages = probe.execute("PRAGMA page_count").fetchone()[0]
+            free = probe.execute("PRAGMA freelist_count").fetchone()[0]
+            size = probe.execute("PRAGMA page_size").fetchone()[0]
+        finally:
+            probe.close()
+        return int((pages - free) * size)
+
+    def close(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
 class MemoryStorage(Storage):
     def footprint(self, obj: Any) -> int:
         if hasattr(obj, "blobs"):  # InMemorySaver
@@ -284,6 +360,8 @@ def make_storage(target: Target, env: Env) -> Storage:
             raise RuntimeError(f"{target.name} needs --redis-stack")
         # the saver's keys start with "<marker>_", its thread ids with "<marker>-"
         return RedisStorage(env.redis_stack, marker, f"*{marker}[-_]*", drop_indexes=True)
+    if target.backend == "sqlite":
+        return SqliteStorage(marker)
     return MemoryStorage(marker)
 
 
@@ -312,14 +390,12 @@ def _open_sync(target: Target, st: Storage, pool_size: int) -> Iterator[Any]:
         cls = lgmp.PostgresSaver if slug == "ours_pg" else lgmp.PostgresStore
         assert st.url
         with cls.from_conn_string(st.url, pool_max_size=_pool_max(pool_size)) as obj:
-            obj.setup()
             yield obj
     elif slug == "ours_redis":
         from langgraph_memory_plus import RedisSaver
 
         assert st.url
         with RedisSaver.from_conn_string(st.url, key_prefix=st.marker) as obj:
-            obj.setup()
             yield obj
     elif slug == "ours_redisstore":
         import langgraph_memory_plus as lgmp
@@ -327,22 +403,37 @@ def _open_sync(target: Target, st: Storage, pool_size: int) -> Iterator[Any]:
         cls = lgmp.RedisStore
         assert st.url
         with cls.from_conn_string(st.url, key_prefix=st.marker) as obj:
-            if hasattr(obj, "setup"):
-                obj.setup()
             yield obj
     elif slug == "off_pg":
         from langgraph.checkpoint.postgres import PostgresSaver
 
         assert st.url
         with PostgresSaver.from_conn_string(st.url) as obj:
-            obj.setup()
             yield obj
     elif slug == "off_pgstore":
         from langgraph.store.postgres import PostgresStore
 
         assert st.url
         with PostgresStore.from_conn_string(st.url) as obj:
-            obj.setup()
+            yield obj
+    elif slug in ("ours_sqlite", "ours_sqlitestore"):
+        import langgraph_memory_plus as lgmp
+
+        opener: Any = lgmp.SqliteSaver if slug == "ours_sqlite" else lgmp.SqliteStore
+        assert st.url
+        with opener.from_conn_string(st.url, pool_max_size=_pool_max(pool_size)) as obj:
+            yield obj
+    elif slug == "off_sqlite":
+        from langgraph.checkpoint.sqlite import SqliteSaver as OfficialSqliteSaver
+
+        assert st.url
+        with OfficialSqliteSaver.from_conn_string(st.url) as obj:
+            yield obj
+    elif slug == "off_sqlitestore":
+        from langgraph.store.sqlite import SqliteStore as OfficialSqliteStore
+
+        assert st.url
+        with OfficialSqliteStore.from_conn_string(st.url) as obj:
             yield obj
     elif slug == "off_redis":
         from langgraph.checkpoint.redis import RedisSaver as OfficialRedisSaver
@@ -352,7 +443,6 @@ def _open_sync(target: Target, st: Storage, pool_size: int) -> Iterator[Any]:
             checkpoint_prefix=f"{st.marker}_checkpoint",
             checkpoint_write_prefix=f"{st.marker}_checkpoint_write",
         ) as obj:
-            obj.setup()
             yield obj
     else:
         raise AssertionError(f"no sync opener for {slug}")
@@ -372,14 +462,12 @@ async def _open_async(target: Target, st: Storage, pool_size: int) -> AsyncItera
         async with AsyncPostgresSaver.from_conn_string(
             st.url, pool_max_size=_pool_max(pool_size)
         ) as obj:
-            await obj.setup()
             yield obj
     elif slug == "ours_redis_async":
         from langgraph_memory_plus import AsyncRedisSaver
 
         assert st.url
         async with AsyncRedisSaver.from_conn_string(st.url, key_prefix=st.marker) as obj:
-            await obj.setup()
             yield obj
     elif slug == "off_pg_async":
         from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver as OfficialAsyncPg
@@ -387,7 +475,6 @@ async def _open_async(target: Target, st: Storage, pool_size: int) -> AsyncItera
         assert st.url
         if pool_size <= 1:  # the documented one-connection form
             async with OfficialAsyncPg.from_conn_string(st.url) as obj:
-                await obj.setup()
                 yield obj
         else:  # the documented pool form, sized for the concurrency
             from psycopg.rows import dict_row
@@ -401,8 +488,21 @@ async def _open_async(target: Target, st: Storage, pool_size: int) -> AsyncItera
                 kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
             ) as pool:
                 obj = OfficialAsyncPg(pool)
-                await obj.setup()
                 yield obj
+    elif slug == "ours_sqlite_async":
+        from langgraph_memory_plus import AsyncSqliteSaver
+
+        assert st.url
+        async with AsyncSqliteSaver.from_conn_string(
+            st.url, pool_max_size=_pool_max(pool_size)
+        ) as saver:
+            yield saver
+    elif slug == "off_sqlite_async":
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver as OfficialAsyncSqlite
+
+        assert st.url
+        async with OfficialAsyncSqlite.from_conn_string(st.url) as official:
+            yield official
     elif slug == "off_redis_async":
         from langgraph.checkpoint.redis import AsyncRedisSaver as OfficialAsyncRedis
 
@@ -411,10 +511,21 @@ async def _open_async(target: Target, st: Storage, pool_size: int) -> AsyncItera
             checkpoint_prefix=f"{st.marker}_checkpoint",
             checkpoint_write_prefix=f"{st.marker}_checkpoint_write",
         ) as obj:
-            await obj.asetup()
             yield obj
     else:
         raise AssertionError(f"no async opener for {slug}")
+
+
+def _setup_sync(obj: Any) -> None:
+    if hasattr(obj, "setup"):  # InMemorySaver / InMemoryStore have none
+        obj.setup()
+
+
+async def _setup_async(obj: Any) -> None:
+    # the official async Redis saver's is asetup (its setup is the sync one)
+    setup = getattr(obj, "asetup", None) or getattr(obj, "setup", None)
+    if setup is not None:
+        await setup()
 
 
 class Session:
@@ -438,11 +549,17 @@ class Session:
 
 
 @contextlib.contextmanager
-def open_session(target: Target, env: Env, *, pool_size: int = 1) -> Iterator[Session]:
+def open_session(
+    target: Target, env: Env, *, pool_size: int = 1, setup: bool = True
+) -> Iterator[Session]:
+    """The target opened through ``from_conn_string`` on fresh storage, then ``setup()``
+    (left to the caller with ``setup=False``: :func:`timed_setup`)."""
     storage = make_storage(target, env)
     try:
         if not target.is_async:
             with _open_sync(target, storage, pool_size) as obj:
+                if setup:
+                    _setup_sync(obj)
                 yield Session(target, obj, storage, None)
             return
         loop = asyncio.new_event_loop()
@@ -450,11 +567,40 @@ def open_session(target: Target, env: Env, *, pool_size: int = 1) -> Iterator[Se
             cm = _open_async(target, storage, pool_size)
             obj = loop.run_until_complete(cm.__aenter__())
             try:
+                if setup:
+                    loop.run_until_complete(_setup_async(obj))
                 yield Session(target, obj, storage, loop)
             finally:
                 loop.run_until_complete(cm.__aexit__(None, None, None))
         finally:
             loop.close()
+    finally:
+        storage.close()
+
+
+def timed_setup(target: Target, env: Env) -> tuple[float, float]:
+    """Seconds of ``setup()`` on fresh storage (a new database or file), and of
+    ``from_conn_string`` + ``setup()`` together (what work a library does on opening
+    rather than in ``setup()`` shows in the second). Creating the storage is not timed."""
+    storage = make_storage(target, env)
+    try:
+        if not target.is_async:
+            started = time.perf_counter()
+            with _open_sync(target, storage, 1) as obj:
+                opened = time.perf_counter()
+                _setup_sync(obj)
+                done = time.perf_counter()
+            return done - opened, done - started
+
+        async def timed() -> tuple[float, float]:
+            started = time.perf_counter()
+            async with _open_async(target, storage, 1) as obj:
+                opened = time.perf_counter()
+                await _setup_async(obj)
+                done = time.perf_counter()
+            return done - opened, done - started
+
+        return asyncio.run(timed())
     finally:
         storage.close()
 

@@ -476,8 +476,17 @@ def _check_conversation(values: dict[str, Any], turns: int, where: str) -> list[
 # 1. chat turns
 
 
-def chat_turns(session: Session, turns: list[int], deadline: float) -> dict[str, Any]:
-    """One thread grows to ``max(turns)``; footprint snapshots at every T (and T/2)."""
+def chat_turns(
+    session: Session, turns: list[int], deadline: float, short_samples: int = 50
+) -> dict[str, Any]:
+    """One thread grows to ``max(turns)``; footprint snapshots at every T (and T/2).
+
+    Then, for every T, fresh threads of T turns until the T-turn threads (the long one's
+    first T turns count as one) hold at least ``short_samples`` turns: at T=1 a thread has
+    one turn, so its p50 needs many threads. Their first turns, with the long thread's,
+    are the first turns of new threads. They run after the long thread so that its
+    footprints are its own.
+    """
     graph = chat_graph().compile(checkpointer=session.obj)
     # one untimed turn on another thread first: connections, prepared statements, scripts
     _invoke(session, graph, {"messages": [user_message(1)]}, _config(f"{session.marker}-warm"))
@@ -502,12 +511,29 @@ def chat_turns(session: Session, turns: list[int], deadline: float) -> dict[str,
     text_bytes = {
         t: sum(len(str(m.content).encode()) for m in messages[: 2 * t]) for t in turns if t <= done
     }
+    short: dict[int, list[float]] = {t: latencies[:t] for t in turns if t <= done}
+    first_turns = latencies[:1]
+    for t in sorted(short):
+        for k in range(1, math.ceil(short_samples / t)):
+            if time.perf_counter() > deadline:
+                break
+            thread = _config(f"{session.marker}-short{t}-{k}")
+            for turn in range(1, t + 1):
+                started = time.perf_counter()
+                _invoke(session, graph, {"messages": [user_message(turn)]}, thread)
+                short[t].append(time.perf_counter() - started)
+                if turn == 1:
+                    first_turns.append(short[t][-1])
+            if k == 1:  # one read-back per length: the threads are alike
+                _check_conversation(_state_values(session, graph, thread), t, f"chat T={t}")
     return {
         "turns_done": done,
         "latencies": latencies,
         "reducer": reducer,
         "footprints": footprints,
         "text_bytes": text_bytes,
+        "short": short,
+        "first_turns": first_turns,
     }
 
 
@@ -516,6 +542,11 @@ def chat_metrics(result: dict[str, Any], turns: list[int]) -> Metrics:
     footprints: dict[int, int] = result["footprints"]
     out: Metrics = {}
     reached = [t for t in sorted(turns) if t <= len(latencies)]
+    if result["first_turns"]:
+        out[("first turn p50, new thread", "ms")] = _median_ms(result["first_turns"])
+        out[("new threads", "count")] = float(len(result["first_turns"]))
+    for t in reached:
+        out[(f"turn p50 @T={t}", "ms")] = _median_ms(result["short"][t])
     for t in reached:
         out[(f"footprint @T={t}", "bytes")] = float(footprints[t])
     for t in reached:
@@ -534,7 +565,7 @@ def chat_metrics(result: dict[str, Any], turns: list[int]) -> Metrics:
             own[t - k : t]
         ) / statistics.median(own[:k])
     if len(reached) >= 2:
-        lo, hi = reached[0], reached[-1]
+        lo, hi = growth_span(reached)
         if footprints[lo] > 0:
             out[(f"growth exponent T={lo}..{hi}", "exp")] = math.log(
                 footprints[hi] / footprints[lo]
@@ -549,14 +580,24 @@ def chat_metrics(result: dict[str, Any], turns: list[int]) -> Metrics:
     return out
 
 
+def growth_span(turns: list[int]) -> tuple[int, int]:
+    """The T range of the growth exponent: from the smallest T of at least 50 when there is
+    one below the largest (an empty schema's fixed pages dominate a footprint at T=1 or 10),
+    else from the smallest T."""
+    ts = sorted(turns)
+    lo = next((t for t in ts[:-1] if t >= 50), ts[0])
+    return lo, ts[-1]
+
+
 # ---------------------------------------------------------------------------------------------
 # 2. read paths
 
 
 def read_paths(session: Session, checkpoints: int, reps: int, deadline: float) -> Metrics:
-    """``get_tuple`` latest, ``list(limit=10)`` and a filtered ``list`` whose one match is
-    the thread's first checkpoint (so it looks at all of them) on a chat thread of >= N
-    checkpoints."""
+    """``get_tuple`` latest, ``get_tuple`` of a given ``checkpoint_id`` (time travel, forks:
+    the middle checkpoint and the 10th), ``list(limit=10)`` and a filtered ``list`` whose one
+    match is the thread's first checkpoint (so it looks at all of them) on a chat thread of
+    >= N checkpoints."""
     graph = chat_graph().compile(checkpointer=session.obj)
     _invoke(session, graph, {"messages": [user_message(1)]}, _config(f"{session.marker}-warm"))
     config = _config(f"{session.marker}-reads")
@@ -576,6 +617,14 @@ def read_paths(session: Session, checkpoints: int, reps: int, deadline: float) -
         if time.perf_counter() > deadline:
             raise StoppedEarly(f"building the thread stopped at {count} checkpoints")
     _check_conversation(_state_values(session, graph, config), turn, "reads")
+    ids = [t.config["configurable"]["checkpoint_id"] for t in _list(session, config, None)]
+    if len(ids) != count:
+        raise AssertionError(f"list found {len(ids)} checkpoints, expected {count}")
+    older = {  # newest first: the middle one, and the 10th from the start
+        "get_tuple by id, middle": ids[len(ids) // 2],
+        "get_tuple by id, 10th": ids[-min(10, len(ids))],
+    }
+    by_id: dict[str, list[float]] = {name: [] for name in older}
     get_times: list[float] = []
     list_times: list[float] = []
     filter_times: list[float] = []
@@ -594,10 +643,18 @@ def read_paths(session: Session, checkpoints: int, reps: int, deadline: float) -
         filter_times.append(time.perf_counter() - started)
         if len(first) != 1:
             raise AssertionError(f"list(filter={{'step': -1}}) found {len(first)} checkpoints")
+        for name, checkpoint_id in older.items():
+            at = {"configurable": {**config["configurable"], "checkpoint_id": checkpoint_id}}
+            started = time.perf_counter()
+            found = _get_tuple(session, at)
+            by_id[name].append(time.perf_counter() - started)
+            if found is None or found.config["configurable"]["checkpoint_id"] != checkpoint_id:
+                raise AssertionError(f"{name}: read back {found!r:.80}")
         if time.perf_counter() > deadline:
             break
     return {
         ("get_tuple latest", "ms"): _median_ms(get_times),
+        **{(name, "ms"): _median_ms(times) for name, times in by_id.items()},
         ("list(limit=10)", "ms"): _median_ms(list_times),
         ("list(filter=first, limit=1)", "ms"): _median_ms(filter_times),
         ("checkpoints in the thread", "count"): float(count),
@@ -665,22 +722,38 @@ def throughput(
 # 4. stores
 
 KINDS = ("fact", "preference", "episode", "note")
+TOPICS = 25  # a user's topic; a cross-namespace search filters on kind and topic
+
+
+def store_namespaces(items: int) -> int:
+    """How many users the items are spread over: 10 items each, at most 1,000."""
+    return max(1, min(1000, items // 10))
 
 
 def _namespace(i: int, namespaces: int) -> tuple[str, ...]:
-    return ("bench", f"user{i % namespaces}", "memories")
+    return ("users", f"u{i % namespaces}", "memories")
+
+
+def _item(i: int, namespaces: int) -> dict[str, Any]:
+    user = i % namespaces
+    kind = KINDS[(i // namespaces) % len(KINDS)]  # every namespace gets every kind
+    text = sentence(f"item-{i}", 190, topic=user)  # a topic per namespace
+    return {"text": text, "kind": kind, "topic": f"t{user % TOPICS}", "n": i}
 
 
 def store_ops(session: Session, items: int, reps: int, deadline: float) -> Metrics:
-    """put N items in 100 namespaces, then timed get / search / list_namespaces."""
+    """put N items, 10 per user namespace ``("users", "u<k>", "memories")``, then timed get,
+    search in one namespace, search across all of them (``("users",)``, filtered on kind and
+    topic: about 1% of the items match, in every 25th namespace) and list_namespaces."""
     store = session.obj
-    namespaces = max(1, min(100, items // 10))
+    namespaces = store_namespaces(items)
     put_times: list[float] = []
+    matches: dict[str, int] = {}  # topic -> facts with it: what a full search finds
     started = time.perf_counter()
     for i in range(items):
-        kind = KINDS[(i // namespaces) % len(KINDS)]  # every namespace gets every kind
-        text = sentence(f"item-{i}", 190, topic=i % namespaces)  # a topic per namespace
-        value = {"text": text, "kind": kind, "n": i}
+        value = _item(i, namespaces)
+        if value["kind"] == "fact":
+            matches[value["topic"]] = matches.get(value["topic"], 0) + 1
         t0 = time.perf_counter()
         store.put(_namespace(i, namespaces), f"m{i}", value)
         put_times.append(time.perf_counter() - t0)
@@ -690,6 +763,7 @@ def store_ops(session: Session, items: int, reps: int, deadline: float) -> Metri
     rng = random.Random(7)
     get_times: list[float] = []
     search_times: list[float] = []
+    across_times: list[float] = []
     list_times: list[float] = []
     for _ in range(reps):
         i = rng.randrange(items)
@@ -701,13 +775,23 @@ def store_ops(session: Session, items: int, reps: int, deadline: float) -> Metri
 
         user = rng.randrange(namespaces)
         t0 = time.perf_counter()
-        hits = store.search(("bench", f"user{user}"), filter={"kind": "fact"}, limit=10)
+        hits = store.search(("users", f"u{user}"), filter={"kind": "fact"}, limit=10)
         search_times.append(time.perf_counter() - t0)
         if not hits or any(h.value.get("kind") != "fact" for h in hits) or len(hits) > 10:
             raise AssertionError(f"search read back {len(hits)} items")
 
+        topic = f"t{rng.randrange(namespaces) % TOPICS}"
+        wanted = {"kind": "fact", "topic": topic}
         t0 = time.perf_counter()
-        found = store.list_namespaces(prefix=("bench",), limit=100)
+        hits = store.search(("users",), filter=wanted, limit=10)
+        across_times.append(time.perf_counter() - t0)
+        if len(hits) != min(10, matches.get(topic, 0)) or any(
+            {k: h.value.get(k) for k in wanted} != wanted or h.namespace[0] != "users" for h in hits
+        ):
+            raise AssertionError(f"search across namespaces for {topic} read back {hits!r:.120}")
+
+        t0 = time.perf_counter()
+        found = store.list_namespaces(prefix=("users",), limit=100)
         list_times.append(time.perf_counter() - t0)
         if len(found) != min(100, namespaces):
             raise AssertionError(f"list_namespaces read back {len(found)} namespaces")
@@ -718,5 +802,6 @@ def store_ops(session: Session, items: int, reps: int, deadline: float) -> Metri
         ("put, sequential", "ops/s"): items / put_elapsed,
         ("get", "ms"): _median_ms(get_times),
         ("search(ns, filter, limit=10)", "ms"): _median_ms(search_times),
+        ("search(('users',), filter, limit=10)", "ms"): _median_ms(across_times),
         ("list_namespaces(limit=100)", "ms"): _median_ms(list_times),
     }

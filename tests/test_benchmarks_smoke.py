@@ -2,7 +2,8 @@
 
 Not a benchmark: nothing here depends on speed. It proves that the one command runs every
 section for our four savers beside ``InMemorySaver`` and the official PostgreSQL savers,
-reads back what it wrote, reports medians and ratios, and leaves no database or key behind.
+reads back what it wrote, reports medians and ratios, and leaves no database, key or SQLite
+file behind. The SQLite rows compare with ``langgraph-checkpoint-sqlite`` (a test dependency).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import math
 import re
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -26,19 +28,42 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # benchmarks/ is not installed; it lives beside tests/
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import floor, workloads  # noqa: E402
+from benchmarks import floor, goals, workloads  # noqa: E402
 from benchmarks import run as bench  # noqa: E402
 
 pytestmark = pytest.mark.storage
 
-OURS = {"ours PostgresSaver", "ours AsyncPostgresSaver", "ours RedisSaver", "ours AsyncRedisSaver"}
-ASYNC = {"ours AsyncPostgresSaver", "ours AsyncRedisSaver", "official AsyncPostgresSaver"}
-BASELINES = {"official PostgresSaver", "official AsyncPostgresSaver"}
+OURS = {
+    "ours PostgresSaver",
+    "ours AsyncPostgresSaver",
+    "ours RedisSaver",
+    "ours AsyncRedisSaver",
+    "ours SqliteSaver",
+    "ours AsyncSqliteSaver",
+}
+ASYNC = {
+    "ours AsyncPostgresSaver",
+    "ours AsyncRedisSaver",
+    "official AsyncPostgresSaver",
+    "ours AsyncSqliteSaver",
+    "official AsyncSqliteSaver",
+}
+BASELINES = {
+    "official PostgresSaver",
+    "official AsyncPostgresSaver",
+    "official SqliteSaver",
+    "official AsyncSqliteSaver",
+}
+REDIS = {"ours RedisSaver", "ours AsyncRedisSaver"}
 RATIO_UNITS = {"bytes", "ms", "turns/s", "ops/s"}
 
 
 def _by(rows: list[dict[str, Any]], saver: str) -> dict[str, dict[str, Any]]:
     return {row["metric"]: row for row in rows if row["saver"] == saver}
+
+
+def _by_metric(rows: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
+    return [row for row in rows if row["metric"] == metric]
 
 
 def test_smoke_run_reports_every_section(
@@ -48,9 +73,10 @@ def test_smoke_run_reports_every_section(
     md = tmp_path / "report.md"
     report = bench.main(
         ["--pg", pg_url, "--redis", redis_url, "--quick", "--rounds", "1",
-         "--turns", "2,4", "--read-checkpoints", "12", "--read-reps", "3",
-         "--threads", "3", "--turns-per-thread", "2", "--concurrency", "1,2",
-         "--store-items", "30", "--store-reps", "3", "--unit-seconds", "120",
+         "--turns", "1,4", "--short-samples", "3", "--read-checkpoints", "12",
+         "--read-reps", "3", "--threads", "3", "--turns-per-thread", "2",
+         "--concurrency", "1,2", "--store-items", "30", "--store-reps", "3",
+         "--setup-reps", "1", "--unit-seconds", "120",
          "--json", str(out), "--markdown", str(md), "--label", "smoke"]
     )  # fmt: skip
 
@@ -60,7 +86,8 @@ def test_smoke_run_reports_every_section(
     assert report["meta"]["messages"].startswith("realistic")
     assert report["meta"]["packages"]["langgraph-checkpoint-postgres"]
     sections = report["sections"]
-    assert list(sections) == ["chat", "reads", "throughput", "stores"]
+    assert report["meta"]["packages"]["langgraph-checkpoint-sqlite"]
+    assert list(sections) == ["chat", "reads", "throughput", "stores", "setup"]
 
     for key in ("chat", "reads", "throughput"):
         section = sections[key]
@@ -75,21 +102,33 @@ def test_smoke_run_reports_every_section(
                 assert row["ratio"] == pytest.approx(1.0)
             if row["unit"] not in RATIO_UNITS:
                 assert row["ratio"] is None
+            if "Sqlite" in row["saver"]:  # SQLite against the official SQLite saver
+                flavour = "Async" if "Async" in row["saver"] else ""
+                assert row["baseline"] == f"official {flavour}SqliteSaver"
+            elif row["saver"] != "InMemorySaver":
+                assert "Postgres" in row["baseline"]
+            # Redis rows also against InMemorySaver (its goals are set in multiples of it)
+            has_memory_ratio = row["saver"] in REDIS and row["unit"] in RATIO_UNITS
+            assert (row["ratio_vs_memory"] is not None) == has_memory_ratio, row
 
     chat = sections["chat"]["rows"]
     for saver in [*OURS, *BASELINES, "InMemorySaver"]:
         metrics = _by(chat, saver)
-        assert metrics["footprint @T=2"]["median"] > 0
+        assert metrics["footprint @T=1"]["median"] > 0
         assert metrics["footprint @T=4"]["median"] > 0
-        assert {"growth exponent T=2..4", "turn p50, first 10% @T=4", "turn p50, last 10% @T=4",
-                "turn p50 last/first @T=4"} <= set(metrics)  # fmt: skip
+        assert {"growth exponent T=1..4", "turn p50, first 10% @T=4", "turn p50, last 10% @T=4",
+                "turn p50 last/first @T=4", "turn p50 @T=1", "turn p50 @T=4",
+                "first turn p50, new thread"} <= set(metrics)  # fmt: skip
         assert metrics["footprint @T=4"]["ratio"] is not None
+        # T=1 needs 3 one-turn threads (the long thread is one): 3 new threads in all
+        assert metrics["new threads"]["samples"] == [3.0]
 
     reads = sections["reads"]["rows"]
     for saver in [*OURS, *BASELINES]:
         metrics = _by(reads, saver)
         assert metrics["checkpoints in the thread"]["median"] >= 12
-        assert {"get_tuple latest", "list(limit=10)"} <= set(metrics)
+        assert {"get_tuple latest", "get_tuple by id, middle", "get_tuple by id, 10th",
+                "list(limit=10)"} <= set(metrics)  # fmt: skip
 
     throughput = sections["throughput"]["rows"]
     at_two = {row["saver"] for row in throughput if row["metric"] == "turns/s @c=2"}
@@ -108,13 +147,35 @@ def test_smoke_run_reports_every_section(
     else:
         assert stores["errors"] == [], stores["errors"]
         savers = {row["saver"] for row in stores["rows"]}
-        assert {"official PostgresStore", "InMemoryStore"} < savers
+        assert {"official PostgresStore", "InMemoryStore", "official SqliteStore"} < savers
+        for saver in savers:
+            metrics = _by(stores["rows"], saver)
+            assert {"put", "search(('users',), filter, limit=10)"} <= set(metrics)
+            assert metrics["put"]["baseline"] == "official PostgresStore"
+
+    setup = sections["setup"]
+    assert setup["errors"] == [], setup["errors"]
+    baselines = {row["saver"]: row["baseline"] for row in setup["rows"]}
+    assert baselines == {
+        "ours PostgresSaver": "official PostgresSaver",
+        "official PostgresSaver": "official PostgresSaver",
+        "ours SqliteSaver": "official SqliteSaver",
+        "official SqliteSaver": "official SqliteSaver",
+        "ours PostgresStore": "official PostgresStore",
+        "official PostgresStore": "official PostgresStore",
+        "ours SqliteStore": "official SqliteStore",
+        "official SqliteStore": "official SqliteStore",
+    }
+    for row in setup["rows"]:
+        assert row["metric"] in ("setup()", "from_conn_string + setup()")
+        assert row["median"] > 0
 
     printed = capsys.readouterr().out
-    for heading in ("### Chat turns", "### Read paths", "### Throughput", "### Stores"):
+    for heading in ("### Chat turns", "### Read paths", "### Throughput", "### Stores",
+                    "### setup() on fresh storage"):  # fmt: skip
         assert heading in printed
         assert heading in md.read_text()
-    assert "| saver | metric | median | ratio vs official PG |" in printed
+    assert "| saver | metric | median | ratio vs official | vs InMemorySaver |" in printed
     assert "turns/s @c=2 of ceiling" in printed
     assert "- chat text: natural" in printed
     assert "- chat messages: realistic" in printed
@@ -130,6 +191,18 @@ def test_smoke_run_reports_every_section(
         assert list(client.scan_iter(match=f"lgmpb{run_id}*", count=1000)) == []
     finally:
         client.close()
+    assert list(Path(tempfile.gettempdir()).glob(f"lgmpb{run_id}*")) == []  # SQLite files
+
+    # the issue-22 goal table reads the report: measured goals get a ratio, others say so
+    table = goals.main([str(out)])
+    chat_rows = {row["saver"]: row for row in _by_metric(chat, "turn p50 @T=1")}
+    ratio = chat_rows["ours SqliteSaver"]["median"] / chat_rows["official SqliteSaver"]["median"]
+    line = "| short threads | turn p50 @T=1 | ours SqliteSaver | official SqliteSaver | "
+    assert f"{line}{goals.format_ratio(ratio)} | <= 0.7x |" in table
+    assert (
+        "| short threads | turn p50 @T=10 | ours RedisSaver | InMemorySaver | - | <= 1.5x | "
+        "not measured |" in table
+    )  # the smoke run has no T=10
 
 
 def test_floor_counts_the_calls_and_bounds_from_its_parts(
