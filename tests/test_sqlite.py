@@ -238,6 +238,30 @@ def test_a_read_looks_up_each_blob_by_its_key(tmp_path: Path) -> None:
     conn.close()
 
 
+def test_a_filtered_list_reads_full_pages_and_blobs_only_of_matches(tmp_path: Path) -> None:
+    """``list(filter=..., limit=1)`` on a long thread reads pages of many rows (a filter on
+    a number is not narrowed in SQL: pages of one row were a statement a checkpoint), and
+    the blobs of the matches only; the answer is the same as without the shortcut."""
+    conn = sqlite3.connect(tmp_path / "f.db", check_same_thread=False, isolation_level=None)
+    seen: list[str] = []
+    saver = SqliteSaver(conn)
+    saver.setup()
+    asyncio.run(put_chain(Ops(saver, False), "t", 250))
+    conn.set_trace_callback(seen.append)
+    [first] = saver.list(cfg("t"), filter={"step": 0}, limit=1)
+    assert first.metadata["step"] == 0 and first.checkpoint["channel_values"]["a"] == "t//a0"
+    pages = [q for q in seen if "ORDER BY c.checkpoint_id DESC" in q]
+    assert len(pages) == 3, len(pages)  # 250 rows in pages of 100
+    assert len([q for q in seen if "lgmp_blobs b" in q]) == 1
+    seen.clear()
+    two = saver.list(cfg("t"), filter={"source": "loop", "run_id": "run-1"}, limit=2)
+    assert [t.metadata["step"] for t in two] == [249, 248]
+    assert len([q for q in seen if "lgmp_blobs b" in q]) == 1
+    assert [t.metadata["step"] for t in saver.list(cfg("t"), filter={"step": 7})] == [7]
+    assert len(list(saver.list(cfg("t"), filter={"missing": None}, limit=300))) == 250
+    conn.close()
+
+
 def _synchronous(pool: Any) -> int:
     with pool.connection() as conn:
         return int(conn.execute("PRAGMA synchronous").fetchone()[0])

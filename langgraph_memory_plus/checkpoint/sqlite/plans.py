@@ -146,6 +146,22 @@ class SqliteCheckpointPlans:
             ORDER BY c.checkpoint_id DESC, c.thread_key DESC, c.checkpoint_ns DESC
             LIMIT {int(limit)}"""
 
+    @staticmethod
+    def _bare(row: tuple[Any, ...]) -> StoredCheckpoint:
+        """A :meth:`_page` row as a checkpoint without blobs or writes: enough to decode
+        its metadata."""
+        tid, ns, cid, parent, ctype, cblob, mtype, mblob = row[:8]
+        return StoredCheckpoint(
+            thread_id=bytes(tid).decode("utf-8", "surrogatepass"),
+            checkpoint_ns=ns,
+            checkpoint_id=cid,
+            parent_id=parent,
+            checkpoint=(ctype, cblob),
+            metadata=(mtype, mblob),
+            blobs=[],
+            writes=[],
+        )
+
     def _load(self, rows: Rows) -> Plan[Query, list[StoredCheckpoint]]:
         """The page's checkpoints with their blobs and pending writes (two statements).
 
@@ -270,13 +286,22 @@ class SqliteCheckpointPlans:
                 "(c.checkpoint_id, c.thread_key, c.checkpoint_ns) < (:a_id, :a_tk, :a_ns)"
             )
             params.update(a_id=query.after[0], a_tk=query.after[1], a_ns=query.after[2])
-        size = page_size if query.limit is None else min(page_size, query.limit)
+        # With a filter a page is full size whatever the limit: rows are checked here
+        # (values other than strings are not narrowed in SQL), and pages of one row made
+        # list(filter={"step": -1}, limit=1) a statement per checkpoint of the thread.
+        size = page_size if query.limit is None or query.filter else min(page_size, query.limit)
         rows: Rows = yield Query(self._page(" AND ".join(wheres), size), params, fetch=True)
+        # The metadata decides first: blobs and writes are read only for the checkpoints
+        # it keeps, up to the limit.
+        matching = rows if not query.filter else []
+        for row in rows if query.filter else ():
+            if metadata_matches(codec.decode_metadata(self._bare(row)), query.filter):
+                matching.append(row)
+                if len(matching) == query.limit:
+                    break
         page: list[CheckpointTuple] = []
-        for stored in (yield from self._load(rows)):
-            metadata = codec.decode_metadata(stored)
-            if metadata_matches(metadata, query.filter):
-                page.append((yield from codec.decode_stored(stored, metadata, self._fetch_list)))
+        for stored in (yield from self._load(matching)):
+            page.append((yield from codec.decode_stored(stored, None, self._fetch_list)))
         if page and self._refreshes:
             yield self._refresh(sorted({bytes(row[8]) for row in rows}), now)
         limit = None if query.limit is None else query.limit - len(page)
