@@ -1214,7 +1214,7 @@ def test_concurrent_setup_applies_each_migration_once(pg_url: str, schema: str) 
     assert errors == []
     with psycopg.connect(pg_url) as conn:
         versions = conn.execute(f'SELECT v FROM "{schema}".lgmp_store_migrations').fetchall()
-    assert versions == [(0,), (1,)]  # 1: tombstones
+    assert versions == [(0,), (1,), (2,)]  # 1: tombstones, 2: the value index
 
 
 async def test_pipeline_mode(pg_url: str, schema: str) -> None:
