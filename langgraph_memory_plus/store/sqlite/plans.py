@@ -23,6 +23,7 @@ SQLite runs in this process, so the plans decide in Python what needs Python's r
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from array import array
@@ -34,9 +35,9 @@ from ..._plan import Plan
 from ..._sqlite import Query, Rows, migrate
 from ..base import GetRequest, ListRequest, Namespace, SearchRequest, WriteRequest, conflict_error
 from ..columns import INSERTED, READ, replace_existing
-from ..filters import holds
+from ..filters import AllOf, Compare, Fields, holds
 from ..namespaces import namespace_of, prefix_text
-from ..tokens import filter_tokens, value_tokens
+from ..tokens import filter_tokens, simple_key, value_tokens
 from ..tombstones import ancestor_hashes, tombstone_hash
 from ..values import VersionedItem, VersionedSearchItem, decode_value, escape_text, unescape_text
 from ..vectors import Vector, cosine, norm
@@ -123,6 +124,39 @@ def _scope(prefix: Namespace, params: dict[str, Any], column: str = "s.prefix") 
     return f"({column} = :scope OR ({column} >= :low AND {column} < :high))"
 
 
+def _numbers(cond: Fields, params: dict[str, Any]) -> str:
+    """SQL false only for rows whose compared numbers rule a match out: a necessary
+    condition for the order operators, so ``json_extract`` (in C) drops most rows before
+    Python decides the rest. Text is left to Python (``float()`` reads some), and the
+    bounds are widened a little, so rounding can only let a row through."""
+    parts: list[str] = []
+
+    def visit(c: object, path: str) -> None:
+        if isinstance(c, Compare) and math.isfinite(c.number):
+            slack = abs(c.number) * 1e-9 + 1e-300
+            bound, op = (
+                (c.number - slack, ">=") if c.op in ("$gt", "$gte") else (c.number + slack, "<=")
+            )
+            at, n = f"path{len(params)}", f"bound{len(params)}"
+            params.update({at: path, n: bound})
+            parts.append(
+                f"(CASE json_type(s.value, :{at}) WHEN 'integer' THEN "
+                f"json_extract(s.value, :{at}) {op} :{n} WHEN 'real' THEN "
+                f"json_extract(s.value, :{at}) {op} :{n} "
+                "WHEN 'text' THEN 1 WHEN 'true' THEN 1 WHEN 'false' THEN 1 ELSE 0 END)"
+            )
+        elif isinstance(c, AllOf):
+            for sub in c.conds:
+                visit(sub, path)
+        elif isinstance(c, Fields):
+            for key, sub in c.fields:
+                if simple_key(key):
+                    visit(sub, f"{path}.{key}")
+
+    visit(cond, "$")
+    return "".join(f" AND {part}" for part in parts)
+
+
 class SqliteStorePlans:
     """SQL and decoding for the store's two tables."""
 
@@ -190,6 +224,7 @@ class SqliteStorePlans:
                 source += """ JOIN lgmp_store_fields f ON f.prefix = s.prefix AND f.key = s.key
                     AND f.path = :token_path AND f.atom = :token_atom"""
                 params.update(token_path=tokens[0][0], token_atom=tokens[0][1])
+            where += _numbers(request.filter, params)
             page = yield from self._scan(source, where, params, request)
         if request.refresh:
             yield from self._refresh([row for row, _, _ in page], now)
