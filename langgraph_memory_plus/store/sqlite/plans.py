@@ -137,7 +137,7 @@ def _numbers(cond: Fields, params: dict[str, Any]) -> str:
             bound, op = (
                 (c.number - slack, ">=") if c.op in ("$gt", "$gte") else (c.number + slack, "<=")
             )
-            at, n = f"path{len(params)}", f"bound{len(params)}"
+            at, n = f"number_path{len(params)}", f"number_bound{len(params)}"
             params.update({at: path, n: bound})
             parts.append(
                 f"(CASE json_type(s.value, :{at}) WHEN 'integer' THEN "
@@ -217,13 +217,19 @@ class SqliteStorePlans:
             )
             page = [(row, decode_value(json.loads(row[2]), bool(row[3])), None) for row in rows]
         else:
-            source = "lgmp_store s"
-            tokens = filter_tokens(request.filter, escape_text)
-            if tokens:
-                # Only the items holding the filter's first token can match.
-                source += """ JOIN lgmp_store_fields f ON f.prefix = s.prefix AND f.key = s.key
-                    AND f.path = :token_path AND f.atom = :token_atom"""
-                params.update(token_path=tokens[0][0], token_atom=tokens[0][1])
+            # Only the items holding each of the filter's tokens can match: the index rows
+            # of the first, those of the others among them, then the items (CROSS JOIN
+            # keeps that order: the items are the widest rows, read last).
+            joins = []
+            for i, (path, atom) in enumerate(filter_tokens(request.filter, escape_text)[:3]):
+                on = f"f{i}.path = :path{i} AND f{i}.atom = :atom{i}"
+                if i:
+                    on += f" AND f{i}.prefix = f0.prefix AND f{i}.key = f0.key"
+                joins.append(f"lgmp_store_fields f{i}" + (f" ON {on}" if i else ""))
+                where += "" if i else f" AND {on}"
+                params.update({f"path{i}": path, f"atom{i}": atom})
+            on_item = " ON s.prefix = f0.prefix AND s.key = f0.key" if joins else ""
+            source = " CROSS JOIN ".join([*joins, "lgmp_store s" + on_item])
             where += _numbers(request.filter, params)
             page = yield from self._scan(source, where, params, request)
         if request.refresh:
