@@ -428,7 +428,7 @@ def field_index(space: Space, ops: Ops, namespace: tuple[str, ...]) -> dict[byte
 
 def tokens_of_items(space: Space, ops: Ops, namespace: tuple[str, ...]) -> dict[bytes, int]:
     """What the field index must count, from the shard's items (the rule of ``tokens`` in
-    the Lua prelude: strings of up to 256 bytes along keys of letters and digits)."""
+    the Lua prelude: strings of up to 64 bytes along keys of letters and digits)."""
     counts: Counter[bytes] = Counter()
     for record in space.admin.hvals(shard_key(ops, namespace, "items")):
         stack = [(json.loads(record.partition(b"\n")[2]), "")]
@@ -438,7 +438,7 @@ def tokens_of_items(space: Space, ops: Ops, namespace: tuple[str, ...]) -> dict[
                 if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", key, re.ASCII):
                     continue
                 at = f"{path}.{key}" if path else key
-                if isinstance(item, str) and len(item.encode()) <= 256:
+                if isinstance(item, str) and len(item.encode()) <= 64:
                     counts[f"{at}\0{item}".encode()] += 1
                 elif isinstance(item, dict):
                     stack.append((item, at))

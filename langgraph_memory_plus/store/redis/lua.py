@@ -75,14 +75,18 @@ local function header(rec)
          string.sub(rec, c3 + 1, nl - 1)
 end
 
--- The field tokens of a record's value (see FIELDS): path .. NUL .. string, for every
--- string of at most 256 bytes reached through dicts along keys of ASCII letters and
--- digits starting with a letter. A superset of tokens.value_tokens (64 characters). A
--- value cjson cannot decode (nested too deeply) has the token NUL: it may hold anything.
+-- The field tokens of a record's value (see FIELDS), as a set: path .. NUL .. string, for
+-- every string of at most 64 bytes reached through dicts along keys of ASCII letters and
+-- digits starting with a letter (the plans ask only for such tokens). A value cjson
+-- cannot decode (nested too deeply) has the token NUL: it may hold anything.
 local function tokens(rec)
-  local ok, v = pcall(cjson.decode, string.sub(rec, string.find(rec, '\n', 1, true) + 1))
-  if not ok then return {'\0'} end
   local out = {}
+  if not rec then return out end
+  local ok, v = pcall(cjson.decode, string.sub(rec, string.find(rec, '\n', 1, true) + 1))
+  if not ok then
+    out['\0'] = true
+    return out
+  end
   if type(v) ~= 'table' then return out end
   local function walk(t, path)
     for k, x in pairs(t) do
@@ -90,7 +94,7 @@ local function tokens(rec)
         local at = k
         if path ~= '' then at = path .. '.' .. k end
         if type(x) == 'string' then
-          if #x <= 256 then out[#out + 1] = at .. '\0' .. x end
+          if #x <= 64 then out[at .. '\0' .. x] = true end
         elseif type(x) == 'table' then
           walk(x, at)
         end
@@ -108,9 +112,15 @@ local function fv_on(s)
   return s.fvon
 end
 
-local function fv_add(s, rec, by)
-  for _, t in ipairs(tokens(rec)) do
-    if redis.call('HINCRBY', s.fv, t, by) <= 0 then redis.call('HDEL', s.fv, t) end
+-- Count the tokens of record `new` instead of those of `old` (either may be false):
+-- only the difference is written, so an update that keeps its strings writes nothing.
+local function fv_move(s, old, new)
+  local was, now = tokens(old), tokens(new)
+  for t in pairs(was) do
+    if not now[t] and redis.call('HINCRBY', s.fv, t, -1) <= 0 then redis.call('HDEL', s.fv, t) end
+  end
+  for t in pairs(now) do
+    if not was[t] then redis.call('HINCRBY', s.fv, t, 1) end
   end
 end
 
@@ -118,7 +128,7 @@ end
 local function fv_ensure(s)
   if fv_on(s) then return end
   local all = redis.call('HGETALL', s.items)
-  for i = 2, #all, 2 do fv_add(s, all[i], 1) end
+  for i = 2, #all, 2 do fv_move(s, false, all[i]) end
   redis.call('HSET', s.fv, '\1', redis.call('HGET', s.meta, 'clock') or '0')
   s.fvon = true
 end
@@ -129,10 +139,7 @@ local function live(s, id, now)
 end
 
 local function unlink(s, id)
-  if fv_on(s) then
-    local old = redis.call('HGET', s.items, id)
-    if old then fv_add(s, old, -1) end
-  end
+  if fv_on(s) then fv_move(s, redis.call('HGET', s.items, id), false) end
   if redis.call('HDEL', s.items, id) == 0 then return false end
   redis.call('HDEL', s.vecs, id)
   redis.call('ZREM', s.order, id)
@@ -145,13 +152,14 @@ local function unlink(s, id)
   return true
 end
 
--- Store a record with its indexes; vec: nil leaves vectors alone, '' removes them.
-local function link(s, id, rec, version, expires, vec)
+-- Store a record with its indexes; vec: nil leaves vectors alone, '' removes them. old:
+-- the record it replaces (false: none; nil: read it). newest: version is the shard's
+-- clock, so it is the field index's new bound.
+local function link(s, id, rec, version, expires, vec, old, newest)
   if fv_on(s) then
-    local old = redis.call('HGET', s.items, id)
-    if old then fv_add(s, old, -1) end
-    fv_add(s, rec, 1)
-    if tonumber(version) > tonumber(redis.call('HGET', s.fv, '\1')) then
+    if old == nil then old = redis.call('HGET', s.items, id) end
+    fv_move(s, old, rec)
+    if newest or tonumber(version) > tonumber(redis.call('HGET', s.fv, '\1')) then
       redis.call('HSET', s.fv, '\1', version)
     end
   end
@@ -312,7 +320,7 @@ for i = 1, n do
       local vec = nil
       if w.vec ~= '-' then vec = w.vec end
       local rec = fmt(clock) .. ',' .. created .. ',' .. fmt(now) .. ',' .. w.ttl .. '\n' .. w.value
-      link(s, w.id, rec, fmt(clock), expires, vec)
+      link(s, w.id, rec, fmt(clock), expires, vec, w.rec, true)
       if image then image[6] = fmt(clock) end
     end
     if image then undo[#undo + 1] = image end

@@ -140,6 +140,7 @@ SEARCH_CHUNK = 128  # at most, so that the floor found so far prunes the rest
 PROBE_CHUNK = 1024  # shards per probe script (one key each)
 FV = SHARD_KINDS.index("fv")
 SHARD_CACHE = 100_000  # shards whose keys a store remembers
+SHARD_TOKEN_BYTES = 64  # the longest string a shard's field index counts
 REGISTRY_PAGE = 1024  # registry entries read per round trip
 LIST_PAGE = 64  # shards visited per round of list_namespaces (it stops early)
 SWEEP_SHARDS = 100  # due shards looked at per sweep batch
@@ -503,7 +504,12 @@ class RedisStorePlans:
     ) -> Plan[Command, tuple[list[Shard], list[float]]]:
         """The shards that may hold a match, by their version bound, highest first (a
         shard without a field index first of all), and those bounds."""
-        needs = [_utf8(f"{path}\0{text}") for path, text in filter_tokens(flt, str)]
+        # The shards count strings of up to 64 bytes (see FIELDS in .lua).
+        needs = [
+            _utf8(f"{path}\0{text}")
+            for path, text in filter_tokens(flt, str)
+            if len(_utf8(text)) <= SHARD_TOKEN_BYTES
+        ]
         found: list[tuple[float, int]] = []
         for indexes in self.groups(shards, PROBE_CHUNK):
             keys = [shards[i].keys[FV] for i in indexes]
