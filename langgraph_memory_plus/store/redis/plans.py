@@ -5,7 +5,7 @@ Key layout
 Items are grouped into *shards*: the namespaces that share their first ``shard_depth``
 labels (default 2; a shorter namespace is a shard of its own). ``("users", "u1")``,
 ``("users", "u1", "notes")`` and ``("users", "u1", "prefs")`` are one shard. A shard is
-eight keys ``{prefix}:store:{<tag>}:<kind>``, the tag a hex SHA-256 prefix of the shard's
+nine keys ``{prefix}:store:{<tag>}:<kind>``, the tag a hex SHA-256 prefix of the shard's
 labels, so one shard is one hash slot and any label text (braces, NUL, megabytes) maps
 to a safe tag:
 
@@ -23,6 +23,8 @@ to a safe tag:
 - ``tomb`` (hash, only while one is live): tombstones of namespace prefixes in the
   shard, by SHA-1 of the prefix, with when each ends; the write script drops a put they
   cover (see :mod:`..tombstones` and ``TOMBS`` in :mod:`.lua`).
+- ``fv`` (hash): the field index, how many items hold each short string (by path, see
+  :mod:`..tokens`), and an upper bound of the items' versions (``FIELDS`` in :mod:`.lua`).
 
 An item's ``version`` comes from its shard's clock: the server's time in microseconds, or
 the shard's previous version plus one where that is larger. So versions never repeat,
@@ -49,12 +51,15 @@ Why this layout
   prefixes (``search(("users",))``, ``list_namespaces()``) read the registry range and
   visit those shards only; ``list_namespaces`` stops as soon as its page is full and
   skips whole subtrees that ``max_depth`` folds into a result already listed.
-- **The price:** there is no index without modules. A search reads a shard's items
-  newest first, and the script evaluates the filter itself (``FILTER`` in :mod:`.lua`),
-  so it stops at the page's worth of matches and sends only those, plus the few items
-  whose match only Python can decide; a filter that matches rarely still reads the whole
-  shard. A semantic search reads every match, to score it exactly. A shard is read by
-  one script, which blocks the server while it runs, so keep shards user-sized (that is
+- **The price:** there is no full index without modules. A search across shards first
+  probes their field indexes (one key per shard): shards lacking a string the filter
+  requires are skipped, the rest are read newest version bound first until no shard left
+  can hold a newer match. Within a shard, the script reads items newest first and
+  evaluates the filter itself (``FILTER`` in :mod:`.lua`), so it stops at the page's worth
+  of matches and sends only those, plus the few items whose match only Python can
+  decide; a filter without such a string that matches rarely still reads every shard.
+  A semantic search reads every match, to score it exactly. A shard is read by one
+  script, which blocks the server while it runs, so keep shards user-sized (that is
   what ``shard_depth`` is for).
 
 Registration and the sweeper's hints
