@@ -72,6 +72,7 @@ from test_store_postgres import (  # noqa: F401
     test_batch_reads_see_the_store_before_the_batch_writes,
     test_concurrent_increments_lose_no_update,
     test_conditional_put_and_delete,
+    test_filtered_search_across_namespaces_like_in_memory_store,
     test_filters_agree_with_in_memory_store,
     test_large_values_are_refused_before_writing,
     test_list_namespaces_matches_in_memory_store,
@@ -92,6 +93,7 @@ from langgraph_memory_plus.checkpoint.config import thread_key
 from langgraph_memory_plus.checkpoint.sqlite import AsyncSqliteSaver, SqlitePool, SqliteSaver
 from langgraph_memory_plus.errors import ConflictError, InvalidConfigError
 from langgraph_memory_plus.store.sqlite import AsyncSqliteStore, SqliteStore
+from langgraph_memory_plus.store.values import escape_text
 
 WAIT_SECONDS = 60.0  # upper bound of every wait; a healthy run never gets near it
 SAVER_TABLES = ("threads", "checkpoints", "blobs", "writes", "items", "nodes")
@@ -210,9 +212,9 @@ def test_setup_puts_the_file_in_wal_mode_and_is_idempotent(tmp_path: Path) -> No
         store.setup()
         assert len(list(saver.list(cfg("t")))) == 2
     assert query(path, "PRAGMA journal_mode") == [("wal",)]
-    # checkpoint 1: the thread index, 2: its status index; store 1: tombstones
+    # checkpoint 1: the thread index, 2: its status index; store 1: tombstones, 2: fields
     assert query(path, "SELECT v FROM lgmp_checkpoint_migrations") == [(0,), (1,), (2,)]
-    assert query(path, "SELECT v FROM lgmp_store_migrations") == [(0,), (1,)]
+    assert query(path, "SELECT v FROM lgmp_store_migrations") == [(0,), (1,), (2,)]
     assert query(path, "SELECT count(*) FROM lgmp_store") == [(1,)]
 
 
@@ -727,3 +729,58 @@ async def test_a_closed_pool_says_so(tmp_path: Path) -> None:
         saver.get_tuple(cfg("t"))
     with suppress(Exception):
         saver.conn.close()  # type: ignore[union-attr]
+
+
+def test_the_field_index_holds_each_items_tokens_and_the_migration_builds_the_same(
+    tmp_path: Path,
+) -> None:
+    """Puts, updates and deletes keep ``lgmp_store_fields`` equal to the items' tokens,
+    and migration 2, run on a file written before it, builds exactly those rows with
+    ``json_tree``: odd keys, lists, long and escaped strings included."""
+    path = str(tmp_path / "store.db")
+    odd = {
+        "kind": "fact",
+        "a_b": "no",
+        "1a": "no",
+        "é": "no",
+        "a.b": "no",
+        "": "no",
+        "m": {"src": "doc", "l": [{"k": "no"}], "Deep2": {"x": "\x00nul\x01"}},
+        "long": "z" * 65,
+        "edge": "y" * 64,
+        "n": 1,
+        "t": True,
+        "none": None,
+    }
+    expected = {
+        ("kind", "fact", "users.u1", "a"),
+        ("m.src", "doc", "users.u1", "a"),
+        ("m.Deep2.x", escape_text("\x00nul\x01"), "users.u1", "a"),
+        ("edge", "y" * 64, "users.u1", "a"),
+        ("kind", "fact", "users.u2", "b"),
+    }
+
+    def rows() -> set[tuple[str, ...]]:
+        with closing(sqlite3.connect(path)) as conn:
+            return set(conn.execute("SELECT path, atom, prefix, key FROM lgmp_store_fields"))
+
+    with SqliteStore.from_conn_string(path) as store:
+        store.setup()
+        store.put(("users", "u1"), "a", odd)
+        store.put(("users", "u2"), "b", {"kind": "note", "x": "y"})
+        store.put(("users", "u2"), "c", {"kind": "gone"})
+        store.delete(("users", "u2"), "c")
+        store.put(("users", "u2"), "b", {"kind": "fact"})  # an update replaces its tokens
+        assert rows() == expected
+        nul = store.search(("users",), filter={"m": {"Deep2": {"x": "\x00nul\x01"}}})
+        assert [h.key for h in nul] == ["a"]
+        assert [h.key for h in store.search(("users",), filter={"a_b": "no"})] == ["a"]
+        assert [h.key for h in store.search(("users",), filter={"kind": "fact"})] == ["b", "a"]
+    with closing(sqlite3.connect(path)) as conn, conn:  # as a release before the index
+        conn.execute("DROP TABLE lgmp_store_fields")
+        conn.execute("DELETE FROM lgmp_store_migrations WHERE v = 2")
+    with SqliteStore.from_conn_string(path) as store:
+        store.setup()
+        assert rows() == expected
+        store.delete_namespace(("users", "u1"))
+        assert rows() == {("kind", "fact", "users.u2", "b")}

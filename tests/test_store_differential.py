@@ -62,7 +62,9 @@ namespaces = st.lists(labels, min_size=1, max_size=3).map(tuple)
 prefixes = st.one_of(st.just(()), st.tuples(labels), st.lists(labels, max_size=2).map(tuple))
 keys = st.sampled_from(["k1", "k2", "k3", "k4", "k5", "k\x00"])
 texts = st.sampled_from(["aa", "ab", "abc", "ddd", "f", "cafe", "bead", "ef"])
-scalars = st.one_of(st.none(), st.sampled_from(["x", "y"]), st.integers(0, 2), st.booleans())
+# "long..." is longer than the stores' field indexes keep (see store/tokens.py).
+LONG = "long" * 17
+scalars = st.one_of(st.none(), st.sampled_from(["x", "y", LONG]), st.integers(0, 2), st.booleans())
 small = st.one_of(st.integers(-3, 3), st.sampled_from([-1.5, 0.0, 0.5, 1.0, 2.0, 2.5]))
 numbers = st.one_of(
     small,
@@ -78,6 +80,7 @@ values = st.fixed_dictionaries(
             {"x": st.integers(0, 2)}, optional={"y": st.sampled_from(["p", "q"])}
         ),
         "list": st.lists(st.integers(0, 2), max_size=2),
+        "t_1": scalars,  # a key the field indexes leave out
     },
 )
 comparisons = st.dictionaries(
@@ -95,6 +98,16 @@ filters = st.one_of(
     st.fixed_dictionaries({"n": st.one_of(small, st.booleans(), st.sampled_from(["2", "x"]))}),
     st.fixed_dictionaries({"nested": st.fixed_dictionaries({"x": st.integers(0, 2)})}),
     st.fixed_dictionaries({"nested": st.fixed_dictionaries({"$eq": st.just({"x": 1})})}),
+    st.fixed_dictionaries({"nested": st.fixed_dictionaries({"y": st.sampled_from(["p", "q"])})}),
+    st.fixed_dictionaries(
+        {
+            "nested": st.fixed_dictionaries(
+                {"$eq": st.sampled_from([{"x": 1, "y": "p"}, {"y": "q"}])}
+            )
+        }
+    ),
+    st.fixed_dictionaries({"tag": st.fixed_dictionaries({"$eq": scalars, "$ne": scalars})}),
+    st.fixed_dictionaries({"t_1": scalars, "tag": scalars}),
     st.fixed_dictionaries({"list": st.lists(st.integers(0, 2), max_size=2)}),
     st.fixed_dictionaries({"tag": scalars, "n": comparisons}),
 )

@@ -258,6 +258,62 @@ async def test_search_prefix_boundaries_and_recency_order(open_store: OpenStore)
         assert keys(await ops.call("search", ("a",)))[0] == "1"
 
 
+async def test_filtered_search_across_namespaces_like_in_memory_store(
+    open_store: OpenStore,
+) -> None:
+    """Many namespaces under one prefix, every operator, nested namespaces and fields,
+    pages: the same answers as InMemoryStore; then expired and deleted items never come
+    back, whatever index a backend keeps for such searches."""
+    ref = InMemoryStore()
+
+    def newest_first(items: Sequence[Item]) -> list[tuple[tuple[str, ...], str]]:
+        # Keys number the puts, so by key is by version: InMemoryStore's order is its own.
+        return sorted(((h.namespace, h.key) for h in items), key=lambda a: a[1], reverse=True)
+
+    async with open_store() as ops:
+        puts = []
+        for i in range(60):
+            label = f"n{i % 12:02}"
+            namespace = ("u", label, "deep") if i % 5 == 0 else ("u", label)
+            value = {"kind": ("fact", "note", "rare")[min(i % 7, 2)], "n": i % 9}
+            value["meta"] = {"src": "doc" if i % 2 else "chat", "lang": ["en", "de"][i % 3 % 2]}
+            puts.append(PutOp(namespace, f"k{i:02}", value))
+        for op in puts:  # one at a time: versions follow the order of the puts
+            await ops.call("batch", [op])
+            ref.batch([op])
+        filters: list[dict[str, Any]] = [
+            {"kind": "rare"},
+            {"kind": "fact", "meta": {"src": "doc"}},
+            {"meta": {"lang": "de"}},
+            {"kind": {"$eq": "note"}},
+            {"kind": {"$ne": "fact"}},
+            {"n": {"$gt": 6}},
+            {"n": {"$gte": 2, "$lte": 3}},
+            {"n": {"$lt": 1}},
+            {"kind": "rare", "n": {"$gte": 4}},
+            {"kind": "nothing"},
+        ]
+        for flt in filters:
+            for prefix in [("u",), (), ("u", "n05")]:
+                want = newest_first(ref.search(prefix, filter=flt, limit=1000))
+                for limit, offset in [(1000, 0), (3, 0), (3, 2), (1, 7)]:
+                    got = await ops.call("search", prefix, filter=flt, limit=limit, offset=offset)
+                    assert [(h.namespace, h.key) for h in got] == want[offset : offset + limit], (
+                        flt,
+                        prefix,
+                        limit,
+                        offset,
+                    )
+        rare = newest_first(ref.search(("u",), filter={"kind": "rare"}, limit=99))
+        assert len(rare) >= 4
+        await ops.call("delete", *rare[0])
+        await ops.call("put", *rare[1], {"kind": "fact"})
+        await ops.call("put", *rare[2], {"kind": "rare"}, ttl=0.005)  # 0.3 seconds
+        await asyncio.sleep(0.5)
+        found = await ops.call("search", ("u",), filter={"kind": "rare"}, limit=99)
+        assert [(h.namespace, h.key) for h in found] == rare[3:]
+
+
 async def test_pagination_has_no_silent_caps(open_store: OpenStore) -> None:
     async with open_store() as ops:
         puts = [PutOp(("p", f"n{i:03}"), f"k{i:03}", {"i": i}) for i in range(150)]
@@ -1158,7 +1214,7 @@ def test_concurrent_setup_applies_each_migration_once(pg_url: str, schema: str) 
     assert errors == []
     with psycopg.connect(pg_url) as conn:
         versions = conn.execute(f'SELECT v FROM "{schema}".lgmp_store_migrations').fetchall()
-    assert versions == [(0,), (1,)]  # 1: tombstones
+    assert versions == [(0,), (1,), (2,)]  # 1: tombstones, 2: the value index
 
 
 async def test_pipeline_mode(pg_url: str, schema: str) -> None:

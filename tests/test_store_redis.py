@@ -20,6 +20,7 @@ times, and waits are bounded polls.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -63,6 +64,7 @@ from test_store_postgres import (  # noqa: F401
     test_batch_reads_see_the_store_before_the_batch_writes,
     test_concurrent_increments_lose_no_update,
     test_conditional_put_and_delete,
+    test_filtered_search_across_namespaces_like_in_memory_store,
     test_filters_agree_with_in_memory_store,
     test_large_values_are_refused_before_writing,
     test_list_namespaces_matches_in_memory_store,
@@ -83,7 +85,7 @@ from langgraph_memory_plus.errors import ConflictError, InvalidConfigError
 from langgraph_memory_plus.store import ConditionalPutOp, InvalidValueError
 from langgraph_memory_plus.store.filters import parse_filter
 from langgraph_memory_plus.store.redis import AsyncRedisStore, RedisStore
-from langgraph_memory_plus.store.redis.lua import SCRIPTS, TOMBSTONE_MS
+from langgraph_memory_plus.store.redis.lua import SCRIPTS, SHARD_KINDS, TOMBSTONE_MS
 from langgraph_memory_plus.store.redis.plans import (
     LIST_PAGE,
     RedisStorePlans,
@@ -237,7 +239,7 @@ async def test_hot_paths_read_one_shard_and_never_scan(open_store: OpenStore) ->
         await ops.call("count", ("users", "u3"))
         await ops.call("put", ("users", "u3"), "k", {"i": 33})
         assert scripts(seen) == {"get": 1, "search": 1, "namespaces": 1, "count": 1, "write": 1}
-        assert all(len(c.keys) == 8 for c in seen)  # one shard each, no registry
+        assert all(len(c.keys) == len(SHARD_KINDS) for c in seen)  # one shard, no registry
         seen.clear()
         assert len(await ops.call("search", ("users",), limit=100)) == 20
         assert scripts(seen)["registry"] == 1 and shards_visited(seen, "search") == 20
@@ -400,8 +402,8 @@ async def test_filtered_search_script_sends_only_the_page(
 
         def run(flt: dict[str, Any] | None, want: int) -> list[tuple[int, bytes]]:
             """(item number, sure flag) of what the script sends back for one shard."""
-            head = [0, *filter_args(parse_filter(flt))]
-            entry = (shard, [encode_namespace(namespace), want])
+            head = [0, *filter_args(parse_filter(flt)), "", want]
+            entry = (shard, [encode_namespace(namespace)])
             call = plans(ops).call("search", [entry], [0], head)
             (reply,) = script(keys=call.keys, args=call.args)
             ids, sure = reply[::3], reply[2::3]
@@ -416,6 +418,99 @@ async def test_filtered_search_script_sends_only_the_page(
             (199, b"0"), (198, b"1"), (197, b"1"), (196, b"1"), (195, b"1"), (194, b"1")
         ]  # fmt: skip
         assert run({"n": {"$gt": 150}, "kind": "fact"}, 2) == [(196, b"1"), (192, b"1")]
+
+
+def field_index(space: Space, ops: Ops, namespace: tuple[str, ...]) -> dict[bytes, int]:
+    """The token counts of a shard's field index (``fv``), without its version bound."""
+    found = space.admin.hgetall(shard_key(ops, namespace, "fv"))
+    return {token: int(n) for token, n in found.items() if token != b"\x01"}
+
+
+def tokens_of_items(space: Space, ops: Ops, namespace: tuple[str, ...]) -> dict[bytes, int]:
+    """What the field index must count, from the shard's items (the rule of ``tokens`` in
+    the Lua prelude: strings of up to 64 bytes along keys of letters and digits)."""
+    counts: Counter[bytes] = Counter()
+    for record in space.admin.hvals(shard_key(ops, namespace, "items")):
+        stack = [(json.loads(record.partition(b"\n")[2]), "")]
+        while stack:
+            obj, path = stack.pop()
+            for key, item in obj.items():
+                if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", key, re.ASCII):
+                    continue
+                at = f"{path}.{key}" if path else key
+                if isinstance(item, str) and len(item.encode()) <= 64:
+                    counts[f"{at}\0{item}".encode()] += 1
+                elif isinstance(item, dict):
+                    stack.append((item, at))
+    return dict(counts)
+
+
+async def test_the_field_index_follows_every_write(open_store: OpenStore, space: Space) -> None:
+    user = ("users", "u1")
+    async with open_store() as ops:
+
+        def check() -> None:
+            assert field_index(space, ops, user) == tokens_of_items(space, ops, user)
+
+        await ops.call("put", user, "a", {"kind": "fact", "m": {"src": "doc", "l": ["x"]}})
+        await ops.call("put", (*user, "notes"), "b", {"kind": "fact", "a_b": "no", "1a": "no"})
+        await ops.call("put", user, "c", {"kind": "note", "long": "z" * 300, "n": 1})
+        check()
+        assert field_index(space, ops, user)[b"kind\0fact"] == 2
+        await ops.call("put", user, "a", {"kind": "note", "m": {"src": "chat"}})  # an update
+        await ops.call("delete", (*user, "notes"), "b")
+        check()
+        assert b"kind\0fact" not in field_index(space, ops, user)
+        await ops.call("put", user, "t", {"kind": "gone"}, ttl=0.005)  # 0.3 seconds
+        await asyncio.sleep(0.5)
+        assert await ops.admin("sweep_ttl") == 1
+        check()
+        await ops.call("delete_namespace", user)
+        assert space.admin.exists(shard_key(ops, user, "fv")) == 0
+
+
+async def test_a_search_across_shards_reads_only_those_that_can_fill_its_page(
+    open_store: OpenStore,
+) -> None:
+    """The probe skips shards lacking the filter's string; the rest are read newest
+    first, and reading stops where no shard left can hold a newer match."""
+    async with open_store() as ops:
+        for i in range(30):
+            kind = "rare" if i in (4, 17) else "common"
+            await ops.call("put", ("users", f"u{i:02}"), "k", {"kind": kind, "n": i})
+        seen = record(ops)
+        found = await ops.call("search", ("users",), filter={"kind": "rare"})
+        assert keys(found) == ["k", "k"] and [h.value["n"] for h in found] == [17, 4]
+        assert shards_visited(seen, "search") == 2
+        seen.clear()
+        assert await ops.call("search", ("users",), filter={"kind": "none"}) == []
+        assert shards_visited(seen, "search") == 0
+        seen.clear()
+        found = await ops.call("search", ("users",), filter={"kind": "common"}, limit=2)
+        assert [h.value["n"] for h in found] == [29, 28]
+        assert shards_visited(seen, "search") < 30
+        seen.clear()
+        found = await ops.call("search", ("users",), filter={"n": {"$gte": 27}}, limit=5)
+        assert [h.value["n"] for h in found] == [29, 28, 27]
+        assert shards_visited(seen, "search") == 30  # no token, too few matches to stop
+
+
+async def test_shards_written_before_the_field_index_are_read_and_indexed_on_write(
+    open_store: OpenStore, space: Space
+) -> None:
+    old, new = ("users", "old"), ("users", "new")
+    async with open_store() as ops:
+        await ops.call("put", old, "a", {"kind": "rare"})
+        await ops.call("put", old, "b", {"kind": "common"})
+        await ops.call("put", new, "c", {"kind": "common"})
+        space.admin.delete(shard_key(ops, old, "fv"))  # as a release without the index left it
+        found = await ops.call("search", ("users",), filter={"kind": "rare"})
+        assert [(h.namespace, h.key) for h in found] == [(old, "a")]
+        await ops.call("put", old, "d", {"kind": "rare"})
+        assert field_index(space, ops, old) == tokens_of_items(space, ops, old)
+        assert field_index(space, ops, old)[b"kind\0rare"] == 2
+        found = await ops.call("search", ("users",), filter={"kind": "rare"})
+        assert [h.key for h in found] == ["d", "a"]
 
 
 # --------------------------------------------------------------------------------------------

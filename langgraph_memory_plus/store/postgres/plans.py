@@ -37,6 +37,7 @@ from ..base import (
 from ..columns import INSERTED, READ, replace_existing
 from ..filters import Compare, Cond, Elements, Equals, Fields, NotEquals, holds
 from ..namespaces import namespace_of, prefix_text
+from ..tokens import filter_tokens
 from ..tombstones import ancestor_hashes, tombstone_hash
 from ..values import (
     VersionedItem,
@@ -155,6 +156,21 @@ class _Sql:
             self.add(text + "/", "text"),
         )
         return f"(s.prefix = {exact} OR (s.prefix >= {low} AND s.prefix < {high}))"
+
+    def contains(self, cond: Fields | None) -> str:
+        """``AND value @> {...}`` of the filter's string equalities, which the value index
+        answers (a necessary condition: the verdict still decides); '' for none."""
+        nested: dict[str, Any] = {}
+        for path, text in filter_tokens(cond, str):
+            *parents, last = path.split(".")
+            at = nested
+            for key in parents:
+                at = at.setdefault(key, {})
+                if not isinstance(at, dict):
+                    return ""  # a string and a dict at one path: the verdict says no
+            if at.setdefault(last, text) != text:
+                return ""
+        return f"AND s.value @> {self.json(nested)}" if nested else ""
 
     # -- filters ------------------------------------------------------------------------
 
@@ -421,7 +437,7 @@ class PostgresStorePlans:
         select = f"""
             SELECT {READ}, {score} AS score, {verdict} AS verdict FROM {self._t} s
             WHERE {LIVE} AND {sql.scope(request.prefix)} AND ({verdict}) IS NOT FALSE
-            ORDER BY {order}"""
+            {sql.contains(request.filter)} ORDER BY {order}"""
         if exact:
             page: Rows = yield Query(
                 f"{select} LIMIT {min(request.limit, MAX_COUNT)} "

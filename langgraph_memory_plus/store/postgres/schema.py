@@ -18,6 +18,10 @@ Layout (in the configured schema, prefixed ``lgmp_`` so it can sit beside LangGr
   is not kept in them. No index on ``until``: a put must find its tombstones by hash
   (with one, a generic plan scanned every live tombstone); pruning reads the whole table,
   which holds only the hold window's erasures.
+- ``lgmp_store_value_idx``: a GIN index (``jsonb_path_ops``) on ``value``, so a filtered
+  search with a string equality across many namespaces adds a containment test it can
+  answer from the index (see :mod:`..tokens`); the exact filter still decides each row.
+  Version 2 builds it; on a large existing table that takes a while and holds puts back.
 
 Migrations run in order under a transaction-scoped advisory lock (see
 :mod:`langgraph_memory_plus._migrations`), so several processes may call ``setup()`` at once.
@@ -70,6 +74,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             prefix_hash text COLLATE "C" PRIMARY KEY,
             until timestamptz NOT NULL
         )
+        """,
+    ),
+    (
+        """
+        CREATE INDEX IF NOT EXISTS lgmp_store_value_idx
+            ON {s}.lgmp_store USING gin (value jsonb_path_ops)
         """,
     ),
 )

@@ -21,7 +21,7 @@ refresh on read rewrites one score, not the value.
 
 from __future__ import annotations
 
-SHARD_KINDS = ("meta", "items", "vecs", "order", "exp", "ns", "nsn", "tomb")
+SHARD_KINDS = ("meta", "items", "vecs", "order", "exp", "ns", "nsn", "tomb", "fv")
 REGISTRY_KINDS = ("shards", "due", "epoch", "seq", "tombs")
 
 # How long a closed shard's ``meta`` hash (its version clock and generation) outlives
@@ -30,11 +30,12 @@ TOMBSTONE_MS = 24 * 3600 * 1000
 
 PRELUDE = (
     r"""
-local NK = 8
+local NK = 9
 local function shard(i)
   local b = (i - 1) * NK
   return {meta = KEYS[b + 1], items = KEYS[b + 2], vecs = KEYS[b + 3], order = KEYS[b + 4],
-          exp = KEYS[b + 5], ns = KEYS[b + 6], nsn = KEYS[b + 7], tomb = KEYS[b + 8]}
+          exp = KEYS[b + 5], ns = KEYS[b + 6], nsn = KEYS[b + 7], tomb = KEYS[b + 8],
+          fv = KEYS[b + 9]}
 end
 
 local argi = 0
@@ -74,12 +75,71 @@ local function header(rec)
          string.sub(rec, c3 + 1, nl - 1)
 end
 
+-- The field tokens of a record's value (see FIELDS), as a set: path .. NUL .. string, for
+-- every string of at most 64 bytes reached through dicts along keys of ASCII letters and
+-- digits starting with a letter (the plans ask only for such tokens). A value cjson
+-- cannot decode (nested too deeply) has the token NUL: it may hold anything.
+local function tokens(rec)
+  local out = {}
+  if not rec then return out end
+  local ok, v = pcall(cjson.decode, string.sub(rec, string.find(rec, '\n', 1, true) + 1))
+  if not ok then
+    out['\0'] = true
+    return out
+  end
+  if type(v) ~= 'table' then return out end
+  local function walk(t, path)
+    for k, x in pairs(t) do
+      if type(k) == 'string' and string.find(k, '^[A-Za-z][A-Za-z0-9]*$') then
+        local at = k
+        if path ~= '' then at = path .. '.' .. k end
+        if type(x) == 'string' then
+          if #x <= 64 then out[at .. '\0' .. x] = true end
+        elseif type(x) == 'table' then
+          walk(x, at)
+        end
+      end
+    end
+  end
+  walk(v, '')
+  return out
+end
+
+-- Whether the shard's field index covers all its items (see FIELDS): it then holds the
+-- field SOH, at least the version of every item. Cached per script.
+local function fv_on(s)
+  if s.fvon == nil then s.fvon = redis.call('HEXISTS', s.fv, '\1') == 1 end
+  return s.fvon
+end
+
+-- Count the tokens of record `new` instead of those of `old` (either may be false):
+-- only the difference is written, so an update that keeps its strings writes nothing.
+local function fv_move(s, old, new)
+  local was, now = tokens(old), tokens(new)
+  for t in pairs(was) do
+    if not now[t] and redis.call('HINCRBY', s.fv, t, -1) <= 0 then redis.call('HDEL', s.fv, t) end
+  end
+  for t in pairs(now) do
+    if not was[t] then redis.call('HINCRBY', s.fv, t, 1) end
+  end
+end
+
+-- Build the field index of a shard written before there was one (or an empty shard).
+local function fv_ensure(s)
+  if fv_on(s) then return end
+  local all = redis.call('HGETALL', s.items)
+  for i = 2, #all, 2 do fv_move(s, false, all[i]) end
+  redis.call('HSET', s.fv, '\1', redis.call('HGET', s.meta, 'clock') or '0')
+  s.fvon = true
+end
+
 local function live(s, id, now)
   local e = redis.call('ZSCORE', s.exp, id)
   return (not e) or tonumber(e) > now
 end
 
 local function unlink(s, id)
+  if fv_on(s) then fv_move(s, redis.call('HGET', s.items, id), false) end
   if redis.call('HDEL', s.items, id) == 0 then return false end
   redis.call('HDEL', s.vecs, id)
   redis.call('ZREM', s.order, id)
@@ -92,8 +152,17 @@ local function unlink(s, id)
   return true
 end
 
--- Store a record with its indexes; vec: nil leaves vectors alone, '' removes them.
-local function link(s, id, rec, version, expires, vec)
+-- Store a record with its indexes; vec: nil leaves vectors alone, '' removes them. old:
+-- the record it replaces (false: none; nil: read it). newest: version is the shard's
+-- clock, so it is the field index's new bound.
+local function link(s, id, rec, version, expires, vec, old, newest)
+  if fv_on(s) then
+    if old == nil then old = redis.call('HGET', s.items, id) end
+    fv_move(s, old, rec)
+    if newest or tonumber(version) > tonumber(redis.call('HGET', s.fv, '\1')) then
+      redis.call('HSET', s.fv, '\1', version)
+    end
+  end
   if redis.call('HSET', s.items, id, rec) == 1 then
     local ns = ns_of(id)
     if redis.call('HINCRBY', s.nsn, ns, 1) == 1 then redis.call('ZADD', s.ns, 0, ns) end
@@ -114,8 +183,9 @@ end
 -- An empty shard gives up its registration: writers must enroll it again, and the
 -- generation tells a writer that enrolled before this moment to enroll once more.
 local function close(s)
-  redis.call('DEL', s.items, s.vecs, s.order, s.exp, s.ns, s.nsn)
+  redis.call('DEL', s.items, s.vecs, s.order, s.exp, s.ns, s.nsn, s.fv)
   redis.call('HDEL', s.meta, 'reg', 'hint')
+  s.fvon = false
   redis.call('HINCRBY', s.meta, 'gen', 1)
   redis.call('PEXPIRE', s.meta, """
     + str(TOMBSTONE_MS)
@@ -222,6 +292,7 @@ for i = 1, n do
     redis.call('PERSIST', s.meta)
   end
   if p.set_hint then redis.call('HSET', s.meta, 'hint', p.set_hint) end
+  fv_ensure(s)
   local clock = tonumber(redis.call('HGET', s.meta, 'clock') or '0')
   local deleted = false
   for _, w in ipairs(p.writes) do
@@ -249,7 +320,7 @@ for i = 1, n do
       local vec = nil
       if w.vec ~= '-' then vec = w.vec end
       local rec = fmt(clock) .. ',' .. created .. ',' .. fmt(now) .. ',' .. w.ttl .. '\n' .. w.value
-      link(s, w.id, rec, fmt(clock), expires, vec)
+      link(s, w.id, rec, fmt(clock), expires, vec, w.rec, true)
       if image then image[6] = fmt(clock) end
     end
     if image then undo[#undo + 1] = image end
@@ -453,23 +524,70 @@ local function matches(filter, rec)
 end
 """
 
-# ARGV: vectors (0/1), the filter (see FILTER), shard count; per shard: the namespace
-# prefix and how many of the newest matching live items under it to return ('' all).
-# Reply: per shard, (id, record, sure[, vectors]) of the live items under the prefix
-# that match ('1') or that the filter leaves to the client ('0'), newest first.
+# Field index (FIELDS: the ``fv`` hash of a shard): how many of the shard's items hold
+# each field token (``tokens`` above), kept by link and unlink once the hash holds the
+# field SOH (\1), an upper bound of the versions of the shard's items. PROBE reads it
+# alone, one key per shard, so a search across many shards skips those lacking a token
+# its filter requires (:func:`..tokens.filter_tokens`) and reads the others newest first,
+# stopping where no shard left can hold a newer match. A shard written before the index
+# existed has no SOH: searches read it as before, and its next write builds the index.
+#
+# ARGV: the number of required tokens, the tokens; KEYS: one ``fv`` key per shard.
+# Reply: per shard, false (it lacks a token, so holds no match), '' (no index: it may
+# hold anything) or its version bound.
+PROBE = r"""
+local n = tonumber(ARGV[1])
+local fields = {'\1', '\0'}
+for i = 1, n do fields[i + 2] = ARGV[i + 1] end
+local out = {}
+for i, key in ipairs(KEYS) do
+  local got = redis.call('HMGET', key, unpack(fields))
+  local ok = true
+  if got[1] and not got[2] then
+    for j = 3, #got do
+      if not got[j] then ok = false end
+    end
+  end
+  if not ok then out[i] = false else out[i] = got[1] or '' end
+end
+return out
+"""
+
+# ARGV: vectors (0/1), the filter (see FILTER), the floor ('' none), how many matches the
+# page needs ('' all), shard count; per shard: the namespace prefix. Reply: per shard,
+# (id, record, sure[, vectors]) of the live items under the prefix that match ('1') or
+# that the filter leaves to the client ('0'), newest first, down to the floor: the
+# version of the page's last match among those found so far (by the client in earlier
+# scripts, then by this one); older items cannot make the page.
 SEARCH = r"""
 local with_vec = arg() == '1'
 local filter = read_node()
+local floor, want = tonumber(arg()), tonumber(arg())
+local best = {} -- the versions of the newest `want` sure matches, ascending
+local function note(version)
+  if not want then return end
+  local i = #best + 1
+  while i > 1 and best[i - 1] > version do
+    best[i] = best[i - 1]
+    i = i - 1
+  end
+  best[i] = version
+  if #best > want then table.remove(best, 1) end
+  if #best == want and (not floor or best[1] > floor) then floor = best[1] end
+end
 return each_shard(function(s)
-  local pre, k = id_prefix(arg()), arg()
-  local want = nil
-  if k ~= '' then want = tonumber(k) end
-  local found, count, start = {}, 0, 0
-  while not want or count < want do
-    local ids = redis.call('ZREVRANGE', s.order, start, start + 511)
-    if #ids == 0 then break end
-    start = start + #ids
-    for _, id in ipairs(ids) do
+  local pre = id_prefix(arg())
+  local found = {}
+  local start = 0
+  while true do
+    local lo = floor and fmt(floor) or '-inf'
+    local page = redis.call('ZREVRANGEBYSCORE', s.order, '+inf', lo, 'WITHSCORES',
+                            'LIMIT', start, 256)
+    if #page == 0 then return found end
+    start = start + #page / 2
+    for i = 1, #page, 2 do
+      local id, version = page[i], tonumber(page[i + 1])
+      if floor and version < floor then return found end
       if starts(id, pre) and live(s, id, NOW) then
         local rec = redis.call('HGET', s.items, id)
         local sure = true
@@ -479,15 +597,11 @@ return each_shard(function(s)
           found[#found + 1] = rec
           found[#found + 1] = sure and '1' or '0'
           if with_vec then found[#found + 1] = redis.call('HGET', s.vecs, id) or '' end
-          if sure then
-            count = count + 1
-            if want and count >= want then break end
-          end
+          if sure then note(version) end
         end
       end
     end
   end
-  return found
 end)
 """
 
@@ -670,10 +784,13 @@ return 1
 
 # ARGV: 'range', lo, hi, limit: up to `limit` registered shard paths in the lexicographic
 # range; 'due', limit: up to `limit` shards whose due hint has come; or 'paths', path...:
-# the given paths. Reply: (path, epoch or '') pairs.
+# the given paths. Reply: (path, epoch or '') pairs; or, for 'names' lo hi limit, the
+# paths of 'range' alone (what a read needs).
 REGISTRY = r"""
 local paths
-if ARGV[1] == 'range' then
+if ARGV[1] == 'names' then
+  return redis.call('ZRANGEBYLEX', K_SHARDS, ARGV[2], ARGV[3], 'LIMIT', 0, tonumber(ARGV[4]))
+elseif ARGV[1] == 'range' then
   paths = redis.call('ZRANGEBYLEX', K_SHARDS, ARGV[2], ARGV[3], 'LIMIT', 0, tonumber(ARGV[4]))
 elseif ARGV[1] == 'due' then
   local now = string.format('%.0f', now_us())
@@ -755,6 +872,7 @@ SCRIPTS: dict[str, str] = {
         undo=UNDO,
         get=GET,
         search=FILTER + SEARCH,
+        probe=PROBE,
         refresh=REFRESH,
         namespaces=NAMESPACES,
         count=COUNT,

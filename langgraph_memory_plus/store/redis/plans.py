@@ -5,7 +5,7 @@ Key layout
 Items are grouped into *shards*: the namespaces that share their first ``shard_depth``
 labels (default 2; a shorter namespace is a shard of its own). ``("users", "u1")``,
 ``("users", "u1", "notes")`` and ``("users", "u1", "prefs")`` are one shard. A shard is
-eight keys ``{prefix}:store:{<tag>}:<kind>``, the tag a hex SHA-256 prefix of the shard's
+nine keys ``{prefix}:store:{<tag>}:<kind>``, the tag a hex SHA-256 prefix of the shard's
 labels, so one shard is one hash slot and any label text (braces, NUL, megabytes) maps
 to a safe tag:
 
@@ -23,6 +23,8 @@ to a safe tag:
 - ``tomb`` (hash, only while one is live): tombstones of namespace prefixes in the
   shard, by SHA-1 of the prefix, with when each ends; the write script drops a put they
   cover (see :mod:`..tombstones` and ``TOMBS`` in :mod:`.lua`).
+- ``fv`` (hash): the field index, how many items hold each short string (by path, see
+  :mod:`..tokens`), and an upper bound of the items' versions (``FIELDS`` in :mod:`.lua`).
 
 An item's ``version`` comes from its shard's clock: the server's time in microseconds, or
 the shard's previous version plus one where that is larger. So versions never repeat,
@@ -49,12 +51,15 @@ Why this layout
   prefixes (``search(("users",))``, ``list_namespaces()``) read the registry range and
   visit those shards only; ``list_namespaces`` stops as soon as its page is full and
   skips whole subtrees that ``max_depth`` folds into a result already listed.
-- **The price:** there is no index without modules. A search reads a shard's items
-  newest first, and the script evaluates the filter itself (``FILTER`` in :mod:`.lua`),
-  so it stops at the page's worth of matches and sends only those, plus the few items
-  whose match only Python can decide; a filter that matches rarely still reads the whole
-  shard. A semantic search reads every match, to score it exactly. A shard is read by
-  one script, which blocks the server while it runs, so keep shards user-sized (that is
+- **The price:** there is no full index without modules. A search across shards first
+  probes their field indexes (one key per shard): shards lacking a string the filter
+  requires are skipped, the rest are read newest version bound first until no shard left
+  can hold a newer match. Within a shard, the script reads items newest first and
+  evaluates the filter itself (``FILTER`` in :mod:`.lua`), so it stops at the page's worth
+  of matches and sends only those, plus the few items whose match only Python can
+  decide; a filter without such a string that matches rarely still reads every shard.
+  A semantic search reads every match, to score it exactly. A shard is read by one
+  script, which blocks the server while it runs, so keep shards user-sized (that is
   what ``shard_depth`` is for).
 
 Registration and the sweeper's hints
@@ -93,6 +98,7 @@ the earlier slots written; Redis Cluster has no cross-slot transaction to preven
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import logging
@@ -119,6 +125,7 @@ from ..base import (
     conflict_error,
 )
 from ..filters import Compare, Cond, Elements, Equals, Fields, NotEquals, holds
+from ..tokens import filter_tokens
 from ..values import VersionedItem, VersionedSearchItem
 from ..vectors import Vector, cosine, norm
 from .lua import REGISTRY_KINDS, SHARD_KINDS
@@ -133,7 +140,13 @@ MAX_KEY_BYTES = 4096
 
 DEFAULT_SHARD_DEPTH = 2
 READ_CHUNK = 32  # shards per read script: bounds one script's reply and run time
-REGISTRY_PAGE = 256  # registry entries read per round trip
+SEARCH_FIRST = 8  # shards read by a search's first script; each next one reads twice as many
+SEARCH_CHUNK = 128  # at most, so that the floor found so far prunes the rest
+PROBE_CHUNK = 1024  # shards per probe script (one key each)
+FV = SHARD_KINDS.index("fv")
+SHARD_CACHE = 100_000  # shards whose keys a store remembers
+SHARD_TOKEN_BYTES = 64  # the longest string a shard's field index counts
+REGISTRY_PAGE = 1024  # registry entries read per round trip
 LIST_PAGE = 64  # shards visited per round of list_namespaces (it stops early)
 SWEEP_SHARDS = 100  # due shards looked at per sweep batch
 ENROLL_ATTEMPTS = 8
@@ -330,13 +343,22 @@ class RedisStorePlans:
         self.cluster = cluster
         tag = "r" + hashlib.sha256(_utf8(prefix)).hexdigest()[:8]  # never a shard's tag
         self.registry = [_utf8(f"{prefix}:store:{{{tag}}}:{kind}") for kind in REGISTRY_KINDS]
+        self._shards: dict[bytes, Shard] = {}
 
     # -- shards and script calls ------------------------------------------------------
 
     def shard_at(self, path: bytes) -> Shard:
-        tag = hashlib.sha256(path).hexdigest()[:32]
-        keys = tuple(_utf8(f"{self.prefix}:store:{{{tag}}}:{kind}") for kind in SHARD_KINDS)
-        return Shard(path, keys, key_slot(keys[0]) if self.cluster else 0)
+        """The shard of a path; remembered, since a search across namespaces names every
+        shard under its prefix (hashing them was a third of its time)."""
+        shard = self._shards.get(path)
+        if shard is None:
+            tag = hashlib.sha256(path).hexdigest()[:32]
+            keys = tuple(_utf8(f"{self.prefix}:store:{{{tag}}}:{kind}") for kind in SHARD_KINDS)
+            shard = Shard(path, keys, key_slot(keys[0]) if self.cluster else 0)
+            if len(self._shards) >= SHARD_CACHE:
+                self._shards.clear()
+            self._shards[path] = shard
+        return shard
 
     def shard(self, namespace: Namespace) -> Shard:
         return self.shard_at(encode_namespace(namespace[: self.depth]))
@@ -394,7 +416,14 @@ class RedisStorePlans:
         shard path long (no registry read); else the registered ones below it."""
         if len(prefix) >= self.depth:
             return [self.shard(prefix)]
-        return [self.shard_at(path) for path, _ in (yield from self.registered(prefix))]
+        lo, hi = lex_range(encode_namespace(prefix))
+        found: list[Shard] = []
+        while True:
+            paths = yield Eval("registry", self.registry, ["names", lo, hi, REGISTRY_PAGE])
+            found.extend(self.shard_at(path) for path in paths)
+            if len(paths) < REGISTRY_PAGE:
+                return found
+            lo = b"(" + paths[-1]
 
     # -- setup --------------------------------------------------------------------------
 
@@ -427,24 +456,45 @@ class RedisStorePlans:
         if request.limit == 0:
             return []
         shards = yield from self.scope(request.prefix)
-        prefix = encode_namespace(request.prefix)
-        # A page can use only a shard's newest offset+limit matches, so the script stops
-        # there; it also sends the items its filter leaves undecided, which Python
-        # decides. A semantic search scores every match.
+        flt = request.filter
+        # A page can use only the newest offset+limit matches. Across several shards, the
+        # probe (see PROBE in .lua) drops those lacking a token the filter requires and
+        # bounds the others' versions: they are read newest bound first, each script down
+        # to the floor (the oldest of the newest offset+limit matches found so far), until
+        # no shard left can hold a newer match. The scripts send the items their filter
+        # leaves undecided too, which Python decides. A semantic search scores every match.
         scored = request.query is not None
-        want: Arg = "" if scored else request.offset + request.limit
+        want = None if scored else request.offset + request.limit
+        bounds = [math.inf] * len(shards)
+        if len(shards) > 1:
+            shards, bounds = yield from self._probe(shards, flt)
         step = 4 if scored else 3
         rows: list[tuple[Row, float | None]] = []
-        entries = [(shard, [prefix, want]) for shard in shards]
-        flt = request.filter
-        head = [int(scored), *filter_args(flt)]
-        for _, reply in (yield from self.fan_out("search", entries, head=head)):
-            for n in range(0, len(reply), step):
-                row = Row.read(reply[n], reply[n + 1])
-                if flt is not None and reply[n + 2] == b"0" and not holds(flt, row.value):
-                    continue
-                score = self._score(request.query, reply[n + 3]) if scored else None
-                rows.append((row, score))
+        newest: list[int] = []  # versions of the newest `want` matches so far, ascending
+        head: list[Arg] = [int(scored), *filter_args(flt)]
+        entries = [(shard, [encode_namespace(request.prefix)]) for shard in shards]
+        done, size = 0, SEARCH_FIRST
+        while done < len(entries):
+            floor: Arg = ""
+            if want is not None and len(newest) == want:
+                if bounds[done] < newest[0]:
+                    break  # every shard left holds only older items
+                floor = newest[0]
+            chunk = list(range(done, min(len(entries), done + size)))
+            done, size = chunk[-1] + 1, min(SEARCH_CHUNK, size * 2)
+            for indexes in self.groups([entries[i][0] for i in chunk]):
+                picked = [chunk[i] for i in indexes]
+                args = [*head, floor, "" if want is None else want]
+                for reply in (yield self.call("search", entries, picked, args)):
+                    for n in range(0, len(reply), step):
+                        row = Row.read(reply[n], reply[n + 1])
+                        if flt is not None and reply[n + 2] == b"0" and not holds(flt, row.value):
+                            continue
+                        score = self._score(request.query, reply[n + 3]) if scored else None
+                        rows.append((row, score))
+                        if want is not None:
+                            bisect.insort(newest, row.version)
+                            del newest[:-want]
         if scored:
             rows.sort(key=lambda r: (r[1] is None, -(r[1] or 0.0), -r[0].version, r[0].id))
         else:
@@ -453,6 +503,27 @@ class RedisStorePlans:
         if request.refresh:
             yield from self._refresh([row for row, _ in page if row.has_ttl])
         return [row.search_item(score) for row, score in page]
+
+    def _probe(
+        self, shards: list[Shard], flt: Fields | None
+    ) -> Plan[Command, tuple[list[Shard], list[float]]]:
+        """The shards that may hold a match, by their version bound, highest first (a
+        shard without a field index first of all), and those bounds."""
+        # The shards count strings of up to 64 bytes (see FIELDS in .lua).
+        needs = [
+            _utf8(f"{path}\0{text}")
+            for path, text in filter_tokens(flt, str)
+            if len(_utf8(text)) <= SHARD_TOKEN_BYTES
+        ]
+        found: list[tuple[float, int]] = []
+        for indexes in self.groups(shards, PROBE_CHUNK):
+            keys = [shards[i].keys[FV] for i in indexes]
+            replies = yield Eval("probe", keys, [len(needs), *needs])
+            for i, bound in zip(indexes, replies, strict=True):
+                if bound is not None:
+                    found.append((float(bound) if bound else math.inf, i))
+        found.sort(key=lambda f: (-f[0], f[1]))
+        return [shards[i] for _, i in found], [bound for bound, _ in found]
 
     @staticmethod
     def _score(query: Vector | None, blob: bytes) -> float | None:

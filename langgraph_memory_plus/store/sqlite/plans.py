@@ -9,8 +9,10 @@ keys are stored NUL-free (escaped, as on PostgreSQL).
 SQLite runs in this process, so the plans decide in Python what needs Python's rules:
 
 - **Filters** run through the store core's evaluator (:func:`..filters.holds`, the
-  definition), over the items under the search prefix, newest first, read in chunks; reading
-  stops as soon as the page is full, so the cost is the page plus the items skipped.
+  definition), over the items under the search prefix, newest first, read in chunks that
+  grow; reading stops as soon as the page is full, so the cost is the page plus the items
+  skipped. A filter with a string equality (``{"kind": "fact"}``) reads only the items
+  holding that string, through the ``lgmp_store_fields`` index (see :mod:`..tokens`).
 - **Semantic search** is exact: every live item under the prefix that passes the filter is
   scored (best cosine similarity among its vectors, :func:`..vectors.cosine`) and ranked;
   items without vectors come last, as in ``InMemoryStore``.
@@ -21,6 +23,7 @@ SQLite runs in this process, so the plans decide in Python what needs Python's r
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from array import array
@@ -32,8 +35,9 @@ from ..._plan import Plan
 from ..._sqlite import Query, Rows, migrate
 from ..base import GetRequest, ListRequest, Namespace, SearchRequest, WriteRequest, conflict_error
 from ..columns import INSERTED, READ, replace_existing
-from ..filters import holds
+from ..filters import AllOf, Compare, Fields, holds
 from ..namespaces import namespace_of, prefix_text
+from ..tokens import filter_tokens, simple_key, value_tokens
 from ..tombstones import ancestor_hashes, tombstone_hash
 from ..values import VersionedItem, VersionedSearchItem, decode_value, escape_text, unescape_text
 from ..vectors import Vector, cosine, norm
@@ -45,6 +49,7 @@ MAX_BATCH_BYTES = 512 * 1024 * 1024
 MAX_KEY_BYTES = 4096
 MAX_COUNT = 2**62  # SQLite's LIMIT/OFFSET are 64-bit; larger requests mean "all" anyway
 SCAN_CHUNK = 1000
+SCAN_GROWTH = 4  # each chunk of a filtered scan reads this many times the one before
 MAX_INLINE_HASHES = 32  # tombstone hashes sent as placeholders; more go as one JSON array
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -119,6 +124,39 @@ def _scope(prefix: Namespace, params: dict[str, Any], column: str = "s.prefix") 
     return f"({column} = :scope OR ({column} >= :low AND {column} < :high))"
 
 
+def _numbers(cond: Fields, params: dict[str, Any]) -> str:
+    """SQL false only for rows whose compared numbers rule a match out: a necessary
+    condition for the order operators, so ``json_extract`` (in C) drops most rows before
+    Python decides the rest. Text is left to Python (``float()`` reads some), and the
+    bounds are widened a little, so rounding can only let a row through."""
+    parts: list[str] = []
+
+    def visit(c: object, path: str) -> None:
+        if isinstance(c, Compare) and math.isfinite(c.number):
+            slack = abs(c.number) * 1e-9 + 1e-300
+            bound, op = (
+                (c.number - slack, ">=") if c.op in ("$gt", "$gte") else (c.number + slack, "<=")
+            )
+            at, n = f"number_path{len(params)}", f"number_bound{len(params)}"
+            params.update({at: path, n: bound})
+            parts.append(
+                f"(CASE json_type(s.value, :{at}) WHEN 'integer' THEN "
+                f"json_extract(s.value, :{at}) {op} :{n} WHEN 'real' THEN "
+                f"json_extract(s.value, :{at}) {op} :{n} "
+                "WHEN 'text' THEN 1 WHEN 'true' THEN 1 WHEN 'false' THEN 1 ELSE 0 END)"
+            )
+        elif isinstance(c, AllOf):
+            for sub in c.conds:
+                visit(sub, path)
+        elif isinstance(c, Fields):
+            for key, sub in c.fields:
+                if simple_key(key):
+                    visit(sub, f"{path}.{key}")
+
+    visit(cond, "$")
+    return "".join(f" AND {part}" for part in parts)
+
+
 class SqliteStorePlans:
     """SQL and decoding for the store's two tables."""
 
@@ -179,22 +217,40 @@ class SqliteStorePlans:
             )
             page = [(row, decode_value(json.loads(row[2]), bool(row[3])), None) for row in rows]
         else:
-            page = yield from self._scan(where, params, request)
+            # Only the items holding each of the filter's tokens can match: the index rows
+            # of the first, those of the others among them, then the items (CROSS JOIN
+            # keeps that order: the items are the widest rows, read last).
+            joins = []
+            for i, (path, atom) in enumerate(filter_tokens(request.filter, escape_text)[:3]):
+                on = f"f{i}.path = :path{i} AND f{i}.atom = :atom{i}"
+                if i:
+                    on += f" AND f{i}.prefix = f0.prefix AND f{i}.key = f0.key"
+                joins.append(f"lgmp_store_fields f{i}" + (f" ON {on}" if i else ""))
+                where += "" if i else f" AND {on}"
+                params.update({f"path{i}": path, f"atom{i}": atom})
+            on_item = " ON s.prefix = f0.prefix AND s.key = f0.key" if joins else ""
+            source = " CROSS JOIN ".join([*joins, "lgmp_store s" + on_item])
+            where += _numbers(request.filter, params)
+            page = yield from self._scan(source, where, params, request)
         if request.refresh:
             yield from self._refresh([row for row, _, _ in page], now)
         return [_search_item(row, value, score) for row, value, score in page]
 
     def _scan(
-        self, where: str, params: dict[str, Any], request: SearchRequest
+        self, source: str, where: str, params: dict[str, Any], request: SearchRequest
     ) -> Plan[Query, list[Found]]:
-        """Newest first, a chunk at a time, filtered in Python until the page is full."""
+        """Newest first, a chunk at a time, filtered in Python until the page is full.
+
+        Each chunk is a sorted read of what remains below the last one, so chunks grow:
+        a filter that matches rarely costs a few reads, not one per page's worth.
+        """
         assert request.filter is not None
         size = min(SCAN_CHUNK, request.offset + request.limit)
         skipped, page = 0, list[Found]()
         below = ""
         while len(page) < request.limit:
             rows: Rows = yield Query(
-                f"SELECT {READ} FROM lgmp_store s WHERE {where} {below} "
+                f"SELECT {READ} FROM {source} WHERE {where} {below} "
                 "ORDER BY s.version DESC LIMIT :chunk",
                 {**params, "chunk": size},
                 fetch=True,
@@ -212,6 +268,7 @@ class SqliteStorePlans:
             if len(rows) < size:
                 break
             below, params["below"] = "AND s.version < :below", rows[-1][4]
+            size = min(SCAN_CHUNK, size * SCAN_GROWTH)
         return page
 
     def _ranked(
@@ -289,6 +346,12 @@ class SqliteStorePlans:
                 if found != request.expected_version:
                     raise conflict_error(request, found)
         deletes = [r for r in requests if r.value is None]
+        if requests:  # a put replaces the item's tokens, a delete removes them
+            yield Query(
+                f"DELETE FROM lgmp_store_fields WHERE (prefix, key) IN ({ADDRESSES})",
+                {"addresses": _addresses(requests)},
+                write=True,
+            )
         if deletes:
             addresses = {"addresses": _addresses(deletes)}
             for table in ("lgmp_store_vectors", "lgmp_store"):
@@ -329,6 +392,18 @@ class SqliteStorePlans:
                 ],
                 many=True,
             )
+            tokens = [
+                (path, atom, *_address(r.namespace, r.key))
+                for r in puts
+                if r.value is not None
+                for path, atom in value_tokens(json.loads(r.value.text))
+            ]
+            if tokens:
+                yield Query(
+                    "INSERT INTO lgmp_store_fields (path, atom, prefix, key) VALUES (?, ?, ?, ?)",
+                    tokens,
+                    many=True,
+                )
         indexed = [r for r in puts if r.vectors is not None]
         if indexed:
             yield Query(
@@ -403,11 +478,12 @@ class SqliteStorePlans:
 
     def delete_namespace(self, prefix: Namespace) -> Plan[Query, int]:
         params: dict[str, Any] = {}
-        yield Query(
-            f"DELETE FROM lgmp_store_vectors WHERE {_scope(prefix, params, 'prefix')}",
-            params,
-            write=True,
-        )
+        for table in ("lgmp_store_vectors", "lgmp_store_fields"):
+            yield Query(
+                f"DELETE FROM {table} WHERE {_scope(prefix, params, 'prefix')}",
+                params,
+                write=True,
+            )
         deleted: int = yield Query(
             f"DELETE FROM lgmp_store WHERE {_scope(prefix, params, 'prefix')}", params
         )
@@ -419,7 +495,8 @@ class SqliteStorePlans:
         victims = """SELECT prefix, key FROM lgmp_store WHERE expires_at <= :now
             ORDER BY expires_at, prefix, key LIMIT :n"""
         # The items go last: until then both statements pick the same victims.
-        yield Query(f"DELETE FROM lgmp_store_vectors WHERE (prefix, key) IN ({victims})", params)
+        for table in ("lgmp_store_vectors", "lgmp_store_fields"):
+            yield Query(f"DELETE FROM {table} WHERE (prefix, key) IN ({victims})", params)
         deleted: int = yield Query(
             f"DELETE FROM lgmp_store WHERE (prefix, key) IN ({victims})", params
         )

@@ -17,6 +17,11 @@ The same layout as PostgreSQL's (:mod:`..postgres.schema`), in SQLite's types:
 - ``lgmp_store_tombstones``: namespace prefixes whose puts are dropped until ``until``
   (seconds; see :mod:`..tombstones`), by a hex SHA-256 of the prefix text; found by
   hash only (no index on ``until``, as on PostgreSQL).
+- ``lgmp_store_fields``: the equality index of filtered searches: one row per token of an
+  item (a short string of its value and its path, see :mod:`..tokens`), so a search for
+  ``{"kind": "fact"}`` across many namespaces reads the items holding that string, not
+  every item under its prefix. Written with the item by the plans; version 2 builds it
+  for the rows already stored, with ``json_tree`` by the same rule.
 """
 
 from __future__ import annotations
@@ -67,6 +72,27 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             prefix_hash TEXT PRIMARY KEY,
             until REAL NOT NULL
         ) WITHOUT ROWID
+        """,
+    ),
+    (
+        """
+        CREATE TABLE IF NOT EXISTS lgmp_store_fields (
+            path TEXT NOT NULL,
+            atom TEXT NOT NULL,
+            prefix TEXT NOT NULL,
+            key TEXT NOT NULL,
+            PRIMARY KEY (path, atom, prefix, key)
+        ) WITHOUT ROWID
+        """,
+        "CREATE INDEX IF NOT EXISTS lgmp_store_fields_item_idx ON lgmp_store_fields (prefix, key)",
+        # The tokens of value_tokens: strings of at most 64 characters along keys that
+        # json_tree leaves unquoted (letters and digits, a letter first), outside lists.
+        """
+        INSERT OR IGNORE INTO lgmp_store_fields (path, atom, prefix, key)
+        SELECT substr(t.fullkey, 3), t.atom, s.prefix, s.key
+        FROM lgmp_store s, json_tree(s.value) t
+        WHERE t.type = 'text' AND length(t.atom) <= 64
+            AND t.fullkey NOT GLOB '*[^A-Za-z0-9.$]*'
         """,
     ),
 )
