@@ -54,3 +54,11 @@ def test_smoke_run_reports_every_mode(tmp_path: Path, capsys: pytest.CaptureFixt
     assert {c[2] for c in cells if len(c) == 7} == set(bench.MODES)
     assert any(len(c) == 2 for c in cells)  # the SDK's floor for traces
     assert "Load average:" in table
+
+
+@pytest.mark.parametrize("mode", bench.COUNTED)
+def test_the_counted_child_runs_every_mode(mode: str) -> None:
+    """What ``--instructions`` runs under valgrind, here without it: a turn in each mode,
+    with the saver calls wrapped in ``sys.call_tracing`` (the harness asserts no listener
+    raised)."""
+    assert bench.main(["--count", f"sqlite,{mode},1,storage"]) == 0
