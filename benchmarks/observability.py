@@ -25,6 +25,14 @@ The turn p50s move with the machine's load; the per-event costs below them do no
 the report also gives the overhead they predict (events per turn x cost per event, over
 ``off``'s p50), and the floor the SDK sets for traces: a bare
 ``tracer.start_as_current_span`` loop with no code of ours.
+
+That prediction runs low: a loop of one listener call keeps its code and data hot, and
+runs several times more instructions per nanosecond than a chat turn does. ``--instructions``
+measures what the machine's load cannot move: CPU instructions (valgrind's callgrind, one
+process per count) inside every saver call, on every thread, per turn over ``off``
+(``noop``: a listener that does nothing, i.e. what building and delivering the events
+costs), against a whole turn's instructions (a whole process of N turns minus one of none).
+The share of a turn's instructions is the overhead to expect on a quiet machine.
 """
 
 from __future__ import annotations
@@ -32,7 +40,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -210,6 +221,109 @@ def _table(rows: list[dict[str, Any]], micro: dict[str, Any]) -> str:
     )
 
 
+# -- CPU instructions (valgrind) ---------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+COUNTED = ("off", "noop", "prometheus", "otel_metrics", "otel_traces")
+_SAVER_CALLS = ("get_tuple", "put", "put_writes")
+
+
+def _ignore(_: Any) -> None:
+    """The ``noop`` listener: the events are built and delivered, nothing records them."""
+
+
+def counted_turns(backend: str, url: str, mode: str, turns: int, scope: str) -> None:
+    """In the child process callgrind runs: ``turns`` chat turns with ``mode``'s listener.
+
+    Callgrind collects inside ``sys.call_tracing`` (``--toggle-collect``, per thread):
+    with ``scope="storage"`` every saver call runs in one, whichever thread LangGraph
+    runs it on; with ``"process"`` nothing does and the whole process is counted.
+    """
+    import langgraph_memory_plus as lgmp
+
+    made = {**{m: make() for m, make in listeners().items()}, "noop": _ignore}
+    with _turn_saver(lgmp, backend, url) as saver:
+        graph = chat_graph().compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "obs-count"}}
+        for listener in made.values():  # first-use caches, in every mode alike
+            saver.add_listener(listener)
+            graph.invoke({"messages": [user_message(0)]}, config)
+            saver.remove_listener(listener)
+        if mode != "off":
+            saver.add_listener(made[mode])
+        if scope == "storage":
+            for name in _SAVER_CALLS:
+                call = getattr(saver, name)
+
+                def counted(*args: Any, _call: Any = call, **kwargs: Any) -> Any:
+                    return sys.call_tracing(partial(_call, *args, **kwargs), ())
+
+                setattr(saver, name, counted)
+        for n in range(turns):
+            graph.invoke({"messages": [user_message(n + 1)]}, config)
+        assert saver.listener_errors == 0
+
+
+def _instructions(args: argparse.Namespace, backend: str, mode: str, turns: int, scope: str) -> int:
+    toggle = ["--toggle-collect=sys_call_tracing"] if scope == "storage" else []
+    command = [
+        "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *toggle,
+        sys.executable, "-m", "benchmarks.observability", "--pg", args.pg, "--redis", args.redis,
+        "--count", f"{backend},{mode},{turns},{scope}",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONHASHSEED": "0"}  # same dict layouts, run after run
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if found is None:
+        raise RuntimeError(f"no instruction count from callgrind:\n{done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def instructions_row(args: argparse.Namespace, backend: str, events: int) -> dict[str, Any]:
+    """Instructions per turn each mode adds inside the saver calls, per event, and as a
+    share of a whole turn's instructions (with nothing on)."""
+    turns = args.turns
+    storage = {m: _instructions(args, backend, m, turns, "storage") for m in COUNTED}
+    whole = _instructions(args, backend, "off", turns, "process")
+    whole -= _instructions(args, backend, "off", 0, "process")
+    turn = whole / turns
+    row: dict[str, Any] = {"backend": backend, "turns": turns, "turn_instructions": round(turn)}
+    row["storage_instructions"] = round(storage["off"] / turns)
+    for mode in COUNTED[1:]:
+        extra = (storage[mode] - storage["off"]) / turns
+        row[f"{mode}_per_turn"] = round(extra)
+        row[f"{mode}_per_event"] = round(extra / events)
+        row[f"{mode}_share_pct"] = round(extra / turn * 100, 2)
+    return row
+
+
+def _instructions_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| backend | turn (instructions) | mode | added per turn | per event | share of turn |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        for m in COUNTED[1:]:
+            lines.append(
+                f"| {r['backend']} | {r['turn_instructions']:,} | {m} | {r[f'{m}_per_turn']:,} "
+                f"| {r[f'{m}_per_event']:,} | {r[f'{m}_share_pct']:.2f}% |"
+            )
+    return "\n".join(lines)
+
+
+def _events_per_turn(backend: str, url: str) -> int:
+    import langgraph_memory_plus as lgmp
+
+    seen: list[Any] = []
+    with _turn_saver(lgmp, backend, url) as saver:
+        graph = chat_graph().compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "obs-events"}}
+        graph.invoke({"messages": [user_message(0)]}, config)
+        saver.add_listener(seen.append)
+        graph.invoke({"messages": [user_message(1)]}, config)
+    return len(seen)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres")
@@ -218,11 +332,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=300, help="timed turns per mode")
     parser.add_argument("--reps", type=int, default=20_000, help="calls per micro measure")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count CPU instructions under valgrind instead of timing (--turns per count)",
+    )
+    parser.add_argument("--count", help=argparse.SUPPRESS)  # the child callgrind runs
     args = parser.parse_args(argv)
     check_pg_url(args.pg)
     check_redis_url(args.redis)
     urls = {"postgres": args.pg, "redis": args.redis, "sqlite": ""}
+    if args.count:
+        backend, mode, turns, scope = args.count.split(",")
+        counted_turns(backend, urls[backend], mode, int(turns), scope)
+        return 0
     load = {"start": os.getloadavg()}
+    if args.instructions:
+        if shutil.which("valgrind") is None:
+            parser.error("--instructions needs valgrind on PATH")
+        counts = []
+        for backend in args.backends.split(","):
+            row = instructions_row(args, backend, _events_per_turn(backend, urls[backend]))
+            print(json.dumps(row), file=sys.stderr)
+            counts.append(row)
+        load["end"] = os.getloadavg()
+        print(_instructions_table(counts))
+        print(
+            f"\nLoad average (does not move the counts): start {load['start']}, end {load['end']}"
+        )
+        if args.json:
+            args.json.write_text(
+                json.dumps({"instructions": counts, "load": load}, indent=2) + "\n"
+            )
+        return 0
     rows = []
     for backend in args.backends.split(","):
         row = backend_row(backend, urls[backend], args.turns)

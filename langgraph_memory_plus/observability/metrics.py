@@ -1,7 +1,10 @@
 """What the metric listeners record, written once for Prometheus and OpenTelemetry.
 
-:func:`measure` turns an event into ``(metric, value, labels)`` triples; each adapter only
-creates its instruments from :data:`METRICS` and records the triples. Labels stay bounded:
+:func:`steps` turns an event into ``(metric, value field, labels)`` triples; each adapter only
+creates its instruments from :data:`METRICS` and records them. The triples depend only on the
+event's :func:`shape` (type, backend, result, namespace template), a handful per deployment,
+so adapters bind them to instruments and label sets once per shape: per event, what is left
+is one dict lookup and the instruments' own record calls. Labels stay bounded:
 never a thread id, user id or raw namespace. Store namespaces appear only as the template
 they match (``users/*/preferences``; ``other`` when none does), and not at all without
 templates.
@@ -9,7 +12,7 @@ templates.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -142,6 +145,7 @@ METRICS = {
 }
 
 _WRITES = (CheckpointSaved, WritesSaved, StoreWritten, StoreDeleted)
+_SWEPT = (CheckpointsExpired, StoreExpired)
 _NODE_COUNTERS = {
     "prefetch_used": "prefetch_hits",
     "prefetch_missed": "prefetch_misses",
@@ -168,36 +172,57 @@ class NamespaceTemplates:
         return "other"
 
 
-Measurement = tuple[str, float, tuple[str, ...]]
+Step = tuple[str, str | None, tuple[str, ...]]
+"""One measurement: the metric, the event field holding its value (None: 1), its labels."""
+
+Shape = tuple[object, ...]
+"""What decides an event's measurements: its type, backend, result, namespace template
+(and, for sweeps, whether they deleted anything; for node events, the counter)."""
 
 
-def measure(event: MemoryEvent, templates: NamespaceTemplates | None) -> Iterator[Measurement]:
-    """The measurements of one event; label values follow each metric's ``labels``, then
-    the namespace template when ``templates`` is set and the metric is ``by_namespace``
-    (``""`` for events without a namespace)."""
+def shape(event: MemoryEvent, templates: NamespaceTemplates | None) -> Shape:
+    """The key under which :func:`steps` is the same for every event: listeners bind
+    their instruments and label sets once per shape, then only read the values."""
+    kind = type(event)
+    if isinstance(event, NodeCounted):
+        return (kind, event.counter)
+    swept = bool(event.deleted) if isinstance(event, _SWEPT) else None
+    return (kind, event.backend, event.result, _template(event, templates), swept)
+
+
+def _template(event: MemoryEvent, templates: NamespaceTemplates | None) -> tuple[str, ...]:
+    """``(template,)`` of the event's namespace (``""``: it has none); ``()`` without templates."""
+    if templates is None:
+        return ()
+    namespace = getattr(event, "namespace", None)
+    return (templates(namespace) if namespace is not None else "",)
+
+
+def steps(event: MemoryEvent, templates: NamespaceTemplates | None) -> tuple[Step, ...]:
+    """The measurements of every event of ``event``'s :func:`shape`; label values follow
+    each metric's ``labels``, then the namespace template when ``templates`` is set and
+    the metric is ``by_namespace`` (``""`` for events without a namespace)."""
     if isinstance(event, NodeCounted):
         if event.counter in _REFUSALS:
-            yield "injection_scan_refusals", event.n, (_REFUSALS[event.counter],)
-        elif event.counter in _NODE_COUNTERS:
-            yield _NODE_COUNTERS[event.counter], event.n, ()
-        return
+            return (("injection_scan_refusals", "n", (_REFUSALS[event.counter],)),)
+        if event.counter in _NODE_COUNTERS:
+            return ((_NODE_COUNTERS[event.counter], "n", ()),)
+        return ()
     result, backend = event.result, event.backend
-    ns: tuple[str, ...] = ()
-    if templates is not None:
-        namespace = getattr(event, "namespace", None)
-        ns = (templates(namespace) if namespace is not None else "",)
-    yield "operation_duration", event.duration, (event.name, backend, result, *ns)
+    ns = _template(event, templates)
+    found: list[Step] = [("operation_duration", "duration", (event.name, backend, result, *ns))]
     if isinstance(event, StoreRead):
-        yield "store_lookups", 1, (backend, result, *ns)
+        found.append(("store_lookups", None, (backend, result, *ns)))
     elif isinstance(event, CheckpointLoaded):
-        yield "checkpoint_loads", 1, (backend, result)
+        found.append(("checkpoint_loads", None, (backend, result)))
     elif isinstance(event, _WRITES) and event.error is not None:
-        yield "write_failures", 1, (event.name, backend, result, *ns)
+        found.append(("write_failures", None, (event.name, backend, result, *ns)))
     elif isinstance(event, CheckpointSaved):
-        yield "checkpoint", event.bytes_written, (backend,)
-        yield "checkpoint_messages", event.message_count, (backend,)
-    elif isinstance(event, (CheckpointsExpired, StoreExpired)) and event.deleted:
-        yield "ttl_sweep_deleted", event.deleted, (event.kind, backend)
+        found.append(("checkpoint", "bytes_written", (backend,)))
+        found.append(("checkpoint_messages", "message_count", (backend,)))
+    elif isinstance(event, _SWEPT) and event.deleted:
+        found.append(("ttl_sweep_deleted", "deleted", (event.kind, backend)))
+    return tuple(found)
 
 
-__all__ = ["METRICS", "Metric", "NamespaceTemplates", "measure"]
+__all__ = ["METRICS", "Metric", "NamespaceTemplates", "Shape", "Step", "shape", "steps"]

@@ -53,7 +53,7 @@ from .events import (
     ThreadsPruned,
     WritesSaved,
 )
-from .metrics import METRICS, Metric, NamespaceTemplates, measure
+from .metrics import METRICS, Metric, NamespaceTemplates, Shape, shape, steps
 
 _SCOPE = "langgraph_memory_plus"
 
@@ -146,8 +146,12 @@ def attributes(
     return attrs
 
 
-_LABEL_CACHE = 4096
-"""Label dicts kept for reuse; labels are bounded by design, this only caps a mistake."""
+_BIND_CACHE = 4096
+"""Event shapes kept bound; labels are bounded by design, this only caps a mistake."""
+
+_Bound = tuple[tuple[Callable[..., None], str | None, dict[str, str]], ...]
+"""Per event shape: each instrument's record call, the event field it records (None: 1)
+and its attributes."""
 
 
 class OpenTelemetryListener(WatchesNodes):
@@ -184,7 +188,7 @@ class OpenTelemetryListener(WatchesNodes):
                 name: (self._create(self._meter, m), self._label_names(m))
                 for name, m in METRICS.items()
             }
-        self._labels: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
+        self._bound: dict[Shape, _Bound] = {}
         self._static: _Static = {}
 
     def _create(self, meter: Meter, metric: Metric) -> Callable[..., None]:
@@ -207,23 +211,25 @@ class OpenTelemetryListener(WatchesNodes):
 
     def __call__(self, event: MemoryEvent) -> None:
         if self._record:
-            for name, value, labels in measure(event, self._templates):
-                record, names = self._record[name]
-                record(value, self._label_dict(name, names, labels))
+            key = shape(event, self._templates)
+            bound = self._bound.get(key)
+            if bound is None:
+                bound = self._bind(key, event)
+            for record, field, attrs in bound:
+                record(1 if field is None else getattr(event, field), attrs)
         if self._tracer is not None and not isinstance(event, NodeCounted):
             self._span(self._tracer, event)
 
-    def _label_dict(
-        self, name: str, names: tuple[str, ...], labels: tuple[str, ...]
-    ) -> dict[str, str]:
-        """The attributes of one measurement, the same (never mutated) dict each time."""
-        key = (name, labels)
-        found = self._labels.get(key)
-        if found is None:
-            found = dict(zip(names, labels, strict=True))
-            if len(self._labels) < _LABEL_CACHE:
-                self._labels[key] = found
-        return found
+    def _bind(self, key: Shape, event: MemoryEvent) -> _Bound:
+        """The instruments and attribute dicts (never mutated) of ``event``'s shape."""
+        bound = tuple(
+            (record, field, dict(zip(names, labels, strict=True)))
+            for name, field, labels in steps(event, self._templates)
+            for record, names in (self._record[name],)
+        )
+        if len(self._bound) < _BIND_CACHE:
+            self._bound[key] = bound
+        return bound
 
     def _span(self, tracer: trace.Tracer, event: MemoryEvent) -> None:
         end = time.time_ns()

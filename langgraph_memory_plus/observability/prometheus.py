@@ -19,11 +19,13 @@ from prometheus_client.registry import Collector
 from .approvals import DEFAULT_MAX_AGE, HELP, CountsPending, PendingApprovals
 from .core import WatchesNodes
 from .events import MemoryEvent
-from .metrics import METRICS, NamespaceTemplates, measure
+from .metrics import METRICS, NamespaceTemplates, Shape, shape, steps
 from .metrics import Metric as MemoryMetric
 
-_CHILD_CACHE = 4096
-"""Labelled children kept for reuse (labels are bounded; this only caps a mistake)."""
+_BIND_CACHE = 4096
+"""Event shapes kept bound (labels are bounded; this only caps a mistake)."""
+
+Recorder = Callable[[float], None]
 
 _SUFFIX = {"s": "_seconds", "By": "_bytes", "1": ""}
 
@@ -55,7 +57,7 @@ class PrometheusListener(WatchesNodes):
         self.metrics = {
             name: self._create(prefix, metric, registry) for name, metric in METRICS.items()
         }
-        self._children: dict[tuple[str, tuple[str, ...]], Callable[[float], None]] = {}
+        self._bound: dict[Shape, tuple[tuple[Recorder, str | None], ...]] = {}
 
     def _create(self, prefix: str, metric: MemoryMetric, registry: CollectorRegistry) -> Any:
         labels = metric.labels
@@ -67,22 +69,28 @@ class PrometheusListener(WatchesNodes):
         return Histogram(name, metric.help, labels, registry=registry, buckets=metric.buckets)
 
     def __call__(self, event: MemoryEvent) -> None:
-        for name, value, labels in measure(event, self._templates):
-            key = (name, labels)
-            record = self._children.get(key)
-            if record is None:
-                record = self._child(name, labels)
-            record(value)
+        key = shape(event, self._templates)
+        bound = self._bound.get(key)
+        if bound is None:
+            bound = self._bind(key, event)
+        for record, field in bound:
+            record(1 if field is None else getattr(event, field))
 
-    def _child(self, name: str, labels: tuple[str, ...]) -> Callable[[float], None]:
-        """The ``inc`` / ``observe`` of one labelled child, looked up once: ``labels()``
-        validates and locks on every call, the child itself stays the same."""
+    def _bind(self, key: Shape, event: MemoryEvent) -> tuple[tuple[Recorder, str | None], ...]:
+        """The ``inc`` / ``observe`` of each labelled child ``event``'s shape records,
+        looked up once: ``labels()`` validates and locks on every call, a child stays."""
+        bound = tuple(
+            (self._child(name, labels), field)
+            for name, field, labels in steps(event, self._templates)
+        )
+        if len(self._bound) < _BIND_CACHE:
+            self._bound[key] = bound
+        return bound
+
+    def _child(self, name: str, labels: tuple[str, ...]) -> Recorder:
         metric = self.metrics[name]
         child = metric.labels(*labels) if labels else metric
-        counter = isinstance(metric, Counter)
-        record: Callable[[float], None] = child.inc if counter else child.observe
-        if len(self._children) < _CHILD_CACHE:
-            self._children[(name, labels)] = record
+        record: Recorder = child.inc if isinstance(metric, Counter) else child.observe
         return record
 
     def watch_approvals(
