@@ -45,8 +45,11 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -54,10 +57,34 @@ from typing import Any
 from langgraph_memory_plus._plan import Plan
 
 from .targets import check_pg_url, check_redis_url
-from .threads import _turn_saver
+from .threads import _pg_database
 from .workloads import chat_graph, user_message
 
 MODES = ("off", "off_again", "prometheus", "otel_metrics", "otel_traces")
+
+
+@contextmanager
+def _turn_saver(lgmp: Any, backend: str, url: str) -> Iterator[Any]:
+    """A saver of ``backend`` on storage of its own, removed afterwards."""
+    if backend == "postgres":
+        with _pg_database(url) as db, lgmp.PostgresSaver.from_conn_string(db) as saver:
+            saver.setup()
+            yield saver
+    elif backend == "sqlite":
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            lgmp.SqliteSaver.from_conn_string(str(Path(tmp) / "t.db")) as saver,
+        ):
+            saver.setup()
+            yield saver
+    else:
+        prefix = f"lgmpbo{uuid.uuid4().hex[:8]}"
+        with lgmp.RedisSaver.from_conn_string(url, key_prefix=prefix) as saver:
+            try:
+                yield saver
+            finally:
+                for key in saver.client.scan_iter(match=f"{prefix}:*", count=5000):
+                    saver.client.unlink(key)
 
 
 def _providers() -> tuple[Any, Any]:
