@@ -147,10 +147,14 @@ class SqliteCheckpointPlans:
             LIMIT {int(limit)}"""
 
     @staticmethod
-    def _bare(row: tuple[Any, ...]) -> StoredCheckpoint:
-        """A :meth:`_page` row as a checkpoint without blobs or writes: enough to decode
-        its metadata."""
-        tid, ns, cid, parent, ctype, cblob, mtype, mblob = row[:8]
+    def _stored(
+        row: tuple[Any, ...],
+        blobs: Sequence[tuple[str, str, bytes | None]] = (),
+        writes: Sequence[tuple[str, str, str, bytes, str, int]] = (),
+    ) -> StoredCheckpoint:
+        """A :meth:`_page` row as a stored checkpoint; without blobs and writes it is
+        enough to decode the metadata."""
+        tid, ns, cid, parent, ctype, cblob, mtype, mblob, _, versions, native = row
         return StoredCheckpoint(
             thread_id=bytes(tid).decode("utf-8", "surrogatepass"),
             checkpoint_ns=ns,
@@ -158,8 +162,9 @@ class SqliteCheckpointPlans:
             parent_id=parent,
             checkpoint=(ctype, cblob),
             metadata=(mtype, mblob),
-            blobs=[],
-            writes=[],
+            blobs=blobs,
+            writes=writes,
+            channel_versions=json.loads(native or versions),
         )
 
     def _load(self, rows: Rows) -> Plan[Query, list[StoredCheckpoint]]:
@@ -203,20 +208,7 @@ class SqliteCheckpointPlans:
         for tk, ns, cid, *write in write_rows:
             writes[(bytes(tk), ns, cid)].append(tuple(write))
         return [
-            StoredCheckpoint(
-                thread_id=bytes(tid).decode("utf-8", "surrogatepass"),
-                checkpoint_ns=ns,
-                checkpoint_id=cid,
-                parent_id=parent,
-                checkpoint=(ctype, cblob),
-                metadata=(mtype, mblob),
-                blobs=blobs[key],
-                writes=writes[key],
-                channel_versions=json.loads(native or versions),
-            )
-            for key, (tid, ns, cid, parent, ctype, cblob, mtype, mblob, _, versions, native) in zip(
-                keys, rows, strict=True
-            )
+            self._stored(row, blobs[key], writes[key]) for key, row in zip(keys, rows, strict=True)
         ]
 
     def _refresh(self, keys: list[bytes], now: float) -> Query:
@@ -295,7 +287,7 @@ class SqliteCheckpointPlans:
         # it keeps, up to the limit.
         matching = rows if not query.filter else []
         for row in rows if query.filter else ():
-            if metadata_matches(codec.decode_metadata(self._bare(row)), query.filter):
+            if metadata_matches(codec.decode_metadata(self._stored(row)), query.filter):
                 matching.append(row)
                 if len(matching) == query.limit:
                     break
