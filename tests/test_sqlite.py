@@ -264,6 +264,28 @@ def test_a_filtered_list_reads_full_pages_and_blobs_only_of_matches(tmp_path: Pa
     conn.close()
 
 
+def test_a_filtered_search_reads_the_field_index_only_under_a_wide_prefix(
+    tmp_path: Path,
+) -> None:
+    """Under one user's namespace the few items are read as they are; across namespaces the
+    field index narrows them first. Both give the same, exact answer."""
+    conn = sqlite3.connect(tmp_path / "s.db", check_same_thread=False, isolation_level=None)
+    store = SqliteStore(conn)
+    store.setup()
+    for i in range(600):
+        store.put(("users", f"u{i % 60}", "m"), f"k{i}", {"kind": ["fact", "pref"][i % 2]})
+    seen: list[str] = []
+    conn.set_trace_callback(seen.append)
+    narrow = store.search(("users", "u3"), filter={"kind": "pref"}, limit=20)
+    assert sorted(item.key for item in narrow) == sorted(f"k{i}" for i in range(3, 600, 60))
+    assert not [q for q in seen if "lgmp_store_fields" in q]
+    seen.clear()
+    wide = store.search(("users",), filter={"kind": "fact"}, limit=1000)
+    assert len(wide) == 300 and {item.value["kind"] for item in wide} == {"fact"}
+    assert [q for q in seen if "lgmp_store_fields" in q]
+    conn.close()
+
+
 def _synchronous(pool: Any) -> int:
     with pool.connection() as conn:
         return int(conn.execute("PRAGMA synchronous").fetchone()[0])
