@@ -123,11 +123,12 @@ EXPIRY_MIGRATION: tuple[str, ...] = (
         RETURN NULL;
     END $$
     """,
-    # AFTER triggers run at the end of the statement: a put that creates the thread row
+    # (OR REPLACE: a migration may run again over its own work, as every statement here
+    # may.) AFTER triggers run at the end of the statement: a put that creates the thread row
     # and its index row in one statement finds the index row there.
-    f"""CREATE TRIGGER {TABLE}_expiry_ins AFTER INSERT ON {{s}}.lgmp_threads
+    f"""CREATE OR REPLACE TRIGGER {TABLE}_expiry_ins AFTER INSERT ON {{s}}.lgmp_threads
         FOR EACH ROW EXECUTE FUNCTION {{s}}.{TABLE}_expiry()""",
-    f"""CREATE TRIGGER {TABLE}_expiry_upd AFTER UPDATE OF expires_at, thread_id
+    f"""CREATE OR REPLACE TRIGGER {TABLE}_expiry_upd AFTER UPDATE OF expires_at, thread_id
         ON {{s}}.lgmp_threads FOR EACH ROW
         WHEN (OLD.expires_at IS DISTINCT FROM NEW.expires_at
             OR (OLD.thread_id IS NULL) <> (NEW.thread_id IS NULL))
