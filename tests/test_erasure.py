@@ -406,6 +406,52 @@ def test_a_run_still_going_during_erasure_cannot_bring_the_thread_back(target: T
     assert mentions(target.dump(), dave.markers) == []
 
 
+def test_writes_of_a_checkpoint_in_flight_at_deletion_stay_out(target: Target) -> None:
+    """LangGraph puts a step's checkpoint and its tasks' writes side by side, so the writes
+    may come first. A tombstone bounded by the newest *stored* checkpoint took those of a
+    checkpoint made before the deletion (newer than anything stored) for a new run's: they
+    were kept and the thread's id came back (seen on SQLite, the test above). Bounded by the
+    deletion's instant they are refused, while a run started after the deletion still keeps
+    writes that come before its put."""
+    from langgraph.checkpoint.base import Checkpoint
+    from langgraph.checkpoint.base.id import uuid6
+
+    def checkpoint(value: str) -> Checkpoint:
+        return Checkpoint(
+            v=4,
+            id=str(uuid6(clock_seq=-1)),
+            ts=datetime.now(timezone.utc).isoformat(),
+            channel_values={"a": value},
+            channel_versions={"a": 1},
+            versions_seen={},
+            updated_channels=None,
+        )
+
+    thread = f"in-flight-{uuid.uuid4().hex[:8]}"
+    config = run_config(thread, "ivy")
+    meta = {"source": "loop", "step": 0, "parents": {}}
+    with target.open() as memory:
+        saver = memory.checkpointer
+        first = saver.put(config, checkpoint("stored-marker"), meta, {"a": 1})
+        in_flight = checkpoint("in-flight-marker")  # made before the deletion, put after it
+        saver.delete_thread(thread)
+        at = {"configurable": {**config["configurable"], "checkpoint_id": in_flight["id"]}}
+        saver.put_writes(at, [("a", "in-flight-write-marker")], "task-1")
+        saver.put(first, in_flight, meta, {"a": 2})
+        assert saver.get_tuple(config) is None
+        assert mentions(target.dump(), [b"in-flight", thread.encode()]) == []
+
+        fresh = checkpoint("fresh-marker")
+        at = {"configurable": {**config["configurable"], "checkpoint_id": fresh["id"]}}
+        saver.put_writes(at, [("a", "fresh-write-marker")], "task-2")
+        saver.put(config, fresh, meta, {"a": 1})
+        found = saver.get_tuple(config)
+        assert found is not None and found.checkpoint["id"] == fresh["id"]
+        assert [(t, c, v) for t, c, v in found.pending_writes] == [
+            ("task-2", "a", "fresh-write-marker")
+        ]
+
+
 def test_a_run_still_going_during_erasure_cannot_bring_store_items_back(
     target: Target, caplog: pytest.LogCaptureFixture
 ) -> None:

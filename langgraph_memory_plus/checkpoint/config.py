@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..errors import InvalidConfigError
@@ -116,6 +117,18 @@ class Target:
 
     def config(self, checkpoint_id: str) -> RunnableConfig:
         return checkpoint_config(self.thread_id, self.checkpoint_ns, checkpoint_id)
+
+
+def deletion_id() -> str:
+    """A checkpoint id for this instant, above every id LangGraph made before it (its ids
+    are UUIDv6, ordered by time as text), for a deleted thread's tombstone.
+
+    A tombstone refuses writes to checkpoints older than the deletion that no longer exist.
+    Bounding it by the newest *stored* id missed a run's checkpoint still in flight: its
+    writes can arrive before its put (LangGraph runs them side by side), were taken for a
+    new run's, and brought an erased thread back.
+    """
+    return str(uuid6())[:19] + "ffff-ffffffffffff"
 
 
 def thread_key(thread_id: str) -> bytes:

@@ -38,7 +38,7 @@ from ..codec import (
     json_safe,
     metadata_matches,
 )
-from ..config import ListQuery, SaverSettings, Target, thread_key
+from ..config import ListQuery, SaverSettings, Target, deletion_id, thread_key
 from ..lists import LIST_TYPE, ListRequest
 from .schema import MIGRATIONS, quote_schema
 
@@ -860,9 +860,9 @@ class PostgresCheckpointPlans:
             d4 AS (DELETE FROM {self._it} WHERE thread_key = ANY(%(tks)b)),
             d5 AS ({self.threads.delete_cte("%(tks)b")})
             UPDATE {self._th} t SET thread_id = NULL, expires_at = NULL, deleted_at = now(),
-                live_after = greatest(t.live_after, last.id)
+                live_after = greatest(t.live_after, last.id, %(deleted)s)
             FROM last WHERE t.thread_key = last.tk""",
-            {"tks": tks},
+            {"tks": tks, "deleted": deletion_id()},
         )
 
     def delete_thread(self, thread_id: str) -> Plan[Query, None]:

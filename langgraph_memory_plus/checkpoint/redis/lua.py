@@ -613,10 +613,12 @@ end
 return out
 """
 
-# ARGV: tombstone ttl_ms. Leaves only the thread hash, holding the newest deleted
-# checkpoint id so late writes to the deleted history are refused.
+# ARGV: tombstone ttl_ms, the deletion's checkpoint id. Leaves only the thread hash,
+# holding the newest of the deleted checkpoint ids and the deletion's, so late writes to
+# the deleted history are refused (see checkpoint.config.deletion_id).
 DELETE = r"""
 local newest = redis.call('HGET', K_THREAD, 'live_after') or ''
+local held = newest ~= '' or redis.call('EXISTS', K_THREAD) == 1
 for _, key in ipairs({K_IDX, K_REPLAY}) do
   for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do
     local _, c = split_member(m)
@@ -629,7 +631,8 @@ for _, f in ipairs(redis.call('ZRANGE', K_WIDX, 0, -1)) do
   if before(newest, c) then newest = c end
 end
 redis.call('DEL', unpack(KEYS))
-if newest ~= '' then
+if held or newest ~= '' then
+  if before(newest, ARGV[2]) then newest = ARGV[2] end
   redis.call('HSET', K_THREAD, 'live_after', newest)
   redis.call('PEXPIRE', K_THREAD, tonumber(ARGV[1]))
 end

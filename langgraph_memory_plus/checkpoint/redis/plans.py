@@ -57,7 +57,7 @@ from ..codec import (
     json_safe,
     metadata_matches,
 )
-from ..config import ListQuery, SaverSettings, Target
+from ..config import ListQuery, SaverSettings, Target, deletion_id
 from ..lists import LIST_TYPE, ItemRow, ListRequest
 
 # Redis refuses a bulk string over 512 MiB by default (proto-max-bulk-len).
@@ -606,7 +606,7 @@ class RedisCheckpointPlans:
 
     def delete_thread(self, thread_id: str) -> Plan[Command, None]:
         records = yield from self.threads.before_delete([thread_id])
-        yield Eval("delete", self.keys(thread_id), [TOMBSTONE_MS])
+        yield Eval("delete", self.keys(thread_id), [TOMBSTONE_MS, deletion_id()])
         yield from self.threads.forget(records)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[Command, None]:

@@ -49,7 +49,7 @@ from ..codec import (
     json_safe,
     metadata_matches,
 )
-from ..config import ListQuery, SaverSettings, Target, thread_key
+from ..config import ListQuery, SaverSettings, Target, deletion_id, thread_key
 from ..lists import ID_SIZE, LIST_TYPE, PAGE_SIZE, ListRequest
 from .schema import MIGRATIONS
 
@@ -738,14 +738,14 @@ class SqliteCheckpointPlans:
             yield Query(
                 """
                 UPDATE lgmp_threads SET thread_id = NULL, expires_at = NULL, deleted_at = :now,
-                    live_after = nullif(max(
+                    live_after = max(
                         coalesce(live_after, ''),
                         coalesce((SELECT max(checkpoint_id) FROM lgmp_checkpoints
                                   WHERE thread_key = :tk), ''),
                         coalesce((SELECT max(checkpoint_id) FROM lgmp_writes
-                                  WHERE thread_key = :tk), '')), '')
+                                  WHERE thread_key = :tk), ''), :deleted)
                 WHERE thread_key = :tk""",
-                {"tk": tk, "now": now},
+                {"tk": tk, "now": now, "deleted": deletion_id()},
                 write=True,
             )
             for table in THREAD_TABLES:
