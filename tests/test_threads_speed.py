@@ -19,6 +19,7 @@ import pytest
 from chat_support import chat_graph, run_config
 from conftest import PG_ADMIN_URL, _saver_target
 from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.base.id import uuid6
 
 from langgraph_memory_plus import SetupRequiredError
 from langgraph_memory_plus._postgres import Query as PgQuery
@@ -299,7 +300,9 @@ def test_redis_a_reused_index_step_is_refused_once_the_record_moved(
             time.sleep(0.005)
             latest = saver.get_tuple(config)
             assert latest is not None
-            checkpoint = {**latest.checkpoint, "id": str(uuid.uuid4())}
+            # a newer id, as LangGraph makes them (a random uuid4 sorted below the latest
+            # about half the time, and the put was then not the thread's latest)
+            checkpoint = {**latest.checkpoint, "id": str(uuid6())}
             commands = _Commands(saver)
             saver.put(config, checkpoint, {"source": "loop", "step": 9, "user_id": user}, {})
             assert commands.index_steps() == 1  # the refused reuse, then a step 1
