@@ -9,8 +9,9 @@
 2. Counting speed: microseconds per call and per 1k characters, old and new counter
    timed in turns in one run (their ratio is what to compare on a shared machine), on
    one sentence, one 2 KB message and a 100-turn conversation of each language (a list
-   as ``Trimmer`` and ``Summarizer`` pass it), and a ``Trimmer`` call on that conversation
-   with each counter; the exact counter for scale.
+   as ``Trimmer`` and ``Summarizer`` pass it), and a ``Trimmer`` call and a ``Summarizer``
+   turn (no summary due: its trigger count and its trim) on that conversation with each
+   counter; the exact counter for scale.
 3. The scanner on ``benchmarks/data/scan_corpus.py``: false positives on ordinary
    messages, detection per attack form, the held-out set apart, and its speed.
 
@@ -29,6 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
@@ -36,6 +38,7 @@ from benchmarks.data import scan_corpus
 from benchmarks.data.language_samples import SAMPLES
 from langgraph_memory_plus.messages import (
     ExactTokenCounter,
+    Summarizer,
     Trimmer,
     approximate_text_tokens,
     count_tokens_script_aware,
@@ -154,7 +157,25 @@ def speed_table(exact: dict[str, ExactTokenCounter], repeat: int) -> list[str]:
             f"| {language} | Trimmer, 100 turns | {chars} | {old:.0f} | {new:.0f} | {ratio:.2f} "
             "| | | |"
         )
+        # a Summarizer turn that needs no summary yet: the trigger count, then the trim
+        summarizers = [
+            Summarizer(
+                _NEVER_CALLED,
+                max_tokens=counter(history) // 2,
+                trigger_tokens=counter(history) + 1,
+                token_counter=counter,
+            ).apply
+            for counter in (count_tokens_approximately, count_tokens_script_aware)
+        ]
+        (old, new), ratio = interleaved_us(summarizers, history, max(3, repeat // 4))
+        lines.append(
+            f"| {language} | Summarizer, 100 turns | {chars} | {old:.0f} | {new:.0f} "
+            f"| {ratio:.2f} | | | |"
+        )
     return lines
+
+
+_NEVER_CALLED = FakeListChatModel(responses=["(no summary is due in the speed table)"])
 
 
 def rate(hits: int, total: int) -> str:

@@ -272,3 +272,52 @@ def test_package_imports_without_langchain() -> None:
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert "pip install 'langgraph-memory-plus[agents]'" in out.stdout
+
+
+# -- counting each message once per search ---------------------------------------------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(conversations(), st.integers(0, 400), st.sampled_from(["last", "first"]))
+def test_counting_each_message_once_trims_as_counting_every_time(
+    messages: list[BaseMessage], budget: int, strategy: Any
+) -> None:
+    """The default counter is additive, so a search counts each message once; a wrapper
+    the package cannot know is additive takes the counting-every-time path. Both keep
+    the very same messages."""
+    once = Trimmer(max_tokens=budget, strategy=strategy)
+    every_time = Trimmer(
+        max_tokens=budget, strategy=strategy, token_counter=lambda m: count_tokens_script_aware(m)
+    )
+    assert once(messages) == every_time(messages)
+    assert [id(m) for m in once(messages)] == [id(m) for m in every_time(messages)]
+
+
+def test_a_search_counts_each_message_once_and_forgets_the_counts_after() -> None:
+    """Measured on an exact counter (additive too): one count of each text per trim,
+    not one per candidate cut; and a second trim counts afresh, so a message edited in
+    between is counted as it is now."""
+    pytest.importorskip("bpe_openai")
+    from langgraph_memory_plus.messages import ExactTokenCounter
+
+    seen: list[str] = []
+
+    class Recording(ExactTokenCounter):
+        def text_tokens(self, text: str) -> int:
+            seen.append(text)
+            return super().text_tokens(text)
+
+    history: list[BaseMessage] = []
+    for k in range(40):
+        history.append(HumanMessage(f"question {k} " + "word " * 30, id=f"q{k}"))
+        history.append(AIMessage(f"answer {k} " + "text " * 30, id=f"a{k}"))
+    trimmer = Trimmer(max_tokens=800, token_counter=Recording())
+    kept = trimmer(history)
+    assert 2 < len(kept) < len(history)
+    assert sorted(seen) == sorted(m.text for m in history)  # each text once
+
+    seen.clear()
+    history[-2].content = "question 39 " + "word " * 2000  # now over the budget alone
+    again = trimmer(history)
+    assert any("word " * 2000 in text for text in seen)
+    assert again != kept

@@ -27,7 +27,7 @@ from typing_extensions import NotRequired, TypedDict
 from .._plan import Plan
 from ._core import Cuts, TokenCounterLike, message_text, split_leading_system
 from ._policy import Compaction, ContextPolicy, ModelCall
-from .trimming import Trimmer
+from .trimming import Budget, Trimmer
 
 logger = logging.getLogger(__name__)
 
@@ -141,11 +141,12 @@ class Summarizer(ContextPolicy):
         fresh = _after(body, running["last_summarized_id"] if running else None)
         pinned = [*head, self.summary_message(running["summary"])] if running else head
 
-        if self.counter([*pinned, *fresh]) <= self.trigger_tokens:
-            return self._compose(pinned, fresh, running, changed=False)
+        budget = self.trimmer.budget.once()  # the trigger and the trim count alike
+        if budget.counter([*pinned, *fresh]) <= self.trigger_tokens:
+            return self._compose(budget, pinned, fresh, running, changed=False)
         cut = self._cut(fresh)
         if cut == 0:
-            return self._compose(pinned, fresh, running, changed=False)
+            return self._compose(budget, pinned, fresh, running, changed=False)
 
         older, newer = fresh[:cut], fresh[cut:]
         reply = yield ModelCall(self.model, self._prompt(older, running))
@@ -156,16 +157,18 @@ class Summarizer(ContextPolicy):
                 reply if isinstance(reply, BaseException) else "the model returned no text",
                 exc_info=reply if isinstance(reply, BaseException) else None,
             )
-            return self._compose(pinned, fresh, running, changed=False)
+            return self._compose(budget, pinned, fresh, running, changed=False)
         updated = RunningSummary(
             summary=text,
             last_summarized_id=older[-1].id,
             summarized_count=(running["summarized_count"] if running else 0) + len(older),
         )
-        return self._compose([*head, self.summary_message(text)], newer, updated, changed=True)
+        summarized = [*head, self.summary_message(text)]
+        return self._compose(budget, summarized, newer, updated, changed=True)
 
     def _compose(
         self,
+        budget: Budget,
         pinned: list[BaseMessage],
         rest: list[BaseMessage],
         running: RunningSummary | None,
@@ -173,7 +176,7 @@ class Summarizer(ContextPolicy):
         changed: bool,
     ) -> Compaction:
         """The decision: trimmed input; new history and memo only if a summary was made."""
-        model_input = self.trimmer.trim([*pinned, *rest], pin=1 if running else 0)
+        model_input = self.trimmer.trim_within(budget, [*pinned, *rest], pin=1 if running else 0)
         if not changed:
             return Compaction(model_input=model_input)
         return Compaction(

@@ -11,9 +11,13 @@ at the geometric mean of the two, so it stays within 25% of both on English, Chi
 Japanese and mixed text. It classifies characters by their UTF-8 lead bytes in a few C
 calls a text (one ``bytes.translate``, a byte sum, and for text with U+3000-3FFF
 characters a look for CJK punctuation). On English and code it costs about what the
-four-characters rule costs (0.4-1.3x); on Chinese and Japanese about twice as much in a
-100-turn list and 4-7x on one 2 KB message, as it reads the text where ``len`` does not
-(``benchmarks/language.py``, ``benchmarks/results/2026-12-02-token-estimate-speed.md``).
+four-characters rule costs (0.4-1.0x); on Chinese and Japanese about twice as much in a
+100-turn list and 4-7x on one 2 KB message, as it reads the text where ``len`` does not.
+Budget searches make up for it: both counters here add up per message, so
+:func:`counted_once` lets ``Trimmer`` and ``Summarizer`` count each message once per call
+where ``trim_messages`` counts the list about ten times (a ``Trimmer`` call: 0.5-0.75x
+of what it costs with the four-characters rule; ``benchmarks/language.py``,
+``benchmarks/results/2026-12-02-token-budgets-once.md``).
 
 For exact budgets, :class:`ExactTokenCounter` counts with the real tables (the ``tokens``
 extra, ``bpe-openai``, which ships them: no download at run time); it is imported only
@@ -233,6 +237,55 @@ _NO_EXTRAS = frozenset({HumanMessage, SystemMessage})
 def count_tokens_script_aware(messages: Sequence[BaseMessage]) -> int:
     """The default token counter: :func:`approximate_text_tokens` over each message."""
     return count_message_tokens(messages, text_units, UNITS_PER_TOKEN)
+
+
+def counted_once(
+    counter: Callable[[list[BaseMessage]], int],
+) -> Callable[[list[BaseMessage]], int]:
+    """``counter`` for one budget search, counting each message once, if it is additive.
+
+    A budget search counts overlapping parts of one list many times (``trim_messages``
+    bisects, each candidate cut is checked, the summarizer counts before it trims): about
+    ten passes over a 100-message conversation. The counters of this module count a list
+    as the sum of its messages' counts (each rounded on its own), so the search can count
+    each message once and add. Any other counter (a model's, a user's) may add per-list
+    overheads and is returned as it is.
+
+    The counts live as long as the returned callable, which a search drops when it
+    returns: no text outlives the call (a process-wide cache would keep erased text).
+    """
+    if counter is count_tokens_script_aware:
+        return _CountedOnce(text_units, UNITS_PER_TOKEN)
+    if isinstance(counter, ExactTokenCounter):
+        return _CountedOnce(counter.text_tokens, 1)
+    return counter
+
+
+class _CountedOnce:
+    """An additive counter's counts, each message counted on first sight (see
+    :func:`counted_once`)."""
+
+    __slots__ = ("_held", "_known", "_text_tokens", "_units")
+
+    def __init__(self, text_tokens: Callable[[str], float], units_per_token: int) -> None:
+        self._text_tokens, self._units = text_tokens, units_per_token
+        self._known: dict[int, int] = {}  # by id: ...
+        # ... of a message held here, so no other message can take its id meanwhile
+        self._held: list[BaseMessage] = []
+
+    def __call__(self, messages: Sequence[BaseMessage]) -> int:
+        known = self._known
+        try:  # once each message is known (every call after the first): a sum in C
+            return sum(map(known.__getitem__, map(id, messages)))
+        except KeyError:
+            pass
+        for message in messages:
+            if id(message) not in known:
+                self._held.append(message)
+                known[id(message)] = count_message_tokens(
+                    (message,), self._text_tokens, self._units
+                )
+        return sum(map(known.__getitem__, map(id, messages)))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, trim_messages
@@ -35,6 +35,7 @@ from ._core import (
     split_leading_system,
 )
 from ._policy import Compaction, ContextPolicy, ModelCall
+from .tokens import counted_once
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,12 @@ class Budget:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must not be negative, got {value}")
+
+    def once(self) -> Budget:
+        """This budget for one search: an additive counter counts each message once
+        (:func:`.tokens.counted_once`); drop it when the search is done."""
+        counter = counted_once(self.counter)
+        return self if counter is self.counter else replace(self, counter=counter)
 
     def limits(self, head: list[BaseMessage]) -> list[tuple[int, TokenCounter]]:
         """``(limit, counter)`` per active limit, for the part after ``head``."""
@@ -226,12 +233,19 @@ class Trimmer(ContextPolicy):
         ``pin`` lets the summarizer keep its summary message next to the system prompt; a
         pinned human message already satisfies "start on human".
         """
+        return self.trim_within(self.budget.once(), messages, pin=pin)
+
+    def trim_within(
+        self, budget: Budget, messages: Sequence[BaseMessage], *, pin: int = 0
+    ) -> list[BaseMessage]:
+        """:meth:`trim` with ``budget`` (this trimmer's, made :meth:`Budget.once` by a
+        caller that counts the same messages before: the summarizer)."""
         head, body = split_leading_system(messages) if self.keep_system else ([], list(messages))
         head, body = head + body[:pin], body[pin:]
         return select(
             head,
             body,
-            self.budget,
+            budget,
             strategy=self.strategy,
             start_on_human=self.start_on_human
             and not any(isinstance(m, HumanMessage) for m in head),
