@@ -158,8 +158,8 @@ class Space:
     def scan_keys(self, prefix: str | None = None) -> set[bytes]:
         prefix = self.prefix if prefix is None else prefix
         found = set(self.admin.scan_iter(match=f"{glob_literal(prefix)}:*", count=1000))
-        # the thread index's sorted sets (``{prefix}:{tix:...}``) are no thread's keys
-        return {k for k in found if not k.startswith(f"{prefix}:{{tix:".encode())}
+        # the thread index's sorted sets (``{prefix}:{{prefix}:tix}:...``) are no thread's keys
+        return {k for k in found if not k.startswith(f"{prefix}:{{{prefix}:tix}}:".encode())}
 
     def tags(self) -> dict[str, set[str]]:
         """Every tag under the prefix, with the kinds of key present for it."""
@@ -682,6 +682,86 @@ AWKWARD_THREAD_IDS = [
     "{" + "x" * 10_000 + "}",
     "".join(chr(0x4E00 + i % 20000) for i in range(10_000)),
 ]
+
+
+async def _user_threads(ops: Ops, users: dict[str, str]) -> None:
+    """One root checkpoint per thread, with its user in the metadata (the indexed key)."""
+    for thread_id, user in users.items():
+        await ops.put(
+            cfg(thread_id),
+            make_checkpoint({"a": thread_id}, {"a": 1}),
+            {"source": "input", "step": -1, "parents": {}, "user_id": user},
+            {"a": 1},
+        )
+
+
+async def _listed(ops: Ops, user: str) -> set[str]:
+    threads = ops.saver.threads
+    if ops.is_async:
+        found = await threads.asearch(metadata={"user_id": user}, limit=100)
+        assert await threads.acount(metadata={"user_id": user}) == len(found)
+    else:
+        found = threads.search(metadata={"user_id": user}, limit=100)
+        assert threads.count(metadata={"user_id": user}) == len(found)
+    return {t["thread_id"] for t in found}
+
+
+def _index_keys(space: Space) -> set[bytes]:
+    return set(space.admin.scan_iter(match=f"{glob_literal(space.prefix)}:{{*tix*", count=1000))
+
+
+async def test_the_thread_index_sets_share_one_hash_slot(space: Space, flavour: str) -> None:
+    """Every sorted set of the thread index (all threads, per user, per status, per user
+    and status) is in one hash slot, so a write's step 1 is one node's pipeline; the
+    thread's own keys stay in their own slots."""
+    users = {f"t{i}": f"user-{i % 3}" for i in range(9)}
+    async with space.open(flavour) as ops:
+        await _user_threads(ops, users)
+        keys = _index_keys(space)
+        assert len(keys) >= 1 + 3 + 1 + 3, keys  # all, per user, idle, idle per user
+        assert all(k.startswith(f"{space.prefix}:{{{space.prefix}:tix}}:".encode()) for k in keys)
+        slots = {key_slot(k) for k in keys}
+        if space.where == "cluster":
+            slots |= {int(space.admin.cluster_keyslot(k)) for k in keys}
+        assert len(slots) == 1, slots
+        assert await _listed(ops, "user-1") == {"t1", "t4", "t7"}
+
+
+async def test_sets_of_the_former_layout_move_on_the_first_read(space: Space, flavour: str) -> None:
+    """Sets written under the former layout (``{prefix}:{tix:<rest>}``, a slot per set)
+    are moved by the first search or count: every thread is found, the former keys are
+    gone, a set's expiry is kept, and a move cut short (a set half copied, the set of all
+    threads still there) is finished by the next saver's first read."""
+    users = {f"t{i}": f"user-{i % 2}" for i in range(6)}
+    async with space.open(flavour) as ops:
+        await _user_threads(ops, users)
+    admin = space.admin
+    head = f"{space.prefix}:{{{space.prefix}:tix}}:".encode()
+    former_of = {
+        k: f"{space.prefix}:{{tix:".encode() + k[len(head) :] + b"}" for k in _index_keys(space)
+    }
+    half = next(k for k in former_of if k != head + b"all")
+    for key, former in former_of.items():  # back to the former layout (cross-slot: copied)
+        entries = admin.zrange(key, 0, -1, withscores=True)
+        admin.zadd(former, dict(entries))
+        if key == half:  # a move cut short: this set was half copied when it crashed
+            admin.zrem(key, entries[0][0])
+        else:
+            admin.delete(key)
+    admin.pexpire(former_of[head + b"all"], 3_600_000)
+    assert not admin.exists(head + b"all")
+
+    async with space.open(flavour) as ops:
+        assert await _listed(ops, "user-0") == {"t0", "t2", "t4"}
+        assert await _listed(ops, "user-1") == {"t1", "t3", "t5"}
+        assert not any(admin.exists(former) for former in former_of.values())
+        assert set(former_of) <= _index_keys(space)
+        assert 0 < admin.pttl(head + b"all") <= 3_600_000
+        # later reads of this saver look no more (one EXISTS per index object)
+        admin.zadd(former_of[head + b"all"], {b"ghost": 1})
+        await _listed(ops, "user-0")
+        assert admin.exists(former_of[head + b"all"])
+    admin.delete(former_of[head + b"all"])
 
 
 async def test_every_key_of_a_thread_lands_in_one_hash_slot(space: Space, flavour: str) -> None:

@@ -206,7 +206,8 @@ def redis_scan(opened: Opened) -> dict[str, Any]:
         for key, size in zip(batch, pipe.execute(), strict=True):
             text = key.decode("utf-8", "replace")
             rest = text[len(prefix) + 1 :]
-            if rest.startswith("{tix:"):  # the thread index's per-user sets, no thread's
+            # the thread index's sets (and those of its former layout), no thread's
+            if rest.startswith((f"{{{prefix}:tix}}:", "{tix:")):
                 kind = "thread_index"
             elif rest.startswith("{"):
                 tag, _, kind = rest[1:].partition("}:")

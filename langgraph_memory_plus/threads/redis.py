@@ -10,11 +10,15 @@ called by the scripts of ``checkpoint/redis/lua.py``) and it expires with them:
 - ``m<member>``: each root checkpoint's metadata JSON, so a delete that removes the
   latest checkpoint can say what the new latest one's metadata is.
 
-**The sorted sets** answer "which threads": one of every thread (``<prefix>:{tix:all}``)
-and one per indexed metadata value (``<prefix>:{tix:<key>:<hash of value>}``), scored by
-``updated_at`` (ms), members the thread ids. They live in other hash slots than the
-threads, so they cannot be in the thread's script. Consistency comes from the order of
-the two steps and from reading the records back:
+**The sorted sets** answer "which threads": one of every thread (``<prefix>:{<prefix>:tix}:all``)
+and one per indexed metadata value (``<prefix>:{<prefix>:tix}:<key>:<hash of value>``),
+scored by ``updated_at`` (ms), members the thread ids. All of a prefix's sets share one
+hash slot (the tag ``{<prefix>:tix}``): on a cluster a write's step 1 below is then one
+pipeline to one node, where sets spread over slots cost a pipeline to up to every node,
+about 4 ms of a put's time when the graph's own thread competes for the GIL (one node
+serves the whole index: a few entries per thread). They live in other hash slots than
+the threads, so they cannot be in the thread's script. Consistency comes from the order
+of the two steps and from reading the records back:
 
 1. Before a put (or an interrupt or error write), the saver adds the thread to its sets
    with the write's timestamp (``ZADD GT``: idempotent, scores only grow); then the
@@ -49,6 +53,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -59,6 +64,7 @@ from .._redis import Batch, Eval, Scan, glob_escape
 from .core import RecordInput, ReindexBatch, StoredRecord, ThreadQuery, index_value
 
 Command = Eval | Scan | Batch
+logger = logging.getLogger("langgraph_memory_plus.threads")
 Backfill = Callable[[Any, Any, int], Plan[Command, ReindexBatch]]
 """The checkpoint plans' backfill batch (codec, cursor, size): it needs their keys and
 decoding, which this module does not have."""
@@ -308,8 +314,12 @@ class RedisThreadIndex:
         self._ttl_ms = ttl_ms
         self.one_node = False
         """Set by the saver on a single node: counts then run in one script per batch."""
-        # ``{prefix}:{tix:...}``: a hash tag per set, so sets spread over a cluster's slots
-        self.all_key = _utf8(f"{prefix}:{{tix:all}}")
+        # a put derives its sets' keys (a hash each) three times: the recent ones are kept
+        self._set_key = functools.lru_cache(maxsize=1 << 12)(self._set_key_uncached)
+        self._status_key = functools.lru_cache(maxsize=1 << 12)(self._status_key_uncached)
+        self.all_key = self._name("all")
+        self._moved = False
+        """Whether the sets of the former layout were looked for (see :meth:`move_sets`)."""
         # (thread id, namespace) -> the last checkpoint this saver wrote there, the sets
         # of the last step 1 and its time (ms, and monotonic seconds)
         self._runs: OrderedDict[tuple[str, str], tuple[str, frozenset[bytes], int, float]] = (
@@ -413,17 +423,27 @@ class RedisThreadIndex:
             )
         return out
 
+    def _name(self, rest: str) -> bytes:
+        """A set's key: ``rest`` after the index's hash tag."""
+        return _utf8(f"{self.prefix}:{{{self.prefix}:tix}}:{rest}")
+
     def set_key(self, key: str, form: str) -> bytes:
+        return self._set_key(key, form)
+
+    def _set_key_uncached(self, key: str, form: str) -> bytes:
         digest = hashlib.sha256(_utf8(f"{key}\x00{form}")).hexdigest()[:32]
-        return _utf8(f"{self.prefix}:{{tix:{key}:{digest}}}")
+        return self._name(f"{key}:{digest}")
 
     def status_key(self, status: str, indexed: tuple[str, str] | None = None) -> bytes:
         """The set of threads in ``status``: all of them, or those of one indexed value."""
+        return self._status_key(status, indexed)
+
+    def _status_key_uncached(self, status: str, indexed: tuple[str, str] | None) -> bytes:
         if indexed is None:
-            return _utf8(f"{self.prefix}:{{tix:s:{status}}}")
+            return self._name(f"s:{status}")
         key, form = indexed
         digest = hashlib.sha256(_utf8(f"{key}\x00{form}\x00{status}")).hexdigest()[:32]
-        return _utf8(f"{self.prefix}:{{tix:{key}:s:{digest}}}")
+        return self._name(f"{key}:s:{digest}")
 
     def _status_keys(self, status: str, indexed: dict[str, str]) -> list[bytes]:
         return [self.status_key(status)] + [
@@ -584,6 +604,59 @@ class RedisThreadIndex:
         if record is not None:
             yield self._adds(self._keys_of(record), thread_id, int(record.updated_at * 1000))
 
+    # -- the former layout ----------------------------------------------------------------
+
+    def _former(self, rest: bytes) -> bytes:
+        """A set's key in the former layout (a hash slot per set): ``<prefix>:{tix:<rest>}``."""
+        return _utf8(self.prefix) + b":{tix:" + rest + b"}"
+
+    def move_sets(self) -> Plan[Command, int]:
+        """Sets of the former layout moved into this one: looked for once per index (one
+        ``EXISTS``), before its first read. Returns how many sets were moved.
+
+        Entries are copied ``BATCH`` at a time with ``ZADD GT`` (scores only grow: a write
+        since keeps its newer score) and a set is deleted only once copied, the set of all
+        threads last, which is the one looked for: a crash part-way leaves it, and the next
+        reader resumes. Writers of the former version keep writing the former sets (a
+        rolling upgrade): the next process of this version moves those.
+        """
+        if self._moved:
+            return 0
+        former_all = self._former(b"all")
+        [found] = yield Batch([("EXISTS", former_all)])
+        moved = 0
+        if found:
+            keys = yield Scan(_utf8(glob_escape(self.prefix)) + b":{tix:*}")
+            for key in sorted(keys, key=lambda k: k == former_all):
+                yield from self._move_set(key)
+                moved += 1
+            logger.info("thread index %r: moved %d sets of the former layout", self.prefix, moved)
+        self._moved = True
+        return moved
+
+    def _move_set(self, former: bytes) -> Plan[Command, None]:
+        rest = former[len(self._former(b"")) - 1 : -1]
+        key = self._name(rest.decode("utf-8", "surrogatepass"))
+        # the longer life of the two wins (no expiry is the longest); read before copying,
+        # as the copy creates the set when writes have not yet
+        ttls = yield Batch([("PTTL", former), ("PTTL", key)])
+        old_ttl, new_ttl = int(ttls[0]), int(ttls[1])
+        start = 0
+        while True:
+            [raw] = yield Batch([("ZRANGE", former, start, start + BATCH - 1, "WITHSCORES")])
+            entries = _entries(raw)
+            if entries:
+                pairs = [part for tid, score in entries for part in (score, _utf8(tid))]
+                yield Batch([("ZADD", key, "GT", *pairs)])
+            if len(entries) < BATCH:
+                break
+            start += BATCH
+        if old_ttl == -1 and new_ttl >= 0:
+            yield Batch([("PERSIST", key)])
+        elif old_ttl > 0 and (new_ttl == -2 or 0 <= new_ttl < old_ttl):
+            yield Batch([("PEXPIRE", key, old_ttl)])
+        yield Batch([("DEL", former)])
+
     # -- reads --------------------------------------------------------------------------
 
     def _records(self, thread_ids: Sequence[str]) -> Plan[Command, list[StoredRecord | None]]:
@@ -682,6 +755,7 @@ class RedisThreadIndex:
             start += BATCH - removed
 
     def search(self, query: ThreadQuery) -> Plan[Command, list[StoredRecord]]:
+        yield from self.move_sets()
         if query.limit == 0:
             return []
         rest = {k for k in query.metadata if not query.indexed or k != query.indexed[0]}
@@ -691,6 +765,7 @@ class RedisThreadIndex:
         return query.page((yield from self._all(query)))
 
     def count(self, query: ThreadQuery) -> Plan[Command, int]:
+        yield from self.move_sets()
         rest = {k for k in query.metadata if not query.indexed or k != query.indexed[0]}
         if rest or query.ids is not None:
             return sum(1 for r in (yield from self._all(query)) if query.matches(r))
