@@ -11,7 +11,13 @@ reduced by ``add_messages``). Modes:
   is what the machine's noise alone makes of two identical modes;
 - ``prometheus``: a :class:`PrometheusListener` on a registry of its own;
 - ``otel_metrics``: an :class:`OpenTelemetryListener` with ``traces=False`` on the SDK's
-  ``MeterProvider`` with an in-memory reader;
+  ``MeterProvider`` with an in-memory reader: the default listener, which queues each
+  event's numbers and hands them to the SDK when the reader collects. The reader is not
+  collected during the timed turns (in production that happens on the reader's schedule,
+  on its own thread): one collection after them is timed on its own, and reported per
+  turn (``drain``: over the inline listener's collection, which has no queue to drain);
+- ``otel_metrics_inline``: the same with ``deferred=False``: every SDK call during the
+  operation, as before;
 - ``otel_traces``: one with ``metrics=False`` on the SDK's ``TracerProvider`` (batch span
   processor, as in production, into an in-memory exporter).
 
@@ -55,12 +61,15 @@ from pathlib import Path
 from typing import Any
 
 from langgraph_memory_plus._plan import Plan
+from langgraph_memory_plus.observability.otel import MAX_PENDING
 
 from .targets import check_pg_url, check_redis_url
 from .threads import _pg_database
 from .workloads import chat_graph, user_message
 
-MODES = ("off", "off_again", "prometheus", "otel_metrics", "otel_traces")
+MODES = ("off", "off_again", "prometheus", "otel_metrics", "otel_metrics_inline", "otel_traces")
+COLLECTED = ("otel_metrics", "otel_metrics_inline")
+"""The modes whose in-memory reader is collected (once, timed) after the turns."""
 
 
 @contextmanager
@@ -87,47 +96,60 @@ def _turn_saver(lgmp: Any, backend: str, url: str) -> Iterator[Any]:
                     saver.client.unlink(key)
 
 
-def _providers() -> tuple[Any, Any]:
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+def _tracer_provider() -> Any:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     tracer = TracerProvider()
     tracer.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
-    return tracer, MeterProvider(metric_readers=[InMemoryMetricReader()])
+    return tracer
 
 
-def listeners() -> dict[str, Callable[[], Any]]:
-    """A fresh listener per mode (each Prometheus one on a registry of its own)."""
+Made = tuple[Any, Callable[[], Any] | None]
+"""A mode's listener and, for OTel metrics, its reader's ``collect``."""
 
-    def prometheus() -> Any:
+
+def listeners() -> dict[str, Callable[[], Made]]:
+    """A fresh listener per mode (each Prometheus one on a registry of its own, each OTel
+    one on providers of its own)."""
+
+    def prometheus() -> Made:
         from prometheus_client import CollectorRegistry
 
         from langgraph_memory_plus.observability.prometheus import PrometheusListener
 
-        return PrometheusListener(registry=CollectorRegistry())
+        return PrometheusListener(registry=CollectorRegistry()), None
 
-    def otel_metrics() -> Any:
+    def otel_metrics(deferred: bool) -> Made:
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
         from langgraph_memory_plus.observability.otel import OpenTelemetryListener
 
-        _, meter = _providers()
-        return OpenTelemetryListener(meter_provider=meter, traces=False)
+        reader = InMemoryMetricReader()
+        meter = MeterProvider(metric_readers=[reader])
+        listener = OpenTelemetryListener(meter_provider=meter, traces=False, deferred=deferred)
+        return listener, reader.get_metrics_data
 
-    def otel_traces() -> Any:
+    def otel_traces() -> Made:
         from langgraph_memory_plus.observability.otel import OpenTelemetryListener
 
-        tracer, _ = _providers()
-        return OpenTelemetryListener(tracer_provider=tracer, metrics=False)
+        return OpenTelemetryListener(tracer_provider=_tracer_provider(), metrics=False), None
 
-    return {"prometheus": prometheus, "otel_metrics": otel_metrics, "otel_traces": otel_traces}
+    return {
+        "prometheus": prometheus,
+        "otel_metrics": partial(otel_metrics, True),
+        "otel_metrics_inline": partial(otel_metrics, False),
+        "otel_traces": otel_traces,
+    }
 
 
 def backend_row(backend: str, url: str, turns: int) -> dict[str, Any]:
     import langgraph_memory_plus as lgmp
 
     made = {mode: make() for mode, make in listeners().items()}
+    collect = {mode: made[mode][1] for mode in COLLECTED}
     times: dict[str, list[float]] = {mode: [] for mode in MODES}
     with _turn_saver(lgmp, backend, url) as saver:
         graph = chat_graph().compile(checkpointer=saver)
@@ -138,18 +160,20 @@ def backend_row(backend: str, url: str, turns: int) -> dict[str, Any]:
             shift = n % len(MODES)
             for mode in MODES[shift:] + MODES[:shift]:
                 if mode in made:
-                    saver.add_listener(made[mode])
+                    saver.add_listener(made[mode][0])
                 start = time.perf_counter()
                 graph.invoke({"messages": [user_message(n + 1)]}, configs[mode])
                 times[mode].append(time.perf_counter() - start)
                 if mode in made:
-                    saver.remove_listener(made[mode])
+                    saver.remove_listener(made[mode][0])
         assert saver.listener_errors == 0
         seen: list[Any] = []
         saver.add_listener(seen.append)
         graph.invoke({"messages": [user_message(turns + 1)]}, configs["off"])
     p50 = {mode: statistics.median(values) * 1000 for mode, values in times.items()}
     row: dict[str, Any] = {"backend": backend, "turns": turns, "events_per_turn": len(seen)}
+    row["otel_metrics_pending"] = made["otel_metrics"][0].pending  # none collected in the turns
+    row.update(_collections(collect, turns, p50["off"]))
     for mode in MODES:
         row[f"{mode}_p50_ms"] = round(p50[mode], 3)
     for mode in MODES[1:]:
@@ -157,6 +181,34 @@ def backend_row(backend: str, url: str, turns: int) -> dict[str, Any]:
         paired = [on / off for on, off in zip(times[mode], times["off"], strict=True)]
         row[f"{mode}_paired_pct"] = round((statistics.median(paired) - 1) * 100, 2)
     return row
+
+
+def _timed_ms(call: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    call()
+    return (time.perf_counter() - start) * 1000
+
+
+def _collections(
+    collect: dict[str, Callable[[], Any] | None], turns: int, off_p50_ms: float
+) -> dict[str, float]:
+    """One collection of each OTel metrics reader after the turns: the deferred one drains
+    every turn's measurements into the SDK, the inline one only reads the SDK's storage.
+    The difference, per turn, is what deferring moved onto the collecting thread (the
+    inline collection is timed before and after, and the faster kept: a warm baseline
+    that makes the drain look no cheaper than it is)."""
+    inline, deferred = collect["otel_metrics_inline"], collect["otel_metrics"]
+    assert inline is not None and deferred is not None
+    before = _timed_ms(inline)
+    drained = _timed_ms(deferred)
+    baseline = min(before, _timed_ms(inline))
+    drain_us = (drained - baseline) * 1000 / turns
+    return {
+        "otel_metrics_collect_ms": round(drained, 3),
+        "otel_metrics_inline_collect_ms": round(baseline, 3),
+        "otel_metrics_drain_us_per_turn": round(drain_us, 2),
+        "otel_metrics_drain_pct_of_off_p50": round(drain_us / 10 / off_p50_ms, 2),
+    }
 
 
 def _per_call_us(call: Callable[[], Any], reps: int) -> float:
@@ -187,9 +239,18 @@ def micro_row(reps: int) -> dict[str, Any]:
     )
     row: dict[str, Any] = {}
     for mode, make in listeners().items():
-        call = partial(make(), event)
+        listener, _ = make()
+        call = partial(listener, event)
         call()  # first-use caches
-        row[f"{mode}_us_per_event"] = _per_call_us(call, reps)
+        if mode == "otel_metrics":  # within the bound (past it, each call records one)
+            listener.flush()
+            calls = min(reps, MAX_PENDING)
+            row[f"{mode}_us_per_event"] = _per_call_us(call, calls)
+            row["otel_metrics_drain_us_per_event"] = round(
+                _timed_ms(listener.flush) * 1000 / calls, 2
+            )
+        else:
+            row[f"{mode}_us_per_event"] = _per_call_us(call, reps)
     owner = Observable()
     owner._init_listeners(None)
 
@@ -198,7 +259,7 @@ def micro_row(reps: int) -> dict[str, Any]:
         yield
 
     row["off_us_per_event"] = _per_call_us(lambda: owner._observed(unobserved(), _no_events), reps)
-    tracer = _providers()[0].get_tracer("bare")
+    tracer = _tracer_provider().get_tracer("bare")
 
     def bare_span() -> None:
         with tracer.start_as_current_span("put sqlite"):
@@ -233,12 +294,24 @@ def _table(rows: list[dict[str, Any]], micro: dict[str, Any]) -> str:
         f"{r['events_per_turn'] * micro['sdk_bare_span_us'] / 10 / r['off_p50_ms']:.2f}% |"
         for r in rows
     ]
+    collected = [
+        f"| {r['backend']} | {r['otel_metrics_pending']:,} | {r['otel_metrics_collect_ms']:.2f} "
+        f"| {r['otel_metrics_inline_collect_ms']:.2f} | {r['otel_metrics_drain_us_per_turn']:.1f} "
+        f"| {r['otel_metrics_drain_pct_of_off_p50']:.2f}% |"
+        for r in rows
+    ]
     return "\n".join(
         [
             *lines,
             "",
+            "| backend | otel_metrics: pending after the turns | its collection ms "
+            "| otel_metrics_inline: collection ms | drain us / turn | of off p50 |",
+            "|---|---:|---:|---:|---:|---:|",
+            *collected,
+            "",
             "Per event (us): "
             + ", ".join(f"{m} {micro[f'{m}_us_per_event']}" for m in ("off", *MODES[2:]))
+            + f"; otel_metrics' drain (at collection) {micro['otel_metrics_drain_us_per_event']}"
             + f"; the SDK's bare start_as_current_span: {micro['sdk_bare_span_us']}",
             "",
             "| backend | SDK floor for traces (events/turn x bare span, over off p50) |",
@@ -251,7 +324,18 @@ def _table(rows: list[dict[str, Any]], micro: dict[str, Any]) -> str:
 # -- CPU instructions (valgrind) ---------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parent.parent
-COUNTED = ("off", "noop", "prometheus", "otel_metrics", "otel_traces")
+COUNTED = (
+    "off",
+    "noop",
+    "prometheus",
+    "otel_metrics",
+    "otel_metrics_inline",
+    "otel_metrics_drained",
+    "otel_traces",
+)
+"""``otel_metrics_drained``: ``otel_metrics`` plus one drain of everything it queued
+(``listener.flush()``, as a collection would) counted after the turns: the instructions
+deferring moved off the saver calls, onto the collecting thread."""
 _SAVER_CALLS = ("get_tuple", "put", "put_writes")
 
 
@@ -268,7 +352,8 @@ def counted_turns(backend: str, url: str, mode: str, turns: int, scope: str) -> 
     """
     import langgraph_memory_plus as lgmp
 
-    made = {**{m: make() for m, make in listeners().items()}, "noop": _ignore}
+    made = {m: make()[0] for m, make in listeners().items()}
+    made["noop"] = _ignore
     with _turn_saver(lgmp, backend, url) as saver:
         graph = chat_graph().compile(checkpointer=saver)
         config = {"configurable": {"thread_id": "obs-count"}}
@@ -276,8 +361,9 @@ def counted_turns(backend: str, url: str, mode: str, turns: int, scope: str) -> 
             saver.add_listener(listener)
             graph.invoke({"messages": [user_message(0)]}, config)
             saver.remove_listener(listener)
+        made["otel_metrics"].flush()  # the SDK's first-use caches too
         if mode != "off":
-            saver.add_listener(made[mode])
+            saver.add_listener(made[mode.removesuffix("_drained")])
         if scope == "storage":
             for name in _SAVER_CALLS:
                 call = getattr(saver, name)
@@ -289,6 +375,8 @@ def counted_turns(backend: str, url: str, mode: str, turns: int, scope: str) -> 
         for n in range(turns):
             graph.invoke({"messages": [user_message(n + 1)]}, config)
         assert saver.listener_errors == 0
+        if mode == "otel_metrics_drained" and scope == "storage":
+            sys.call_tracing(made["otel_metrics"].flush, ())
 
 
 def _instructions(args: argparse.Namespace, backend: str, mode: str, turns: int, scope: str) -> int:

@@ -874,6 +874,295 @@ def test_otel_api_without_sdk_is_a_no_op() -> None:
     listener(StoreRead(backend="redis", duration=0.001, namespace=("u",), key="k", count=1))
 
 
+# -- OpenTelemetry: deferred recording (measurements reach the SDK at collection) -----------
+
+
+def metrics_listener(*readers: Any, **options: Any) -> Any:
+    """A metrics-only listener on a meter provider of its own with ``readers``."""
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    from langgraph_memory_plus.observability.otel import OpenTelemetryListener
+
+    provider = MeterProvider(metric_readers=list(readers))
+    return OpenTelemetryListener(meter_provider=provider, traces=False, **options)
+
+
+def saved(bytes_written: int = 2048, duration: float = 0.25) -> CheckpointSaved:
+    return CheckpointSaved(
+        backend="redis",
+        duration=duration,
+        thread_id="t",
+        checkpoint_ns="",
+        checkpoint_id="c",
+        bytes_written=bytes_written,
+        message_count=3,
+    )
+
+
+def loaded(hit: bool = True) -> CheckpointLoaded:
+    return CheckpointLoaded(backend="redis", duration=0.5, thread_id="t", checkpoint_ns="",
+                            checkpoint_id=None, hit=hit)  # fmt: skip
+
+
+def histogram(points: dict[str, list[Any]], name: str) -> tuple[int, float]:
+    """A histogram's count and sum over all its attribute sets."""
+    found = points.get(name, [])
+    return sum(p.count for p in found), sum(p.sum for p in found)
+
+
+def test_otel_deferred_measurements_reach_the_next_collection_once() -> None:
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    listener = metrics_listener(reader)
+    listener(saved(1000))
+    listener(loaded())
+    assert listener.pending == 2  # queued, not yet in the SDK
+    points = otel_points(reader)
+    assert listener.pending == 0
+    assert histogram(points, "lgmp.checkpoint.size") == (1, 1000)
+    assert [p.value for p in points["lgmp.checkpoint.loads"]] == [1]
+    assert histogram(points, "lgmp.operation.duration") == (2, 0.75)
+    assert not any(name.startswith("lgmp.listener") for name in points)  # observes nothing
+    again = otel_points(reader)  # cumulative: the same totals, not drained twice
+    assert histogram(again, "lgmp.checkpoint.size") == (1, 1000)
+    assert [p.value for p in again["lgmp.checkpoint.loads"]] == [1]
+    listener(saved(24))
+    assert histogram(otel_points(reader), "lgmp.checkpoint.size") == (2, 1024)
+
+
+def test_otel_deferred_holds_measurements_until_collection_and_inline_does_not() -> None:
+    """White-box: dropping what is pending before collection loses exactly it, so a
+    deferring listener handed the SDK nothing during the call; an inline one did."""
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader, inline_reader = InMemoryMetricReader(), InMemoryMetricReader()
+    deferring = metrics_listener(reader)
+    inline = metrics_listener(inline_reader, deferred=False)
+    for listener in (deferring, inline):
+        listener(saved())
+    assert (deferring.pending, inline.pending) == (1, 0)
+    deferring._pending.entries.clear()
+    assert reader.get_metrics_data() is None  # nothing was ever recorded
+    assert histogram(otel_points(inline_reader), "lgmp.checkpoint.size") == (1, 2048)
+    deferring(saved(7))
+    deferring.flush()  # on demand: handed over now, nothing left to drop
+    deferring._pending.entries.clear()
+    assert histogram(otel_points(reader), "lgmp.checkpoint.size") == (1, 7)
+
+
+def test_otel_exemplars_only_with_inline_recording() -> None:
+    """The SDK's trace-based exemplar filter needs the operation's span current: deferred
+    measurements are recorded at collection, outside any span (even a collection made
+    inside one), so they carry no exemplar; ``deferred=False`` keeps them."""
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+
+    tracer = TracerProvider().get_tracer("test")
+    reader, inline_reader = InMemoryMetricReader(), InMemoryMetricReader()
+    deferring = metrics_listener(reader)
+    inline = metrics_listener(inline_reader, deferred=False)
+    with tracer.start_as_current_span("turn") as span:
+        deferring(saved())
+        inline(saved())
+        deferred_points = otel_points(reader)["lgmp.checkpoint.size"]
+    (point,) = otel_points(inline_reader)["lgmp.checkpoint.size"]
+    assert [e.trace_id for e in point.exemplars] == [span.get_span_context().trace_id]
+    assert [p.exemplars for p in deferred_points] == [[]]
+
+
+def test_otel_deferred_is_counted_once_per_reader() -> None:
+    """A drain during one reader's collection records into every reader's storage; the
+    other reader's collection finds nothing left to drain, and reads the same totals."""
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    first, second = InMemoryMetricReader(), InMemoryMetricReader()
+    listener = metrics_listener(first, second)
+    for n in range(3):
+        listener(saved(n + 1))
+    assert histogram(otel_points(first), "lgmp.checkpoint.size") == (3, 6)
+    assert histogram(otel_points(second), "lgmp.checkpoint.size") == (3, 6)
+    assert histogram(otel_points(first), "lgmp.checkpoint.size") == (3, 6)
+    listener(saved(10))
+    listener(saved(20))
+    assert histogram(otel_points(second), "lgmp.checkpoint.size") == (5, 36)
+    assert histogram(otel_points(first), "lgmp.checkpoint.size") == (5, 36)
+
+
+def test_otel_listeners_sharing_a_provider_each_drain() -> None:
+    """The SDK keeps one callback per instrument name and meter: each listener's drain
+    instrument has a name of its own, or the second listener's would never run."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from langgraph_memory_plus.observability.otel import OpenTelemetryListener
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    one, two = (OpenTelemetryListener(meter_provider=provider, traces=False) for _ in range(2))
+    one(saved(1))
+    two(saved(2))
+    assert histogram(otel_points(reader), "lgmp.checkpoint.size") == (2, 3)
+    assert (one.pending, two.pending) == (0, 0)
+
+
+def test_otel_full_queue_records_the_oldest_inline_and_loses_nothing() -> None:
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    listener = metrics_listener(reader, max_pending=2)
+    for size in (1, 2, 4, 8, 16):
+        listener(saved(size))
+        assert listener.pending <= 2
+    assert histogram(otel_points(reader), "lgmp.checkpoint.size") == (5, 31)
+    for size in (1, 2, 4, 8, 16):
+        listener(saved(size))
+    listener._pending.entries.clear()  # white-box: only the three oldest reached the SDK
+    assert histogram(otel_points(reader), "lgmp.checkpoint.size") == (8, 31 + 7)
+    with pytest.raises(ValueError):
+        metrics_listener(max_pending=0)
+
+
+def test_otel_an_error_event_is_recorded_at_once_and_not_kept() -> None:
+    """A failed operation's event carries its exception (and through it the traceback's
+    frames): it is recorded during the call, so nothing pending keeps it alive."""
+    import gc
+    import weakref
+
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    class Broken(Exception):
+        pass
+
+    reader = InMemoryMetricReader()
+    listener = metrics_listener(reader)
+    error = Broken("lost connection")
+    gone = weakref.ref(error)
+    listener(StoreWritten(backend="redis", duration=0.5, namespace=("u",), key="k",
+                          bytes_written=0, error=error))  # fmt: skip
+    listener(StoreWritten(backend="redis", duration=0.25, namespace=("u",), key="k",
+                          bytes_written=10))  # fmt: skip
+    assert listener.pending == 1  # the success only
+    del error
+    gc.collect()
+    assert gone() is None
+    points = otel_points(reader)
+    assert [(p.attributes["result"], p.value) for p in points["lgmp.write.failures"]] == [
+        ("error", 1)
+    ]
+    durations = {
+        p.attributes["result"]: (p.count, p.sum) for p in points["lgmp.operation.duration"]
+    }
+    assert durations == {"error": (1, 0.5), "ok": (1, 0.25)}
+
+
+def test_otel_node_counters_are_deferred_and_summed_exactly() -> None:
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    listener = metrics_listener(reader).watch_nodes()
+    try:
+        stats = Stats()
+        stats.incr("refused")
+        stats.incr("unsafe_results", 2)
+        stats.incr("unsafe_fields", 3)
+        stats.incr("prefetch_used")
+        stats.incr("injected")  # not a metric: nothing to record
+    finally:
+        listener.unwatch_nodes()
+    assert listener.pending == 5
+    points = otel_points(reader)
+    refusals = {p.attributes["stage"]: p.value for p in points["lgmp.injection.scan.refusals"]}
+    assert refusals == {"write": 1, "read": 5}
+    assert [p.value for p in points["lgmp.prefetch.hits"]] == [1]
+
+
+@pytest.mark.parametrize("max_pending", [64, 16_384])
+def test_otel_concurrent_recording_and_collection_count_exactly(max_pending: int) -> None:
+    """Threads record while another collects over and over (and, with a small bound, the
+    recording threads also record the oldest inline): nothing lost, nothing twice."""
+    import threading
+
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from langgraph_memory_plus.observability import CheckpointsExpired
+
+    reader = InMemoryMetricReader()
+    listener = metrics_listener(reader, max_pending=max_pending)
+    threads, rounds = 4, 1500
+    done = threading.Event()
+    collections = 0
+
+    def record(worker: int) -> None:
+        for n in range(rounds):
+            listener(saved(bytes_written=worker * 10_000 + n, duration=0.25))
+            listener(loaded(hit=n % 3 != 0))
+            listener(CheckpointsExpired(backend="redis", duration=0.5, deleted=n % 4))
+
+    def collect() -> None:
+        nonlocal collections
+        while not done.is_set():
+            reader.get_metrics_data()
+            collections += 1
+
+    collector = threading.Thread(target=collect)
+    collector.start()
+    workers = [threading.Thread(target=record, args=(w,)) for w in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    done.set()
+    collector.join()
+    points = otel_points(reader)
+    assert collections > 1 and listener.pending == 0
+    sizes = sum(w * 10_000 * rounds + rounds * (rounds - 1) // 2 for w in range(threads))
+    assert histogram(points, "lgmp.checkpoint.size") == (threads * rounds, sizes)
+    assert histogram(points, "lgmp.checkpoint.messages") == (threads * rounds, 3 * threads * rounds)
+    events = 3 * threads * rounds
+    assert histogram(points, "lgmp.operation.duration") == (events, 1.25 * threads * rounds)
+    loads = {p.attributes["result"]: p.value for p in points["lgmp.checkpoint.loads"]}
+    assert loads == {"hit": threads * 1000, "miss": threads * 500}
+    (deleted,) = points["lgmp.ttl.sweep.deleted"]
+    assert deleted.value == threads * (rounds // 4) * (0 + 1 + 2 + 3)
+
+
+def test_otel_listener_made_before_the_global_provider_still_drains() -> None:
+    """Made on the API's proxy provider (the app sets its provider later): the proxy
+    hands the drain instrument's callback to the real meter. In a fresh interpreter, as
+    the global provider can be set only once."""
+    import subprocess
+    import sys
+
+    script = """
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from langgraph_memory_plus.observability import CheckpointSaved
+from langgraph_memory_plus.observability.otel import OpenTelemetryListener
+
+def saved(size):
+    return CheckpointSaved(backend="redis", duration=0.25, thread_id="t", checkpoint_ns="",
+                           checkpoint_id="c", bytes_written=size, message_count=3)
+
+listener = OpenTelemetryListener(traces=False)
+listener(saved(1))  # before the provider: held, and handed over at the first collection
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+listener(saved(2))
+assert listener.pending == 2
+points = {m.name: list(m.data.data_points) for r in reader.get_metrics_data().resource_metrics
+          for s in r.scope_metrics for m in s.metrics}
+(size,) = points["lgmp.checkpoint.size"]
+assert (size.count, size.sum, listener.pending) == (2, 3, 0), (size, listener.pending)
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
 def test_the_example_alerts_and_dashboard_use_metrics_the_listener_exposes() -> None:
     """Every ``lgmp_*`` series the examples query is one ``PrometheusListener`` serves."""
     import json

@@ -1,9 +1,10 @@
 """A smoke run of ``benchmarks/observability.py``: a few turns, a well-formed report.
 
 Not a benchmark: nothing here depends on speed. It proves that the one command runs every
-mode (nothing on, the control, Prometheus, OTel metrics, OTel traces) through the real
-LangGraph runtime, that every listener saw the turn's events without raising (the harness
-asserts ``listener_errors == 0``), and that the JSON and the table report each mode.
+mode (nothing on, the control, Prometheus, OTel metrics deferred and inline, OTel traces)
+through the real LangGraph runtime, that every listener saw the turn's events without
+raising (the harness asserts ``listener_errors == 0``), and that the JSON and the table
+report each mode.
 """
 
 from __future__ import annotations
@@ -43,10 +44,14 @@ def test_smoke_run_reports_every_mode(tmp_path: Path, capsys: pytest.CaptureFixt
     for mode in bench.MODES[1:]:
         assert isinstance(row[f"{mode}_overhead_pct"], float), mode
         assert isinstance(row[f"{mode}_paired_pct"], float), mode
+    # the deferred listener's reader is not collected during the turns: all of them wait
+    assert row["otel_metrics_pending"] == 3 * CHAT_TURN_EVENTS
+    for key in ("collect_ms", "inline_collect_ms", "drain_us_per_turn", "drain_pct_of_off_p50"):
+        assert isinstance(row[f"otel_metrics_{key}"], float), key
     micro = report["micro"]
     for mode in ("off", *bench.MODES[2:]):
         assert micro[f"{mode}_us_per_event"] > 0, mode
-    assert micro["sdk_bare_span_us"] > 0
+    assert micro["sdk_bare_span_us"] > 0 and micro["otel_metrics_drain_us_per_event"] > 0
     assert set(report["load"]) == {"start", "end"}
 
     table = capsys.readouterr().out
