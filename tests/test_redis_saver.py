@@ -764,6 +764,55 @@ async def test_sets_of_the_former_layout_move_on_the_first_read(space: Space, fl
     admin.delete(former_of[head + b"all"])
 
 
+def test_a_batch_follows_its_slot_when_the_slot_moves_to_another_node(
+    redis_cluster_url: str,
+) -> None:
+    """A one-slot batch goes to the node the client's slot map names; when the slot has
+    moved meanwhile (a resharding), that node answers ``MOVED`` and the batch is sent again
+    through redis-py's cluster pipeline, which follows it: the write lands, the thread is
+    listed, and the client's map now names the new node."""
+    prefix = f"lgmp-mv-{uuid.uuid4().hex[:12]}"
+    admin = admin_client(redis_cluster_url)
+    assert isinstance(admin, RedisCluster)
+    config = {"user_id": "u"}
+    with RedisSaver.from_conn_string(redis_cluster_url, key_prefix=prefix) as saver:
+        for thread_id in ("t0", "t1"):
+            if thread_id == "t1":  # move the index's slot to another primary, behind the saver
+                all_key = f"{prefix}:{{{prefix}:tix}}:all".encode()
+                slot = key_slot(all_key)
+                source = admin.get_node_from_key(all_key)
+                target = next(n for n in admin.get_primaries() if n.name != source.name)
+                ids = {
+                    name: node["node_id"]
+                    for name, node in admin.cluster_nodes().items()
+                    if "master" in node["flags"]
+                }
+                src = redis.Redis(host=source.host, port=source.port)
+                dst = redis.Redis(host=target.host, port=target.port)
+                dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source.name])
+                src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target.name])
+                keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
+                assert all_key in keys
+                src.execute_command("MIGRATE", target.host, target.port, "", 0, 5000, "KEYS", *keys)
+                for node in admin.get_primaries():
+                    redis.Redis(host=node.host, port=node.port).execute_command(
+                        "CLUSTER", "SETSLOT", slot, "NODE", ids[target.name]
+                    )
+                assert saver.client.get_node_from_key(all_key).name == source.name  # stale map
+            saver.put(
+                {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", **config}},
+                make_checkpoint({"a": thread_id}, {"a": 1}),
+                {"source": "input", "step": -1, "parents": {}, **config},
+                {"a": 1},
+            )
+        listed = {t["thread_id"] for t in saver.threads.search(metadata=config)}
+        assert listed == {"t0", "t1"}
+        assert saver.client.get_node_from_key(all_key).name == target.name
+        for key in admin.scan_iter(match=f"{prefix}*", count=1000):
+            admin.delete(key)
+    admin.close()
+
+
 async def test_every_key_of_a_thread_lands_in_one_hash_slot(space: Space, flavour: str) -> None:
     """Thread ids with braces, NULs, 10k characters or any unicode: all keys one thread
     writes share one cluster slot (by redis-py's ``key_slot`` and, on the cluster, by the
