@@ -214,11 +214,17 @@ class _Bound:
 
     def record(self, values: Any) -> None:
         """Hand one event's measurements to the SDK now."""
+        got = self.observe(values)
+        for add, at, labels in self.counters:
+            add(1 if at is None else got[at], labels)
+
+    def observe(self, values: Any) -> Any:
+        """Record the histograms' values of one event; returns its values as a tuple
+        (what the counters read their amounts from)."""
         got = (values,) if self.single else values
         for record, index, attrs in self.histograms:
             record(got[index], attrs)
-        for add, at, labels in self.counters:
-            add(1 if at is None else got[at], labels)
+        return got
 
 
 class _Pending:
@@ -258,9 +264,7 @@ class _Pending:
                     bound, values = entries.popleft()
                 except IndexError:
                     break
-                got = (values,) if bound.single else values
-                for record, index, attrs in bound.histograms:
-                    record(got[index], attrs)
+                got = bound.observe(values)
                 for step in bound.counters:
                     amount = 1 if step[1] is None else got[step[1]]
                     total = totals.get(id(step))

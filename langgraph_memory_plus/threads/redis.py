@@ -318,6 +318,7 @@ class RedisThreadIndex:
         self._set_key = functools.lru_cache(maxsize=1 << 12)(self._set_key_uncached)
         self._status_key = functools.lru_cache(maxsize=1 << 12)(self._status_key_uncached)
         self.all_key = self._name("all")
+        self._former_head = _utf8(f"{prefix}:{{tix:")
         self._moved = False
         """Whether the sets of the former layout were looked for (see :meth:`move_sets`)."""
         # (thread id, namespace) -> the last checkpoint this saver wrote there, the sets
@@ -608,7 +609,7 @@ class RedisThreadIndex:
 
     def _former(self, rest: bytes) -> bytes:
         """A set's key in the former layout (a hash slot per set): ``<prefix>:{tix:<rest>}``."""
-        return _utf8(self.prefix) + b":{tix:" + rest + b"}"
+        return self._former_head + rest + b"}"
 
     def move_sets(self) -> Plan[Command, int]:
         """Sets of the former layout moved into this one: looked for once per index (one
@@ -626,7 +627,7 @@ class RedisThreadIndex:
         [found] = yield Batch([("EXISTS", former_all)])
         moved = 0
         if found:
-            keys = yield Scan(_utf8(glob_escape(self.prefix)) + b":{tix:*}")
+            keys = yield Scan(_utf8(glob_escape(self.prefix) + ":{tix:*}"))
             for key in sorted(keys, key=lambda k: k == former_all):
                 yield from self._move_set(key)
                 moved += 1
@@ -635,7 +636,7 @@ class RedisThreadIndex:
         return moved
 
     def _move_set(self, former: bytes) -> Plan[Command, None]:
-        rest = former[len(self._former(b"")) - 1 : -1]
+        rest = former[len(self._former_head) : -1]
         key = self._name(rest.decode("utf-8", "surrogatepass"))
         # the longer life of the two wins (no expiry is the longest); read before copying,
         # as the copy creates the set when writes have not yet
