@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Sequence
 
 from ._plan import Plan
-from ._postgres import Query, Rows
+from ._postgres import Query, Rows, script
 from .errors import SetupRequiredError
 
 
@@ -28,26 +28,40 @@ def migrate(
     table: str,
     lock_id: int,
     migrations: Sequence[Sequence[str]],
-) -> Plan[Query, None]:
+    fresh: Sequence[str] = (),
+) -> Plan[Query, bool]:
     """Apply the migrations not yet recorded in ``quoted_schema.table``, in order.
 
     ``migrations[v]`` is version ``v``: single statements with ``{s}`` standing for the
-    quoted schema. ``quoted_schema`` must already be checked and quoted; ``table`` is a
-    constant of the caller.
+    quoted schema. ``fresh``, if given, is the layout of the last version, ready to run:
+    a database with no version recorded gets it directly (and every version recorded),
+    which the plan's result says. ``quoted_schema`` must already be checked and quoted;
+    ``table`` is a constant of the caller.
     """
-    yield Query("SELECT pg_advisory_xact_lock(%s)", (lock_id,))
-    yield Query(f"CREATE SCHEMA IF NOT EXISTS {quoted_schema}")
-    yield Query(
-        f"CREATE TABLE IF NOT EXISTS {quoted_schema}.{table} "
-        "(v integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+    rows: Rows = yield script(
+        (
+            f"SELECT pg_advisory_xact_lock({int(lock_id)})",
+            f"CREATE SCHEMA IF NOT EXISTS {quoted_schema}",
+            f"CREATE TABLE IF NOT EXISTS {quoted_schema}.{table} "
+            "(v integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())",
+            f"SELECT coalesce(max(v), -1) FROM {quoted_schema}.{table}",
+        ),
+        fetch=True,
     )
-    rows: Rows = yield Query(
-        f"SELECT coalesce(max(v), -1) FROM {quoted_schema}.{table}", fetch=True
+    pending = range(rows[0][0] + 1, len(migrations))
+    created = bool(fresh) and pending.start == 0
+    statements = (
+        fresh if created else [s.format(s=quoted_schema) for v in pending for s in migrations[v]]
     )
-    for version in range(rows[0][0] + 1, len(migrations)):
-        for statement in migrations[version]:
-            yield Query(statement.format(s=quoted_schema))
-        yield Query(f"INSERT INTO {quoted_schema}.{table} (v) VALUES (%s)", (version,))
+    if pending:  # all of them in one round trip, still in the plan's one transaction
+        yield script(
+            [
+                *statements,
+                f"INSERT INTO {quoted_schema}.{table} (v) "
+                f"SELECT generate_series({pending.start}, {pending.stop - 1})",
+            ]
+        )
+    return created
 
 
 class SchemaVersion:

@@ -58,6 +58,17 @@ class Query:
     params: Sequence[Any] | dict[str, Any] | None = None
     fetch: bool = False
     standalone: bool = False
+    script: tuple[str, ...] = ()
+    """The statements of a :func:`script` (``sql`` is them joined)."""
+
+
+def script(statements: Sequence[str], *, fetch: bool = False) -> Query:
+    """Parameterless statements sent as one command, in one round trip (the simple query
+    protocol, never prepared), instead of one round trip each: ``setup()`` on a fresh
+    database sends dozens of DDL statements, and their round trips were most of its time.
+    ``fetch``: the last statement's rows come back. Pipeline mode has no simple protocol;
+    there they are pipelined one by one."""
+    return Query(";\n".join(statements), fetch=fetch, script=tuple(statements))
 
 
 # Comments, quoted literals and identifiers, dollar-quoted bodies: kept as they are.
@@ -83,13 +94,33 @@ def compact_sql(sql: str) -> str:
 
 
 def _execute(cur: Cursor[TupleRow], query: Query) -> Rows | None:
+    if query.script:  # a text cursor: binary results need the extended protocol
+        with cur.connection.cursor(row_factory=tuple_row) as text:
+            text.execute(query.sql, prepare=False)
+            while text.nextset():  # the last statement's rows
+                pass
+            return text.fetchall() if query.fetch else None
     cur.execute(compact_sql(query.sql), query.params)
     return cur.fetchall() if query.fetch else None
 
 
 async def _aexecute(cur: AsyncCursor[TupleRow], query: Query) -> Rows | None:
+    if query.script:
+        async with cur.connection.cursor(row_factory=tuple_row) as text:
+            await text.execute(query.sql, prepare=False)
+            while text.nextset():
+                pass
+            return await text.fetchall() if query.fetch else None
     await cur.execute(compact_sql(query.sql), query.params)
     return await cur.fetchall() if query.fetch else None
+
+
+def _pipelined(query: Query) -> Sequence[Query]:
+    """What pipeline mode sends for ``query``: a script's statements one by one."""
+    if not query.script:
+        return (query,)
+    *first, last = query.script
+    return [*(Query(one) for one in first), Query(last, fetch=query.fetch)]
 
 
 DEFAULT_PREPARE_THRESHOLD = 0
@@ -348,8 +379,11 @@ class PgRunner:
                     stack.enter_context(conn.transaction())
                     in_transaction = True
                 if self.pipeline:  # a cursor per statement (see the module docstring)
-                    own = stack.enter_context(conn.cursor(row_factory=tuple_row, binary=True))
-                    return _execute(own, query)
+                    rows: Rows | None = None
+                    for one in _pipelined(query):
+                        own = stack.enter_context(conn.cursor(row_factory=tuple_row, binary=True))
+                        rows = _execute(own, one)
+                    return rows
                 return _execute(cur, query)
 
             return drive(plan, execute)
@@ -409,8 +443,11 @@ class AsyncPgRunner:
                     await stack.enter_async_context(conn.transaction())
                     in_transaction = True
                 if self.pipeline:  # a cursor per statement (see the module docstring)
-                    own = conn.cursor(row_factory=tuple_row, binary=True)
-                    return await _aexecute(await stack.enter_async_context(own), query)
+                    rows: Rows | None = None
+                    for one in _pipelined(query):
+                        own = conn.cursor(row_factory=tuple_row, binary=True)
+                        rows = await _aexecute(await stack.enter_async_context(own), one)
+                    return rows
                 return await _aexecute(cur, query)
 
             return await adrive(plan, execute)

@@ -2046,6 +2046,64 @@ async def test_migrations_from_the_first_layout_keep_what_was_stored(
     assert table_counts(admin, schema)["lgmp_task_writes"] == len(rows)
 
 
+def _layout(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every catalog entry of the schema that setup() makes, with the schema's name out."""
+    queries = {
+        "columns": """SELECT table_name, ordinal_position, column_name, data_type,
+                is_nullable, column_default, is_generated, generation_expression
+            FROM information_schema.columns WHERE table_schema = %(s)s""",
+        "indexes": "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %(s)s",
+        "constraints": """SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)
+            FROM pg_constraint WHERE connamespace = %(s)s::regnamespace""",
+        "triggers": """SELECT tgname, pg_get_triggerdef(t.oid) FROM pg_trigger t
+            JOIN pg_class c ON c.oid = t.tgrelid
+            WHERE c.relnamespace = %(s)s::regnamespace AND NOT t.tgisinternal""",
+        "functions": """SELECT proname, prosrc FROM pg_proc
+            WHERE pronamespace = %(s)s::regnamespace""",
+        "versions": "SELECT v FROM {}.lgmp_checkpoint_migrations",
+    }
+    quoted = sql.Identifier(schema).as_string(conn)
+    out = {}
+    for name, query in queries.items():
+        rows = conn.execute(query.replace("{}", quoted), {"s": schema}).fetchall()
+        out[name] = sorted(
+            tuple(str(v).replace(quoted, "S").replace(schema, "S") for v in row) for row in rows
+        )
+    return out
+
+
+async def test_a_fresh_database_gets_the_layout_the_migrations_build(
+    open_saver: Any, pg_url: str, admin: Any
+) -> None:
+    """setup() on a database with no tables creates the last version's layout directly
+    (schema.FRESH and the thread index's fresh()); a database at version 0 replays every
+    migration. Both must end the same, catalog entry by catalog entry, or FRESH drifted
+    from the migrations."""
+    fresh, replayed = _new_schema_name(), _new_schema_name()
+    try:
+        async with open_saver(fresh) as ops:
+            await put_chain(ops, "t", 1)  # the layout works, not only exists
+        q = sql.Identifier(replayed)
+        admin.execute(sql.SQL("CREATE SCHEMA {}").format(q))
+        for statement in MIGRATIONS[0]:
+            admin.execute(sql.SQL(statement.format(s="{}")).format(q))
+        admin.execute(
+            sql.SQL(
+                "CREATE TABLE {}.lgmp_checkpoint_migrations (v integer PRIMARY KEY,"
+                " applied_at timestamptz NOT NULL DEFAULT now()); "
+                "INSERT INTO {}.lgmp_checkpoint_migrations (v) VALUES (0)"
+            ).format(q, q)
+        )
+        async with open_saver(replayed) as ops:
+            await put_chain(ops, "t", 1)
+        assert _layout(admin, fresh) == _layout(admin, replayed)
+        versions = _layout(admin, fresh)["versions"]
+        latest = len(pg_plans.CHECKPOINT_MIGRATIONS)
+        assert sorted(int(v) for (v,) in versions) == list(range(latest))
+    finally:
+        _drop_schemas(pg_url, fresh, replayed)
+
+
 def test_setup_inside_the_callers_transaction(
     pg_url: str, new_schema_name: str, admin: Any
 ) -> None:

@@ -145,8 +145,12 @@ def _print_plan(db: admin._Sql, plan: Any) -> None:
         while True:
             query = plan.send(answer)
             answer = None
-            text = query.sql.strip()
-            if getattr(query, "fetch", False):
+            fetch = getattr(query, "fetch", False)
+            statements = getattr(query, "script", ()) or (query.sql,)
+            for statement in statements[:-1]:  # a script's: none has parameters
+                print(f"{_dedent(statement.strip())};")
+            text = statements[-1].strip()
+            if fetch:  # a script's read is its last statement
                 try:
                     answer = db.rows(text, tuple(query.params or ()))
                 except Exception:  # its bookkeeping table does not exist yet

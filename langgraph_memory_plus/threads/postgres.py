@@ -31,7 +31,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from .._plan import Plan
-from .._postgres import Query, Rows
+from .._postgres import Query, Rows, script
 from ..checkpoint.config import thread_key
 from .core import (
     RecordInput,
@@ -47,24 +47,20 @@ from .core import (
 TABLE = "lgmp_thread_index"
 TRANSCRIPTS = "lgmp_transcripts"
 
-MIGRATION: tuple[str, ...] = (
-    f"""
-    CREATE TABLE IF NOT EXISTS {{s}}.{TABLE} (
+_INDEX_COLUMNS = """
         thread_key bytea PRIMARY KEY,
         thread_id bytea NOT NULL,
         created_at timestamptz NOT NULL DEFAULT now(),
         updated_at timestamptz NOT NULL DEFAULT now(),
         latest_id text,
-        metadata jsonb NOT NULL DEFAULT '{{{{}}}}',
+        metadata jsonb NOT NULL DEFAULT '{{}}',
         status text NOT NULL DEFAULT 'idle',
-        interrupts jsonb NOT NULL DEFAULT '{{{{}}}}',
+        interrupts jsonb NOT NULL DEFAULT '{{}}',
         title text,
         checkpoints bigint NOT NULL DEFAULT 0,
-        bytes bigint NOT NULL DEFAULT 0
-    )
-    """,
-    f"CREATE INDEX IF NOT EXISTS {TABLE}_updated_idx ON {{s}}.{TABLE} (updated_at)",
-    # Transcripts (see ..transcripts): one row per message, never deleted with the thread.
+        bytes bigint NOT NULL DEFAULT 0"""
+# Transcripts (see ..transcripts): one row per message, never deleted with the thread.
+_TRANSCRIPTS = (
     f"""
     CREATE TABLE IF NOT EXISTS {{s}}.{TRANSCRIPTS} (
         thread_key bytea NOT NULL,
@@ -81,6 +77,12 @@ MIGRATION: tuple[str, ...] = (
     f"CREATE INDEX IF NOT EXISTS {TRANSCRIPTS}_seq_idx ON {{s}}.{TRANSCRIPTS} (thread_key, seq)",
     f"""CREATE INDEX IF NOT EXISTS {TRANSCRIPTS}_expires_idx ON {{s}}.{TRANSCRIPTS} (expires_at)
         WHERE expires_at IS NOT NULL""",
+)
+
+MIGRATION: tuple[str, ...] = (
+    f"CREATE TABLE IF NOT EXISTS {{s}}.{TABLE} ({_INDEX_COLUMNS})",
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_updated_idx ON {{s}}.{TABLE} (updated_at)",
+    *_TRANSCRIPTS,
     # Threads written before this migration: metadata and counts now, status with their
     # next write (their pending writes are packed records SQL cannot read).
     f"""
@@ -97,22 +99,8 @@ MIGRATION: tuple[str, ...] = (
     """,
 )
 
-STATUS_MIGRATION: tuple[str, ...] = (
-    # "Which threads wait for a human": search(status=...) reads this index in order,
-    # O(log n + k), instead of every thread's row (the approvals queue's first page).
-    f"""CREATE INDEX IF NOT EXISTS {TABLE}_status_idx
-        ON {{s}}.{TABLE} (status, updated_at, thread_key)""",
-)
-
-EXPIRY_MIGRATION: tuple[str, ...] = (
-    # The thread's expiry copied into its row (as on SQLite): a search or a count then
-    # reads the index alone (an index-only scan), with no lgmp_threads lookup per entry
-    # it counts, skips or returns. '-infinity': a tombstone (the row goes with it anyway).
-    f"ALTER TABLE {{s}}.{TABLE} ADD COLUMN IF NOT EXISTS expires_at timestamptz",
-    f"""UPDATE {{s}}.{TABLE} i SET expires_at = CASE WHEN t.thread_id IS NULL
-            THEN '-infinity' ELSE t.expires_at END
-        FROM {{s}}.lgmp_threads t WHERE t.thread_key = i.thread_key
-            AND (t.expires_at IS NOT NULL OR t.thread_id IS NULL)""",
+# The expiry trigger and the covering indexes, shared by EXPIRY_MIGRATION and FRESH.
+_EXPIRY_TRIGGERS = (
     f"""
     CREATE OR REPLACE FUNCTION {{s}}.{TABLE}_expiry() RETURNS trigger
     LANGUAGE plpgsql AS $$
@@ -133,14 +121,45 @@ EXPIRY_MIGRATION: tuple[str, ...] = (
         WHEN (OLD.expires_at IS DISTINCT FROM NEW.expires_at
             OR (OLD.thread_id IS NULL) <> (NEW.thread_id IS NULL))
         EXECUTE FUNCTION {{s}}.{TABLE}_expiry()""",
+)
+_STATUS_COVER = f"""CREATE INDEX IF NOT EXISTS {TABLE}_status_cover_idx
+    ON {{s}}.{TABLE} (status, updated_at, thread_key) INCLUDE (expires_at)"""
+_UPDATED_COVER = f"""CREATE INDEX IF NOT EXISTS {TABLE}_updated_cover_idx
+    ON {{s}}.{TABLE} (updated_at, thread_key) INCLUDE (expires_at)"""
+
+STATUS_MIGRATION: tuple[str, ...] = (
+    # "Which threads wait for a human": search(status=...) reads this index in order,
+    # O(log n + k), instead of every thread's row (the approvals queue's first page).
+    f"""CREATE INDEX IF NOT EXISTS {TABLE}_status_idx
+        ON {{s}}.{TABLE} (status, updated_at, thread_key)""",
+)
+
+EXPIRY_MIGRATION: tuple[str, ...] = (
+    # The thread's expiry copied into its row (as on SQLite): a search or a count then
+    # reads the index alone (an index-only scan), with no lgmp_threads lookup per entry
+    # it counts, skips or returns. '-infinity': a tombstone (the row goes with it anyway).
+    f"ALTER TABLE {{s}}.{TABLE} ADD COLUMN IF NOT EXISTS expires_at timestamptz",
+    f"""UPDATE {{s}}.{TABLE} i SET expires_at = CASE WHEN t.thread_id IS NULL
+            THEN '-infinity' ELSE t.expires_at END
+        FROM {{s}}.lgmp_threads t WHERE t.thread_key = i.thread_key
+            AND (t.expires_at IS NOT NULL OR t.thread_id IS NULL)""",
+    *_EXPIRY_TRIGGERS,
     # Both listing indexes cover the visibility test (expires_at), for index-only scans.
     f"DROP INDEX IF EXISTS {{s}}.{TABLE}_status_idx",
-    f"""CREATE INDEX IF NOT EXISTS {TABLE}_status_cover_idx
-        ON {{s}}.{TABLE} (status, updated_at, thread_key) INCLUDE (expires_at)""",
+    _STATUS_COVER,
     f"DROP INDEX IF EXISTS {{s}}.{TABLE}_updated_idx",
-    f"""CREATE INDEX IF NOT EXISTS {TABLE}_updated_cover_idx
-        ON {{s}}.{TABLE} (updated_at, thread_key) INCLUDE (expires_at)""",
+    _UPDATED_COVER,
 )
+
+FRESH: tuple[str, ...] = (
+    f"CREATE TABLE IF NOT EXISTS {{s}}.{TABLE} ({_INDEX_COLUMNS}, expires_at timestamptz)",
+    *_EXPIRY_TRIGGERS,
+    _STATUS_COVER,
+    _UPDATED_COVER,
+    *_TRANSCRIPTS,
+)
+"""The index and transcript tables as the three migrations above leave them, for a
+database that has none (see ``checkpoint.postgres.schema.FRESH``)."""
 
 LISTED = "(i.expires_at IS NULL OR i.expires_at > now())"
 """Visible, from the index row alone (a deleted thread has no row)."""
@@ -293,21 +312,45 @@ class PostgresThreadIndex:
         wait for a human), both covering the visibility test, so a search or count by
         the key is an index-only scan. Adding the column rewrites the table once (when a
         key is first configured); the expression indexes of earlier releases go."""
+        statements: list[str] = []
         for key in self.index_keys:
-            col = key_column(key)
-            yield Query(
-                f"ALTER TABLE {self._ix} ADD COLUMN IF NOT EXISTS {col} jsonb "
-                f"GENERATED ALWAYS AS (metadata -> '{key}') STORED"
+            statements.append(
+                f"ALTER TABLE {self._ix} ADD COLUMN IF NOT EXISTS {self._generated(key)}"
             )
-            for name, columns in (
-                (key, "updated_at, thread_key"),
-                (key + STATUS, "status, updated_at, thread_key"),
-            ):
-                yield Query(f"DROP INDEX IF EXISTS {self._s}.{_index_name(name)}")
-                yield Query(
-                    f"CREATE INDEX IF NOT EXISTS {_cover_name(name)} ON {self._ix} "
-                    f"({col}, {columns}) INCLUDE (expires_at)"
-                )
+            for name, columns in self._key_indexes(key):
+                statements.append(f"DROP INDEX IF EXISTS {self._s}.{_index_name(name)}")
+                statements.append(self._key_index(key, name, columns))
+        if statements:
+            yield script(statements)
+
+    def fresh(self) -> list[str]:
+        """What :meth:`setup` and the migrations leave, for a database with no tables:
+        the index table created with its key columns (adding them later rewrites it)."""
+        create, *rest = (statement.format(s=self._s) for statement in FRESH)
+        keys = "".join(f", {self._generated(key)}" for key in self.index_keys)
+        return [
+            create[: create.rindex(")")] + keys + ")",
+            *rest,
+            *(
+                self._key_index(key, name, columns)
+                for key in self.index_keys
+                for name, columns in self._key_indexes(key)
+            ),
+        ]
+
+    @staticmethod
+    def _generated(key: str) -> str:
+        return f"{key_column(key)} jsonb GENERATED ALWAYS AS (metadata -> '{key}') STORED"
+
+    @staticmethod
+    def _key_indexes(key: str) -> tuple[tuple[str, str], ...]:
+        return ((key, "updated_at, thread_key"), (key + STATUS, "status, updated_at, thread_key"))
+
+    def _key_index(self, key: str, name: str, columns: str) -> str:
+        return (
+            f"CREATE INDEX IF NOT EXISTS {_cover_name(name)} ON {self._ix} "
+            f"({key_column(key)}, {columns}) INCLUDE (expires_at)"
+        )
 
     # -- what the writes add to their statements ------------------------------------------
 

@@ -40,7 +40,7 @@ from ..codec import (
 )
 from ..config import ListQuery, SaverSettings, Target, deletion_id, thread_key
 from ..lists import LIST_TYPE, ListRequest
-from .schema import MIGRATIONS, quote_schema
+from .schema import FRESH, MIGRATIONS, quote_schema
 
 logger = logging.getLogger("langgraph_memory_plus.checkpoint.postgres")
 
@@ -210,13 +210,15 @@ class PostgresCheckpointPlans:
         return self.version.migrating(self._setup())
 
     def _setup(self) -> Plan[Query, None]:
-        yield from migrate(
+        created = yield from migrate(
             self._s,
             "lgmp_checkpoint_migrations",
             advisory_lock_id("checkpoint", self.schema),
             CHECKPOINT_MIGRATIONS,
+            [*(statement.format(s=self._s) for statement in FRESH), *self.threads.fresh()],
         )
-        yield from self.threads.setup()
+        if not created:
+            yield from self.threads.setup()
 
     # -- reads ------------------------------------------------------------------------
 

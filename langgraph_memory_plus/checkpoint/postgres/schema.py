@@ -34,11 +34,8 @@ from ...errors import InvalidConfigError
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
-# Position in this list is the migration's version; append only. Each migration is a
-# sequence of single statements (the driver sends them with the extended protocol).
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    (
-        """
+# The statements that outlive their migration, shared with FRESH.
+_THREADS = """
         CREATE TABLE IF NOT EXISTS {s}.lgmp_threads (
             thread_key bytea PRIMARY KEY,
             thread_id bytea,
@@ -46,16 +43,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             live_after text,
             deleted_at timestamptz
         )
-        """,
         """
+_THREADS_EXPIRES_AT = """
         CREATE INDEX IF NOT EXISTS lgmp_threads_expires_at_idx
             ON {s}.lgmp_threads (expires_at) WHERE expires_at IS NOT NULL
-        """,
         """
+_THREADS_TOMBSTONE = """
         CREATE INDEX IF NOT EXISTS lgmp_threads_tombstone_idx
             ON {s}.lgmp_threads (deleted_at) WHERE thread_id IS NULL
-        """,
         """
+_CHECKPOINTS = """
         CREATE TABLE IF NOT EXISTS {s}.lgmp_checkpoints (
             thread_key bytea NOT NULL,
             checkpoint_ns text NOT NULL,
@@ -72,12 +69,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             replay_only boolean NOT NULL DEFAULT false,
             PRIMARY KEY (thread_key, checkpoint_ns, checkpoint_id)
         )
-        """,
         """
+_CHECKPOINTS_RUN_ID = """
         CREATE INDEX IF NOT EXISTS lgmp_checkpoints_run_id_idx
             ON {s}.lgmp_checkpoints (run_id) WHERE run_id IS NOT NULL
-        """,
         """
+_BLOBS = """
         CREATE TABLE IF NOT EXISTS {s}.lgmp_blobs (
             thread_key bytea NOT NULL,
             checkpoint_ns text NOT NULL,
@@ -87,7 +84,39 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             blob bytea,
             PRIMARY KEY (thread_key, checkpoint_ns, channel, version)
         )
-        """,
+        """
+_ITEMS = """
+        CREATE TABLE IF NOT EXISTS {s}.lgmp_items (
+            thread_key bytea NOT NULL,
+            checkpoint_ns text NOT NULL,
+            item_id bytea NOT NULL,
+            type text NOT NULL,
+            data bytea NOT NULL,
+            PRIMARY KEY (thread_key, checkpoint_ns, item_id)
+        )
+        """
+_TASK_WRITES = """
+        CREATE TABLE IF NOT EXISTS {s}.lgmp_task_writes (
+            thread_key bytea NOT NULL,
+            checkpoint_ns text NOT NULL,
+            checkpoint_id text NOT NULL,
+            task_id text NOT NULL,
+            task_path text NOT NULL,
+            writes bytea NOT NULL,
+            PRIMARY KEY (thread_key, checkpoint_ns, checkpoint_id, task_id)
+        )
+        """
+
+# Position in this list is the migration's version; append only. Each migration is a
+# sequence of parameterless statements (``setup()`` sends the pending ones as one script).
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        _THREADS,
+        _THREADS_EXPIRES_AT,
+        _THREADS_TOMBSTONE,
+        _CHECKPOINTS,
+        _CHECKPOINTS_RUN_ID,
+        _BLOBS,
         """
         CREATE TABLE IF NOT EXISTS {s}.lgmp_writes (
             thread_key bytea NOT NULL,
@@ -104,16 +133,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
     ),
     (
-        """
-        CREATE TABLE IF NOT EXISTS {s}.lgmp_items (
-            thread_key bytea NOT NULL,
-            checkpoint_ns text NOT NULL,
-            item_id bytea NOT NULL,
-            type text NOT NULL,
-            data bytea NOT NULL,
-            PRIMARY KEY (thread_key, checkpoint_ns, item_id)
-        )
-        """,
+        _ITEMS,
         """
         CREATE TABLE IF NOT EXISTS {s}.lgmp_nodes (
             thread_key bytea NOT NULL,
@@ -125,17 +145,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
     ),
     (
-        """
-        CREATE TABLE IF NOT EXISTS {s}.lgmp_task_writes (
-            thread_key bytea NOT NULL,
-            checkpoint_ns text NOT NULL,
-            checkpoint_id text NOT NULL,
-            task_id text NOT NULL,
-            task_path text NOT NULL,
-            writes bytea NOT NULL,
-            PRIMARY KEY (thread_key, checkpoint_ns, checkpoint_id, task_id)
-        )
-        """,
+        _TASK_WRITES,
         # Existing writes, packed as task_writes.pack does: four netstrings per write.
         """
         INSERT INTO {s}.lgmp_task_writes
@@ -164,6 +174,21 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "DROP TABLE {s}.lgmp_nodes",
     ),
 )
+
+FRESH: tuple[str, ...] = (
+    _THREADS,
+    _THREADS_EXPIRES_AT,
+    _THREADS_TOMBSTONE,
+    _CHECKPOINTS,
+    _CHECKPOINTS_RUN_ID,
+    _BLOBS,
+    _ITEMS,
+    _TASK_WRITES,
+)
+"""The tables as the last of ``MIGRATIONS`` leaves them, for a database that has none:
+``setup()`` on a fresh database creates them directly instead of replaying the history
+(tables created only to be migrated and dropped cost most of its time). A test compares
+the two layouts, catalog entry by catalog entry."""
 
 
 def quote_schema(schema: str) -> str:

@@ -320,12 +320,15 @@ class PostgresStorePlans:
         lock = advisory_lock_id("store", self.schema)
         yield from migrate(self._s, "lgmp_store_migrations", lock, MIGRATIONS)
         self._known = False
-        if self.vector_backend == "exact":
+        # A store with no index embeds nothing: pgvector is set up by one that has one
+        # (probing for it reads the server's extension files, a third of a fresh setup).
+        if self.vector_backend == "exact" or (self.dims is None and self.vector_backend == "auto"):
             return
         found, ready = yield from find(self._v)
         if found is None:
             why = yield from install()
-            found, ready = yield from find(self._v)
+            if why is None:
+                found, ready = yield from find(self._v)
             if found is None:
                 if self.vector_backend == "pgvector":
                     raise InvalidConfigError(
