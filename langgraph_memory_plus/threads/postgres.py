@@ -151,15 +151,9 @@ EXPIRY_MIGRATION: tuple[str, ...] = (
     _UPDATED_COVER,
 )
 
-FRESH: tuple[str, ...] = (
-    f"CREATE TABLE IF NOT EXISTS {{s}}.{TABLE} ({_INDEX_COLUMNS}, expires_at timestamptz)",
-    *_EXPIRY_TRIGGERS,
-    _STATUS_COVER,
-    _UPDATED_COVER,
-    *_TRANSCRIPTS,
-)
-"""The index and transcript tables as the three migrations above leave them, for a
-database that has none (see ``checkpoint.postgres.schema.FRESH``)."""
+_FRESH: tuple[str, ...] = (*_EXPIRY_TRIGGERS, _STATUS_COVER, _UPDATED_COVER, *_TRANSCRIPTS)
+"""What the three migrations above leave beside the index table itself, for a database
+that has none (see :meth:`PostgresThreadIndex.fresh`)."""
 
 LISTED = "(i.expires_at IS NULL OR i.expires_at > now())"
 """Visible, from the index row alone (a deleted thread has no row)."""
@@ -326,11 +320,11 @@ class PostgresThreadIndex:
     def fresh(self) -> list[str]:
         """What :meth:`setup` and the migrations leave, for a database with no tables:
         the index table created with its key columns (adding them later rewrites it)."""
-        create, *rest = (statement.format(s=self._s) for statement in FRESH)
-        keys = "".join(f", {self._generated(key)}" for key in self.index_keys)
+        columns = [_INDEX_COLUMNS.format(), "expires_at timestamptz"]
+        columns += [self._generated(key) for key in self.index_keys]
         return [
-            create[: create.rindex(")")] + keys + ")",
-            *rest,
+            f"CREATE TABLE IF NOT EXISTS {self._ix} ({', '.join(columns)})",
+            *(statement.format(s=self._s) for statement in _FRESH),
             *(
                 self._key_index(key, name, columns)
                 for key in self.index_keys
