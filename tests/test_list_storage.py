@@ -529,3 +529,34 @@ def test_reading_older_versions_keeps_the_latest_list_in_memory() -> None:
     for n, older in enumerate(lists[:4]):
         remember_stored(memory, key, older, f"oldest-{n}")
     assert memory.find(key, latest.ref) is None  # bounded: four versions per channel
+
+
+def test_a_put_advances_only_its_own_threads_views_and_eviction_forgets_them() -> None:
+    """``advance`` (every put) looks up the thread's own channels, not every thread the
+    memory holds; the lookup follows evictions and ``forget_lists`` exactly."""
+    from langgraph_memory_plus.checkpoint.lists import ListMemory, chunk_list, remember_stored
+
+    memory = ListMemory(max_lists=3)
+    dump = lambda v: ("str", v.encode())  # noqa: E731
+    stored = {}
+    for n in range(4):  # the first thread's channel is evicted by the fourth
+        tk = bytes([n]) * 16
+        for name in ("messages", "notes"):
+            chunked = chunk_list(tk, [f"{name} {n}", "x"], None, dump)
+            if n == 0 or name == "messages":
+                remember_stored(memory, (tk, "", name), chunked, "c1")
+                stored[(tk, name)] = chunked
+    first, last = bytes([0]) * 16, bytes([3]) * 16
+    assert memory.base((first, "", "messages"), ["messages 0", "x"], "c1") is None  # evicted
+    memory.advance(last, "", "c1", "c2", changed=())
+    memory.advance(last, "sub", "c2", "c3", changed=())  # another namespace: untouched
+    view = stored[(last, "messages")].view
+    assert view is not None and view.at == {"c1", "c2"}
+    assert memory.base((last, "", "messages"), ["messages 3", "x"], "c2") is view
+    memory.advance(last, "", "c2", "c4", changed={"messages"})  # changed: not carried
+    assert "c4" not in view.at
+    memory.forget_lists(last)
+    assert memory.base((last, "", "messages"), ["messages 3", "x"], "c2") is None
+    middle = bytes([2]) * 16
+    memory.advance(middle, "", "c1", "c5", changed=())  # still there, still advanced
+    assert stored[(middle, "messages")].view.at == {"c1", "c5"}

@@ -411,6 +411,9 @@ class ListMemory:
         self.max_items = max_items
         self._lock = threading.Lock()
         self._channels: OrderedDict[MemoKey, _Channel] = OrderedDict()
+        # The keys of ``_channels`` by thread: a put looks only at its own thread's
+        # channels, not at every thread's the memory holds (up to ``max_lists``).
+        self._by_thread: dict[bytes, set[MemoKey]] = {}
         self._items = 0  # items known over all channels
         # Objects tasks returned as updates (they hold a reference, so ids stay unique).
         self._written: dict[MemoKey, dict[int, Any]] = {}
@@ -442,9 +445,10 @@ class ListMemory:
         if parent_id is None:
             return
         with self._lock:
-            for (tk, ns, name), channel in self._channels.items():
-                if tk == thread_key and ns == checkpoint_ns and name not in changed:
-                    for view in channel.views:
+            for key in self._by_thread.get(thread_key, ()):
+                _, ns, name = key
+                if ns == checkpoint_ns and name not in changed:
+                    for view in self._channels[key].views:
                         if parent_id in view.at:
                             view.at.add(new_id)
 
@@ -489,6 +493,7 @@ class ListMemory:
             channel = self._channels.get(key)
             if channel is None:
                 channel = self._channels[key] = _Channel()
+                self._by_thread.setdefault(key[0], set()).add(key)
             raw = version.ref.encode()
             channel.versions[raw] = version
             channel.versions.move_to_end(raw)
@@ -517,6 +522,10 @@ class ListMemory:
         channel = self._channels.pop(key, None)
         if channel is not None:
             self._items -= len(channel.items)
+            keys = self._by_thread[key[0]]
+            keys.discard(key)
+            if not keys:
+                del self._by_thread[key[0]]
 
     # -- forgetting --------------------------------------------------------------------
 
@@ -528,7 +537,7 @@ class ListMemory:
     def forget_lists(self, thread_key: bytes) -> None:
         """Forget a thread's lists: their items may be deleted (retention, prune)."""
         with self._lock:
-            for key in [k for k in self._channels if k[0] == thread_key]:
+            for key in list(self._by_thread.get(thread_key, ())):
                 self._drop(key)
 
     def forget_thread(self, thread_key: bytes) -> None:
@@ -542,6 +551,7 @@ class ListMemory:
         """Forget every list (after deletes that may touch any thread)."""
         with self._lock:
             self._channels.clear()
+            self._by_thread.clear()
             self._items = 0
 
 
