@@ -223,6 +223,13 @@ def test_floor_counts_the_calls_and_bounds_from_its_parts(
         bound = 1000.0 / (out["runtime cpu ms/turn"] + 8 * per_call_ms)
         assert math.isclose(out[f"bound {backend} turns/s"], bound)
         assert math.isclose(out[f"bound {backend} vs official"], bound / out["official turns/s"])
+        assert math.isclose(out[f"bound {backend} of ceiling"], bound / out["ceiling turns/s"])
+        ours = out[f"ours {backend} turns/s"]
+        assert ours > 0 and math.isclose(
+            out[f"ours {backend} of ceiling"], ours / out["ceiling turns/s"]
+        )
+        spent = out[f"ours {backend} cpu ms/turn"] - out["runtime cpu ms/turn"]
+        assert math.isclose(out[f"ours {backend} storage cpu ms/turn"], spent)
     assert out["ceiling turns/s"] > 0 and out["official turns/s"] > 0
     assert "saver calls per turn" in capsys.readouterr().out
 
