@@ -199,8 +199,9 @@ class SqlitePool:
             check_same_thread=False,  # one plan at a time, possibly on a worker thread
         )
         try:
-            conn.execute("PRAGMA journal_mode=WAL")  # persistent; "memory" for :memory:
+            # synchronous first: on a new file, switching to WAL is a commit of its own.
             conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")  # a checked name
+            conn.execute("PRAGMA journal_mode=WAL")  # persistent; "memory" for :memory:
         except BaseException:
             conn.close()
             raise
@@ -357,19 +358,18 @@ class SqliteRunner:
             with self._lock:
                 yield self.conn, None
 
-    def _ensure_setup(self) -> None:
+    def _ensure_setup(self, explicit: Plan[Query, None] | None = None) -> None:
         """Run the component's migrations before its first plan, once per runner: an
         embedded database sets itself up, as LangGraph's ``SqliteSaver`` does (the check
-        is one read when the tables are current)."""
-        with self._setup_lock:
-            setup, self._setup = self._setup, None
-            if setup is None:
-                return
-            try:
-                self._run(setup())
-            except BaseException:
-                self._setup = setup  # the next call tries again
-                raise
+        is one read when the tables are current). ``explicit``: the plan of a ``setup()``
+        call, run instead of the automatic one, which it stands for (running both made a
+        first ``setup()`` migrate, then check the version again in a second transaction)."""
+        with self._setup_lock:  # other plans wait here until the tables are there
+            if explicit is not None:
+                self._run(explicit)
+            elif self._setup is not None:
+                self._run(self._setup())
+            self._setup = None  # not after a failure: the next call tries again
 
     def run(self, plan: Plan[Query, R]) -> R:
         try:
@@ -379,6 +379,10 @@ class SqliteRunner:
             plan.close()
             raise
         return self._run(plan)
+
+    def setup(self, plan: Plan[Query, None]) -> None:
+        """Run ``plan``, the component's ``setup()``, in place of the automatic setup."""
+        self._ensure_setup(plan)
 
     def _run(self, plan: Plan[Query, R]) -> R:
         try:
@@ -410,22 +414,44 @@ class SqliteRunner:
             plan.close()
 
 
-def migrate(table: str, migrations: Sequence[Sequence[str]]) -> Plan[Query, None]:
+def migrate(
+    table: str, migrations: Sequence[Sequence[str]], fresh: Sequence[str] = ()
+) -> Plan[Query, bool]:
     """Apply the migrations not yet recorded in ``table``, in order, in one transaction.
 
-    ``migrations[v]`` is version ``v``: a sequence of single statements. ``table`` is a
-    constant of the caller. WAL mode is switched on first (it is a property of the file).
+    ``migrations[v]`` is version ``v``: a sequence of single statements. ``fresh``, if
+    given, is the layout of the last version: a file without ``table`` gets it directly,
+    and every version recorded, instead of replaying each migration (fewer statements, no
+    backfill of rows a new file cannot have), which the plan's result says. A file whose
+    versions were deleted but whose ``table`` is there replays them all, so nothing it
+    holds is skipped. ``table`` is a constant of the caller. WAL mode is switched on first
+    (it is a property of the file).
     """
     yield Query("PRAGMA journal_mode=WAL", outside=True)
-    yield Query(
-        f"CREATE TABLE IF NOT EXISTS {table} (v INTEGER PRIMARY KEY, applied_at REAL NOT NULL)",
+    # A read that takes the write lock: no other setup() gets in until this one commits.
+    found: Rows = yield Query(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+        (table,),
+        fetch=True,
         write=True,
     )
-    rows: Rows = yield Query(f"SELECT coalesce(max(v), -1) FROM {table}", fetch=True)
-    for version in range(rows[0][0] + 1, len(migrations)):
-        for statement in migrations[version]:
-            yield Query(statement)
-        yield Query(f"INSERT INTO {table} (v, applied_at) VALUES (?, ?)", (version, time.time()))
+    start = 0
+    if found:
+        rows: Rows = yield Query(f"SELECT coalesce(max(v), -1) FROM {table}", fetch=True)
+        start = rows[0][0] + 1
+    else:
+        yield Query(f"CREATE TABLE {table} (v INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
+    pending = range(start, len(migrations))
+    created = bool(fresh) and not found
+    for statement in fresh if created else [s for v in pending for s in migrations[v]]:
+        yield Query(statement)
+    if pending:  # one statement for all of them
+        now = time.time()
+        yield Query(
+            f"INSERT INTO {table} (v, applied_at) VALUES {', '.join('(?, ?)' for _ in pending)}",
+            [value for version in pending for value in (version, now)],
+        )
+    return created
 
 
 # -- the SQLite half of every driver class --------------------------------------------------
@@ -492,6 +518,11 @@ class SqliteSyncDriver(_SqliteDriver):
     def _run(self, plan: Plan[Any, R]) -> R:
         return self._runner.run(plan)
 
+    def setup(self) -> None:
+        """Create or migrate the tables; safe to run repeatedly and concurrently. Done
+        before the first call anyway; called first, it is that setup, not one more."""
+        self._runner.setup(self._plans.setup())
+
     @classmethod
     @contextmanager
     def _open(
@@ -528,6 +559,10 @@ class SqliteAsyncDriver(_SqliteDriver):
 
     async def _arun(self, plan: Plan[Any, R]) -> R:
         return await asyncio.to_thread(self._runner.run, plan)
+
+    async def setup(self) -> None:
+        """Async :meth:`SqliteSyncDriver.setup`."""
+        await asyncio.to_thread(self._runner.setup, self._plans.setup())
 
     @classmethod
     @asynccontextmanager

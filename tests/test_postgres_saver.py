@@ -2046,8 +2046,11 @@ async def test_migrations_from_the_first_layout_keep_what_was_stored(
     assert table_counts(admin, schema)["lgmp_task_writes"] == len(rows)
 
 
-def _layout(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[tuple[Any, ...]]]:
-    """Every catalog entry of the schema that setup() makes, with the schema's name out."""
+def _layout(
+    conn: psycopg.Connection[Any], schema: str, versions: str = "lgmp_checkpoint_migrations"
+) -> dict[str, list[tuple[Any, ...]]]:
+    """Every catalog entry of the schema that setup() makes, with the schema's name out;
+    ``versions``: the bookkeeping table whose versions are listed too."""
     queries = {
         "columns": """SELECT table_name, ordinal_position, column_name, data_type,
                 is_nullable, column_default, is_generated, generation_expression
@@ -2060,7 +2063,7 @@ def _layout(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[tuple[
             WHERE c.relnamespace = %(s)s::regnamespace AND NOT t.tgisinternal""",
         "functions": """SELECT proname, prosrc FROM pg_proc
             WHERE pronamespace = %(s)s::regnamespace""",
-        "versions": "SELECT v FROM {}.lgmp_checkpoint_migrations",
+        "versions": f"SELECT v FROM {{}}.{versions}",
     }
     quoted = sql.Identifier(schema).as_string(conn)
     out = {}

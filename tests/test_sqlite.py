@@ -94,6 +94,7 @@ from langgraph_memory_plus.checkpoint.sqlite import AsyncSqliteSaver, SqlitePool
 from langgraph_memory_plus.errors import ConflictError, InvalidConfigError
 from langgraph_memory_plus.store.sqlite import AsyncSqliteStore, SqliteStore
 from langgraph_memory_plus.store.values import escape_text
+from langgraph_memory_plus.threads.sqlite import key_column
 
 WAIT_SECONDS = 60.0  # upper bound of every wait; a healthy run never gets near it
 SAVER_TABLES = ("threads", "checkpoints", "blobs", "writes", "items", "nodes")
@@ -216,6 +217,89 @@ def test_setup_puts_the_file_in_wal_mode_and_is_idempotent(tmp_path: Path) -> No
     assert query(path, "SELECT v FROM lgmp_checkpoint_migrations") == [(0,), (1,), (2,)]
     assert query(path, "SELECT v FROM lgmp_store_migrations") == [(0,), (1,), (2,)]
     assert query(path, "SELECT count(*) FROM lgmp_store") == [(1,)]
+
+
+def _layout(path: Path) -> dict[str, Any]:
+    """Every schema entry of the file as SQLite describes it: each table's columns, rowid
+    kind and indexes (with their columns), the SQL of indexes and triggers (whitespace
+    aside), triggers in creation order (which is the order they fire in), the versions."""
+    with closing(sqlite3.connect(path)) as conn:
+        out: dict[str, Any] = {"triggers": []}
+        entries = conn.execute("SELECT type, name, sql FROM sqlite_master ORDER BY rowid")
+        for kind, name, sql in entries.fetchall():
+            text = " ".join((sql or "").split())
+            if kind == "trigger":
+                out["triggers"].append((name, text))
+            elif kind == "index":
+                out[f"index {name}"] = text
+            elif kind == "table":
+                indexes = conn.execute(f"PRAGMA index_list('{name}')").fetchall()
+                out[f"table {name}"] = {
+                    "columns": conn.execute(f"PRAGMA table_xinfo('{name}')").fetchall(),
+                    "without rowid": text.upper().endswith("WITHOUT ROWID"),
+                    "indexes": sorted(
+                        (idx[1:], conn.execute(f"PRAGMA index_xinfo('{idx[1]}')").fetchall())
+                        for idx in indexes
+                    ),
+                }
+        for table in ("lgmp_checkpoint_migrations", "lgmp_store_migrations"):
+            out[table] = conn.execute(f"SELECT v FROM {table} ORDER BY v").fetchall()
+        return out
+
+
+def test_a_new_file_gets_the_layout_the_migrations_build(tmp_path: Path) -> None:
+    """setup() on a new file creates the last version's layout directly (the checkpoint
+    tables, the thread index's ``fresh()`` with its key columns, the store's ``FRESH``);
+    a file whose bookkeeping tables hold no version replays every migration from
+    version 0, and the thread index's setup after them. Both must end the same, entry by
+    entry, or the fresh layout drifted from the migrations."""
+    options = {"thread_index_keys": ["user_id", "team"]}
+    fresh, replayed = tmp_path / "fresh.db", tmp_path / "replayed.db"
+    with closing(sqlite3.connect(replayed)) as conn, conn:
+        for table in ("lgmp_checkpoint_migrations", "lgmp_store_migrations"):
+            conn.execute(f"CREATE TABLE {table} (v INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
+    for path in (fresh, replayed):
+        with (
+            SqliteSaver.from_conn_string(path, **options) as saver,
+            SqliteStore.from_conn_string(path) as store,
+        ):
+            saver.setup()
+            store.setup()
+            asyncio.run(put_chain(Ops(saver, False), "t", 2))  # the layout works, not only exists
+            store.put(("u",), "k", {"kind": "fact"})
+            assert [item.key for item in store.search(("u",), filter={"kind": "fact"})] == ["k"]
+    assert _layout(fresh) == _layout(replayed)
+    layout = _layout(fresh)
+    assert layout["lgmp_checkpoint_migrations"] == [(0,), (1,), (2,)]
+    assert layout["lgmp_store_migrations"] == [(0,), (1,), (2,)]
+    columns = [c[1] for c in layout["table lgmp_thread_index"]["columns"]]
+    assert columns[-2:] == [key_column("user_id"), key_column("team")]
+
+
+def test_a_first_setup_migrates_once_and_the_first_call_checks_nothing(tmp_path: Path) -> None:
+    """setup() before any other call is the setup the saver runs by itself before its
+    first call, not one more (it used to migrate, then read the versions again in a
+    second transaction); a later setup() checks again; calls after it check nothing."""
+    seen: list[str] = []
+    conn = sqlite3.connect(tmp_path / "once.db", check_same_thread=False)
+    conn.set_trace_callback(seen.append)
+
+    def checks() -> int:
+        found = sum("FROM sqlite_master WHERE type = 'table'" in s for s in seen)
+        seen.clear()
+        return found
+
+    try:
+        saver, store = SqliteSaver(conn), SqliteStore(conn)
+        saver.setup()
+        store.setup()
+        assert checks() == 2
+        assert saver.get_tuple(cfg("t")) is None and store.get(("u",), "k") is None
+        assert checks() == 0
+        saver.setup()
+        assert checks() == 1
+    finally:
+        conn.close()
 
 
 def test_a_read_looks_up_each_blob_by_its_key(tmp_path: Path) -> None:

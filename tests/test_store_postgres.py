@@ -46,6 +46,7 @@ from langgraph_memory_plus.store import (
     PostgresStore,
     VersionedItem,
 )
+from langgraph_memory_plus.store.postgres.schema import MIGRATIONS
 from langgraph_memory_plus.store.vectors import cosine, norm
 
 pytestmark = pytest.mark.storage
@@ -180,6 +181,58 @@ def blocked_by(conn: psycopg.Connection[Any], locker_pid: int) -> list[int]:
 # --------------------------------------------------------------------------------------------
 # Basic behaviour, compared with InMemoryStore
 # --------------------------------------------------------------------------------------------
+
+
+def test_a_new_database_gets_the_layout_the_migrations_build(
+    pg_url: str, admin: psycopg.Connection[Any]
+) -> None:
+    """setup() on a schema with no tables creates ``schema.FRESH`` directly, and
+    ``lgmp_store_vectors`` only for a store with an index; a schema at version 0 replays
+    the rest. With an index both end the same, catalog entry by catalog entry. A store
+    without one works without the vectors table, and a store with one set up later on
+    that schema creates it: the same layout again."""
+    from psycopg import sql
+    from test_postgres_saver import _layout
+
+    fresh, replayed, plain = (f"store_{uuid.uuid4().hex[:12]}" for _ in range(3))
+    options: dict[str, Any] = {"index": INDEX, "vector_backend": "exact"}
+
+    def use(schema: str, **more: Any) -> None:
+        with PostgresStore.from_conn_string(pg_url, schema=schema, **more) as store:
+            store.setup()
+            store.put(("u",), "k", {"text": "hello", "kind": "fact"})
+            assert keys(store.search(("u",), filter={"kind": "fact"})) == ["k"]
+            store.delete(("u",), "k")
+
+    def vectors(schema: str) -> Any:
+        found = admin.execute("SELECT to_regclass(%s)", (f'"{schema}".lgmp_store_vectors',))
+        return found.fetchone()[0]  # type: ignore[index]
+
+    try:
+        use(fresh, **options)
+        q = sql.Identifier(replayed)
+        admin.execute(sql.SQL("CREATE SCHEMA {}").format(q))
+        for statement in MIGRATIONS[0]:
+            admin.execute(statement.format(s=q.as_string(admin)))
+        admin.execute(
+            sql.SQL(
+                "CREATE TABLE {}.lgmp_store_migrations (v integer PRIMARY KEY,"
+                " applied_at timestamptz NOT NULL DEFAULT now()); "
+                "INSERT INTO {}.lgmp_store_migrations (v) VALUES (0)"
+            ).format(q, q)
+        )
+        use(replayed, **options)
+        layout = _layout(admin, fresh, "lgmp_store_migrations")
+        assert layout == _layout(admin, replayed, "lgmp_store_migrations")
+        assert sorted(int(v) for (v,) in layout["versions"]) == list(range(len(MIGRATIONS)))
+        use(plain)
+        assert vectors(plain) is None
+        use(plain, **options)
+        assert vectors(plain) is not None
+        assert _layout(admin, plain, "lgmp_store_migrations") == layout
+    finally:
+        for name in (fresh, replayed, plain):
+            admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
 async def test_put_get_update_delete_like_in_memory(open_store: OpenStore) -> None:

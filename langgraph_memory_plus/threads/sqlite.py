@@ -47,23 +47,21 @@ VISIBLE = "t.thread_id IS NOT NULL AND (t.expires_at IS NULL OR t.expires_at > :
 LISTED = "(i.expires_at IS NULL OR i.expires_at > :now)"
 """Visible, from the index row alone (deleted threads have no row)."""
 
-MIGRATION: tuple[str, ...] = (
-    f"""
-    CREATE TABLE IF NOT EXISTS {TABLE} (
+_INDEX_COLUMNS = """
         thread_key BLOB PRIMARY KEY,
         thread_id BLOB NOT NULL,
         created_at REAL NOT NULL,
         updated_at REAL NOT NULL,
         latest_id TEXT,
-        metadata TEXT NOT NULL DEFAULT '{{}}',
+        metadata TEXT NOT NULL DEFAULT '{}',
         status TEXT NOT NULL DEFAULT 'idle',
-        interrupts TEXT NOT NULL DEFAULT '{{}}',
+        interrupts TEXT NOT NULL DEFAULT '{}',
         title TEXT,
         checkpoints INTEGER NOT NULL DEFAULT 0,
         bytes INTEGER NOT NULL DEFAULT 0,
-        expires_at REAL
-    ) WITHOUT ROWID
-    """,
+        expires_at REAL"""
+# Statements of MIGRATION that a new file runs as they are (SqliteThreadIndex.fresh).
+_LAYOUT: tuple[str, ...] = (
     f"""CREATE INDEX IF NOT EXISTS {TABLE}_updated_idx
         ON {TABLE} (updated_at, thread_key, expires_at)""",
     # The thread's expiry, copied into its row by triggers, so a search reads one index
@@ -97,6 +95,11 @@ MIGRATION: tuple[str, ...] = (
     """,
     f"CREATE INDEX IF NOT EXISTS {TRANSCRIPTS}_seq_idx ON {TRANSCRIPTS} (thread_key, seq)",
     f"CREATE INDEX IF NOT EXISTS {TRANSCRIPTS}_expires_idx ON {TRANSCRIPTS} (expires_at)",
+)
+
+MIGRATION: tuple[str, ...] = (
+    f"CREATE TABLE IF NOT EXISTS {TABLE} ({_INDEX_COLUMNS}\n) WITHOUT ROWID",
+    *_LAYOUT,
     # Threads written before: metadata and counts now, status with their next write.
     f"""
     INSERT OR IGNORE INTO {TABLE} (thread_key, thread_id, created_at, updated_at, latest_id,
@@ -152,6 +155,35 @@ def key_column(key: str) -> str:
     return f"k_{_digest(key)}"
 
 
+def _value(metadata: str, key: str) -> str:
+    """The key's value in the ``metadata`` column's JSON, as its column holds it."""
+    return f"json_extract({metadata}, '$.\"{key}\"')"
+
+
+def _key_layout(key: str) -> list[str]:
+    """The triggers that keep the key's column and its two covering indexes (by key, and
+    by key and status): what :meth:`SqliteThreadIndex.setup` and ``fresh()`` create."""
+    col, value = key_column(key), _value("NEW.metadata", key)
+    statements = []
+    for event in ("INSERT", "UPDATE OF metadata"):
+        name = f"{TABLE}_{col}_{event.split()[0].lower()}"
+        statements.append(
+            f"""CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {TABLE}
+            WHEN NEW.{col} IS NOT {value}
+            BEGIN
+                UPDATE {TABLE} SET {col} = {value} WHERE thread_key = NEW.thread_key;
+            END"""
+        )
+    for name, rest in (
+        (key, "updated_at, thread_key, expires_at"),
+        (key + STATUS, "status, updated_at, thread_key, expires_at"),
+    ):
+        statements.append(
+            f"CREATE INDEX IF NOT EXISTS {_cover_name(name)} ON {TABLE} ({col}, {rest})"
+        )
+    return statements
+
+
 def _sql_value(form: str) -> Any:
     """What ``json_extract`` gives for a scalar's JSON text (booleans become 0/1)."""
     value = json.loads(form)
@@ -188,32 +220,26 @@ class SqliteThreadIndex:
         columns: Rows = yield Query(f"SELECT name FROM pragma_table_info('{TABLE}')", fetch=True)
         have = {r[0] for r in columns}
         for key in self.index_keys:
-            col, path = key_column(key), f"'$.\"{key}\"'"
-            value = f"json_extract(NEW.metadata, {path})"
+            col = key_column(key)
             if col not in have:
                 yield Query(f"ALTER TABLE {TABLE} ADD COLUMN {col}", write=True)
-                yield Query(
-                    f"UPDATE {TABLE} SET {col} = json_extract(metadata, {path})", write=True
-                )
-            for event in ("INSERT", "UPDATE OF metadata"):
-                name = f"{TABLE}_{col}_{event.split()[0].lower()}"
-                yield Query(
-                    f"""CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {TABLE}
-                    WHEN NEW.{col} IS NOT {value}
-                    BEGIN
-                        UPDATE {TABLE} SET {col} = {value} WHERE thread_key = NEW.thread_key;
-                    END""",
-                    write=True,
-                )
-            for name, rest in (
-                (key, "updated_at, thread_key, expires_at"),
-                (key + STATUS, "status, updated_at, thread_key, expires_at"),
-            ):
+                yield Query(f"UPDATE {TABLE} SET {col} = {_value('metadata', key)}", write=True)
+            for name in (key, key + STATUS):
                 yield Query(f"DROP INDEX IF EXISTS {_index_name(name)}", write=True)
-                yield Query(
-                    f"CREATE INDEX IF NOT EXISTS {_cover_name(name)} ON {TABLE} ({col}, {rest})",
-                    write=True,
-                )
+            for statement in _key_layout(key):
+                yield Query(statement, write=True)
+
+    def fresh(self) -> list[str]:
+        """What the migrations and :meth:`setup` leave, for a file with none of the
+        tables: the index table created with its key columns (no ``ALTER TABLE``, no
+        backfill of rows a new file cannot have). Runs after the checkpoint tables'."""
+        columns = "".join(f",\n        {key_column(key)}" for key in self.index_keys)
+        return [
+            f"CREATE TABLE IF NOT EXISTS {TABLE} ({_INDEX_COLUMNS}{columns}\n) WITHOUT ROWID",
+            *_LAYOUT,
+            *STATUS_MIGRATION,
+            *(statement for key in self.index_keys for statement in _key_layout(key)),
+        ]
 
     # -- writes -----------------------------------------------------------------------
 

@@ -129,8 +129,13 @@ class SqliteCheckpointPlans:
     # -- setup ------------------------------------------------------------------------
 
     def setup(self) -> Plan[Query, None]:
-        yield from migrate("lgmp_checkpoint_migrations", CHECKPOINT_MIGRATIONS)
-        yield from self.threads.setup()
+        created = yield from migrate(
+            "lgmp_checkpoint_migrations",
+            CHECKPOINT_MIGRATIONS,
+            [*MIGRATIONS[0], *self.threads.fresh()],  # the checkpoint tables never changed
+        )
+        if not created:
+            yield from self.threads.setup()
 
     # -- reads ------------------------------------------------------------------------
 

@@ -82,10 +82,6 @@ class SqliteSaver(SqliteSyncDriver, _SqliteOptions, SyncDriver):
         close both after. An unknown option is an ``InvalidConfigError``."""
         return cls._open(conn_string, options)
 
-    def setup(self) -> None:
-        """Create or migrate the tables; safe to run repeatedly and concurrently."""
-        self._run(self._plans.setup())
-
 
 class AsyncSqliteSaver(SqliteAsyncDriver, _SqliteOptions, AsyncDriver):
     """The asyncio twin of :class:`SqliteSaver`: every call runs on a worker thread, so
@@ -97,7 +93,3 @@ class AsyncSqliteSaver(SqliteAsyncDriver, _SqliteOptions, AsyncDriver):
     ) -> AbstractAsyncContextManager[Self]:
         """Async :meth:`SqliteSaver.from_conn_string`: the same arguments."""
         return cls._open(conn_string, options)
-
-    async def setup(self) -> None:
-        """Create or migrate the tables; safe to run repeatedly and concurrently."""
-        await self._arun(self._plans.setup())

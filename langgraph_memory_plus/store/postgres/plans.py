@@ -58,7 +58,7 @@ from .pgvector import (
     install,
     read_vector_backend,
 )
-from .schema import MIGRATIONS, quote_schema
+from .schema import FRESH, MIGRATIONS, VECTORS, quote_schema
 
 # jsonb refuses containers over 256 MiB in its binary form, which can be larger than the
 # JSON text; a statement must stay under 1 GiB.
@@ -318,7 +318,11 @@ class PostgresStorePlans:
 
     def _setup(self) -> Plan[Query, None]:
         lock = advisory_lock_id("store", self.schema)
-        yield from migrate(self._s, "lgmp_store_migrations", lock, MIGRATIONS)
+        vectors = [VECTORS.format(s=self._s)] if self.dims is not None else []
+        fresh = [*(statement.format(s=self._s) for statement in FRESH), *vectors]
+        created = yield from migrate(self._s, "lgmp_store_migrations", lock, MIGRATIONS, fresh)
+        if vectors and not created:  # the database may have been set up without an index
+            yield Query(vectors[0])
         self._known = False
         # A store with no index embeds nothing: pgvector is set up by one that has one
         # (probing for it reads the server's extension files, a third of a fresh setup).

@@ -12,7 +12,8 @@ Layout (in the configured schema, prefixed ``lgmp_`` so it can sit beside LangGr
   across a delete and re-create. TTL is data: ``expires_at`` (indexed for the sweep) and
   the item's ``ttl_minutes`` for refresh on read.
 - ``lgmp_store_vectors``: one row per embedded text of an item, as ``float8[]`` with its
-  norm, deleted with the item.
+  norm, deleted with the item; on a database set up by stores without an index it is
+  missing until the first ``setup()`` of a store with one (see ``FRESH``).
 - ``lgmp_store_tombstones``: namespace prefixes whose puts are dropped until ``until``
   (see :mod:`..tombstones`), by a hex SHA-256 of the prefix text, so an erased user's id
   is not kept in them. No index on ``until``: a put must find its tombstones by hash
@@ -31,7 +32,20 @@ from __future__ import annotations
 
 from ...checkpoint.postgres.schema import quote_schema
 
-__all__ = ["MIGRATIONS", "quote_schema"]
+__all__ = ["FRESH", "MIGRATIONS", "VECTORS", "quote_schema"]
+
+# Only a store with an index writes or reads it: see FRESH.
+VECTORS = """
+        CREATE TABLE IF NOT EXISTS {s}.lgmp_store_vectors (
+            prefix text COLLATE "C" NOT NULL,
+            key text COLLATE "C" NOT NULL,
+            field text COLLATE "C" NOT NULL,
+            embedding double precision[] NOT NULL,
+            norm double precision NOT NULL,
+            PRIMARY KEY (prefix, key, field),
+            FOREIGN KEY (prefix, key) REFERENCES {s}.lgmp_store (prefix, key) ON DELETE CASCADE
+        )
+        """
 
 # Position in this list is the migration's version; append only. Each migration is a
 # sequence of single statements; ``{s}`` is the quoted schema.
@@ -56,17 +70,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         CREATE INDEX IF NOT EXISTS lgmp_store_expires_at_idx
             ON {s}.lgmp_store (expires_at) WHERE expires_at IS NOT NULL
         """,
-        """
-        CREATE TABLE IF NOT EXISTS {s}.lgmp_store_vectors (
-            prefix text COLLATE "C" NOT NULL,
-            key text COLLATE "C" NOT NULL,
-            field text COLLATE "C" NOT NULL,
-            embedding double precision[] NOT NULL,
-            norm double precision NOT NULL,
-            PRIMARY KEY (prefix, key, field),
-            FOREIGN KEY (prefix, key) REFERENCES {s}.lgmp_store (prefix, key) ON DELETE CASCADE
-        )
-        """,
+        VECTORS,
     ),
     (
         """
@@ -83,3 +87,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
     ),
 )
+
+FRESH: tuple[str, ...] = tuple(
+    statement for migration in MIGRATIONS for statement in migration if statement != VECTORS
+)
+"""The latest layout but ``lgmp_store_vectors``, for a database with none of the tables.
+The vectors table is created by the ``setup()`` of a store with an index (as LangGraph's
+``PostgresStore`` creates its vector table), in the same transaction when the database is
+new: a store without one never reads or writes it (an item's vectors go with it by the
+foreign key), and creating it was a fifth of a new database's setup. A store with an
+index that never ran ``setup()`` on such a database gets ``SetupRequiredError``."""

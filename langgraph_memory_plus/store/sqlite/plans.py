@@ -41,7 +41,7 @@ from ..tokens import filter_tokens, simple_key, value_tokens
 from ..tombstones import ancestor_hashes, tombstone_hash
 from ..values import VersionedItem, VersionedSearchItem, decode_value, escape_text, unescape_text
 from ..vectors import Vector, cosine, norm
-from .schema import MIGRATIONS
+from .schema import FRESH, MIGRATIONS
 
 # SQLite refuses a string over SQLITE_MAX_LENGTH (1e9 bytes); values are JSON text.
 MAX_VALUE_BYTES = 64 * 1024 * 1024
@@ -169,7 +169,7 @@ class SqliteStorePlans:
     # -- setup --------------------------------------------------------------------------
 
     def setup(self) -> Plan[Query, None]:
-        yield from migrate("lgmp_store_migrations", MIGRATIONS)
+        yield from migrate("lgmp_store_migrations", MIGRATIONS, FRESH)
 
     # -- reads --------------------------------------------------------------------------
 

@@ -26,6 +26,16 @@ The same layout as PostgreSQL's (:mod:`..postgres.schema`), in SQLite's types:
 
 from __future__ import annotations
 
+# The tokens of value_tokens: strings of at most 64 characters along keys that json_tree
+# leaves unquoted (letters and digits, a letter first), outside lists.
+_FIELDS_BACKFILL = """
+        INSERT OR IGNORE INTO lgmp_store_fields (path, atom, prefix, key)
+        SELECT substr(t.fullkey, 3), t.atom, s.prefix, s.key
+        FROM lgmp_store s, json_tree(s.value) t
+        WHERE t.type = 'text' AND length(t.atom) <= 64
+            AND t.fullkey NOT GLOB '*[^A-Za-z0-9.$]*'
+        """
+
 # Position in this list is the migration's version; append only.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
@@ -85,14 +95,15 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         ) WITHOUT ROWID
         """,
         "CREATE INDEX IF NOT EXISTS lgmp_store_fields_item_idx ON lgmp_store_fields (prefix, key)",
-        # The tokens of value_tokens: strings of at most 64 characters along keys that
-        # json_tree leaves unquoted (letters and digits, a letter first), outside lists.
-        """
-        INSERT OR IGNORE INTO lgmp_store_fields (path, atom, prefix, key)
-        SELECT substr(t.fullkey, 3), t.atom, s.prefix, s.key
-        FROM lgmp_store s, json_tree(s.value) t
-        WHERE t.type = 'text' AND length(t.atom) <= 64
-            AND t.fullkey NOT GLOB '*[^A-Za-z0-9.$]*'
-        """,
+        _FIELDS_BACKFILL,
     ),
 )
+
+FRESH: tuple[str, ...] = tuple(
+    statement
+    for migration in MIGRATIONS
+    for statement in migration
+    if statement != _FIELDS_BACKFILL
+)
+"""The latest layout, for a file with none of the store's tables: every migration but
+the backfill of items a new file does not have."""
