@@ -34,9 +34,12 @@ def migrate(
 
     ``migrations[v]`` is version ``v``: single statements with ``{s}`` standing for the
     quoted schema. ``fresh``, if given, is the layout of the last version, ready to run:
-    a database with no version recorded gets it directly (and every version recorded),
-    which the plan's result says. ``quoted_schema`` must already be checked and quoted;
-    ``table`` is a constant of the caller.
+    a database whose bookkeeping table this setup creates gets it directly (and every
+    version recorded), which the plan's result says. A bookkeeping table that exists but
+    records nothing (its rows deleted by hand) replays every migration instead: the
+    component's tables may exist then, holding rows a fresh layout would not backfill.
+    ``quoted_schema`` must already be checked and quoted; ``table`` is a constant of the
+    caller.
     """
     rows: Rows = yield script(
         (
@@ -44,12 +47,15 @@ def migrate(
             f"CREATE SCHEMA IF NOT EXISTS {quoted_schema}",
             f"CREATE TABLE IF NOT EXISTS {quoted_schema}.{table} "
             "(v integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())",
-            f"SELECT coalesce(max(v), -1) FROM {quoted_schema}.{table}",
+            # Created by this transaction: its catalog row has this transaction's xid.
+            f"SELECT coalesce(max(v), -1), (SELECT c.xmin = pg_current_xact_id()::xid "
+            f"FROM pg_class c WHERE c.oid = '{quoted_schema}.{table}'::regclass) "
+            f"FROM {quoted_schema}.{table}",
         ),
         fetch=True,
     )
     pending = range(rows[0][0] + 1, len(migrations))
-    created = bool(fresh) and pending.start == 0
+    created = bool(fresh) and pending.start == 0 and bool(rows[0][1])
     statements = (
         fresh if created else [s.format(s=quoted_schema) for v in pending for s in migrations[v]]
     )

@@ -2107,6 +2107,41 @@ async def test_a_fresh_database_gets_the_layout_the_migrations_build(
         _drop_schemas(pg_url, fresh, replayed)
 
 
+async def test_a_schema_whose_versions_were_deleted_replays_the_migrations(
+    open_saver: Any, pg_url: str, admin: Any
+) -> None:
+    """The fresh layout is for a bookkeeping table this setup creates. One that exists with
+    its rows deleted (by hand) means the tables may hold data: setup() replays every
+    migration (all idempotent) and the threads written before stay readable."""
+    from langgraph_memory_plus._migrations import migrate
+    from langgraph_memory_plus._postgres import PgRunner
+
+    schema, fresh = _new_schema_name(), _new_schema_name()
+    q = sql.Identifier(schema)
+    try:
+        async with open_saver(schema) as ops:
+            await put_chain(ops, "kept", 3)
+        admin.execute(sql.SQL("DELETE FROM {}.lgmp_checkpoint_migrations").format(q))
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            runner = PgRunner(conn, pipeline=False, owner="test")
+            args = (f'"{schema}"', "lgmp_checkpoint_migrations", 1, MIGRATIONS, ("SELECT 1",))
+            assert runner.run(migrate(*args)) is False  # replayed, not fresh
+            versions = admin.execute(
+                sql.SQL("SELECT v FROM {}.lgmp_checkpoint_migrations ORDER BY v").format(q)
+            ).fetchall()
+            assert [v for (v,) in versions] == list(range(len(MIGRATIONS)))
+            assert runner.run(migrate(*args)) is False  # nothing pending now
+        async with open_saver(schema) as ops:
+            assert len(await ops.list(cfg("kept"))) == 3
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            runner = PgRunner(conn, pipeline=False, owner="test")
+            created = runner.run(migrate(f'"{fresh}"', "lgmp_checkpoint_migrations", 1,
+                                         MIGRATIONS, ("SELECT 1",)))  # fmt: skip
+            assert created is True  # the control: a new bookkeeping table is fresh
+    finally:
+        _drop_schemas(pg_url, schema, fresh)
+
+
 def test_setup_inside_the_callers_transaction(
     pg_url: str, new_schema_name: str, admin: Any
 ) -> None:
