@@ -754,6 +754,46 @@ async def test_two_writers_racing_on_one_item(open_store: OpenStore) -> None:
             await ops.call("put", ("race",), "new", {"who": "B"}, expected_version=0)
 
 
+async def test_concurrent_writers_keep_the_slot_index_right(
+    open_store: OpenStore, space: Space
+) -> None:
+    """Two stores writing, rewriting (changing the filtered field) and deleting items of
+    the same shards at once, and a sweep and a delete_namespace among them: afterwards
+    every shard's slot index entries match its items, and searches across shards find
+    what the items say."""
+    users = [("users", f"u{i}") for i in range(12)]
+
+    async def writer(ops: Ops, me: int) -> None:
+        for round_ in range(30):
+            for j, namespace in enumerate(users):
+                kind = ("fact", "note", "rare")[(me + round_ + j) % 3]
+                key = f"k{(round_ + j) % 4}"
+                if (round_ + j + me) % 5 == 0:
+                    await ops.background("delete", namespace, key)  # threads: sync too
+                else:
+                    ttl = 0.002 if (round_ + me) % 7 == 0 else None
+                    await ops.background("put", namespace, key, {"kind": kind, "w": me}, ttl=ttl)
+
+    async with open_store() as ops, open_store() as rival:
+        await asyncio.gather(
+            writer(ops, 0),
+            writer(rival, 1),
+            ops.admin("sweep_ttl"),
+            rival.background("delete_namespace", users[3]),
+        )
+        await asyncio.sleep(0.2)
+        await ops.admin("sweep_ttl")
+        for namespace in users:
+            assert field_index(space, ops, namespace) == tokens_of_items(space, ops, namespace)
+            check_slot_index(space, ops, namespace)
+        everything = await ops.call("search", ("users",), limit=1000)
+        for kind in ("fact", "note", "rare"):
+            found = await rival.call("search", ("users",), filter={"kind": kind}, limit=1000)
+            assert sorted((h.namespace, h.key) for h in found) == sorted(
+                (h.namespace, h.key) for h in everything if h.value["kind"] == kind
+            )
+
+
 def two_slots(ops: Ops) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Two namespaces whose shards are in different script groups (hash slots)."""
     first = ("users", "a")
