@@ -27,7 +27,7 @@ to a safe tag (its *path*, the labels joined by NUL, is its registry member):
   :mod:`..tokens`), and an upper bound of the items' versions (``FIELDS`` in :mod:`.lua`).
 
 Each hash slot holding shards has a *slot index* of two keys ``{prefix}:store:{x<n>}:ix``
-and ``:iv``, the tag ``x<n>`` picked to fall into that slot (:func:`slot_tags`); a single
+and ``:iv``, the tag ``x<n>`` picked to fall into that slot (:class:`_SlotTags`); a single
 server has one pair for the whole store (tag ``i`` + the registry's). ``ix`` (sorted set)
 lists, for every shard of the slot, the shard itself and each short string its field index
 counts; ``iv`` (hash) holds an upper bound of the versions of the items behind each entry
@@ -110,14 +110,15 @@ the earlier slots written; Redis Cluster has no cross-slot transaction to preven
 
 from __future__ import annotations
 
+import binascii
 import bisect
-import functools
 import hashlib
 import json
 import logging
 import math
 import struct
 import sys
+import threading
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -219,20 +220,29 @@ def unpack_vectors(blob: bytes) -> list[Vector]:
     return [data[i : i + dims].tolist() for i in range(0, len(data), dims)]
 
 
-@functools.cache
-def slot_tags() -> tuple[str, ...]:
-    """A hash tag for every cluster hash slot (the first of ``x<hex n>`` to land there),
-    naming each slot's index keys; found once per process, in about 0.1 s."""
-    tags: list[str | None] = [None] * SLOTS
-    left, n = SLOTS, 0
-    while left:
-        tag = f"x{n:x}"
-        slot = key_slot(tag.encode())
-        if tags[slot] is None:
-            tags[slot] = tag
-            left -= 1
-        n += 1
-    return tuple(t for t in tags if t is not None)
+class _SlotTags:
+    """A hash tag in each cluster hash slot (the first ``x<hex n>`` to land there), naming
+    the slot's index keys. Found as slots are asked for, going on from where the last
+    search stopped: a slot costs 16,384 tries at first, all of them about 160,000."""
+
+    def __init__(self) -> None:
+        self._tags: dict[int, str] = {}
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def __getitem__(self, slot: int) -> str:
+        tag = self._tags.get(slot)
+        if tag is not None:
+            return tag
+        with self._lock:
+            while slot not in self._tags:
+                tag = f"x{self._next:x}"
+                self._tags.setdefault(binascii.crc_hqx(tag.encode(), 0) % SLOTS, tag)
+                self._next += 1
+            return self._tags[slot]
+
+
+slot_tags = _SlotTags()
 
 
 def _time(us: bytes) -> datetime:
@@ -379,7 +389,7 @@ class RedisStorePlans:
     def slot_index(self, group: int) -> tuple[bytes, ...]:
         """The slot index keys (``ix``, ``iv``, see SLOTS in .lua) of a script group: the
         hash slot's on a cluster; one pair for the whole store on a single server."""
-        tag = slot_tags()[group] if self.cluster else self._index_tag
+        tag = slot_tags[group] if self.cluster else self._index_tag
         return tuple(_utf8(f"{self.prefix}:store:{{{tag}}}:{kind}") for kind in SLOT_KINDS)
 
     # -- shards and script calls ------------------------------------------------------
