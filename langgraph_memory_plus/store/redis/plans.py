@@ -66,13 +66,13 @@ Why this layout
   on a cluster one per slot holding shards under the prefix): only the shards holding
   every string the filter requires are read, newest version bound first, until no shard
   left can hold a newer match. The bounds are per string, so a shard written a moment
-  ago whose only match is old is read last. Within a shard, the script reads items newest first and
-  evaluates the filter itself (``FILTER`` in :mod:`.lua`), so it stops at the page's worth
-  of matches and sends only those, plus the few items whose match only Python can
-  decide; a filter without such a string that matches rarely still reads every shard.
-  A semantic search reads every match, to score it exactly. A shard is read by one
-  script, which blocks the server while it runs, so keep shards user-sized (that is
-  what ``shard_depth`` is for).
+  ago whose only match is old is read last. Within a shard, the script reads items
+  newest first and evaluates the filter itself (``FILTER`` in :mod:`.lua`), so it stops
+  at the page's worth of matches and sends only those, plus the few items whose match
+  only Python can decide; a filter without such a string that matches rarely still
+  reads every shard. A semantic search reads every match, to score it exactly. A shard
+  is read by one script, which blocks the server while it runs, so keep shards
+  user-sized (that is what ``shard_depth`` is for).
 
 Registration and the sweeper's hints
 ------------------------------------
