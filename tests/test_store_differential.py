@@ -1,12 +1,13 @@
 """Differential test: random operation sequences on our stores and on ``InMemoryStore``.
 
 Hypothesis draws sequences of puts, deletes, gets, searches (with filters, pagination and
-semantic queries), namespace listings (prefix/suffix conditions with wildcards, depth) and
-mixed batches, runs each on a fresh store of ours (PostgreSQL, single-node Redis, Redis
-Cluster, SQLite and the server matrix of ``tests/backends.py``; blocking and async
-classes) and on LangGraph's ``InMemoryStore``, and compares every answer. Where LangGraph
-leaves the order unspecified (search without a query) a page is checked as "the right
-number of the right items", and the whole result as a set; namespace listings are ordered
+semantic queries), namespace listings (prefix/suffix conditions with wildcards, depth),
+mixed batches, puts that expire (and TTL sweeps after them) and ``delete_namespace``, runs
+each on a fresh store of ours (PostgreSQL, single-node Redis, Redis Cluster, SQLite and the
+server matrix of ``tests/backends.py``; blocking and async classes) and on LangGraph's
+``InMemoryStore``, and compares every answer. Where LangGraph leaves the order unspecified
+(search without a query) a page is checked as "the right number of the right items", and
+the whole result as a set; namespace listings are ordered
 by definition and compared as lists; semantic scores are compared with a tolerance and must
 be non-increasing.
 
@@ -22,6 +23,7 @@ import asyncio
 import json
 import math
 import sqlite3
+import time
 import uuid
 from contextlib import AsyncExitStack
 from typing import Any
@@ -43,6 +45,8 @@ pytestmark = pytest.mark.storage
 
 MAX_EXAMPLES = 200
 ALL = 10_000
+EXPIRE_MINUTES = 0.0005  # 30 ms: an "expire" op waits this out (EXPIRE_WAIT) before going on
+EXPIRE_WAIT = 0.045
 
 
 def embed(texts: list[str]) -> list[list[float]]:
@@ -132,8 +136,29 @@ listings = st.tuples(
 )
 simple = st.one_of(puts, deletes, gets, searches)
 batches = st.tuples(st.just("batch"), st.lists(simple, min_size=1, max_size=4))
+# Puts with a TTL that has run out by the next operation (to the reference: deletes); a
+# TTL sweep (nothing to the reference); delete_namespace of a non-empty prefix.
+expiries = st.tuples(
+    st.just("expire"), st.lists(st.tuples(namespaces, keys, values), min_size=1, max_size=3)
+)
+sweeps = st.tuples(st.just("sweep"))
+drops = st.tuples(st.just("drop"), st.lists(labels, min_size=1, max_size=2).map(tuple))
 operations = st.one_of(
-    puts, puts, puts, puts, deletes, gets, searches, searches, queries, queries, listings, batches
+    puts,
+    puts,
+    puts,
+    puts,
+    deletes,
+    gets,
+    searches,
+    searches,
+    queries,
+    queries,
+    listings,
+    batches,
+    expiries,
+    sweeps,
+    drops,
 )
 
 
@@ -230,6 +255,14 @@ class Ours:
             return self.loop.run_until_complete(self.store.abatch(ops))  # type: ignore[no-any-return]
         return self.store.batch(ops)  # type: ignore[no-any-return]
 
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A store method by its blocking name (the async class: its coroutine, awaited)."""
+        self.ops_run += 1
+        if not self.is_async:
+            return getattr(self.store, method)(*args, **kwargs)
+        name = method if method == "sweep_ttl" else f"a{method}"
+        return self.loop.run_until_complete(getattr(self.store, name)(*args, **kwargs))
+
 
 class Reference(InMemoryStore):
     """``InMemoryStore`` with two of its quirks fixed, so the comparison is about behaviour.
@@ -298,7 +331,31 @@ def check_search(ours: Any, op: SearchOp, ref: Reference, ours_all: list[Any]) -
 UNKNOWN = object()  # InMemoryStore raised for this search: only "we answered" is checked
 
 
+def under(namespace: tuple[str, ...], prefix: tuple[str, ...]) -> bool:
+    return namespace[: len(prefix)] == prefix
+
+
 def compare(ours: Ours, ref: Reference, spec: tuple[Any, ...]) -> None:
+    if spec[0] == "expire":
+        for namespace, key, value in spec[1]:
+            ours.call("put", namespace, key, value, ttl=EXPIRE_MINUTES)
+        ref.batch([PutOp(namespace, key, None) for namespace, key, _ in spec[1]])
+        time.sleep(EXPIRE_WAIT)
+        return
+    if spec[0] == "sweep":
+        ours.call("sweep_ttl")
+        return
+    if spec[0] == "drop":
+        gone = [
+            PutOp(ns, key, None)
+            for ns, items in ref._data.items()
+            if under(ns, spec[1])
+            for key in items
+        ]
+        ref.batch(gone)
+        # Our count includes expired items not swept yet: it is at least the live ones.
+        assert ours.call("delete_namespace", spec[1]) >= len(gone)
+        return
     if spec[0] == "batch":
         ops = [to_op(s) for s in spec[1]]
         got = ours.batch(ops)

@@ -85,7 +85,7 @@ from langgraph_memory_plus.errors import ConflictError, InvalidConfigError
 from langgraph_memory_plus.store import ConditionalPutOp, InvalidValueError
 from langgraph_memory_plus.store.filters import parse_filter
 from langgraph_memory_plus.store.redis import AsyncRedisStore, RedisStore
-from langgraph_memory_plus.store.redis.lua import SCRIPTS, SHARD_KINDS, TOMBSTONE_MS
+from langgraph_memory_plus.store.redis.lua import SCRIPTS, SHARD_KINDS, SLOT_KINDS, TOMBSTONE_MS
 from langgraph_memory_plus.store.redis.plans import (
     LIST_PAGE,
     RedisStorePlans,
@@ -212,8 +212,13 @@ async def test_keys_layout_and_hash_slots(open_store: OpenStore, space: Space) -
         found = space.scan_keys()
         assert all(key.startswith(f"{space.prefix}:store:{{".encode()) for key in found)
         tags = Counter(re.match(rb".*:store:\{([^}]*)\}:", key)[1] for key in found)  # type: ignore[index]
-        # Three shards (u1 with its sub-namespace, u2, solo) and the registry.
-        assert len(tags) == 4
+        # Three shards (u1 with its sub-namespace, u2, solo), the registry, and the slot
+        # indexes: one for the store on a single server, one per hash slot on a cluster.
+        indexes = {
+            plans(ops).shard(ns).keys[-1] for ns in (("users", "u1"), ("users", "u2"), ("solo",))
+        }
+        assert len(tags) == 4 + len(indexes)
+        assert len(indexes) == (1 if space.where == "single" else 3)
         user = ("users", "u1")
         assert space.admin.hlen(shard_key(ops, user, "items")) == 2
         assert space.admin.hlen(shard_key(ops, user, "vecs")) == 2
@@ -223,13 +228,15 @@ async def test_keys_layout_and_hash_slots(open_store: OpenStore, space: Space) -
             b"users\0u1\0notes",
         ]
         for namespace in (user, ("users", "u2"), ("solo",)):
-            slots = {key_slot(key) for key in plans(ops).shard(namespace).keys}
-            assert len(slots) == 1, namespace
+            shard_keys = plans(ops).shard(namespace).keys
+            if space.where == "single":  # the store's one slot index is elsewhere
+                shard_keys = shard_keys[: -len(SLOT_KINDS)]
+            assert len({key_slot(key) for key in shard_keys}) == 1, namespace
         assert sorted(registered(space, ops)) == [("solo",), ("users", "u1"), ("users", "u2")]
         assert len({key_slot(key) for key in plans(ops).registry}) == 1
 
 
-async def test_hot_paths_read_one_shard_and_never_scan(open_store: OpenStore) -> None:
+async def test_hot_paths_read_one_shard_and_never_scan(open_store: OpenStore, where: str) -> None:
     async with open_store() as ops:
         await ops.call("batch", [PutOp(("users", f"u{i}"), "k", {"i": i}) for i in range(20)])
         seen = record(ops)
@@ -242,7 +249,16 @@ async def test_hot_paths_read_one_shard_and_never_scan(open_store: OpenStore) ->
         assert all(len(c.keys) == len(SHARD_KINDS) for c in seen)  # one shard, no registry
         seen.clear()
         assert len(await ops.call("search", ("users",), limit=100)) == 20
-        assert scripts(seen)["registry"] == 1 and shards_visited(seen, "search") == 20
+        # The first search across shards asks the registry whether every shard is in its
+        # slot index (once per store); then a single server reads its one slot index
+        # alone, a cluster the registry and each slot's index.
+        assert scripts(seen)["registry"] == (1 if where == "single" else 2)
+        assert shards_visited(seen, "search") == 20
+        seen.clear()
+        assert len(await ops.call("search", ("users",), limit=100)) == 20
+        slots = len({plans(ops).shard(("users", f"u{i}")).group for i in range(20)})
+        assert scripts(seen)["registry"] == (0 if where == "single" else 1)
+        assert scripts(seen)["candidates"] == slots
         assert all(isinstance(c, Eval) for c in seen)  # never a SCAN
 
 
@@ -423,14 +439,46 @@ async def test_filtered_search_script_sends_only_the_page(
 def field_index(space: Space, ops: Ops, namespace: tuple[str, ...]) -> dict[bytes, int]:
     """The token counts of a shard's field index (``fv``), without its version bound."""
     found = space.admin.hgetall(shard_key(ops, namespace, "fv"))
-    return {token: int(n) for token, n in found.items() if token != b"\x01"}
+    return {token: int(n) for token, n in found.items() if token not in (b"\x01", b"\x02")}
+
+
+def slot_index_of(space: Space, ops: Ops, namespace: tuple[str, ...]) -> dict[bytes, int]:
+    """A shard's members of its slot index (``ix``), token -> version bound (``iv``)."""
+    shard = plans(ops).shard(namespace)
+    ix, iv = shard.keys[-2:]
+    found = {}
+    for member in space.admin.zrange(ix, 0, -1):
+        length, _, rest = member.partition(b":")
+        token, path = rest[: int(length)], rest[int(length) :]
+        if path == shard.path:
+            found[token] = int(space.admin.hget(iv, member))
+    return found
+
+
+def check_slot_index(space: Space, ops: Ops, namespace: tuple[str, ...]) -> None:
+    """The slot index holds the shard's tokens and itself (token ''), each bound at least
+    the version of every item holding the token."""
+    newest: dict[bytes, int] = {}
+    for raw_id, record in space.admin.hgetall(shard_key(ops, namespace, "items")).items():
+        version = int(record.split(b",")[0])
+        for token in tokens_of_items_in({raw_id: record}):
+            newest[token] = max(newest.get(token, 0), version)
+        newest[b""] = max(newest.get(b"", 0), version)
+    got = slot_index_of(space, ops, namespace)
+    assert set(got) == set(newest), (got, newest)
+    assert all(got[t] >= v for t, v in newest.items()), (got, newest)
 
 
 def tokens_of_items(space: Space, ops: Ops, namespace: tuple[str, ...]) -> dict[bytes, int]:
-    """What the field index must count, from the shard's items (the rule of ``tokens`` in
-    the Lua prelude: strings of up to 64 bytes along keys of letters and digits)."""
+    """What the field index must count, from the shard's items."""
+    return tokens_of_items_in(space.admin.hgetall(shard_key(ops, namespace, "items")))
+
+
+def tokens_of_items_in(items: dict[bytes, bytes]) -> dict[bytes, int]:
+    """The token counts of item records (the rule of ``tokens`` in the Lua prelude:
+    strings of up to 64 bytes along keys of letters and digits)."""
     counts: Counter[bytes] = Counter()
-    for record in space.admin.hvals(shard_key(ops, namespace, "items")):
+    for record in items.values():
         stack = [(json.loads(record.partition(b"\n")[2]), "")]
         while stack:
             obj, path = stack.pop()
@@ -451,6 +499,7 @@ async def test_the_field_index_follows_every_write(open_store: OpenStore, space:
 
         def check() -> None:
             assert field_index(space, ops, user) == tokens_of_items(space, ops, user)
+            check_slot_index(space, ops, user)
 
         await ops.call("put", user, "a", {"kind": "fact", "m": {"src": "doc", "l": ["x"]}})
         await ops.call("put", (*user, "notes"), "b", {"kind": "fact", "a_b": "no", "1a": "no"})
@@ -467,6 +516,7 @@ async def test_the_field_index_follows_every_write(open_store: OpenStore, space:
         check()
         await ops.call("delete_namespace", user)
         assert space.admin.exists(shard_key(ops, user, "fv")) == 0
+        assert slot_index_of(space, ops, user) == {}
 
 
 async def test_a_search_across_shards_reads_only_those_that_can_fill_its_page(
@@ -495,22 +545,43 @@ async def test_a_search_across_shards_reads_only_those_that_can_fill_its_page(
         assert shards_visited(seen, "search") == 30  # no token, too few matches to stop
 
 
-async def test_shards_written_before_the_field_index_are_read_and_indexed_on_write(
-    open_store: OpenStore, space: Space
+@pytest.mark.parametrize("release", ["without field index", "with field index"])
+async def test_a_store_of_an_earlier_release_is_indexed_at_its_first_search(
+    open_store: OpenStore, space: Space, release: str
 ) -> None:
-    old, new = ("users", "old"), ("users", "new")
+    """Shards written by a release without slot indexes (with or without field indexes)
+    are put into them by the first search across shards, which the registry then
+    remembers; the index stays right after that."""
+    old = [("users", f"u{i}") for i in range(6)]
     async with open_store() as ops:
-        await ops.call("put", old, "a", {"kind": "rare"})
-        await ops.call("put", old, "b", {"kind": "common"})
-        await ops.call("put", new, "c", {"kind": "common"})
-        space.admin.delete(shard_key(ops, old, "fv"))  # as a release without the index left it
+        for i, namespace in enumerate(old):
+            await ops.call("put", namespace, "a", {"kind": "rare" if i == 2 else "common"})
+            await ops.call("put", namespace, "b", {"kind": "common", "n": i})
+        # As the earlier release left the keys: no slot index, no mark in the registry.
+        for namespace in old:
+            if release == "without field index":
+                space.admin.delete(shard_key(ops, namespace, "fv"))
+            else:
+                space.admin.hdel(shard_key(ops, namespace, "fv"), b"\x02")
+        for key in {k for ns in old for k in plans(ops).shard(ns).keys[-len(SLOT_KINDS) :]}:
+            space.admin.delete(key)
+        space.admin.delete(registry_key(ops, "indexed"))
+    async with open_store() as ops:
         found = await ops.call("search", ("users",), filter={"kind": "rare"})
-        assert [(h.namespace, h.key) for h in found] == [(old, "a")]
-        await ops.call("put", old, "d", {"kind": "rare"})
-        assert field_index(space, ops, old) == tokens_of_items(space, ops, old)
-        assert field_index(space, ops, old)[b"kind\0rare"] == 2
+        assert [(h.namespace, h.key) for h in found] == [(old[2], "a")]
+        for namespace in old:
+            assert field_index(space, ops, namespace) == tokens_of_items(space, ops, namespace)
+            check_slot_index(space, ops, namespace)
+        assert space.admin.exists(registry_key(ops, "indexed")) == 1
+        await ops.call("put", old[4], "c", {"kind": "rare"})
+        await ops.call("put", old[2], "a", {"kind": "common"})
+    async with open_store() as ops:  # a new store object asks the registry again
+        seen = record(ops)
         found = await ops.call("search", ("users",), filter={"kind": "rare"})
-        assert [h.key for h in found] == ["d", "a"]
+        assert [(h.namespace, h.key) for h in found] == [(old[4], "c")]
+        assert "reindex" not in scripts(seen)
+        found = await ops.call("search", ("users",), filter={"kind": "common"}, limit=20)
+        assert len(found) == 12
 
 
 # --------------------------------------------------------------------------------------------
@@ -681,6 +752,46 @@ async def test_two_writers_racing_on_one_item(open_store: OpenStore) -> None:
         await rival.call("put", ("race",), "new", {"who": "A"}, expected_version=0)
         with pytest.raises(ConflictError, match="already exists"):
             await ops.call("put", ("race",), "new", {"who": "B"}, expected_version=0)
+
+
+async def test_concurrent_writers_keep_the_slot_index_right(
+    open_store: OpenStore, space: Space
+) -> None:
+    """Two stores writing, rewriting (changing the filtered field) and deleting items of
+    the same shards at once, and a sweep and a delete_namespace among them: afterwards
+    every shard's slot index entries match its items, and searches across shards find
+    what the items say."""
+    users = [("users", f"u{i}") for i in range(12)]
+
+    async def writer(ops: Ops, me: int) -> None:
+        for round_ in range(30):
+            for j, namespace in enumerate(users):
+                kind = ("fact", "note", "rare")[(me + round_ + j) % 3]
+                key = f"k{(round_ + j) % 4}"
+                if (round_ + j + me) % 5 == 0:
+                    await ops.background("delete", namespace, key)  # threads: sync too
+                else:
+                    ttl = 0.002 if (round_ + me) % 7 == 0 else None
+                    await ops.background("put", namespace, key, {"kind": kind, "w": me}, ttl=ttl)
+
+    async with open_store() as ops, open_store() as rival:
+        await asyncio.gather(
+            writer(ops, 0),
+            writer(rival, 1),
+            ops.admin("sweep_ttl"),
+            rival.background("delete_namespace", users[3]),
+        )
+        await asyncio.sleep(0.2)
+        await ops.admin("sweep_ttl")
+        for namespace in users:
+            assert field_index(space, ops, namespace) == tokens_of_items(space, ops, namespace)
+            check_slot_index(space, ops, namespace)
+        everything = await ops.call("search", ("users",), limit=1000)
+        for kind in ("fact", "note", "rare"):
+            found = await rival.call("search", ("users",), filter={"kind": kind}, limit=1000)
+            assert sorted((h.namespace, h.key) for h in found) == sorted(
+                (h.namespace, h.key) for h in everything if h.value["kind"] == kind
+            )
 
 
 def two_slots(ops: Ops) -> tuple[tuple[str, ...], tuple[str, ...]]:

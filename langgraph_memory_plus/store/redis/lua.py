@@ -3,12 +3,16 @@
 Two kinds of script, never mixed (see :mod:`.plans` for the key layout and its reasons):
 
 - *Shard scripts* work on one or more shards whose keys share one hash slot (on a single
-  server: any shards). ``KEYS`` holds eight keys per shard, in :data:`SHARD_KINDS` order;
-  ``ARGV`` starts with the script's own arguments, then the number of shards, then each
-  shard's arguments. Each script is one atomic step.
-- *Registry scripts* work on the five registry keys of the store (one hash slot of their
+  server: any shards). ``KEYS`` holds eleven keys per shard, in :data:`SHARD_KINDS` order
+  (the last two are the slot index of the shard's hash slot, shared by its shards);
+  ``ARGV`` starts with the script's own arguments, then the number of shards, then the
+  shards' paths (their labels joined by NUL), then each shard's arguments. Each script
+  is one atomic step.
+- *Slot index scripts* (``CANDIDATES``) read one slot index: its two keys alone.
+- *Registry scripts* work on the six registry keys of the store (one hash slot of their
   own): the lexicographic index of shards, the due index for the TTL sweeper, the
-  per-shard epochs, the last epoch given, and the tombstones of short prefixes.
+  per-shard epochs, the last epoch given, the tombstones of short prefixes, and whether
+  every shard is in its slot index.
 
 Times are the server's (``TIME``), in microseconds since the epoch: exact in Lua's
 doubles until the year 2255. Numbers leave a script formatted with ``%.0f``, since Lua
@@ -21,8 +25,9 @@ refresh on read rewrites one score, not the value.
 
 from __future__ import annotations
 
-SHARD_KINDS = ("meta", "items", "vecs", "order", "exp", "ns", "nsn", "tomb", "fv")
-REGISTRY_KINDS = ("shards", "due", "epoch", "seq", "tombs")
+SHARD_KINDS = ("meta", "items", "vecs", "order", "exp", "ns", "nsn", "tomb", "fv", "ix", "iv")
+SLOT_KINDS = ("ix", "iv")  # the slot index's keys: one pair per hash slot, not per shard
+REGISTRY_KINDS = ("shards", "due", "epoch", "seq", "tombs", "indexed")
 
 # How long a closed shard's ``meta`` hash (its version clock and generation) outlives
 # the shard's data: longer than any writer can take between two of its scripts.
@@ -30,18 +35,27 @@ TOMBSTONE_MS = 24 * 3600 * 1000
 
 PRELUDE = (
     r"""
-local NK = 9
-local function shard(i)
-  local b = (i - 1) * NK
-  return {meta = KEYS[b + 1], items = KEYS[b + 2], vecs = KEYS[b + 3], order = KEYS[b + 4],
-          exp = KEYS[b + 5], ns = KEYS[b + 6], nsn = KEYS[b + 7], tomb = KEYS[b + 8],
-          fv = KEYS[b + 9]}
-end
-
+local NK = 11
 local argi = 0
 local function arg()
   argi = argi + 1
   return ARGV[argi]
+end
+
+-- Reads the shard count and steps over the shards' paths, which shard(i) picks up.
+local PATHS = 0
+local function shard_count()
+  local n = tonumber(arg())
+  PATHS = argi
+  argi = argi + n
+  return n
+end
+
+local function shard(i)
+  local b = (i - 1) * NK
+  return {meta = KEYS[b + 1], items = KEYS[b + 2], vecs = KEYS[b + 3], order = KEYS[b + 4],
+          exp = KEYS[b + 5], ns = KEYS[b + 6], nsn = KEYS[b + 7], tomb = KEYS[b + 8],
+          fv = KEYS[b + 9], ix = KEYS[b + 10], iv = KEYS[b + 11], path = ARGV[PATHS + i]}
 end
 
 local function now_us()
@@ -56,7 +70,7 @@ local function fmt(n) return string.format('%.0f', n) end
 -- returns the list of fn's results (the usual reply of a shard script).
 local function each_shard(fn)
   local out = {}
-  for i = 1, tonumber(arg()) do out[i] = fn(shard(i), i) end
+  for i = 1, shard_count() do out[i] = fn(shard(i), i) end
   return out
 end
 
@@ -112,25 +126,108 @@ local function fv_on(s)
   return s.fvon
 end
 
--- Count the tokens of record `new` instead of those of `old` (either may be false):
--- only the difference is written, so an update that keeps its strings writes nothing.
-local function fv_move(s, old, new)
-  local was, now = tokens(old), tokens(new)
-  for t in pairs(was) do
-    if not now[t] and redis.call('HINCRBY', s.fv, t, -1) <= 0 then redis.call('HDEL', s.fv, t) end
-  end
-  for t in pairs(now) do
-    if not was[t] then redis.call('HINCRBY', s.fv, t, 1) end
+-- Whether the shard is in its slot index (see SLOTS): its field index then names that
+-- index's key in the field STX (\2). Cached per script.
+local function ix_on(s)
+  if s.ixon == nil then s.ixon = redis.call('HGET', s.fv, '\2') == s.ix end
+  return s.ixon
+end
+
+-- The slot index member of token t in shard s: the token's length, ':', the token, the
+-- shard's path (the length keeps tokens apart whatever bytes they hold). Token '' stands
+-- for the shard itself.
+local function member(s, t) return #t .. ':' .. t .. s.path end
+
+-- HSET of many fields in bounded calls (unpack has a limit on values).
+local function hset_all(key, pairs_)
+  for i = 1, #pairs_, 200 do
+    redis.call('HSET', key, unpack(pairs_, i, math.min(i + 199, #pairs_)))
   end
 end
 
--- Build the field index of a shard written before there was one (or an empty shard).
+-- Count the tokens of record `new` instead of those of `old` (either may be false):
+-- only the difference is written, so an update that keeps its strings writes nothing.
+-- A token a shard gains or loses enters or leaves the slot index. Returns new's tokens.
+local function fv_move(s, old, new)
+  local was, now = tokens(old), tokens(new)
+  for t in pairs(was) do
+    if not now[t] and redis.call('HINCRBY', s.fv, t, -1) <= 0 then
+      redis.call('HDEL', s.fv, t)
+      if ix_on(s) then
+        local m = member(s, t)
+        redis.call('ZREM', s.ix, m)
+        redis.call('HDEL', s.iv, m)
+      end
+    end
+  end
+  for t in pairs(now) do
+    if not was[t] and redis.call('HINCRBY', s.fv, t, 1) == 1 and ix_on(s) then
+      redis.call('ZADD', s.ix, 0, member(s, t))
+    end
+  end
+  return now
+end
+
+-- Raise the slot index's version bounds of the shard and of the tokens `now` to version
+-- (newest: version is the shard's clock, above every bound it has: no compare needed).
+local function ix_raise(s, now, version, newest)
+  local ms = {member(s, '')}
+  for t in pairs(now) do ms[#ms + 1] = member(s, t) end
+  local out = {}
+  for _, m in ipairs(ms) do
+    if newest or tonumber(version) > tonumber(redis.call('HGET', s.iv, m) or '0') then
+      out[#out + 1] = m
+      out[#out + 1] = version
+    end
+  end
+  hset_all(s.iv, out)
+end
+
+-- Build the field index of a shard written before there was one, and put the shard into
+-- its slot index (a shard written before the slot index existed has the first only).
+-- Its tokens' bounds start at the shard's bound: an upper bound of every item's version.
 local function fv_ensure(s)
-  if fv_on(s) then return end
-  local all = redis.call('HGETALL', s.items)
-  for i = 2, #all, 2 do fv_move(s, false, all[i]) end
-  redis.call('HSET', s.fv, '\1', redis.call('HGET', s.meta, 'clock') or '0')
-  s.fvon = true
+  if not fv_on(s) then
+    local all = redis.call('HGETALL', s.items)
+    for i = 2, #all, 2 do fv_move(s, false, all[i]) end
+    redis.call('HSET', s.fv, '\1', redis.call('HGET', s.meta, 'clock') or '0')
+    s.fvon = true
+  end
+  if ix_on(s) then return end
+  local all = redis.call('HGETALL', s.fv)
+  local bound, out = '0', {}
+  for i = 1, #all, 2 do
+    if all[i] == '\1' then bound = all[i + 1] end
+  end
+  for i = 1, #all, 2 do
+    local t = all[i]
+    if t ~= '\1' and t ~= '\2' then
+      local m = member(s, t)
+      redis.call('ZADD', s.ix, 0, m)
+      out[#out + 1] = m
+      out[#out + 1] = bound
+    end
+  end
+  redis.call('ZADD', s.ix, 0, member(s, ''))
+  out[#out + 1] = member(s, '')
+  out[#out + 1] = bound
+  hset_all(s.iv, out)
+  redis.call('HSET', s.fv, '\2', s.ix)
+  s.ixon = true
+end
+
+-- Take the shard and its tokens out of its slot index (it is being closed).
+local function ix_drop(s)
+  if not ix_on(s) then return end
+  for _, t in ipairs(redis.call('HKEYS', s.fv)) do
+    if t ~= '\1' and t ~= '\2' then
+      local m = member(s, t)
+      redis.call('ZREM', s.ix, m)
+      redis.call('HDEL', s.iv, m)
+    end
+  end
+  redis.call('ZREM', s.ix, member(s, ''))
+  redis.call('HDEL', s.iv, member(s, ''))
 end
 
 local function live(s, id, now)
@@ -158,10 +255,11 @@ end
 local function link(s, id, rec, version, expires, vec, old, newest)
   if fv_on(s) then
     if old == nil then old = redis.call('HGET', s.items, id) end
-    fv_move(s, old, rec)
+    local now = fv_move(s, old, rec)
     if newest or tonumber(version) > tonumber(redis.call('HGET', s.fv, '\1')) then
       redis.call('HSET', s.fv, '\1', version)
     end
+    if ix_on(s) then ix_raise(s, now, version, newest) end
   end
   if redis.call('HSET', s.items, id, rec) == 1 then
     local ns = ns_of(id)
@@ -183,9 +281,11 @@ end
 -- An empty shard gives up its registration: writers must enroll it again, and the
 -- generation tells a writer that enrolled before this moment to enroll once more.
 local function close(s)
+  ix_drop(s)
   redis.call('DEL', s.items, s.vecs, s.order, s.exp, s.ns, s.nsn, s.fv)
   redis.call('HDEL', s.meta, 'reg', 'hint')
   s.fvon = false
+  s.ixon = false
   redis.call('HINCRBY', s.meta, 'gen', 1)
   redis.call('PEXPIRE', s.meta, """
     + str(TOMBSTONE_MS)
@@ -230,7 +330,8 @@ end
 # 'conflict' (a condition failed), or 'refuse' (a shard must first be enrolled in the
 # registry, or its due hint lowered; the caller does that and runs the script again).
 WRITE = r"""
-local mode, want_undo, n = arg(), arg() == '1', tonumber(arg())
+local mode, want_undo = arg(), arg() == '1'
+local n = shard_count()
 local now = NOW
 local plans, refusals, dropped = {}, {}, 0
 for i = 1, n do
@@ -292,7 +393,8 @@ for i = 1, n do
     redis.call('PERSIST', s.meta)
   end
   if p.set_hint then redis.call('HSET', s.meta, 'hint', p.set_hint) end
-  fv_ensure(s)
+  -- (a shard with nothing in it and nothing put gets no index keys)
+  if p.has_put or redis.call('EXISTS', s.items) == 1 then fv_ensure(s) end
   local clock = tonumber(redis.call('HGET', s.meta, 'clock') or '0')
   local deleted = false
   for _, w in ipairs(p.writes) do
@@ -332,10 +434,10 @@ return {'ok', emptied, undo, dropped}
 """
 
 # Puts back what WRITE replaced, item by item, where the item is still as WRITE left it.
-# ARGV: shard count, then images: shard number, id, old record ('' none), old expiry
-# (-1 none), old vectors ('' none), version WRITE gave the item ('' it deleted it).
+# ARGV: shard count, the shards' paths, then images: shard number, id, old record ('' none),
+# old expiry (-1 none), old vectors ('' none), version WRITE gave the item ('' it deleted it).
 UNDO = r"""
-local n = tonumber(arg())
+local n = shard_count()
 while argi < #ARGV do
   local s = shard(tonumber(arg()))
   local id, old, old_exp, old_vec, written = arg(), arg(), arg(), arg(), arg()
@@ -526,29 +628,75 @@ end
 
 # Field index (FIELDS: the ``fv`` hash of a shard): how many of the shard's items hold
 # each field token (``tokens`` above), kept by link and unlink once the hash holds the
-# field SOH (\1), an upper bound of the versions of the shard's items. PROBE reads it
-# alone, one key per shard, so a search across many shards skips those lacking a token
-# its filter requires (:func:`..tokens.filter_tokens`) and reads the others newest first,
-# stopping where no shard left can hold a newer match. A shard written before the index
-# existed has no SOH: searches read it as before, and its next write builds the index.
+# field SOH (\1), an upper bound of the versions of the shard's items. A shard written
+# before the index existed has no SOH: its next write (or REINDEX) builds the index.
 #
-# ARGV: the number of required tokens, the tokens; KEYS: one ``fv`` key per shard.
-# Reply: per shard, false (it lacks a token, so holds no match), '' (no index: it may
-# hold anything) or its version bound.
-PROBE = r"""
-local n = tonumber(ARGV[1])
-local fields = {'\1', '\0'}
-for i = 1, n do fields[i + 2] = ARGV[i + 1] end
-local out = {}
-for i, key in ipairs(KEYS) do
-  local got = redis.call('HMGET', key, unpack(fields))
-  local ok = true
-  if got[1] and not got[2] then
-    for j = 3, #got do
-      if not got[j] then ok = false end
-    end
+# Slot index (SLOTS: the ``ix`` and ``iv`` keys of a hash slot; on a single server, one
+# pair for the whole store): which shards of the slot hold which tokens, and an upper
+# bound of the versions of the items holding each, so a search across many shards finds
+# the ones that can hold a match in one script per slot, reading only the members of the
+# filter's rarest token, instead of one key per shard. ``ix`` (sorted set, scores 0): a
+# member per (token, shard) the shard's field index counts, and one of token '' per
+# shard in the index (``member`` above: ordered by token, then by path, so a range finds
+# a token's shards under a namespace prefix); ``iv`` (hash): member -> version bound.
+# The shard scripts keep both atomically with the field index (fv_move, ix_raise,
+# ix_drop): the keys are in the shards' slot. A shard is in the index once its field
+# index holds the field STX (\2) naming the ``ix`` key; fv_ensure puts it there.
+
+# KEYS: the shards (see the prelude). Puts each shard holding items into its slot index,
+# building its field index first where it has none: a shard written by a release without
+# the index. Reply: per shard, 1.
+REINDEX = r"""
+return each_shard(function(s)
+  if redis.call('EXISTS', s.items) == 1 then fv_ensure(s) end
+  return 1
+end)
+"""
+
+# KEYS: one slot index (ix, iv). ARGV: a namespace prefix (labels joined by NUL, '' for
+# all), the number of required tokens, the tokens. Reply: (path, bound) of the slot's
+# shards under the prefix that may hold a match: every token, or the token NUL (a value
+# cjson cannot read, which may hold anything); the bound is the least of the tokens'
+# (a match holds them all), or the shard's own without tokens.
+CANDIDATES = r"""
+local IX, IV = KEYS[1], KEYS[2]
+local prefix, n = ARGV[1], tonumber(ARGV[2])
+local function head(t) return #t .. ':' .. t end
+local function range(t)
+  local h = head(t)
+  if prefix == '' then return '[' .. h, '(' .. h .. '\255' end
+  return '[' .. h .. prefix, '(' .. h .. prefix .. '\1'
+end
+local need = {}
+for i = 1, n do need[i] = ARGV[i + 2] end
+local rarest, fewest = '', nil
+for i, t in ipairs(need) do
+  local count = redis.call('ZLEXCOUNT', IX, range(t))
+  if not fewest or count < fewest then rarest, fewest = t, count end
+end
+local out, seen = {}, {}
+local function add(path)
+  if seen[path] then return end
+  seen[path] = true
+  local bound = nil
+  for _, t in ipairs(need) do
+    local b = redis.call('HGET', IV, head(t) .. path)
+    if not b then return end
+    b = tonumber(b)
+    if not bound or b < bound then bound = b end
   end
-  if not ok then out[i] = false else out[i] = got[1] or '' end
+  if not bound then bound = tonumber(redis.call('HGET', IV, head('') .. path) or '0') end
+  out[#out + 1] = path
+  out[#out + 1] = string.format('%.0f', bound)
+end
+if fewest == 0 then need = {} else
+  local skip = #head(rarest) + 1
+  for _, m in ipairs(redis.call('ZRANGEBYLEX', IX, range(rarest))) do add(string.sub(m, skip)) end
+end
+if n > 0 then  -- shards with a value cjson cannot read: their own bound
+  need = {}
+  local skip = #head('\0') + 1
+  for _, m in ipairs(redis.call('ZRANGEBYLEX', IX, range('\0'))) do add(string.sub(m, skip)) end
 end
 return out
 """
@@ -724,6 +872,7 @@ end)
 
 REGISTRY_PRELUDE = r"""
 local K_SHARDS, K_DUE, K_EPOCH, K_SEQ, K_TOMBS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local K_INDEXED = KEYS[6]
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -735,9 +884,11 @@ end
 # Epochs are the server's time, or the last epoch plus one where that is larger: they
 # never repeat even though SETTLE forgets the last one when the registry empties.
 # A shard under a live tombstone of the registry (TOMBS) is not enrolled: the reply
-# lists those paths, whose puts the writer then drops.
+# lists those paths, whose puts the writer then drops. An empty registry means no shard
+# holds items, none unindexed (see SLOTS): it is marked indexed.
 ENROLL = r"""
 local now = now_us()
+if redis.call('EXISTS', K_SHARDS) == 0 then redis.call('SET', K_INDEXED, '1') end
 local epoch = math.max(tonumber(redis.call('GET', K_SEQ) or '0') + 1, now)
 epoch = string.format('%.0f', epoch)
 redis.call('SET', K_SEQ, epoch)
@@ -778,17 +929,23 @@ for i = 1, #ARGV, 4 do
   end
 end
 -- An empty registry leaves no key behind (ENROLL's epochs go on from the clock).
-if redis.call('EXISTS', K_SHARDS) == 0 then redis.call('DEL', K_SEQ) end
+if redis.call('EXISTS', K_SHARDS) == 0 then redis.call('DEL', K_SEQ, K_INDEXED) end
 return 1
 """
 
 # ARGV: 'range', lo, hi, limit: up to `limit` registered shard paths in the lexicographic
 # range; 'due', limit: up to `limit` shards whose due hint has come; or 'paths', path...:
 # the given paths. Reply: (path, epoch or '') pairs; or, for 'names' lo hi limit, the
-# paths of 'range' alone (what a read needs).
+# paths of 'range' alone (what a read needs); for 'indexed', whether every shard is in its
+# slot index (1 or 0); for 'mark', marks it so, if any shard is registered.
 REGISTRY = r"""
 local paths
-if ARGV[1] == 'names' then
+if ARGV[1] == 'indexed' then
+  return redis.call('EXISTS', K_INDEXED)
+elseif ARGV[1] == 'mark' then
+  if redis.call('EXISTS', K_SHARDS) == 1 then redis.call('SET', K_INDEXED, '1') end
+  return 1
+elseif ARGV[1] == 'names' then
   return redis.call('ZRANGEBYLEX', K_SHARDS, ARGV[2], ARGV[3], 'LIMIT', 0, tonumber(ARGV[4]))
 elseif ARGV[1] == 'range' then
   paths = redis.call('ZRANGEBYLEX', K_SHARDS, ARGV[2], ARGV[3], 'LIMIT', 0, tonumber(ARGV[4]))
@@ -872,7 +1029,7 @@ SCRIPTS: dict[str, str] = {
         undo=UNDO,
         get=GET,
         search=FILTER + SEARCH,
-        probe=PROBE,
+        reindex=REINDEX,
         refresh=REFRESH,
         namespaces=NAMESPACES,
         count=COUNT,
@@ -886,4 +1043,5 @@ SCRIPTS: dict[str, str] = {
         registry=REGISTRY,
         tombs=REGISTRY_TOMB,
     ),
+    "candidates": CANDIDATES,
 }

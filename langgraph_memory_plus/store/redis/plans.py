@@ -7,7 +7,7 @@ labels (default 2; a shorter namespace is a shard of its own). ``("users", "u1")
 ``("users", "u1", "notes")`` and ``("users", "u1", "prefs")`` are one shard. A shard is
 nine keys ``{prefix}:store:{<tag>}:<kind>``, the tag a hex SHA-256 prefix of the shard's
 labels, so one shard is one hash slot and any label text (braces, NUL, megabytes) maps
-to a safe tag:
+to a safe tag (its *path*, the labels joined by NUL, is its registry member):
 
 - ``items`` (hash): item id -> ``version,created,updated,ttl`` + newline + value JSON.
   An id is the namespace's labels joined by NUL, two NULs, then the key (labels hold no
@@ -26,17 +26,27 @@ to a safe tag:
 - ``fv`` (hash): the field index, how many items hold each short string (by path, see
   :mod:`..tokens`), and an upper bound of the items' versions (``FIELDS`` in :mod:`.lua`).
 
+Each hash slot holding shards has a *slot index* of two keys ``{prefix}:store:{x<n>}:ix``
+and ``:iv``, the tag ``x<n>`` picked to fall into that slot (:class:`_SlotTags`); a single
+server has one pair for the whole store (tag ``i`` + the registry's). ``ix`` (sorted set)
+lists, for every shard of the slot, the shard itself and each short string its field index
+counts; ``iv`` (hash) holds an upper bound of the versions of the items behind each entry
+(``SLOTS`` in :mod:`.lua`). The shard scripts keep it in the same atomic step as the
+field index, which they can because it lives in the shards' slot.
+
 An item's ``version`` comes from its shard's clock: the server's time in microseconds, or
 the shard's previous version plus one where that is larger. So versions never repeat,
 even after a shard is emptied and its clock forgotten, and they order writes across
 shards by time: search results come newest first, as on PostgreSQL.
 
-The store's *registry* is five keys in a hash slot of their own: ``shards`` (sorted set,
+The store's *registry* is six keys in a hash slot of their own: ``shards`` (sorted set,
 scores 0: every shard's labels, so a lexicographic range finds the shards under a
 namespace prefix), ``due`` (sorted set: when each shard next has something for the TTL
 sweeper), ``epoch`` (hash: each shard's epoch, below), ``seq`` (the last epoch
-given) and ``tombs`` (tombstones of prefixes shorter than a shard path, which ``enroll``
-checks: such a prefix covers shards that may not exist yet).
+given), ``tombs`` (tombstones of prefixes shorter than a shard path, which ``enroll``
+checks: such a prefix covers shards that may not exist yet) and ``indexed`` (set while
+every shard is in its slot index: from the first enrolment of an empty registry, or once
+a search has indexed the shards an earlier release wrote; see ``_ensure_indexed``).
 
 Why this layout
 ---------------
@@ -52,15 +62,17 @@ Why this layout
   visit those shards only; ``list_namespaces`` stops as soon as its page is full and
   skips whole subtrees that ``max_depth`` folds into a result already listed.
 - **The price:** there is no full index without modules. A search across shards first
-  probes their field indexes (one key per shard): shards lacking a string the filter
-  requires are skipped, the rest are read newest version bound first until no shard left
-  can hold a newer match. Within a shard, the script reads items newest first and
-  evaluates the filter itself (``FILTER`` in :mod:`.lua`), so it stops at the page's worth
-  of matches and sends only those, plus the few items whose match only Python can
-  decide; a filter without such a string that matches rarely still reads every shard.
-  A semantic search reads every match, to score it exactly. A shard is read by one
-  script, which blocks the server while it runs, so keep shards user-sized (that is
-  what ``shard_depth`` is for).
+  reads the slot indexes (on a single server one script, whatever the number of shards;
+  on a cluster one per slot holding shards under the prefix): only the shards holding
+  every string the filter requires are read, newest version bound first, until no shard
+  left can hold a newer match. The bounds are per string, so a shard written a moment
+  ago whose only match is old is read last. Within a shard, the script reads items
+  newest first and evaluates the filter itself (``FILTER`` in :mod:`.lua`), so it stops
+  at the page's worth of matches and sends only those, plus the few items whose match
+  only Python can decide; a filter without such a string that matches rarely still
+  reads every shard. A semantic search reads every match, to score it exactly. A shard
+  is read by one script, which blocks the server while it runs, so keep shards
+  user-sized (that is what ``shard_depth`` is for).
 
 Registration and the sweeper's hints
 ------------------------------------
@@ -98,6 +110,7 @@ the earlier slots written; Redis Cluster has no cross-slot transaction to preven
 
 from __future__ import annotations
 
+import binascii
 import bisect
 import hashlib
 import json
@@ -105,6 +118,7 @@ import logging
 import math
 import struct
 import sys
+import threading
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -128,7 +142,7 @@ from ..filters import Compare, Cond, Elements, Equals, Fields, NotEquals, holds
 from ..tokens import filter_tokens
 from ..values import VersionedItem, VersionedSearchItem
 from ..vectors import Vector, cosine, norm
-from .lua import REGISTRY_KINDS, SHARD_KINDS
+from .lua import REGISTRY_KINDS, SHARD_KINDS, SLOT_KINDS
 
 # A script holds its arguments and its reply in memory at once, and Redis refuses a
 # request over 1 GiB (client-query-buffer-limit): values and batches stay well below.
@@ -142,8 +156,8 @@ DEFAULT_SHARD_DEPTH = 2
 READ_CHUNK = 32  # shards per read script: bounds one script's reply and run time
 SEARCH_FIRST = 8  # shards read by a search's first script; each next one reads twice as many
 SEARCH_CHUNK = 128  # at most, so that the floor found so far prunes the rest
-PROBE_CHUNK = 1024  # shards per probe script (one key each)
-FV = SHARD_KINDS.index("fv")
+OWN_KINDS = SHARD_KINDS[: -len(SLOT_KINDS)]  # a shard's own keys; then its slot index's
+SLOTS = 16384
 SHARD_CACHE = 100_000  # shards whose keys a store remembers
 SHARD_TOKEN_BYTES = 64  # the longest string a shard's field index counts
 REGISTRY_PAGE = 1024  # registry entries read per round trip
@@ -204,6 +218,31 @@ def unpack_vectors(blob: bytes) -> list[Vector]:
     if sys.byteorder == "big":
         data.byteswap()
     return [data[i : i + dims].tolist() for i in range(0, len(data), dims)]
+
+
+class _SlotTags:
+    """A hash tag in each cluster hash slot (the first ``x<hex n>`` to land there), naming
+    the slot's index keys. Found as slots are asked for, going on from where the last
+    search stopped: a slot costs 16,384 tries at first, all of them about 160,000."""
+
+    def __init__(self) -> None:
+        self._tags: dict[int, str] = {}
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def __getitem__(self, slot: int) -> str:
+        tag = self._tags.get(slot)
+        if tag is not None:
+            return tag
+        with self._lock:
+            while slot not in self._tags:
+                tag = f"x{self._next:x}"
+                self._tags.setdefault(binascii.crc_hqx(tag.encode(), 0) % SLOTS, tag)
+                self._next += 1
+            return self._tags[slot]
+
+
+slot_tags = _SlotTags()
 
 
 def _time(us: bytes) -> datetime:
@@ -344,6 +383,14 @@ class RedisStorePlans:
         tag = "r" + hashlib.sha256(_utf8(prefix)).hexdigest()[:8]  # never a shard's tag
         self.registry = [_utf8(f"{prefix}:store:{{{tag}}}:{kind}") for kind in REGISTRY_KINDS]
         self._shards: dict[bytes, Shard] = {}
+        self._index_tag = "i" + tag[1:]  # a single server's one slot index
+        self._indexed = False  # seen the registry say every shard is in its slot index
+
+    def slot_index(self, group: int) -> tuple[bytes, ...]:
+        """The slot index keys (``ix``, ``iv``, see SLOTS in .lua) of a script group: the
+        hash slot's on a cluster; one pair for the whole store on a single server."""
+        tag = slot_tags[group] if self.cluster else self._index_tag
+        return tuple(_utf8(f"{self.prefix}:store:{{{tag}}}:{kind}") for kind in SLOT_KINDS)
 
     # -- shards and script calls ------------------------------------------------------
 
@@ -353,8 +400,9 @@ class RedisStorePlans:
         shard = self._shards.get(path)
         if shard is None:
             tag = hashlib.sha256(path).hexdigest()[:32]
-            keys = tuple(_utf8(f"{self.prefix}:store:{{{tag}}}:{kind}") for kind in SHARD_KINDS)
-            shard = Shard(path, keys, key_slot(keys[0]) if self.cluster else 0)
+            own = tuple(_utf8(f"{self.prefix}:store:{{{tag}}}:{kind}") for kind in OWN_KINDS)
+            group = key_slot(own[0]) if self.cluster else 0
+            shard = Shard(path, own + self.slot_index(group), group)
             if len(self._shards) >= SHARD_CACHE:
                 self._shards.clear()
             self._shards[path] = shard
@@ -379,7 +427,7 @@ class RedisStorePlans:
     ) -> Eval:
         """One shard script on the shards ``entries[i]`` for ``i`` in ``indexes``."""
         keys = [key for i in indexes for key in entries[i][0].keys]
-        args: list[Arg] = [*head, len(indexes)]
+        args: list[Arg] = [*head, len(indexes), *(entries[i][0].path for i in indexes)]
         for i in indexes:
             args.extend(entries[i][1])
         return Eval(script, keys, args)
@@ -455,19 +503,20 @@ class RedisStorePlans:
     def search(self, request: SearchRequest) -> Plan[Command, list[VersionedSearchItem]]:
         if request.limit == 0:
             return []
-        shards = yield from self.scope(request.prefix)
         flt = request.filter
-        # A page can use only the newest offset+limit matches. Across several shards, the
-        # probe (see PROBE in .lua) drops those lacking a token the filter requires and
-        # bounds the others' versions: they are read newest bound first, each script down
-        # to the floor (the oldest of the newest offset+limit matches found so far), until
-        # no shard left can hold a newer match. The scripts send the items their filter
-        # leaves undecided too, which Python decides. A semantic search scores every match.
+        # A page can use only the newest offset+limit matches. Across shards, the slot
+        # indexes (see SLOTS in .lua) name those holding every token the filter requires,
+        # with a bound of their matches' versions: they are read newest bound first, each
+        # script down to the floor (the oldest of the newest offset+limit matches found so
+        # far), until no shard left can hold a newer match. The scripts send the items
+        # their filter leaves undecided too, which Python decides. A semantic search
+        # scores every match.
         scored = request.query is not None
         want = None if scored else request.offset + request.limit
-        bounds = [math.inf] * len(shards)
-        if len(shards) > 1:
-            shards, bounds = yield from self._probe(shards, flt)
+        if len(request.prefix) >= self.depth:
+            shards, bounds = [self.shard(request.prefix)], [math.inf]
+        else:
+            shards, bounds = yield from self._candidates(request.prefix, flt)
         step = 4 if scored else 3
         rows: list[tuple[Row, float | None]] = []
         newest: list[int] = []  # versions of the newest `want` matches so far, ascending
@@ -504,26 +553,45 @@ class RedisStorePlans:
             yield from self._refresh([row for row, _ in page if row.has_ttl])
         return [row.search_item(score) for row, score in page]
 
-    def _probe(
-        self, shards: list[Shard], flt: Fields | None
+    def _candidates(
+        self, prefix: Namespace, flt: Fields | None
     ) -> Plan[Command, tuple[list[Shard], list[float]]]:
-        """The shards that may hold a match, by their version bound, highest first (a
-        shard without a field index first of all), and those bounds."""
+        """The shards under a short prefix that may hold a match, by their version bound,
+        highest first, and those bounds: one script per slot index (on a single server,
+        one in all, without reading the registry)."""
+        yield from self._ensure_indexed()
         # The shards count strings of up to 64 bytes (see FIELDS in .lua).
         needs = [
             _utf8(f"{path}\0{text}")
             for path, text in filter_tokens(flt, str)
             if len(_utf8(text)) <= SHARD_TOKEN_BYTES
         ]
-        found: list[tuple[float, int]] = []
-        for indexes in self.groups(shards, PROBE_CHUNK):
-            keys = [shards[i].keys[FV] for i in indexes]
-            replies = yield Eval("probe", keys, [len(needs), *needs])
-            for i, bound in zip(indexes, replies, strict=True):
-                if bound is not None:
-                    found.append((float(bound) if bound else math.inf, i))
+        if self.cluster:
+            groups = sorted({shard.group for shard in (yield from self.scope(prefix))})
+        else:
+            groups = [0]
+        found: list[tuple[int, bytes]] = []
+        args: list[Arg] = [encode_namespace(prefix), len(needs), *needs]
+        for group in groups:
+            reply = yield Eval("candidates", list(self.slot_index(group)), args)
+            found.extend(
+                (int(bound), path) for path, bound in zip(reply[::2], reply[1::2], strict=True)
+            )
         found.sort(key=lambda f: (-f[0], f[1]))
-        return [shards[i] for _, i in found], [bound for bound, _ in found]
+        return [self.shard_at(path) for _, path in found], [float(bound) for bound, _ in found]
+
+    def _ensure_indexed(self) -> Plan[Command, None]:
+        """Put the shards written by a release without slot indexes into theirs, once per
+        store (the registry then says so; a store begun by this release says so from its
+        first write): until then a search could not find their items."""
+        if self._indexed:
+            return
+        if not (yield Eval("registry", self.registry, ["indexed"])):
+            shards = yield from self.scope(())
+            yield from self.fan_out("reindex", [(shard, ()) for shard in shards])
+            yield Eval("registry", self.registry, ["mark"])
+            logger.info("put %d namespace shards into their slot indexes", len(shards))
+        self._indexed = True
 
     @staticmethod
     def _score(query: Vector | None, blob: bytes) -> float | None:
@@ -753,7 +821,8 @@ class RedisStorePlans:
         for indexes, images in reversed(applied):
             if images:
                 keys = [key for i in indexes for key in plan[i][0].keys]
-                args = [len(indexes), *(a for image in images for a in image)]
+                paths = [plan[i][0].path for i in indexes]
+                args = [len(indexes), *paths, *(a for image in images for a in image)]
                 try:
                     yield Eval("undo", keys, args)
                 except Exception:
