@@ -5,10 +5,12 @@ with LangGraph's ``InMemorySaver``, and after every operation compares what the 
 (state, next nodes, interrupts, the whole history) through the saver that wrote it *and* through
 a fresh saver on the same storage, which shows what was actually stored. The operations are the
 ones that broke list memory before: in-place edits (returned or not) followed by forks from
-older checkpoints, edits of objects ``get_state`` returned, ``copy_thread`` followed by different
-edits on both copies, ``Send`` fan-out, interrupts in parallel branches, a two-level subgraph,
-list channels of dicts, tuples, bytes and pydantic models that also shrink, both durability
-modes, and restarts with ``keep_last`` cycling through None, 1 and 3.
+older checkpoints, edits of objects ``get_state`` returned (of the latest checkpoint and of
+older ones read by id, which are built from the items a saver remembers), ``copy_thread``
+followed by different edits on both copies, ``Send`` fan-out, interrupts in parallel
+branches, a two-level subgraph, list channels of dicts, tuples, bytes and pydantic models that
+also shrink, both durability modes, and restarts with ``keep_last`` cycling through None, 1
+and 3.
 
 The seed differs per run (``LGMP_FUZZ_SEED`` fixes it) and a failure names it.
 """
@@ -153,15 +155,18 @@ def _plain(value: Any) -> Any:
 def observe(graph: Any, config: dict[str, Any]) -> Any:
     """What a user sees of a thread: state, next, interrupts, and the whole history."""
     state = graph.get_state(config, subgraphs=True)
+    states = list(graph.get_state_history(config))
     history = [
         (_plain(s.values), list(s.next), s.metadata.get("step"), s.metadata.get("source"))
-        for s in graph.get_state_history(config)
+        for s in states
     ]
     return {
         "values": _plain(state.values),
         "next": list(state.next),
         "interrupts": sorted(str(i.value) for i in state.interrupts),
         "history": history,
+        # every checkpoint read by id (time travel), newest first, after the history
+        "by_id": [_plain(graph.get_state(s.config).values) for s in states],
     }
 
 
@@ -251,15 +256,21 @@ class Sequence:
                                 durability=durability)  # fmt: skip
                     ref.invoke(inputs, match[0].config, durability=durability)
         elif op < 0.8:
-            # Edit what get_state returned, every way there is: nothing may change.
+            # Edit what get_state returned, of the latest and of an older checkpoint read
+            # by id, every way there is: nothing may change.
+            back = r.randrange(8)
             for graph in (ours, ref):
-                values = graph.get_state(config).values
-                for m in values.get("messages", []):
-                    m.content = "tampered"
-                    m.additional_kwargs["tampered"] = True
-                for note in values.get("bag", []):
-                    note.tags.append("tampered")
-                values.get("items", []).append("tampered")
+                states = list(graph.get_state_history(config))[: back + 1]
+                reads = [graph.get_state(config)]
+                if states:
+                    reads.append(graph.get_state(states[-1].config))
+                for values in (state.values for state in reads):
+                    for m in values.get("messages", []):
+                        m.content = "tampered"
+                        m.additional_kwargs["tampered"] = True
+                    for note in values.get("bag", []):
+                        note.tags.append("tampered")
+                    values.get("items", []).append("tampered")
         elif op < 0.9:
             new = f"fz-{uuid.uuid4()}"
             ours.checkpointer.copy_thread(thread, new)

@@ -560,3 +560,119 @@ def test_a_put_advances_only_its_own_threads_views_and_eviction_forgets_them() -
     middle = bytes([2]) * 16
     memory.advance(middle, "", "c1", "c5", changed=())  # still there, still advanced
     assert stored[(middle, "messages")].view.at == {"c1", "c5"}
+
+
+def test_older_checkpoints_read_by_id_from_memory_when_their_items_are_known(
+    saver_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every older checkpoint of a chat grown past several pages, read by id after reads
+    of the others pushed its version out of memory, is built from the items this saver
+    knows: no list fetch, a value equal to InMemorySaver's, objects of its own; a fresh
+    saver fetches once, for the latest, then derives the rest. A copy (pages hashed under
+    the source's key) fetches its own."""
+    from langgraph_memory_plus.checkpoint import codec
+
+    fetches: list[Any] = []
+    real = codec.resolve_list
+
+    def counted(request: Any, memory: Any, fetch: Any, *rest: Any) -> Any:
+        def fetch_counted(r: Any) -> Any:
+            fetches.append(r)
+            return fetch(r)
+
+        return real(request, memory, fetch_counted, *rest)
+
+    monkeypatch.setattr(codec, "resolve_list", counted)
+    config = new_config()
+    reference = chat_graph(checkpointer=InMemorySaver())
+    with saver_factory() as saver:
+        graph = chat_graph(checkpointer=saver)
+        for turn in range(3 * PAGE_SIZE // 2):
+            graph.invoke(ask(turn), config)
+            reference.invoke(ask(turn), config)
+        expected = [h.values for h in reference.get_state_history(config)]
+        configs = [h.config for h in graph.get_state_history(config)]
+        fetches.clear()
+        for _ in range(2):
+            seen: list[Any] = []
+            for at, values in zip(configs, expected, strict=True):
+                state = graph.get_state(at)
+                assert state.values == values
+                seen.extend(state.values.get("messages", []))
+            assert len({id(m) for m in seen}) == len(seen)
+        assert fetches == []
+    with saver_factory() as saver:  # a new process: nothing remembered
+        graph = chat_graph(checkpointer=saver)
+        graph.get_state(config)
+        for at, values in zip(configs[1:], expected[1:], strict=True):
+            assert graph.get_state(at).values == values
+        assert len(fetches) == 1
+        copy = new_config()
+        saver.copy_thread(config["configurable"]["thread_id"], copy["configurable"]["thread_id"])
+        fetches.clear()
+        older = {"configurable": {**copy["configurable"], **configs[9]["configurable"]}}
+        older["configurable"]["thread_id"] = copy["configurable"]["thread_id"]
+        assert graph.get_state(copy).values == expected[0]
+        assert graph.get_state(older).values == expected[9]
+        assert len(fetches) == 2
+
+
+def test_rereading_a_checkpoint_keeps_the_view_a_put_builds_on() -> None:
+    """A read's view supersedes an earlier read's of the same checkpoint, never a put's:
+    reading one checkpoint again and again keeps the memory a put on the latest builds
+    on, and frees only what the earlier reads built."""
+    from langgraph_memory_plus.checkpoint.lists import (
+        ListMemory,
+        ListRef,
+        ListRequest,
+        chunk_list,
+        remember_stored,
+        resolve_list,
+    )
+
+    tk, memory = b"k" * 16, ListMemory(views_per_list=4)
+    key = (tk, "", "messages")
+    values = [f"message {n}" for n in range(40)]
+    stored = chunk_list(tk, values, None, lambda v: ("str", v.encode()))
+    remember_stored(memory, key, stored, "latest")
+    older = chunk_list(tk, values[:20], None, lambda v: ("str", v.encode()))
+
+    def read(ref: ListRef, checkpoint_id: str) -> list[Any]:
+        plan = resolve_list(
+            ListRequest(key, ref, {}), memory, lambda r: pytest.fail("fetched"),
+            lambda typ, data: data.decode(), iter, checkpoint_id,
+        )  # fmt: skip
+        try:
+            next(plan)
+        except StopIteration as done:
+            return list(done.value)
+        raise AssertionError("the read asked the backend")
+
+    for _ in range(10):
+        assert read(older.ref, "older") == values[:20]
+    channel = memory._channels[key]
+    assert [v.at for v in channel.views] == [{"latest"}, {"older"}]
+    assert memory.base(key, values, "latest") is stored.view
+    again = read(stored.ref, "latest")
+    assert again == values and memory.base(key, again, "latest").objects[0] is again[0]
+    assert memory.base(key, values, "latest") is not None  # the put's view stays
+
+
+def test_derive_matches_only_this_threads_pages() -> None:
+    """A list version not remembered is derived from a remembered longer one only when its
+    spine is that version's first pages hashed under this thread's key."""
+    from langgraph_memory_plus.checkpoint.lists import ListMemory, chunk_list, remember_stored
+
+    tk, other, memory = b"k" * 16, b"o" * 16, ListMemory()
+    key = (tk, "", "messages")
+    values = [f"message {n}" for n in range(5 * PAGE_SIZE + 3)]
+    dump = lambda v: ("str", v.encode())  # noqa: E731
+    remember_stored(memory, key, chunk_list(tk, values, None, dump), "latest")
+    for n in (0, 3, PAGE_SIZE, 2 * PAGE_SIZE + 5, 5 * PAGE_SIZE):
+        older = chunk_list(tk, values[:n], None, dump)
+        derived = memory.derive(key, older.ref)
+        assert derived is not None and derived.item_ids == older.view.version.item_ids
+        assert derived.page_ids == older.view.version.page_ids
+    assert memory.derive(key, chunk_list(other, values[:40], None, dump).ref) is None
+    edited = chunk_list(tk, ["edited", *values[1:40]], None, dump)
+    assert memory.derive(key, edited.ref) is None

@@ -99,6 +99,17 @@ def node_id(thread_key: bytes, children: Sequence[bytes], kind: bytes) -> bytes:
     return h.digest()
 
 
+def prefix_spines(thread_key: bytes, page_ids: Sequence[bytes]) -> dict[bytes, int]:
+    """The spine id of every leading run of ``page_ids``, to its length: what
+    :func:`node_id` gives each prefix, in one pass (the hash state is copied per page)."""
+    h = hashlib.blake2b(digest_size=ID_SIZE, key=thread_key, person=b"lgmp-spine")
+    out = {}
+    for n, page in enumerate(page_ids, start=1):
+        h.update(page)
+        out[h.copy().digest()] = n
+    return out
+
+
 def split_ids(raw: bytes) -> list[bytes]:
     return [raw[i : i + ID_SIZE] for i in range(0, len(raw), ID_SIZE)]
 
@@ -152,6 +163,16 @@ class ListVersion:
     item_ids: list[bytes]
     page_ids: list[bytes]
     """Ids of the stored full pages; fewer (none) when not known to be stored here."""
+    spines: dict[bytes, int] = field(default_factory=dict, compare=False, repr=False)
+    """The spine ids of this version's leading pages, to how many (see :meth:`prefixes`);
+    filled the first time an older version is looked for in this one."""
+
+    def prefixes(self, thread_key: bytes) -> dict[bytes, int]:
+        """:func:`prefix_spines` of the pages, computed once. Empty when the pages are not
+        known to be stored here (their ids may not be what this thread's spines name)."""
+        if not self.spines and self.page_ids:
+            self.spines.update(prefix_spines(thread_key, self.page_ids))
+        return self.spines
 
 
 @dataclass
@@ -173,6 +194,8 @@ class ListView:
     and its descendants that left the channel unchanged."""
     positions: dict[int, int] | None = None
     """First position of each object by identity; built when first needed."""
+    read: bool = False
+    """Made by a read (what it handed out), not by a put."""
 
     def position_of(self) -> dict[int, int]:
         if self.positions is None:
@@ -475,6 +498,33 @@ class ListMemory:
                 self._channels.move_to_end(key)
             return version
 
+    def derive(self, key: MemoKey, ref: ListRef) -> ListVersion | None:
+        """The version stored under ``ref`` when it is not remembered itself but its
+        full pages are the leading pages of a remembered version (or it has none): an
+        older checkpoint of a list that grew by appending, read by id (time travel,
+        a fork, history) after newer reads pushed it out of :meth:`find`.
+
+        Ids hash their content under the thread's key, so a spine id equal to the one
+        of a remembered version's first ``n`` pages names those very pages, wherever
+        and by whichever process it was stored; a thread's copy (other-keyed ids)
+        never matches.
+        """
+        if ref.spine is None:
+            return ListVersion(ref, list(ref.tail), [])
+        with self._lock:
+            channel = self._channels.get(key)
+            versions = list(reversed(channel.versions.values())) if channel is not None else []
+        # Most recently used first, those already indexed before the rest: indexing
+        # costs a hash per page, once per version.
+        versions.sort(key=lambda v: not v.spines)
+        for version in versions:
+            n = version.prefixes(key[0]).get(ref.spine)
+            if n is not None:
+                self.find(key, version.ref)  # used last: what it covers stays derivable
+                item_ids = version.item_ids[: n * PAGE_SIZE] + ref.tail
+                return ListVersion(ref, item_ids, version.page_ids[:n])
+        return None
+
     def known(self, key: MemoKey) -> dict[bytes, _Known]:
         """The items of ``key`` producible here, as of now (a copy: safe to keep using)."""
         with self._lock:
@@ -487,19 +537,31 @@ class ListMemory:
         version: ListVersion,
         items: Mapping[bytes, _Known],
         view: ListView | None = None,
+        keep: bool = True,
     ) -> None:
-        """Remember a version that is stored, the items it uses and, optionally, a view."""
+        """Remember a version that is stored, the items it uses and, optionally, a view.
+
+        ``keep=False`` for a version :meth:`derive` made: the one it came from covers it,
+        so reading a thread's history by id leaves the remembered versions as they were.
+        """
         with self._lock:
             channel = self._channels.get(key)
             if channel is None:
                 channel = self._channels[key] = _Channel()
                 self._by_thread.setdefault(key[0], set()).add(key)
-            raw = version.ref.encode()
-            channel.versions[raw] = version
-            channel.versions.move_to_end(raw)
-            while len(channel.versions) > self.versions_per_list:
-                channel.versions.popitem(last=False)
+            if keep or not channel.versions:
+                raw = version.ref.encode()
+                channel.versions[raw] = version
+                channel.versions.move_to_end(raw)
+                while len(channel.versions) > self.versions_per_list:
+                    channel.versions.popitem(last=False)
             if view is not None:
+                if view.read:
+                    # A newer read of the same checkpoints supersedes an older one's view:
+                    # reading a checkpoint again and again (a UI polling one state) then
+                    # pushes out no view a put builds on, and what it frees is what it
+                    # built last time, not a view of some longer list.
+                    channel.views = [v for v in channel.views if not (v.read and v.at <= view.at)]
                 channel.views.append(view)
                 del channel.views[: -self.views_per_list]
             before = len(channel.items)
@@ -713,8 +775,9 @@ def resolve_list(
     checkpoint_id: str | None = None,
 ) -> Generator[Any, Any, list[Any]]:
     """Rebuild a stored list (a plan step) as new objects: from memory when the version
-    and its items are known, else with one backend command that returns only the bytes
-    of items not known here. ``parse`` turns the command's reply into :data:`ItemRow`s.
+    (remembered, or derived from a longer one: :meth:`ListMemory.derive`) and its items
+    are known, else with one backend command that returns only the bytes of items not
+    known here. ``parse`` turns the command's reply into :data:`ItemRow`s.
 
     With the ``checkpoint_id`` read, the objects handed out become a view a put on that
     checkpoint recognizes (``get_tuple``, which starts a step); history pages leave none.
@@ -722,7 +785,11 @@ def resolve_list(
     key = request.key
     known = memory.known(key)
     version = memory.find(key, request.ref)
+    derived = version is None
+    if derived:
+        version = memory.derive(key, request.ref)
     if version is None or not known.keys() >= set(version.item_ids):
+        derived = False
         rows = parse((yield fetch(replace(request, known=known.keys()))))
         item_ids: list[bytes] = []
         for raw_id, typ, data in rows:
@@ -747,6 +814,6 @@ def resolve_list(
     view = None
     if checkpoint_id is not None:
         prints = fingerprints_of(objects)
-        view = ListView(version, list(objects), prints, marks(prints), {checkpoint_id})
-    memory.remember(key, version, known, view)
+        view = ListView(version, list(objects), prints, marks(prints), {checkpoint_id}, read=True)
+    memory.remember(key, version, known, view, keep=not derived)
     return objects
