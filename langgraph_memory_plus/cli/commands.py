@@ -156,7 +156,7 @@ def _print_plan(db: admin._Sql, plan: Any) -> None:
                 except Exception:  # its bookkeeping table does not exist yet
                     if db.pg:
                         db.conn.rollback()
-                    answer = [(-1,)]
+                    answer = [(-1, True)]  # no version; setup would create the table
                 continue
             params = query.params or ()
             if params and db.pg:
