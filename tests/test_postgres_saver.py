@@ -562,6 +562,13 @@ DIFF_FILTERS: list[dict[str, Any]] = [
     {"origin": "diff"},
     {"nested": {"k": 1, "deep": {"x\x00": "y\x00"}}},
     {"run_id": "no-such-run"},
+    # InMemorySaver's equality across number types: 0 == 0.0 == False, 1 == True.
+    {"step": 0.0},
+    {"step": False},
+    {"flag": 1},
+    {"score": 1.5, "source": "loop"},
+    {"step": 2**70},
+    {"step": None},
 ]
 
 
@@ -803,34 +810,55 @@ async def test_a_fresh_saver_instance_reads_the_same_history(
     assert not mismatches, "\n".join(mismatches[:10])
 
 
-@pytest.mark.parametrize(
-    "flt",
-    [
-        pytest.param({"nested": {"k": 1}}, id="nested-dict-subset"),
-        pytest.param({"tags": ["x"]}, id="list-subset"),
-        pytest.param({"missing_key": None}, id="none-matches-absent-key"),
-        pytest.param({"step": 0.0}, id="float-equals-int"),
-    ],
-)
+EDGE_FILTERS = [
+    pytest.param({"nested": {"k": 1}}, id="nested-dict-subset"),
+    pytest.param({"nested": {"k": True}}, id="nested-true-equals-one"),
+    pytest.param({"tags": ["x"]}, id="list-subset"),
+    pytest.param({"tags": [True]}, id="list-true-equals-one"),
+    pytest.param({"missing_key": None}, id="none-matches-absent-key"),
+    pytest.param({"step": 0.0}, id="float-equals-int"),
+    pytest.param({"step": True}, id="true-equals-one"),
+    pytest.param({"flag": 1}, id="one-equals-true"),
+    pytest.param({"score": 2}, id="int-equals-float"),
+    pytest.param({"score": 2.5, "step": 1}, id="float-and-int"),
+    pytest.param({"big": 2**64 - 1}, id="int-beyond-signed-64-bits"),
+    pytest.param({"big": 2**63 - 1}, id="largest-64-bit-int"),
+    pytest.param({"score": float("inf")}, id="infinite-float"),
+    pytest.param({"step": "1"}, id="text-is-not-a-number"),
+]
+"""``list(filter=...)`` cases where JSON containment and Python equality part ways."""
+
+EDGE_METADATA: list[dict[str, Any]] = [
+    {"step": 0, "nested": {"k": 1, "j": 2}, "tags": ["x", "y"]},
+    {"step": 0, "nested": {"k": 1}, "tags": ["x"], "missing_key": "set"},
+    {"step": 1, "nested": {"k": 2}, "tags": [1]},
+    {"step": 1, "flag": True, "score": 2.0, "big": 2**64 - 1},
+    {"step": True, "flag": 1.0, "score": 2.5, "big": 2**63 - 1},
+    {"step": "1", "flag": False, "score": float("inf"), "big": 2**63},
+]
+
+
+async def filter_edge_case(ours: Ops, flt: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    """Store :data:`EDGE_METADATA` on ``ours`` and on InMemorySaver; both answers."""
+    ref = reference()
+    for i, md in enumerate(EDGE_METADATA):
+        checkpoint = make_checkpoint()
+        for t in (ours, ref):
+            await t.put(cfg(f"flt-{i}"), checkpoint, {"source": "loop", **md}, {})
+    mine = norm_set(await ours.list(None, filter=flt))
+    theirs = norm_set(await ref.list(None, filter=flt))
+    return [m["config"] for m in mine if m], [t["config"] for t in theirs if t]
+
+
+@pytest.mark.parametrize("flt", EDGE_FILTERS)
 async def test_list_filter_edge_cases_match_inmemory(
     open_saver: Any, schema: str, flt: dict[str, Any]
 ) -> None:
-    """InMemorySaver filters by equality of each top-level key, not JSON containment."""
-    ref = reference()
+    """InMemorySaver filters by equality of each top-level key (``True == 1 == 1.0``), not
+    JSON containment."""
     async with open_saver(schema) as ours:
-        for i, md in enumerate(
-            [
-                {"step": 0, "nested": {"k": 1, "j": 2}, "tags": ["x", "y"]},
-                {"step": 0, "nested": {"k": 1}, "tags": ["x"], "missing_key": "set"},
-                {"step": 1, "nested": {"k": 2}, "tags": []},
-            ]
-        ):
-            checkpoint = make_checkpoint()
-            for t in (ours, ref):
-                await t.put(cfg(f"flt-{i}"), checkpoint, {"source": "loop", **md}, {})
-        mine = norm_set(await ours.list(None, filter=flt))
-        theirs = norm_set(await ref.list(None, filter=flt))
-        assert [m["config"] for m in mine if m] == [t["config"] for t in theirs if t]
+        mine, theirs = await filter_edge_case(ours, flt)
+    assert mine == theirs and theirs, (mine, theirs)
 
 
 # --------------------------------------------------------------------------------------------

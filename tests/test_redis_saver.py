@@ -59,7 +59,14 @@ from redis.crc import key_slot
 from redis.retry import Retry
 
 # One async interface over the sync and the async saver, shared with the PostgreSQL tests.
-from test_postgres_saver import Ops, compare_with_reference, reference, run_workload
+from test_postgres_saver import (
+    EDGE_FILTERS,
+    Ops,
+    compare_with_reference,
+    filter_edge_case,
+    reference,
+    run_workload,
+)
 
 from langgraph_memory_plus import AsyncRedisSaver, PostgresSaver, RedisSaver
 from langgraph_memory_plus.checkpoint.redis.plans import KINDS, RedisCheckpointPlans
@@ -1558,6 +1565,16 @@ async def test_writes_merged_over_the_limit_are_refused_and_the_stored_ones_kept
 # --------------------------------------------------------------------------------------------
 # Drop-in behaviour: the same calls on InMemorySaver and on ours give the same answers
 # --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flt", EDGE_FILTERS)
+async def test_list_filter_edge_cases_match_inmemory(
+    space: Space, flavour: str, flt: dict[str, Any]
+) -> None:
+    """The FILTER script compares as InMemorySaver does (``True == 1 == 1.0``)."""
+    async with space.open(flavour) as ours:
+        mine, theirs = await filter_edge_case(ours, flt)
+    assert mine == theirs and theirs, (mine, theirs)
 
 
 async def test_same_answers_as_inmemory_saver_across_a_restart(space: Space, flavour: str) -> None:

@@ -325,9 +325,10 @@ def test_a_read_looks_up_each_blob_by_its_key(tmp_path: Path) -> None:
 
 
 def test_a_filtered_list_reads_full_pages_and_blobs_only_of_matches(tmp_path: Path) -> None:
-    """``list(filter=..., limit=1)`` on a long thread reads pages of many rows (a filter on
-    a number is not narrowed in SQL: pages of one row were a statement a checkpoint), and
-    the blobs of the matches only; the answer is the same as without the shortcut."""
+    """``list(filter=..., limit=1)`` on a long thread: a number is narrowed in SQL (one
+    page holds the match), a filter SQL cannot narrow (``None``) reads pages of many rows
+    (pages of one row were a statement a checkpoint), and blobs are read for the matches
+    only; the answers are the same as without the shortcuts."""
     conn = sqlite3.connect(tmp_path / "f.db", check_same_thread=False, isolation_level=None)
     seen: list[str] = []
     saver = SqliteSaver(conn)
@@ -337,7 +338,7 @@ def test_a_filtered_list_reads_full_pages_and_blobs_only_of_matches(tmp_path: Pa
     [first] = saver.list(cfg("t"), filter={"step": 0}, limit=1)
     assert first.metadata["step"] == 0 and first.checkpoint["channel_values"]["a"] == "t//a0"
     pages = [q for q in seen if "ORDER BY c.checkpoint_id DESC" in q]
-    assert len(pages) == 3, len(pages)  # 250 rows in pages of 100
+    assert len(pages) == 1, len(pages)  # only step 0 passes the SQL
     assert len([q for q in seen if "lgmp_blobs b" in q]) == 1
     seen.clear()
     two = saver.list(cfg("t"), filter={"source": "loop", "run_id": "run-1"}, limit=2)
@@ -345,6 +346,12 @@ def test_a_filtered_list_reads_full_pages_and_blobs_only_of_matches(tmp_path: Pa
     assert len([q for q in seen if "lgmp_blobs b" in q]) == 1
     assert [t.metadata["step"] for t in saver.list(cfg("t"), filter={"step": 7})] == [7]
     assert len(list(saver.list(cfg("t"), filter={"missing": None}, limit=300))) == 250
+    [oldest] = saver.list(cfg("t"), filter={"missing": None, "step": 0}, limit=1)
+    assert oldest.metadata["step"] == 0
+    seen.clear()
+    [newest] = saver.list(cfg("t"), filter={"missing": None}, limit=1)
+    assert newest.metadata["step"] == 249
+    assert len([q for q in seen if "ORDER BY c.checkpoint_id DESC" in q]) == 1
     conn.close()
 
 

@@ -12,7 +12,7 @@ checkpoint is visible whole or not at all.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
@@ -99,6 +99,46 @@ def _write_rows(
         for task_id, path, record in zip(task_ids, paths, records, strict=True)
         for row in task_writes.rows(task_id, path, record)
     ]
+
+
+def _ambiguous(value: Any) -> bool:
+    """Whether ``value`` holds a boolean or a number equal to 0 or 1 anywhere: Python
+    takes ``True == 1 == 1.0``, ``jsonb`` containment tells ``true`` from ``1``."""
+    if isinstance(value, (bool, int, float)):
+        return isinstance(value, bool) or value in (0, 1)
+    if isinstance(value, Mapping):
+        return any(_ambiguous(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_ambiguous(v) for v in value)
+    return False
+
+
+def _narrowing(
+    flt: Mapping[str, Any] | None,
+) -> tuple[dict[str, Any], list[tuple[dict[str, Any], dict[str, Any]]], bool]:
+    """What ``list(filter=...)`` asks of ``metadata_json``, each part a superset of
+    InMemorySaver's equality.
+
+    Returns one containment document, pairs of documents of which a row must contain
+    either (``{k: 1}`` or ``{k: true}``, for a top-level boolean, 0 or 1), and whether
+    every key was narrowed.
+    Left to the check in Python: ``None`` (a missing key matches it) and containers that
+    hold a boolean, 0 or 1 (containment compares those by type).
+    """
+    contained: dict[str, Any] = {}
+    either: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    narrowed = True
+    for key, value in (flt or {}).items():
+        name = json_safe(str(key))
+        if value is None:
+            narrowed = False
+        elif isinstance(value, (bool, int, float)) and _ambiguous(value):
+            either.append(({name: int(value)}, {name: bool(value)}))
+        elif _ambiguous(value):
+            narrowed = False
+        else:
+            contained[name] = json_safe(value)
+    return contained, either, narrowed
 
 
 class PostgresCheckpointPlans:
@@ -321,15 +361,20 @@ class PostgresCheckpointPlans:
             wheres.append("c.checkpoint_id < %s")
             params.append(query.before)
         # The database narrows by containment; the exact check runs on the decoded
-        # metadata. ``None`` is left out: it also matches a missing key, as in InMemorySaver.
-        present = {k: v for k, v in (query.filter or {}).items() if v is not None}
-        if present:
+        # metadata (see ``_narrowing``).
+        contained, either, narrowed = _narrowing(query.filter)
+        if contained:
             wheres.append("c.metadata_json @> %s")
-            params.append(Jsonb(json_safe(present)))
+            params.append(Jsonb(contained))
+        for number, truth in either:
+            wheres.append("(c.metadata_json @> %s OR c.metadata_json @> %s)")
+            params.extend((Jsonb(number), Jsonb(truth)))
         if query.after is not None:
             wheres.append("(c.checkpoint_id, c.thread_key, c.checkpoint_ns) < (%s, %s, %s)")
             params.extend(query.after)
-        size = page_size if query.limit is None else min(page_size, query.limit)
+        # A filter the database cannot narrow reads full pages: pages of one row made
+        # list(filter={"missing": None}, limit=1) a statement per checkpoint.
+        size = page_size if query.limit is None or not narrowed else min(page_size, query.limit)
         rows: Rows = yield Query(
             self._select(" AND ".join(wheres), f"LIMIT {int(size)}"),
             params,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -113,6 +114,28 @@ def _no_nul(text: str, what: str) -> None:
 
 
 Key = tuple[bytes, str, str]  # thread key, namespace, checkpoint id
+
+
+_NUMBERS = "'integer', 'real', 'true', 'false'"
+_INT64 = range(-(2**63), 2**63)
+
+
+def _narrowing_types(value: Any) -> str | None:
+    """The JSON types (``json_each``'s names) a metadata value equal to ``value`` can have
+    in ``metadata_json``, or ``None`` when SQL cannot narrow on it.
+
+    A number equals the JSON numbers and booleans of its value (``json_each`` gives
+    ``true`` as 1): ``{"step": -1}`` reads the checkpoints of step -1, not each row's
+    metadata. Not narrowed: ``None`` (a missing key matches it), containers, integers
+    beyond SQLite's 64 bits and non-finite floats (``json_safe`` stores those as text).
+    """
+    if isinstance(value, str):
+        return "'text'"
+    if isinstance(value, bool) or (isinstance(value, int) and value in _INT64):
+        return _NUMBERS
+    if isinstance(value, float) and math.isfinite(value):
+        return _NUMBERS
+    return None
 
 
 class SqliteCheckpointPlans:
@@ -267,14 +290,15 @@ class SqliteCheckpointPlans:
         if query.before is not None:
             wheres.append("c.checkpoint_id < :before")
             params["before"] = query.before
-        # SQLite narrows by the string-valued keys of the filter (the common case: source,
-        # run_id, user_id); every row is then checked exactly on its decoded metadata, as
+        # SQLite narrows by the filter's strings and numbers (source, run_id, user_id,
+        # step); every row is then checked exactly on its decoded metadata, as
         # InMemorySaver compares (where 1 == 1.0 == True, and None matches a missing key).
         for i, (key, value) in enumerate((query.filter or {}).items()):
-            if isinstance(value, str):
+            types = _narrowing_types(value)
+            if types:
                 wheres.append(
                     f"EXISTS (SELECT 1 FROM json_each(c.metadata_json) j WHERE j.key = :fk{i} "
-                    f"AND j.type = 'text' AND j.value = :fv{i})"
+                    f"AND j.type IN ({types}) AND j.value = :fv{i})"
                 )
                 params[f"fk{i}"] = json_safe(str(key))
                 params[f"fv{i}"] = json_safe(value)
