@@ -1,0 +1,742 @@
+"""What any saver could reach on a short chat turn on this machine::
+
+    python -m benchmarks.minimal [--pg URL] [--redis URL] [--turns-sample 300] [--rounds 3]
+        [--warmup 30] [--json PATH]
+
+Issue 22 asks for a T=1 turn (a new thread, one ``graph.invoke`` of the chat graph of
+``workloads.chat_graph()``) of at most 0.7x the official saver on PostgreSQL and SQLite,
+and at most 1.5x ``InMemorySaver`` on Redis. Whether that is reachable at all depends on
+what storing costs on this machine, whatever a saver does on top. So this module measures,
+in one run, the turn p50 at T=1 of LangGraph's ``InMemorySaver`` and the official SQLite
+and PostgreSQL savers beside three deliberately featureless savers defined here: one
+statement (or one round trip) per saver call, the checkpoint with its channel values
+serialized as one value with ``serde.dumps_typed``, no compression, no TTL, no index
+beyond the primary key, no migrations. They store every call before returning, as any
+saver must, and do nothing else, so their turn is a lower bound for a real saver on the
+same backend; their ratios against the goals' baselines say whether the goals can be met.
+
+Each turn runs on a fresh thread, after ``--warmup`` untimed turns (connections, prepared
+statements, the interpreter's caches); the table gives the median over ``--rounds`` rounds
+(the savers run in an order rotated from round to round) of each saver's turn p50, and its
+client CPU per turn (``time.process_time`` over the timed turns: this process only, not the
+database server's). Every unit gets storage of its own and removes it (``targets.py``):
+a database ``lgmp_bench_<slug>_<run id>``, keys under a prefix of its own, a SQLite file in
+a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sqlite3
+import statistics
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import redis
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+)
+from psycopg_pool import ConnectionPool
+
+from . import targets as tg
+from . import workloads as wl
+
+MINIMAL = "minimal"
+MIN_SQLITE = tg.Target("minimal SqliteSaver", "min_sqlite", MINIMAL, "sqlite")
+MIN_PG = tg.Target("minimal PostgresSaver", "min_pg", MINIMAL, "postgres")
+MIN_REDIS = tg.Target("minimal RedisSaver", "min_redis", MINIMAL, "redis")
+SAVERS = [tg.MEMORY_SAVER, tg.OFF_SQLITE, MIN_SQLITE, tg.OFF_PG, MIN_PG, MIN_REDIS]
+
+# (name, numerator, denominator, the bound issue 22 sets for our saver of that backend)
+RATIOS = [
+    ("minimal SQLite / official SQLite", MIN_SQLITE, tg.OFF_SQLITE, 0.7),
+    ("minimal PG / official PG", MIN_PG, tg.OFF_PG, 0.7),
+    ("minimal Redis / InMemorySaver", MIN_REDIS, tg.MEMORY_SAVER, 1.5),
+]
+
+Record = tuple[str, bytes]  # what serde.dumps_typed returns: (type, bytes)
+
+
+# ---------------------------------------------------------------------------------------------
+# what the three savers share
+
+
+def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def _where(config: RunnableConfig) -> tuple[str, str, str | None]:
+    """(thread_id, checkpoint_ns, checkpoint_id or None for the latest) of a config."""
+    configurable = config["configurable"]
+    return (
+        str(configurable["thread_id"]),
+        str(configurable.get("checkpoint_ns", "")),
+        get_checkpoint_id(config),
+    )
+
+
+class _Minimal(BaseCheckpointSaver[int]):
+    """A checkpoint is one value: ``dumps_typed`` of the checkpoint (channel values included),
+    its metadata and its parent's id; a write is one value too. Integer channel versions
+    (the base class's ``get_next_version``)."""
+
+    def _encode(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
+    ) -> Record:
+        return self.serde.dumps_typed(
+            {
+                "checkpoint": checkpoint,
+                "metadata": get_serializable_checkpoint_metadata(config, metadata),
+                "parent": config["configurable"].get("checkpoint_id"),
+            }
+        )
+
+    def _tuple(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        record: Record,
+        writes: list[tuple[str, str, str, Record]],
+    ) -> CheckpointTuple:
+        """The tuple of a stored record; ``writes`` as (task_path, task_id, channel, value),
+        already in ``writes_sort_key`` order."""
+        stored = self.serde.loads_typed(record)
+        parent = stored["parent"]
+        return CheckpointTuple(
+            config=_config(thread_id, ns, checkpoint_id),
+            checkpoint=stored["checkpoint"],
+            metadata=stored["metadata"],
+            parent_config=_config(thread_id, ns, parent) if parent else None,
+            pending_writes=[
+                (task_id, channel, self.serde.loads_typed(value))
+                for _, task_id, channel, value in writes
+            ],
+        )
+
+    def _matches(self, tup: CheckpointTuple, filter: dict[str, Any] | None) -> bool:
+        return not filter or all(tup.metadata.get(k) == v for k, v in filter.items())
+
+    def _write_rows(self, writes: Sequence[tuple[str, Any]]) -> list[tuple[int, str, Record]]:
+        """(idx, channel, value) per write; special channels at their fixed negative idx."""
+        return [
+            (WRITES_IDX_MAP.get(channel, idx), channel, self.serde.dumps_typed(value))
+            for idx, (channel, value) in enumerate(writes)
+        ]
+
+    @staticmethod
+    def _next_config(config: RunnableConfig, checkpoint: Checkpoint) -> RunnableConfig:
+        thread_id, ns, _ = _where(config)
+        return _config(thread_id, ns, checkpoint["id"])
+
+
+# ---------------------------------------------------------------------------------------------
+# SQLite
+
+
+class MinimalSqliteSaver(_Minimal):
+    """One sqlite3 connection behind a lock (LangGraph calls ``put`` from its background
+    threads), WAL with ``synchronous=NORMAL``; one transaction per call."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+        self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.executescript(
+            """
+            CREATE TABLE IF NOT EXISTS checkpoints (
+                thread_id TEXT, checkpoint_ns TEXT, checkpoint_id TEXT, type TEXT, value BLOB,
+                PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id));
+            CREATE TABLE IF NOT EXISTS writes (
+                thread_id TEXT, checkpoint_ns TEXT, checkpoint_id TEXT, task_id TEXT,
+                idx INTEGER, task_path TEXT, channel TEXT, type TEXT, value BLOB,
+                PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx));
+            """
+        )
+
+    def close(self) -> None:
+        with self.lock:
+            self.conn.close()
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id, ns, _ = _where(config)
+        kind, value = self._encode(config, checkpoint, metadata)
+        with self.lock:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                self.conn.execute(
+                    "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?)",
+                    (thread_id, ns, checkpoint["id"], kind, value),
+                )
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+        return self._next_config(config, checkpoint)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        thread_id, ns, checkpoint_id = _where(config)
+        rows = [
+            (thread_id, ns, checkpoint_id, task_id, idx, task_path, channel, kind, value)
+            for idx, channel, (kind, value) in self._write_rows(writes)
+        ]
+        with self.lock:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                self.conn.executemany(
+                    "INSERT OR REPLACE INTO writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
+                )
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+
+    def _writes(self, thread_id: str, ns: str, checkpoint_id: str) -> list[Any]:
+        return self.conn.execute(
+            "SELECT task_path, task_id, channel, type, value FROM writes "
+            "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? "
+            "ORDER BY task_path, task_id, idx",
+            (thread_id, ns, checkpoint_id),
+        ).fetchall()
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread_id, ns, checkpoint_id = _where(config)
+        with self.lock:
+            if checkpoint_id is None:
+                row = self.conn.execute(
+                    "SELECT checkpoint_id, type, value FROM checkpoints "
+                    "WHERE thread_id = ? AND checkpoint_ns = ? "
+                    "ORDER BY checkpoint_id DESC LIMIT 1",
+                    (thread_id, ns),
+                ).fetchone()
+            else:
+                row = self.conn.execute(
+                    "SELECT checkpoint_id, type, value FROM checkpoints "
+                    "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+                    (thread_id, ns, checkpoint_id),
+                ).fetchone()
+            if row is None:
+                return None
+            writes = self._writes(thread_id, ns, row[0])
+        return self._tuple(
+            thread_id, ns, row[0], (row[1], row[2]), [(p, t, c, (k, v)) for p, t, c, k, v in writes]
+        )
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Newest first; ``filter`` on metadata is applied here, after decoding."""
+        sql = "SELECT thread_id, checkpoint_ns, checkpoint_id, type, value FROM checkpoints"
+        clauses: list[str] = []
+        params: list[Any] = []
+        if config is not None:
+            thread_id, ns, checkpoint_id = _where(config)
+            clauses += ["thread_id = ?", "checkpoint_ns = ?"]
+            params += [thread_id, ns]
+            if checkpoint_id is not None:
+                clauses.append("checkpoint_id = ?")
+                params.append(checkpoint_id)
+        if before is not None and (before_id := get_checkpoint_id(before)):
+            clauses.append("checkpoint_id < ?")
+            params.append(before_id)
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        sql += " ORDER BY checkpoint_id DESC"
+        with self.lock:
+            rows = self.conn.execute(sql, params).fetchall()
+        count = 0
+        for thread_id, ns, checkpoint_id, kind, value in rows:
+            if limit is not None and count >= limit:
+                return
+            with self.lock:
+                writes = self._writes(thread_id, ns, checkpoint_id)
+            tup = self._tuple(
+                thread_id,
+                ns,
+                checkpoint_id,
+                (kind, value),
+                [(p, t, c, (k, v)) for p, t, c, k, v in writes],
+            )
+            if self._matches(tup, filter):
+                count += 1
+                yield tup
+
+
+# ---------------------------------------------------------------------------------------------
+# PostgreSQL
+
+_PG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS checkpoints (
+    thread_id text, checkpoint_ns text, checkpoint_id text, type text, value bytea,
+    PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id));
+CREATE TABLE IF NOT EXISTS writes (
+    thread_id text, checkpoint_ns text, checkpoint_id text, task_id text, idx integer,
+    task_path text, channel text, type text, value bytea,
+    PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx));
+"""
+
+_PG_PUT = """
+INSERT INTO checkpoints VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id)
+DO UPDATE SET type = EXCLUDED.type, value = EXCLUDED.value
+"""
+
+_PG_PUT_WRITES = """
+INSERT INTO writes VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+DO UPDATE SET task_path = EXCLUDED.task_path, channel = EXCLUDED.channel,
+    type = EXCLUDED.type, value = EXCLUDED.value
+"""
+
+# one statement: the checkpoint and its writes as arrays in writes_sort_key order
+_PG_SELECT = """
+SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.type, c.value,
+       w.paths, w.tasks, w.channels, w.types, w.vals
+FROM checkpoints c
+LEFT JOIN LATERAL (
+    SELECT array_agg(task_path ORDER BY task_path, task_id, idx) AS paths,
+           array_agg(task_id ORDER BY task_path, task_id, idx) AS tasks,
+           array_agg(channel ORDER BY task_path, task_id, idx) AS channels,
+           array_agg(type ORDER BY task_path, task_id, idx) AS types,
+           array_agg(value ORDER BY task_path, task_id, idx) AS vals
+    FROM writes
+    WHERE thread_id = c.thread_id AND checkpoint_ns = c.checkpoint_ns
+      AND checkpoint_id = c.checkpoint_id
+) w ON true
+"""
+
+
+class MinimalPostgresSaver(_Minimal):
+    """A psycopg ``ConnectionPool`` (autocommit; ``prepare_threshold=0``: every statement
+    is prepared on first use); one statement per call, ``put_writes`` one ``executemany``
+    (psycopg sends it in pipeline mode: one round trip)."""
+
+    def __init__(self, url: str, max_size: int = 4) -> None:
+        super().__init__()
+        self.pool = ConnectionPool(
+            url,
+            min_size=2,
+            max_size=max_size,
+            kwargs={"autocommit": True, "prepare_threshold": 0},
+            open=True,
+        )
+        with self.pool.connection() as conn:
+            conn.execute(_PG_SCHEMA, prepare=False)
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id, ns, _ = _where(config)
+        kind, value = self._encode(config, checkpoint, metadata)
+        with self.pool.connection() as conn:
+            conn.execute(_PG_PUT, (thread_id, ns, checkpoint["id"], kind, value))
+        return self._next_config(config, checkpoint)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        thread_id, ns, checkpoint_id = _where(config)
+        rows = [
+            (thread_id, ns, checkpoint_id, task_id, idx, task_path, channel, kind, value)
+            for idx, channel, (kind, value) in self._write_rows(writes)
+        ]
+        with self.pool.connection() as conn, conn.cursor() as cur:
+            cur.executemany(_PG_PUT_WRITES, rows)
+
+    def _from_row(self, row: Sequence[Any]) -> CheckpointTuple:
+        thread_id, ns, checkpoint_id, kind, value, paths, tasks, channels, types, vals = row
+        writes = list(
+            zip(
+                paths or [],
+                tasks or [],
+                channels or [],
+                [(k, bytes(v)) for k, v in zip(types or [], vals or [], strict=True)],
+                strict=True,
+            )
+        )
+        return self._tuple(thread_id, ns, checkpoint_id, (kind, bytes(value)), writes)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread_id, ns, checkpoint_id = _where(config)
+        with self.pool.connection() as conn:
+            if checkpoint_id is None:
+                row = conn.execute(
+                    _PG_SELECT + "WHERE c.thread_id = %s AND c.checkpoint_ns = %s "
+                    "ORDER BY c.checkpoint_id DESC LIMIT 1",
+                    (thread_id, ns),
+                ).fetchone()
+            else:
+                row = conn.execute(
+                    _PG_SELECT + "WHERE c.thread_id = %s AND c.checkpoint_ns = %s "
+                    "AND c.checkpoint_id = %s",
+                    (thread_id, ns, checkpoint_id),
+                ).fetchone()
+        return None if row is None else self._from_row(row)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Newest first; ``filter`` on metadata is applied here, after decoding."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        if config is not None:
+            thread_id, ns, checkpoint_id = _where(config)
+            clauses += ["c.thread_id = %s", "c.checkpoint_ns = %s"]
+            params += [thread_id, ns]
+            if checkpoint_id is not None:
+                clauses.append("c.checkpoint_id = %s")
+                params.append(checkpoint_id)
+        if before is not None and (before_id := get_checkpoint_id(before)):
+            clauses.append("c.checkpoint_id < %s")
+            params.append(before_id)
+        sql = _PG_SELECT + (" WHERE " + " AND ".join(clauses) if clauses else "")
+        with self.pool.connection() as conn:
+            rows = conn.execute(sql + " ORDER BY c.checkpoint_id DESC", params).fetchall()
+        count = 0
+        for row in rows:
+            if limit is not None and count >= limit:
+                return
+            tup = self._from_row(row)
+            if self._matches(tup, filter):
+                count += 1
+                yield tup
+
+
+# ---------------------------------------------------------------------------------------------
+# Redis
+
+# the latest checkpoint of a thread with its writes, in one round trip
+_LATEST = """
+local ids = redis.call('ZREVRANGEBYLEX', KEYS[1], '+', '-', 'LIMIT', 0, 1)
+if #ids == 0 then return false end
+return {ids[1], redis.call('GET', ARGV[1] .. ids[1]), redis.call('HGETALL', ARGV[2] .. ids[1])}
+"""
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _pack(record: Record) -> bytes:
+    return record[0].encode() + b"|" + record[1]
+
+
+def _unpack(data: bytes) -> Record:
+    kind, _, value = data.partition(b"|")
+    return kind.decode(), value
+
+
+class MinimalRedisSaver(_Minimal):
+    """redis-py on one client: a checkpoint is one string key plus its id in the thread's
+    sorted set (ids sort by their text, so the latest is the greatest member), written in one
+    pipelined round trip; a checkpoint's writes are one hash (one ``HSET``); the latest
+    checkpoint with its writes is one script call. Single-node Redis only."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        super().__init__()
+        self.client = redis.Redis.from_url(url)
+        self.prefix = prefix
+        self.latest = self.client.register_script(_LATEST)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _keys(self, thread_id: str, ns: str) -> tuple[str, str, str]:
+        """(the thread's sorted set, checkpoint key prefix, writes key prefix)."""
+        base = f"{self.prefix}:{thread_id}:{ns}"
+        return f"{base}:ids", f"{base}:cp:", f"{base}:w:"
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id, ns, _ = _where(config)
+        ids, cp, _ = self._keys(thread_id, ns)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(cp + checkpoint["id"], _pack(self._encode(config, checkpoint, metadata)))
+        pipe.zadd(ids, {checkpoint["id"]: 0})
+        pipe.execute()
+        return self._next_config(config, checkpoint)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        thread_id, ns, checkpoint_id = _where(config)
+        _, _, w = self._keys(thread_id, ns)
+        fields = {
+            json.dumps([task_path, task_id, idx, channel]): _pack(record)
+            for idx, channel, record in self._write_rows(writes)
+        }
+        if fields:
+            self.client.hset(f"{w}{checkpoint_id}", mapping=fields)  # type: ignore[arg-type]
+
+    def _from_reply(
+        self, thread_id: str, ns: str, checkpoint_id: str, data: bytes, fields: Any
+    ) -> CheckpointTuple:
+        """``fields``: HGETALL's reply, a dict (redis-py) or a flat list (a script's)."""
+        items = (
+            fields.items()
+            if isinstance(fields, dict)
+            else zip(fields[::2], fields[1::2], strict=True)
+        )
+        writes = sorted(
+            (json.loads(field), value) for field, value in items
+        )  # (task_path, task_id, idx) first: writes_sort_key order
+        return self._tuple(
+            thread_id,
+            ns,
+            checkpoint_id,
+            _unpack(data),
+            [(p, t, c, _unpack(value)) for (p, t, _, c), value in writes],
+        )
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread_id, ns, checkpoint_id = _where(config)
+        ids, cp, w = self._keys(thread_id, ns)
+        if checkpoint_id is None:
+            reply = self.latest(keys=[ids], args=[cp, w])
+            if not reply:
+                return None
+            found, data, fields = reply
+            return self._from_reply(thread_id, ns, _text(found), data, fields)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.get(cp + checkpoint_id)
+        pipe.hgetall(w + checkpoint_id)
+        data, fields = pipe.execute()
+        if data is None:
+            return None
+        return self._from_reply(thread_id, ns, checkpoint_id, data, fields)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """One thread's checkpoints, newest first (no index across threads: ``config`` is
+        required); ``filter`` on metadata is applied here, after decoding."""
+        if config is None:
+            raise ValueError("the minimal Redis saver lists one thread's checkpoints only")
+        thread_id, ns, checkpoint_id = _where(config)
+        ids, _, _ = self._keys(thread_id, ns)
+        if checkpoint_id is not None:
+            found = [checkpoint_id]
+        else:
+            before_id = get_checkpoint_id(before) if before is not None else None
+            top = f"({before_id}" if before_id else "+"
+            found = [_text(i) for i in self.client.zrevrangebylex(ids, top, "-")]
+        count = 0
+        for one in found:
+            if limit is not None and count >= limit:
+                return
+            tup = self.get_tuple(_config(thread_id, ns, one))
+            if tup is not None and self._matches(tup, filter):
+                count += 1
+                yield tup
+
+
+# ---------------------------------------------------------------------------------------------
+# opening a saver on storage of its own
+
+
+@contextlib.contextmanager
+def open_saver(target: tg.Target, env: tg.Env) -> Iterator[tuple[BaseCheckpointSaver[Any], str]]:
+    """(saver, marker) on fresh storage, removed afterwards. LangGraph's savers through
+    ``targets.open_session`` (``from_conn_string`` + ``setup()``); ours here, on the same
+    kind of storage. Thread ids should contain the marker."""
+    if target.family != MINIMAL:
+        with tg.open_session(target, env) as session:
+            yield session.obj, session.marker
+        return
+    storage = tg.make_storage(target, env)
+    try:
+        assert storage.url is not None
+        saver: MinimalSqliteSaver | MinimalPostgresSaver | MinimalRedisSaver
+        if target.backend == "sqlite":
+            saver = MinimalSqliteSaver(storage.url)
+        elif target.backend == "postgres":
+            saver = MinimalPostgresSaver(storage.url)
+        else:
+            saver = MinimalRedisSaver(storage.url, storage.marker)
+        try:
+            yield saver, storage.marker
+        finally:
+            saver.close()
+    finally:
+        storage.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# the measurement
+
+
+def _turn(graph: Any, thread_id: str, turn: int = 1) -> None:
+    graph.invoke({"messages": [wl.user_message(turn)]}, {"configurable": {"thread_id": thread_id}})
+
+
+def one_turn_threads(target: tg.Target, env: tg.Env, warmup: int, turns: int) -> dict[str, float]:
+    """Turn p50 (ms) and client CPU per turn (ms) at T=1: every turn on a new thread.
+
+    After the timed turns, one of their threads gets a second turn and is read back (four
+    messages, kinds and ids), so a saver that loses data cannot post a time."""
+    with open_saver(target, env) as (saver, marker):
+        graph = wl.chat_graph().compile(checkpointer=saver)
+        for i in range(warmup):
+            _turn(graph, f"{marker}-warm{i}")
+        latencies: list[float] = []
+        cpu = time.process_time()
+        for i in range(turns):
+            started = time.perf_counter()
+            _turn(graph, f"{marker}-t{i}")
+            latencies.append(time.perf_counter() - started)
+        cpu = time.process_time() - cpu
+        _turn(graph, f"{marker}-t0", 2)
+        config: RunnableConfig = {"configurable": {"thread_id": f"{marker}-t0"}}
+        wl._check_conversation(dict(graph.get_state(config).values), 2, target.name)
+    return {
+        "turn p50 ms": statistics.median(latencies) * 1000.0,
+        "cpu ms/turn": cpu / turns * 1000.0,
+    }
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.minimal",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/test")
+    p.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    p.add_argument("--turns-sample", type=int, default=300, help="timed turns per unit")
+    p.add_argument("--warmup", type=int, default=30, help="untimed turns per unit first")
+    p.add_argument("--rounds", type=int, default=3, help="medians over this many rounds")
+    p.add_argument("--json", type=Path, help="write the numbers here")
+    return p.parse_args(argv)
+
+
+def _table(savers: dict[str, dict[str, float]], ratios: dict[str, dict[str, Any]]) -> str:
+    lines = ["| saver | turn p50 ms | cpu ms/turn |", "|---|---:|---:|"]
+    lines += [
+        f"| {name} | {m['turn p50 ms']:.3f} | {m['cpu ms/turn']:.3f} |"
+        for name, m in savers.items()
+    ]
+    lines += ["", "| ratio (turn p50) | value | goal | within goal |", "|---|---:|---:|---|"]
+    lines += [
+        f"| {name} | {r['ratio']:.3f}x | <= {r['goal']}x | {'yes' if r['within goal'] else 'no'} |"
+        for name, r in ratios.items()
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    tg.check_pg_url(args.pg)
+    tg.check_redis_url(args.redis)
+    env = tg.Env(pg=args.pg, redis=args.redis)
+    load_before = os.getloadavg()
+    samples: dict[str, dict[str, list[float]]] = {t.name: {} for t in SAVERS}
+    for round_no in range(args.rounds):
+        shift = round_no % len(SAVERS)
+        for target in SAVERS[shift:] + SAVERS[:shift]:
+            measured = one_turn_threads(target, env, args.warmup, args.turns_sample)
+            for metric, value in measured.items():
+                samples[target.name].setdefault(metric, []).append(value)
+    savers = {
+        name: {metric: statistics.median(values) for metric, values in metrics.items()}
+        for name, metrics in samples.items()
+    }
+    ratios: dict[str, dict[str, Any]] = {}
+    for name, numerator, denominator, goal in RATIOS:
+        ratio = savers[numerator.name]["turn p50 ms"] / savers[denominator.name]["turn p50 ms"]
+        ratios[name] = {"ratio": ratio, "goal": goal, "within goal": ratio <= goal}
+    out: dict[str, Any] = {
+        "meta": {
+            "run_id": env.run_id,
+            "rounds": args.rounds,
+            "turns_sample": args.turns_sample,
+            "warmup": args.warmup,
+            "load average before": list(load_before),
+            "load average after": list(os.getloadavg()),
+            "cpus": os.cpu_count(),
+        },
+        "savers": {name: {**savers[name], "samples": samples[name]} for name in savers},
+        "ratios": ratios,
+    }
+    print(
+        f"T=1 turns (a new thread each): {args.turns_sample} timed after {args.warmup} warm-up, "
+        f"median of {args.rounds} rounds; load average "
+        f"{' '.join(f'{x:.2f}' for x in load_before)} -> "
+        f"{' '.join(f'{x:.2f}' for x in out['meta']['load average after'])}"
+    )
+    print(_table(savers, ratios))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+    return out
+
+
+if __name__ == "__main__":
+    main()
