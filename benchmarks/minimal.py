@@ -1,27 +1,30 @@
 """What any saver could reach on a short chat turn on this machine::
 
-    python -m benchmarks.minimal [--pg URL] [--redis URL] [--turns-sample 300] [--rounds 3]
-        [--warmup 30] [--json PATH]
+    python -m benchmarks.minimal [--pg URL] [--redis URL] [--turns 1,10] [--turns-sample 300]
+        [--rounds 3] [--warmup 30] [--json PATH]
 
-Issue 22 asks for a T=1 turn (a new thread, one ``graph.invoke`` of the chat graph of
+Issue 22 asks for a turn @T=1 and @T=10 (fresh threads of T turns of the chat graph of
 ``workloads.chat_graph()``) of at most 0.7x the official saver on PostgreSQL and SQLite,
 and at most 1.5x ``InMemorySaver`` on Redis. Whether that is reachable at all depends on
 what storing costs on this machine, whatever a saver does on top. So this module measures,
-in one run, the turn p50 at T=1 of LangGraph's ``InMemorySaver`` and the official SQLite
-and PostgreSQL savers beside three deliberately featureless savers defined here: one
-statement (or one round trip) per saver call, the checkpoint with its channel values
+in one run, the turn p50 of LangGraph's ``InMemorySaver``, the official SQLite and
+PostgreSQL savers and ours, beside three deliberately featureless savers defined here:
+one statement (or one round trip) per saver call, the checkpoint with its channel values
 serialized as one value with ``serde.dumps_typed``, no compression, no TTL, no index
 beyond the primary key, no migrations. They store every call before returning, as any
 saver must, and do nothing else, so their turn is a lower bound for a real saver on the
 same backend; their ratios against the goals' baselines say whether the goals can be met.
 
-Each turn runs on a fresh thread, after ``--warmup`` untimed turns (connections, prepared
-statements, the interpreter's caches); the table gives the median over ``--rounds`` rounds
-(the savers run in an order rotated from round to round) of each saver's turn p50, and its
-client CPU per turn (``time.process_time`` over the timed turns: this process only, not the
-database server's). Every unit gets storage of its own and removes it (``targets.py``):
-a database ``lgmp_bench_<slug>_<run id>``, keys under a prefix of its own, a SQLite file in
-a temporary directory.
+Threads are fresh, every turn timed, after ``--warmup`` untimed turns (connections,
+prepared statements, the interpreter's caches); the table gives the median over
+``--rounds`` rounds (the savers run in an order rotated from round to round) of each
+saver's turn p50, and its client CPU per turn (``time.process_time`` over the timed turns:
+this process only, not the database server's). LangGraph runs ``put`` and ``put_writes``
+on executor threads beside the graph, all under one GIL, so a turn costs about what the
+process spends on it: ``cpu ms/turn`` above ``InMemorySaver``'s is the saver's part.
+Every unit gets storage of its own and removes it (``targets.py``): a database
+``lgmp_bench_<slug>_<run id>``, keys under a prefix of its own, a SQLite file in a
+temporary directory.
 """
 
 from __future__ import annotations
@@ -59,13 +62,26 @@ MINIMAL = "minimal"
 MIN_SQLITE = tg.Target("minimal SqliteSaver", "min_sqlite", MINIMAL, "sqlite")
 MIN_PG = tg.Target("minimal PostgresSaver", "min_pg", MINIMAL, "postgres")
 MIN_REDIS = tg.Target("minimal RedisSaver", "min_redis", MINIMAL, "redis")
-SAVERS = [tg.MEMORY_SAVER, tg.OFF_SQLITE, MIN_SQLITE, tg.OFF_PG, MIN_PG, MIN_REDIS]
+SAVERS = [
+    tg.MEMORY_SAVER,
+    tg.OFF_SQLITE,
+    MIN_SQLITE,
+    tg.OURS_SQLITE,
+    tg.OFF_PG,
+    MIN_PG,
+    tg.OURS_PG,
+    MIN_REDIS,
+    tg.OURS_REDIS,
+]
 
 # (name, numerator, denominator, the bound issue 22 sets for our saver of that backend)
 RATIOS = [
     ("minimal SQLite / official SQLite", MIN_SQLITE, tg.OFF_SQLITE, 0.7),
+    ("ours SQLite / official SQLite", tg.OURS_SQLITE, tg.OFF_SQLITE, 0.7),
     ("minimal PG / official PG", MIN_PG, tg.OFF_PG, 0.7),
+    ("ours PG / official PG", tg.OURS_PG, tg.OFF_PG, 0.7),
     ("minimal Redis / InMemorySaver", MIN_REDIS, tg.MEMORY_SAVER, 1.5),
+    ("ours Redis / InMemorySaver", tg.OURS_REDIS, tg.MEMORY_SAVER, 1.5),
 ]
 
 Record = tuple[str, bytes]  # what serde.dumps_typed returns: (type, bytes)
@@ -638,28 +654,35 @@ def _turn(graph: Any, thread_id: str, turn: int = 1) -> None:
     graph.invoke({"messages": [wl.user_message(turn)]}, {"configurable": {"thread_id": thread_id}})
 
 
-def one_turn_threads(target: tg.Target, env: tg.Env, warmup: int, turns: int) -> dict[str, float]:
-    """Turn p50 (ms) and client CPU per turn (ms) at T=1: every turn on a new thread.
+def short_threads(
+    target: tg.Target, env: tg.Env, warmup: int, turns: int, length: int = 1
+) -> dict[str, float]:
+    """Turn p50 (ms) and client CPU per turn (ms) @T=``length``: fresh threads of
+    ``length`` turns, every turn timed, until ``turns`` turns are timed (at T=1 every
+    turn is on a new thread), as the chat section's turn p50 @T.
 
-    After the timed turns, one of their threads gets a second turn and is read back (four
-    messages, kinds and ids), so a saver that loses data cannot post a time."""
+    Afterwards one of the threads gets one more turn and is read back (its messages,
+    kinds and ids), so a saver that loses data cannot post a time."""
     with open_saver(target, env) as (saver, marker):
         graph = wl.chat_graph().compile(checkpointer=saver)
         for i in range(warmup):
             _turn(graph, f"{marker}-warm{i}")
         latencies: list[float] = []
         cpu = time.process_time()
-        for i in range(turns):
-            started = time.perf_counter()
-            _turn(graph, f"{marker}-t{i}")
-            latencies.append(time.perf_counter() - started)
+        thread = 0
+        while len(latencies) < turns:
+            for turn in range(1, length + 1):
+                started = time.perf_counter()
+                _turn(graph, f"{marker}-t{thread}", turn)
+                latencies.append(time.perf_counter() - started)
+            thread += 1
         cpu = time.process_time() - cpu
-        _turn(graph, f"{marker}-t0", 2)
+        _turn(graph, f"{marker}-t0", length + 1)
         config: RunnableConfig = {"configurable": {"thread_id": f"{marker}-t0"}}
-        wl._check_conversation(dict(graph.get_state(config).values), 2, target.name)
+        wl._check_conversation(dict(graph.get_state(config).values), length + 1, target.name)
     return {
         "turn p50 ms": statistics.median(latencies) * 1000.0,
-        "cpu ms/turn": cpu / turns * 1000.0,
+        "cpu ms/turn": cpu / len(latencies) * 1000.0,
     }
 
 
@@ -671,6 +694,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/test")
     p.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    p.add_argument("--turns", default="1", help="thread lengths T, e.g. 1,10")
     p.add_argument("--turns-sample", type=int, default=300, help="timed turns per unit")
     p.add_argument("--warmup", type=int, default=30, help="untimed turns per unit first")
     p.add_argument("--rounds", type=int, default=3, help="medians over this many rounds")
@@ -679,15 +703,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def _table(savers: dict[str, dict[str, float]], ratios: dict[str, dict[str, Any]]) -> str:
-    lines = ["| saver | turn p50 ms | cpu ms/turn |", "|---|---:|---:|"]
+    lines = ["| saver | @T | turn p50 ms | cpu ms/turn |", "|---|---:|---:|---:|"]
     lines += [
-        f"| {name} | {m['turn p50 ms']:.3f} | {m['cpu ms/turn']:.3f} |"
-        for name, m in savers.items()
+        f"| {name} | {length} | {m['turn p50 ms']:.3f} | {m['cpu ms/turn']:.3f} |"
+        for length, by_saver in savers.items()
+        for name, m in by_saver.items()
     ]
-    lines += ["", "| ratio (turn p50) | value | goal | within goal |", "|---|---:|---:|---|"]
     lines += [
-        f"| {name} | {r['ratio']:.3f}x | <= {r['goal']}x | {'yes' if r['within goal'] else 'no'} |"
-        for name, r in ratios.items()
+        "",
+        "| ratio (turn p50) | @T | value | goal | within goal |",
+        "|---|---:|---:|---:|---|",
+    ]
+    lines += [
+        f"| {name} | {length} | {r['ratio']:.3f}x | <= {r['goal']}x | "
+        f"{'yes' if r['within goal'] else 'no'} |"
+        for length, by_ratio in ratios.items()
+        for name, r in by_ratio.items()
     ]
     return "\n".join(lines)
 
@@ -696,40 +727,55 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     tg.check_pg_url(args.pg)
     tg.check_redis_url(args.redis)
+    lengths = [int(t) for t in str(args.turns).split(",") if t.strip()]
     env = tg.Env(pg=args.pg, redis=args.redis)
     load_before = os.getloadavg()
-    samples: dict[str, dict[str, list[float]]] = {t.name: {} for t in SAVERS}
+    samples: dict[str, dict[str, dict[str, list[float]]]] = {
+        str(t): {s.name: {} for s in SAVERS} for t in lengths
+    }
     for round_no in range(args.rounds):
         shift = round_no % len(SAVERS)
         for target in SAVERS[shift:] + SAVERS[:shift]:
-            measured = one_turn_threads(target, env, args.warmup, args.turns_sample)
-            for metric, value in measured.items():
-                samples[target.name].setdefault(metric, []).append(value)
+            for length in lengths:
+                measured = short_threads(target, env, args.warmup, args.turns_sample, length)
+                for metric, value in measured.items():
+                    samples[str(length)][target.name].setdefault(metric, []).append(value)
     savers = {
-        name: {metric: statistics.median(values) for metric, values in metrics.items()}
-        for name, metrics in samples.items()
+        length: {
+            name: {metric: statistics.median(values) for metric, values in metrics.items()}
+            for name, metrics in by_saver.items()
+        }
+        for length, by_saver in samples.items()
     }
-    ratios: dict[str, dict[str, Any]] = {}
-    for name, numerator, denominator, goal in RATIOS:
-        ratio = savers[numerator.name]["turn p50 ms"] / savers[denominator.name]["turn p50 ms"]
-        ratios[name] = {"ratio": ratio, "goal": goal, "within goal": ratio <= goal}
+    ratios: dict[str, dict[str, dict[str, Any]]] = {}
+    for length, by_saver in savers.items():
+        ratios[length] = {}
+        for name, numerator, denominator, goal in RATIOS:
+            ratio = (
+                by_saver[numerator.name]["turn p50 ms"] / by_saver[denominator.name]["turn p50 ms"]
+            )
+            ratios[length][name] = {"ratio": ratio, "goal": goal, "within goal": ratio <= goal}
     out: dict[str, Any] = {
         "meta": {
             "run_id": env.run_id,
             "rounds": args.rounds,
+            "turns": lengths,
             "turns_sample": args.turns_sample,
             "warmup": args.warmup,
             "load average before": list(load_before),
             "load average after": list(os.getloadavg()),
             "cpus": os.cpu_count(),
         },
-        "savers": {name: {**savers[name], "samples": samples[name]} for name in savers},
+        "savers": {
+            length: {name: {**m, "samples": samples[length][name]} for name, m in by.items()}
+            for length, by in savers.items()
+        },
         "ratios": ratios,
     }
     print(
-        f"T=1 turns (a new thread each): {args.turns_sample} timed after {args.warmup} warm-up, "
-        f"median of {args.rounds} rounds; load average "
-        f"{' '.join(f'{x:.2f}' for x in load_before)} -> "
+        f"turns @T={','.join(map(str, lengths))} (fresh T-turn threads): {args.turns_sample} "
+        f"timed per saver and T after {args.warmup} warm-up turns, median of {args.rounds} "
+        f"rounds; load average {' '.join(f'{x:.2f}' for x in load_before)} -> "
         f"{' '.join(f'{x:.2f}' for x in out['meta']['load average after'])}"
     )
     print(_table(savers, ratios))

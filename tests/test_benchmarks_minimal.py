@@ -64,29 +64,31 @@ def test_minimal_run_reports_every_ratio(
 ) -> None:
     out = tmp_path / "minimal.json"
     report = minimal.main(
-        ["--pg", pg_url, "--redis", redis_url, "--turns-sample", "4", "--warmup", "2",
-         "--rounds", "2", "--json", str(out)]
+        ["--pg", pg_url, "--redis", redis_url, "--turns", "1,2", "--turns-sample", "4",
+         "--warmup", "2", "--rounds", "2", "--json", str(out)]
     )  # fmt: skip
 
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
-    assert set(report["savers"]) == {t.name for t in minimal.SAVERS}
-    for metrics in report["savers"].values():
-        for metric in ("turn p50 ms", "cpu ms/turn"):
-            assert len(metrics["samples"][metric]) == 2  # one per round
-            assert math.isfinite(metrics[metric]) and metrics[metric] > 0
-    assert list(report["ratios"]) == [name for name, *_ in minimal.RATIOS]
+    assert list(report["savers"]) == ["1", "2"] == list(report["ratios"])
     printed = capsys.readouterr().out
-    for name, numerator, denominator, goal in minimal.RATIOS:
-        ratio = report["ratios"][name]
-        expected = (
-            report["savers"][numerator.name]["turn p50 ms"]
-            / report["savers"][denominator.name]["turn p50 ms"]
-        )
-        assert ratio["ratio"] == pytest.approx(expected)
-        assert ratio["goal"] == goal and ratio["within goal"] == (ratio["ratio"] <= goal)
-        assert f"| {name} | {ratio['ratio']:.3f}x | <= {goal}x |" in printed
-    for target in minimal.SAVERS:
-        assert f"| {target.name} |" in printed
+    for length in ("1", "2"):
+        savers, ratios = report["savers"][length], report["ratios"][length]
+        assert set(savers) == {t.name for t in minimal.SAVERS}
+        for metrics in savers.values():
+            for metric in ("turn p50 ms", "cpu ms/turn"):
+                assert len(metrics["samples"][metric]) == 2  # one per round
+                assert math.isfinite(metrics[metric]) and metrics[metric] > 0
+        assert list(ratios) == [name for name, *_ in minimal.RATIOS]
+        for name, numerator, denominator, goal in minimal.RATIOS:
+            ratio = ratios[name]
+            expected = (
+                savers[numerator.name]["turn p50 ms"] / savers[denominator.name]["turn p50 ms"]
+            )
+            assert ratio["ratio"] == pytest.approx(expected)
+            assert ratio["goal"] == goal and ratio["within goal"] == (ratio["ratio"] <= goal)
+            assert f"| {name} | {length} | {ratio['ratio']:.3f}x | <= {goal}x |" in printed
+        for target in minimal.SAVERS:
+            assert f"| {target.name} | {length} |" in printed
     assert "load average" in printed and len(report["meta"]["load average after"]) == 3
 
     run_id = report["meta"]["run_id"]
