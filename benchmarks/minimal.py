@@ -37,7 +37,7 @@ import sqlite3
 import statistics
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -150,14 +150,53 @@ class _Minimal(BaseCheckpointSaver[int]):
             ],
         )
 
-    def _matches(self, tup: CheckpointTuple, filter: dict[str, Any] | None) -> bool:
-        return not filter or all(tup.metadata.get(k) == v for k, v in filter.items())
+    @staticmethod
+    def _clauses(
+        config: RunnableConfig | None, before: RunnableConfig | None, mark: str, table: str = ""
+    ) -> tuple[list[str], list[Any]]:
+        """``list``'s WHERE clauses and parameters (``mark``: the driver's placeholder)."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        if config is not None:
+            thread_id, ns, checkpoint_id = _where(config)
+            clauses += [f"{table}thread_id = {mark}", f"{table}checkpoint_ns = {mark}"]
+            params += [thread_id, ns]
+            if checkpoint_id is not None:
+                clauses.append(f"{table}checkpoint_id = {mark}")
+                params.append(checkpoint_id)
+        if before is not None and (before_id := get_checkpoint_id(before)):
+            clauses.append(f"{table}checkpoint_id < {mark}")
+            params.append(before_id)
+        return clauses, params
+
+    @staticmethod
+    def _first(
+        tuples: Iterable[CheckpointTuple], filter: dict[str, Any] | None, limit: int | None
+    ) -> Iterator[CheckpointTuple]:
+        """The first ``limit`` of ``tuples`` whose metadata matches ``filter`` (equality)."""
+        count = 0
+        for tup in tuples:
+            if limit is not None and count >= limit:
+                return
+            if not filter or all(tup.metadata.get(k) == v for k, v in filter.items()):
+                count += 1
+                yield tup
 
     def _write_rows(self, writes: Sequence[tuple[str, Any]]) -> list[tuple[int, str, Record]]:
         """(idx, channel, value) per write; special channels at their fixed negative idx."""
         return [
             (WRITES_IDX_MAP.get(channel, idx), channel, self.serde.dumps_typed(value))
             for idx, (channel, value) in enumerate(writes)
+        ]
+
+    def _write_records(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, path: str
+    ) -> list[tuple[Any, ...]]:
+        """The rows of the SQL savers' ``writes`` table for one ``put_writes``."""
+        thread_id, ns, checkpoint_id = _where(config)
+        return [
+            (thread_id, ns, checkpoint_id, task_id, idx, path, channel, kind, value)
+            for idx, channel, (kind, value) in self._write_rows(writes)
         ]
 
     @staticmethod
@@ -196,6 +235,18 @@ class MinimalSqliteSaver(_Minimal):
         with self.lock:
             self.conn.close()
 
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, committed before the call returns."""
+        with self.lock:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+
     def put(
         self,
         config: RunnableConfig,
@@ -205,17 +256,11 @@ class MinimalSqliteSaver(_Minimal):
     ) -> RunnableConfig:
         thread_id, ns, _ = _where(config)
         kind, value = self._encode(config, checkpoint, metadata)
-        with self.lock:
-            self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                self.conn.execute(
-                    "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?)",
-                    (thread_id, ns, checkpoint["id"], kind, value),
-                )
-            except BaseException:
-                self.conn.execute("ROLLBACK")
-                raise
-            self.conn.execute("COMMIT")
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?)",
+                (thread_id, ns, checkpoint["id"], kind, value),
+            )
         return self._next_config(config, checkpoint)
 
     def put_writes(
@@ -225,21 +270,11 @@ class MinimalSqliteSaver(_Minimal):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        thread_id, ns, checkpoint_id = _where(config)
-        rows = [
-            (thread_id, ns, checkpoint_id, task_id, idx, task_path, channel, kind, value)
-            for idx, channel, (kind, value) in self._write_rows(writes)
-        ]
-        with self.lock:
-            self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                self.conn.executemany(
-                    "INSERT OR REPLACE INTO writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
-                )
-            except BaseException:
-                self.conn.execute("ROLLBACK")
-                raise
-            self.conn.execute("COMMIT")
+        rows = self._write_records(config, writes, task_id, task_path)
+        with self._write() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
+            )
 
     def _writes(self, thread_id: str, ns: str, checkpoint_id: str) -> list[Any]:
         return self.conn.execute(
@@ -282,39 +317,26 @@ class MinimalSqliteSaver(_Minimal):
     ) -> Iterator[CheckpointTuple]:
         """Newest first; ``filter`` on metadata is applied here, after decoding."""
         sql = "SELECT thread_id, checkpoint_ns, checkpoint_id, type, value FROM checkpoints"
-        clauses: list[str] = []
-        params: list[Any] = []
-        if config is not None:
-            thread_id, ns, checkpoint_id = _where(config)
-            clauses += ["thread_id = ?", "checkpoint_ns = ?"]
-            params += [thread_id, ns]
-            if checkpoint_id is not None:
-                clauses.append("checkpoint_id = ?")
-                params.append(checkpoint_id)
-        if before is not None and (before_id := get_checkpoint_id(before)):
-            clauses.append("checkpoint_id < ?")
-            params.append(before_id)
+        clauses, params = self._clauses(config, before, "?")
         if clauses:
             sql += " WHERE " + " AND ".join(clauses)
         sql += " ORDER BY checkpoint_id DESC"
         with self.lock:
             rows = self.conn.execute(sql, params).fetchall()
-        count = 0
-        for thread_id, ns, checkpoint_id, kind, value in rows:
-            if limit is not None and count >= limit:
-                return
-            with self.lock:
-                writes = self._writes(thread_id, ns, checkpoint_id)
-            tup = self._tuple(
-                thread_id,
-                ns,
-                checkpoint_id,
-                (kind, value),
-                [(p, t, c, (k, v)) for p, t, c, k, v in writes],
-            )
-            if self._matches(tup, filter):
-                count += 1
-                yield tup
+
+        def tuples() -> Iterator[CheckpointTuple]:
+            for thread_id, ns, checkpoint_id, kind, value in rows:
+                with self.lock:
+                    writes = self._writes(thread_id, ns, checkpoint_id)
+                yield self._tuple(
+                    thread_id,
+                    ns,
+                    checkpoint_id,
+                    (kind, value),
+                    [(p, t, c, (k, v)) for p, t, c, k, v in writes],
+                )
+
+        yield from self._first(tuples(), filter, limit)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -401,11 +423,7 @@ class MinimalPostgresSaver(_Minimal):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        thread_id, ns, checkpoint_id = _where(config)
-        rows = [
-            (thread_id, ns, checkpoint_id, task_id, idx, task_path, channel, kind, value)
-            for idx, channel, (kind, value) in self._write_rows(writes)
-        ]
+        rows = self._write_records(config, writes, task_id, task_path)
         with self.pool.connection() as conn, conn.cursor() as cur:
             cur.executemany(_PG_PUT_WRITES, rows)
 
@@ -448,29 +466,11 @@ class MinimalPostgresSaver(_Minimal):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Newest first; ``filter`` on metadata is applied here, after decoding."""
-        clauses: list[str] = []
-        params: list[Any] = []
-        if config is not None:
-            thread_id, ns, checkpoint_id = _where(config)
-            clauses += ["c.thread_id = %s", "c.checkpoint_ns = %s"]
-            params += [thread_id, ns]
-            if checkpoint_id is not None:
-                clauses.append("c.checkpoint_id = %s")
-                params.append(checkpoint_id)
-        if before is not None and (before_id := get_checkpoint_id(before)):
-            clauses.append("c.checkpoint_id < %s")
-            params.append(before_id)
+        clauses, params = self._clauses(config, before, "%s", "c.")
         sql = _PG_SELECT + (" WHERE " + " AND ".join(clauses) if clauses else "")
         with self.pool.connection() as conn:
             rows = conn.execute(sql + " ORDER BY c.checkpoint_id DESC", params).fetchall()
-        count = 0
-        for row in rows:
-            if limit is not None and count >= limit:
-                return
-            tup = self._from_row(row)
-            if self._matches(tup, filter):
-                count += 1
-                yield tup
+        yield from self._first(map(self._from_row, rows), filter, limit)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -605,14 +605,8 @@ class MinimalRedisSaver(_Minimal):
             before_id = get_checkpoint_id(before) if before is not None else None
             top = f"({before_id}" if before_id else "+"
             found = [_text(i) for i in self.client.zrevrangebylex(ids, top, "-")]
-        count = 0
-        for one in found:
-            if limit is not None and count >= limit:
-                return
-            tup = self.get_tuple(_config(thread_id, ns, one))
-            if tup is not None and self._matches(tup, filter):
-                count += 1
-                yield tup
+        tuples = (self.get_tuple(_config(thread_id, ns, one)) for one in found)
+        yield from self._first((t for t in tuples if t is not None), filter, limit)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -702,7 +696,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _table(savers: dict[str, dict[str, float]], ratios: dict[str, dict[str, Any]]) -> str:
+def _table(
+    savers: dict[str, dict[str, dict[str, float]]], ratios: dict[str, dict[str, dict[str, Any]]]
+) -> str:
+    """Markdown: per T, each saver's numbers, then each ratio against its goal."""
     lines = ["| saver | @T | turn p50 ms | cpu ms/turn |", "|---|---:|---:|---:|"]
     lines += [
         f"| {name} | {length} | {m['turn p50 ms']:.3f} | {m['cpu ms/turn']:.3f} |"
@@ -736,10 +733,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for round_no in range(args.rounds):
         shift = round_no % len(SAVERS)
         for target in SAVERS[shift:] + SAVERS[:shift]:
-            for length in lengths:
-                measured = short_threads(target, env, args.warmup, args.turns_sample, length)
+            for t in lengths:
+                measured = short_threads(target, env, args.warmup, args.turns_sample, t)
                 for metric, value in measured.items():
-                    samples[str(length)][target.name].setdefault(metric, []).append(value)
+                    samples[str(t)][target.name].setdefault(metric, []).append(value)
     savers = {
         length: {
             name: {metric: statistics.median(values) for metric, values in metrics.items()}
