@@ -115,30 +115,24 @@ def _ambiguous(value: Any) -> bool:
 
 def _narrowing(
     flt: Mapping[str, Any] | None,
-) -> tuple[dict[str, Any], list[tuple[dict[str, Any], dict[str, Any]]], bool]:
+) -> tuple[dict[str, Any], list[tuple[dict[str, Any], dict[str, Any]]]]:
     """What ``list(filter=...)`` asks of ``metadata_json``, each part a superset of
     InMemorySaver's equality.
 
     Returns one containment document, pairs of documents of which a row must contain
-    either (``{k: 1}`` or ``{k: true}``, for a top-level boolean, 0 or 1), and whether
-    every key was narrowed.
+    either (``{k: 1}`` or ``{k: true}``, for a top-level boolean, 0 or 1).
     Left to the check in Python: ``None`` (a missing key matches it) and containers that
     hold a boolean, 0 or 1 (containment compares those by type).
     """
     contained: dict[str, Any] = {}
     either: list[tuple[dict[str, Any], dict[str, Any]]] = []
-    narrowed = True
     for key, value in (flt or {}).items():
         name = json_safe(str(key))
-        if value is None:
-            narrowed = False
-        elif isinstance(value, (bool, int, float)) and _ambiguous(value):
+        if isinstance(value, (bool, int, float)) and _ambiguous(value):
             either.append(({name: int(value)}, {name: bool(value)}))
-        elif _ambiguous(value):
-            narrowed = False
-        else:
+        elif value is not None and not _ambiguous(value):
             contained[name] = json_safe(value)
-    return contained, either, narrowed
+    return contained, either
 
 
 class PostgresCheckpointPlans:
@@ -362,7 +356,7 @@ class PostgresCheckpointPlans:
             params.append(query.before)
         # The database narrows by containment; the exact check runs on the decoded
         # metadata (see ``_narrowing``).
-        contained, either, narrowed = _narrowing(query.filter)
+        contained, either = _narrowing(query.filter)
         if contained:
             wheres.append("c.metadata_json @> %s")
             params.append(Jsonb(contained))
@@ -372,9 +366,9 @@ class PostgresCheckpointPlans:
         if query.after is not None:
             wheres.append("(c.checkpoint_id, c.thread_key, c.checkpoint_ns) < (%s, %s, %s)")
             params.extend(query.after)
-        # A filter the database cannot narrow reads full pages: pages of one row made
-        # list(filter={"missing": None}, limit=1) a statement per checkpoint.
-        size = page_size if query.limit is None or not narrowed else min(page_size, query.limit)
+        # Pages carry every row's blobs, so they stay as small as the limit even when a key
+        # is left to the check in Python (``None`` mostly matches the first rows anyway).
+        size = page_size if query.limit is None else min(page_size, query.limit)
         rows: Rows = yield Query(
             self._select(" AND ".join(wheres), f"LIMIT {int(size)}"),
             params,
