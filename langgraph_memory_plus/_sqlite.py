@@ -201,11 +201,32 @@ class SqlitePool:
         try:
             # synchronous first: on a new file, switching to WAL is a commit of its own.
             conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")  # a checked name
-            conn.execute("PRAGMA journal_mode=WAL")  # persistent; "memory" for :memory:
+            self._wal(conn)
         except BaseException:
             conn.close()
             raise
         return conn
+
+    def _wal(self, conn: sqlite3.Connection) -> None:
+        """Switch ``conn``'s file to WAL mode (persistent; ``"memory"`` for ``:memory:``).
+
+        Connections of several processes switching one new file at once each take a shared
+        lock and then ask for the exclusive one: SQLite answers the loser "database is
+        locked" at once, without its busy handler (waiting could deadlock). The loser's
+        statement has ended and let go of its lock, so trying again, within the busy
+        timeout, finds the file switched or switches it.
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        pause = 0.001
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     @contextmanager
     def connection(self) -> Iterator[sqlite3.Connection]:

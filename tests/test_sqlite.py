@@ -451,6 +451,36 @@ CHILD = textwrap.dedent(
 )
 
 
+def test_connections_opening_one_new_file_at_once_all_get_wal(tmp_path: Path) -> None:
+    """Pools opening the same new file at the same moment (processes starting together):
+    SQLite answers all but one "database is locked" to the switch to WAL without waiting;
+    each opens anyway, in WAL mode (it failed in about one round in fifteen)."""
+    import threading
+
+    def open_one(
+        path: Path, start: threading.Barrier, modes: list[str], errors: list[BaseException]
+    ) -> None:
+        start.wait()
+        try:
+            with SqlitePool(path, busy_timeout=10) as pool, pool.connection() as conn:
+                modes.append(conn.execute("PRAGMA journal_mode").fetchone()[0])
+        except BaseException as exc:
+            errors.append(exc)
+
+    for n in range(40):
+        start = threading.Barrier(6)
+        errors: list[BaseException] = []
+        modes: list[str] = []
+        args = (tmp_path / f"new-{n}.db", start, modes, errors)
+        workers = [threading.Thread(target=open_one, args=args) for _ in range(6)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert not errors, errors
+        assert modes == ["wal"] * 6
+
+
 def test_two_processes_write_one_file_at_once_and_lose_nothing(tmp_path: Path) -> None:
     """Two processes set up the same new file and then write different threads and store
     items at the same time (released together): every write of both is there after."""
