@@ -140,6 +140,29 @@ def _write_lock(path: str) -> threading.Lock:
         return _WRITE_LOCKS.setdefault(key, threading.Lock())
 
 
+def execute_outside(conn: sqlite3.Connection, sql: str, params: Any = ()) -> None:
+    """Run a statement outside any transaction (a ``PRAGMA journal_mode``), trying again
+    while SQLite refuses it as locked, within the connection's busy timeout.
+
+    Connections (of one process or several) switching one new file to WAL at once each
+    take a shared lock and then ask for the exclusive one: SQLite answers all but one
+    "database is locked" at once, without the busy handler (waiting could deadlock). Each
+    refused statement has ended and let go of its lock, so trying again finds the file
+    switched, or switches it.
+    """
+    deadline = time.monotonic() + conn.execute("PRAGMA busy_timeout").fetchone()[0] / 1000
+    pause = 0.001
+    while True:
+        try:
+            conn.execute(sql, params)
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
 class SqlitePool:
     """The connections of one process to one SQLite database, opened on first use.
 
@@ -201,32 +224,11 @@ class SqlitePool:
         try:
             # synchronous first: on a new file, switching to WAL is a commit of its own.
             conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")  # a checked name
-            self._wal(conn)
+            execute_outside(conn, "PRAGMA journal_mode=WAL")  # persistent; "memory" for :memory:
         except BaseException:
             conn.close()
             raise
         return conn
-
-    def _wal(self, conn: sqlite3.Connection) -> None:
-        """Switch ``conn``'s file to WAL mode (persistent; ``"memory"`` for ``:memory:``).
-
-        Connections of several processes switching one new file at once each take a shared
-        lock and then ask for the exclusive one: SQLite answers the loser "database is
-        locked" at once, without its busy handler (waiting could deadlock). The loser's
-        statement has ended and let go of its lock, so trying again, within the busy
-        timeout, finds the file switched or switches it.
-        """
-        deadline = time.monotonic() + self.busy_timeout
-        pause = 0.001
-        while True:
-            try:
-                conn.execute("PRAGMA journal_mode=WAL")
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() + pause > deadline:
-                    raise
-            time.sleep(pause)
-            pause = min(pause * 2, 0.05)
 
     @contextmanager
     def connection(self) -> Iterator[sqlite3.Connection]:
@@ -295,7 +297,7 @@ class _Transaction:
     def execute(self, query: Query) -> Any:
         if query.outside:
             if self.state == "none" and not self.nested:
-                self.conn.execute(query.sql, query.params)
+                execute_outside(self.conn, query.sql, query.params)
             return None
         self._begin(query.write)
         if query.many:
