@@ -128,10 +128,12 @@ def _narrowing(
     either: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for key, value in (flt or {}).items():
         name = json_safe(str(key))
-        if isinstance(value, (bool, int, float)) and _ambiguous(value):
-            either.append(({name: int(value)}, {name: bool(value)}))
-        elif value is not None and not _ambiguous(value):
+        if value is None:
+            continue
+        if not _ambiguous(value):
             contained[name] = json_safe(value)
+        elif isinstance(value, (bool, int, float)):
+            either.append(({name: int(value)}, {name: bool(value)}))
     return contained, either
 
 
