@@ -11,17 +11,16 @@ from __future__ import annotations
 import json
 import math
 import sys
-import tempfile
 from pathlib import Path
 
-import psycopg
 import pytest
-import redis
 from langchain_core.runnables import RunnableConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # benchmarks/ is not installed; it lives beside tests/
     sys.path.insert(0, str(ROOT))
+
+from test_benchmarks_smoke import assert_nothing_left  # noqa: E402
 
 from benchmarks import minimal, workloads  # noqa: E402
 from benchmarks import targets as tg  # noqa: E402
@@ -91,15 +90,4 @@ def test_minimal_run_reports_every_ratio(
             assert f"| {target.name} | {length} |" in printed
     assert "load average" in printed and len(report["meta"]["load average after"]) == 3
 
-    run_id = report["meta"]["run_id"]
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        left = conn.execute(
-            "SELECT datname FROM pg_database WHERE datname LIKE %s", (f"lgmp_bench_%_{run_id}",)
-        ).fetchall()
-    assert left == []
-    client = redis.Redis.from_url(redis_url)
-    try:
-        assert list(client.scan_iter(match=f"lgmpb{run_id}*", count=1000)) == []
-    finally:
-        client.close()
-    assert list(Path(tempfile.gettempdir()).glob(f"lgmpb{run_id}*")) == []  # SQLite files
+    assert_nothing_left(pg_url, redis_url, report["meta"]["run_id"])

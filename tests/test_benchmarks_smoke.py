@@ -58,6 +58,21 @@ REDIS = {"ours RedisSaver", "ours AsyncRedisSaver"}
 RATIO_UNITS = {"bytes", "ms", "turns/s", "ops/s"}
 
 
+def assert_nothing_left(pg_url: str, redis_url: str, run_id: str) -> None:
+    """A benchmark run removed its databases, keys and SQLite files."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE %s", (f"lgmp_bench_%_{run_id}",)
+        ).fetchall()
+    assert left == []
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert list(client.scan_iter(match=f"lgmpb{run_id}*", count=1000)) == []
+    finally:
+        client.close()
+    assert list(Path(tempfile.gettempdir()).glob(f"lgmpb{run_id}*")) == []  # SQLite files
+
+
 def _by(rows: list[dict[str, Any]], saver: str) -> dict[str, dict[str, Any]]:
     return {row["metric"]: row for row in rows if row["saver"] == saver}
 
@@ -180,18 +195,7 @@ def test_smoke_run_reports_every_section(
     assert "- chat text: natural" in printed
     assert "- chat messages: realistic" in printed
 
-    run_id = report["meta"]["run_id"]
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        left = conn.execute(
-            "SELECT datname FROM pg_database WHERE datname LIKE %s", (f"lgmp_bench_%_{run_id}",)
-        ).fetchall()
-    assert left == []
-    client = redis.Redis.from_url(redis_url)
-    try:
-        assert list(client.scan_iter(match=f"lgmpb{run_id}*", count=1000)) == []
-    finally:
-        client.close()
-    assert list(Path(tempfile.gettempdir()).glob(f"lgmpb{run_id}*")) == []  # SQLite files
+    assert_nothing_left(pg_url, redis_url, report["meta"]["run_id"])
 
     # the issue-22 goal table reads the report: measured goals get a ratio, others say so
     table = goals.main([str(out)])
