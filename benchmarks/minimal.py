@@ -55,6 +55,8 @@ from langgraph.checkpoint.base import (
 )
 from psycopg_pool import ConnectionPool
 
+from langgraph_memory_plus.checkpoint.config import checkpoint_config
+
 from . import targets as tg
 from . import workloads as wl
 
@@ -89,16 +91,6 @@ Record = tuple[str, bytes]  # what serde.dumps_typed returns: (type, bytes)
 
 # ---------------------------------------------------------------------------------------------
 # what the three savers share
-
-
-def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
-    return {
-        "configurable": {
-            "thread_id": thread_id,
-            "checkpoint_ns": ns,
-            "checkpoint_id": checkpoint_id,
-        }
-    }
 
 
 def _where(config: RunnableConfig) -> tuple[str, str, str | None]:
@@ -140,10 +132,10 @@ class _Minimal(BaseCheckpointSaver[int]):
         stored = self.serde.loads_typed(record)
         parent = stored["parent"]
         return CheckpointTuple(
-            config=_config(thread_id, ns, checkpoint_id),
+            config=checkpoint_config(thread_id, ns, checkpoint_id),
             checkpoint=stored["checkpoint"],
             metadata=stored["metadata"],
-            parent_config=_config(thread_id, ns, parent) if parent else None,
+            parent_config=checkpoint_config(thread_id, ns, parent) if parent else None,
             pending_writes=[
                 (task_id, channel, self.serde.loads_typed(value))
                 for _, task_id, channel, value in writes
@@ -202,7 +194,7 @@ class _Minimal(BaseCheckpointSaver[int]):
     @staticmethod
     def _next_config(config: RunnableConfig, checkpoint: Checkpoint) -> RunnableConfig:
         thread_id, ns, _ = _where(config)
-        return _config(thread_id, ns, checkpoint["id"])
+        return checkpoint_config(thread_id, ns, checkpoint["id"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -605,7 +597,7 @@ class MinimalRedisSaver(_Minimal):
             before_id = get_checkpoint_id(before) if before is not None else None
             top = f"({before_id}" if before_id else "+"
             found = [_text(i) for i in self.client.zrevrangebylex(ids, top, "-")]
-        tuples = (self.get_tuple(_config(thread_id, ns, one)) for one in found)
+        tuples = (self.get_tuple(checkpoint_config(thread_id, ns, one)) for one in found)
         yield from self._first((t for t in tuples if t is not None), filter, limit)
 
 
