@@ -2,11 +2,12 @@
 
 A user lives in many places: the checkpoints of every thread the thread index
 attributes to them (whatever the thread ids look like), those threads' transcripts,
-their session entries (the index records), store items under namespace templates such
-as ``("users", "{user_id}")`` (profile, memories, task drafts, their vectors), and
-approval decisions. Erasure removes all of it, except the decision records of
-``approvals.Approvals`` (in the store, ``approvals_namespace``): they are audit, so
-they are anonymized instead (:func:`anonymized`).
+their session entries (the index records), store items under the namespace templates
+every writer of the package declares next to its default
+(:func:`~langgraph_memory_plus.store.namespaces.declare_user_data`: profile, memories,
+task drafts, their vectors), and approval decisions. Erasure removes all of it, except
+the decision records of ``approvals.Approvals`` (in the store, ``approvals_namespace``):
+they are audit, so they are anonymized instead (:func:`anonymized`).
 
 One core, :func:`_erase`, a plan yielding small steps that a sync or an async runner
 executes against the saver and the store. Every step is bounded (``batch_size``
@@ -24,7 +25,7 @@ from __future__ import annotations
 import math
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,13 +34,11 @@ from langgraph.store.base import BaseStore, PutOp
 from ._plan import Plan, adrive, drive
 from .errors import InvalidConfigError
 from .store.base import StoreBase
+from .store.namespaces import declared_user_data, template_fields, user_namespace
 from .store.tombstones import DEFAULT_HOLD_HOURS, check_hold
 from .threads.core import index_value
 
 Namespace = tuple[str, ...]
-DEFAULT_NAMESPACES: tuple[Namespace, ...] = (("users", "{user_id}"),)
-"""Store namespaces erased by default (drafts, ``("users", id, "pending_tasks")``,
-fall under it)."""
 DEFAULT_BATCH_SIZE = 100
 
 
@@ -199,17 +198,40 @@ _Step = (
 )
 
 
-def _namespaces(user_id: str, templates: Sequence[Sequence[str]]) -> list[Namespace]:
-    out: list[Namespace] = []
-    for template in templates:
+def declared_templates() -> list[Namespace]:
+    """The namespace templates the package's own writers declared (the default of
+    ``erase_user``), without those another one already covers as a prefix.
+
+    Imports the writer modules, so the list is whole even in a process (the CLI) that
+    never used them.
+    """
+    from .approvals import drafts  # noqa: F401  (each declares at import)
+    from .nodes import preferences, tools  # noqa: F401
+
+    return _minimal(d.template for d in declared_user_data())
+
+
+def _minimal(templates: Iterable[Namespace]) -> list[Namespace]:
+    """``templates`` in order, less repeats and those under another one (a prefix erases
+    what is below it)."""
+    unique = list(dict.fromkeys(templates))
+    return [t for t in unique if not any(o != t and o == t[: len(o)] for o in unique)]
+
+
+def _namespaces(user_id: str, extra: Sequence[Sequence[str]]) -> list[Namespace]:
+    """The declared templates and ``extra`` ones, filled in for ``user_id``."""
+    given: list[Namespace] = []
+    for template in extra:
         labels = tuple(template)
-        if not labels or not any("{user_id}" in label for label in labels):
+        if isinstance(template, str) or not labels or template_fields(labels) != {"user_id"}:
             # A template without the user id would erase everyone's items.
             raise InvalidConfigError(
-                f"namespace template {labels!r} must contain '{{user_id}}' in one of its labels"
+                f"namespace template {labels!r} must name '{{user_id}}' (and no other "
+                "placeholder) in its labels"
             )
-        out.append(tuple(label.replace("{user_id}", user_id) for label in labels))
-    return out
+        given.append(labels)
+    templates = _minimal([*declared_templates(), *given])
+    return [user_namespace(t, user_id) for t in templates]
 
 
 def _erase(
@@ -438,7 +460,7 @@ def erase_user(
     memory: Any = None,
     checkpointer: Any = None,
     store: BaseStore | None = None,
-    namespaces: Sequence[Sequence[str]] = DEFAULT_NAMESPACES,
+    namespaces: Sequence[Sequence[str]] = (),
     approvals_namespace: Sequence[str] | None = APPROVALS_NAMESPACE,
     dry_run: bool = False,
     progress: Callable[[ErasureProgress], None] | None = None,
@@ -450,7 +472,12 @@ def erase_user(
     ``memory`` is what :func:`~langgraph_memory_plus.from_url` opens (or pass
     ``checkpointer=`` / ``store=``). Threads are those the saver's thread index
     attributes to the user (its user key, ``user_id`` by default); store items are
-    those under ``namespaces``, templates whose labels may hold ``{user_id}``.
+    those under every namespace the package's writers declare (:func:`declared_templates`:
+    the memory tools' ``("memories", "{user_id}")``, the profile's and the task drafts'
+    ``("users", "{user_id}", ...)``) and under ``namespaces``, templates of your own
+    writers added to those (each names ``{user_id}``). The user id goes into a label as
+    every writer puts it there (:func:`~langgraph_memory_plus.store.namespaces.label_value`:
+    ``.`` and ``%`` percent-encoded), so any string works as a user id.
     Decision records under ``approvals_namespace`` (``None``: none kept) are anonymized,
     not deleted. ``dry_run`` changes nothing and reports what would go. Safe to repeat
     after a crash.
@@ -497,7 +524,7 @@ async def aerase_user(
     memory: Any = None,
     checkpointer: Any = None,
     store: BaseStore | None = None,
-    namespaces: Sequence[Sequence[str]] = DEFAULT_NAMESPACES,
+    namespaces: Sequence[Sequence[str]] = (),
     approvals_namespace: Sequence[str] | None = APPROVALS_NAMESPACE,
     dry_run: bool = False,
     progress: Callable[[ErasureProgress], None] | None = None,

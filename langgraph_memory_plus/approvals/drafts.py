@@ -27,8 +27,9 @@ from langgraph.store.base import BaseStore, GetOp, PutOp, SearchOp
 
 from .._plan import Plan, adrive, drive
 from ..errors import InvalidConfigError, MemoryPlusError
+from ..store.namespaces import declare_user_data, user_namespace
 
-DEFAULT_NAMESPACE = ("users", "{user_id}", "pending_tasks")
+DEFAULT_NAMESPACE = declare_user_data("TaskDrafts", ("users", "{user_id}", "pending_tasks"))
 DEFAULT_TTL = timedelta(hours=72)
 MAX_DRAFTS = 100
 """Open drafts read per user (a user with more has a problem a list will not solve)."""
@@ -195,7 +196,7 @@ class TaskDrafts:
     def namespace_for(self, user_id: Any) -> tuple[str, ...]:
         if not isinstance(user_id, str) or not user_id:
             raise InvalidConfigError(f"user_id must be a non-empty string, got {user_id!r}")
-        return tuple(part.replace("{user_id}", user_id) for part in self.namespace)
+        return user_namespace(self.namespace, user_id)  # the encoding erasure uses
 
     def schema(self, kind: str) -> Schema:
         if isinstance(self._schemas, Schema):

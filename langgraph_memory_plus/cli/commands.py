@@ -577,15 +577,17 @@ def migrate(args: argparse.Namespace) -> int:
 
 
 def erase_user(args: argparse.Namespace) -> int:
-    from ..erasure import ErasureProgress
+    from ..erasure import ErasureProgress, declared_templates
     from ..erasure import erase_user as erase
+    from ..errors import MemoryConnectionError
 
     with open_url(args.url) as opened:
         _ours(opened, "erase-user")
         if not args.dry_run:
+            where = ", ".join(str(t) for t in declared_templates())
             confirm(
                 f"Erase everything of user {args.user_id!r} at {opened.url} (threads, "
-                "transcripts, sessions, store items under ('users', USER), drafts)?",
+                f"transcripts, sessions, store items under {where})?",
                 args.yes,
                 expected=args.user_id,
             )
@@ -603,6 +605,13 @@ def erase_user(args: argparse.Namespace) -> int:
                 progress=progress,
                 batch_size=args.batch_size,
             )
+        except (InvalidConfigError, MemoryConnectionError):
+            raise  # main() prints those in one line
+        except Exception as exc:  # one line, not a traceback; erasure resumes when re-run
+            raise CliError(
+                f"erase-user {args.user_id!r} stopped: {type(exc).__name__}: {exc} "
+                "(what went stays gone; run it again to finish)"
+            ) from exc
         finally:
             bar.close()
     if args.json:

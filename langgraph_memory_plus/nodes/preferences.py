@@ -34,6 +34,7 @@ from typing_extensions import Unpack
 
 from .. import _text
 from .._plan import Plan
+from ..store.namespaces import declare_user_data
 from ._store import (
     Stats,
     Step,
@@ -58,6 +59,9 @@ logger = logging.getLogger(__name__)
 CONFIRM_STEP = 0.05
 CONTRADICT_STEP = 0.10
 PROFILE_KEY = "profile"
+PROFILE_NAMESPACE = declare_user_data("PreferenceLearner", ("users", "{user_id}"))
+"""Where the learner keeps the profile by default (``erase_user`` erases it); the
+``ProfileInjector`` reads it."""
 OWN_MESSAGE_PREFIX = "lgmp-"
 """Ids of messages this package writes (summaries, injected profiles): never evidence."""
 
@@ -195,7 +199,7 @@ class PreferenceLearner(Scoped):
 
     def __init__(
         self,
-        namespace: Sequence[str] = ("users", "{user_id}"),
+        namespace: Sequence[str] = PROFILE_NAMESPACE,
         *,
         key: str = PROFILE_KEY,
         extractor: Extractor | None = None,

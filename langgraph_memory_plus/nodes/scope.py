@@ -13,7 +13,7 @@ from __future__ import annotations
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
@@ -22,22 +22,13 @@ from langgraph.store.base import BaseStore
 from typing_extensions import TypedDict, Unpack
 
 from ..errors import InvalidConfigError
+from ..store.namespaces import fill_namespace
 
 Namespace = tuple[str, ...]
 
 
 class MissingScopeError(InvalidConfigError):
     """A namespace template needs a value (``user_id``) that the run did not provide."""
-
-
-def _encode_label_value(value: str) -> str:
-    """A template value made safe as (part of) a namespace label.
-
-    LangGraph refuses labels with ``.`` (and this package's stores also NUL), but user ids
-    are often e-mail addresses. Percent-encoding exactly those characters (and ``%``
-    itself, so the mapping stays one-to-one) keeps every id usable and distinct.
-    """
-    return value.replace("%", "%25").replace(".", "%2E").replace("\x00", "%00")
 
 
 class NamespaceTemplate:
@@ -77,8 +68,8 @@ class NamespaceTemplate:
                 f"namespace {self.template!r} needs {', '.join(missing)}: pass it in the "
                 "runtime context (invoke(..., context={...})) or in config['configurable']"
             )
-        encoded = {name: _encode_label_value(str(value)) for name, value in values.items()}
-        return tuple(label.format_map(encoded) for label in self.template)
+        # The shared encoding (``.`` and ``%`` percent-encoded): erasure finds the same label.
+        return fill_namespace(self.template, cast("dict[str, str | int]", values))
 
     def __repr__(self) -> str:
         return f"NamespaceTemplate({self.template!r})"

@@ -36,6 +36,7 @@ from pydantic import BaseModel, Field
 from .. import _text
 from .._plan import Plan
 from ..store.base import ConditionalPutOp
+from ..store.namespaces import declare_user_data
 from ._store import (
     Stats,
     Step,
@@ -361,8 +362,12 @@ _TOOLS: tuple[tuple[str, str, type[BaseModel], str], ...] = (
 """(plan method, tool name, argument schema, description) per tool."""
 
 
+MEMORIES_NAMESPACE = declare_user_data("create_memory_tools", ("memories", "{user_id}"))
+"""Where the memory tools keep memories by default (``erase_user`` erases it)."""
+
+
 def create_memory_tools(
-    namespace: Sequence[str] = ("memories", "{user_id}"),
+    namespace: Sequence[str] = MEMORIES_NAMESPACE,
     *,
     store: BaseStore | None = None,
     scanner: Scanner | None = None,

@@ -8,7 +8,8 @@ here again, raising LangGraph's own ``InvalidNamespaceError`` with LangGraph's m
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import string
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,3 +150,97 @@ def prefix_text(namespace: tuple[str, ...]) -> str:
 def namespace_of(prefix: str) -> tuple[str, ...]:
     """The namespace a :func:`prefix_text` column holds."""
     return tuple(unescape_text(label) for label in prefix.split("."))
+
+
+# -- user ids in namespaces ----------------------------------------------------------------
+#
+# Every writer of user data and ``erase_user`` put a user id into a namespace label the
+# same way, through these functions: a label holding ``alice@example.com`` is the one the
+# profile, the memory tools, the task drafts and erasure all name.
+
+_LABEL_ESCAPES = (("%", "%25"), (".", "%2E"), ("\x00", "%00"))
+
+
+def label_value(value: str | int) -> str:
+    """``value`` (a user id) made safe as (part of) a namespace label, reversibly.
+
+    LangGraph refuses labels with ``.`` and this package's stores refuse NUL, but user ids
+    are e-mail addresses, phone numbers, names in any script. Percent-encoding exactly
+    ``%``, ``.`` and NUL keeps every id usable and distinct (``%`` is encoded too, so the
+    mapping is one-to-one; :func:`label_value_of` reverses it); every other character,
+    ``/``, ``@``, ``+`` and Chinese included, stays as it is.
+    """
+    text = str(value)
+    for raw, escaped in _LABEL_ESCAPES:
+        text = text.replace(raw, escaped)
+    return text
+
+
+def label_value_of(label: str) -> str:
+    """The value :func:`label_value` encoded into ``label``."""
+    out, i = [], 0
+    while i < len(label):
+        code = label[i : i + 3]
+        raw = next((r for r, escaped in _LABEL_ESCAPES if escaped == code), None)
+        if raw is not None:
+            out.append(raw)
+            i += 3
+        else:
+            out.append(label[i])
+            i += 1
+    return "".join(out)
+
+
+def fill_namespace(template: Sequence[str], values: Mapping[str, str | int]) -> tuple[str, ...]:
+    """``template``'s labels with each ``{name}`` replaced by ``values[name]`` as
+    :func:`label_value` encodes it (``{{``/``}}`` are literal braces, as in ``format``)."""
+    encoded = {name: label_value(value) for name, value in values.items()}
+    return tuple(label.format_map(encoded) for label in template)
+
+
+def template_fields(template: Sequence[str]) -> frozenset[str]:
+    """The placeholder names of a namespace template's labels."""
+    return frozenset(
+        name for label in template for _, name, _, _ in string.Formatter().parse(label) if name
+    )
+
+
+def user_namespace(template: Sequence[str], user_id: str) -> tuple[str, ...]:
+    """The namespace a template names for one user: ``("users", "{user_id}")`` and
+    ``"alice@example.com"`` give ``("users", "alice@example%2Ecom")``."""
+    return fill_namespace(template, {"user_id": user_id})
+
+
+@dataclass(frozen=True)
+class UserData:
+    """Where a component of this package keeps user data in the store."""
+
+    writer: str
+    """The public API that writes there (``create_memory_tools``, ``TaskDrafts``...)."""
+    template: tuple[str, ...]
+    """A namespace template holding ``{user_id}`` (and no other placeholder)."""
+
+
+_DECLARED: dict[tuple[str, tuple[str, ...]], UserData] = {}
+
+
+def declare_user_data(writer: str, template: Sequence[str]) -> tuple[str, ...]:
+    """Declare that ``writer`` keeps user data under ``template``; returns the template.
+
+    Each writer module declares its default namespace at import, next to the constant, so
+    ``erase_user``'s default (:func:`declared_user_data`) is, by construction, the union
+    of what the package writes. A template must name ``{user_id}`` and nothing else: erasure
+    knows only the user id.
+    """
+    labels = tuple(template)
+    if template_fields(labels) != {"user_id"}:
+        raise InvalidConfigError(
+            f"{writer}: a user data namespace names {{user_id}} and no other value, got {labels!r}"
+        )
+    _DECLARED[(writer, labels)] = UserData(writer, labels)
+    return labels
+
+
+def declared_user_data() -> tuple[UserData, ...]:
+    """Every declaration made so far, in declaration order."""
+    return tuple(_DECLARED.values())
