@@ -25,6 +25,15 @@ How it copies one thread, in bounded memory:
    the parent's, as LangGraph's loop does, so unchanged values are not stored again.
 3. Re-running after a crash copies only what is missing (step 1 finds it).
 
+Whose thread it is travels too. LangGraph's savers keep the user only where the run put it
+in ``configurable`` or the config's ``metadata`` (both end up in each checkpoint's
+metadata); a run given ``context={"user_id": ...}`` leaves no trace of it. So per thread
+the user is read from its latest checkpoint (the metadata, else a string channel of that
+name in the state), else taken from ``user_id=`` (one id, a mapping by thread id, or a
+function of the thread id and its latest checkpoint), and written into the metadata of
+every copied checkpoint that lacks it: the target's thread index, ``sessions()`` and
+``erase_user`` then find the thread. ``verify`` does not count that key as a difference.
+
 The task path of a pending write is not part of ``get_tuple``'s answer; for LangGraph's
 in-memory, PostgreSQL and SQLite savers it is read from their storage, for other sources
 it is ``""`` (the writes keep their order either way). The same storage reads enumerate
@@ -40,7 +49,7 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -56,6 +65,9 @@ from .errors import InvalidConfigError
 
 R = TypeVar("R")
 DEFAULT_BATCH = 100
+UserOf = str | Mapping[str, str] | Callable[[str, CheckpointTuple | None], "str | None"]
+"""Who owns a copied thread that does not show it: one user id for all, a mapping by
+thread id, or a function of the thread id and its latest checkpoint (``None``: nobody)."""
 
 
 # -- commands ------------------------------------------------------------------------------
@@ -411,9 +423,70 @@ def _put_writes(
     return count
 
 
+@dataclass(frozen=True)
+class _Owners:
+    """How copied threads get their user: the metadata ``key``, and ``given`` for those
+    whose source shows none."""
+
+    key: str
+    given: UserOf | None
+
+    def of(self, thread_id: str, latest: CheckpointTuple | None) -> Any:
+        if latest is not None:
+            shown = latest.metadata.get(self.key) if latest.metadata else None
+            if shown is None:
+                shown = (latest.checkpoint.get("channel_values") or {}).get(self.key)
+            if (isinstance(shown, str) and shown) or (
+                isinstance(shown, int) and not isinstance(shown, bool)
+            ):
+                return shown  # as the source has it (an int stays one)
+        given = self.given
+        if given is None or isinstance(given, str):
+            return given
+        found = given.get(thread_id) if isinstance(given, Mapping) else given(thread_id, latest)
+        if found is not None and (not isinstance(found, str) or not found):
+            raise InvalidConfigError(
+                f"user_id for thread {thread_id!r} must be a non-empty string, got {found!r}"
+            )
+        return found
+
+
+def _owners(target: Any, user_id: UserOf | None, user_key: str | None) -> _Owners:
+    if user_id is not None and not (
+        isinstance(user_id, Mapping) or callable(user_id) or (isinstance(user_id, str) and user_id)
+    ):
+        raise InvalidConfigError(
+            f"user_id takes a user id, a mapping by thread id or a function, got {user_id!r}"
+        )
+    if user_key is None:
+        threads = getattr(target, "threads", None)
+        user_key = str(getattr(threads, "user_key", None) or "user_id")
+    return _Owners(user_key, user_id)
+
+
+def _owner(source: Any, thread_id: str, owners: _Owners) -> Plan[Command, Any]:
+    latest = yield Call(source, "get_tuple", (_thread_config(thread_id, ""),))
+    return owners.of(thread_id, latest)
+
+
+def _owned(t: CheckpointTuple, key: str, owner: Any) -> Any:
+    """``t``'s metadata, with the thread's owner where it names none."""
+    if owner is None or t.metadata.get(key) is not None:
+        return t.metadata
+    return {**t.metadata, key: owner}
+
+
 def _copy_thread(
-    source: Any, target: Any, thread_id: str, report: CopyReport, batch: int, progress: Any
-) -> Plan[Command, None]:
+    source: Any,
+    target: Any,
+    thread_id: str,
+    report: CopyReport,
+    batch: int,
+    progress: Any,
+    owners: _Owners,
+) -> Plan[Command, Any]:
+    """Copy one thread; returns the owner written where the source showed none."""
+    owner = yield from _owner(source, thread_id, owners)
     have = yield from _catalogue(source, thread_id, batch)
     there = yield from _catalogue(target, thread_id, batch)
     recent: OrderedDict[str, dict[str, Any]] = OrderedDict()  # channel versions, by id
@@ -442,7 +515,9 @@ def _copy_thread(
                         )
                         put_config = _thread_config(thread_id, ns, parent)
                         yield Call(
-                            target, "put", (put_config, t.checkpoint, t.metadata, new_versions)
+                            target,
+                            "put",
+                            (put_config, t.checkpoint, _owned(t, owners.key, owner), new_versions),
                         )
                     report.writes_copied += yield from _put_writes(
                         target, t, _thread_config(thread_id, ns, cid), paths
@@ -454,6 +529,7 @@ def _copy_thread(
                 recent[cid] = versions
                 if len(recent) > 2 * batch:
                     recent.popitem(last=False)
+    return owner
 
 
 Known = dict[str, tuple[Any, Any]]
@@ -478,7 +554,11 @@ def _values(t: CheckpointTuple, known: Known) -> dict[str, Any]:
 
 
 def _differences(
-    a: CheckpointTuple | None, b: CheckpointTuple | None, where: str, known: tuple[Known, Known]
+    a: CheckpointTuple | None,
+    b: CheckpointTuple | None,
+    where: str,
+    known: tuple[Known, Known],
+    owned: tuple[str, Any] = ("", None),
 ) -> list[str]:
     if a is None or b is None:
         return [f"{where}: missing on the {'source' if a is None else 'target'}"]
@@ -490,7 +570,7 @@ def _differences(
             continue
         if ca.get(key) != cb.get(key):
             out.append(f"{where}: checkpoint {key} differs")
-    if dict(a.metadata) != dict(b.metadata):
+    if dict(_owned(a, *owned)) != dict(b.metadata):
         out.append(f"{where}: metadata differs")
     if _parent_id(a) != _parent_id(b):
         out.append(f"{where}: parent differs ({_parent_id(a)} != {_parent_id(b)})")
@@ -500,9 +580,10 @@ def _differences(
 
 
 def _verify_thread(
-    source: Any, target: Any, thread_id: str, batch: int
+    source: Any, target: Any, thread_id: str, batch: int, owned: tuple[str, Any]
 ) -> Plan[Command, list[str]]:
-    """Every checkpoint of the thread, read with ``get_tuple`` on both sides, compared."""
+    """Every checkpoint of the thread, read with ``get_tuple`` on both sides, compared
+    (``owned``: the metadata key and the owner the copy added where the source had none)."""
     have = yield from _catalogue(source, thread_id, batch)
     there = yield from _catalogue(target, thread_id, batch)
     out = []
@@ -512,7 +593,7 @@ def _verify_thread(
             config = _thread_config(thread_id, ns, cid)
             a = yield Call(source, "get_tuple", (config,))
             b = yield Call(target, "get_tuple", (config,))
-            out.extend(_differences(a, b, f"{thread_id}/{ns or '-'}/{cid}", known))
+            out.extend(_differences(a, b, f"{thread_id}/{ns or '-'}/{cid}", known, owned))
     return out
 
 
@@ -537,6 +618,7 @@ def _copy_threads_plan(
     progress: Progress | None,
     verify: bool,
     batch: int,
+    owners: _Owners,
 ) -> Plan[Command, CopyReport]:
     if source is target:
         raise InvalidConfigError("copy_threads needs two different savers")
@@ -545,9 +627,11 @@ def _copy_threads_plan(
         ids = yield from _thread_ids(source, batch)
     report = CopyReport()
     for thread_id in ids:
-        yield from _copy_thread(source, target, thread_id, report, batch, progress)
+        owner = yield from _copy_thread(source, target, thread_id, report, batch, progress, owners)
         if verify:
-            report.differences.extend((yield from _verify_thread(source, target, thread_id, batch)))
+            report.differences.extend(
+                (yield from _verify_thread(source, target, thread_id, batch, (owners.key, owner)))
+            )
         report.threads.append(thread_id)
         report.threads_done += 1
         report.thread_id = thread_id
@@ -564,6 +648,8 @@ def copy_threads(
     progress: Progress | None = None,
     verify: bool = False,
     batch_size: int = DEFAULT_BATCH,
+    user_id: UserOf | None = None,
+    user_key: str | None = None,
 ) -> CopyReport:
     """Copy threads (all of them by default) from ``source`` into ``target``.
 
@@ -571,10 +657,16 @@ def copy_threads(
     the running counts after each copied checkpoint and each finished thread (an exception
     it raises stops the copy; a re-run resumes). ``verify``: compare every checkpoint of
     every copied thread on both sides afterwards; see ``CopyReport.differences``.
+
+    The thread's user (``user_key``: the target index's user key, else ``user_id``) is
+    carried over from its latest checkpoint's metadata or state; ``user_id`` attributes
+    the threads that show none (a run given ``context=`` left none in LangGraph's savers):
+    one id, ``{thread_id: user}``, or ``f(thread_id, latest_checkpoint) -> user | None``.
     """
     plan = _copy_threads_plan(
-        source, target, thread_ids, progress, verify, _check_batch(batch_size)
-    )
+        source, target, thread_ids, progress, verify, _check_batch(batch_size),
+        _owners(target, user_id, user_key),
+    )  # fmt: skip
     return drive(plan, _run_sync)
 
 
@@ -586,11 +678,14 @@ async def acopy_threads(
     progress: Progress | None = None,
     verify: bool = False,
     batch_size: int = DEFAULT_BATCH,
+    user_id: UserOf | None = None,
+    user_key: str | None = None,
 ) -> CopyReport:
     """:func:`copy_threads` with the savers' async methods."""
     plan = _copy_threads_plan(
-        source, target, thread_ids, progress, verify, _check_batch(batch_size)
-    )
+        source, target, thread_ids, progress, verify, _check_batch(batch_size),
+        _owners(target, user_id, user_key),
+    )  # fmt: skip
     return await adrive(plan, _run_async)
 
 
@@ -602,7 +697,7 @@ def _verify_plan(
         ids = yield from _thread_ids(source, batch)
     out: list[str] = []
     for thread_id in ids:
-        out.extend((yield from _verify_thread(source, target, thread_id, batch)))
+        out.extend((yield from _verify_thread(source, target, thread_id, batch, ("", None))))
     return out
 
 

@@ -98,6 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", action="store_true", help="compare every checkpoint after")
     p.add_argument("--store", action="store_true", help="copy the store's items too")
     p.add_argument("--batch-size", type=int, default=100)
+    p.add_argument("--user", help="the user of copied threads whose source shows none")
     p = command("erase-user", commands.erase_user, "erase everything of one user (GDPR, PIPL)")
     p.add_argument("user_id", metavar="USER")
     p.add_argument("--dry-run", action="store_true", help="change nothing; report what would go")

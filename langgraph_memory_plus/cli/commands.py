@@ -536,6 +536,7 @@ def migrate(args: argparse.Namespace) -> int:
                 progress=progress,
                 verify=args.verify,
                 batch_size=args.batch_size,
+                user_id=args.user,
             )
         finally:
             bar.close()
