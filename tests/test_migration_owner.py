@@ -139,7 +139,7 @@ def test_bad_attribution_is_refused(tmp_path: Path) -> None:
                 with pytest.raises(InvalidConfigError, match="user_id"):
                     copy_threads(source, target, user_id=bad)  # type: ignore[arg-type]
             with pytest.raises(InvalidConfigError, match="non-empty string"):
-                copy_threads(source, target, user_id=lambda tid, latest: 42)  # type: ignore[arg-type,return-value]
+                copy_threads(source, target, user_id=lambda tid, latest: 42)  # type: ignore[arg-type]
             assert target.get_tuple({"configurable": {"thread_id": "t"}}) is None
 
 
