@@ -157,6 +157,23 @@ def seed(memory: Any, person: Person, tmp: Path) -> None:
     assert store.search(user_namespace(("memories", "{user_id}"), person.id))
 
 
+def test_the_label_encoding_is_one_to_one_and_accepted_by_langgraph() -> None:
+    from langgraph.store.memory import InMemoryStore
+
+    from langgraph_memory_plus.store.namespaces import check_writable, label_value_of
+
+    ids = [*IDS, "a.b", "a%2Eb", "a%252Eb", "%", "x\x00y", "+86 138", "🙂.", "{user_id}", "."]
+    labels = [label_value(i) for i in ids]
+    assert len(set(labels)) == len(ids)
+    assert [label_value_of(label) for label in labels] == ids
+    store = InMemoryStore()
+    for i in ids:
+        ns = user_namespace(("users", "{user_id}"), i)
+        check_writable(ns)  # this package's rules
+        store.put(ns, "k", {"v": i})  # LangGraph's own
+        assert store.get(ns, "k").value == {"v": i}  # type: ignore[union-attr]
+
+
 def test_the_declared_writers_are_those_exercised_and_the_default_covers_them() -> None:
     declared_templates()  # imports every writer module
     declared = {d.writer for d in declared_user_data()}
