@@ -37,6 +37,7 @@ from langgraph_memory_plus.approvals import (
     TaskDrafts,
 )
 from langgraph_memory_plus.erasure import erase_user
+from langgraph_memory_plus.nodes.scope import NamespaceTemplate, Scope
 
 HERE = Path(__file__).parent
 FLIGHT = {"flight": "LH123", "seat": "12A"}
@@ -78,7 +79,8 @@ def test_one_decision_from_many_threads_resumes_once(
                 if what == "recover":
                     outcomes.append(("recovered", queue.recover(agent)))
                 elif what == "other":  # a different decision while the tool runs
-                    while not started(runs_file):
+                    deadline = time.monotonic() + 30
+                    while not started(runs_file) and time.monotonic() < deadline:
                         time.sleep(0.01)
                     queue.decide(approval_id, "reject", by="other", graph=agent, thread_id=thread)
                 else:
@@ -303,6 +305,11 @@ def test_any_user_id_works_for_drafts_and_approvals(
             drafts.update(user, draft.id, {"iban": "DE1"})
             assert [d.id for d in drafts.list(user)] == [draft.id]
             namespaces.add(drafts.namespace_for(user))
+            # The profile injector's drafts source finds them under the same namespace.
+            shown = NamespaceTemplate(drafts.namespace).resolve(
+                Scope(None, configurable={"user_id": user})
+            )
+            assert shown == drafts.namespace_for(user)
             assert drafts.submit(user, draft.id).status == "submitted"
             thread = f"t{n}-{tag}"
             approval_id = _interrupt(agent, thread, user)

@@ -699,16 +699,21 @@ class Approvals:
 
         ``decision``: ``approve``, ``reject`` (``message``: the reason), ``edit`` (``args``:
         the new arguments) or ``respond`` (``message``: the answer in the tool's place).
-        Raises :class:`ApprovalConflictError` when someone else decided first,
+        Raises :class:`ApprovalConflictError` when someone else decided otherwise first,
         :class:`ApprovalExpiredError` after the window, and
         :class:`DecisionNotAllowedError` for what the review config does not allow.
-        Calling it again with the same decision after a crash finishes the resume.
+        The same decision sent again (a double click, a retry) is answered with the
+        decided approval and resumes nothing, also while the first call still resumes
+        (its ``decision.resumed_at`` is then ``None``). After a crash, calling it again
+        once the claimant's lease expired finishes the resume.
         """
         plan = self._decide_plan(approval, decision, by, args, message, graph, thread_id, config)
         return drive(plan, self._execute)
 
     def recover(self, graph: Any, *, config: dict[str, Any] | None = None, limit: int = 100) -> int:
-        """Resume threads whose decision was recorded but not applied; returns how many."""
+        """Resume threads whose decision was recorded but not applied (a crash in
+        between); returns how many. A resume whose lease is live is someone's under way
+        and is left alone."""
         return drive(self._recover_plan(graph, config, limit), self._execute)
 
     def expire_overdue(
