@@ -404,8 +404,10 @@ class Approvals:
                         break
         if thread_id is None:
             raise ApprovalNotFoundError(f"no pending approval or decision with id {approval_id!r}")
-        stored = yield from self._stored_of(thread_id, approval_id)
+        # The thread first: a decision is recorded before its resume moves the thread on,
+        # so a record read after a thread that no longer waits is there.
         thread = yield _GetThread(thread_id)
+        stored = yield from self._stored_of(thread_id, approval_id)
         records = {} if stored is None else {(thread_id, approval_id): stored}
         for found in self._of_thread(thread, records) if thread else []:
             if found.id == approval_id:
