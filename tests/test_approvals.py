@@ -12,14 +12,12 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from approvals_support import booking_agent, runs
+from approvals_support import Clock, _interrupt, booking_agent, runs, store_factory
 from conftest import _saver_target
 from langchain_core.messages import HumanMessage, ToolMessage
 
@@ -37,51 +35,7 @@ HERE = Path(__file__).parent
 
 @pytest.fixture
 def open_store(backend: str, request: pytest.FixtureRequest) -> Any:
-    """A store on the saver's backend, on this test's own schema / key prefix / file."""
-    from langgraph_memory_plus import (
-        AsyncPostgresStore,
-        AsyncRedisStore,
-        AsyncSqliteStore,
-        PostgresStore,
-        RedisStore,
-        SqliteStore,
-    )
-
-    url = _saver_target(request.getfixturevalue("storage"))
-    tag = uuid.uuid4().hex[:10]
-    if backend == "postgres":
-        classes, options = (PostgresStore, AsyncPostgresStore), {"schema": f"appr_{tag}"}
-    elif backend == "sqlite":
-        classes, options = (SqliteStore, AsyncSqliteStore), {}
-    else:
-        prefix = (
-            "lgmp-test" if backend == "redis-cluster" else request.getfixturevalue("redis_prefix")
-        )
-        classes, options = (RedisStore, AsyncRedisStore), {"key_prefix": f"{prefix}-appr-{tag}"}
-
-    @contextmanager
-    def factory(is_async: bool = False) -> Iterator[Any]:
-        with classes[0].from_conn_string(url, **options) as store:
-            store.setup()
-            yield store
-
-    factory.classes = classes  # type: ignore[attr-defined]
-    factory.target = (url, options)  # type: ignore[attr-defined]
-    return factory
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime.now(timezone.utc)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-def _interrupt(agent: Any, thread: str, user: str, flight: str = "LH123") -> str:
-    config = {"configurable": {"thread_id": thread, "user_id": user}}
-    result = agent.invoke({"messages": [HumanMessage(f"book {flight}", id=f"h-{thread}")]}, config)
-    return str(result["__interrupt__"][0].id)
+    return store_factory(backend, request)
 
 
 def _messages(agent: Any, thread: str, user: str) -> list[Any]:

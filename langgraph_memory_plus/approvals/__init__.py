@@ -12,7 +12,14 @@ from .core import (
     DecisionRecord,
     parse_request,
 )
-from .drafts import Draft, DraftError, DraftIncompleteError, DraftNotFoundError, TaskDrafts
+from .drafts import (
+    Draft,
+    DraftConflictError,
+    DraftError,
+    DraftIncompleteError,
+    DraftNotFoundError,
+    TaskDrafts,
+)
 from .queue import Approvals, check_ttl
 
 __all__ = [
@@ -26,6 +33,7 @@ __all__ = [
     "DecisionNotAllowedError",
     "DecisionRecord",
     "Draft",
+    "DraftConflictError",
     "DraftError",
     "DraftIncompleteError",
     "DraftNotFoundError",

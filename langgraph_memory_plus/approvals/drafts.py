@@ -8,10 +8,19 @@ never returned, even before the store's own expiry removes it. Submitting checks
 complete (and valid, for a pydantic schema) and removes it from the pending namespace;
 cancelling removes it.
 
+Concurrent callers are safe on this package's stores: ``update`` merges its fields into
+the draft as stored with a write conditional on the version read (retried on a lost
+race), so two updates of different fields both land; ``submit`` and ``cancel`` remove
+the draft with a conditional delete, so of two concurrent submits exactly one succeeds
+and the other gets :class:`DraftConflictError`. (Other ``BaseStore`` s have no versions:
+there the last write wins.)
+
 Each draft is one store item under ``("users", "{user_id}", "pending_tasks")`` (by
-default), so the profile injector can show open drafts beside the profile
-(:func:`langgraph_memory_plus.nodes.drafts.drafts_source`) and the agent can fill them
-with tools (:func:`langgraph_memory_plus.nodes.drafts.create_draft_tools`).
+default), the user id encoded as the memory nodes encode it (``.`` as ``%2E``, ``%`` as
+``%25``, NUL as ``%00``; any other character as is), so the profile injector can show
+open drafts beside the profile (:func:`langgraph_memory_plus.nodes.drafts.drafts_source`)
+and the agent can fill them with tools
+(:func:`langgraph_memory_plus.nodes.drafts.create_draft_tools`).
 """
 
 from __future__ import annotations
@@ -26,13 +35,16 @@ from typing import Any
 from langgraph.store.base import BaseStore, GetOp, PutOp, SearchOp
 
 from .._plan import Plan, adrive, drive
-from ..errors import InvalidConfigError, MemoryPlusError
+from ..errors import ConflictError, InvalidConfigError, MemoryPlusError
+from ..store.base import ConditionalPutOp, StoreBase
 from ..store.namespaces import declare_user_data, user_namespace
 
 DEFAULT_NAMESPACE = declare_user_data("TaskDrafts", ("users", "{user_id}", "pending_tasks"))
 DEFAULT_TTL = timedelta(hours=72)
 MAX_DRAFTS = 100
 """Open drafts read per user (a user with more has a problem a list will not solve)."""
+UPDATE_TRIES = 20
+"""Merges tried before an update gives up on a draft others keep changing."""
 
 
 class DraftError(MemoryPlusError):
@@ -44,6 +56,10 @@ class DraftNotFoundError(DraftError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "draft not found"
+
+
+class DraftConflictError(DraftError, ConflictError):
+    """Another caller submitted, cancelled or kept changing this draft at the same time."""
 
 
 class DraftIncompleteError(DraftError, ValueError):
@@ -194,6 +210,9 @@ class TaskDrafts:
         self.clock = clock
 
     def namespace_for(self, user_id: Any) -> tuple[str, ...]:
+        """The user's namespace: any non-empty string works as a user id (e-mail
+        addresses, phone numbers, ``/``, any script), encoded one-to-one into the label as
+        the memory nodes' namespace templates encode it."""
         if not isinstance(user_id, str) or not user_id:
             raise InvalidConfigError(f"user_id must be a non-empty string, got {user_id!r}")
         return user_namespace(self.namespace, user_id)  # the encoding erasure uses
@@ -210,10 +229,17 @@ class TaskDrafts:
 
     # -- plans (commands are store op lists) ----------------------------------------------
 
-    def _put(self, draft: Draft) -> list[Any]:
+    def _conditional(self, op: PutOp, version: int | None) -> list[Any]:
+        """``op`` applied only if the item is still at ``version`` (stores with versions)."""
+        if version is None or not isinstance(self.store, StoreBase):
+            return [op]
+        return [ConditionalPutOp(op, version)]
+
+    def _put(self, draft: Draft, version: int | None = None) -> list[Any]:
         left = (draft.expires_at - self.clock()).total_seconds() / 60.0
         ns = self.namespace_for(draft.user_id)
-        return [PutOp(ns, draft.id, draft.as_value(), index=False, ttl=max(left, 1 / 60))]
+        op = PutOp(ns, draft.id, draft.as_value(), index=False, ttl=max(left, 1 / 60))
+        return self._conditional(op, version)
 
     def _built(
         self,
@@ -241,17 +267,28 @@ class TaskDrafts:
             expires,
         )
 
-    def _get_plan(self, user_id: str, draft_id: str) -> Plan[list[Any], Draft | None]:
+    def _read(self, user_id: str, draft_id: str) -> Plan[list[Any], tuple[Draft | None, int]]:
+        """The open draft (``None``: none) and the version it was read at."""
         (item,) = yield [GetOp(self.namespace_for(user_id), str(draft_id), refresh_ttl=False)]
         if item is None or not is_live(item.value, self.clock()):
-            return None
-        return Draft.from_value(user_id, item.value)
+            return None, 0
+        return Draft.from_value(user_id, item.value), int(getattr(item, "version", 0) or 0)
 
-    def _open(self, user_id: str, draft_id: str) -> Plan[list[Any], Draft]:
-        draft = yield from self._get_plan(user_id, draft_id)
+    def _get_plan(self, user_id: str, draft_id: str) -> Plan[list[Any], Draft | None]:
+        draft, _ = yield from self._read(user_id, draft_id)
+        return draft
+
+    def _open(
+        self, user_id: str, draft_id: str, raced: bool = False
+    ) -> Plan[list[Any], tuple[Draft, int]]:
+        draft, version = yield from self._read(user_id, draft_id)
+        if draft is None and raced:
+            raise DraftConflictError(
+                f"draft {draft_id!r} was submitted or cancelled by another caller meanwhile"
+            )
         if draft is None:
             raise DraftNotFoundError(f"no open draft {draft_id!r} for this user")
-        return draft
+        return draft, version
 
     def _create_plan(
         self, user_id: str, kind: str, fields: Mapping[str, Any] | None, draft_id: str | None
@@ -267,11 +304,18 @@ class TaskDrafts:
     ) -> Plan[list[Any], Draft]:
         if not isinstance(fields, Mapping):
             raise InvalidConfigError(f"fields must be a dict, got {fields!r}")
-        draft = yield from self._open(user_id, draft_id)
-        merged = {**draft.fields, **fields}
-        new = self._built(user_id, draft.kind, merged, draft.id, draft.created_at, draft.expires_at)
-        yield self._put(new)
-        return new
+        for attempt in range(UPDATE_TRIES):
+            draft, version = yield from self._open(user_id, draft_id, raced=attempt > 0)
+            merged = {**draft.fields, **fields}
+            new = self._built(
+                user_id, draft.kind, merged, draft.id, draft.created_at, draft.expires_at
+            )
+            try:  # merged into the draft as read, or read again
+                yield self._put(new, version)
+            except ConflictError:
+                continue
+            return new
+        raise DraftConflictError(f"draft {draft_id!r} keeps changing; try again")
 
     def _list_plan(self, user_id: str) -> Plan[list[Any], list[Draft]]:
         ns = self.namespace_for(user_id)
@@ -280,8 +324,22 @@ class TaskDrafts:
         found = [Draft.from_value(user_id, i.value) for i in items if is_live(i.value, now)]
         return sorted(found, key=lambda d: (d.created_at, d.id))
 
-    def _submit_plan(self, user_id: str, draft_id: str) -> Plan[list[Any], Draft]:
-        draft = yield from self._open(user_id, draft_id)
+    def _remove(self, user_id: str, draft_id: str, check: bool) -> Plan[list[Any], Draft]:
+        """Remove the open draft (after checking it, for a submit) with a delete
+        conditional on the version checked: of concurrent callers exactly one gets it."""
+        for attempt in range(UPDATE_TRIES):
+            draft, version = yield from self._open(user_id, draft_id, raced=attempt > 0)
+            if check:
+                self._check_complete(draft)
+            op = PutOp(self.namespace_for(user_id), draft.id, None)
+            try:
+                yield self._conditional(op, version)
+            except ConflictError:
+                continue  # changed (checked again) or removed (a conflict) meanwhile
+            return draft
+        raise DraftConflictError(f"draft {draft_id!r} keeps changing; try again")
+
+    def _check_complete(self, draft: Draft) -> None:
         if draft.missing:
             raise DraftIncompleteError(
                 f"draft {draft.id!r} still needs: {', '.join(draft.missing_labels)}", draft.missing
@@ -298,12 +356,13 @@ class TaskDrafts:
                 raise DraftIncompleteError(
                     f"draft {draft.id!r} has invalid field(s): {', '.join(bad) or exc}", bad
                 ) from None
-        yield [PutOp(self.namespace_for(user_id), draft.id, None)]
+
+    def _submit_plan(self, user_id: str, draft_id: str) -> Plan[list[Any], Draft]:
+        draft = yield from self._remove(user_id, draft_id, check=True)
         return Draft(**{**draft.__dict__, "status": "submitted"})
 
     def _cancel_plan(self, user_id: str, draft_id: str) -> Plan[list[Any], Draft]:
-        draft = yield from self._open(user_id, draft_id)
-        yield [PutOp(self.namespace_for(user_id), draft.id, None)]
+        draft = yield from self._remove(user_id, draft_id, check=False)
         return Draft(**{**draft.__dict__, "status": "cancelled"})
 
     # -- synchronous API ------------------------------------------------------------------
@@ -332,7 +391,8 @@ class TaskDrafts:
 
     def submit(self, user_id: str, draft_id: str) -> Draft:
         """The completed draft (status ``submitted``), removed from the pending ones;
-        :class:`DraftIncompleteError` while required fields are missing or invalid."""
+        :class:`DraftIncompleteError` while required fields are missing or invalid,
+        :class:`DraftConflictError` when a concurrent caller submitted or cancelled it."""
         return drive(self._submit_plan(user_id, draft_id), self.store.batch)
 
     def cancel(self, user_id: str, draft_id: str) -> Draft:

@@ -8,10 +8,21 @@ step with what the threads wait for.
 
 Exactly once: the decision record is created with a create-only store write
 (``expected_version=0``), so of two reviewers deciding at once one wins and the other
-gets :class:`ApprovalConflictError`. The thread is resumed only while the index still
-shows it interrupted on that interrupt id, so re-applying a decision after a crash
-(between recording and resuming) resumes it, and re-applying it after a resume does
-nothing: the tool runs once.
+gets :class:`ApprovalConflictError`. Resuming is claimed on the record itself: a
+*lease* (an owner token and an expiry) set by a write conditional on the version read,
+so of any number of callers applying the same decision (a double click, a client retry,
+``recover()`` on a replica starting) exactly one resumes; the others get the decided
+approval back and resume nothing. A claimant that crashes leaves its lease to expire
+(``lease``, 10 minutes by default); ``recover()`` then takes it over, once, and resumes
+the thread only while the index still shows it interrupted on that interrupt id.
+
+Every write after the create is conditional on the version read and changes only the
+lease and ``resumed_at`` of the record *as stored*: a record anonymized by
+``erase_user`` meanwhile stays anonymized.
+
+Records are keyed by thread id and interrupt id together (a copied thread shares its
+interrupt ids with the original); records of earlier versions, keyed by the interrupt
+id alone, are still read for their own thread.
 
 Sync and async share the plans below; the two drivers only run their commands.
 """
@@ -19,7 +30,10 @@ Sync and async share the plans below; the two drivers only run their commands.
 from __future__ import annotations
 
 import builtins
+import hashlib
 import inspect
+import math
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
@@ -45,6 +59,10 @@ from .core import (
 )
 
 DEFAULT_WINDOW = timedelta(hours=24)
+DEFAULT_LEASE = timedelta(minutes=10)
+"""How long a resume may run before ``recover()`` takes it over (a crashed claimant)."""
+CLAIM_TRIES = 8
+"""Conditional writes tried before giving up on a record others keep changing."""
 DEFAULT_NAMESPACE = ("approvals", "decisions")
 TTL_FACTOR = 1.5
 CHUNK = 500
@@ -76,7 +94,16 @@ class _Batch:
 @dataclass(frozen=True)
 class _Resume:
     graph: Any
-    command: Command[Any]
+    command: Command[Any] | None
+    """``None``: continue a run that stopped midway (``invoke(None, config)``)."""
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Unfinished:
+    """Whether the thread's last checkpoint still has tasks to run (``get_state().next``)."""
+
+    graph: Any
     config: dict[str, Any]
 
 
@@ -86,14 +113,56 @@ class _Notify:
     argument: Any
 
 
-_Cmd = _Search | _GetThread | _Batch | _Resume | _Notify
+_Cmd = _Search | _GetThread | _Batch | _Resume | _Unfinished | _Notify
 
 
 def _seconds(value: timedelta | float, what: str) -> float:
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
-        raise InvalidConfigError(f"{what} must be a positive timedelta or seconds, got {value!r}")
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not math.isfinite(seconds)
+        or seconds <= 0
+    ):
+        raise InvalidConfigError(
+            f"{what} must be a positive, finite timedelta or number of seconds, got {value!r}"
+        )
     return float(seconds)
+
+
+def record_key(thread_id: str, approval_id: str) -> str:
+    """The store key of a decision record: the thread and the interrupt together (a copied
+    thread shares interrupt ids), hashed so the key names neither."""
+    digest = hashlib.sha256(f"{thread_id}\x00{approval_id}".encode()).hexdigest()
+    return f"d-{digest[:40]}"
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """A decision record as stored: its key (new or legacy), version and raw value."""
+
+    key: str
+    version: int
+    value: dict[str, Any]
+
+    @property
+    def record(self) -> DecisionRecord:
+        return DecisionRecord.from_value(self.value)
+
+    def lease_holder(self, now: datetime) -> str | None:
+        """The owner of a live lease, if any."""
+        lease = self.value.get("lease")
+        if not isinstance(lease, dict):
+            return None
+        try:
+            live = datetime.fromisoformat(lease["expires_at"]) > now
+        except (KeyError, TypeError, ValueError):
+            return None
+        return str(lease.get("owner")) if live else None
+
+
+def _stored(item: Any) -> _Stored:
+    return _Stored(item.key, int(getattr(item, "version", 0) or 0), dict(item.value))
 
 
 def check_ttl(ttl_seconds: float | None, window_seconds: float) -> None:
@@ -117,9 +186,12 @@ class Approvals:
     Args:
         saver: a saver of this package (its thread index is the queue).
         store: where decision records go (``namespace``); they carry no TTL, so the audit
-            trail outlives the threads.
+            trail outlives the threads. It must take conditional writes (ours do).
         window: how long an approval stays decidable (24 hours by default); the saver's
             checkpoint TTL must be at least 1.5x as long (checked here).
+        lease: how long one caller's resume is exclusively its own (10 minutes by
+            default). Past it, :meth:`recover` takes the resume over (the claimant is taken
+            for crashed), so it must be longer than the slowest resume (tool) runs.
         clock: time source, for tests.
     """
 
@@ -129,15 +201,17 @@ class Approvals:
         store: BaseStore,
         *,
         window: timedelta | float = DEFAULT_WINDOW,
+        lease: timedelta | float = DEFAULT_LEASE,
         namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
         clock: Callable[[], datetime] = _utcnow,
     ) -> None:
         threads = getattr(saver, "threads", None)
         if threads is None or not hasattr(threads, "search"):
             raise InvalidConfigError("Approvals needs a saver of this package (saver.threads)")
+        self.window = timedelta(seconds=_seconds(window, "window"))
+        self.lease = timedelta(seconds=_seconds(lease, "lease"))
         self.saver = saver
         self.store = store
-        self.window = timedelta(seconds=_seconds(window, "window"))
         check_ttl(saver.settings.ttl_seconds, self.window.total_seconds())
         self.namespace = tuple(namespace)
         self.clock = clock
@@ -147,7 +221,7 @@ class Approvals:
     # -- reading ------------------------------------------------------------------------
 
     def _of_thread(
-        self, thread: Any, records: dict[str, DecisionRecord]
+        self, thread: Any, records: dict[tuple[str, str], _Stored]
     ) -> builtins.list[Approval]:
         now = self.clock()
         out = []
@@ -156,7 +230,8 @@ class Approvals:
                 kind, actions = parse_request(item.value, getattr(item, "response_schema", None))
                 created = thread["updated_at"]
                 expires = created + self.window
-                record = records.get(item.id)
+                stored = records.get((thread["thread_id"], item.id))
+                record = None if stored is None else stored.record
                 if record is not None:
                     status = record.status
                 else:
@@ -178,17 +253,35 @@ class Approvals:
                 )
         return out
 
-    def _records(self, ids: Iterable[str]) -> Plan[_Cmd, dict[str, DecisionRecord]]:
-        ids = list(dict.fromkeys(ids))
-        if not ids:
+    def _records(
+        self, pairs: Iterable[tuple[str, str]]
+    ) -> Plan[_Cmd, dict[tuple[str, str], _Stored]]:
+        """The records of ``(thread_id, approval_id)`` pairs; a record of an earlier
+        version (keyed by the interrupt id alone) counts for its own thread only."""
+        pairs = list(dict.fromkeys(pairs))
+        if not pairs:
             return {}
-        items = yield _Batch([GetOp(self.namespace, i) for i in ids])
-        pairs = zip(ids, items, strict=True)
-        return {i: DecisionRecord.from_value(it.value) for i, it in pairs if it}
+        ops = [GetOp(self.namespace, record_key(t, i)) for t, i in pairs]
+        ops += [GetOp(self.namespace, i) for _, i in pairs]
+        items = yield _Batch(ops)
+        out: dict[tuple[str, str], _Stored] = {}
+        for n, pair in enumerate(pairs):
+            item, legacy = items[n], items[len(pairs) + n]
+            if item:
+                out[pair] = _stored(item)
+            elif legacy and legacy.value.get("thread_id") == pair[0]:
+                out[pair] = _stored(legacy)
+        return out
+
+    def _stored_of(self, thread_id: str, approval_id: str) -> Plan[_Cmd, _Stored | None]:
+        found = yield from self._records([(thread_id, approval_id)])
+        return found.get((thread_id, approval_id))
 
     def _approvals(self, threads: list[Any]) -> Plan[_Cmd, list[Approval]]:
-        ids = [i.id for t in threads for its in t["interrupts"].values() for i in its]
-        records = yield from self._records(ids)
+        pairs = [
+            (t["thread_id"], i.id) for t in threads for its in t["interrupts"].values() for i in its
+        ]
+        records = yield from self._records(pairs)
         return [a for t in threads for a in self._of_thread(t, records)]
 
     def _scan(
@@ -229,7 +322,8 @@ class Approvals:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidConfigError(f"{name} must be a non-negative integer, got {value!r}")
         if status in ("approved", "rejected", "edited"):
-            return (yield from self._decided(user_id, action, status, limit, offset))
+            found = yield from self._decided(user_id, action, status)
+            return found[offset : offset + limit]
         out: list[Approval] = []
         skip, start, more = offset, 0, limit > 0
         chunk = min(CHUNK, max(20, offset + limit))
@@ -247,37 +341,31 @@ class Approvals:
                     return out
         return out
 
-    def _decided(
-        self, user_id: Any, action: str | None, status: str, limit: int, offset: int
-    ) -> Plan[_Cmd, list[Approval]]:
-        """Decided approvals come from their records (the interrupt may be long gone)."""
+    def _decided(self, user_id: Any, action: str | None, status: str) -> Plan[_Cmd, list[Approval]]:
+        """Decided approvals, oldest decision first, from their records (the interrupt may
+        be long gone). The store has no order of its own to page by, so every matching
+        record is read (in pages of 500) and sorted here."""
         filt: dict[str, Any] = {"status": status}
         if user_id is not None:
             filt["user_id"] = user_id
         out: list[Approval] = []
-        skip, start = offset, 0
-        while len(out) < limit:
+        start = 0
+        while True:
             (items,) = yield _Batch([SearchOp(self.namespace, filt, CHUNK, start)])
             for item in items:
                 record = DecisionRecord.from_value(item.value)
-                if action is not None and not any(a["name"] == action for a in record.actions):
-                    continue
-                if skip:
-                    skip -= 1
-                    continue
-                out.append(_from_record(record, self.window))
-                if len(out) == limit:
-                    break
+                if action is None or any(a["name"] == action for a in record.actions):
+                    out.append(_from_record(record, self.window))
             if len(items) < CHUNK:
                 break
             start += CHUNK
-        out.sort(key=lambda a: (a.created_at, a.id))
+        out.sort(key=lambda a: (a.created_at, a.thread_id, a.id))
         return out
 
     def _count_plan(self, user_id: Any, action: str | None, status: str | None) -> Plan[_Cmd, int]:
         self._check_status(status)
         if status in ("approved", "rejected", "edited"):
-            found = yield from self._decided(user_id, action, status, 10**9, 0)
+            found = yield from self._decided(user_id, action, status)
             return len(found)
         total, start, more = 0, 0, True
         while more:
@@ -287,38 +375,52 @@ class Approvals:
         return total
 
     def _find(self, approval: Approval | str, thread_id: str | None) -> Plan[_Cmd, Approval]:
-        """The approval as it stands now: from its thread, else its decision record."""
+        found, _ = yield from self._locate(approval, thread_id)
+        return found
+
+    def _locate(
+        self, approval: Approval | str, thread_id: str | None
+    ) -> Plan[_Cmd, tuple[Approval, _Stored | None]]:
+        """The approval as it stands now (from its thread, else its decision record), and
+        its stored record."""
         approval_id = approval.id if isinstance(approval, Approval) else approval
         if not isinstance(approval_id, str) or not approval_id:
             raise InvalidConfigError(f"approval id must be a non-empty string, got {approval!r}")
         if isinstance(approval, Approval):
             thread_id = approval.thread_id
-        records = yield from self._records([approval_id])
-        record = records.get(approval_id)
-        if thread_id is None and record is not None:
-            thread_id = record.thread_id
-        if thread_id is not None:
-            thread = yield _GetThread(thread_id)
-            for found in (yield from self._approvals([thread] if thread else [])):
-                if found.id == approval_id:
-                    return found
-        else:  # no thread given: look through the queue (bounded pages)
+        if thread_id is None:  # a record names its thread; else look through the queue
+            (items,) = yield _Batch([SearchOp(self.namespace, {"approval_id": approval_id}, 1, 0)])
+            if items:
+                thread_id = str(items[0].value.get("thread_id"))
+        if thread_id is None:
             start, more = 0, True
             while more:
                 page, more = yield from self._scan(None, CHUNK, start)
                 start += CHUNK
                 for found in page:
                     if found.id == approval_id:
-                        return found
-        if record is not None:
-            return _from_record(record, self.window)
+                        thread_id = found.thread_id
+                        more = False
+                        break
+        if thread_id is None:
+            raise ApprovalNotFoundError(f"no pending approval or decision with id {approval_id!r}")
+        # The thread first: a decision is recorded before its resume moves the thread on,
+        # so a record read after a thread that no longer waits is there.
+        thread = yield _GetThread(thread_id)
+        stored = yield from self._stored_of(thread_id, approval_id)
+        records = {} if stored is None else {(thread_id, approval_id): stored}
+        for found in self._of_thread(thread, records) if thread else []:
+            if found.id == approval_id:
+                return found, stored
+        if stored is not None:
+            return _from_record(stored.record, self.window), stored
         raise ApprovalNotFoundError(f"no pending approval or decision with id {approval_id!r}")
 
     # -- deciding -----------------------------------------------------------------------
 
-    def _put(self, record: DecisionRecord, expected: int | None) -> _Batch:
-        op = PutOp(self.namespace, record.approval_id, record.as_value(), index=False, ttl=None)
-        return _Batch([op if expected is None else ConditionalPutOp(op, expected)])
+    def _put(self, key: str, value: dict[str, Any], expected: int) -> _Batch:
+        op = PutOp(self.namespace, key, value, index=False, ttl=None)
+        return _Batch([ConditionalPutOp(op, expected)])
 
     def _config(self, approval: Approval, config: dict[str, Any] | None) -> dict[str, Any]:
         configurable = dict((config or {}).get("configurable") or {})
@@ -327,20 +429,70 @@ class Approvals:
             configurable.setdefault(self.user_key, approval.user_id)
         return {**(config or {}), "configurable": configurable}
 
+    def _lease_value(self, token: str) -> dict[str, Any]:
+        return {"owner": token, "expires_at": (self.clock() + self.lease).isoformat()}
+
+    def _claim(self, stored: _Stored, token: str) -> Plan[_Cmd, bool]:
+        """Take the resume of a recorded decision: whether this caller got it."""
+        try:
+            yield self._put(
+                stored.key, {**stored.value, "lease": self._lease_value(token)}, stored.version
+            )
+        except ConflictError:
+            return False
+        return True
+
+    def _finish(self, key: str, token: str, resumed: bool) -> Plan[_Cmd, DecisionRecord | None]:
+        """Drop this caller's lease (marking ``resumed_at`` if it resumed) on the record as
+        stored now: whatever erasure or anyone else changed meanwhile stays changed."""
+        for _ in range(CLAIM_TRIES):
+            (item,) = yield _Batch([GetOp(self.namespace, key)])
+            if item is None:
+                return None
+            stored = _stored(item)
+            lease = stored.value.get("lease")
+            if isinstance(lease, dict) and lease.get("owner") != token:
+                return stored.record  # taken over (our lease had expired): theirs now
+            value: dict[str, Any] = {**stored.value, "lease": None}
+            if resumed and value.get("resumed_at") is None:
+                value["resumed_at"] = self.clock().isoformat()
+            try:
+                yield self._put(key, value, stored.version)
+            except ConflictError:
+                continue
+            return DecisionRecord.from_value(value)
+        raise ApprovalConflictError(f"decision record {key!r} keeps changing; try again")
+
     def _apply(
-        self, approval: Approval, record: DecisionRecord, graph: Any, config: Any
+        self,
+        approval: Approval,
+        record: DecisionRecord,
+        key: str,
+        token: str,
+        graph: Any,
+        config: Any,
     ) -> Plan[_Cmd, DecisionRecord]:
-        """Resume the thread with a recorded decision, if it still waits on it."""
+        """Resume the thread with a decision whose lease this caller holds, if the thread
+        still waits on it; a failing resume gives the lease back at once."""
         thread = yield _GetThread(approval.thread_id)
         waiting = thread is not None and any(
             i.id == approval.id for its in thread["interrupts"].values() for i in its
         )
+        run_config = self._config(approval, config)
+        command: Command[Any] | None = None
         if waiting:
-            command: Command[Any] = Command(resume={approval.id: resume_value(approval, record)})
-            yield _Resume(graph, command, self._config(approval, config))
-        done = replace(record, resumed_at=self.clock())
-        yield self._put(done, None)
-        return done
+            command = Command(resume={approval.id: resume_value(approval, record)})
+        elif thread is not None and not any(thread["interrupts"].values()):
+            # A claimant that crashed after the resume's first step: finish its run.
+            waiting = bool((yield _Unfinished(graph, run_config)))
+        if waiting:
+            try:
+                yield _Resume(graph, command, run_config)
+            except Exception:
+                yield from self._finish(key, token, resumed=False)
+                raise
+        done = yield from self._finish(key, token, resumed=True)
+        return record if done is None else done
 
     def _decide_plan(
         self,
@@ -355,63 +507,90 @@ class Approvals:
     ) -> Plan[_Cmd, Approval]:
         if not isinstance(by, str) or not by:
             raise InvalidConfigError(f"by (who decides) must be a non-empty string, got {by!r}")
-        found = yield from self._find(approval, thread_id)
-        record = found.decision
-        if record is None:
-            if found.status == "expired":
-                raise ApprovalExpiredError(
-                    f"approval {found.id!r} expired at {found.expires_at.isoformat()}"
+        found, stored = yield from self._locate(approval, thread_id)
+        key = record_key(found.thread_id, found.id) if stored is None else stored.key
+        token = uuid.uuid4().hex
+        for _ in range(CLAIM_TRIES):
+            if stored is None:
+                if found.status == "expired":
+                    raise ApprovalExpiredError(
+                        f"approval {found.id!r} expired at {found.expires_at.isoformat()}"
+                    )
+                check_decision(found, decision, args)
+                mine = DecisionRecord(
+                    found.id,
+                    found.thread_id,
+                    found.user_id,
+                    decision,
+                    by,
+                    self.clock(),
+                    args,
+                    message,
+                    action_dicts(found.actions),
                 )
-            check_decision(found, decision, args)
-            mine = DecisionRecord(
-                found.id,
-                found.thread_id,
-                found.user_id,
+                try:  # recorded and claimed in one create-only write
+                    yield self._put(key, {**mine.as_value(), "lease": self._lease_value(token)}, 0)
+                except ConflictError:
+                    stored = yield from self._stored_of(found.thread_id, found.id)
+                    continue
+                record = mine
+                break
+            record = stored.record
+            if record.decision == "expire":
+                raise ApprovalExpiredError(
+                    f"approval {found.id!r} expired (marked {record.decided_at})"
+                )
+            if (record.decision, record.by, record.args, record.message) != (
                 decision,
                 by,
-                self.clock(),
                 args,
                 message,
-                action_dicts(found.actions),
-            )
-            try:
-                yield self._put(mine, 0)
-                record = mine
-            except ConflictError:
-                record = (yield from self._records([found.id]))[found.id]
-                if (record.decision, record.by) == (decision, by):
-                    raise ApprovalConflictError(
-                        f"approval {found.id!r} is being decided by {by!r} elsewhere"
-                    ) from None
-        if record.decision == "expire":
-            raise ApprovalExpiredError(
-                f"approval {found.id!r} expired (marked {record.decided_at})"
-            )
-        if (record.decision, record.by, record.args, record.message) != (
-            decision,
-            by,
-            args,
-            message,
-        ):
-            raise ApprovalConflictError(
-                f"approval {found.id!r} was already decided: {record.decision!r} by "
-                f"{record.by!r} at {record.decided_at.isoformat()}"
-            )
-        if record.resumed_at is None:
-            record = yield from self._apply(found, record, graph, config)
+            ):
+                raise ApprovalConflictError(
+                    f"approval {found.id!r} was already decided: {record.decision!r} by "
+                    f"{record.by!r} at {record.decided_at.isoformat()}"
+                )
+            if record.resumed_at is not None or stored.lease_holder(self.clock()) is not None:
+                # Done, or being resumed by another caller right now: the same answer.
+                return replace(found, status=record.status, decision=record)
+            if (yield from self._claim(stored, token)):
+                break
+            stored = yield from self._stored_of(found.thread_id, found.id)
+        else:
+            raise ApprovalConflictError(f"approval {found.id!r} keeps changing; try again")
+        record = yield from self._apply(found, record, key, token, graph, config)
         return replace(found, status=record.status, decision=record)
 
     def _recover_plan(self, graph: Any, config: Any, limit: int) -> Plan[_Cmd, int]:
-        """Finish decisions recorded but never resumed (a crash in between)."""
-        (items,) = yield _Batch([SearchOp(self.namespace, {"resumed_at": None}, limit, 0)])
-        done = 0
-        for item in items:
-            record = DecisionRecord.from_value(item.value)
-            if record.decision == "expire" or record.resumed_at is not None:
-                continue
-            found = yield from self._find(record.approval_id, record.thread_id)
-            yield from self._apply(found, record, graph, config)
-            done += 1
+        """Finish decisions recorded but never resumed (a crash in between), each claimed
+        as :meth:`decide` claims it: a resume still under way (its lease live) is left
+        alone, one whose claimant crashed is taken over once its lease expired."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise InvalidConfigError(f"limit must be a non-negative integer, got {limit!r}")
+        done, start = 0, 0
+        while done < limit:
+            (items,) = yield _Batch([SearchOp(self.namespace, {"resumed_at": None}, CHUNK, start)])
+            start += CHUNK
+            for item in items:
+                stored = _stored(item)
+                record = stored.record
+                if record.decision == "expire" or record.resumed_at is not None:
+                    continue
+                if stored.lease_holder(self.clock()) is not None:
+                    continue  # under way elsewhere
+                token = uuid.uuid4().hex
+                if not (yield from self._claim(stored, token)):
+                    continue  # someone else took it first
+                try:
+                    found = yield from self._find(record.approval_id, record.thread_id)
+                except ApprovalNotFoundError:  # cannot be: the record is there
+                    found = _from_record(record, self.window)
+                yield from self._apply(found, record, stored.key, token, graph, config)
+                done += 1
+                if done == limit:
+                    break
+            if len(items) < CHUNK:
+                break
         return done
 
     def _expire_plan(
@@ -440,8 +619,9 @@ class Approvals:
                     self.clock(),
                     actions=action_dicts(approval.actions),
                 )
+                key = record_key(approval.thread_id, approval.id)
                 try:
-                    yield self._put(record, 0)
+                    yield self._put(key, record.as_value(), 0)
                 except ConflictError:  # decided (or marked) meanwhile
                     continue
                 total += 1
@@ -462,6 +642,8 @@ class Approvals:
             return self.store.batch(command.ops)
         if isinstance(command, _Resume):
             return command.graph.invoke(command.command, command.config)
+        if isinstance(command, _Unfinished):
+            return bool(command.graph.get_state(command.config).next)
         return command.callback(command.argument)
 
     async def _aexecute(self, command: _Cmd) -> Any:
@@ -473,6 +655,8 @@ class Approvals:
             return await self.store.abatch(command.ops)
         if isinstance(command, _Resume):
             return await command.graph.ainvoke(command.command, command.config)
+        if isinstance(command, _Unfinished):
+            return bool((await command.graph.aget_state(command.config)).next)
         result = command.callback(command.argument)
         return (await result) if inspect.isawaitable(result) else result
 
@@ -517,16 +701,21 @@ class Approvals:
 
         ``decision``: ``approve``, ``reject`` (``message``: the reason), ``edit`` (``args``:
         the new arguments) or ``respond`` (``message``: the answer in the tool's place).
-        Raises :class:`ApprovalConflictError` when someone else decided first,
+        Raises :class:`ApprovalConflictError` when someone else decided otherwise first,
         :class:`ApprovalExpiredError` after the window, and
         :class:`DecisionNotAllowedError` for what the review config does not allow.
-        Calling it again with the same decision after a crash finishes the resume.
+        The same decision sent again (a double click, a retry) is answered with the
+        decided approval and resumes nothing, also while the first call still resumes
+        (its ``decision.resumed_at`` is then ``None``). After a crash, calling it again
+        once the claimant's lease expired finishes the resume.
         """
         plan = self._decide_plan(approval, decision, by, args, message, graph, thread_id, config)
         return drive(plan, self._execute)
 
     def recover(self, graph: Any, *, config: dict[str, Any] | None = None, limit: int = 100) -> int:
-        """Resume threads whose decision was recorded but not applied; returns how many."""
+        """Resume threads whose decision was recorded but not applied (a crash in
+        between); returns how many. A resume whose lease is live is someone's under way
+        and is left alone."""
         return drive(self._recover_plan(graph, config, limit), self._execute)
 
     def expire_overdue(
