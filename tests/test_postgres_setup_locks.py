@@ -190,9 +190,7 @@ def test_a_pending_migration_behind_a_held_transaction_fails_after_lock_timeout(
     assert read["took"] < 5, read  # the reader did not wait for the holder to end
     assert holder.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
     with psycopg.connect(pg_url, autocommit=True) as admin:
-        behind = admin.execute(
-            f'SELECT count(*) FROM "{schema}".{table}_migrations'
-        ).fetchone()
+        behind = admin.execute(f'SELECT count(*) FROM "{schema}".{table}_migrations').fetchone()
     holder.rollback()
     with psycopg.connect(pg_url, autocommit=True) as conn:
         target = _make(kind.removeprefix("async-"), conn, schema)
