@@ -141,6 +141,13 @@ def test_info_stats_show(filled: str) -> None:
 
     stats = as_json("stats", "-u", filled, "--top", "5")
     assert {t["thread_id"] for t in stats["biggest_threads"]} == {"chat", "team"}
+    # every backend counts each thread's checkpoints (Redis left the column empty)
+    assert {t["thread_id"]: t["checkpoints"] for t in stats["biggest_threads"]} == {
+        "chat": 12,
+        "team": 8,
+    }
+    [chat_row] = [r for r in ok("stats", "-u", filled).stdout.splitlines() if r.startswith("chat")]
+    assert chat_row.split()[1] == "12", chat_row
     sizes = [t["bytes"] for t in stats["biggest_threads"]]
     assert sizes == sorted(sizes, reverse=True) and min(sizes) > 0
     assert sum(k["bytes"] for k in stats["bytes_per_kind"].values()) > 0
@@ -242,7 +249,9 @@ def test_migrate_from_official_with_verify(official_url: str, url: str) -> None:
     report = json.loads(done.stdout)
     assert report["differences"] == [] and report["verified"]
     assert (report["threads"], report["checkpoints_copied"]) == (2, 20)
-    assert "thread team done" in done.stderr  # plain progress lines: stderr is no terminal
+    # plain progress lines (stderr is no terminal): one per thread, with the total
+    assert "copied threads: [" in done.stderr and "] 2/2 100%" in done.stderr
+    assert "\r" not in done.stderr
     again = as_json("migrate", "--from", official_url, "--to", url)
     assert (again["checkpoints_copied"], again["checkpoints_skipped"]) == (0, 20)
     with from_url(url) as memory:  # the pending interrupt came along
@@ -409,7 +418,8 @@ def test_progress_on_a_terminal(tmp_path: Path) -> None:
     os.close(primary)
     assert done.returncode == 0
     text = drawn.decode()
-    assert "\rcopied checkpoints: 20 " in text and "thread team done" not in text
+    assert "\rcopied threads: [" in text and "2/2 100%" in text and "20 checkpoints" in text
+    assert "\n" in text.split("\r")[-1]  # the bar's line is ended after the last redraw
     assert "copied 20 checkpoints" in done.stdout
     refused = run("migrate", "--from", f"langgraph+{source}", "--to", source, "--store")
     assert refused.returncode == 6 and "--store" in refused.stderr
@@ -530,3 +540,70 @@ def test_a_refused_login_is_3(password_pg_port: int, tmp_path: Path) -> None:  #
         assert done.returncode == 3, done.stderr
         assert "password authentication failed" in done.stderr
         assert SECRET not in done.stderr and QUOTED not in done.stderr
+
+
+# -- rough edges (issue 35) -------------------------------------------------------------------
+
+
+def test_bad_metadata_json_is_a_usage_error(filled: str) -> None:
+    for bad in ("{bad", "[1, 2]", '"text"'):
+        done = run("threads", "ls", "-u", filled, "--metadata", bad)
+        assert done.returncode == USAGE, done.stderr
+        assert done.stderr.count("\n") == 1 and "--metadata" in done.stderr
+    found = as_json("threads", "ls", "-u", filled, "--metadata", '{"nope": 1}')
+    assert found == []
+
+
+def test_migrate_an_unknown_thread_fails_and_copies_nothing(filled: str, tmp_path: Path) -> None:
+    target = f"sqlite:///{tmp_path / 'target.db'}"
+    done = run("migrate", "--from", filled, "--to", target, "--thread", "chat", "--thread", "nope")
+    assert done.returncode == 4 and "no thread 'nope'" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1
+    with from_url(target) as memory:
+        assert memory.checkpointer.get_tuple(cfg("chat")) is None  # nothing was copied
+    report = as_json("migrate", "--from", filled, "--to", target, "--thread", "chat")
+    assert (report["threads"], report["checkpoints_copied"]) == (1, 12)
+
+
+def test_doctor_exits_1_on_a_warning(tmp_path: Path) -> None:
+    """A checkpoint TTL of 1 h is shorter than 1.5x the 24 h approval window: a warning,
+    and a warning is a finding (exit 1), as a problem is."""
+    url = f"sqlite:///{tmp_path / 'ttl.db'}?ttl=60"
+    ok("setup", "-u", url)
+    done = run("doctor", "-u", url)
+    assert done.returncode == 1, done.stdout
+    assert "[WARNING] ttl vs approval window" in done.stdout and "PROBLEM" not in done.stdout
+    assert run("doctor", "-u", f"sqlite:///{tmp_path / 'ttl.db'}").returncode == 0
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_draws_a_bar_with_total_and_eta() -> None:
+    from langgraph_memory_plus.cli.output import Progress
+
+    live = _Terminal()
+    bar = Progress("copied threads", stream=live)
+    bar.update(0, "starting", total=4)
+    bar.start -= 2.0  # as if the first thread took two seconds
+    bar.update(1, "now t1", total=4)
+    bar.drawn_at = 0.0  # redraw at once (redraws are 0.1 s apart)
+    bar.update(1, "now t1", total=4)
+    bar.close()
+    text = live.getvalue()
+    assert "\rcopied threads: [######" in text and "1/4 25%" in text
+    assert re.search(r"1/4 25%, 0\.\d/s, ETA [5-7]s, now t1", text) and text.endswith("\n")
+    plain = io.StringIO()
+    bar = Progress("copied threads", stream=plain, every=2)
+    for done in range(1, 6):
+        bar.update(done, "", total=5)
+    bar.close()
+    lines = plain.getvalue().splitlines()
+    assert [line.split("] ")[1].split(",")[0] for line in lines] == [
+        "2/5 40%",
+        "4/5 80%",
+        "5/5 100%",
+    ]
+    assert "\r" not in plain.getvalue()

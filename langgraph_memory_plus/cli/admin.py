@@ -238,13 +238,20 @@ def redis_scan(opened: Opened) -> dict[str, Any]:
     }
 
 
-def redis_thread_ids(opened: Opened, tags: list[str]) -> dict[str, str]:
+def redis_threads(opened: Opened, tags: list[str]) -> dict[str, tuple[str, int]]:
+    """``{tag: (thread id, checkpoints)}``: the id from the thread's hash, the count from
+    its checkpoint hash (one field per checkpoint, every namespace), in one pipeline."""
     client = opened.saver.client
     prefix = _redis_prefix(opened)
-    out = {}
+    pipe = client.pipeline(transaction=False)
     for tag in tags:
-        tid = client.hget(f"{prefix}:{{{tag}}}:thread", "id")
-        out[tag] = _text(tid) if tid is not None else f"(tag {tag})"
+        pipe.hget(f"{prefix}:{{{tag}}}:thread", "id")
+        pipe.hlen(f"{prefix}:{{{tag}}}:ck")
+    found = pipe.execute() if tags else []
+    out = {}
+    for n, tag in enumerate(tags):
+        tid, checkpoints = found[2 * n], found[2 * n + 1]
+        out[tag] = (_text(tid) if tid is not None else f"(tag {tag})", int(checkpoints or 0))
     return out
 
 
