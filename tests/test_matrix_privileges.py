@@ -74,7 +74,7 @@ async def test_an_app_role_without_create_works_after_a_dba_ran_setup(pg18_url: 
                     "(SELECT max(v) FROM {schema}.lgmp_checkpoint_migrations)"
                 ).format(**names)
             )
-        with pytest.raises(Exception, match="must be owner|permission denied"):
+        with pytest.raises(Exception, match=r"must be owner|permission denied"):
             async with from_url(as_url(app_conninfo, schema=schema), index=INDEX):
                 pass
         async with from_url(as_url(pg18_url, schema=schema), index=INDEX):  # the DBA again
