@@ -216,3 +216,53 @@ def test_setup_of_a_new_index_key_adds_only_what_is_missing(pg_url: str, schema:
             saver.setup()
             xid = conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone()
         assert xid == (None,)
+
+
+@pytest.mark.parametrize("pending", ["migration", "index-key"])
+def test_concurrent_setups_with_something_to_do_run_it_once(
+    pg_url: str, schema: str, pending: str
+) -> None:
+    """Six processes' setup() at once on a schema with a pending migration (or a new index
+    key): each finds it pending without a lock, then one runs it under the advisory lock
+    and the others, finding it done under the lock, run nothing; none fails."""
+    _set_up(pg_url, schema)
+    keys = ["user_id", "org"] if pending == "index-key" else ["user_id"]
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        if pending == "migration":
+            admin.execute(
+                f'DELETE FROM "{schema}".lgmp_checkpoint_migrations WHERE v = '
+                f'(SELECT max(v) FROM "{schema}".lgmp_checkpoint_migrations)'
+            )
+        before = admin.execute(f'SELECT count(*) FROM "{schema}".lgmp_checkpoint_migrations')
+        versions = before.fetchone()
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(6)
+
+    def one() -> None:
+        try:
+            with psycopg.connect(pg_url, autocommit=True, options=BACKSTOP) as conn:
+                saver = PostgresSaver(conn, schema=schema, thread_index_keys=keys)
+                barrier.wait(10)
+                saver.setup()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        rows = admin.execute(
+            f'SELECT v, count(*) FROM "{schema}".lgmp_checkpoint_migrations GROUP BY v'
+        ).fetchall()
+        columns = admin.execute(
+            "SELECT count(*) FROM information_schema.columns WHERE table_schema = %s "
+            "AND table_name = 'lgmp_thread_index' AND column_name LIKE 'k\\_%%'",
+            (schema,),
+        ).fetchone()
+    assert versions is not None
+    expected = versions[0] + (1 if pending == "migration" else 0)
+    assert len(rows) == expected and all(n == 1 for _, n in rows)
+    assert columns == (len(keys),)

@@ -249,7 +249,8 @@ class PostgresCheckpointPlans:
         # Up to date (the usual case: every process start): reads only, no DDL, no lock
         # beyond ACCESS SHARE on the bookkeeping table (see .._migrations).
         found = yield from recorded_version(self._s, "lgmp_checkpoint_migrations")
-        if found == self.version.latest and not (yield from self.threads.missing()):
+        current = found is not None and found >= self.version.latest  # newer: a newer release's
+        if current and not (yield from self.threads.missing()):
             return
         yield from migrate(
             self._s,

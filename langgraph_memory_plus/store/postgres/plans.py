@@ -325,7 +325,8 @@ class PostgresStorePlans:
     def _setup(self) -> Plan[Query, None]:
         # Up to date: reads only, no DDL and no lock beyond ACCESS SHARE (see .._migrations).
         recorded = yield from recorded_version(self._s, "lgmp_store_migrations")
-        if recorded != self.version.latest or (yield from self._missing_vectors()):
+        behind = recorded is None or recorded < self.version.latest  # newer: a newer release's
+        if behind or (yield from self._missing_vectors()):
             lock = advisory_lock_id("store", self.schema)
             vectors = [VECTORS.format(s=self._s)] if self.dims is not None else []
             fresh = [*(statement.format(s=self._s) for statement in FRESH), *vectors]
