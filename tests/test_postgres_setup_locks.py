@@ -27,6 +27,7 @@ from langgraph_memory_plus import (
     PostgresSaver,
     PostgresStore,
 )
+from langgraph_memory_plus.checkpoint.postgres.plans import CHECKPOINT_MIGRATIONS
 from langgraph_memory_plus.errors import MigrationLockTimeoutError
 
 pytestmark = pytest.mark.storage
@@ -43,7 +44,7 @@ def schema(pg_url: str) -> Iterator[str]:
         conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
 
-def _make(kind: str, conn: Any, schema: str) -> Any:
+def _make(kind: str, conn: Any, schema: str, pipeline: bool = False) -> Any:
     cls = {
         "saver": PostgresSaver,
         "store": PostgresStore,
@@ -52,7 +53,7 @@ def _make(kind: str, conn: Any, schema: str) -> Any:
     }[kind]
     if kind.endswith("store"):  # with an index: its vectors table is checked too
         return cls(conn, schema=schema, index=INDEX, vector_backend="exact")
-    return cls(conn, schema=schema)
+    return cls(conn, schema=schema, pipeline=pipeline)
 
 
 def _set_up(pg_url: str, schema: str) -> None:
@@ -132,9 +133,12 @@ def test_setup_on_a_current_schema_runs_no_ddl_behind_a_held_transaction(
             check(conn.info.backend_pid, row[0], took)
 
 
-@pytest.mark.parametrize("kind", ["saver", "async-saver", "store"])
+@pytest.mark.parametrize(
+    ("kind", "pipeline"),
+    [("saver", False), ("saver", True), ("async-saver", False), ("store", False)],
+)
 def test_a_pending_migration_behind_a_held_transaction_fails_after_lock_timeout(
-    pg_url: str, schema: str, holder: psycopg.Connection[Any], kind: str
+    pg_url: str, schema: str, holder: psycopg.Connection[Any], kind: str, pipeline: bool
 ) -> None:
     """A migration that needs a lock the holder has waits ``lock_timeout`` (the session's,
     here 1 s), then fails naming the table and the holder's pid; a reader that queued
@@ -180,7 +184,7 @@ def test_a_pending_migration_behind_a_held_transaction_fails_after_lock_timeout(
             asyncio.run(main())
         else:
             with psycopg.connect(pg_url, autocommit=True, options=options) as conn:
-                _make(kind, conn, schema).setup()
+                _make(kind, conn, schema, pipeline).setup()  # pipeline: fails at the fetch
     took = time.perf_counter() - start
     thread.join(30)
     holder_pid = holder.info.backend_pid
@@ -266,3 +270,27 @@ def test_concurrent_setups_with_something_to_do_run_it_once(
     expected = versions[0] + (1 if pending == "migration" else 0)
     assert len(rows) == expected and all(n == 1 for _, n in rows)
     assert columns == (len(keys),)
+
+
+def test_the_default_lock_timeout_and_the_sessions_setting_restored(
+    pg_url: str, schema: str, holder: psycopg.Connection[Any]
+) -> None:
+    """With no lock_timeout of the session's, a migration waits 5 s; a migration that ran
+    leaves the session's own lock_timeout as it was, inside the caller's transaction."""
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute(
+            f'DELETE FROM "{schema}".lgmp_checkpoint_migrations WHERE v = '
+            f'(SELECT max(v) FROM "{schema}".lgmp_checkpoint_migrations)'
+        )
+    with psycopg.connect(pg_url, autocommit=True, options=BACKSTOP) as conn:
+        start = time.perf_counter()
+        with pytest.raises(MigrationLockTimeoutError, match="lock_timeout=5s"):
+            PostgresSaver(conn, schema=schema).setup()
+        assert 4.5 < time.perf_counter() - start < 15
+    holder.rollback()
+    with psycopg.connect(pg_url, options=f"{BACKSTOP} -c lock_timeout=7s") as conn:
+        with conn.transaction():
+            PostgresSaver(conn, schema=schema).setup()
+            assert conn.execute("SHOW lock_timeout").fetchone() == ("7s",)
+        after = conn.execute(f'SELECT count(*) FROM "{schema}".lgmp_checkpoint_migrations')
+        assert after.fetchone() == (len(CHECKPOINT_MIGRATIONS),)
