@@ -80,7 +80,7 @@ def migrate(
     is a constant of the caller. Call it only when :func:`recorded_version` (and the
     caller's own catalog checks) found something to do.
     """
-    script_: Query = script(
+    lock_and_read = script(
         (
             f"SELECT pg_advisory_xact_lock({int(lock_id)})",
             f"CREATE SCHEMA IF NOT EXISTS {quoted_schema}",
@@ -94,7 +94,7 @@ def migrate(
         fetch=True,
     )
     try:
-        rows: Rows = yield script_
+        rows: Rows = yield lock_and_read
     except Exception as exc:
         if getattr(exc, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
             raise
@@ -123,7 +123,8 @@ def migrate(
 
 def recorded_version(quoted_schema: str, table: str) -> Plan[Query, int | None]:
     """The version recorded in ``quoted_schema.table``; ``None`` if it records none or
-    does not exist. Reads only: nothing waits for this, and it waits for nothing."""
+        does not exist. Reads only, with no lock but ACCESS SHARE on the bookkeeping table (the
+    first query looks the table up in the catalog, so a missing one fails nothing)."""
     rows: Rows = yield Query(
         "SELECT to_regclass(%s) IS NOT NULL", (f"{quoted_schema}.{table}",), fetch=True
     )
