@@ -108,3 +108,13 @@ class SetupRequiredError(MemoryPlusError):
     creates or migrates the tables and is safe to run repeatedly. The driver's error is
     kept as ``__cause__``.
     """
+
+
+class MigrationLockTimeoutError(MemoryPlusError, TimeoutError):
+    """``setup()`` had migrations to run but could not lock a table within
+    ``lock_timeout``: another transaction holds it (a long report, ``pg_dump``).
+
+    Raised instead of queueing behind it, since every read of the table would queue
+    behind the migration meanwhile. Nothing was changed; the message names the table and
+    the sessions holding it.
+    """

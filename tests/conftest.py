@@ -446,7 +446,7 @@ def pgbouncer_url() -> Iterator[str]:
             _wait_for(lambda: _pg_answers(url, bouncer), f"PgBouncer on port {listen}")
             yield url
         except (OSError, subprocess.SubprocessError, TimeoutError) as exc:
-            _service_missing(f"PgBouncer ({exc})", exc)
+            _service_missing(f"PgBouncer ({exc}; Debian/Ubuntu: apt-get install pgbouncer)", exc)
         finally:
             if bouncer is not None:
                 bouncer.terminate()

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -28,6 +29,8 @@ from conftest import PG_ADMIN_URL, _fresh_database, _redis_server
 from graphs import chat_graph, human, team_graph
 from langgraph.types import Command
 from test_copy_threads import pg_as_url
+from test_first_steps import closed_port as _closed_port
+from test_first_steps import password_pg_port  # noqa: F401  (a fixture)
 
 from langgraph_memory_plus import from_url
 from langgraph_memory_plus.cli import main
@@ -138,6 +141,13 @@ def test_info_stats_show(filled: str) -> None:
 
     stats = as_json("stats", "-u", filled, "--top", "5")
     assert {t["thread_id"] for t in stats["biggest_threads"]} == {"chat", "team"}
+    # every backend counts each thread's checkpoints (Redis left the column empty)
+    assert {t["thread_id"]: t["checkpoints"] for t in stats["biggest_threads"]} == {
+        "chat": 12,
+        "team": 8,
+    }
+    [chat_row] = [r for r in ok("stats", "-u", filled).stdout.splitlines() if r.startswith("chat")]
+    assert chat_row.split()[1] == "12", chat_row
     sizes = [t["bytes"] for t in stats["biggest_threads"]]
     assert sizes == sorted(sizes, reverse=True) and min(sizes) > 0
     assert sum(k["bytes"] for k in stats["bytes_per_kind"].values()) > 0
@@ -239,7 +249,9 @@ def test_migrate_from_official_with_verify(official_url: str, url: str) -> None:
     report = json.loads(done.stdout)
     assert report["differences"] == [] and report["verified"]
     assert (report["threads"], report["checkpoints_copied"]) == (2, 20)
-    assert "thread team done" in done.stderr  # plain progress lines: stderr is no terminal
+    # plain progress lines (stderr is no terminal): one per thread, with the total
+    assert "copied threads: [" in done.stderr and "] 2/2 100%" in done.stderr
+    assert "\r" not in done.stderr
     again = as_json("migrate", "--from", official_url, "--to", url)
     assert (again["checkpoints_copied"], again["checkpoints_skipped"]) == (0, 20)
     with from_url(url) as memory:  # the pending interrupt came along
@@ -406,7 +418,192 @@ def test_progress_on_a_terminal(tmp_path: Path) -> None:
     os.close(primary)
     assert done.returncode == 0
     text = drawn.decode()
-    assert "\rcopied checkpoints: 20 " in text and "thread team done" not in text
+    assert "\rcopied threads: [" in text and "2/2 100%" in text and "20 checkpoints" in text
+    assert "\n" in text.split("\r")[-1]  # the bar's line is ended after the last redraw
     assert "copied 20 checkpoints" in done.stdout
     refused = run("migrate", "--from", f"langgraph+{source}", "--to", source, "--store")
     assert refused.returncode == 6 and "--store" in refused.stderr
+
+
+# -- a SQLite-only install, start-up cost, URLs with secrets (issues 34 and 35) ----------------
+
+HEAVY = (
+    "langgraph",
+    "langchain_core",
+    "psycopg",
+    "psycopg_pool",
+    "redis",
+    "langgraph_memory_plus.url",
+)
+NO_DRIVERS = """
+import sys
+for name in ("psycopg", "psycopg_pool", "redis"):  # as on `pip install langgraph-memory-plus`
+    sys.modules[name] = None
+from langgraph_memory_plus.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def program(*args: str, code: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI in a child process (``code`` instead of ``-m langgraph_memory_plus.cli``)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("LANGGRAPH_MEMORY_URL", None)
+    head = ["-c", code] if code else ["-m", "langgraph_memory_plus.cli"]
+    return subprocess.run([sys.executable, *head, *args], capture_output=True, text=True,
+                          env=env, timeout=120, cwd=ROOT)  # fmt: skip
+
+
+def test_help_imports_nothing_heavy() -> None:
+    """``--help`` (and a usage error) load argparse and the CLI's own modules: no
+    LangGraph, LangChain or driver. Its time is printed (run with -s), never asserted."""
+    probe = (
+        "import sys, time\n"
+        "start = time.perf_counter()\n"
+        "from langgraph_memory_plus.cli import main\n"
+        "for argv in (['--help'], ['thread', 'show']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "took = time.perf_counter() - start\n"
+        f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}\n"
+        f"    or m in {HEAVY!r})\n"
+        "print('HEAVY', heavy, 'TOOK', took, file=sys.stderr)\n"
+    )
+    done = program(code=probe)
+    found = re.search(r"HEAVY (\[.*\]) TOOK (\S+)", done.stderr)
+    assert found, done.stderr
+    assert found.group(1) == "[]", found.group(1)
+    print(f"--help and a usage error, in-process after start-up: {float(found.group(2)):.3f} s")
+
+
+def test_a_sqlite_only_install_runs_and_names_the_extra(tmp_path: Path) -> None:
+    """With psycopg and redis unimportable (the README's default install), the commands
+    work on SQLite, and a PostgreSQL or Redis URL is one line naming the extra (6)."""
+    url = f"sqlite:///{tmp_path / 'only.db'}"
+    with from_url(url) as memory:
+        populate(memory.checkpointer)
+    assert "usage: langgraph-memory" in program("--help", code=NO_DRIVERS).stdout
+    for args in (["info"], ["threads", "ls"], ["stats"], ["setup"], ["doctor"]):
+        done = program(*args, "-u", url, code=NO_DRIVERS)
+        assert done.returncode == 0, (args, done.stderr)
+    listed = program("threads", "ls", "-u", url, "--json", code=NO_DRIVERS)
+    assert {r["thread_id"] for r in json.loads(listed.stdout)} == {"chat", "team"}
+    for url, extra in [("postgresql://u:s3cr3t@127.0.0.1/db", "postgres"),
+                       ("langgraph+postgresql://u:s3cr3t@127.0.0.1/db", "postgres"),
+                       ("redis://:s3cr3t@127.0.0.1:6379/0", "redis")]:  # fmt: skip
+        done = program("info" if "+" not in url else "migrate", *(
+            ["-u", url] if "+" not in url else ["--from", url, "--to", f"sqlite:///{tmp_path}/x.db"]
+        ), code=NO_DRIVERS)  # fmt: skip
+        assert done.returncode == 6, done.stderr
+        assert f"pip install 'langgraph-memory-plus[{extra}]'" in done.stderr
+        assert done.stderr.count("\n") == 1 and "s3cr3t" not in done.stderr
+
+
+SECRET = "p/?#@:%w"  # the characters a URL's password is most often mangled by
+QUOTED = quote(SECRET, safe="")
+
+
+@pytest.mark.parametrize("kind", ["ours", "langgraph"])
+def test_urls_with_secrets_are_checked_alike(kind: str, tmp_path: Path) -> None:
+    """Every URL the CLI takes (``-u``, ``--from``, ``--to``; ours or LangGraph's) gets the
+    same checks: unencoded ``/?#@%`` in a password, a bad port, an unknown parameter are
+    usage errors (2), a closed port is 3; the password never shows."""
+    prefix = "langgraph+" if kind == "langgraph" else ""
+    target = f"sqlite:///{tmp_path / 't.db'}"
+    cases = [
+        (f"{prefix}postgresql://app:{SECRET}@127.0.0.1:5432/postgres", USAGE),
+        (f"{prefix}postgresql://app:{QUOTED}@127.0.0.1:99999/postgres", USAGE),
+        (f"{prefix}postgresql://app:{QUOTED}@127.0.0.1:5432/postgres?bogus=1", USAGE),
+        (f"{prefix}postgresql://app:{QUOTED}@127.0.0.1:{_closed_port()}/postgres", 3),
+    ]
+    for url, code in cases:
+        for args in (["migrate", "--from", url, "--to", target],
+                     ["migrate", "--from", target, "--to", url]):  # fmt: skip
+            if kind == "langgraph" and args[2] == target:
+                continue  # LangGraph's savers are sources only
+            done = run(*args)
+            assert done.returncode == code, (url, done.stderr)
+            assert done.stderr.count("\n") == 1, done.stderr
+            shown = done.stdout + done.stderr
+            assert SECRET not in shown and QUOTED not in shown and "%w" not in shown, shown
+
+
+def test_a_refused_login_is_3(password_pg_port: int, tmp_path: Path) -> None:  # noqa: F811
+    """A wrong password, in ``-u`` or in ``migrate --from`` (ours or LangGraph's): exit 3,
+    the server's reason, no password."""
+    target = f"sqlite:///{tmp_path / 't.db'}"
+    url = f"postgresql://app:{QUOTED}@127.0.0.1:{password_pg_port}/postgres"
+    for args in (["info", "-u", url], ["migrate", "--from", url, "--to", target],
+                 ["migrate", "--from", f"langgraph+{url}", "--to", target]):  # fmt: skip
+        done = run(*args)
+        assert done.returncode == 3, done.stderr
+        assert "password authentication failed" in done.stderr
+        assert SECRET not in done.stderr and QUOTED not in done.stderr
+
+
+# -- rough edges (issue 35) -------------------------------------------------------------------
+
+
+def test_bad_metadata_json_is_a_usage_error(filled: str) -> None:
+    for bad in ("{bad", "[1, 2]", '"text"'):
+        done = run("threads", "ls", "-u", filled, "--metadata", bad)
+        assert done.returncode == USAGE, done.stderr
+        assert done.stderr.count("\n") == 1 and "--metadata" in done.stderr
+    found = as_json("threads", "ls", "-u", filled, "--metadata", '{"nope": 1}')
+    assert found == []
+
+
+def test_migrate_an_unknown_thread_fails_and_copies_nothing(filled: str, tmp_path: Path) -> None:
+    target = f"sqlite:///{tmp_path / 'target.db'}"
+    done = run("migrate", "--from", filled, "--to", target, "--thread", "chat", "--thread", "nope")
+    assert done.returncode == 4 and "no thread 'nope'" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1
+    with from_url(target) as memory:
+        assert memory.checkpointer.get_tuple(cfg("chat")) is None  # nothing was copied
+    report = as_json("migrate", "--from", filled, "--to", target, "--thread", "chat")
+    assert (report["threads"], report["checkpoints_copied"]) == (1, 12)
+
+
+def test_doctor_exits_1_on_a_warning(tmp_path: Path) -> None:
+    """A checkpoint TTL of 1 h is shorter than 1.5x the 24 h approval window: a warning,
+    and a warning is a finding (exit 1), as a problem is."""
+    url = f"sqlite:///{tmp_path / 'ttl.db'}?ttl=60"
+    ok("setup", "-u", url)
+    done = run("doctor", "-u", url)
+    assert done.returncode == 1, done.stdout
+    assert "[WARNING] ttl vs approval window" in done.stdout and "PROBLEM" not in done.stdout
+    assert run("doctor", "-u", f"sqlite:///{tmp_path / 'ttl.db'}").returncode == 0
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_draws_a_bar_with_total_and_eta() -> None:
+    from langgraph_memory_plus.cli.output import Progress
+
+    live = _Terminal()
+    bar = Progress("copied threads", stream=live)
+    bar.update(0, "starting", total=4)
+    bar.start -= 2.0  # as if the first thread took two seconds
+    bar.update(1, "now t1", total=4)
+    bar.drawn_at = 0.0  # redraw at once (redraws are 0.1 s apart)
+    bar.update(1, "now t1", total=4)
+    bar.close()
+    text = live.getvalue()
+    assert "\rcopied threads: [######" in text and "1/4 25%" in text
+    assert re.search(r"1/4 25%, 0\.\d/s, ETA [5-7]s, now t1", text) and text.endswith("\n")
+    plain = io.StringIO()
+    bar = Progress("copied threads", stream=plain, every=2)
+    for done in range(1, 6):
+        bar.update(done, "", total=5)
+    bar.close()
+    lines = plain.getvalue().splitlines()
+    assert [line.split("] ")[1].split(",")[0] for line in lines] == [
+        "2/5 40%",
+        "4/5 80%",
+        "5/5 100%",
+    ]
+    assert "\r" not in plain.getvalue()

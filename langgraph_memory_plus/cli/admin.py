@@ -16,10 +16,6 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..checkpoint.postgres import plans as pg_checkpoint_plans
-from ..checkpoint.sqlite import plans as sqlite_checkpoint_plans
-from ..store.postgres import schema as pg_store_schema
-from ..store.sqlite import schema as sqlite_store_schema
 from .opening import Opened
 from .output import UNSUPPORTED, CliError
 
@@ -31,12 +27,19 @@ COMPONENTS = {  # bookkeeping table -> the migrations of this package
 
 
 def latest_versions(backend: str) -> dict[str, int]:
-    """The schema version each component has with this package."""
+    """The schema version each component has with this package (each backend's modules
+    imported here: a SQLite-only install has no PostgreSQL driver)."""
     if backend == "postgres":
+        from ..checkpoint.postgres import plans as pg_checkpoint_plans
+        from ..store.postgres import schema as pg_store_schema
+
         return {
             "checkpoint": len(pg_checkpoint_plans.CHECKPOINT_MIGRATIONS) - 1,
             "store": len(pg_store_schema.MIGRATIONS) - 1,
         }
+    from ..checkpoint.sqlite import plans as sqlite_checkpoint_plans
+    from ..store.sqlite import schema as sqlite_store_schema
+
     return {
         "checkpoint": len(sqlite_checkpoint_plans.CHECKPOINT_MIGRATIONS) - 1,
         "store": len(sqlite_store_schema.MIGRATIONS) - 1,
@@ -235,13 +238,20 @@ def redis_scan(opened: Opened) -> dict[str, Any]:
     }
 
 
-def redis_thread_ids(opened: Opened, tags: list[str]) -> dict[str, str]:
+def redis_threads(opened: Opened, tags: list[str]) -> dict[str, tuple[str, int]]:
+    """``{tag: (thread id, checkpoints)}``: the id from the thread's hash, the count from
+    its checkpoint hash (one field per checkpoint, every namespace), in one pipeline."""
     client = opened.saver.client
     prefix = _redis_prefix(opened)
-    out = {}
+    pipe = client.pipeline(transaction=False)
     for tag in tags:
-        tid = client.hget(f"{prefix}:{{{tag}}}:thread", "id")
-        out[tag] = _text(tid) if tid is not None else f"(tag {tag})"
+        pipe.hget(f"{prefix}:{{{tag}}}:thread", "id")
+        pipe.hlen(f"{prefix}:{{{tag}}}:ck")
+    found = pipe.execute() if tags else []
+    out = {}
+    for n, tag in enumerate(tags):
+        tid, checkpoints = found[2 * n], found[2 * n + 1]
+        out[tag] = (_text(tid) if tid is not None else f"(tag {tag})", int(checkpoints or 0))
     return out
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import Counter
 from typing import Any
 
 from .. import __version__
@@ -19,6 +18,7 @@ from .output import (
     NOT_FOUND,
     OK,
     UNSUPPORTED,
+    USAGE,
     CliError,
     Progress,
     confirm,
@@ -181,10 +181,10 @@ def _dedent(text: str) -> str:
 
 def threads_ls(args: argparse.Namespace) -> int:
     """The thread index, newest first: ``saver.threads.search`` with the filters given."""
+    metadata = _json_object("--metadata", args.metadata) if args.metadata else {}
     with open_url(args.url) as opened:
         _ours(opened, "threads ls")
         index = opened.saver.threads
-        metadata = dict(json.loads(args.metadata)) if args.metadata else {}
         if args.user:
             metadata[index.user_key] = args.user
         found = index.search(
@@ -199,6 +199,21 @@ def threads_ls(args: argparse.Namespace) -> int:
             ]
             table(rows, ["thread_id", "status", "updated_at", "title"])
     return OK
+
+
+def _json_object(option: str, text: str) -> dict[str, Any]:
+    """``text`` as a JSON object, or a usage error (2) saying what is wrong with it."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(
+            f'{option} is not JSON ({exc}): give an object, e.g. \'{{"k": "v"}}\'', USAGE
+        ) from None
+    if not isinstance(value, dict):
+        raise CliError(
+            f'{option} must be a JSON object, e.g. \'{{"k": "v"}}\', got {text!r}', USAGE
+        )
+    return value
 
 
 def _record(record: Any) -> dict[str, Any]:
@@ -442,8 +457,10 @@ def stats(args: argparse.Namespace) -> int:
         if opened.backend == "redis":
             scan = admin.redis_scan(opened)
             top = scan["per_tag"].most_common(args.top)
-            names = admin.redis_thread_ids(opened, [t for t, _ in top])
-            threads = [{"thread_id": names[t], "bytes": b} for t, b in top]
+            found = admin.redis_threads(opened, [t for t, _ in top])
+            threads = [
+                {"thread_id": found[t][0], "checkpoints": found[t][1], "bytes": b} for t, b in top
+            ]
             kinds = {
                 k: {"keys": scan["keys_per_kind"][k], "bytes": b}
                 for k, b in sorted(scan["per_kind"].items())
@@ -459,7 +476,7 @@ def stats(args: argparse.Namespace) -> int:
         print(f"biggest threads at {opened.url}:")
         table(
             [
-                [t["thread_id"], t.get("checkpoints", ""), t["bytes"], human_bytes(t["bytes"])]
+                [t["thread_id"], t["checkpoints"], t["bytes"], human_bytes(t["bytes"])]
                 for t in threads
             ],
             ["thread_id", "checkpoints", "bytes", "size"],
@@ -515,24 +532,31 @@ def migrate(args: argparse.Namespace) -> int:
             raise CliError(
                 "--store copies between our URLs: LangGraph's savers have no store", UNSUPPORTED
             )
-        bar = Progress("copied checkpoints")
-        last = Counter[str]()
+        if args.thread:
+            ids = list(dict.fromkeys(args.thread))
+            missing = [
+                t for t in ids if next(iter(source.saver.list(_cfg(t), limit=1)), None) is None
+            ]
+            if missing:
+                raise CliError(
+                    f"no thread {', '.join(map(repr, missing))} at {source.url}: nothing "
+                    "was copied",
+                    NOT_FOUND,
+                )
+        else:  # listed first (copy_threads would): the progress then has its total
+            ids = list_thread_ids(source.saver, batch_size=args.batch_size)
+        bar = Progress("copied threads", every=1)
 
         def progress(p: CopyProgress) -> None:
-            bar.update(p.checkpoints_copied, f"{p.threads_done} threads done, now {p.thread_id}")
-            if not bar.live and p.threads_done != last["threads"]:
-                last["threads"] = p.threads_done
-                print(
-                    f"thread {p.thread_id} done ({p.threads_done} threads, "
-                    f"{p.checkpoints_copied} checkpoints)",
-                    file=sys.stderr,
-                )
+            now = f"now {p.thread_id}" if p.thread_id else ""
+            detail = f"{p.checkpoints_copied} checkpoints copied, {p.checkpoints_skipped} there"
+            bar.update(p.threads_done, f"{detail}, {now}" if bar.live else detail, len(ids))
 
         try:
             report = copy_threads(
                 source.saver,
                 target.saver,
-                args.thread or None,
+                ids,
                 progress=progress,
                 verify=args.verify,
                 batch_size=args.batch_size,
@@ -644,7 +668,8 @@ def doctor(args: argparse.Namespace) -> int:
             print(f"[{mark}] {f.check}: {f.message}")
             if f.fix:
                 print(f"    fix: {f.fix}")
-    return FOUND_PROBLEMS if any(f.level == "problem" for f in findings) else OK
+    # a warning is a finding too: a script checking the exit code must not miss it
+    return OK if all(f.level == "ok" for f in findings) else FOUND_PROBLEMS
 
 
 def _approval_window_check(opened: Opened) -> admin.Finding:

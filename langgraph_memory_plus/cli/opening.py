@@ -22,8 +22,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from .._connect import need
 from .._sqlite import path_from_url
-from ..errors import InvalidConfigError
+from .._urls import check_conninfo, check_port, check_userinfo
+from ..errors import InvalidConfigError, MemoryConnectionError
 from ..url import Memory, UrlOptions, default_url, from_url, redact
 from .output import UNSUPPORTED, CliError
 
@@ -81,13 +83,7 @@ def _official(url: str, scheme: str) -> Iterator[Opened]:
     rest = url[len(OFFICIAL) :]
     shown = redact(url)
     if scheme in ("postgresql", "postgres"):
-        try:
-            from langgraph.checkpoint.postgres import PostgresSaver
-        except ImportError:
-            raise CliError(
-                f"{shown} needs langgraph-checkpoint-postgres: pip install it", UNSUPPORTED
-            ) from None
-        with PostgresSaver.from_conn_string(rest) as saver:
+        with _official_postgres(rest, shown) as saver:
             yield Opened(shown, "langgraph-postgres", saver)
     elif scheme == "sqlite":
         try:
@@ -106,3 +102,36 @@ def _official(url: str, scheme: str) -> Iterator[Opened]:
             f"unsupported URL scheme {OFFICIAL + scheme!r}: {shown}; LangGraph's savers are "
             "langgraph+postgresql:// and langgraph+sqlite:///file.db"
         )
+
+
+@contextmanager
+def _official_postgres(conninfo: str, shown: str) -> Iterator[Any]:
+    """LangGraph's ``PostgresSaver`` on one connection, after the checks ``from_url`` makes:
+    a password with unencoded ``/?#@%``, a bad port or unparsable text is a usage error
+    (2), a refused login or an unreachable server a :class:`MemoryConnectionError` (3),
+    and neither message quotes the password (the driver's text is scrubbed)."""
+    check_userinfo(conninfo)
+    check_port(conninfo)
+    need("postgres")
+    try:
+        from langgraph.checkpoint.postgres import PostgresSaver
+    except ImportError:
+        raise CliError(
+            f"{shown} needs langgraph-checkpoint-postgres: pip install it", UNSUPPORTED
+        ) from None
+    from psycopg import Connection, OperationalError
+    from psycopg.rows import dict_row
+
+    from .._postgres import _probe_kwargs, unreachable
+
+    check_conninfo(conninfo)
+    options = _probe_kwargs(conninfo, {"autocommit": True, "prepare_threshold": 0})
+    failed: MemoryConnectionError | None = None
+    try:  # what PostgresSaver.from_conn_string opens, with a connect timeout
+        conn = Connection.connect(conninfo, row_factory=dict_row, **options)
+    except OperationalError as exc:
+        failed = unreachable(conninfo, exc)
+    if failed is not None:  # raised outside the except block: no __context__ to print
+        raise failed
+    with conn:
+        yield PostgresSaver(conn)

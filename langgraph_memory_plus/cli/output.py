@@ -67,7 +67,11 @@ def human_bytes(n: float | None) -> str:
 
 
 class Progress:
-    """A live counter line on a terminal; plain lines every ``every`` steps otherwise."""
+    """Progress on stderr: a bar with the total, rate and ETA redrawn in place on a
+    terminal; plain lines every ``every`` steps (and at the total) otherwise, for logs."""
+
+    WIDTH = 24
+    REDRAW = 0.1  # seconds between redraws: a step per checkpoint would flood a slow tty
 
     def __init__(self, what: str, stream: TextIO | None = None, every: int = 100) -> None:
         self.what = what
@@ -76,27 +80,60 @@ class Progress:
         self.every = every
         self.start = time.monotonic()
         self.last_line = 0
+        self.drawn_at = 0.0
         self.drawn = False
+        self.state: tuple[int, str, int | None] = (0, "", None)
 
     def update(self, done: int, detail: str = "", total: int | None = None) -> None:
-        rate = done / max(time.monotonic() - self.start, 1e-9)
+        self.state = (done, detail, total)
+        now = time.monotonic()
         if self.live:
-            bar = ""
-            if total:
-                filled = int(30 * min(done, total) / total)
-                bar = "[" + "#" * filled + "." * (30 - filled) + f"] {done}/{total} "
-            text = f"\r{self.what}: {bar or f'{done} '}({rate:.0f}/s) {detail}"
-            self.stream.write(text[:200].ljust(80))
-            self.stream.flush()
-            self.drawn = True
-        elif done - self.last_line >= self.every:
+            if now - self.drawn_at >= self.REDRAW or (total is not None and done >= total):
+                self._draw(now)
+        elif done - self.last_line >= self.every or (total and done >= total > self.last_line):
             self.last_line = done
-            print(f"{self.what}: {done} ({rate:.0f}/s) {detail}".rstrip(), file=self.stream)
+            print(self.line(now), file=self.stream)
+
+    def line(self, now: float | None = None) -> str:
+        """The current state as text: ``what: [bar] done/total pct, rate, ETA, detail``."""
+        done, detail, total = self.state
+        elapsed = max((now or time.monotonic()) - self.start, 1e-9)
+        rate = done / elapsed
+        parts = []
+        if total:
+            filled = int(self.WIDTH * min(done, total) / total)
+            bar = "#" * filled + "." * (self.WIDTH - filled)
+            parts.append(f"[{bar}] {done}/{total} {100 * min(done, total) // total}%")
+            left = max(total - done, 0)
+            eta = left / rate if rate > 0 else None
+            parts.append(f"{rate:.1f}/s, ETA {_duration(eta)}" if left else f"{rate:.1f}/s")
+        else:
+            parts.append(f"{done} ({rate:.1f}/s)")
+        if detail:
+            parts.append(detail)
+        return f"{self.what}: {', '.join(parts)}"
+
+    def _draw(self, now: float) -> None:
+        self.stream.write("\r" + self.line(now)[:160].ljust(80))
+        self.stream.flush()
+        self.drawn_at = now
+        self.drawn = True
 
     def close(self) -> None:
-        if self.drawn:
+        """The last state drawn (or printed) once more, then the line ended."""
+        if self.live and self.drawn:
+            self._draw(time.monotonic())
             self.stream.write("\n")
             self.stream.flush()
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    s = int(seconds + 0.5)
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
 def confirm(prompt: str, yes: bool, expected: str = "yes") -> None:

@@ -31,7 +31,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from .._plan import Plan
-from .._postgres import Query, Rows, script
+from .._postgres import Query, Rows
 from ..checkpoint.config import thread_key
 from .core import (
     RecordInput,
@@ -300,22 +300,43 @@ class PostgresThreadIndex:
 
     # -- setup ----------------------------------------------------------------------------
 
-    def setup(self) -> Plan[Query, None]:
-        """Per indexed key (run under the migration's lock): a generated column of its
-        value and two indexes on it, by key and by key and status (a user's threads that
-        wait for a human), both covering the visibility test, so a search or count by
-        the key is an index-only scan. Adding the column rewrites the table once (when a
-        key is first configured); the expression indexes of earlier releases go."""
+    def missing(self) -> Plan[Query, list[str]]:
+        """The statements an existing index table lacks, read from the catalog (so a
+        current schema runs none: even a no-op ``ADD COLUMN IF NOT EXISTS`` waits for an
+        exclusive lock): per indexed key, a generated column of its value and two indexes
+        on it, by key and by key and status (a user's threads that wait for a human),
+        both covering the visibility test, so a search or count by the key is an
+        index-only scan. Adding the column rewrites the table once (when a key is first
+        configured); the expression indexes of earlier releases go."""
+        if not self.index_keys:
+            return []
+        names = [
+            f"{self._s}.{index(name)}"
+            for key in self.index_keys
+            for name, _ in self._key_indexes(key)
+            for index in (_index_name, _cover_name)
+        ]
+        rows: Rows = yield Query(
+            """
+            SELECT array(SELECT a.attname::text FROM pg_attribute a
+                    WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped),
+                array(SELECT n FROM unnest(%s::text[]) n WHERE to_regclass(n) IS NOT NULL)""",
+            (self._ix, names),
+            fetch=True,
+        )
+        columns, indexes = set(rows[0][0]), set(rows[0][1])
         statements: list[str] = []
         for key in self.index_keys:
-            statements.append(
-                f"ALTER TABLE {self._ix} ADD COLUMN IF NOT EXISTS {self._generated(key)}"
-            )
-            for name, columns in self._key_indexes(key):
-                statements.append(f"DROP INDEX IF EXISTS {self._s}.{_index_name(name)}")
-                statements.append(self._key_index(key, name, columns))
-        if statements:
-            yield script(statements)
+            if key_column(key) not in columns:
+                statements.append(
+                    f"ALTER TABLE {self._ix} ADD COLUMN IF NOT EXISTS {self._generated(key)}"
+                )
+            for name, columns_ in self._key_indexes(key):
+                if f"{self._s}.{_index_name(name)}" in indexes:
+                    statements.append(f"DROP INDEX IF EXISTS {self._s}.{_index_name(name)}")
+                if f"{self._s}.{_cover_name(name)}" not in indexes:
+                    statements.append(self._key_index(key, name, columns_))
+        return statements
 
     def fresh(self) -> list[str]:
         """What :meth:`setup` and the migrations leave, for a database with no tables:

@@ -18,7 +18,7 @@ from typing import Any
 from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from psycopg.types.json import Jsonb
 
-from ..._migrations import SchemaVersion, advisory_lock_id, migrate
+from ..._migrations import SchemaVersion, advisory_lock_id, migrate, recorded_version
 from ..._plan import Plan
 from ..._postgres import Query, Rows
 from ...errors import ValueTooLargeError
@@ -246,15 +246,20 @@ class PostgresCheckpointPlans:
         return self.version.migrating(self._setup())
 
     def _setup(self) -> Plan[Query, None]:
-        created = yield from migrate(
+        # Up to date (the usual case: every process start): reads only, no DDL, no lock
+        # beyond ACCESS SHARE on the bookkeeping table (see .._migrations).
+        found = yield from recorded_version(self._s, "lgmp_checkpoint_migrations")
+        current = found is not None and found >= self.version.latest  # newer: a newer release's
+        if current and not (yield from self.threads.missing()):
+            return
+        yield from migrate(
             self._s,
             "lgmp_checkpoint_migrations",
             advisory_lock_id("checkpoint", self.schema),
             CHECKPOINT_MIGRATIONS,
             [*(statement.format(s=self._s) for statement in FRESH), *self.threads.fresh()],
+            self.threads.missing,
         )
-        if not created:
-            yield from self.threads.setup()
 
     # -- reads ------------------------------------------------------------------------
 

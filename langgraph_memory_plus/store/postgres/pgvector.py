@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ..._migrations import run_locked
 from ..._plan import Plan
 from ..._postgres import Query, Rows
 from ...errors import InvalidConfigError
@@ -122,9 +123,12 @@ class PgVector:
         )
         if rows[0][0]:
             return
-        yield Query(
-            f"CREATE INDEX IF NOT EXISTS {name} ON {quoted_schema}.lgmp_store_vectors "
-            f"USING hnsw (({self.indexed('vec', dims)}) {self.schema}.vector_cosine_ops)"
+        yield from run_locked(
+            quoted_schema,
+            [
+                f"CREATE INDEX IF NOT EXISTS {name} ON {quoted_schema}.lgmp_store_vectors "
+                f"USING hnsw (({self.indexed('vec', dims)}) {self.schema}.vector_cosine_ops)"
+            ],
         )
 
 

@@ -22,7 +22,13 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ..._migrations import SchemaVersion, advisory_lock_id, migrate
+from ..._migrations import (
+    SchemaVersion,
+    advisory_lock_id,
+    migrate,
+    recorded_version,
+    run_locked,
+)
 from ..._plan import Plan
 from ..._postgres import Query, Rows
 from ...errors import InvalidConfigError
@@ -317,12 +323,16 @@ class PostgresStorePlans:
         return self.version.migrating(self._setup())
 
     def _setup(self) -> Plan[Query, None]:
-        lock = advisory_lock_id("store", self.schema)
-        vectors = [VECTORS.format(s=self._s)] if self.dims is not None else []
-        fresh = [*(statement.format(s=self._s) for statement in FRESH), *vectors]
-        created = yield from migrate(self._s, "lgmp_store_migrations", lock, MIGRATIONS, fresh)
-        if vectors and not created:  # the database may have been set up without an index
-            yield Query(vectors[0])
+        # Up to date: reads only, no DDL and no lock beyond ACCESS SHARE (see .._migrations).
+        recorded = yield from recorded_version(self._s, "lgmp_store_migrations")
+        behind = recorded is None or recorded < self.version.latest  # newer: a newer release's
+        if behind or (yield from self._missing_vectors()):
+            lock = advisory_lock_id("store", self.schema)
+            vectors = [VECTORS.format(s=self._s)] if self.dims is not None else []
+            fresh = [*(statement.format(s=self._s) for statement in FRESH), *vectors]
+            yield from migrate(
+                self._s, "lgmp_store_migrations", lock, MIGRATIONS, fresh, self._missing_vectors
+            )
         self._known = False
         # A store with no index embeds nothing: pgvector is set up by one that has one
         # (probing for it reads the server's extension files, a third of a fresh setup).
@@ -343,11 +353,19 @@ class PostgresStorePlans:
                 logger.info("store schema %r scores searches exactly: %s", self.schema, why)
                 return
         if not ready:  # checked first: ALTER TABLE wants to own the table even for a no-op
-            yield found.add_column(self._v)
+            yield from run_locked(self._s, [found.add_column(self._v).sql])
         if self.hnsw:
             assert self.dims is not None
             yield from found.hnsw_index(self._s, self.dims)
         self._known = False  # a search that ran meanwhile may have seen the old state
+
+    def _missing_vectors(self) -> Plan[Query, list[str]]:
+        """The vectors table, if this store has an index and the database was set up by
+        stores without one (the table is created only when needed, see ``FRESH``)."""
+        if self.dims is None:
+            return []
+        rows: Rows = yield Query("SELECT to_regclass(%s) IS NOT NULL", (self._v,), fetch=True)
+        return [] if rows[0][0] else [VECTORS.format(s=self._s)]
 
     def _vectors(self) -> Plan[Query, PgVector | None]:
         """pgvector, if searches use it (see the class docstring); ``None`` for exact."""
