@@ -410,9 +410,9 @@ def test_a_postgres_url_typo_lists_our_options_not_libpqs() -> None:
 
 
 @pytest.mark.storage
-def test_a_redis_that_wants_a_password_says_so(password_redis_port: int) -> None:
+def test_a_redis_that_wants_a_password_says_so(request: pytest.FixtureRequest) -> None:
     """Not redis-py's text about the ``HELLO`` command it sent first."""
-    url = f"redis://127.0.0.1:{password_redis_port}/0"
+    url = f"redis://127.0.0.1:{request.getfixturevalue('password_redis_port')}/0"
 
     async def enter_async() -> None:
         async with from_url(url):
@@ -435,3 +435,72 @@ def test_no_warning_from_the_blocking_redis_path_either(redis_url: str) -> None:
         warnings.simplefilter("error")
         with from_url(redis_url, key_prefix="d2-sync") as memory:
             assert memory.checkpointer.get_tuple(CONFIG) is None
+
+
+class Queue:
+    """Anything with ``count()`` is what the pending-approvals gauge asks."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def count(self) -> int:
+        return self.n
+
+
+def test_watch_approvals_twice_on_one_registry() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from langgraph_memory_plus.observability.prometheus import PrometheusListener
+
+    registry = CollectorRegistry()
+    metrics = PrometheusListener(registry=registry)
+    metrics.watch_approvals(Queue(3), max_age=0)
+    metrics.watch_approvals(Queue(5), max_age=0)  # DuplicateTimeseries before
+    text = generate_latest(registry).decode()
+    assert "lgmp_pending_approvals 5.0" in text and text.count("# TYPE lgmp_pending_approvals") == 1
+
+
+def test_otel_watch_approvals_twice_is_one_gauge() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from langgraph_memory_plus.observability.otel import OpenTelemetryListener
+
+    reader = InMemoryMetricReader()
+    otel = OpenTelemetryListener(meter_provider=MeterProvider(metric_readers=[reader]))
+    otel.watch_approvals(Queue(3), max_age=0)
+    otel.watch_approvals(Queue(5), max_age=0)
+    data = reader.get_metrics_data()
+    assert data is not None
+    points = [
+        point.value
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "lgmp.approvals.pending"
+        for point in metric.data.data_points
+    ]
+    assert points == [5]
+
+
+@pytest.mark.parametrize(
+    ("module", "blocked", "extra"),
+    [("prometheus", "prometheus_client", "prometheus"), ("otel", "opentelemetry", "otel")],
+)
+def test_a_missing_metrics_library_names_its_extra(module: str, blocked: str, extra: str) -> None:
+    code = f"""
+import sys
+sys.modules[{blocked!r}] = None
+try:
+    import langgraph_memory_plus.observability.{module}
+except ImportError as exc:
+    print(exc)
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert f"pip install 'langgraph-memory-plus[{extra}]'" in result.stdout, result

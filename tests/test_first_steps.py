@@ -675,6 +675,11 @@ def test_from_url_typed_options_are_its_options() -> None:
 
 
 USER_CODE = """
+    import asyncio
+    from collections.abc import Callable
+    from concurrent.futures import Future
+
+    from langgraph_memory_plus.observability import MemoryEvent
     from langgraph_memory_plus import (
         PostgresSaver, SqliteSaver, SqliteStore, VersionedItem, from_url,
     )
@@ -697,6 +702,24 @@ USER_CODE = """
             pg.setup()
         with from_url("sqlite:///m.db", ttl=60, keep_last=2) as memory:
             memory.checkpointer
+
+    def day_two(log: Callable[[MemoryEvent], None]) -> int:
+        with from_url("sqlite:///m.db", checkpoint_ttl=10080, listeners=[log]) as memory:
+            found = memory.checkpointer.threads.search(metadata={"user_id": "u1"}, limit=10)
+            memory.checkpointer.threads.count(metadata={"user_id": "u1"})
+            swept: int = memory.checkpointer.sweep_expired()
+            sweeper: Future[None] = memory.store.start_ttl_sweeper()
+            sweeper.cancel()
+            memory.store.stop_ttl_sweeper()
+            return swept + len(found)
+
+    async def aday_two() -> int:
+        async with from_url("sqlite:///m.db", store_ttl=60) as memory:
+            found = await memory.checkpointer.threads.asearch(limit=10)
+            task: asyncio.Future[None] = await memory.store.start_ttl_sweeper()
+            task.cancel()
+            await memory.store.stop_ttl_sweeper()
+            return await memory.checkpointer.asweep_expired() + len(found)
 """
 USER_TYPOS = """
     from langgraph_memory_plus import SqliteSaver, from_url
