@@ -23,6 +23,7 @@ import sys
 import time
 import uuid
 import warnings
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ def urls(tmp_path: Path, pg_url: str, redis_url: str, **query: str) -> dict[str,
     extra = "".join(f"&{k}={v}" for k, v in query.items())
     return {
         "sqlite": f"sqlite:///{tmp_path / 'm.db'}" + (f"?{extra[1:]}" if extra else ""),
-        "postgres": as_url(pg_url, schema=f"d2_{tag}") + extra,
+        "postgres": as_url(pg_url, schema=f"d2_{tag}", pool_max_size="4") + extra,
         "redis": f"{redis_url}?key_prefix=d2-{tag}{extra}",
     }
 
@@ -190,13 +191,24 @@ def sweepers() -> int:
     return sum(task.get_name() == SWEEPER_NAME for task in asyncio.all_tasks())
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_the_server_entry_points_sweep_and_stop(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
+    """Rows of expired threads and items go while the server runs (Redis expires its keys
+    itself; its sweepers run too, with nothing to do)."""
     from langgraph_memory_plus import server
 
-    path = tmp_path / "server.db"
-    monkeypatch.setenv("LANGGRAPH_MEMORY_URL", f"sqlite:///{path}?ttl=0.005")
+    if backend == "sqlite":
+        path = tmp_path / "server.db"
+        url = f"sqlite:///{path}?ttl=0.005"
+        rows = partial(_rows, path)
+    else:
+        pg_url = request.getfixturevalue("pg_url")
+        schema = f"d2_sweep_{uuid.uuid4().hex[:8]}"
+        url = as_url(pg_url, schema=schema, ttl="0.005", pool_max_size="2")
+        rows = partial(_pg_rows, pg_url, schema)
+    monkeypatch.setenv("LANGGRAPH_MEMORY_URL", url)
     monkeypatch.setenv("LANGGRAPH_MEMORY_SWEEP", "0.005")  # every 0.3 s
 
     async def main() -> None:
@@ -204,17 +216,26 @@ def test_the_server_entry_points_sweep_and_stop(
             graph = chat(type("M", (), {"checkpointer": saver, "store": store})())
             await graph.ainvoke({"messages": [("user", "hi")]}, CONFIG)
             await store.aput(("users", "u1"), "profile", {"name": "Ada"})
-            assert _rows(path, "lgmp_threads") == 1 and _rows(path, "lgmp_store") == 1
+            assert rows("lgmp_threads") == 1 and rows("lgmp_store") == 1
             for _ in range(50):  # expired after 0.3 s, swept within 0.3 s more
                 await asyncio.sleep(0.1)
-                if _rows(path, "lgmp_threads") == 0 and _rows(path, "lgmp_store") == 0:
+                if rows("lgmp_threads") == 0 and rows("lgmp_store") == 0:
                     break
-            assert _rows(path, "lgmp_threads") == 0, "the checkpointer's sweeper ran"
-            assert _rows(path, "lgmp_store") == 0, "the store's sweeper ran"
+            assert rows("lgmp_threads") == 0, "the checkpointer's sweeper ran"
+            assert rows("lgmp_store") == 0, "the store's sweeper ran"
             assert sweepers() == 2
         assert sweepers() == 0, "both sweepers stopped on close"
 
     asyncio.run(main())
+
+
+def _pg_rows(pg_url: str, schema: str, table: str) -> int:
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        found = conn.execute(f'SELECT count(*) FROM "{schema}".{table}').fetchone()
+    assert found is not None
+    return int(found[0])
 
 
 def test_the_server_sweeper_can_be_turned_off(
