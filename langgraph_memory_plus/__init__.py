@@ -35,6 +35,7 @@ _EXPORTS = {
     "AsyncRedisStore": ".store.redis",
     "AsyncSqliteSaver": ".checkpoint.sqlite",
     "AsyncSqliteStore": ".store.sqlite",
+    "AsyncMemory": ".url",
     "ConflictError": ".errors",
     "CorruptDataError": ".errors",
     "InvalidConfigError": ".errors",
@@ -55,6 +56,7 @@ _EXPORTS = {
     "SqlitePool": "._sqlite",
     "SqliteSaver": ".checkpoint.sqlite",
     "SqliteStore": ".store.sqlite",
+    "SyncMemory": ".url",
     "Summarizer": ".messages",
     "TTLConfig": ".checkpoint.config",
     "Trimmer": ".messages",
@@ -71,6 +73,7 @@ _EXPORTS = {
 }
 
 __all__ = [  # the names of _EXPORTS (a test checks they agree)
+    "AsyncMemory",
     "AsyncPostgresSaver",
     "AsyncPostgresStore",
     "AsyncRedisSaver",
@@ -98,6 +101,7 @@ __all__ = [  # the names of _EXPORTS (a test checks they agree)
     "SqliteSaver",
     "SqliteStore",
     "Summarizer",
+    "SyncMemory",
     "TTLConfig",
     "Trimmer",
     "TurnWindow",
@@ -148,7 +152,7 @@ if TYPE_CHECKING:  # what the lazy imports below resolve to, for type checkers a
     from .store.redis import AsyncRedisStore, RedisStore
     from .store.sqlite import AsyncSqliteStore, SqliteStore
     from .store.values import VersionedItem, VersionedSearchItem
-    from .url import Memory, UrlOptions, from_url
+    from .url import AsyncMemory, Memory, SyncMemory, UrlOptions, from_url
 
 
 def __getattr__(name: str) -> Any:

@@ -22,6 +22,7 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
@@ -146,15 +147,17 @@ def _check_client(client: Any, allowed: tuple[type, ...], owner: str) -> None:
         )
 
 
-def _client_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+def _client_options(kwargs: dict[str, Any], *, is_async: bool = False) -> dict[str, Any]:
     """Defaults for the clients this package opens from a URL.
 
     A short retry on connection errors (every script is idempotent, so a retry after a
-    lost reply is safe), and no maintenance notifications: with them on, redis-py 8's
+    lost reply is safe), of the asyncio kind for an asyncio client (redis-py warns when
+    given the blocking one), and no maintenance notifications: with them on, redis-py 8's
     asyncio pool skips its check for connections a server restart left dead.
     """
+    retry = (AsyncRetry if is_async else Retry)(ExponentialBackoff(cap=0.5, base=0.05), 2)
     options: dict[str, Any] = {
-        "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
+        "retry": retry,
         "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
     }
     try:
@@ -344,7 +347,7 @@ def async_client_from_url(
         )
         _GATES[client] = (asyncio.Semaphore(size), size, timeout)
         return client
-    options = {**_client_options(kwargs), "max_connections": size}
+    options = {**_client_options(kwargs, is_async=True), "max_connections": size}
     apool = _opened(lambda: _AsyncBlockingPool.from_url(url, timeout=timeout, **options), url)
     return redis.asyncio.Redis.from_pool(apool)
 
@@ -362,13 +365,26 @@ async def initialize(client: AsyncClient) -> None:
 _UNREACHABLE = (redis.RedisError, redis.exceptions.RedisClusterException, OSError)
 
 
+_NO_PASSWORD = re.compile(
+    r"must be called with the client already authenticated|NOAUTH|Authentication required", re.I
+)
+
+
 def unreachable(url: str, exc: BaseException) -> MemoryConnectionError:
-    """One line: the URL with its password masked, and redis-py's reason."""
+    """One line: the URL with its password masked, and redis-py's reason.
+
+    A server that wants a password and got none answers redis-py's first command, which
+    is ``HELLO`` since redis-py 5 and says so in words about ``HELLO``: that one is told
+    plainly.
+    """
     try:
         secret = unquote(urlsplit(url).password or "")
     except ValueError:
         secret = ""
-    return MemoryConnectionError(f"cannot reach Redis at {redact(url)}: {reason(exc, [secret])}")
+    why = reason(exc, [secret])
+    if not secret and isinstance(exc, redis.AuthenticationError) and _NO_PASSWORD.search(why):
+        why = "password required: the server asks for one and the URL has none (redis://:password@host)"
+    return MemoryConnectionError(f"cannot reach Redis at {redact(url)}: {why}")
 
 
 def open_client(url: str, **kwargs: Any) -> SyncClient:

@@ -21,6 +21,12 @@ event loop it serves from). Both are configured by the environment, like :func:`
   ``index.embed`` is what LangGraph accepts there: a ``provider:model`` string, or
   ``path/to/file.py:function`` for an embedding function of your own.
 
+- ``LANGGRAPH_MEMORY_SWEEP``: how often expired threads and store items are deleted, in
+  minutes, or ``off``. By default a TTL (``ttl``, ``checkpoint_ttl``, ``store_ttl``,
+  ``transcript_ttl``) starts a sweeper at the store's ``sweep_interval_minutes``, else every
+  5 minutes. The server sweeps only a store of its own, never a custom one, so without
+  this nothing would reclaim expired rows (reads skip them either way).
+
 Each opens its own :func:`from_url` (so its own pool), because the server opens them at
 different times and possibly on different event loops; a wrong URL or option fails the
 server's start with the one-line error :func:`from_url` gives.
@@ -30,33 +36,79 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 
 from .errors import InvalidConfigError
+from .store.ttl import DEFAULT_SWEEP_MINUTES, TaskSweeper
 from .url import ENV_VAR, Memory, from_url
 
 OPTIONS_VAR = "LANGGRAPH_MEMORY_OPTIONS"
+SWEEP_VAR = "LANGGRAPH_MEMORY_SWEEP"
+_OFF = ("off", "false", "no", "0", "none")
 
 
 @asynccontextmanager
 async def checkpointer() -> AsyncIterator[BaseCheckpointSaver[Any]]:
-    """The checkpointer ``LANGGRAPH_MEMORY_URL`` names, open while the server runs."""
+    """The checkpointer ``LANGGRAPH_MEMORY_URL`` names, open while the server runs, with
+    a task deleting expired threads when they can expire (see ``LANGGRAPH_MEMORY_SWEEP``)."""
+    minutes = sweep_minutes()
     async with memory_from_env() as memory:
-        yield memory.checkpointer
+        saver = memory.checkpointer
+        expiring = memory.backend != "memory" and (
+            saver.settings.ttl_seconds is not None
+            or saver.settings.transcript_ttl_seconds is not None
+        )
+        if minutes is False or not expiring:
+            yield saver
+            return
+        sweeper = TaskSweeper(saver.asweep_expired, (minutes or DEFAULT_SWEEP_MINUTES) * 60.0)
+        try:
+            yield saver
+        finally:
+            await sweeper.stop(None)
 
 
 @asynccontextmanager
 async def store() -> AsyncIterator[BaseStore]:
-    """The store ``LANGGRAPH_MEMORY_URL`` names, open while the server runs."""
+    """The store ``LANGGRAPH_MEMORY_URL`` names, open while the server runs, sweeping its
+    expired items when it has a TTL (see ``LANGGRAPH_MEMORY_SWEEP``)."""
+    minutes = sweep_minutes()
     async with memory_from_env() as memory:
-        yield memory.store
+        opened = memory.store
+        if minutes is not False and memory.backend != "memory" and opened.ttl_config:
+            await opened.start_ttl_sweeper(minutes)
+        try:
+            yield opened
+        finally:
+            if memory.backend != "memory":
+                await opened.stop_ttl_sweeper()
+
+
+def sweep_minutes() -> float | Literal[False] | None:
+    """``LANGGRAPH_MEMORY_SWEEP``: minutes between sweeps, ``None`` for the default, or
+    ``False`` for none."""
+    raw = os.environ.get(SWEEP_VAR, "").strip().lower()
+    if not raw:
+        return None
+    if raw in _OFF:
+        return False
+    try:
+        minutes = float(raw)
+    except ValueError:
+        minutes = math.nan
+    if not math.isfinite(minutes) or minutes <= 0:
+        raise InvalidConfigError(
+            f"{SWEEP_VAR} must be a number of minutes > 0 or off, got {raw[:40]!r}"
+        )
+    return minutes
 
 
 def memory_from_env() -> Memory:
@@ -110,4 +162,12 @@ def _embedding(spec: str) -> Any:
         raise InvalidConfigError(f"{OPTIONS_VAR}: {path} has no {name!r}") from None
 
 
-__all__ = ["OPTIONS_VAR", "checkpointer", "memory_from_env", "options_from_env", "store"]
+__all__ = [
+    "OPTIONS_VAR",
+    "SWEEP_VAR",
+    "checkpointer",
+    "memory_from_env",
+    "options_from_env",
+    "store",
+    "sweep_minutes",
+]

@@ -39,6 +39,7 @@ Errors are one line and never show a password: a bad URL or option raises
 from __future__ import annotations
 
 import asyncio
+import difflib
 import inspect
 import math
 import os
@@ -49,12 +50,11 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
 from urllib.parse import quote, unquote
 
-from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.store.base import BaseStore, IndexConfig
+from langgraph.store.base import IndexConfig
 from typing_extensions import Unpack
 
 from ._connect import need, reason
@@ -62,6 +62,11 @@ from ._plan import adrive, drive
 from ._sqlite import path_from_url
 from ._urls import check_conninfo, check_port, check_userinfo, redact, redis_database, scrub
 from .errors import InvalidConfigError, MemoryConnectionError, MemoryPlusError
+
+if TYPE_CHECKING:  # the savers and stores import their drivers' packages' code lazily
+    from .checkpoint.saver import AsyncDriver, CheckpointSaverBase, SyncDriver
+    from .observability.core import Listener
+    from .store.base import AsyncStore, StoreBase, SyncStore
 
 ENV_VAR = "LANGGRAPH_MEMORY_URL"
 APP_DIR = "langgraph-memory-plus"
@@ -175,7 +180,17 @@ OPTIONS: dict[str, Option] = {
         partial(_number, minimum=0, strict=True),
         SERVERS,
         "minutes: a thread expires that long after its last write, a store item after its "
-        "last write (or read)",
+        "last write (or read); checkpoint_ttl / store_ttl set one of them apart",
+    ),
+    "checkpoint_ttl": Option(
+        partial(_number, minimum=0, strict=True),
+        SERVERS,
+        "minutes a thread lives after its last write (instead of ttl, for threads only)",
+    ),
+    "store_ttl": Option(
+        partial(_number, minimum=0, strict=True),
+        SERVERS,
+        "minutes a store item lives after its last write or read (instead of ttl, for items only)",
     ),
     "refresh_on_read": Option(
         _boolean, SERVERS, "reads also restart the TTL (default: no for threads, yes for items)"
@@ -241,6 +256,9 @@ OPTIONS: dict[str, Option] = {
     "setup": Option(_boolean, EVERY, "run setup() (migrations) on entering; default true"),
     "index": Option(_object, EVERY, "the store's semantic search config (keyword only)"),
     "serde": Option(_object, EVERY, "the checkpointer's serializer (keyword only)"),
+    "listeners": Option(
+        _object, SERVERS, "callables given an event per saver and store operation (keyword only)"
+    ),
 }
 
 
@@ -328,6 +346,12 @@ class Memory:
 
     ``with`` opens the blocking classes, ``async with`` the asyncio ones; ``checkpointer``
     and ``store`` are there inside the block. ``url`` is the URL with its password masked.
+
+    Typed as this package's savers and stores (``checkpointer.threads``,
+    ``sweep_expired``, ``store.start_ttl_sweeper``...); ``with`` gives a :class:`SyncMemory`
+    and ``async with`` an :class:`AsyncMemory`, whose store's sweeper methods are blocking
+    or awaited. Only ``memory://`` (for tests) hands out LangGraph's ``InMemorySaver`` and
+    ``InMemoryStore``, which have none of those extras.
     """
 
     def __init__(self, url: str, backend: str, target: str, options: dict[str, Any]) -> None:
@@ -344,19 +368,33 @@ class Memory:
         return f"<Memory {self.url} ({state})>"
 
     @property
-    def checkpointer(self) -> BaseCheckpointSaver[Any]:
+    def checkpointer(self) -> CheckpointSaverBase:
         """The checkpointer, for ``builder.compile(checkpointer=...)``."""
-        saver: BaseCheckpointSaver[Any] = self._open_parts()[0]
+        saver: CheckpointSaverBase = self._open_parts()[0]
         return saver
 
     @property
-    def store(self) -> BaseStore:
+    def store(self) -> StoreBase:
         """The store, for ``builder.compile(store=...)``."""
         store = self._open_parts()[1]
         if isinstance(store, str):
             raise StoreUnavailableError(store)
-        result: BaseStore = store
+        result: StoreBase = store
         return result
+
+    @property
+    def checkpoint_ttl(self) -> float | None:
+        """Minutes a thread lives after its last write (``checkpoint_ttl``, else ``ttl``)."""
+        return self._ttl("checkpoint_ttl")
+
+    @property
+    def store_ttl(self) -> float | None:
+        """Minutes a store item lives (``store_ttl``, else ``ttl``)."""
+        return self._ttl("store_ttl")
+
+    def _ttl(self, name: str) -> float | None:
+        minutes: float | None = self._options.get(name, self._options.get("ttl"))
+        return minutes
 
     def _open_parts(self) -> tuple[Any, Any]:
         if self._opened is None:
@@ -372,7 +410,7 @@ class Memory:
         if self._stack is not None:
             raise InvalidConfigError(f"{self!r} is already open; open another from_url()")
 
-    def __enter__(self) -> Memory:
+    def __enter__(self) -> SyncMemory:
         self._start()
         stack = self._stack = ExitStack()
         try:
@@ -380,7 +418,7 @@ class Memory:
         except BaseException:
             self._close_sync()
             raise
-        return self
+        return cast("SyncMemory", self)  # the same object: its parts are the blocking ones
 
     def __exit__(self, *exc: object) -> None:
         self._close_sync()
@@ -390,7 +428,7 @@ class Memory:
         assert isinstance(stack, ExitStack)
         stack.close()
 
-    async def __aenter__(self) -> Memory:
+    async def __aenter__(self) -> AsyncMemory:
         self._start()
         stack = self._stack = AsyncExitStack()
         try:
@@ -398,7 +436,7 @@ class Memory:
         except BaseException:
             await self._close_async()
             raise
-        return self
+        return cast("AsyncMemory", self)  # the same object: its parts are the asyncio ones
 
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -462,12 +500,13 @@ class Memory:
             yield _Defer(store._before_close)  # stops a TTL sweeper the caller started
         return saver, store
 
-    def _component_options(self, *names: str) -> dict[str, Any]:
-        """The constructor options of a saver (or store) among ``names``, and the TTL."""
+    def _component_options(self, minutes: float | None, *names: str) -> dict[str, Any]:
+        """The constructor options of a saver (or store) among ``names``, its TTL of
+        ``minutes``, and the listeners."""
         o = self._options
-        options: dict[str, Any] = {k: o[k] for k in names if k in o}
-        if "ttl" in o:
-            ttl = {"default_ttl": o["ttl"]}
+        options: dict[str, Any] = {k: o[k] for k in (*names, "listeners") if k in o}
+        if minutes is not None:
+            ttl = {"default_ttl": minutes}
             if "refresh_on_read" in o:
                 ttl["refresh_on_read"] = o["refresh_on_read"]
             options["ttl"] = ttl
@@ -475,11 +514,16 @@ class Memory:
 
     def _saver_options(self) -> dict[str, Any]:
         return self._component_options(
-            "keep_last", "serde", "transcripts", "transcript_ttl", "thread_index_keys"
+            self.checkpoint_ttl,
+            "keep_last",
+            "serde",
+            "transcripts",
+            "transcript_ttl",
+            "thread_index_keys",
         )
 
-    def _store_options(self) -> dict[str, Any]:
-        return self._component_options("index")
+    def _store_options(self, *names: str) -> dict[str, Any]:
+        return self._component_options(self.store_ttl, "index", *names)
 
     def _postgres(self, is_async: bool) -> _Opening:
         from ._postgres import DEFAULT_PREPARE_THRESHOLD, open_async_pool, open_pool
@@ -498,7 +542,7 @@ class Memory:
         schema = {"schema": o["schema"]} if "schema" in o else {}
         saver_cls = AsyncPostgresSaver if is_async else PostgresSaver
         store_cls = AsyncPostgresStore if is_async else PostgresStore
-        store_options = self._component_options("index", "vector_backend", "hnsw")
+        store_options = self._store_options("vector_backend", "hnsw")
         return (
             saver_cls(pool, **schema, **self._saver_options()),
             store_cls(pool, **schema, **store_options),
@@ -560,11 +604,45 @@ class Memory:
         yield
 
 
+class SyncMemory(Memory):
+    """What ``with from_url(...) as memory`` gives: the blocking saver and store.
+
+    A type only: ``memory`` is the :class:`Memory` itself, whose parts are these classes.
+    """
+
+    @property
+    def checkpointer(self) -> SyncDriver:
+        saver: SyncDriver = self._open_parts()[0]
+        return saver
+
+    @property
+    def store(self) -> SyncStore:
+        return cast("SyncStore", super().store)
+
+
+class AsyncMemory(Memory):
+    """What ``async with from_url(...) as memory`` gives: the asyncio saver and store.
+
+    A type only, as :class:`SyncMemory`.
+    """
+
+    @property
+    def checkpointer(self) -> AsyncDriver:
+        saver: AsyncDriver = self._open_parts()[0]
+        return saver
+
+    @property
+    def store(self) -> AsyncStore:
+        return cast("AsyncStore", super().store)
+
+
 class UrlOptions(TypedDict, total=False):
     """The keyword arguments of :func:`from_url` (:data:`OPTIONS` says what each means and
     which backend takes it); typed, so a type checker flags a misspelt one."""
 
     ttl: float
+    checkpoint_ttl: float
+    store_ttl: float
     refresh_on_read: bool
     keep_last: int
     schema: str
@@ -583,6 +661,7 @@ class UrlOptions(TypedDict, total=False):
     setup: bool
     index: IndexConfig
     serde: SerializerProtocol
+    listeners: Sequence[Listener]
 
 
 def _driver_parameters(backend: str) -> frozenset[str]:
@@ -600,12 +679,34 @@ def _driver_parameters(backend: str) -> frozenset[str]:
     return frozenset()
 
 
+def _did_you_mean(name: str, backend: str | None) -> str:
+    """`` (did you mean 'x'?)`` for the closest of our options (and, in a URL, the
+    driver's parameters), else nothing."""
+    known = [*OPTIONS, *(sorted(_driver_parameters(backend)) if backend else ())]
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _driver_note(backend: str) -> str:
+    """What else a URL may carry: the few Redis URL parameters by name; for PostgreSQL,
+    libpq's (about 40, listed in its documentation) only in general."""
+    if backend == "postgres":
+        return (
+            "; libpq's connection parameters (sslmode, connect_timeout, application_name, "
+            "...) pass through to the driver"
+        )
+    driver = sorted(_driver_parameters(backend))
+    return f", and the driver's {', '.join(driver)}" if driver else ""
+
+
 def from_url(url: str | None = None, **options: Unpack[UrlOptions]) -> Memory:
     """A checkpointer and a store for ``url``, opened by ``with`` or ``async with``.
 
     ``url``: see the module docstring; ``None`` reads ``LANGGRAPH_MEMORY_URL``, else uses a
     SQLite file in the user's data directory. ``options`` (also accepted as URL query
-    parameters, with the same names): ``ttl`` (minutes), ``refresh_on_read``, ``keep_last``,
+    parameters, with the same names): ``ttl`` (minutes, threads and store items alike),
+    ``checkpoint_ttl`` and ``store_ttl`` (minutes, for one of them instead of ``ttl``),
+    ``refresh_on_read``, ``keep_last``,
     ``transcripts``, ``transcript_ttl`` (minutes) and ``thread_index_keys`` (the thread index),
     ``schema`` and ``prepare_threshold`` (PostgreSQL; ``none`` for PgBouncer in transaction
     mode), ``vector_backend`` and ``hnsw`` (the PostgreSQL store's semantic search),
@@ -614,7 +715,8 @@ def from_url(url: str | None = None, **options: Unpack[UrlOptions]) -> Memory:
     ``busy_timeout`` (SQLite, seconds), ``synchronous`` (SQLite: ``normal``, the default,
     or ``full`` to sync every commit to disk), ``setup`` (default true: run the
     migrations on entering), and, as keyword arguments only, ``index`` (the store's
-    semantic search) and ``serde`` (the checkpointer's serializer).
+    semantic search), ``serde`` (the checkpointer's serializer) and ``listeners`` (given
+    to the saver and the store).
 
     Raises ``InvalidConfigError`` for a bad URL or option, at once; entering the block
     raises :class:`MemoryConnectionError` when the backend cannot be reached.
@@ -647,16 +749,16 @@ def from_url(url: str | None = None, **options: Unpack[UrlOptions]) -> Memory:
         elif name in _driver_parameters(backend):
             rest.append(segment)
         else:
-            driver = sorted(_driver_parameters(backend))
-            also = f", and the driver's {', '.join(driver)}" if driver else ""
             raise InvalidConfigError(
-                f"unknown option {name!r} in {shown}; options are {', '.join(OPTIONS)}{also}"
+                f"unknown option {name!r} in {shown}{_did_you_mean(name, backend)}; "
+                f"options are {', '.join(OPTIONS)}{_driver_note(backend)}"
             )
     keywords: dict[str, Any] = dict(options)
     for name, given_value in keywords.items():
         if name not in OPTIONS:
             raise InvalidConfigError(
-                f"unknown option {name!r} for from_url; options are {', '.join(OPTIONS)}"
+                f"unknown option {name!r} for from_url{_did_you_mean(name, None)}; "
+                f"options are {', '.join(OPTIONS)}"
             )
         value = OPTIONS[name].read(name, given_value)
         if name in given and given[name] != value:
@@ -684,9 +786,11 @@ def from_url(url: str | None = None, **options: Unpack[UrlOptions]) -> Memory:
 
 __all__ = [
     "OPTIONS",
+    "AsyncMemory",
     "Memory",
     "MemoryConnectionError",
     "StoreUnavailableError",
+    "SyncMemory",
     "UrlOptions",
     "default_path",
     "default_url",

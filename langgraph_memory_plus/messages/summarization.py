@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
-from langchain_core.messages import BaseMessage, HumanMessage, get_buffer_string
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, get_buffer_string
 from langchain_core.runnables import Runnable
 from typing_extensions import NotRequired, TypedDict
 
@@ -89,6 +89,12 @@ class Summarizer(ContextPolicy):
         summary_id: the summary message's id.
         state_key: where the ``RunningSummary`` lives in the graph state.
         keep_system: keep the system messages at the head of the list.
+        summary_role: ``"human"`` (default) sends the summary as a human message, so the
+            input starts on a human turn whatever follows; ``"system"`` as a system
+            message right after the system prompt, for models that expect context there
+            (the verbatim part then starts on a human message).
+        keep_first: messages after the system prompt never summarized nor trimmed away
+            (the task statement), as ``Trimmer(keep_first=...)``.
     """
 
     def __init__(
@@ -105,9 +111,13 @@ class Summarizer(ContextPolicy):
         summary_id: str = SUMMARY_ID,
         state_key: str = "running_summary",
         keep_system: bool = True,
+        summary_role: Literal["human", "system"] = "human",
+        keep_first: int = 0,
     ) -> None:
         if keep_last < 0:
             raise ValueError(f"keep_last must not be negative, got {keep_last}")
+        if summary_role not in ("human", "system"):
+            raise ValueError(f"summary_role must be 'human' or 'system', got {summary_role!r}")
         for name, template in (
             ("initial_prompt", initial_prompt),
             ("update_prompt", update_prompt),
@@ -120,7 +130,10 @@ class Summarizer(ContextPolicy):
                 ) from exc
         self.model = model
         self.trimmer = Trimmer(
-            max_tokens=max_tokens, token_counter=token_counter, keep_system=keep_system
+            max_tokens=max_tokens,
+            token_counter=token_counter,
+            keep_system=keep_system,
+            keep_first=keep_first,
         )
         self.counter = self.trimmer.budget.counter
         self.trigger_tokens = max_tokens if trigger_tokens is None else trigger_tokens
@@ -131,15 +144,17 @@ class Summarizer(ContextPolicy):
         self.summary_id = summary_id
         self.state_key = state_key
         self.keep_system = keep_system
+        self.summary_role = summary_role
+        self.keep_first = keep_first
 
     # -- the plan ------------------------------------------------------------------------------
 
     def plan(self, messages: Sequence[BaseMessage], memo: Any) -> Plan[ModelCall, Compaction]:
         running = _as_running_summary(memo)
-        head, body = split_leading_system(messages) if self.keep_system else ([], list(messages))
-        body = [m for m in body if m.id != self.summary_id]
+        head, body = self._split(messages)
+        first, body = body[: self.keep_first], body[self.keep_first :]
         fresh = _after(body, running["last_summarized_id"] if running else None)
-        pinned = [*head, self.summary_message(running["summary"])] if running else head
+        pinned = self._pinned(head, first, running["summary"] if running else None)
 
         budget = self.trimmer.budget.once()  # the trigger and the trim count alike
         if budget.counter([*pinned, *fresh]) <= self.trigger_tokens:
@@ -163,8 +178,31 @@ class Summarizer(ContextPolicy):
             last_summarized_id=older[-1].id,
             summarized_count=(running["summarized_count"] if running else 0) + len(older),
         )
-        summarized = [*head, self.summary_message(text)]
+        summarized = self._pinned(head, first, text)
         return self._compose(budget, summarized, newer, updated, changed=True)
+
+    def _pinned(
+        self, head: list[BaseMessage], first: list[BaseMessage], summary: str | None
+    ) -> list[BaseMessage]:
+        """What always goes first: the system prompt, the ``keep_first`` messages and the
+        summary; a summary sent as a system message joins the system prompt, so system
+        messages only ever head the input."""
+        if summary is None:
+            return [*head, *first]
+        message = self.summary_message(summary)
+        if isinstance(message, SystemMessage):
+            return [*head, message, *first]
+        return [*head, *first, message]
+
+    def _split(
+        self, messages: Sequence[BaseMessage]
+    ) -> tuple[list[BaseMessage], list[BaseMessage]]:
+        """(the system prompt, the rest), both without an earlier summary message."""
+        head, body = split_leading_system(messages) if self.keep_system else ([], list(messages))
+        return (
+            [m for m in head if m.id != self.summary_id],
+            [m for m in body if m.id != self.summary_id],
+        )
 
     def _compose(
         self,
@@ -176,7 +214,7 @@ class Summarizer(ContextPolicy):
         changed: bool,
     ) -> Compaction:
         """The decision: trimmed input; new history and memo only if a summary was made."""
-        model_input = self.trimmer.trim_within(budget, [*pinned, *rest], pin=1 if running else 0)
+        model_input = self.trimmer.trim_within(budget, [*pinned, *rest], pin=self._pin(pinned))
         if not changed:
             return Compaction(model_input=model_input)
         return Compaction(
@@ -207,19 +245,34 @@ class Summarizer(ContextPolicy):
 
     # -- helpers for users and adapters -------------------------------------------------------
 
-    def summary_message(self, summary: str) -> HumanMessage:
+    def summary_message(self, summary: str) -> HumanMessage | SystemMessage:
         """The message that carries the summary into the model input.
 
-        A human message, so the input still starts on a human turn whatever verbatim
-        messages follow it (a system message there would force the cut onto a human one).
+        By default a human message, so the input still starts on a human turn whatever
+        verbatim messages follow it (a system message there forces the cut onto a human
+        one); ``summary_role="system"`` makes it a system message.
         """
-        return HumanMessage(content=f"{self.summary_prefix}{summary}", id=self.summary_id)
+        cls = SystemMessage if self.summary_role == "system" else HumanMessage
+        return cls(content=f"{self.summary_prefix}{summary}", id=self.summary_id)
 
     def fallback(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         """Trim only, keeping the summary message if the list carries one (persistent mode)."""
-        _, body = split_leading_system(messages) if self.keep_system else ([], list(messages))
-        pin = 1 if body and body[0].id == self.summary_id else 0
-        return self.trimmer.trim(messages, pin=pin)
+        head, body = split_leading_system(messages) if self.keep_system else ([], list(messages))
+        carried = [m for m in (*head, *body) if m.id == self.summary_id]
+        head, body = self._split(messages)
+        first, body = body[: self.keep_first], body[self.keep_first :]
+        if carried and isinstance(carried[0], SystemMessage):
+            pinned = [*head, carried[0], *first]
+        else:
+            pinned = [*head, *first, *carried[:1]]
+        return self.trimmer.trim([*pinned, *body], pin=self._pin(pinned))
+
+    def _pin(self, pinned: list[BaseMessage]) -> int:
+        """How many of ``pinned`` the trimmer must pin after the system prompt it keeps by
+        itself (a summary sent as a system message right after it is part of that)."""
+        if not self.keep_system:
+            return len(pinned)
+        return len(pinned) - len(split_leading_system(pinned)[0])
 
 
 def _as_running_summary(memo: Any) -> RunningSummary | None:

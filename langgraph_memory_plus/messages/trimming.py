@@ -195,6 +195,9 @@ class Trimmer(ContextPolicy):
             message, as several providers require.
         keep_pending: keep a trailing AI message whose tool calls have no results yet
             (the tool node is about to run); without it such a message is dropped.
+        keep_first: always keep this many messages after the system prompt (the task
+            statement or the first question of a long conversation), counted against the
+            budget; a kept human message already satisfies ``start_on_human``.
 
     Callable on a message list (``trimmer(messages)``), usable as a graph node or
     ``pre_model_hook`` (``trimmer.hook(mode)``) and as agent middleware
@@ -212,9 +215,12 @@ class Trimmer(ContextPolicy):
         keep_system: bool = True,
         start_on_human: bool = True,
         keep_pending: bool = True,
+        keep_first: int = 0,
     ) -> None:
         if max_tokens is None and max_messages is None and max_turns is None:
             raise ValueError("Trimmer needs max_tokens, max_messages or max_turns")
+        if isinstance(keep_first, bool) or not isinstance(keep_first, int) or keep_first < 0:
+            raise ValueError(f"keep_first must be an integer >= 0, got {keep_first!r}")
         if strategy not in ("last", "first"):
             raise ValueError(f"strategy must be 'last' or 'first', got {strategy!r}")
         self.budget = Budget(as_token_counter(token_counter), max_tokens, max_messages, max_turns)
@@ -222,13 +228,15 @@ class Trimmer(ContextPolicy):
         self.keep_system = keep_system
         self.start_on_human = start_on_human
         self.keep_pending = keep_pending
+        self.keep_first = keep_first
 
     def __call__(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         """The trimmed list (the messages themselves, never copies)."""
         return self.trim(messages)
 
-    def trim(self, messages: Sequence[BaseMessage], *, pin: int = 0) -> list[BaseMessage]:
-        """Trim, keeping the leading system messages and the ``pin`` messages after them.
+    def trim(self, messages: Sequence[BaseMessage], *, pin: int | None = None) -> list[BaseMessage]:
+        """Trim, keeping the leading system messages and the ``pin`` messages after them
+        (default: ``keep_first``).
 
         ``pin`` lets the summarizer keep its summary message next to the system prompt; a
         pinned human message already satisfies "start on human".
@@ -236,10 +244,11 @@ class Trimmer(ContextPolicy):
         return self.trim_within(self.budget.once(), messages, pin=pin)
 
     def trim_within(
-        self, budget: Budget, messages: Sequence[BaseMessage], *, pin: int = 0
+        self, budget: Budget, messages: Sequence[BaseMessage], *, pin: int | None = None
     ) -> list[BaseMessage]:
         """:meth:`trim` with ``budget`` (this trimmer's, made :meth:`Budget.once` by a
         caller that counts the same messages before: the summarizer)."""
+        pin = self.keep_first if pin is None else pin
         head, body = split_leading_system(messages) if self.keep_system else ([], list(messages))
         head, body = head + body[:pin], body[pin:]
         return select(

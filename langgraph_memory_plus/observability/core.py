@@ -30,7 +30,7 @@ class Listener(Protocol):
     the operation's storage work: keep it quick, and hand slow work to a queue.
     """
 
-    def __call__(self, event: MemoryEvent) -> None: ...
+    def __call__(self, event: MemoryEvent, /) -> None: ...
 
 
 EventsOf = Callable[[Any, float, BaseException | None], Sequence[MemoryEvent]]

@@ -32,11 +32,17 @@ from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
 from typing import Any
 
-from opentelemetry import context as otel_context
-from opentelemetry import metrics as otel_metrics
-from opentelemetry import trace
-from opentelemetry.metrics import CallbackOptions, Meter, Observation, get_meter
-from opentelemetry.trace import SpanKind, Status, StatusCode
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import metrics as otel_metrics
+    from opentelemetry import trace
+    from opentelemetry.metrics import CallbackOptions, Meter, Observation, get_meter
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+except ImportError as exc:  # name the extra, not only the missing module
+    raise ImportError(
+        f"langgraph_memory_plus.observability.otel needs opentelemetry-api ({exc}): "
+        "pip install 'langgraph-memory-plus[otel]'"
+    ) from exc
 
 from .approvals import DEFAULT_MAX_AGE, HELP, CountsPending, PendingApprovals
 from .core import WatchesNodes
@@ -336,6 +342,7 @@ class OpenTelemetryListener(WatchesNodes):
         )
         self._record: dict[str, tuple[Callable[..., None], tuple[str, ...]]] = {}
         self._pending: _Pending | None = None
+        self._approvals: PendingApprovals | None = None
         if metrics:
             self._record = {
                 name: (self._create(self._meter, m), self._label_names(m))
@@ -427,14 +434,17 @@ class OpenTelemetryListener(WatchesNodes):
         count, asked when the reader collects and reused for ``max_age`` seconds (see
         :mod:`.approvals` for why). On the meter provider even with ``metrics=False``."""
         gauge = PendingApprovals(approvals, max_age=max_age)
+        first = self._approvals is None
+        self._approvals = gauge  # a second call swaps the queue: still one instrument
 
         def observe(_: CallbackOptions) -> Iterable[Observation]:
-            value = gauge.pending()
+            value = self._approvals.pending() if self._approvals is not None else None
             return [] if value is None else [Observation(value)]
 
-        self._meter.create_observable_gauge(
-            "lgmp.approvals.pending", callbacks=[observe], unit="{approval}", description=HELP
-        )
+        if first:
+            self._meter.create_observable_gauge(
+                "lgmp.approvals.pending", callbacks=[observe], unit="{approval}", description=HELP
+            )
         return gauge
 
 

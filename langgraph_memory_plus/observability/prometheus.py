@@ -12,9 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+try:
+    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+    from prometheus_client.core import GaugeMetricFamily, Metric
+    from prometheus_client.registry import Collector
+except ImportError as exc:  # name the extra, not only the missing module
+    raise ImportError(
+        f"langgraph_memory_plus.observability.prometheus needs prometheus_client ({exc}): "
+        "pip install 'langgraph-memory-plus[prometheus]'"
+    ) from exc
 
 from .approvals import DEFAULT_MAX_AGE, HELP, CountsPending, PendingApprovals
 from .core import WatchesNodes
@@ -58,6 +64,7 @@ class PrometheusListener(WatchesNodes):
             name: self._create(prefix, metric, registry) for name, metric in METRICS.items()
         }
         self._bound: dict[Shape, tuple[tuple[Recorder, str | None], ...]] = {}
+        self._pending: _PendingCollector | None = None
 
     def _create(self, prefix: str, metric: MemoryMetric, registry: CollectorRegistry) -> Any:
         labels = metric.labels
@@ -97,9 +104,16 @@ class PrometheusListener(WatchesNodes):
         self, approvals: CountsPending, *, max_age: float = DEFAULT_MAX_AGE
     ) -> PendingApprovals:
         """Expose ``<prefix>pending_approvals``: the queue's pending count, asked when
-        scraped and reused for ``max_age`` seconds (see :mod:`.approvals` for why)."""
+        scraped and reused for ``max_age`` seconds (see :mod:`.approvals` for why).
+
+        Idempotent: a second call registers nothing more (a registry refuses a metric name
+        twice); the gauge then reads the queue and ``max_age`` of the latest call."""
         gauge = PendingApprovals(approvals, max_age=max_age)
-        self._registry.register(_PendingCollector(f"{self._prefix}pending_approvals", gauge))
+        if self._pending is not None:
+            self._pending.gauge = gauge
+            return gauge
+        self._pending = _PendingCollector(f"{self._prefix}pending_approvals", gauge)
+        self._registry.register(self._pending)
         return gauge
 
 
@@ -110,14 +124,14 @@ class _PendingCollector(Collector):
     """One gauge sample per scrape, from :class:`PendingApprovals` (none before a count)."""
 
     def __init__(self, name: str, gauge: PendingApprovals) -> None:
-        self._name, self._gauge = name, gauge
+        self._name, self.gauge = name, gauge
 
     def describe(self) -> Iterable[Metric]:
         return [GaugeMetricFamily(self._name, HELP)]  # registering must not count
 
     def collect(self) -> Iterable[Metric]:
         family = GaugeMetricFamily(self._name, HELP)
-        value = self._gauge.pending()
+        value = self.gauge.pending()
         if value is not None:
             family.add_metric([], value)
         return [family]

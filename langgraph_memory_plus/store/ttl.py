@@ -24,6 +24,8 @@ from ..errors import InvalidConfigError
 logger = logging.getLogger("langgraph_memory_plus.store")
 
 DEFAULT_SWEEP_MINUTES = 5.0
+SWEEPER_NAME = "lgmp-ttl-sweeper"
+"""The name of a sweeper's thread or task (what a test or a debugger looks for)."""
 TTL_OPTIONS = ("default_ttl", "refresh_on_read", "sweep_interval_minutes", "omit_expired")
 
 
@@ -85,7 +87,7 @@ class ThreadSweeper:
     def __post_init__(self) -> None:
         self._stop = threading.Event()
         self.future: Future[None] = Future()
-        self._thread = threading.Thread(target=self._loop, daemon=True, name="lgmp-ttl-sweeper")
+        self._thread = threading.Thread(target=self._loop, daemon=True, name=SWEEPER_NAME)
         self.future.add_done_callback(lambda f: self._stop.set() if f.cancelled() else None)
         self._thread.start()
 
@@ -119,7 +121,9 @@ class TaskSweeper:
 
     def __post_init__(self) -> None:
         self._stop = asyncio.Event()
-        self.task: asyncio.Task[None] = asyncio.get_running_loop().create_task(self._loop())
+        self.task: asyncio.Task[None] = asyncio.get_running_loop().create_task(
+            self._loop(), name=SWEEPER_NAME
+        )
 
     async def _loop(self) -> None:
         while True:
