@@ -242,6 +242,15 @@ class PostgresThreadIndex:
         expiry = EXPIRY_OF.format(th=self._th, tk="%(tk)s")
         newer = "%(ix_latest)s::text >= coalesce(i.latest_id, '')"  # in CASE: NULL is false
         fresh = "%(ix_latest)s::text > coalesce(i.latest_id, '')"
+        metadata = "EXCLUDED.metadata"
+        if self.index_keys:
+            # The first owner keeps the thread: a later checkpoint without the user key
+            # (a service resuming with only thread_id) or with another user leaves it.
+            user = self.index_keys[0]
+            metadata += (
+                f" || CASE WHEN i.metadata ? '{user}' THEN "
+                f"jsonb_build_object('{user}', i.metadata -> '{user}') ELSE '{{}}' END"
+            )
         self.put_cte = f"""
             ix AS (
                 INSERT INTO {self._ix} AS i (thread_key, thread_id, latest_id, metadata,
@@ -253,7 +262,7 @@ class PostgresThreadIndex:
                     thread_id = EXCLUDED.thread_id,
                     updated_at = now(),
                     latest_id = greatest(i.latest_id, EXCLUDED.latest_id),
-                    metadata = CASE WHEN {newer} THEN EXCLUDED.metadata ELSE i.metadata END,
+                    metadata = CASE WHEN {newer} THEN {metadata} ELSE i.metadata END,
                     status = CASE WHEN {fresh} THEN 'idle' ELSE i.status END,
                     interrupts = CASE WHEN {fresh} THEN '{{}}'::jsonb ELSE i.interrupts END,
                     title = coalesce(i.title, EXCLUDED.title),
@@ -264,10 +273,17 @@ class PostgresThreadIndex:
         # statement over psycopg's 4 KB cache (re-parsed at each put), the price of one
         # atomic statement; without transcripts it stays under it.
         if transcripts:
+            # A line is its writer's user's; without the user key, the thread owner's.
+            owner = "%(tx_owner)s::text"
+            if self.index_keys:
+                owner = (
+                    f"coalesce({owner}, (SELECT (o.metadata -> '{self.index_keys[0]}')::text "
+                    f"FROM {self._ix} o WHERE o.thread_key = %(tk)s))"
+                )
             self.put_cte += f""", tx AS (
                 INSERT INTO {self._tx} (thread_key, message_id, owner, seq, role, content,
                     expires_at)
-                SELECT %(tk)s, l.id, %(tx_owner)s,
+                SELECT %(tk)s, l.id, {owner},
                     greatest((extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
                         (SELECT max(seq) + 1 FROM {self._tx}
                          WHERE thread_key = %(tk)s)) + l.ord,

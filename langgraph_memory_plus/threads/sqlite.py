@@ -37,6 +37,7 @@ from .core import (
     ThreadQuery,
     backfill_times,
     derive,
+    index_value,
     interrupts_from_json,
     interrupts_json,
 )
@@ -271,6 +272,15 @@ class SqliteThreadIndex:
     ) -> Plan[Query, None]:
         """After a checkpoint's row is written, in the same transaction."""
         now = time.time()
+        owner = record.owner
+        if record.lines and owner is None and self.index_keys:
+            # A line is its writer's user's; without the user key, the thread owner's.
+            rows: Rows = yield Query(
+                f"SELECT metadata FROM {TABLE} WHERE thread_key = ?", (tk,), fetch=True
+            )
+            held = json.loads(rows[0][0]) if rows else {}
+            if self.index_keys[0] in held:
+                owner = index_value(held[self.index_keys[0]])
         if record.lines:
             expires = None if self.transcript_ttl is None else now + self.transcript_ttl
             # The order lines are read in: microseconds, but always after the thread's
@@ -282,7 +292,7 @@ class SqliteThreadIndex:
                 f"coalesce((SELECT max(seq) FROM {TRANSCRIPTS} WHERE thread_key = ?1), -1) + 1), "
                 "?5, ?6, ?7, ?8)",
                 [
-                    (tk, line.id, record.owner, base + n, line.role, line.text, now, expires)
+                    (tk, line.id, owner, base + n, line.role, line.text, now, expires)
                     for n, line in enumerate(record.lines)
                 ],
                 many=True,
@@ -290,6 +300,15 @@ class SqliteThreadIndex:
         latest = checkpoint_id if record.root else None
         found = derive((yield from self._special_writes(tk, checkpoint_id)) if record.root else [])
         newer = ":latest IS NOT NULL AND (i.latest_id IS NULL OR :latest >= i.latest_id)"
+        metadata = "excluded.metadata"
+        if self.index_keys:
+            # The first owner keeps the thread: a later checkpoint without the user key
+            # (a service resuming with only thread_id) or with another user leaves it.
+            path = f"'$.\"{self.index_keys[0]}\"'"
+            metadata = (
+                f"CASE WHEN json_type(i.metadata, {path}) IS NULL THEN excluded.metadata "
+                f"ELSE json_set(excluded.metadata, {path}, json(i.metadata -> {path})) END"
+            )
         yield Query(
             f"""
             INSERT INTO {TABLE} AS i (thread_key, thread_id, created_at, updated_at,
@@ -298,7 +317,7 @@ class SqliteThreadIndex:
             ON CONFLICT (thread_key) DO UPDATE SET thread_id = excluded.thread_id,
                 updated_at = max(i.updated_at, excluded.updated_at),
                 latest_id = CASE WHEN {newer} THEN excluded.latest_id ELSE i.latest_id END,
-                metadata = CASE WHEN {newer} THEN excluded.metadata ELSE i.metadata END,
+                metadata = CASE WHEN {newer} THEN {metadata} ELSE i.metadata END,
                 status = CASE WHEN {newer} THEN excluded.status ELSE i.status END,
                 interrupts = CASE WHEN {newer} THEN excluded.interrupts ELSE i.interrupts END,
                 title = coalesce(i.title, excluded.title),
