@@ -14,6 +14,7 @@ import asyncio
 import threading
 from typing import Any
 
+import pytest
 from chat_support import chat_graph, run_config
 from langchain_core.messages import HumanMessage
 from langgraph.types import Command
@@ -167,3 +168,98 @@ async def test_only_its_owner_reads_a_line_async(async_saver_factory: Any) -> No
         for user in ("alice", "bob"):
             lines = await saver.threads.atranscript("shared-a", user_id=user, limit=1000)
             assert len(lines) == 4 * ROUNDS and _mine(lines, user)
+
+
+# -- 14: a NUL in anything the index stores from user content ----------------------------
+
+
+def test_nul_in_every_index_text_field(saver_factory: Any, tmp_path: Any) -> None:
+    """Title, transcript, interrupt, metadata and user id with a NUL: the turn is stored
+    and read back on every backend (PostgreSQL ``text`` and ``jsonb`` hold no NUL), and
+    the thread copies within the saver and to another."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from langgraph_memory_plus.checkpoint.sqlite import SqliteSaver
+    from langgraph_memory_plus.migration import copy_threads
+
+    with saver_factory(transcripts=True) as saver:
+        graph = _graph().compile(checkpointer=saver)
+        config = {
+            "configurable": {"thread_id": "nul", "user_id": "nu"},
+            "metadata": {"n": "a\x00b"},
+        }
+        graph.invoke({"messages": [HumanMessage("hi\x00there", id="n\x001")]}, config)
+        graph.invoke({"messages": [HumanMessage("ask q\x00", id="n2")]}, config)
+        record = saver.threads.get("nul", user_id="nu")
+        assert record is not None and record["title"] == "hi\ufffdthere"
+        assert record["status"] == "interrupted"
+        [[pending]] = record["interrupts"].values()
+        assert pending.value == {"question": "ask q\x00"}  # interrupts are kept exactly
+        lines = saver.threads.transcript("nul", user_id="nu")
+        assert [m["content"] for m in lines] == ["hi\ufffdthere", "HI\ufffdTHERE", "ask q\ufffd"]
+        assert [t["thread_id"] for t in saver.threads.search(metadata={"n": "ab"})] == ["nul"]
+        assert record["metadata"]["n"] == "ab"  # LangGraph strips NUL from metadata
+        # A user id with a NUL: metadata loses it (as LangGraph's savers store it), and a
+        # filter or user id with one finds nothing, as InMemorySaver's list(filter=...)
+        direct = {"configurable": {"thread_id": "nul-direct", "checkpoint_ns": ""}}
+        saver.put(direct, empty_checkpoint(), {"user_id": "u\x00x", "source": "input"}, {})
+        assert [t["thread_id"] for t in saver.threads.sessions("ux")] == ["nul-direct"]
+        assert saver.threads.sessions("u\x00x") == []
+        assert saver.threads.count(metadata={"user_id": "u\x00x"}) == 0
+        assert saver.threads.search(metadata={"n": "a\x00b"}) == []
+        assert saver.threads.get("nul-direct", user_id="u\x00x") is None
+        assert saver.threads.transcript("nul", user_id="n\x00u") == []
+        saver.copy_thread("nul", "nul-copy")
+        assert saver.threads.get("nul-copy")["title"] == "hi\ufffdthere"  # type: ignore[index]
+        with SqliteSaver.from_conn_string(str(tmp_path / "copy.db")) as target:
+            target.setup()
+            report = copy_threads(saver, target, ["nul"])
+            assert report.threads == ["nul"]
+            assert target.threads.get("nul")["title"] == "hi\ufffdthere"  # type: ignore[index]
+
+
+# -- 18: bad input gets a clear error or InMemorySaver's answer, never the driver's --------
+
+
+def test_bad_paging_and_filters_reach_no_driver(saver_factory: Any) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from langgraph_memory_plus import InvalidConfigError
+
+    with saver_factory(transcripts=True) as saver:
+        for n, user in enumerate([2**63, 2**64 - 1, -(2**63), "u"]):
+            config = {"configurable": {"thread_id": f"big-{n}", "checkpoint_ns": ""}}
+            saver.put(config, empty_checkpoint(), {"user_id": user, "source": "input"}, {})
+        for call in (
+            lambda: saver.threads.search(offset=2**63),
+            lambda: saver.threads.sessions("u", offset=2**63),
+            lambda: saver.threads.transcript("big-3", offset=2**64),
+        ):
+            with pytest.raises(InvalidConfigError, match="offset"):
+                call()
+        assert saver.threads.search(offset=2**62) == []
+        assert saver.threads.sessions("a\x00") == []
+        # integers past 64 bits: matched as InMemorySaver's list(filter=...) matches them
+        for value, expected in [(2**63, ["big-0"]), (2**64 - 1, ["big-1"]), (2**64, [])]:
+            for flt in ({"user_id": value}, {"user_id": value, "source": "input"}):
+                found = [r["thread_id"] for r in saver.threads.search(metadata=flt)]
+                assert found == expected, (flt, found)
+                assert saver.threads.count(metadata=flt) == len(expected)
+                listed = [
+                    t.config["configurable"]["thread_id"] for t in saver.list(None, filter=flt)
+                ]
+                assert listed == expected
+        assert [r["thread_id"] for r in saver.threads.sessions(-(2**63))] == ["big-2"]
+        assert saver.threads.sessions(-(2**63) - 1) == []
+
+
+@pytest.mark.parametrize("schema", ["pg_catalog", "pg_toast", "information_schema"])
+def test_system_schema_is_refused(pg_url: str, schema: str) -> None:
+    from langgraph_memory_plus import InvalidConfigError, PostgresSaver, PostgresStore
+
+    for cls in (PostgresSaver, PostgresStore):
+        with (
+            pytest.raises(InvalidConfigError, match=schema),
+            cls.from_conn_string(pg_url, schema=schema) as opened,
+        ):
+            opened.setup()

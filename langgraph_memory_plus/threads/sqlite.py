@@ -186,9 +186,15 @@ def _key_layout(key: str) -> list[str]:
 
 
 def _sql_value(form: str) -> Any:
-    """What ``json_extract`` gives for a scalar's JSON text (booleans become 0/1)."""
+    """What ``json_extract`` gives for a scalar's JSON text (booleans become 0/1,
+    integers past 64 bits a real: SQLite binds no larger integer, and reads such JSON
+    numbers as reals; Python's exact filter finishes a non-string's match)."""
     value = json.loads(form)
-    return int(value) if isinstance(value, bool) else value
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        return float(value)
+    return value
 
 
 def _stored(row: tuple[Any, ...]) -> StoredRecord:
