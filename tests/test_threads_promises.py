@@ -48,6 +48,8 @@ def test_thread_resumed_without_user_key_stays_its_owners(saver_factory: Any) ->
         assert saver.threads.count(metadata={"user_id": "alice"}) == 1
         record = saver.threads.get("rv", user_id="alice")
         assert record is not None and record["metadata"]["user_id"] == "alice"
+        saver.prune(["rv"])  # the record derived again from the remaining checkpoint
+        assert [t["thread_id"] for t in saver.threads.sessions("alice")] == ["rv"]
         # another user writing later does not take the thread over (the first owner keeps it)
         graph.invoke({"messages": [HumanMessage("hello", id="p2")]}, run_config("rv", "mallory"))
         assert [t["thread_id"] for t in saver.threads.sessions("alice")] == ["rv"]

@@ -242,15 +242,7 @@ class PostgresThreadIndex:
         expiry = EXPIRY_OF.format(th=self._th, tk="%(tk)s")
         newer = "%(ix_latest)s::text >= coalesce(i.latest_id, '')"  # in CASE: NULL is false
         fresh = "%(ix_latest)s::text > coalesce(i.latest_id, '')"
-        metadata = "EXCLUDED.metadata"
-        if self.index_keys:
-            # The first owner keeps the thread: a later checkpoint without the user key
-            # (a service resuming with only thread_id) or with another user leaves it.
-            user = self.index_keys[0]
-            metadata += (
-                f" || CASE WHEN i.metadata ? '{user}' THEN "
-                f"jsonb_build_object('{user}', i.metadata -> '{user}') ELSE '{{}}' END"
-            )
+        self._owned = self._owned_metadata()
         self.put_cte = f"""
             ix AS (
                 INSERT INTO {self._ix} AS i (thread_key, thread_id, latest_id, metadata,
@@ -262,7 +254,7 @@ class PostgresThreadIndex:
                     thread_id = EXCLUDED.thread_id,
                     updated_at = now(),
                     latest_id = greatest(i.latest_id, EXCLUDED.latest_id),
-                    metadata = CASE WHEN {newer} THEN {metadata} ELSE i.metadata END,
+                    metadata = CASE WHEN {newer} THEN {self._owned} ELSE i.metadata END,
                     status = CASE WHEN {fresh} THEN 'idle' ELSE i.status END,
                     interrupts = CASE WHEN {fresh} THEN '{{}}'::jsonb ELSE i.interrupts END,
                     title = coalesce(i.title, EXCLUDED.title),
@@ -313,6 +305,18 @@ class PostgresThreadIndex:
                         || EXCLUDED.interrupts
                 WHERE i.latest_id IS NULL OR i.latest_id <= %(id)s
             )"""
+
+    def _owned_metadata(self) -> str:
+        """The record's new metadata (``EXCLUDED``'s) with the row's user key kept: the
+        first owner keeps the thread, whether a later checkpoint lacks the key (a service
+        resuming with only ``thread_id``) or names another user."""
+        if not self.index_keys:
+            return "EXCLUDED.metadata"
+        user = self.index_keys[0]
+        return (
+            f"EXCLUDED.metadata || CASE WHEN i.metadata ? '{user}' THEN "
+            f"jsonb_build_object('{user}', i.metadata -> '{user}') ELSE '{{}}' END"
+        )
 
     # -- setup ----------------------------------------------------------------------------
 
@@ -527,7 +531,7 @@ class PostgresThreadIndex:
                 VALUES (%(tk)s, %(tid)s, %(latest)s, %(meta)s, %(status)s, %(int)s, %(n)s,
                     %(b)s, {EXPIRY_OF.format(th=self._th, tk="%(tk)s")})
                 ON CONFLICT (thread_key) DO UPDATE SET thread_id = EXCLUDED.thread_id,
-                    latest_id = EXCLUDED.latest_id, metadata = EXCLUDED.metadata,
+                    latest_id = EXCLUDED.latest_id, metadata = {self._owned},
                     status = EXCLUDED.status, interrupts = EXCLUDED.interrupts,
                     checkpoints = EXCLUDED.checkpoints, bytes = EXCLUDED.bytes""",
                 {

@@ -219,6 +219,18 @@ class SqliteThreadIndex:
         self.index_keys = tuple(index_keys)
         self.transcript_ttl = transcript_ttl
 
+    def _owned_metadata(self) -> str:
+        """The record's new metadata (``excluded``'s) with the row's user key kept: the
+        first owner keeps the thread, whether a later checkpoint lacks the key (a service
+        resuming with only ``thread_id``) or names another user."""
+        if not self.index_keys:
+            return "excluded.metadata"
+        path = f"'$.\"{self.index_keys[0]}\"'"
+        return (
+            f"CASE WHEN json_type(i.metadata, {path}) IS NULL THEN excluded.metadata "
+            f"ELSE json_set(excluded.metadata, {path}, json(i.metadata -> {path})) END"
+        )
+
     def setup(self) -> Plan[Query, None]:
         """Per indexed key: a column of its value, set by triggers from every write of
         the row's metadata, and two covering indexes on it (by key, and by key and
@@ -306,15 +318,6 @@ class SqliteThreadIndex:
         latest = checkpoint_id if record.root else None
         found = derive((yield from self._special_writes(tk, checkpoint_id)) if record.root else [])
         newer = ":latest IS NOT NULL AND (i.latest_id IS NULL OR :latest >= i.latest_id)"
-        metadata = "excluded.metadata"
-        if self.index_keys:
-            # The first owner keeps the thread: a later checkpoint without the user key
-            # (a service resuming with only thread_id) or with another user leaves it.
-            path = f"'$.\"{self.index_keys[0]}\"'"
-            metadata = (
-                f"CASE WHEN json_type(i.metadata, {path}) IS NULL THEN excluded.metadata "
-                f"ELSE json_set(excluded.metadata, {path}, json(i.metadata -> {path})) END"
-            )
         yield Query(
             f"""
             INSERT INTO {TABLE} AS i (thread_key, thread_id, created_at, updated_at,
@@ -323,7 +326,7 @@ class SqliteThreadIndex:
             ON CONFLICT (thread_key) DO UPDATE SET thread_id = excluded.thread_id,
                 updated_at = max(i.updated_at, excluded.updated_at),
                 latest_id = CASE WHEN {newer} THEN excluded.latest_id ELSE i.latest_id END,
-                metadata = CASE WHEN {newer} THEN {metadata} ELSE i.metadata END,
+                metadata = CASE WHEN {newer} THEN {self._owned_metadata()} ELSE i.metadata END,
                 status = CASE WHEN {newer} THEN excluded.status ELSE i.status END,
                 interrupts = CASE WHEN {newer} THEN excluded.interrupts ELSE i.interrupts END,
                 title = coalesce(i.title, excluded.title),
@@ -435,7 +438,7 @@ class SqliteThreadIndex:
                     latest_id, metadata, status, interrupts, checkpoints, bytes)
                 VALUES (:tk, :tid, :now, :now, :latest, :meta, :status, :int, :n, :b)
                 ON CONFLICT (thread_key) DO UPDATE SET thread_id = excluded.thread_id,
-                    latest_id = excluded.latest_id, metadata = excluded.metadata,
+                    latest_id = excluded.latest_id, metadata = {self._owned_metadata()},
                     status = excluded.status, interrupts = excluded.interrupts,
                     checkpoints = excluded.checkpoints, bytes = excluded.bytes""",
                 {
