@@ -6,7 +6,8 @@ called by the scripts of ``checkpoint/redis/lua.py``) and it expires with them:
 
 - ``id``, ``c`` (created, ms), ``u`` (updated, ms), ``t`` (title), ``n`` (checkpoints),
   ``b`` (bytes written), ``l`` (latest root checkpoint id), ``m`` (its metadata JSON),
-  ``s`` (status), ``i`` (interrupts: netstrings of task id, type, data per interrupt);
+  ``s`` (status), ``i`` (interrupts: netstrings of task id, type, data per interrupt),
+  ``o`` (the owner: the user key's JSON member, kept in ``m``; see ``rec_owned``);
 - ``m<member>``: each root checkpoint's metadata JSON, so a delete that removes the
   latest checkpoint can say what the new latest one's metadata is.
 
