@@ -91,10 +91,17 @@ def test_reused_thread_id_shows_each_user_their_lines(saver_factory: Any) -> Non
         assert [m["id"] for m in read("support-17", user_id="bob")] == ["bob-1", "ai-bob-1"]
         assert [m["id"] for m in read("support-17", user_id="bob", offset=1)] == ["ai-bob-1"]
         assert len(read("support-17")) == 4  # without user_id: every line, in order
+        # erasing the thread's current owner leaves the former owner's lines, and back
+        dry = erase_user("bob", checkpointer=saver, tombstone_hours=None, dry_run=True)
+        assert dry.counts["transcript_messages"] == 2
+        report = erase_user("bob", checkpointer=saver, tombstone_hours=None)
+        assert (report.counts["threads"], report.counts["transcript_messages"]) == (1, 2)
+        assert [m["id"] for m in read("support-17")] == ["alice-1", "ai-alice-1"]
+        _say(graph, "support-18", "bob", 2)
         report = erase_user("alice", checkpointer=saver, tombstone_hours=None)
-        assert report.counts["transcript_messages"] == 2
-        assert read("support-17", user_id="alice") == []
-        assert [m["id"] for m in read("support-17")] == ["bob-1", "ai-bob-1"]
+        assert (report.counts["threads"], report.counts["transcript_messages"]) == (0, 2)
+        assert read("support-17") == []
+        assert [m["id"] for m in read("support-18")] == ["bob-2", "ai-bob-2"]
 
 
 def test_lines_of_a_resume_without_user_key_are_the_owners(saver_factory: Any) -> None:

@@ -414,16 +414,23 @@ class PostgresThreadIndex:
             params,
         )
 
-    def drop_transcripts(self, thread_ids: Sequence[str], dry: bool) -> Plan[Query, int]:
-        """Erasure: the transcript lines of these threads (counted only, when ``dry``)."""
+    def drop_transcripts(
+        self, thread_ids: Sequence[str], dry: bool, owner: str | None = None
+    ) -> Plan[Query, int]:
+        """Erasure: the transcript lines of these threads (counted only, when ``dry``);
+        with ``owner``, only that user's lines and those of no user (another user's lines
+        in a reused thread id stay theirs)."""
         tks = [thread_key(t) for t in thread_ids]
-        where = f"FROM {self._tx} WHERE thread_key = ANY(%s)"
+        where = (
+            f"FROM {self._tx} WHERE thread_key = ANY(%s) "
+            "AND (%s::text IS NULL OR owner IS NULL OR owner = %s)"
+        )
         sql = (
             f"SELECT count(*) {where}"
             if dry
             else (f"WITH gone AS (DELETE {where} RETURNING 1) SELECT count(*) FROM gone")
         )
-        rows: Rows = yield Query(sql, (tks,), fetch=True, standalone=True)
+        rows: Rows = yield Query(sql, (tks, owner, owner), fetch=True, standalone=True)
         return int(rows[0][0])
 
     def drop_owned_transcripts(

@@ -313,16 +313,18 @@ return out
 """
 )
 
-# KEYS: a transcript's lines and order; ARGV: an owner, '1' to count only. Erasure: the
-# owner's lines go (the transcript too when none is left). Reply: how many.
+# KEYS: a transcript's lines and order; ARGV: an owner, '1' to count only, '1' for the
+# lines of no user too. Erasure: those lines go (the transcript too when none is left).
+# Reply: how many.
 TX_DROP_OWNER = (
     _TX_OWNER
     + r"""
-local want, dry = ARGV[1], ARGV[2] == '1'
+local want, dry, none_too = ARGV[1], ARGV[2] == '1', ARGV[3] == '1'
 local all, n = redis.call('HGETALL', KEYS[1]), 0
 for i = 1, #all, 2 do
   local f = all[i]
-  if string.byte(f, 1) ~= 0 and owner_of(all[i + 1], legacy) == want then
+  local who = string.byte(f, 1) ~= 0 and owner_of(all[i + 1], legacy)
+  if who == want or (none_too and who == '') then
     n = n + 1
     if not dry then
       redis.call('HDEL', KEYS[1], f)
@@ -344,6 +346,10 @@ TRANSCRIPT_SCRIPTS = {"tx_read": TX_READ, "tx_drop_owner": TX_DROP_OWNER}
 
 def _utf8(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
+
+
+def _flag(value: bool) -> bytes:
+    return b"1" if value else b"0"
 
 
 def _netstrings(raw: bytes) -> list[bytes]:
@@ -445,11 +451,21 @@ class RedisThreadIndex:
             return b""
         return _utf8(json.dumps(self.index_keys[0]) + ":" + owner)
 
-    def drop_transcripts(self, thread_ids: Sequence[str], dry: bool) -> Plan[Command, int]:
-        """Erasure: the transcript lines of these threads (counted only, when ``dry``)."""
+    def drop_transcripts(
+        self, thread_ids: Sequence[str], dry: bool, owner: str | None = None
+    ) -> Plan[Command, int]:
+        """Erasure: the transcript lines of these threads (counted only, when ``dry``);
+        with ``owner``, only that user's lines and those of no user (another user's lines
+        in a reused thread id stay theirs), one script per transcript."""
         keys = [self.transcript_keys(t) for t in thread_ids]
         if not keys:
             return 0
+        if owner is not None:
+            total = 0
+            for lines, order in keys:
+                n = yield Eval("tx_drop_owner", [lines, order], [_utf8(owner), _flag(dry), b"1"])
+                total += int(n)
+            return total
         counts = yield Batch([("ZCARD", order) for _, order in keys])
         if not dry:
             yield Batch([("DEL", lines, order) for lines, order in keys])
@@ -476,9 +492,7 @@ class RedisThreadIndex:
             )
             for key, (count, legacy) in zip(chunk, owners, strict=True):
                 if count is not None or legacy == want:
-                    n = yield Eval(
-                        "tx_drop_owner", [key, key + b"o"], [want, b"1" if dry else b"0"]
-                    )
+                    n = yield Eval("tx_drop_owner", [key, key + b"o"], [want, _flag(dry), b"0"])
                     total += int(n)
         return total
 

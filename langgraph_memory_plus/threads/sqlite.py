@@ -565,12 +565,19 @@ class SqliteThreadIndex:
         )
         return _stored(rows[0]) if rows else None
 
-    def drop_transcripts(self, thread_ids: Sequence[str], dry: bool) -> Plan[Query, int]:
-        """Erasure: the transcript lines of these threads (counted only, when ``dry``)."""
-        tks = [thread_key(t) for t in thread_ids]
+    def drop_transcripts(
+        self, thread_ids: Sequence[str], dry: bool, owner: str | None = None
+    ) -> Plan[Query, int]:
+        """Erasure: the transcript lines of these threads (counted only, when ``dry``);
+        with ``owner``, only that user's lines and those of no user (another user's lines
+        in a reused thread id stay theirs)."""
+        tks: list[Any] = [thread_key(t) for t in thread_ids]
         where = f"FROM {TRANSCRIPTS} WHERE thread_key IN ({','.join('?' * len(tks))})"
         if not tks:
             return 0
+        if owner is not None:
+            where += " AND (owner IS NULL OR owner = ?)"
+            tks.append(owner)
         if dry:
             rows: Rows = yield Query(f"SELECT count(*) {where}", tks, fetch=True)
             return int(rows[0][0])
