@@ -31,33 +31,54 @@ def _mine(lines: list[Any], user: str) -> bool:
     return all(m["id"].removeprefix("ai-").startswith(f"{user}-") for m in lines)
 
 
+def _say(graph: Any, thread_id: str, user: str, n: int) -> None:
+    graph.invoke(
+        {"messages": [HumanMessage(f"hi {n}", id=f"{user}-{n}")]}, run_config(thread_id, user)
+    )
+
+
 # -- 7: attribution does not depend on the last writer repeating the user key ------------
 
 
 def test_thread_resumed_without_user_key_stays_its_owners(saver_factory: Any) -> None:
     with saver_factory() as saver:
         graph = _graph().compile(checkpointer=saver)
-        graph.invoke(
-            {"messages": [HumanMessage("ask passport 123", id="p1")]}, run_config("rv", "alice")
-        )
+        config = run_config("rv", "alice")
+        graph.invoke({"messages": [HumanMessage("ask passport 123", id="p1")]}, config)
         bare = {"configurable": {"thread_id": "rv"}}  # a reviewer service: no user key
         graph.invoke(Command(resume="approved"), bare)
         latest = saver.get_tuple(bare)
         assert latest is not None and "user_id" not in latest.metadata  # the premise
         assert [t["thread_id"] for t in saver.threads.sessions("alice")] == ["rv"]
         assert saver.threads.count(metadata={"user_id": "alice"}) == 1
+        assert saver.threads.count(metadata={"user_id": "alice"}, status="idle") == 1
         record = saver.threads.get("rv", user_id="alice")
         assert record is not None and record["metadata"]["user_id"] == "alice"
         saver.prune(["rv"])  # the record derived again from the remaining checkpoint
         assert [t["thread_id"] for t in saver.threads.sessions("alice")] == ["rv"]
-        # another user writing later does not take the thread over (the first owner keeps it)
-        graph.invoke({"messages": [HumanMessage("hello", id="p2")]}, run_config("rv", "mallory"))
-        assert [t["thread_id"] for t in saver.threads.sessions("alice")] == ["rv"]
-        assert saver.threads.sessions("mallory") == []
         report = erase_user("alice", checkpointer=saver, tombstone_hours=None)
         assert report.counts["threads"] == 1
         assert list(saver.list(None, filter={"user_id": "alice"})) == []
         assert saver.threads.get("rv") is None
+
+
+def test_thread_written_by_another_user_moves_to_them(saver_factory: Any) -> None:
+    """A checkpoint naming another user moves the thread (a guest who signs in): the
+    former user's transcript lines stay theirs."""
+    with saver_factory(transcripts=True) as saver:
+        graph = _graph().compile(checkpointer=saver)
+        _say(graph, "mv", "gus", 1)
+        graph.invoke(Command(resume="x"), {"configurable": {"thread_id": "mv"}})
+        _say(graph, "mv", "bea", 1)
+        graph.invoke(
+            {"messages": [HumanMessage("more", id="bea-2")]}, {"configurable": {"thread_id": "mv"}}
+        )
+        assert [t["thread_id"] for t in saver.threads.sessions("bea")] == ["mv"]
+        assert saver.threads.sessions("gus") == []
+        lines = saver.threads.transcript("mv", user_id="gus")
+        assert [m["id"] for m in lines] == ["gus-1", "ai-gus-1"]
+        lines = saver.threads.transcript("mv", user_id="bea")
+        assert [m["id"] for m in lines] == ["bea-1", "ai-bea-1", "bea-2", "ai-bea-2"]
 
 
 async def test_async_thread_resumed_without_user_key(async_saver_factory: Any) -> None:
@@ -74,34 +95,28 @@ async def test_async_thread_resumed_without_user_key(async_saver_factory: Any) -
 # -- 5: each transcript line has its owner -------------------------------------------------
 
 
-def _say(graph: Any, thread_id: str, user: str, n: int) -> None:
-    graph.invoke(
-        {"messages": [HumanMessage(f"hi {n}", id=f"{user}-{n}")]}, run_config(thread_id, user)
-    )
-
-
 def test_reused_thread_id_shows_each_user_their_lines(saver_factory: Any) -> None:
     with saver_factory(transcripts=True) as saver:
         graph = _graph().compile(checkpointer=saver)
-        _say(graph, "support-17", "alice", 1)
+        _say(graph, "support-17", "ann", 1)
         saver.delete_thread("support-17")
-        _say(graph, "support-17", "bob", 1)
+        _say(graph, "support-17", "ben", 1)
         read = saver.threads.transcript
-        assert [m["id"] for m in read("support-17", user_id="alice")] == ["alice-1", "ai-alice-1"]
-        assert [m["id"] for m in read("support-17", user_id="bob")] == ["bob-1", "ai-bob-1"]
-        assert [m["id"] for m in read("support-17", user_id="bob", offset=1)] == ["ai-bob-1"]
+        assert [m["id"] for m in read("support-17", user_id="ann")] == ["ann-1", "ai-ann-1"]
+        assert [m["id"] for m in read("support-17", user_id="ben")] == ["ben-1", "ai-ben-1"]
+        assert [m["id"] for m in read("support-17", user_id="ben", offset=1)] == ["ai-ben-1"]
         assert len(read("support-17")) == 4  # without user_id: every line, in order
         # erasing the thread's current owner leaves the former owner's lines, and back
-        dry = erase_user("bob", checkpointer=saver, tombstone_hours=None, dry_run=True)
+        dry = erase_user("ben", checkpointer=saver, tombstone_hours=None, dry_run=True)
         assert dry.counts["transcript_messages"] == 2
-        report = erase_user("bob", checkpointer=saver, tombstone_hours=None)
+        report = erase_user("ben", checkpointer=saver, tombstone_hours=None)
         assert (report.counts["threads"], report.counts["transcript_messages"]) == (1, 2)
-        assert [m["id"] for m in read("support-17")] == ["alice-1", "ai-alice-1"]
-        _say(graph, "support-18", "bob", 2)
-        report = erase_user("alice", checkpointer=saver, tombstone_hours=None)
+        assert [m["id"] for m in read("support-17")] == ["ann-1", "ai-ann-1"]
+        _say(graph, "support-18", "ben", 2)
+        report = erase_user("ann", checkpointer=saver, tombstone_hours=None)
         assert (report.counts["threads"], report.counts["transcript_messages"]) == (0, 2)
         assert read("support-17") == []
-        assert [m["id"] for m in read("support-18")] == ["bob-2", "ai-bob-2"]
+        assert [m["id"] for m in read("support-18")] == ["ben-2", "ai-ben-2"]
 
 
 def test_lines_of_a_resume_without_user_key_are_the_owners(saver_factory: Any) -> None:

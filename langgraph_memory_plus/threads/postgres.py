@@ -307,15 +307,15 @@ class PostgresThreadIndex:
             )"""
 
     def _owned_metadata(self) -> str:
-        """The record's new metadata (``EXCLUDED``'s) with the row's user key kept: the
-        first owner keeps the thread, whether a later checkpoint lacks the key (a service
-        resuming with only ``thread_id``) or names another user."""
+        """The record's new metadata (``EXCLUDED``'s), with the row's user key when it
+        lacks one: a checkpoint without the key (a service resuming with only
+        ``thread_id``) leaves the thread its owner's; one naming another user moves it."""
         if not self.index_keys:
             return "EXCLUDED.metadata"
         user = self.index_keys[0]
         return (
-            f"EXCLUDED.metadata || CASE WHEN i.metadata ? '{user}' THEN "
-            f"jsonb_build_object('{user}', i.metadata -> '{user}') ELSE '{{}}' END"
+            f"CASE WHEN i.metadata ? '{user}' THEN jsonb_build_object('{user}', "
+            f"i.metadata -> '{user}') ELSE '{{}}' END || EXCLUDED.metadata"
         )
 
     # -- setup ----------------------------------------------------------------------------

@@ -116,12 +116,15 @@ local function rec_touch(thread_id, ts)
 end
 
 -- The record's metadata: the checkpoint's, with the owner's member (o: the user key's
--- '"user_id":<JSON value>' from the first checkpoint that had one) appended last, where
--- JSON readers take a repeated key's value: a later checkpoint without the key, or
--- with another user, leaves the thread its first owner's.
+-- '"user_id":<JSON value>' from the latest root checkpoint that had one) appended when
+-- it lacks the key: a checkpoint without it (a service resuming with only thread_id)
+-- leaves the thread its owner's; one with another user's moves it to that user.
 local function rec_owned(meta)
   local o = redis.call('HGET', K_REC, 'o')
   if (not o) or string.sub(meta, -1) ~= '}' then return meta end
+  local fine, t = pcall(cjson.decode, meta)
+  local key = string.match(o, '^"([^"]*)":')
+  if (not fine) or type(t) ~= 'table' or t[key] ~= nil then return meta end
   if string.match(meta, '^{%s*}$') then return '{' .. o .. '}' end
   return string.sub(meta, 1, -2) .. ', ' .. o .. '}'
 end
@@ -137,10 +140,14 @@ local function rec_latest(member, cid)
   rec_status(member)
 end
 
-local function rec_put(thread_id, ns, cid, meta, title, nbytes, ts)
+local function rec_put(thread_id, ns, cid, meta, title, nbytes, ts, owner)
   local member = ns .. '\0' .. cid
   if ns == '' then
     redis.call('HSET', K_REC, 'm' .. member, meta)
+    local latest = redis.call('HGET', K_REC, 'l')
+    if owner ~= '' and not (latest and before(cid, latest)) then
+      redis.call('HSET', K_REC, 'o', owner)
+    end
     rec_latest(member, cid)
   end
   if title ~= '' then redis.call('HSETNX', K_REC, 't', title) end
@@ -156,15 +163,14 @@ end
 
 -- Transcript lines (KEYS[12]: id -> netstrings of role, text, time ms, owner; KEYS[13]:
 -- ids in order): a known id is skipped. The owner argument is the user key's member
--- ('"user_id":"alice"', '' without one): the first becomes the record's owner (o), and
--- each line keeps its writer's user (the thread's owner when the put has none), so a
--- reused thread id shows each user only their lines. Per owner, KEYS[12] counts its
--- lines ('\0owner:' .. owner), which erasure looks for. Returns the position after its
+-- ('"user_id":"alice"', '' without one; rec_put keeps it as the record's owner): each
+-- line keeps its writer's user (the thread's owner when the put has none), so a reused
+-- thread id shows each user only their lines. Per owner, KEYS[12] counts its lines
+-- ('\0owner:' .. owner), which erasure looks for. Returns the position after its
 -- arguments.
 local function tx_put(pos, ts)
   local owner, ttl, n = ARGV[pos], tonumber(ARGV[pos + 1]), tonumber(ARGV[pos + 2])
   local first = pos + 3
-  if owner ~= '' then redis.call('HSETNX', K_REC, 'o', owner) end
   if n == 0 then return first end
   if owner == '' then owner = redis.call('HGET', K_REC, 'o') or '' end
   local form = ''

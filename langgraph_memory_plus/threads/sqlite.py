@@ -220,15 +220,17 @@ class SqliteThreadIndex:
         self.transcript_ttl = transcript_ttl
 
     def _owned_metadata(self) -> str:
-        """The record's new metadata (``excluded``'s) with the row's user key kept: the
-        first owner keeps the thread, whether a later checkpoint lacks the key (a service
-        resuming with only ``thread_id``) or names another user."""
+        """The record's new metadata (``excluded``'s), with the row's user key when it
+        lacks one: a checkpoint without the key (a service resuming with only
+        ``thread_id``) leaves the thread its owner's; one naming another user moves it."""
         if not self.index_keys:
             return "excluded.metadata"
         path = f"'$.\"{self.index_keys[0]}\"'"
         return (
-            f"CASE WHEN json_type(i.metadata, {path}) IS NULL THEN excluded.metadata "
-            f"ELSE json_set(excluded.metadata, {path}, json(i.metadata -> {path})) END"
+            f"CASE WHEN json_type(excluded.metadata, {path}) IS NULL "
+            f"AND json_type(i.metadata, {path}) IS NOT NULL "
+            f"THEN json_set(excluded.metadata, {path}, json(i.metadata -> {path})) "
+            "ELSE excluded.metadata END"
         )
 
     def setup(self) -> Plan[Query, None]:
