@@ -119,7 +119,8 @@ end
 -- '"user_id":<JSON value>' from the latest root checkpoint that had one) appended when
 -- it lacks the key: a checkpoint without it (a service resuming with only thread_id)
 -- leaves the thread its owner's; one with another user's moves it to that user.
-local function rec_owned(meta)
+local function rec_owned(meta, has_key)
+  if has_key then return meta end
   local o = redis.call('HGET', K_REC, 'o')
   if (not o) or string.sub(meta, -1) ~= '}' then return meta end
   local fine, t = pcall(cjson.decode, meta)
@@ -131,12 +132,13 @@ end
 
 -- A root checkpoint at or after the latest is the latest: its metadata and the status
 -- its pending writes give (LangGraph may store a step's writes before its checkpoint).
-local function rec_latest(member, cid)
+-- has_key: its metadata is known to name the user (a put's owner argument).
+local function rec_latest(member, cid, has_key)
   local latest = redis.call('HGET', K_REC, 'l')
   if latest and before(cid, latest) then return end
   redis.call('HSET', K_REC, 'l', cid)
   local meta = redis.call('HGET', K_REC, 'm' .. member)
-  if meta then redis.call('HSET', K_REC, 'm', rec_owned(meta)) end
+  if meta then redis.call('HSET', K_REC, 'm', rec_owned(meta, has_key)) end
   rec_status(member)
 end
 
@@ -148,7 +150,7 @@ local function rec_put(thread_id, ns, cid, meta, title, nbytes, ts, owner)
     if owner ~= '' and not (latest and before(cid, latest)) then
       redis.call('HSET', K_REC, 'o', owner)
     end
-    rec_latest(member, cid)
+    rec_latest(member, cid, owner ~= '')
   end
   if title ~= '' then redis.call('HSETNX', K_REC, 't', title) end
   redis.call('HINCRBY', K_REC, 'b', nbytes)
