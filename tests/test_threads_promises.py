@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -234,7 +235,7 @@ def test_nul_in_every_index_text_field(saver_factory: Any, tmp_path: Any) -> Non
         assert saver.threads.get("nul-direct", user_id="u\x00x") is None
         assert saver.threads.transcript("nul", user_id="n\x00u") == []
         saver.copy_thread("nul", "nul-copy")
-        assert saver.threads.get("nul-copy")["title"] == "hi\ufffdthere"  # type: ignore[index]
+        assert saver.threads.get("nul-copy")["title"] == "hi\ufffdthere"
         with SqliteSaver.from_conn_string(str(tmp_path / "copy.db")) as target:
             target.setup()
             report = copy_threads(saver, target, ["nul"])
@@ -254,11 +255,12 @@ def test_bad_paging_and_filters_reach_no_driver(saver_factory: Any) -> None:
         for n, user in enumerate([2**63, 2**64 - 1, -(2**63), "u"]):
             config = {"configurable": {"thread_id": f"big-{n}", "checkpoint_ns": ""}}
             saver.put(config, empty_checkpoint(), {"user_id": user, "source": "input"}, {})
-        for call in (
+        calls: list[Callable[[], object]] = [
             lambda: saver.threads.search(offset=2**63),
             lambda: saver.threads.sessions("u", offset=2**63),
             lambda: saver.threads.transcript("big-3", offset=2**64),
-        ):
+        ]
+        for call in calls:
             with pytest.raises(InvalidConfigError, match="offset"):
                 call()
         assert saver.threads.search(offset=2**62) == []
@@ -287,3 +289,28 @@ def test_system_schema_is_refused(pg_url: str, schema: str) -> None:
             cls.from_conn_string(pg_url, schema=schema) as opened,
         ):
             opened.setup()
+
+
+def test_redis_transcript_of_one_owner_reads_and_erases_as_before(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """A transcript written before lines had owners (one owner for all, ``\\0owner``)
+    reads as its owner's and is erased with them."""
+    from langgraph_memory_plus import RedisSaver
+    from langgraph_memory_plus.threads.core import index_value
+    from langgraph_memory_plus.threads.redis import RedisThreadIndex
+
+    prefix = f"{redis_prefix}-legacy-tx"
+    with RedisSaver.from_conn_string(redis_url, key_prefix=prefix, transcripts=True) as saver:
+        index = saver._plans.threads
+        assert isinstance(index, RedisThreadIndex)
+        lines, order = index.transcript_keys("old")
+        old = index_value("olga") or ""
+        saver.client.hset(lines, mapping={"o1": b"5:human2:hi13:1700000000000", "\x00owner": old})
+        saver.client.zadd(order, {"o1": 1})
+        assert [m["content"] for m in saver.threads.transcript("old", user_id="olga")] == ["hi"]
+        assert saver.threads.transcript("old", user_id="other") == []
+        report = erase_user("olga", checkpointer=saver, tombstone_hours=None)
+        assert report.counts["transcript_messages"] == 1
+        assert saver.threads.transcript("old") == []
+        assert not saver.client.exists(lines, order)
