@@ -270,6 +270,10 @@ def _erase(
             progress(ErasureProgress(kind, done))
 
     if has_saver:
+        # Transcript lines are recorded under the owner as the index stores a value;
+        # in the user's threads only theirs go (a reused thread id keeps others' lines).
+        owner = index_value(user_id)
+        assert owner is not None  # a string always has one
         offset = 0  # deleted threads leave the index: a real run always reads page one
         while True:
             page: list[Any] = yield _Threads(offset, batch_size)
@@ -278,7 +282,7 @@ def _erase(
             ids = [r["thread_id"] for r in page]
             if set(ids) & set(report.thread_ids):
                 raise RuntimeError("the thread index still lists threads erasure deleted")
-            counts["transcript_messages"] += yield _Index("drop_transcripts", (ids, dry_run))
+            counts["transcript_messages"] += yield _Index("drop_transcripts", (ids, dry_run, owner))
             for record in page:
                 if not dry_run:
                     yield _DeleteThread(record["thread_id"])
@@ -286,16 +290,15 @@ def _erase(
             if not dry_run:
                 # A run still going may have stored a checkpoint, and its lines, between
                 # the two steps above; the tombstones refuse any after, so this is the last.
-                counts["transcript_messages"] += yield _Index("drop_transcripts", (ids, False))
+                counts["transcript_messages"] += yield _Index(
+                    "drop_transcripts", (ids, False, owner)
+                )
             report.thread_ids.extend(ids)
             counts["threads"] += len(ids)
             tell("threads", counts["threads"])
             if dry_run:
                 offset += len(page)
-        # Lines of the user's threads deleted earlier (transcripts outlive threads),
-        # recorded under the owner as the index stores a value.
-        owner = index_value(user_id)
-        assert owner is not None  # a string always has one
+        # Lines of the user's threads deleted earlier (transcripts outlive threads).
         while True:
             n: int = yield _Index(
                 "drop_owned_transcripts", (owner, batch_size, dry_run, report.thread_ids)

@@ -136,8 +136,11 @@ class Threads:
     def _owned(self, stored: StoredRecord | None, user_id: Any) -> ThreadRecord | None:
         if stored is None:
             return None
-        if user_id is not None and stored.metadata.get(self.user_key) != user_id:
-            return None
+        if user_id is not None:
+            # compared as the index stores them (see ``index_value``)
+            want = index_value(user_id)
+            if want is None or index_value(stored.metadata.get(self.user_key)) != want:
+                return None
         return self._record(stored)
 
     def _sessions_query(self, user_id: Any, limit: int, offset: int) -> ThreadQuery:

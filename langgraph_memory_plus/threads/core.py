@@ -41,6 +41,8 @@ SORT_ORDERS = ("asc", "desc")
 DEFAULT_INDEX_KEYS = ("user_id",)
 TITLE_GRAPHEMES = 50
 MAX_LIMIT = 10_000
+MAX_OFFSET = 2**62
+"""Past any index's size, and with ``limit`` added still a 64-bit integer for the drivers."""
 
 RawInterrupts = dict[str, tuple[str, bytes]]
 """Per task id, the pending ``__interrupt__`` write as the codec stored it (type, data)."""
@@ -212,7 +214,8 @@ def title_of(messages: Any, limit: int = TITLE_GRAPHEMES) -> str | None:
     for message in messages:
         if message_role(message) != "human":
             continue
-        text = " ".join(message_text(message).split())
+        # NUL as in transcripts: PostgreSQL text cannot hold it
+        text = " ".join(message_text(message).replace("\x00", "\ufffd").split())
         if not text:
             continue
         if text.isascii():  # one grapheme a character: whitespace, "\r\n" too, is collapsed
@@ -250,12 +253,28 @@ def check_transcripts(value: Any) -> bool:
     return value
 
 
+def stored_form(value: Any) -> Any:
+    """A JSON value as the index stores metadata: the checkpoint's JSON projection
+    (``checkpoint.codec.json_safe``), where a NUL in text is the six characters
+    ``\\u0000`` (PostgreSQL's ``jsonb`` rejects NUL). A filter is compared in that form."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\\u0000")
+    if isinstance(value, dict):
+        return {stored_form(k): stored_form(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [stored_form(v) for v in value]
+    return value
+
+
 def index_value(value: Any) -> str | None:
-    """The indexed form of a metadata value: JSON text of a scalar, else not indexed."""
+    """The indexed form of a metadata value: JSON text of a scalar, else not indexed.
+
+    Of its :func:`stored_form`, so a user id with a NUL finds its threads and transcript
+    lines on every backend."""
     if isinstance(value, (str, int, float, bool)) and not (
         isinstance(value, float) and not math.isfinite(value)
     ):
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        return json.dumps(stored_form(value), separators=(",", ":"), ensure_ascii=False)
     return None
 
 
@@ -299,6 +318,7 @@ class ThreadQuery:
             metadata = json.loads(json.dumps(dict(metadata), allow_nan=False))
         except (TypeError, ValueError) as exc:
             raise InvalidConfigError(f"metadata filter must be JSON: {exc}") from None
+        metadata = stored_form(metadata)
         if status is not None and status not in STATUSES:
             raise InvalidConfigError(f"unknown status {status!r}; use one of {STATUSES}")
         if ids is not None:
@@ -318,6 +338,8 @@ class ThreadQuery:
                 raise InvalidConfigError(f"{name} must be a non-negative integer, got {value!r}")
         if limit > MAX_LIMIT:
             raise InvalidConfigError(f"limit must be at most {MAX_LIMIT}, got {limit}")
+        if offset > MAX_OFFSET:
+            raise InvalidConfigError(f"offset must be at most 2**62, got {offset}")
         indexed = None
         for key in index_keys:
             if key in metadata and (form := index_value(metadata[key])) is not None:

@@ -242,6 +242,7 @@ class PostgresThreadIndex:
         expiry = EXPIRY_OF.format(th=self._th, tk="%(tk)s")
         newer = "%(ix_latest)s::text >= coalesce(i.latest_id, '')"  # in CASE: NULL is false
         fresh = "%(ix_latest)s::text > coalesce(i.latest_id, '')"
+        self._owned = self._owned_metadata()
         self.put_cte = f"""
             ix AS (
                 INSERT INTO {self._ix} AS i (thread_key, thread_id, latest_id, metadata,
@@ -253,7 +254,7 @@ class PostgresThreadIndex:
                     thread_id = EXCLUDED.thread_id,
                     updated_at = now(),
                     latest_id = greatest(i.latest_id, EXCLUDED.latest_id),
-                    metadata = CASE WHEN {newer} THEN EXCLUDED.metadata ELSE i.metadata END,
+                    metadata = CASE WHEN {newer} THEN {self._owned} ELSE i.metadata END,
                     status = CASE WHEN {fresh} THEN 'idle' ELSE i.status END,
                     interrupts = CASE WHEN {fresh} THEN '{{}}'::jsonb ELSE i.interrupts END,
                     title = coalesce(i.title, EXCLUDED.title),
@@ -264,10 +265,17 @@ class PostgresThreadIndex:
         # statement over psycopg's 4 KB cache (re-parsed at each put), the price of one
         # atomic statement; without transcripts it stays under it.
         if transcripts:
+            # A line is its writer's user's; without the user key, the thread owner's.
+            owner = "%(tx_owner)s::text"
+            if self.index_keys:
+                owner = (
+                    f"coalesce({owner}, (SELECT (o.metadata -> '{self.index_keys[0]}')::text "
+                    f"FROM {self._ix} o WHERE o.thread_key = %(tk)s))"
+                )
             self.put_cte += f""", tx AS (
                 INSERT INTO {self._tx} (thread_key, message_id, owner, seq, role, content,
                     expires_at)
-                SELECT %(tk)s, l.id, %(tx_owner)s,
+                SELECT %(tk)s, l.id, {owner},
                     greatest((extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
                         (SELECT max(seq) + 1 FROM {self._tx}
                          WHERE thread_key = %(tk)s)) + l.ord,
@@ -297,6 +305,18 @@ class PostgresThreadIndex:
                         || EXCLUDED.interrupts
                 WHERE i.latest_id IS NULL OR i.latest_id <= %(id)s
             )"""
+
+    def _owned_metadata(self) -> str:
+        """The record's new metadata (``EXCLUDED``'s), with the row's user key when it
+        lacks one: a checkpoint without the key (a service resuming with only
+        ``thread_id``) leaves the thread its owner's; one naming another user moves it."""
+        if not self.index_keys:
+            return "EXCLUDED.metadata"
+        user = self.index_keys[0]
+        return (
+            f"CASE WHEN i.metadata ? '{user}' THEN jsonb_build_object('{user}', "
+            f"i.metadata -> '{user}') ELSE '{{}}' END || EXCLUDED.metadata"
+        )
 
     # -- setup ----------------------------------------------------------------------------
 
@@ -415,16 +435,23 @@ class PostgresThreadIndex:
             params,
         )
 
-    def drop_transcripts(self, thread_ids: Sequence[str], dry: bool) -> Plan[Query, int]:
-        """Erasure: the transcript lines of these threads (counted only, when ``dry``)."""
+    def drop_transcripts(
+        self, thread_ids: Sequence[str], dry: bool, owner: str | None = None
+    ) -> Plan[Query, int]:
+        """Erasure: the transcript lines of these threads (counted only, when ``dry``);
+        with ``owner``, only that user's lines and those of no user (another user's lines
+        in a reused thread id stay theirs)."""
         tks = [thread_key(t) for t in thread_ids]
-        where = f"FROM {self._tx} WHERE thread_key = ANY(%s)"
+        where = (
+            f"FROM {self._tx} WHERE thread_key = ANY(%s) "
+            "AND (%s::text IS NULL OR owner IS NULL OR owner = %s)"
+        )
         sql = (
             f"SELECT count(*) {where}"
             if dry
             else (f"WITH gone AS (DELETE {where} RETURNING 1) SELECT count(*) FROM gone")
         )
-        rows: Rows = yield Query(sql, (tks,), fetch=True, standalone=True)
+        rows: Rows = yield Query(sql, (tks, owner, owner), fetch=True, standalone=True)
         return int(rows[0][0])
 
     def drop_owned_transcripts(
@@ -532,7 +559,7 @@ class PostgresThreadIndex:
                 VALUES (%(tk)s, %(tid)s, %(latest)s, %(meta)s, %(status)s, %(int)s, %(n)s,
                     %(b)s, {EXPIRY_OF.format(th=self._th, tk="%(tk)s")})
                 ON CONFLICT (thread_key) DO UPDATE SET thread_id = EXCLUDED.thread_id,
-                    latest_id = EXCLUDED.latest_id, metadata = EXCLUDED.metadata,
+                    latest_id = EXCLUDED.latest_id, metadata = {self._owned},
                     status = EXCLUDED.status, interrupts = EXCLUDED.interrupts,
                     checkpoints = EXCLUDED.checkpoints, bytes = EXCLUDED.bytes""",
                 {

@@ -6,7 +6,8 @@ called by the scripts of ``checkpoint/redis/lua.py``) and it expires with them:
 
 - ``id``, ``c`` (created, ms), ``u`` (updated, ms), ``t`` (title), ``n`` (checkpoints),
   ``b`` (bytes written), ``l`` (latest root checkpoint id), ``m`` (its metadata JSON),
-  ``s`` (status), ``i`` (interrupts: netstrings of task id, type, data per interrupt);
+  ``s`` (status), ``i`` (interrupts: netstrings of task id, type, data per interrupt),
+  ``o`` (the owner: the user key's JSON member, kept in ``m``; see ``rec_owned``);
 - ``m<member>``: each root checkpoint's metadata JSON, so a delete that removes the
   latest checkpoint can say what the new latest one's metadata is.
 
@@ -114,22 +115,42 @@ local function rec_touch(thread_id, ts)
   redis.call('HSET', K_REC, 'n', redis.call('ZCARD', K_IDX))
 end
 
+-- The record's metadata: the checkpoint's, with the owner's member (o: the user key's
+-- '"user_id":<JSON value>' from the latest root checkpoint that had one) appended when
+-- it lacks the key: a checkpoint without it (a service resuming with only thread_id)
+-- leaves the thread its owner's; one with another user's moves it to that user.
+local function rec_owned(meta, has_key)
+  if has_key then return meta end
+  local o = redis.call('HGET', K_REC, 'o')
+  if (not o) or string.sub(meta, -1) ~= '}' then return meta end
+  local fine, t = pcall(cjson.decode, meta)
+  local key = string.match(o, '^"([^"]*)":')
+  if (not fine) or type(t) ~= 'table' or t[key] ~= nil then return meta end
+  if string.match(meta, '^{%s*}$') then return '{' .. o .. '}' end
+  return string.sub(meta, 1, -2) .. ', ' .. o .. '}'
+end
+
 -- A root checkpoint at or after the latest is the latest: its metadata and the status
 -- its pending writes give (LangGraph may store a step's writes before its checkpoint).
-local function rec_latest(member, cid)
+-- has_key: its metadata is known to name the user (a put's owner argument).
+local function rec_latest(member, cid, has_key)
   local latest = redis.call('HGET', K_REC, 'l')
   if latest and before(cid, latest) then return end
   redis.call('HSET', K_REC, 'l', cid)
   local meta = redis.call('HGET', K_REC, 'm' .. member)
-  if meta then redis.call('HSET', K_REC, 'm', meta) end
+  if meta then redis.call('HSET', K_REC, 'm', rec_owned(meta, has_key)) end
   rec_status(member)
 end
 
-local function rec_put(thread_id, ns, cid, meta, title, nbytes, ts)
+local function rec_put(thread_id, ns, cid, meta, title, nbytes, ts, owner)
   local member = ns .. '\0' .. cid
   if ns == '' then
     redis.call('HSET', K_REC, 'm' .. member, meta)
-    rec_latest(member, cid)
+    local latest = redis.call('HGET', K_REC, 'l')
+    if owner ~= '' and not (latest and before(cid, latest)) then
+      redis.call('HSET', K_REC, 'o', owner)
+    end
+    rec_latest(member, cid, owner ~= '')
   end
   if title ~= '' then redis.call('HSETNX', K_REC, 't', title) end
   redis.call('HINCRBY', K_REC, 'b', nbytes)
@@ -142,22 +163,33 @@ local function rec_writes(thread_id, ns, cid, ts)
   rec_touch(thread_id, ts)
 end
 
--- Transcript lines (KEYS[12]: id -> netstrings of role, text, time ms; KEYS[13]: ids in
--- order): a known id is skipped. Returns the position after its arguments.
+-- Transcript lines (KEYS[12]: id -> netstrings of role, text, time ms, owner; KEYS[13]:
+-- ids in order): a known id is skipped. The owner argument is the user key's member
+-- ('"user_id":"alice"', '' without one; rec_put keeps it as the record's owner): each
+-- line keeps its writer's user (the thread's owner when the put has none), so a reused
+-- thread id shows each user only their lines. Per owner, KEYS[12] counts its lines
+-- ('\0owner:' .. owner), which erasure looks for. Returns the position after its
+-- arguments.
 local function tx_put(pos, ts)
   local owner, ttl, n = ARGV[pos], tonumber(ARGV[pos + 1]), tonumber(ARGV[pos + 2])
   local first = pos + 3
   if n == 0 then return first end
-  local seq = redis.call('ZCARD', KEYS[13])
+  if owner == '' then owner = redis.call('HGET', K_REC, 'o') or '' end
+  local form = ''
+  if owner ~= '' then form = string.sub(owner, string.find(owner, ':', 1, true) + 1) end
+  local seq, added = redis.call('ZCARD', KEYS[13]), 0
   for i = 0, n - 1 do
     local id = ARGV[first + 3 * i]
-    local line = pack_list({ARGV[first + 3 * i + 1], ARGV[first + 3 * i + 2], ts})
+    local line = pack_list({ARGV[first + 3 * i + 1], ARGV[first + 3 * i + 2], ts, form})
     if redis.call('HSETNX', KEYS[12], id, line) == 1 then
       seq = seq + 1
+      added = added + 1
       redis.call('ZADD', KEYS[13], seq, id)
     end
   end
-  if owner ~= '' then redis.call('HSET', KEYS[12], '\0owner', owner) end
+  if added > 0 and form ~= '' then
+    redis.call('HINCRBY', KEYS[12], '\0owner:' .. form, added)
+  end
   for k = 12, 13 do
     if ttl > 0 then redis.call('PEXPIRE', KEYS[k], ttl) else redis.call('PERSIST', KEYS[k]) end
   end
@@ -243,11 +275,89 @@ end
 return reply
 """
 COUNT_BATCH = 2000
+
+# Transcripts: what a line's owner is (its fourth netstring; lines written before lines
+# had owners carry the transcript's one owner, field '\0owner').
+_TX_OWNER = r"""
+local function owner_of(value, legacy)
+  local pos, k = 1, 0
+  while pos <= #value do
+    local colon = string.find(value, ':', pos, true)
+    local n = tonumber(string.sub(value, pos, colon - 1))
+    k = k + 1
+    if k == 4 then return string.sub(value, colon + 1, colon + n) end
+    pos = colon + n + 1
+  end
+  return legacy
+end
+local legacy = redis.call('HGET', KEYS[1], '\0owner') or ''
+"""
+
+# KEYS: a transcript's lines and order; ARGV: an owner, offset, limit. The owner's lines
+# from ``offset`` in order, as (id, line) pairs: O(lines of the transcript) in the server.
+TX_READ = (
+    _TX_OWNER
+    + r"""
+local want, offset, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local out, skipped, start = {}, 0, 0
+while #out < 2 * limit do
+  local ids = redis.call('ZRANGE', KEYS[2], start, start + 499)
+  if #ids == 0 then break end
+  local values = redis.call('HMGET', KEYS[1], unpack(ids))
+  for i = 1, #ids do
+    local v = values[i]
+    if v and #out < 2 * limit and owner_of(v, legacy) == want then
+      if skipped < offset then
+        skipped = skipped + 1
+      else
+        out[#out + 1] = ids[i]
+        out[#out + 1] = v
+      end
+    end
+  end
+  start = start + 500
+end
+return out
+"""
+)
+
+# KEYS: a transcript's lines and order; ARGV: an owner, '1' to count only, '1' for the
+# lines of no user too. Erasure: those lines go (the transcript too when none is left).
+# Reply: how many.
+TX_DROP_OWNER = (
+    _TX_OWNER
+    + r"""
+local want, dry, none_too = ARGV[1], ARGV[2] == '1', ARGV[3] == '1'
+local all, n = redis.call('HGETALL', KEYS[1]), 0
+for i = 1, #all, 2 do
+  local f = all[i]
+  local who = string.byte(f, 1) ~= 0 and owner_of(all[i + 1], legacy)
+  if who == want or (none_too and who == '') then
+    n = n + 1
+    if not dry then
+      redis.call('HDEL', KEYS[1], f)
+      redis.call('ZREM', KEYS[2], f)
+    end
+  end
+end
+if not dry then
+  redis.call('HDEL', KEYS[1], '\0owner:' .. want)
+  if legacy == want then redis.call('HDEL', KEYS[1], '\0owner') end
+  if redis.call('ZCARD', KEYS[2]) == 0 then redis.call('DEL', KEYS[1]) end
+end
+return n
+"""
+)
+TRANSCRIPT_SCRIPTS = {"tx_read": TX_READ, "tx_drop_owner": TX_DROP_OWNER}
 """Entries per call of that script (a few milliseconds of the server's time)."""
 
 
 def _utf8(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
+
+
+def _flag(value: bool) -> bytes:
+    return b"1" if value else b"0"
 
 
 def _netstrings(raw: bytes) -> list[bytes]:
@@ -334,7 +444,7 @@ class RedisThreadIndex:
 
     def transcript_args(self, record: RecordInput) -> list[bytes | int]:
         args: list[bytes | int] = [
-            _utf8(record.owner or ""),
+            self.owner_member(record.owner),
             self.transcript_ttl_ms,
             len(record.lines),
         ]
@@ -342,11 +452,28 @@ class RedisThreadIndex:
             args.extend((_utf8(line.id), _utf8(line.role), _utf8(line.text)))
         return args
 
-    def drop_transcripts(self, thread_ids: Sequence[str], dry: bool) -> Plan[Command, int]:
-        """Erasure: the transcript lines of these threads (counted only, when ``dry``)."""
+    def owner_member(self, owner: str | None) -> bytes:
+        """The user key's JSON member (``"user_id":"alice"``) for an owner's indexed form:
+        what the record keeps as its owner (see ``rec_owned``), b"" for none."""
+        if owner is None or not self.index_keys:
+            return b""
+        return _utf8(json.dumps(self.index_keys[0]) + ":" + owner)
+
+    def drop_transcripts(
+        self, thread_ids: Sequence[str], dry: bool, owner: str | None = None
+    ) -> Plan[Command, int]:
+        """Erasure: the transcript lines of these threads (counted only, when ``dry``);
+        with ``owner``, only that user's lines and those of no user (another user's lines
+        in a reused thread id stay theirs), one script per transcript."""
         keys = [self.transcript_keys(t) for t in thread_ids]
         if not keys:
             return 0
+        if owner is not None:
+            total = 0
+            for lines, order in keys:
+                n = yield Eval("tx_drop_owner", [lines, order], [_utf8(owner), _flag(dry), b"1"])
+                total += int(n)
+            return total
         counts = yield Batch([("ZCARD", order) for _, order in keys])
         if not dry:
             yield Batch([("DEL", lines, order) for lines, order in keys])
@@ -359,7 +486,8 @@ class RedisThreadIndex:
         (when ``dry``, those of ``listed`` threads left out: they are counted apart).
 
         There is no owner index on Redis: SCAN (admin paths only) finds every
-        transcript, read and deleted ``limit`` keys per pipeline.
+        transcript; those that count lines of ``owner`` (or, written before lines had
+        owners, are ``owner``'s) lose exactly those lines, one script per transcript.
         """
         found: list[bytes] = yield Scan(_utf8(f"{glob_escape(self.prefix)}:{{*}}:tx"))
         skip = {self.transcript_keys(t)[0] for t in listed}
@@ -367,14 +495,13 @@ class RedisThreadIndex:
         total, want = 0, _utf8(owner)
         for start in range(0, len(found), max(1, limit)):
             chunk = found[start : start + max(1, limit)]
-            owners = yield Batch([("HGET", key, b"\x00owner") for key in chunk])
-            mine = [key for key, o in zip(chunk, owners, strict=True) if o == want]
-            if not mine:
-                continue
-            counts = yield Batch([("ZCARD", key + b"o") for key in mine])
-            total += sum(int(n) for n in counts)
-            if not dry:
-                yield Batch([("DEL", key, key + b"o") for key in mine])
+            owners = yield Batch(
+                [("HMGET", key, b"\x00owner:" + want, b"\x00owner") for key in chunk]
+            )
+            for key, (count, legacy) in zip(chunk, owners, strict=True):
+                if count is not None or legacy == want:
+                    n = yield Eval("tx_drop_owner", [key, key + b"o"], [want, _flag(dry), b"0"])
+                    total += int(n)
         return total
 
     def copy_transcript(self, source: str, target: str) -> Plan[Command, None]:
@@ -403,17 +530,22 @@ class RedisThreadIndex:
         self, thread_id: str, owner: str | None, limit: int, offset: int
     ) -> Plan[Command, list[tuple[str, str, str, float]]]:
         lines, order = self.transcript_keys(thread_id)
-        stored_owner, ids = yield Batch(
-            [("HGET", lines, b"\x00owner"), ("ZRANGE", order, offset, offset + limit - 1)]
-        )
-        if not ids or limit == 0 or (owner is not None and stored_owner != _utf8(owner)):
+        if limit == 0:
             return []
-        [values] = yield Batch([("HMGET", lines, *ids)])
+        if owner is None:
+            [ids] = yield Batch([("ZRANGE", order, offset, offset + limit - 1)])
+            if not ids:
+                return []
+            [values] = yield Batch([("HMGET", lines, *ids)])
+            pairs = zip(ids, values, strict=True)
+        else:
+            flat = yield Eval("tx_read", [lines, order], [_utf8(owner), offset, limit])
+            pairs = zip(flat[::2], flat[1::2], strict=True)
         out = []
-        for msg_id, value in zip(ids, values, strict=True):
+        for msg_id, value in pairs:
             if value is None:
                 continue
-            role, text, ts = _netstrings(value)
+            role, text, ts = _netstrings(value)[:3]
             out.append(
                 (
                     msg_id.decode("utf-8", "surrogatepass"),

@@ -37,6 +37,7 @@ from .core import (
     ThreadQuery,
     backfill_times,
     derive,
+    index_value,
     interrupts_from_json,
     interrupts_json,
 )
@@ -185,9 +186,15 @@ def _key_layout(key: str) -> list[str]:
 
 
 def _sql_value(form: str) -> Any:
-    """What ``json_extract`` gives for a scalar's JSON text (booleans become 0/1)."""
+    """What ``json_extract`` gives for a scalar's JSON text (booleans become 0/1,
+    integers past 64 bits a real: SQLite binds no larger integer, and reads such JSON
+    numbers as reals; Python's exact filter finishes a non-string's match)."""
     value = json.loads(form)
-    return int(value) if isinstance(value, bool) else value
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        return float(value)
+    return value
 
 
 def _stored(row: tuple[Any, ...]) -> StoredRecord:
@@ -211,6 +218,20 @@ class SqliteThreadIndex:
     def __init__(self, index_keys: Sequence[str], transcript_ttl: float | None = None) -> None:
         self.index_keys = tuple(index_keys)
         self.transcript_ttl = transcript_ttl
+
+    def _owned_metadata(self) -> str:
+        """The record's new metadata (``excluded``'s), with the row's user key when it
+        lacks one: a checkpoint without the key (a service resuming with only
+        ``thread_id``) leaves the thread its owner's; one naming another user moves it."""
+        if not self.index_keys:
+            return "excluded.metadata"
+        path = f"'$.\"{self.index_keys[0]}\"'"
+        return (
+            f"CASE WHEN json_type(excluded.metadata, {path}) IS NULL "
+            f"AND json_type(i.metadata, {path}) IS NOT NULL "
+            f"THEN json_set(excluded.metadata, {path}, json(i.metadata -> {path})) "
+            "ELSE excluded.metadata END"
+        )
 
     def setup(self) -> Plan[Query, None]:
         """Per indexed key: a column of its value, set by triggers from every write of
@@ -271,6 +292,15 @@ class SqliteThreadIndex:
     ) -> Plan[Query, None]:
         """After a checkpoint's row is written, in the same transaction."""
         now = time.time()
+        owner = record.owner
+        if record.lines and owner is None and self.index_keys:
+            # A line is its writer's user's; without the user key, the thread owner's.
+            rows: Rows = yield Query(
+                f"SELECT metadata FROM {TABLE} WHERE thread_key = ?", (tk,), fetch=True
+            )
+            held = json.loads(rows[0][0]) if rows else {}
+            if self.index_keys[0] in held:
+                owner = index_value(held[self.index_keys[0]])
         if record.lines:
             expires = None if self.transcript_ttl is None else now + self.transcript_ttl
             # The order lines are read in: microseconds, but always after the thread's
@@ -282,7 +312,7 @@ class SqliteThreadIndex:
                 f"coalesce((SELECT max(seq) FROM {TRANSCRIPTS} WHERE thread_key = ?1), -1) + 1), "
                 "?5, ?6, ?7, ?8)",
                 [
-                    (tk, line.id, record.owner, base + n, line.role, line.text, now, expires)
+                    (tk, line.id, owner, base + n, line.role, line.text, now, expires)
                     for n, line in enumerate(record.lines)
                 ],
                 many=True,
@@ -298,7 +328,7 @@ class SqliteThreadIndex:
             ON CONFLICT (thread_key) DO UPDATE SET thread_id = excluded.thread_id,
                 updated_at = max(i.updated_at, excluded.updated_at),
                 latest_id = CASE WHEN {newer} THEN excluded.latest_id ELSE i.latest_id END,
-                metadata = CASE WHEN {newer} THEN excluded.metadata ELSE i.metadata END,
+                metadata = CASE WHEN {newer} THEN {self._owned_metadata()} ELSE i.metadata END,
                 status = CASE WHEN {newer} THEN excluded.status ELSE i.status END,
                 interrupts = CASE WHEN {newer} THEN excluded.interrupts ELSE i.interrupts END,
                 title = coalesce(i.title, excluded.title),
@@ -410,7 +440,7 @@ class SqliteThreadIndex:
                     latest_id, metadata, status, interrupts, checkpoints, bytes)
                 VALUES (:tk, :tid, :now, :now, :latest, :meta, :status, :int, :n, :b)
                 ON CONFLICT (thread_key) DO UPDATE SET thread_id = excluded.thread_id,
-                    latest_id = excluded.latest_id, metadata = excluded.metadata,
+                    latest_id = excluded.latest_id, metadata = {self._owned_metadata()},
                     status = excluded.status, interrupts = excluded.interrupts,
                     checkpoints = excluded.checkpoints, bytes = excluded.bytes""",
                 {
@@ -537,12 +567,19 @@ class SqliteThreadIndex:
         )
         return _stored(rows[0]) if rows else None
 
-    def drop_transcripts(self, thread_ids: Sequence[str], dry: bool) -> Plan[Query, int]:
-        """Erasure: the transcript lines of these threads (counted only, when ``dry``)."""
-        tks = [thread_key(t) for t in thread_ids]
+    def drop_transcripts(
+        self, thread_ids: Sequence[str], dry: bool, owner: str | None = None
+    ) -> Plan[Query, int]:
+        """Erasure: the transcript lines of these threads (counted only, when ``dry``);
+        with ``owner``, only that user's lines and those of no user (another user's lines
+        in a reused thread id stay theirs)."""
+        tks: list[Any] = [thread_key(t) for t in thread_ids]
         where = f"FROM {TRANSCRIPTS} WHERE thread_key IN ({','.join('?' * len(tks))})"
         if not tks:
             return 0
+        if owner is not None:
+            where += " AND (owner IS NULL OR owner = ?)"
+            tks.append(owner)
         if dry:
             rows: Rows = yield Query(f"SELECT count(*) {where}", tks, fetch=True)
             return int(rows[0][0])

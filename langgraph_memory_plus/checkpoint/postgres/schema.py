@@ -197,4 +197,6 @@ def quote_schema(schema: str) -> str:
         raise InvalidConfigError(
             f"schema must be a plain SQL name (letters, digits, _ and $), got {schema!r}"
         )
+    if schema.startswith("pg_") or schema == "information_schema":
+        raise InvalidConfigError(f"schema {schema!r} is a PostgreSQL system schema: use your own")
     return f'"{schema}"'

@@ -10,7 +10,7 @@ values stay opaque bytes that only Python decodes.
 
 from __future__ import annotations
 
-from ...threads.redis import COUNT_ONE_NODE, RECORD_LUA, ZREM_IF
+from ...threads.redis import COUNT_ONE_NODE, RECORD_LUA, TRANSCRIPT_SCRIPTS, ZREM_IF
 
 PRELUDE = r"""
 local K_THREAD, K_IDX, K_CK, K_META, K_BLOBS, K_WRITES, K_WIDX, K_REPLAY, K_ITEMS, K_NODES =
@@ -393,7 +393,7 @@ redis.call('HSET', K_CK, member, record)
 redis.call('ZADD', K_IDX, 0, member)
 redis.call('HSET', K_THREAD, 'id', thread_id)
 if keep > 0 then trim(ns, keep) end
-rec_put(thread_id, ns, cid, ARGV[9], ARGV[10], tonumber(ARGV[11]), ARGV[12])
+rec_put(thread_id, ns, cid, ARGV[9], ARGV[10], tonumber(ARGV[11]), ARGV[12], ARGV[14])
 -- The record keeps each root checkpoint's metadata JSON; FILTER reads it for the
 -- checkpoints of every namespace.
 if ns ~= '' and ARGV[9] ~= '' then redis.call('HSET', K_REC, 'm' .. member, ARGV[9]) end
@@ -736,7 +736,9 @@ redis.call('HSET', K_THREAD, 'id', ARGV[2])
 local rec = unpack_list(ARGV[10])
 for i = 1, #rec, 2 do
   local f = rec[i]
-  if f == 't' or string.sub(f, 1, 2) == 'm\0' then redis.call('HSETNX', K_REC, f, rec[i + 1]) end
+  if f == 't' or f == 'o' or string.sub(f, 1, 2) == 'm\0' then
+    redis.call('HSETNX', K_REC, f, rec[i + 1])
+  end
 end
 rec_refresh()
 rec_touch(ARGV[2], ARGV[11])
@@ -790,3 +792,4 @@ SCRIPTS: dict[str, str] = {
 # On one index set, not a thread's keys (see threads/redis.py).
 SCRIPTS["zrem_if"] = ZREM_IF
 SCRIPTS["tix_count"] = COUNT_ONE_NODE
+SCRIPTS.update(TRANSCRIPT_SCRIPTS)  # on a transcript's two keys
