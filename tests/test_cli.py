@@ -27,6 +27,7 @@ import pytest
 from backends import machine_program
 from conftest import PG_ADMIN_URL, _fresh_database, _redis_server
 from graphs import chat_graph, human, team_graph
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.types import Command
 from test_copy_threads import pg_as_url
 from test_first_steps import closed_port as _closed_port
@@ -138,6 +139,17 @@ def test_info_stats_show(filled: str) -> None:
     if info["backend"] != "redis":
         assert info["checkpoints"] == 20 and info["store_items"] == 1
         assert info["schema_version"] == info["package_schema_version"]
+
+    with from_url(filled) as memory:  # a deleted thread is not counted (Redis counted it)
+        memory.checkpointer.put(
+            {"configurable": {"thread_id": "gone", "checkpoint_ns": ""}},
+            empty_checkpoint(),
+            {"source": "input", "step": -1},
+            {},
+        )
+        assert as_json("info", "-u", filled)["threads"] == 3
+        memory.checkpointer.delete_thread("gone")
+    assert as_json("info", "-u", filled)["threads"] == 2
 
     stats = as_json("stats", "-u", filled, "--top", "5")
     assert {t["thread_id"] for t in stats["biggest_threads"]} == {"chat", "team"}

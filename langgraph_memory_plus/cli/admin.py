@@ -191,7 +191,7 @@ def _redis_prefix(opened: Opened) -> str:
 
 
 def redis_scan(opened: Opened) -> dict[str, Any]:
-    """Keys, bytes per kind and per thread, from ``SCAN`` and batched ``MEMORY USAGE``."""
+    """Keys, bytes per kind and per live thread, from ``SCAN`` and batched ``MEMORY USAGE``."""
     from .._redis import glob_escape
 
     client = opened.saver.client
@@ -230,12 +230,28 @@ def redis_scan(opened: Opened) -> dict[str, Any]:
             flush()
     if batch:
         flush()
+    live = _live_tags(opened, sorted(tags_with_thread))
     return {
         "per_kind": per_kind,
         "keys_per_kind": keys_per_kind,
-        "per_tag": per_tag,
-        "threads": len(tags_with_thread),
+        "per_tag": Counter({tag: size for tag, size in per_tag.items() if tag in live}),
+        "threads": len(live),
     }
+
+
+def _live_tags(opened: Opened, tags: list[str]) -> set[str]:
+    """The tags of threads whose hash holds an id: a deleted thread's hash stays behind as
+    its tombstone (``live_after`` alone) and is no thread, to count or to list."""
+    client = opened.saver.client
+    prefix = _redis_prefix(opened)
+    live: set[str] = set()
+    for start in range(0, len(tags), SCAN_COUNT):
+        chunk = tags[start : start + SCAN_COUNT]
+        pipe = client.pipeline(transaction=False)
+        for tag in chunk:
+            pipe.hexists(f"{prefix}:{{{tag}}}:thread", "id")
+        live.update(tag for tag, found in zip(chunk, pipe.execute(), strict=True) if found)
+    return live
 
 
 def redis_threads(opened: Opened, tags: list[str]) -> dict[str, tuple[str, int]]:
