@@ -1,11 +1,11 @@
-"""What a managed service must allow, as the README's "Tested servers and managed services"
-section states it, run as written.
+"""What a managed service must allow, as docs/servers.md ("Tested servers and managed
+services") states it, run as written.
 
 - PostgreSQL (the wheel's 18, which has pgvector): a DBA runs ``setup()`` (and ``CREATE
   EXTENSION vector``) once and grants the tables; the application's role, which may create
   nothing, then works with ``setup=false``, semantic search included.
 - Redis (the Valkey node, which has ACLs like Redis 6+ and managed services): a user with
-  only the ACL the README gives runs every saver and store operation.
+  only the ACL the page gives runs every saver and store operation.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def embed(texts: list[str]) -> list[list[float]]:
 
 INDEX: Any = {"dims": 3, "embed": embed, "fields": ["text"]}
 
-# What the README tells a DBA to grant the application role (after setup()).
+# What docs/servers.md tells a DBA to grant the application role (after setup()).
 GRANTS = """
 GRANT USAGE ON SCHEMA {schema} TO {app};
 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {app};
@@ -100,7 +100,7 @@ async def test_an_app_role_without_create_works_after_a_dba_ran_setup(pg18_url: 
             dba.execute(sql.SQL("DROP ROLE {app}").format(**names))
 
 
-# The README's ACL for the application user, on its own keys.
+# docs/servers.md's ACL for the application user, on its own keys.
 REDIS_ACL = ["+@read", "+@write", "+@scripting", "+ping", "+scan", "+time"]
 
 

@@ -65,7 +65,8 @@ def test_the_sdist_carries_what_its_tests_need(built: Path) -> None:
         names = {name.split("/", 1)[1] for name in tf.getnames() if "/" in name}
     for needed in ["LICENSE", "README.md", "CHANGELOG.md", "pyproject.toml", ".ci/run",
                    "tests/conftest.py", "tests/backends.py", "tests/graphs.py",
-                   "examples/quickstart.py", "langgraph_memory_plus/py.typed"]:  # fmt: skip
+                   "examples/quickstart.py", "langgraph_memory_plus/py.typed",
+                   "mkdocs.yml", "docs/servers.md"]:  # fmt: skip
         assert needed in names, needed
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 

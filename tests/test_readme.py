@@ -1,7 +1,9 @@
-"""Every ```python block of README.md runs, as written, on this test run's servers.
+"""Every ```python block of README.md and of the docs/*.md pages runs, as written, on this
+test run's servers.
 
-The blocks are read from README.md in order. An HTML comment on the line right before a
-block says how it runs (a reader of the rendered README does not see it):
+The blocks are read from README.md, then from each page of docs/ (by name), in order. An
+HTML comment on the line right before a block says how it runs (a reader of the rendered
+page does not see it):
 
 - ``<!-- readme-test: prelude=builder,memory -->``: the block is a fragment that uses names
   it does not define (``builder``, ``saver``, ``model``...); the named preludes of
@@ -10,7 +12,7 @@ block says how it runs (a reader of the rendered README does not see it):
   skip message. Keep these rare.
 
 Without a comment, a block runs alone in a fresh namespace. "As written" means only
-placeholders change: the README's example URLs become this run's PostgreSQL (``pg_url``)
+placeholders change: the pages' example URLs become this run's PostgreSQL (``pg_url``)
 and Redis (``redis_url``), ``LANGGRAPH_MEMORY_URL`` names that PostgreSQL, and the
 Prometheus port 9464 becomes 0 (any free port). A block with top-level ``await`` or
 ``async with`` (an async fragment) runs on an event loop, and an ``async def main()``
@@ -35,7 +37,10 @@ from typing import Any
 import pytest
 from conftest import as_url
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+# The reference pages the docs site builds (mkdocs.yml); their blocks drift like the README's.
+DOCS = sorted((ROOT / "docs").glob("*.md"))
 MARKER = re.compile(r"<!--\s*readme-test:\s*(.*?)\s*-->")
 
 pytestmark = pytest.mark.storage
@@ -43,8 +48,10 @@ pytestmark = pytest.mark.storage
 
 @dataclass
 class Block:
-    """One ```python block: where it starts, under which heading, and how to run it."""
+    """One ```python block: in which file, where it starts, under which heading, and how to
+    run it."""
 
+    source: str
     line: int
     heading: str
     code: str
@@ -55,13 +62,16 @@ class Block:
     def id(self) -> str:
         slug = re.sub(r"[^a-z0-9]+", "-", self.heading.lower()).strip("-")[:40]
         name = f"L{self.line}-{slug}"
+        if self.source != "README.md":
+            name = re.sub(r"[^a-z0-9]+", "-", self.source.lower()).strip("-") + "-" + name
         if self.skip:
             name += "-skip-" + re.sub(r"[^a-z0-9]+", "-", self.skip.lower()).strip("-")
         return name
 
 
-def read_blocks(text: str) -> list[Block]:
-    """The python blocks of ``text`` with the directives of the comment above each."""
+def read_blocks(text: str, source: str = "README.md") -> list[Block]:
+    """The python blocks of ``text`` (the file ``source``) with the directives of the comment
+    above each."""
     blocks: list[Block] = []
     lines = text.splitlines()
     heading = ""
@@ -77,7 +87,7 @@ def read_blocks(text: str) -> list[Block]:
             while lines[i].strip() != "```":
                 body.append(lines[i])
                 i += 1
-            block = Block(start + 1, heading, "\n".join(body) + "\n")
+            block = Block(source, start + 1, heading, "\n".join(body) + "\n")
             found = MARKER.fullmatch(lines[start - 1].strip()) if start else None
             if found:
                 directive = found.group(1)
@@ -86,7 +96,7 @@ def read_blocks(text: str) -> list[Block]:
                 elif directive.startswith("prelude="):
                     block.preludes = [p.strip() for p in directive[8:].split(",") if p.strip()]
                 else:
-                    raise ValueError(f"README.md:{start}: unknown readme-test directive")
+                    raise ValueError(f"{source}:{start}: unknown readme-test directive")
             blocks.append(block)
         elif line.strip().startswith("```"):  # another language: skip to its end
             i += 1
@@ -96,7 +106,11 @@ def read_blocks(text: str) -> list[Block]:
     return blocks
 
 
-BLOCKS = read_blocks(README.read_text(encoding="utf-8"))
+BLOCKS = read_blocks(README.read_text(encoding="utf-8")) + [
+    block
+    for page in DOCS
+    for block in read_blocks(page.read_text(encoding="utf-8"), f"docs/{page.name}")
+]
 
 
 # --------------------------------------------------------------------------------------------
@@ -330,17 +344,19 @@ def test_readme_block_runs(
     for placeholder, here in placeholders(pg, redis_url):
         code = code.replace(placeholder, here)
     unknown = [name for name in block.preludes if name not in PRELUDES]
-    assert not unknown, f"README.md:{block.line}: no prelude {unknown}; have {sorted(PRELUDES)}"
+    where = f"{block.source}:{block.line}"
+    assert not unknown, f"{where}: no prelude {unknown}; have {sorted(PRELUDES)}"
     with ExitStack() as stack:
         ns: dict[str, Any] = {"__name__": f"readme_L{block.line}"}
         run = Run(pg, redis_url, stack)
         for name in block.preludes:
             PRELUDES[name](ns, run)
-        execute(code, ns, f"README.md:{block.line}")
+        execute(code, ns, where)
 
 
 def test_the_readme_has_python_blocks_and_few_skips() -> None:
-    assert len(BLOCKS) >= 15
+    assert len([b for b in BLOCKS if b.source == "README.md"]) >= 15
+    assert {"docs/servers.md"} <= {b.source for b in BLOCKS}
     skipped = [b for b in BLOCKS if b.skip]
     assert len(skipped) <= 2, [b.id for b in skipped]
 
@@ -351,3 +367,5 @@ def test_the_block_reader() -> None:
     first, second = read_blocks(text)
     assert (first.line, first.preludes, first.code) == (3, ["a", "b"], "x = 1\n")
     assert second.skip == "needs a GPU" and second.id == "L10-t-skip-needs-a-gpu"
+    (page,) = read_blocks(text.split("```sh")[0], "docs/cli.md")
+    assert page.id == "docs-cli-md-L3-t"

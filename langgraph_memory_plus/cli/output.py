@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-# Exit codes (documented in the README and in ``langgraph-memory --help``).
+# Exit codes (documented in docs/cli.md and in ``langgraph-memory --help``).
 OK = 0
 FOUND_PROBLEMS = 1  # verify found differences, doctor found problems, an operation failed
 USAGE = 2  # bad arguments or a bad URL (argparse uses 2 too)
