@@ -183,6 +183,12 @@ OPTIONS: dict[str, Option] = {
     "keep_last": Option(
         partial(_integer, minimum=1), SERVERS, "keep the newest N checkpoints per thread"
     ),
+    "list_memory_mib": Option(
+        partial(_number, minimum=0, strict=False),
+        SERVERS,
+        "MiB the saver may keep of recent list channels (messages) to skip re-reading and "
+        "re-serializing them (default 64; 0 turns it off)",
+    ),
     "transcripts": Option(
         _boolean, SERVERS, "keep each thread's clean chat history (saver.threads.transcript)"
     ),
@@ -475,7 +481,12 @@ class Memory:
 
     def _saver_options(self) -> dict[str, Any]:
         return self._component_options(
-            "keep_last", "serde", "transcripts", "transcript_ttl", "thread_index_keys"
+            "keep_last",
+            "serde",
+            "transcripts",
+            "transcript_ttl",
+            "thread_index_keys",
+            "list_memory_mib",
         )
 
     def _store_options(self) -> dict[str, Any]:
@@ -567,6 +578,7 @@ class UrlOptions(TypedDict, total=False):
     ttl: float
     refresh_on_read: bool
     keep_last: int
+    list_memory_mib: float
     schema: str
     key_prefix: str
     pool_min_size: int
