@@ -21,6 +21,8 @@ import asyncio
 import re
 import select
 import threading
+import time
+import weakref
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -37,7 +39,12 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from ._connect import CONNECT_TIMEOUT, reason
 from ._plan import Plan, adrive, before_first_command, drive
-from .errors import InvalidConfigError, MemoryConnectionError, SetupRequiredError
+from .errors import (
+    InvalidConfigError,
+    MemoryConnectionError,
+    PoolTimeoutError,
+    SetupRequiredError,
+)
 
 R = TypeVar("R")
 
@@ -326,6 +333,107 @@ class _Borrowing:
         return pool.timeout if self.reached else min(pool.timeout, CONNECT_TIMEOUT)
 
 
+PROBE_INTERVAL = 5.0
+"""Seconds a pool's last probe after a borrow timeout stands for the server's state."""
+
+
+class PgPoolTimeoutError(PoolTimeoutError, PoolTimeout):
+    """No connection of a PostgreSQL pool became free in time, and the server answers.
+
+    Also a ``psycopg_pool.PoolTimeout``, which callers of earlier versions catch.
+    """
+
+    def __init__(self, pool: ConnectionPool[Any] | AsyncConnectionPool[Any]) -> None:
+        PoolTimeout.__init__(
+            self,
+            f"no PostgreSQL connection of pool {pool.name!r} became free within "
+            f"{pool.timeout:g} seconds (all max_size={pool.max_size} are in use); use a "
+            "larger pool (pool_max_size) or fewer concurrent callers",
+        )
+        self.size = pool.max_size
+        self.timeout = pool.timeout
+
+
+class _Prober:
+    """A pool's probes of its server after borrow timeouts: one at a time, at most one
+    per :data:`PROBE_INTERVAL`; callers meanwhile take the last probe's answer.
+
+    Each probe is a connection outside the pool. One per timed-out borrow turned a busy
+    pool into a storm: a pool of 2 under a burst opened hundreds of them, filled the
+    server's ``max_connections`` and locked everyone else out. With this gate a pool
+    never holds more than its ``max_size`` plus one connection.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.alock = asyncio.Lock()
+        self.at = -PROBE_INTERVAL
+        self.failure: str | None = None
+
+    def due(self) -> bool:
+        return time.monotonic() - self.at >= PROBE_INTERVAL
+
+    def note(self, failure: MemoryConnectionError | None) -> None:
+        self.failure = None if failure is None else str(failure)
+        self.at = time.monotonic()
+
+    def verdict(self) -> None:
+        if self.failure is not None:
+            raise MemoryConnectionError(self.failure)
+
+
+_PROBERS: weakref.WeakKeyDictionary[Any, _Prober] = weakref.WeakKeyDictionary()
+_PROBERS_LOCK = threading.Lock()
+
+
+def _prober(
+    pool: ConnectionPool[Any] | AsyncConnectionPool[Any],
+) -> tuple[_Prober, str, dict[str, Any] | None] | None:
+    """The pool's prober and what to connect with; ``None`` if the pool computes its
+    connection settings (a callable), which a probe could not reproduce."""
+    conninfo, kwargs = pool.conninfo, pool.kwargs
+    if not isinstance(conninfo, str) or not (kwargs is None or isinstance(kwargs, dict)):
+        return None
+    with _PROBERS_LOCK:
+        found = _PROBERS.get(pool)
+        if found is None:
+            found = _PROBERS[pool] = _Prober()
+    return found, conninfo, kwargs
+
+
+def _check_server(pool: ConnectionPool[Any]) -> None:
+    """After a borrow timed out: :func:`unreachable` if the server is gone (see
+    :class:`_Prober`)."""
+    if (found := _prober(pool)) is None:
+        return
+    prober, conninfo, kwargs = found
+    with prober.lock:  # a running probe ends within its connect_timeout
+        if prober.due():
+            try:
+                probe(conninfo, kwargs)
+            except MemoryConnectionError as exc:
+                prober.note(exc)
+            else:
+                prober.note(None)
+    prober.verdict()
+
+
+async def _acheck_server(pool: AsyncConnectionPool[Any]) -> None:
+    """Async :func:`_check_server`."""
+    if (found := _prober(pool)) is None:
+        return
+    prober, conninfo, kwargs = found
+    async with prober.alock:
+        if prober.due():
+            try:
+                await aprobe(conninfo, kwargs)
+            except MemoryConnectionError as exc:
+                prober.note(exc)
+            else:
+                prober.note(None)
+    prober.verdict()
+
+
 class PgRunner:
     """Runs plans on a blocking ``Connection`` or ``ConnectionPool``."""
 
@@ -354,11 +462,13 @@ class PgRunner:
             try:
                 conn = stack.enter_context(pool.connection(timeout=self._borrow.first(pool)))
             except PoolTimeout:
-                if isinstance(pool.conninfo, str) and not callable(pool.kwargs):
-                    probe(pool.conninfo, pool.kwargs)  # the server's reason, if it is it
+                _check_server(pool)  # the server's reason, if it is it
                 if self._borrow.reached:
-                    raise
-                conn = stack.enter_context(pool.connection())  # only slow: wait its timeout
+                    raise PgPoolTimeoutError(pool) from None
+                try:  # only slow: wait its timeout
+                    conn = stack.enter_context(pool.connection())
+                except PoolTimeout:
+                    raise PgPoolTimeoutError(pool) from None
             self._borrow.reached = True
             yield conn
 
@@ -417,11 +527,13 @@ class AsyncPgRunner:
                 borrow = pool.connection(timeout=self._borrow.first(pool))
                 conn = await stack.enter_async_context(borrow)
             except PoolTimeout:
-                if isinstance(pool.conninfo, str) and not callable(pool.kwargs):
-                    await aprobe(pool.conninfo, pool.kwargs)
+                await _acheck_server(pool)
                 if self._borrow.reached:
-                    raise
-                conn = await stack.enter_async_context(pool.connection())
+                    raise PgPoolTimeoutError(pool) from None
+                try:
+                    conn = await stack.enter_async_context(pool.connection())
+                except PoolTimeout:
+                    raise PgPoolTimeoutError(pool) from None
             self._borrow.reached = True
             yield conn
 

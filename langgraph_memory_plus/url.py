@@ -198,6 +198,12 @@ OPTIONS: dict[str, Option] = {
     "keep_last": Option(
         partial(_integer, minimum=1), SERVERS, "keep the newest N checkpoints per thread"
     ),
+    "list_memory_mib": Option(
+        partial(_number, minimum=0, strict=False),
+        SERVERS,
+        "MiB the saver may keep of recent list channels (messages) to skip re-reading and "
+        "re-serializing them (default 64; 0 turns it off)",
+    ),
     "transcripts": Option(
         _boolean, SERVERS, "keep each thread's clean chat history (saver.threads.transcript)"
     ),
@@ -520,6 +526,7 @@ class Memory:
             "transcripts",
             "transcript_ttl",
             "thread_index_keys",
+            "list_memory_mib",
         )
 
     def _store_options(self, *names: str) -> dict[str, Any]:
@@ -645,6 +652,7 @@ class UrlOptions(TypedDict, total=False):
     store_ttl: float
     refresh_on_read: bool
     keep_last: int
+    list_memory_mib: float
     schema: str
     key_prefix: str
     pool_min_size: int

@@ -354,3 +354,96 @@ def test_random_sequences_match_in_memory_saver(saver_factory: Any, n: int) -> N
     sequence = Sequence(seed, saver_factory)
     with _named(sequence):
         sequence.run()
+
+
+# -- pending writes: the order InMemorySaver gives (issue 34) --------------------------------
+# InMemorySaver returns a checkpoint's pending writes sorted by ``writes_sort_key`` with the
+# task path of the call that stored each write; ours kept one path per task, so a task's
+# writes stored by calls with different paths came back in another order.
+
+_MSG, _ERR = [("messages", 1)], [("__error__", "x")]
+_PUT_WRITES_CASES: dict[str, list[tuple[list[tuple[str, Any]], str, str]]] = {
+    "error after writes, other path": [(_MSG, "t1", ""), (_ERR, "t1", "p")],
+    "error after writes, same path": [(_MSG, "t1", "p"), (_ERR, "t1", "p")],
+    "error then writes, other path": [(_ERR, "t1", "q"), (_MSG, "t1", "")],
+    "special replaced by another path": [
+        ([("__error__", "x"), ("messages", 1)], "t1", "a"),
+        ([("__error__", "y")], "t1", "z"),
+        ([("messages", 2), ("other", 3)], "t1", ""),  # a regular write stored stays
+    ],
+    "two tasks": [([("messages", 1)], "t2", "p"), ([("__error__", "x")], "t1", "p")],
+}
+
+
+def _pending(saver: Any, config: Any) -> list[tuple[str, str, Any]]:
+    found = saver.get_tuple(config)
+    return [tuple(w) for w in found.pending_writes]
+
+
+@pytest.mark.parametrize("case", list(_PUT_WRITES_CASES))
+def test_pending_writes_order_matches_in_memory_saver(saver_factory: Any, case: str) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    def play(saver: Any) -> list[tuple[str, str, Any]]:
+        config = {"configurable": {"thread_id": f"pw-{uuid.uuid4()}", "checkpoint_ns": ""}}
+        stored = saver.put(config, empty_checkpoint(), {}, {})
+        for writes, task_id, path in _PUT_WRITES_CASES[case]:
+            saver.put_writes(stored, writes, task_id, path)
+        return _pending(saver, stored)
+
+    expected = play(InMemorySaver())
+    with saver_factory() as saver:
+        assert play(saver) == expected
+
+
+def _failing_graph(failing: str) -> Any:
+    """``ok`` writes and ends first; ``failing`` (named to sort before or after it) raises."""
+
+    def ok(state: State) -> dict[str, Any]:
+        return {"messages": [AIMessage("ok", id="ok")], "items": ["ok"]}
+
+    def fail(state: State) -> dict[str, Any]:
+        import time
+
+        time.sleep(0.05)  # after ok's writes are stored: LangGraph drops late ones
+        raise ValueError("boom")
+
+    b = StateGraph(State)
+    b.add_node("ok", ok)
+    b.add_node(failing, fail)
+    b.add_edge(START, "ok")
+    b.add_edge(START, failing)
+    return b
+
+
+@pytest.mark.parametrize("failing", ["a_fails", "z_fails"])
+def test_failed_step_pending_writes_match_and_copies_verify(
+    saver_factory: Any, failing: str
+) -> None:
+    from langgraph_memory_plus.migration import copy_threads
+
+    builder = _failing_graph(failing)
+
+    def run(saver: Any, thread_id: str) -> list[Any]:
+        graph = builder.compile(checkpointer=saver)
+        config: Any = {"configurable": {"thread_id": thread_id}}
+        with pytest.raises(ValueError, match="boom"):
+            graph.invoke({"messages": [HumanMessage("hi", id="h")]}, config)
+        history = [_pending(saver, s.config) for s in graph.get_state_history(config)]
+        # task ids hash the thread id: compared by order of first appearance
+        seen: dict[str, int] = {}
+        return [[(seen.setdefault(t, len(seen)), c, v) for t, c, v in w] for w in history]
+
+    reference = InMemorySaver()
+    theirs, ours_id = f"fail-{uuid.uuid4()}", f"fail-{uuid.uuid4()}"
+    expected = run(reference, theirs)
+    channels = [channel for _, channel, _ in expected[0]]
+    assert "__error__" in channels and "messages" in channels
+    with saver_factory() as saver:
+        assert run(saver, ours_id) == expected
+        into_ours = copy_threads(reference, saver, [theirs], verify=True)
+        assert into_ours.differences == []
+        assert into_ours.threads == [theirs]
+        from_ours = copy_threads(saver, InMemorySaver(), [ours_id], verify=True)
+        assert from_ours.differences == []
+        assert from_ours.threads == [ours_id]

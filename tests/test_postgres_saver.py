@@ -2051,10 +2051,10 @@ async def test_migrations_from_the_first_layout_keep_what_was_stored(
     )
     assert rows
     for tk, ns, cid, task_id, path, record in rows:
-        for idx, channel, typ, data in task_writes.unpack(record):
+        for idx, channel, typ, data, own in task_writes.unpack(record, path):
             run(
                 "INSERT INTO {}.lgmp_writes VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (tk, ns, cid, task_id, idx, path, channel, typ, data),
+                (tk, ns, cid, task_id, idx, own, channel, typ, data),
             )
     nodes = run(
         "INSERT INTO {}.lgmp_nodes SELECT thread_key, checkpoint_ns, item_id, data "

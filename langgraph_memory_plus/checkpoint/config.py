@@ -56,6 +56,16 @@ class SaverOptions(TypedDict, total=False):
     transcripts: bool
     transcript_ttl: float | None
     listeners: Sequence[Listener] | None
+    list_memory_mib: float
+
+
+def list_memory_bytes(mib: Any) -> int:
+    """``list_memory_mib`` (MiB a saver's list memory may hold; 0 turns it off) in bytes."""
+    if isinstance(mib, bool) or not isinstance(mib, (int, float)) or not mib >= 0:
+        raise InvalidConfigError(f"list_memory_mib must be a number of MiB >= 0, got {mib!r}")
+    if math.isinf(mib):
+        raise InvalidConfigError("list_memory_mib must be finite")
+    return int(mib * 1024 * 1024)
 
 
 @dataclass(frozen=True)

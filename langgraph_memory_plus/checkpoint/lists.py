@@ -360,12 +360,15 @@ class _Known:
     bytes alone if the element cannot be rebuilt from a template exactly.
 
     The state is one tuple, replaced whole, so threads reading it at once see either.
+    ``size`` is the serialized length, which the template's msgpack about equals: what
+    :class:`ListMemory` counts for the item's data.
     """
 
-    __slots__ = ("state",)
+    __slots__ = ("size", "state")
 
     def __init__(self, typed: Typed) -> None:
         self.state: tuple[Any, Typed | None] = (None, typed)
+        self.size = len(typed[1])
 
     @staticmethod
     def fresh_all(items: Sequence[_Known], load: Callable[[str, bytes], Any]) -> list[Any]:
@@ -401,16 +404,82 @@ class _Known:
 
 MemoKey = tuple[bytes, str, str]  # thread key, namespace, channel
 
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+"""What a saver's list memory may hold by default (its estimate, see :class:`ListMemory`).
+
+A chat message costs about 5.5 KiB here (its item, and the objects, fingerprints and marks
+of the up to four views that hold it), so 64 MiB keeps some 12,000 messages: the recent
+lists of a hundred busy threads of a hundred messages each, more than a web worker serves
+at once. Past it the least recently used lists go; a list not remembered is read from
+storage, and its next put serializes it again, so the cap trades speed, never behaviour.
+The former caps (1,024 lists, 200,000 items) allowed about 1 GiB."""
+
+# The estimate's parts, in bytes, measured with tracemalloc on chat messages and small
+# dicts (tests/test_list_memory.py checks it stays above what tracemalloc sees). An item:
+# its entry, id, _Known and state, beside its serialized data. A view's element: the
+# object and its __dict__, the fingerprint and marks tuples (the ints of the marks), per
+# field and besides, and the element's data once more (its strings). A version: a slot per
+# item id.
+ITEM_BYTES = 320
+ELEMENT_BYTES = 400
+FIELD_BYTES = 140
+ID_BYTES = 16
+
+
+def _view_bytes(view: ListView, sizes: Callable[[bytes, int], int]) -> int:
+    """The estimated size of what ``view`` keeps alive (see :data:`ELEMENT_BYTES`)."""
+    ids = view.version.item_ids
+    fields = sum(map(len, filter(None, view.fingerprints)))
+    return (
+        ELEMENT_BYTES * len(ids)
+        + FIELD_BYTES * fields
+        + sum(map(sizes, ids, repeat(0)))
+        + ID_BYTES * len(view.objects)
+    )
+
+
+def _version_bytes(version: ListVersion) -> int:
+    return ID_BYTES * (len(version.item_ids) + len(version.page_ids) + len(version.ref.tail))
+
 
 @dataclass
 class _Channel:
     versions: OrderedDict[bytes, ListVersion] = field(default_factory=OrderedDict)
     views: list[ListView] = field(default_factory=list)
     items: dict[bytes, _Known] = field(default_factory=dict)
+    sizes: dict[bytes, int] = field(default_factory=dict)
+    """The data size of each of ``items`` (:attr:`_Known.size`)."""
+    item_bytes: int = 0
+    view_bytes: dict[int, int] = field(default_factory=dict)
+    """The estimate of each view, by ``id`` of the view."""
+    total: int = 0
+    """The estimate of everything the channel keeps."""
+
+    def add_item(self, iid: bytes, known: _Known) -> None:
+        self.items[iid] = known
+        self.sizes[iid] = known.size
+        self.item_bytes += ITEM_BYTES + known.size
+
+    def keep_items(self, used: set[bytes]) -> None:
+        self.items = {i: k for i, k in self.items.items() if i in used}
+        self.sizes = {i: n for i, n in self.sizes.items() if i in used}
+        self.item_bytes = ITEM_BYTES * len(self.sizes) + sum(self.sizes.values())
+
+    def measure(self) -> int:
+        """Bring :attr:`total` up to date; the change."""
+        live = {id(v) for v in self.views}
+        self.view_bytes = {k: n for k, n in self.view_bytes.items() if k in live}
+        before = self.total
+        self.total = (
+            self.item_bytes
+            + sum(self.view_bytes.values())
+            + sum(map(_version_bytes, self.versions.values()))
+        )
+        return self.total - before
 
 
 class ListMemory:
-    """Per-saver memory of recent lists, bounded and safe to share between threads.
+    """Per-saver memory of recent lists, bounded in bytes and safe to share between threads.
 
     Per channel: the last few versions (their item and page ids), the items they use
     (bytes or a decoded template), and the last few *views*, the objects a read handed
@@ -419,6 +488,10 @@ class ListMemory:
     only the rest. A channel keeps several versions, not just one: ``list()`` and history
     views read older versions, and those reads must not evict the one the next step
     builds on.
+
+    What it keeps is estimated (:data:`ITEM_BYTES` and the like: counts and data lengths,
+    never a walk over objects) and held under ``max_bytes`` by forgetting the least
+    recently used channels, the one just used too if it alone is larger.
     """
 
     def __init__(
@@ -426,18 +499,19 @@ class ListMemory:
         max_lists: int = 1024,
         versions_per_list: int = 8,
         views_per_list: int = 4,
-        max_items: int = 200_000,
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.max_lists = max_lists
         self.versions_per_list = versions_per_list
         self.views_per_list = views_per_list
-        self.max_items = max_items
+        self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._channels: OrderedDict[MemoKey, _Channel] = OrderedDict()
         # The keys of ``_channels`` by thread: a put looks only at its own thread's
         # channels, not at every thread's the memory holds (up to ``max_lists``).
         self._by_thread: dict[bytes, set[MemoKey]] = {}
         self._items = 0  # items known over all channels
+        self.bytes = 0  # the estimate over all channels
         # Objects tasks returned as updates (they hold a reference, so ids stay unique).
         self._written: dict[MemoKey, dict[int, Any]] = {}
 
@@ -567,16 +641,18 @@ class ListMemory:
             before = len(channel.items)
             for iid in version.item_ids:
                 if iid not in channel.items and iid in items:
-                    channel.items[iid] = items[iid]
+                    channel.add_item(iid, items[iid])
             longest = max(len(v.item_ids) for v in channel.versions.values())
             if len(channel.items) > 2 * longest + PAGE_SIZE:
                 # Items no remembered version uses any more (trimmed, replaced).
-                used = {iid for v in channel.versions.values() for iid in v.item_ids}
-                channel.items = {i: k for i, k in channel.items.items() if i in used}
+                channel.keep_items({iid for v in channel.versions.values() for iid in v.item_ids})
+            if view is not None:
+                channel.view_bytes[id(view)] = _view_bytes(view, channel.sizes.get)
             self._items += len(channel.items) - before
+            self.bytes += channel.measure()
             self._channels.move_to_end(key)
-            while len(self._channels) > 1 and (
-                len(self._channels) > self.max_lists or self._items > self.max_items
+            while self._channels and (
+                len(self._channels) > self.max_lists or self.bytes > self.max_bytes
             ):
                 self._drop(next(iter(self._channels)))
 
@@ -584,6 +660,7 @@ class ListMemory:
         channel = self._channels.pop(key, None)
         if channel is not None:
             self._items -= len(channel.items)
+            self.bytes -= channel.total
             keys = self._by_thread[key[0]]
             keys.discard(key)
             if not keys:
@@ -615,6 +692,7 @@ class ListMemory:
             self._channels.clear()
             self._by_thread.clear()
             self._items = 0
+            self.bytes = 0
 
 
 def chunk_list(

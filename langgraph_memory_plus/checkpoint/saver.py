@@ -38,11 +38,12 @@ from .config import (
     SaverSettings,
     Target,
     TTLConfig,
+    list_memory_bytes,
     read_checkpoint_target,
     read_target,
     thread_key,
 )
-from .lists import ListMemory
+from .lists import DEFAULT_MAX_BYTES, ListMemory
 
 if TYPE_CHECKING:
     from ..threads.api import ThreadPlans, Threads
@@ -130,13 +131,14 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         transcripts: bool = False,
         transcript_ttl: float | None = None,
         listeners: Sequence[Listener] | None = None,
+        list_memory_mib: float = DEFAULT_MAX_BYTES / (1024 * 1024),
     ) -> None:
         super().__init__(serde=serde)
         self._init_listeners(listeners)
         self.settings = SaverSettings.build(
             ttl, keep_last, thread_index_keys, transcripts, transcript_ttl
         )
-        self._lists = ListMemory()
+        self._lists = ListMemory(max_bytes=list_memory_bytes(list_memory_mib))
         self._recorded = RecordedIds()
 
     @property

@@ -14,6 +14,12 @@ existing rows with ``string_agg``).
 A second call for the same task merges as ``BaseCheckpointSaver`` says: a regular write
 (index >= 0) already stored stays, a special one (``ERROR``, ``INTERRUPT``, ``RESUME``...,
 whose index is negative) is replaced.
+
+Each write keeps the task path of the call that stored it, as ``InMemorySaver`` does, since
+pending writes are read back in ``writes_sort_key`` order, by path first: the record has
+one path (its row's, or its head on Redis), and a write stored by a call with another path
+carries that one after its index (``<index> <path>``). A task's calls almost always share
+a path, so records stay as they were.
 """
 
 from __future__ import annotations
@@ -22,8 +28,8 @@ from collections.abc import Iterable, Sequence
 
 from .codec import EncodedWrite
 
-Write = tuple[int, str, str, bytes]
-"""(index, channel, type, data)."""
+Write = tuple[int, str, str, bytes, str]
+"""(index, channel, type, data, task path)."""
 
 WriteRow = tuple[str, str, str, bytes, str, int]
 """(task_id, channel, type, data, task_path, index): a row of ``StoredCheckpoint.writes``."""
@@ -33,13 +39,18 @@ def _netstring(data: bytes) -> bytes:
     return b"%d:%s" % (len(data), data)
 
 
-def pack(writes: Iterable[Write]) -> bytes:
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def pack(writes: Iterable[Write], path: str) -> bytes:
+    """The record of ``writes`` whose own path is ``path`` unless it says otherwise."""
     return b"".join(
-        _netstring(b"%d" % idx)
-        + _netstring(channel.encode("utf-8", "surrogatepass"))
-        + _netstring(typ.encode("utf-8", "surrogatepass"))
+        _netstring(b"%d" % idx if own == path else b"%d %s" % (idx, _utf8(own)))
+        + _netstring(_utf8(channel))
+        + _netstring(_utf8(typ))
         + _netstring(data)
-        for idx, channel, typ, data in writes
+        for idx, channel, typ, data, own in writes
     )
 
 
@@ -60,7 +71,8 @@ def split_head(raw: bytes) -> tuple[bytes, bytes]:
     return head, view[pos:]
 
 
-def unpack(raw: bytes) -> list[Write]:
+def unpack(raw: bytes, path: str) -> list[Write]:
+    """The writes of a record whose path is ``path``."""
     parts: list[bytes] = []
     view = bytes(raw)
     pos = 0
@@ -69,19 +81,23 @@ def unpack(raw: bytes) -> list[Write]:
         parts.append(part)
     if len(parts) % 4:
         raise ValueError("malformed pending-writes record")
-    return [
-        (
-            int(parts[i]),
-            parts[i + 1].decode("utf-8", "surrogatepass"),
-            parts[i + 2].decode("utf-8", "surrogatepass"),
-            parts[i + 3],
+    out: list[Write] = []
+    for i in range(0, len(parts), 4):
+        idx, own, other = parts[i].partition(b" ")
+        out.append(
+            (
+                int(idx),
+                parts[i + 1].decode("utf-8", "surrogatepass"),
+                parts[i + 2].decode("utf-8", "surrogatepass"),
+                parts[i + 3],
+                other.decode("utf-8", "surrogatepass") if own else path,
+            )
         )
-        for i in range(0, len(parts), 4)
-    ]
+    return out
 
 
 def of_encoded(writes: Sequence[EncodedWrite]) -> list[Write]:
-    return [(w.idx, w.channel, w.type, w.data) for w in writes]
+    return [(w.idx, w.channel, w.type, w.data, w.task_path) for w in writes]
 
 
 def merge(stored: Sequence[Write], new: Sequence[Write]) -> list[Write]:
@@ -95,4 +111,5 @@ def merge(stored: Sequence[Write], new: Sequence[Write]) -> list[Write]:
 
 def rows(task_id: str, task_path: str, raw: bytes) -> list[WriteRow]:
     """A stored record as rows of ``StoredCheckpoint.writes``."""
-    return [(task_id, ch, typ, data, task_path, idx) for idx, ch, typ, data in unpack(raw)]
+    writes = unpack(raw, task_path)
+    return [(task_id, ch, typ, data, own, idx) for idx, ch, typ, data, own in writes]

@@ -614,7 +614,7 @@ class PostgresCheckpointPlans:
             return
         assert target.checkpoint_id is not None
         new = task_writes.merge([], task_writes.of_encoded(writes))
-        record = task_writes.pack(new)
+        record = task_writes.pack(new, writes[0].task_path)
         _check_record(record, writes[0].task_id)
         params = self._thread_params(target)
         params.update(
@@ -650,14 +650,17 @@ class PostgresCheckpointPlans:
         key = """thread_key = %(tk)s AND checkpoint_ns = %(ns)s AND checkpoint_id = %(id)s
             AND task_id = %(task_id)s"""
         rows: Rows = yield Query(
-            f"SELECT writes FROM {self._wr} WHERE {key} FOR UPDATE", params, fetch=True
+            f"SELECT writes, task_path FROM {self._wr} WHERE {key} FOR UPDATE",
+            params,
+            fetch=True,
         )
         if not rows:
             return
-        stored = task_writes.unpack(rows[0][0])
+        path = rows[0][1]
+        stored = task_writes.unpack(rows[0][0], path)
         merged = task_writes.merge(stored, new)
         if merged != stored:
-            record = task_writes.pack(merged)
+            record = task_writes.pack(merged, path)
             _check_record(record, params["task_id"])
             yield Query(
                 f"UPDATE {self._wr} SET writes = %(merged)s WHERE {key}",

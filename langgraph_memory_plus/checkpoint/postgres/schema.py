@@ -146,7 +146,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     (
         _TASK_WRITES,
-        # Existing writes, packed as task_writes.pack does: four netstrings per write.
+        # Existing writes, packed as task_writes.pack does: four netstrings per write, the
+        # write's own path after its index where it is not the record's.
         """
         INSERT INTO {s}.lgmp_task_writes
             (thread_key, checkpoint_ns, checkpoint_id, task_id, task_path, writes)
@@ -157,8 +158,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
                 || convert_to(octet_length(f.ty)::text || ':', 'UTF8') || f.ty
                 || convert_to(octet_length(w.blob)::text || ':', 'UTF8') || w.blob,
                 ''::bytea ORDER BY w.idx)
-        FROM {s}.lgmp_writes w
-        CROSS JOIN LATERAL (SELECT convert_to(w.idx::text, 'UTF8') AS idx,
+        FROM (
+            SELECT *, min(task_path) OVER (
+                PARTITION BY thread_key, checkpoint_ns, checkpoint_id, task_id) AS path
+            FROM {s}.lgmp_writes
+        ) w
+        CROSS JOIN LATERAL (SELECT convert_to(w.idx::text
+                || CASE WHEN w.task_path = w.path THEN '' ELSE ' ' || w.task_path END,
+                'UTF8') AS idx,
             convert_to(w.channel, 'UTF8') AS ch, convert_to(w.type, 'UTF8') AS ty) f
         GROUP BY w.thread_key, w.checkpoint_ns, w.checkpoint_id, w.task_id
         ON CONFLICT DO NOTHING

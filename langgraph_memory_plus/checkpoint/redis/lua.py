@@ -108,10 +108,13 @@ end
 -- A task's record is its path, then (idx, channel, type, data) per write. A later call
 -- merges as BaseCheckpointSaver says: a regular write (idx >= 0) stored first stays, a
 -- special one (negative idx: error, interrupt...) is replaced. Python writes idx in
--- plain decimal, so equal strings are equal indexes.
+-- plain decimal, so equal strings are equal indexes. A write keeps the path of the call
+-- that stored it: one other than the record's follows its idx ("<idx> <path>").
 local function merge_writes(stored, new)
   local t, add, at = unpack_list(stored), unpack_list(new), {}
-  for i = 2, #t, 4 do at[t[i]] = i end
+  local own = ''
+  if add[1] ~= t[1] then own = ' ' .. add[1] end
+  for i = 2, #t, 4 do at[string.match(t[i], '^%S+')] = i end
   for i = 2, #add, 4 do
     local j = at[add[i]]
     if not j then
@@ -121,7 +124,8 @@ local function merge_writes(stored, new)
       j = nil
     end
     if j then
-      for k = 0, 3 do t[j + k] = add[i + k] end
+      t[j] = add[i] .. own
+      for k = 1, 3 do t[j + k] = add[i + k] end
     end
   end
   return pack_list(t)

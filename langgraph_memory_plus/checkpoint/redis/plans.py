@@ -505,7 +505,8 @@ class RedisCheckpointPlans:
         task_id = writes[0].task_id
         # One call's duplicates merge here; the script merges what an earlier call stored.
         merged = task_writes.merge([], task_writes.of_encoded(writes))
-        record = _netstrings([_utf8(writes[0].task_path)]) + task_writes.pack(merged)
+        path = writes[0].task_path
+        record = _netstrings([_utf8(path)]) + task_writes.pack(merged, path)
         what = f"the pending writes of task {task_id!r} together"
         if len(record) > self.max_value_bytes:
             raise ValueTooLargeError(what, len(record), self.max_value_bytes)

@@ -84,6 +84,9 @@ RECHECK_SECONDS = 60.0
 logger = logging.getLogger(__name__)
 
 LIVE = "(s.expires_at IS NULL OR s.expires_at > now())"
+# The one order in which writes lock rows (byte order: Python's order of the same text),
+# so that two batches over the same keys never wait for each other in a cycle.
+LOCK_ORDER = "s.prefix, s.key"  # the columns are COLLATE "C"
 
 _SQL_OPS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 _WS = r"[ \t\n\v\f\r]*"
@@ -630,7 +633,8 @@ class PostgresStorePlans:
         literal, quoting the JSON value in it with a regex, and the server parses the
         literal back, which made a put about 45 µs (a fifth) slower. Several items go as
         arrays, so the statement's text, and so its prepared statement, is the same for
-        any number of items.
+        any number of items; they are inserted in the order given (sorted by the caller),
+        each locking its row, or the row's new index entry, as it goes.
         """
         columns: dict[str, tuple[str, list[Any]]] = {
             "p": ("text", [prefix_text(r.namespace) for r in requests]),
@@ -653,9 +657,9 @@ class PostgresStorePlans:
             covers = "t.prefix_hash = ANY(string_to_array(w.tombs, ','))"
             extra = {}
         slots = ", ".join(f"%({n})s::{t}{'' if one else '[]'}" for n, (t, _) in columns.items())
-        source = f"(VALUES ({slots}))" if one else f"unnest({slots})"
+        source = f"(VALUES ({slots}))" if one else f"unnest({slots}) WITH ORDINALITY"
         params = {n: values[0] if one else values for n, (_, values) in columns.items()}
-        names = "prefix, key, value, escaped, ttl" + ("" if one else ", tombs")
+        names = "prefix, key, value, escaped, ttl" + ("" if one else ", tombs, n")
         return Query(
             f"""
             INSERT INTO {self._t} AS s ({INSERTED})
@@ -663,102 +667,94 @@ class PostgresStorePlans:
                 now() + w.ttl * interval '1 minute', w.ttl
             FROM {source} AS w({names})
             WHERE NOT EXISTS (SELECT FROM {self._tombs} t WHERE {covers} AND t.until > now())
+            {"" if one else "ORDER BY w.n"}
             {on_conflict}""",
             {**params, **extra},
             fetch=fetch,
             standalone=standalone,
         )
 
-    def _check_versions(self, conditional: list[WriteRequest]) -> Plan[Query, set[tuple[str, str]]]:
-        """Lock the rows conditional writes target and check their versions.
+    def _claim(self, requests: list[WriteRequest]) -> Plan[Query, set[tuple[str, str]]]:
+        """Lock every address of a batch that writes in several statements, in one sorted
+        pass, and check the versions conditional writes expect (a mismatch raises).
 
-        Returns the addresses that have a row (live or expired). Rows absent now are
-        created with ``ON CONFLICT DO NOTHING``, so a racing creator is caught too.
+        An existing row is locked; an absent one is claimed with a placeholder row (expired,
+        version 0, seen by nobody else), whose index entry holds racing writers of that
+        address until this transaction ends. Locking existing rows first and creating new
+        ones later took locks out of order, and two such batches deadlocked. Returns the
+        addresses that got a placeholder: the batch overwrites or deletes each.
         """
         rows: Rows = yield Query(
             f"""
-            SELECT s.prefix, s.key, CASE WHEN {LIVE} THEN s.version ELSE 0 END
-            FROM {self._t} s JOIN unnest(%s::text[], %s::text[]) AS r(prefix, key)
-                ON s.prefix = r.prefix AND s.key = r.key
-            ORDER BY s.prefix, s.key FOR UPDATE OF s""",
-            (
-                [prefix_text(r.namespace) for r in conditional],
-                [escape_text(r.key) for r in conditional],
-            ),
+            INSERT INTO {self._t} AS s ({INSERTED})
+            SELECT w.prefix, w.key, 'null'::jsonb, false, 0, now(), now(), '-infinity', NULL
+            FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS w(prefix, key, n)
+            ORDER BY w.n
+            ON CONFLICT (prefix, key) DO UPDATE SET version = s.version
+            RETURNING s.prefix, s.key, s.xmax = 0, CASE WHEN {LIVE} THEN s.version ELSE 0 END""",
+            ([prefix_text(r.namespace) for r in requests], [escape_text(r.key) for r in requests]),
             fetch=True,
         )
-        current = {(row[0], row[1]): int(row[2]) for row in rows}
-        for request in conditional:
-            found = current.get((prefix_text(request.namespace), escape_text(request.key)), 0)
+        current = {(row[0], row[1]): int(row[3]) for row in rows}
+        for request in requests:
+            if request.expected_version is None:
+                continue
+            found = current.get(_at(request), 0)
             if found != request.expected_version:
                 raise conflict_error(request, found)
-        return set(current)
+        return {(row[0], row[1]) for row in rows if row[2]}
+
+    def _delete(self, addresses: list[tuple[str, str]], standalone: bool) -> Query:
+        """Delete the rows at ``addresses``, locking them in :data:`LOCK_ORDER`."""
+        return Query(
+            f"""DELETE FROM {self._t} s USING (
+                SELECT s.prefix, s.key FROM {self._t} s
+                JOIN unnest(%s::text[], %s::text[]) AS r(prefix, key)
+                    ON s.prefix = r.prefix AND s.key = r.key
+                ORDER BY {LOCK_ORDER} FOR UPDATE OF s
+            ) k
+            WHERE s.prefix = k.prefix AND s.key = k.key""",
+            ([a[0] for a in addresses], [a[1] for a in addresses]),
+            standalone=standalone,
+        )
 
     def write(self, requests: list[WriteRequest]) -> Plan[Query, int]:
-        conditional = [r for r in requests if r.expected_version is not None]
-        existing = (yield from self._check_versions(conditional)) if conditional else set()
-        deletes = [r for r in requests if r.value is None]
+        """Write a batch's puts and deletes (one per address), locking rows in one order.
+
+        Concurrent batches over the same keys deadlocked when each locked rows in the order
+        it named them. Every statement here takes rows, and new index entries, in
+        :data:`LOCK_ORDER`; a batch of several statements first claims all its addresses
+        in one statement (:meth:`_claim`), so no later statement takes a new lock.
+        """
+        requests = sorted(requests, key=_at)
+        deletes = [_at(r) for r in requests if r.value is None]
         puts = [r for r in requests if r.value is not None]
+        several = bool(deletes and puts) or any(r.expected_version is not None for r in requests)
+        claimed = (yield from self._claim(requests)) if several else set()
         # A write that is one statement is atomic by itself: without BEGIN and COMMIT it
         # costs one round trip instead of three.
-        alone = not conditional and not (deletes and puts) and all(r.vectors is None for r in puts)
+        alone = not several and all(r.vectors is None for r in puts)
         if deletes:
-            yield Query(
-                f"""DELETE FROM {self._t} s USING unnest(%s::text[], %s::text[]) AS r(prefix, key)
-                WHERE s.prefix = r.prefix AND s.key = r.key""",
-                (
-                    [prefix_text(r.namespace) for r in deletes],
-                    [escape_text(r.key) for r in deletes],
-                ),
-                standalone=alone,
-            )
-        creates: list[WriteRequest] = []
-        upserts: list[WriteRequest] = []
-        for r in puts:
-            create = r.expected_version is not None and (
-                (prefix_text(r.namespace), escape_text(r.key)) not in existing
-            )
-            (creates if create else upserts).append(r)
+            yield self._delete(deletes, standalone=alone)
         written: set[tuple[str, str]] = set()
-        if upserts:
+        if puts:
             rows: Rows = yield self._insert(
-                upserts,
+                puts,
                 replace_existing("s", "now()") + " RETURNING s.prefix, s.key",
                 fetch=True,
                 standalone=alone,
             )
             written.update((row[0], row[1]) for row in rows)
-        if creates:
-            made: Rows = yield self._insert(
-                creates,
-                "ON CONFLICT (prefix, key) DO NOTHING RETURNING s.prefix, s.key",
-                fetch=True,
-                standalone=False,
-            )
-            written.update((row[0], row[1]) for row in made)
-            missing = [r for r in creates if _at(r) not in written]
-            if missing:
-                dropped = yield from self._tombstoned(missing)
-                for request, gone in zip(missing, dropped, strict=True):
-                    if not gone:
-                        raise conflict_error(request, None)
+        # Only a tombstone drops a put (no racing creator: the batch claimed its addresses
+        # first if it has to know); a dropped put's placeholder goes.
+        missing = [r for r in puts if _at(r) not in written]
+        leftover = [_at(r) for r in missing if _at(r) in claimed]
+        if leftover:
+            yield self._delete(leftover, standalone=False)
         indexed = [r for r in puts if r.vectors is not None and _at(r) in written]
         if indexed:
             yield from self._write_vectors(indexed)
-        return len(puts) - sum(_at(r) in written for r in puts)
-
-    def _tombstoned(self, requests: list[WriteRequest]) -> Plan[Query, list[bool]]:
-        """Per request, whether a live tombstone drops it (as the insert saw it: ``now()``
-        is the transaction's time, and placing a tombstone waits for this transaction)."""
-        ancestors = [ancestor_hashes(r.namespace) for r in requests]
-        rows: Rows = yield Query(
-            f"SELECT prefix_hash FROM {self._tombs} WHERE prefix_hash = ANY(%s::text[]) "
-            "AND until > now()",
-            (sorted({h for hashes in ancestors for h in hashes}),),
-            fetch=True,
-        )
-        live = {row[0] for row in rows}
-        return [bool(live.intersection(hashes)) for hashes in ancestors]
+        return len(missing)
 
     def tombstone(self, prefix: Namespace, hold_seconds: float) -> Plan[Query, None]:
         # SHARE mode waits for every write in progress on the items and holds new ones
@@ -815,8 +811,14 @@ class PostgresStorePlans:
 
     def delete_namespace(self, prefix: Namespace) -> Plan[Query, int]:
         sql = _Sql()
-        rows: Rows = yield Query(
-            f"""WITH gone AS (DELETE FROM {self._t} s WHERE {sql.scope(prefix)} RETURNING 1)
+        rows: Rows = yield Query(  # in LOCK_ORDER, as writes lock (see write)
+            f"""WITH gone AS (
+                DELETE FROM {self._t} s USING (
+                    SELECT s.prefix, s.key FROM {self._t} s WHERE {sql.scope(prefix)}
+                    ORDER BY {LOCK_ORDER} FOR UPDATE OF s
+                ) k
+                WHERE s.prefix = k.prefix AND s.key = k.key RETURNING 1
+            )
             SELECT count(*) FROM gone""",
             sql.params,
             fetch=True,

@@ -1,0 +1,118 @@
+"""The saver's list memory is capped in bytes, and the cap changes speed, never behaviour.
+
+Each saver remembers recent list channels (a chat's ``messages``) so a step neither reads
+nor serializes the whole history again. It was capped by counts (1,024 lists, 200,000
+items) at about 5.5 KiB a message: some 1 GiB per saver. Now ``list_memory_mib`` caps its
+estimate of what it keeps. Here tracemalloc measures what the memory really holds (the
+traced bytes its ``clear()`` frees) against the cap and the estimate, and the
+differential sequences run with a cap so small that lists are forgotten all the time.
+"""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+from test_checkpoint_differential import BASE_SEED, Sequence, _named
+from typing_extensions import TypedDict
+
+from langgraph_memory_plus import from_url
+from langgraph_memory_plus.checkpoint.lists import DEFAULT_MAX_BYTES
+from langgraph_memory_plus.checkpoint.sqlite import SqliteSaver
+from langgraph_memory_plus.errors import InvalidConfigError
+
+MIB = 1024 * 1024
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def _chat() -> Any:
+    def model(state: Chat) -> dict[str, Any]:
+        n = len(state["messages"])
+        return {"messages": [AIMessage(f"answer {n} " + "x" * 1500)]}
+
+    b = StateGraph(Chat)
+    b.add_node("model", model)
+    b.add_edge(START, "model")
+    return b
+
+
+@pytest.fixture
+def traced() -> Iterator[None]:
+    tracemalloc.start()
+    try:
+        yield
+    finally:
+        tracemalloc.stop()
+
+
+def _fill_and_measure(path: Path, **options: Any) -> tuple[int, int, int]:
+    """Chat on 24 threads (6 turns each, reading the state now and then), then measure:
+    (what the list memory holds by tracemalloc, its estimate, its cap)."""
+    with SqliteSaver.from_conn_string(str(path), **options) as saver:
+        saver.setup()
+        graph = _chat().compile(checkpointer=saver)
+        for t in range(24):
+            config: Any = {"configurable": {"thread_id": f"t{t}"}}
+            for turn in range(6):
+                graph.invoke({"messages": [HumanMessage(f"question {turn} " + "y" * 150)]}, config)
+                if turn % 3 == 0:
+                    graph.get_state(config)
+        del graph
+        memory = saver._lists
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0]
+        estimate = memory.bytes
+        memory.clear()
+        gc.collect()
+        return held - tracemalloc.get_traced_memory()[0], estimate, memory.max_bytes
+
+
+@pytest.mark.usefixtures("traced")
+def test_list_memory_stays_within_its_cap_by_tracemalloc(tmp_path: Path) -> None:
+    free, free_estimate, _ = _fill_and_measure(tmp_path / "free.db")
+    print(f"uncapped: {free} bytes held, estimated {free_estimate}")
+    assert free > 4 * (MIB // 2)  # what the chats leave uncapped: well over the cap below
+    # The estimate is an upper bound of what tracemalloc sees, and not a loose one.
+    assert free <= free_estimate <= 2 * free
+    held, estimate, cap = _fill_and_measure(tmp_path / "capped.db", list_memory_mib=0.5)
+    print(f"capped: {held} bytes held, estimated {estimate}, cap {cap}")
+    assert cap == MIB // 2
+    assert estimate <= cap
+    assert held <= cap + 64 * 1024, f"{held} bytes held under a cap of {cap}"
+
+
+def test_list_memory_option_is_checked_and_taken_by_from_url(tmp_path: Path) -> None:
+    target = str(tmp_path / "m.db")
+    bad: Any
+    for bad in (-1, "64", float("inf"), float("nan"), True):
+        with pytest.raises(InvalidConfigError, match="list_memory_mib"):
+            SqliteSaver.from_conn_string(target, list_memory_mib=bad).__enter__()
+    with SqliteSaver.from_conn_string(target) as saver:
+        assert saver._lists.max_bytes == DEFAULT_MAX_BYTES == 64 * MIB
+    with from_url(f"sqlite:///{target}?list_memory_mib=2.5") as memory:
+        assert memory.checkpointer._lists.max_bytes == int(2.5 * MIB)  # type: ignore[attr-defined]
+    with pytest.raises(InvalidConfigError, match="list_memory_mib"):
+        from_url(f"sqlite:///{target}?list_memory_mib=lots")
+
+
+@pytest.mark.parametrize("cap", [0, 0.05])
+def test_a_small_list_memory_behaves_as_in_memory_saver(saver_factory: Any, cap: float) -> None:
+    """The differential sequences (see test_checkpoint_differential) with lists forgotten
+    at once (0) or after a few (0.05 MiB): every read and put matches InMemorySaver."""
+
+    def factory(**options: Any) -> Any:
+        return saver_factory(list_memory_mib=cap, **options)
+
+    sequence = Sequence(BASE_SEED + 7919, factory)
+    with _named(sequence):
+        sequence.run()
