@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import operator
 import threading
+import time
 import uuid
 from datetime import datetime, timezone
 from typing import Annotated, Any
@@ -347,3 +348,109 @@ def test_a_refused_late_write_leaves_the_tombstone_as_it_was(
         assert_gone(saver, thread_id)
         assert tombstone_faults(storage, saver, thread_id) == []
 
+
+READ_SECONDS = 2.5
+MESSAGES = 12
+
+
+def _consistent(found: Any) -> str | None:
+    """``None`` if a read result is nothing or a whole checkpoint of one generation."""
+    if found is None:
+        return None
+    values = found.checkpoint["channel_values"]
+    messages = values.get("messages", [])
+    gens = {m.content.split("-")[0] for m in messages}
+    if len(gens) > 1:
+        return f"messages of several generations: {gens}"
+    if found.metadata.get("step", -1) >= 1 and len(messages) != MESSAGES + 1:
+        return f"{len(messages)} messages at step {found.metadata.get('step')}"
+    return None
+
+
+def _generation(g: int) -> dict[str, Any]:
+    return {"messages": [HumanMessage(f"g{g}-{i}", id=f"g{g}-{i}") for i in range(MESSAGES)]}
+
+
+def _reading_graph() -> StateGraph:
+    b = StateGraph(State)
+    b.add_node("answer", lambda s: {"messages": [AIMessage(s["messages"][0].content + "-a")]})
+    b.add_edge(START, "answer")
+    return b
+
+
+def test_reads_racing_deletion_return_the_old_state_or_nothing(
+    saver_factory: Any, storage: Any
+) -> None:
+    """Threads read a thread (``get_tuple``, ``list``) while another deletes it and runs it
+    again, over and over: no read raises, each returns nothing or a whole checkpoint."""
+    with saver_factory(**small(storage)) as saver:
+        thread_id = f"race-{uuid.uuid4().hex[:10]}"
+        graph = _reading_graph().compile(checkpointer=saver)
+        stop = threading.Event()
+        problems: list[str] = []
+        reads = [0]
+
+        def write() -> None:
+            g = 0
+            try:
+                while not stop.is_set():
+                    graph.invoke(_generation(g), cfg(thread_id))
+                    saver.delete_thread(thread_id)
+                    g += 1
+            except Exception as exc:
+                problems.append(f"writer: {exc!r}")
+
+        def read() -> None:
+            while not stop.is_set():
+                try:
+                    found = [saver.get_tuple(cfg(thread_id))]
+                    found += list(saver.list(cfg(thread_id), limit=2))
+                except Exception as exc:
+                    problems.append(repr(exc))
+                    continue
+                reads[0] += 1
+                problems.extend(p for f in found if (p := _consistent(f)))
+
+        workers = [threading.Thread(target=write)] + [
+            threading.Thread(target=read) for _ in range(3)
+        ]
+        for w in workers:
+            w.start()
+        time.sleep(READ_SECONDS)
+        stop.set()
+        for w in workers:
+            w.join(30)
+        assert problems[:5] == [] and reads[0] > 0
+
+
+async def test_async_reads_racing_deletion_return_the_old_state_or_nothing(
+    async_saver_factory: Any, storage: Any
+) -> None:
+    """The same with asyncio tasks on an async saver."""
+    async with async_saver_factory(**small(storage)) as saver:
+        thread_id = f"arace-{uuid.uuid4().hex[:10]}"
+        graph = _reading_graph().compile(checkpointer=saver)
+        deadline = time.monotonic() + READ_SECONDS
+        problems: list[str] = []
+        reads = [0]
+
+        async def write() -> None:
+            g = 0
+            while time.monotonic() < deadline:
+                await graph.ainvoke(_generation(g), cfg(thread_id))
+                await saver.adelete_thread(thread_id)
+                g += 1
+
+        async def read() -> None:
+            while time.monotonic() < deadline:
+                try:
+                    found = [await saver.aget_tuple(cfg(thread_id))]
+                    found += [t async for t in saver.alist(cfg(thread_id), limit=2)]
+                except Exception as exc:
+                    problems.append(repr(exc))
+                    continue
+                reads[0] += 1
+                problems.extend(p for f in found if (p := _consistent(f)))
+
+        await asyncio.gather(write(), *(read() for _ in range(3)))
+        assert problems[:5] == [] and reads[0] > 0
