@@ -29,6 +29,8 @@ from langgraph.graph.message import add_messages
 from langgraph.types import Send
 from typing_extensions import TypedDict
 
+from langgraph_memory_plus.erasure import erase_user
+
 pytestmark = pytest.mark.storage
 
 CALLERS = 3  # runs of the same thread going on while it is deleted
@@ -113,7 +115,7 @@ def build(gate: Gate | None, *, is_async: bool) -> StateGraph:
 
 
 def cfg(thread_id: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread_id}}
+    return {"configurable": {"thread_id": thread_id, "user_id": f"user-{thread_id}"}}
 
 
 def inputs(text: str) -> dict[str, Any]:
@@ -214,13 +216,15 @@ def assert_fresh_run_works(saver: Any, graph: Any, thread_id: str) -> None:
     assert saver.threads.get(thread_id) is not None
 
 
+@pytest.mark.parametrize("how", ["delete", "erase"])
 @pytest.mark.parametrize("durability", ["sync", "async", "exit"])
 def test_runs_going_on_during_deletion_leave_nothing_in_any_namespace(
-    saver_factory: Any, storage: Any, durability: str
+    saver_factory: Any, storage: Any, durability: str, how: str
 ) -> None:
     """Threads: CALLERS runs of one thread are inside their first node (its successors: a
-    subgraph with a nested subgraph, and ``Send`` workers) when the thread is deleted;
-    after they finish, nothing of them is stored, and the tombstone is bare."""
+    subgraph with a nested subgraph, and ``Send`` workers) when the thread is deleted
+    (``delete_thread``, or ``erase_user`` of its user); after they finish, nothing of them
+    is stored, a second erasure finds nothing, and the tombstone is bare."""
     with saver_factory(**small(storage, ttl=TTL)) as saver:
         thread_id = f"final-{uuid.uuid4().hex[:10]}"
         gate = Gate()
@@ -241,14 +245,17 @@ def test_runs_going_on_during_deletion_leave_nothing_in_any_namespace(
         for caller in callers:
             caller.start()
         gate.wait_inside(CALLERS)
-        deleter = threading.Thread(target=saver.delete_thread, args=(thread_id,))
-        deleter.start()
-        deleter.join(20)
+        user = cfg(thread_id)["configurable"]["user_id"]
+        if how == "erase":
+            assert erase_user(user, checkpointer=saver).thread_ids == [thread_id]
+        else:
+            saver.delete_thread(thread_id)
         gate.open.set()
         for caller in callers:
             caller.join(30)
         assert not errors
         assert_gone(saver, thread_id)
+        assert erase_user(user, checkpointer=saver, dry_run=True).thread_ids == []
         with saver_factory(**small(storage)) as other:
             assert_gone(other, thread_id)
         assert tombstone_faults(storage, saver, thread_id) == []
