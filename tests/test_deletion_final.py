@@ -361,17 +361,18 @@ MESSAGES = 12
 
 
 def _consistent(found: Any) -> str | None:
-    """``None`` if a read result is nothing or a whole checkpoint of one generation."""
+    """``None`` if a read result is nothing or a whole checkpoint: every turn's input of
+    MESSAGES messages is there whole (missing list items would show as fewer)."""
     if found is None:
         return None
     values = found.checkpoint["channel_values"]
-    messages = values.get("messages", [])
-    gens = {m.content.split("-")[0] for m in messages}
-    if len(gens) > 1:
-        return f"messages of several generations: {gens}"
-    if found.metadata.get("step", -1) >= 1 and len(messages) != MESSAGES + 1:
-        return f"{len(messages)} messages at step {found.metadata.get('step')}"
-    return None
+    turns: dict[str, int] = {}
+    for m in values.get("messages", []):
+        if isinstance(m, HumanMessage):
+            gen = m.content.split("-")[0]
+            turns[gen] = turns.get(gen, 0) + 1
+    broken = {gen: n for gen, n in turns.items() if n != MESSAGES}
+    return f"turns with messages missing: {broken}" if broken else None
 
 
 def _generation(g: int) -> dict[str, Any]:
@@ -389,7 +390,8 @@ def test_reads_racing_deletion_return_the_old_state_or_nothing(
     saver_factory: Any, storage: Any
 ) -> None:
     """Threads read a thread (``get_tuple``, ``list``) while another deletes it and runs it
-    again, over and over: no read raises, each returns nothing or a whole checkpoint."""
+    again, over and over, and a third runs turns on it: no read or turn raises, each read
+    returns nothing or a whole checkpoint."""
     with saver_factory(**small(storage)) as saver:
         thread_id = f"race-{uuid.uuid4().hex[:10]}"
         graph = _reading_graph().compile(checkpointer=saver)
@@ -418,9 +420,16 @@ def test_reads_racing_deletion_return_the_old_state_or_nothing(
                 reads[0] += 1
                 problems.extend(p for f in found if (p := _consistent(f)))
 
-        workers = [threading.Thread(target=write)] + [
-            threading.Thread(target=read) for _ in range(3)
-        ]
+        def turn() -> None:  # turns that start while the thread is being deleted
+            g = 10**6
+            while not stop.is_set():
+                try:
+                    graph.invoke(_generation(g), cfg(thread_id))
+                except Exception as exc:
+                    problems.append(f"turn: {exc!r}")
+                g += 1
+
+        workers = [threading.Thread(target=f) for f in (write, turn, read, read, read)]
         for w in workers:
             w.start()
         time.sleep(READ_SECONDS)
@@ -459,5 +468,14 @@ async def test_async_reads_racing_deletion_return_the_old_state_or_nothing(
                 reads[0] += 1
                 problems.extend(p for f in found if (p := _consistent(f)))
 
-        await asyncio.gather(write(), *(read() for _ in range(3)))
+        async def turn() -> None:
+            g = 10**6
+            while time.monotonic() < deadline:
+                try:
+                    await graph.ainvoke(_generation(g), cfg(thread_id))
+                except Exception as exc:
+                    problems.append(f"turn: {exc!r}")
+                g += 1
+
+        await asyncio.gather(write(), turn(), *(read() for _ in range(3)))
         assert problems[:5] == [] and reads[0] > 0
