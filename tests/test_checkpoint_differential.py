@@ -8,7 +8,9 @@ ones that broke list memory before: in-place edits (returned or not) followed by
 older checkpoints, edits of objects ``get_state`` returned (of the latest checkpoint and of
 older ones read by id, which are built from the items a saver remembers), ``copy_thread``
 followed by different edits on both copies, ``Send`` fan-out, interrupts in parallel
-branches, a two-level subgraph, list channels of dicts, tuples, bytes and pydantic models that
+branches, a two-level subgraph, deletion of a thread while a run of it (a subgraph and
+``Send`` workers next) is under way (nothing of it may come back; later runs on the thread
+id match a new thread's), list channels of dicts, tuples, bytes and pydantic models that
 also shrink, both durability modes, and restarts with ``keep_last`` cycling through None, 1
 and 3.
 
@@ -21,6 +23,7 @@ import copy
 import operator
 import os
 import random
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +31,7 @@ from typing import Annotated, Any
 
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -82,8 +86,17 @@ def _middle() -> Any:
     return b.compile()
 
 
+# Runs held inside ``model`` (by thread id) while the test deletes their thread.
+PAUSED: dict[str, tuple[threading.Event, threading.Event]] = {}
+
+
 def build_graph() -> StateGraph:
-    def model(state: State) -> dict[str, Any]:
+    def model(state: State, config: RunnableConfig) -> dict[str, Any]:
+        held = PAUSED.get(config["configurable"]["thread_id"])
+        if held is not None:
+            inside, go_on = held
+            inside.set()
+            assert go_on.wait(20)
         plan = state.get("plan") or {}
         messages = state["messages"]
         out: list[Any] = []
@@ -271,17 +284,57 @@ class Sequence:
                     for note in values.get("bag", []):
                         note.tags.append("tampered")
                     values.get("items", []).append("tampered")
-        elif op < 0.9:
+        elif op < 0.85:
             new = f"fz-{uuid.uuid4()}"
             ours.checkpointer.copy_thread(thread, new)
             _copy_in_memory(self.reference, thread, new)
             self.threads.append(new)
+        elif op >= 0.88 and list(ref.get_state_history(config)):
+            self._delete_midway(ours, ref, thread)
         else:
             n = self.turn
             update = {"messages": [AIMessage(f"patched {n}", id=f"ai-{n - 1}")]}
             self.written.add(thread)
             ours.update_state(config, copy.deepcopy(update), as_node="model")
             ref.update_state(config, update, as_node="model")
+
+    def _delete_midway(self, ours: Any, ref: Any, thread: str) -> None:
+        """Delete the thread while a run of it (a subgraph and ``Send`` workers next) is
+        inside its first node. Nothing of that run may come back, in any namespace or
+        in the thread index; the reference, which has no tombstone, deletes the thread
+        after the run. Later runs on the thread id are compared as on a new thread."""
+        r = self.rng
+        durability = r.choice(["sync", "async", "exit"])
+        self.log.append(f"delete midway {durability}")
+        plan = {**self.plan("sync"), "sub": True, "fan": r.randint(1, 3), "review": False}
+        text = f"doomed {self.turn}"
+        inputs = {"messages": [HumanMessage(text, id=f"d-{self.turn}")], "plan": plan}
+        inside, go_on = threading.Event(), threading.Event()
+        PAUSED[thread] = (inside, go_on)
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                ours.invoke(inputs, self.cfg(thread), durability=durability)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        runner = threading.Thread(target=run)
+        runner.start()
+        try:
+            assert inside.wait(20), "the run never reached its first node"
+            ours.checkpointer.delete_thread(thread)
+        finally:
+            go_on.set()
+            runner.join(30)
+            del PAUSED[thread]
+        assert not errors
+        ref.checkpointer.delete_thread(thread)
+        self.written.discard(thread)
+        saver = ours.checkpointer
+        assert list(saver.list(self.cfg(thread))) == []
+        assert saver.threads.get(thread) is None
+        assert thread not in [t["thread_id"] for t in saver.threads.search(limit=1000)]
 
     def _both(
         self,

@@ -14,8 +14,9 @@ to read its ``INFO commandstats``, to give it users, a password or TLS) start a 
 The tests look at the keys behind the saver's back using the layout documented in
 :mod:`langgraph_memory_plus.checkpoint.redis.plans`: every key of a thread is
 ``{prefix}:{<tag>}:<kind>``, the ``thread`` hash holds the thread id (field ``id``) or, after a
-deletion, the tombstone field ``live_after``. Nothing else of the implementation is assumed
-(not how the tag is derived, nor the format of the per-checkpoint records).
+deletion, the tombstone fields ``live_after`` and ``until`` (its expiry). Nothing else of the
+implementation is assumed (not how the tag is derived, nor the format of the per-checkpoint
+records).
 
 No assertion depends on how fast anything runs: TTL tests compare remaining lifetimes (a refresh
 makes a key live longer than it would have) and wait for expiry with bounded polls.
@@ -83,6 +84,7 @@ WAIT_SECONDS = 10.0  # upper bound of every poll; a healthy run never gets near 
 # ``KINDS``) for other data, e.g. the list channels of a conversation.
 CORE_KINDS = {"thread", "idx", "ck", "meta", "blobs", "writes", "widx"}
 TOMBSTONE_SECONDS = 24 * 3600  # the documented lifetime of a deletion tombstone
+TOMBSTONE_FIELDS = {b"live_after", b"until"}  # the deletion's bound and the expiry it keeps
 
 AnyClient = redis.Redis | RedisCluster
 
@@ -421,7 +423,7 @@ async def assert_consistent(space: Space, ops: Ops) -> None:
     for tag, kinds in space.tags().items():
         thread = space.admin.hgetall(space.key(tag, "thread"))
         if b"id" not in thread:  # a deletion tombstone, alone
-            assert set(thread) == {b"live_after"} and kinds == {"thread"}, (tag, kinds)
+            assert set(thread) == TOMBSTONE_FIELDS and kinds == {"thread"}, (tag, kinds)
             continue
         thread_id = thread[b"id"].decode("utf-8", "surrogatepass")
         indexed = [
@@ -1139,7 +1141,7 @@ async def test_a_tasks_writes_take_one_field_and_one_index_member(
 
         await ops.delete_thread("t")
         assert space.present(tag) == {"thread"}
-        assert set(space.admin.hgetall(space.key(tag, "thread"))) == {b"live_after"}
+        assert set(space.admin.hgetall(space.key(tag, "thread"))) == TOMBSTONE_FIELDS
 
 
 async def test_a_tasks_later_writes_merge_like_inmemory_saver(space: Space, flavour: str) -> None:
@@ -1239,7 +1241,7 @@ async def test_prune_and_delete_leave_only_the_tombstone(space: Space, flavour: 
             tag = space.tag_of(thread_id)
             assert space.present(tag) == {"thread"}, thread_id
             tombstone = space.key(tag, "thread")
-            assert set(space.admin.hgetall(tombstone)) == {b"live_after"}, thread_id
+            assert set(space.admin.hgetall(tombstone)) == TOMBSTONE_FIELDS, thread_id
             assert 0 < space.admin.ttl(tombstone) <= TOMBSTONE_SECONDS, thread_id
             assert await ops.list({"configurable": {"thread_id": thread_id}}) == []
         assert {t.config["configurable"]["thread_id"] for t in await ops.list(None)} == {
@@ -1279,7 +1281,7 @@ async def test_deletion_is_final_and_a_fresh_run_starts_clean(space: Space, flav
         assert await ops.get_tuple(later) is None
         assert await ops.list(None) == []
         assert space.present(tag) == {"thread"}
-        assert set(space.admin.hgetall(space.key(tag, "thread"))) == {b"live_after"}
+        assert set(space.admin.hgetall(space.key(tag, "thread"))) == TOMBSTONE_FIELDS
 
         fresh = await put_chain(ops, "victim", 2)
         history = await ops.list({"configurable": {"thread_id": "victim"}})

@@ -9,7 +9,7 @@ import functools
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
@@ -120,11 +120,27 @@ class Target:
     thread_id: str
     checkpoint_ns: str
     checkpoint_id: str | None
+    root_id: str | None = field(default=None, compare=False)
+    """In a subgraph's namespace, the root checkpoint its run hangs from (LangGraph's
+    ``checkpoint_map``): a deleted thread's tombstone judges the subgraph's writes by it."""
 
     @property
     def thread_key(self) -> bytes:
         """A fixed-size key for the thread id: ids of any length and characters index alike."""
         return thread_key(self.thread_id)
+
+    def root_needed(self, live_after: str) -> str | None:
+        """The root checkpoint a subgraph's write on a deleted thread needs, or ``None``.
+
+        A subgraph's first checkpoint has no parent, like a fresh run's, so its parent
+        cannot tell a run that predates the deletion from one after it; the root
+        checkpoint its run hangs from can. A root newer than the tombstone (``live_after``)
+        belongs to a run after the deletion (it may still be on its way); an older one
+        must still be stored. An old run's root checkpoints made after the deletion are
+        refused first (their parent is gone), which moves the tombstone past them.
+        """
+        root = self.root_id
+        return None if root is None or root > live_after else root
 
     def config(self, checkpoint_id: str) -> RunnableConfig:
         return checkpoint_config(self.thread_id, self.checkpoint_ns, checkpoint_id)
@@ -198,7 +214,16 @@ def read_target(config: Any, what: str = "config") -> Target:
     checkpoint_ns = "" if ns is None else _text(ns, "checkpoint_ns", what)
     raw_id = configurable.get("checkpoint_id")
     checkpoint_id = None if raw_id in (None, "") else _text(raw_id, "checkpoint_id", what)
-    return Target(thread_id, checkpoint_ns, checkpoint_id)
+    return Target(thread_id, checkpoint_ns, checkpoint_id, _root_id(configurable, checkpoint_ns))
+
+
+def _root_id(configurable: Mapping[str, Any], checkpoint_ns: str) -> str | None:
+    """The root checkpoint a subgraph's run belongs to, if LangGraph named it."""
+    parents = configurable.get("checkpoint_map")
+    if checkpoint_ns == "" or not isinstance(parents, Mapping):
+        return None
+    root = parents.get("")
+    return root if isinstance(root, str) and root else None
 
 
 def read_checkpoint_target(config: Any, what: str = "config") -> Target:

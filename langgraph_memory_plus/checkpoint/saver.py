@@ -27,7 +27,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .._bridge import AsyncBridge, SyncBridge
 from .._plan import Plan
-from ..errors import InvalidConfigError
+from ..errors import CorruptDataError, InvalidConfigError
 from ..observability import events as ev
 from ..observability.core import Listener, Observable
 from ..threads.core import RecordInput, record_input
@@ -52,6 +52,7 @@ R = TypeVar("R")
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 LIST_PAGE_SIZE = 100
+READ_ATTEMPTS = 3
 
 
 class CheckpointPlans(Protocol):
@@ -176,11 +177,29 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
 
     # -- plans for each public method -------------------------------------------------
 
+    @staticmethod
+    def _whole(read: Callable[[], Plan[Any, R]]) -> Plan[Any, R]:
+        """Run a read again when pieces of what it found were missing.
+
+        A checkpoint's list items (and on PostgreSQL its blobs and writes) are read after
+        the checkpoint itself, so a ``delete_thread``, ``prune`` or retention in between
+        leaves the read with a checkpoint whose items are gone. Read again, it finds the
+        thread gone (``None``) or its new state. Damage that is really stored fails every
+        attempt and is raised.
+        """
+        for attempt in range(1, READ_ATTEMPTS + 1):
+            try:
+                return (yield from read())
+            except CorruptDataError:
+                if attempt == READ_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
     def _get_tuple_plan(self, config: RunnableConfig) -> Plan[Any, CheckpointTuple | None]:
         target = read_target(config)
         codec = self._codec
         found = yield from self._observed_event(
-            self._plans.get_tuple(codec, target),
+            self._whole(lambda: self._plans.get_tuple(codec, target)),
             ev.CheckpointLoaded,
             lambda found: {**_at(target), "hit": found is not None},
         )
@@ -299,8 +318,9 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
     def _list_page_plan(
         self, query: ListQuery
     ) -> Plan[Any, tuple[list[CheckpointTuple], ListQuery | None]]:
+        codec = self._history_codec
         return self._observed_event(
-            self._plans.list_page(self._history_codec, query, LIST_PAGE_SIZE),
+            self._whole(lambda: self._plans.list_page(codec, query, LIST_PAGE_SIZE)),
             ev.CheckpointsListed,
             lambda page: {
                 "thread_id": query.thread_id,

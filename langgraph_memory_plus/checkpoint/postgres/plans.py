@@ -600,7 +600,7 @@ class PostgresCheckpointPlans:
             params, self._put_payload, "saved", more=keep is not None
         )
         if not fast:
-            if (yield from self._refused(params, live_after, encoded.parent_id)):
+            if (yield from self._refused(params, live_after, encoded.parent_id, target)):
                 return
             if was_expired:
                 yield from self._purge_before(target.thread_key, encoded.checkpoint_id)
@@ -631,7 +631,7 @@ class PostgresCheckpointPlans:
         if not fast:
             newer = live_after is None or target.checkpoint_id > live_after
             must_exist = None if newer else target.checkpoint_id
-            if (yield from self._refused(params, live_after, must_exist)):
+            if (yield from self._refused(params, live_after, must_exist, target)):
                 return
             if was_expired:
                 yield from self._purge_before(target.thread_key, target.checkpoint_id)
@@ -668,19 +668,31 @@ class PostgresCheckpointPlans:
             )
 
     def _refused(
-        self, params: dict[str, Any], live_after: str | None, must_exist: str | None
+        self,
+        params: dict[str, Any],
+        live_after: str | None,
+        must_exist: str | None,
+        target: Target,
     ) -> Plan[Query, bool]:
-        """On a deleted thread, undo this write unless ``must_exist`` still exists.
+        """On a deleted thread, undo this write unless ``must_exist`` still exists, and,
+        in a subgraph's namespace, its run's root checkpoint (``Target.root_needed``).
 
         Checked with a statement of its own, after the thread row is locked: its fresh
         snapshot sees a delete_thread that committed while we waited for the lock.
         """
-        if live_after is None or must_exist is None:
+        if live_after is None:
+            return False
+        root = target.root_needed(live_after)
+        if must_exist is None and root is None:
             return False
         rows: Rows = yield Query(
-            f"SELECT EXISTS (SELECT 1 FROM {self._ck} WHERE thread_key = %(tk)s "
-            "AND checkpoint_ns = %(ns)s AND checkpoint_id = %(check)s)",
-            {**params, "check": must_exist},
+            f"""SELECT (%(check)s::text IS NULL OR EXISTS (SELECT 1 FROM {self._ck}
+                    WHERE thread_key = %(tk)s AND checkpoint_ns = %(ns)s
+                        AND checkpoint_id = %(check)s))
+                AND (%(root)s::text IS NULL OR EXISTS (SELECT 1 FROM {self._ck}
+                    WHERE thread_key = %(tk)s AND checkpoint_ns = ''
+                        AND checkpoint_id = %(root)s))""",
+            {**params, "check": must_exist, "root": root},
             fetch=True,
         )
         if rows[0][0]:
@@ -693,8 +705,12 @@ class PostgresCheckpointPlans:
 
         Once a thread was deleted, a checkpoint is kept only if its parent still exists
         (a fresh run has none), and writes only if their checkpoint exists or is newer
-        than the deletion; so a run that keeps going cannot bring the thread back. The
-        refused checkpoint id joins the tombstone, so writes that follow it are refused.
+        than the deletion; a subgraph's, in any namespace, also only if its run's root
+        checkpoint does. So a run that keeps going cannot bring the thread back. The
+        refused checkpoint id joins the tombstone, so writes that follow it are refused;
+        what the moved tombstone refuses now goes too, as if it came now: writes that came
+        before their checkpoint, and subgraphs stored under a root checkpoint refused
+        after them. A thread left empty is a tombstone again (no id, no expiry).
         """
         logger.warning("dropped a write of a run whose thread was deleted")
         freed: Rows = yield Query(
@@ -713,11 +729,45 @@ class PostgresCheckpointPlans:
             fetch=True,
         )
         yield Query(
-            f"""UPDATE {self._th} SET live_after = greatest(live_after, %(id)s),
-                thread_id = CASE WHEN EXISTS (
-                    SELECT 1 FROM {self._ck} WHERE thread_key = %(tk)s
-                ) THEN thread_id END
-            WHERE thread_key = %(tk)s""",
+            f"UPDATE {self._th} SET live_after = greatest(live_after, %(id)s) "
+            "WHERE thread_key = %(tk)s",
+            params,
+        )
+        dead: Rows = yield Query(
+            f"""
+            WITH sub AS (
+                SELECT DISTINCT c.checkpoint_ns AS ns, c.metadata_json -> 'parents' ->> '' AS root
+                FROM {self._ck} c WHERE c.thread_key = %(tk)s AND c.checkpoint_ns <> ''
+            )
+            SELECT DISTINCT sub.ns FROM sub JOIN {self._th} t ON t.thread_key = %(tk)s
+            WHERE sub.root <= t.live_after AND NOT EXISTS (
+                SELECT 1 FROM {self._ck} r WHERE r.thread_key = %(tk)s
+                    AND r.checkpoint_ns = '' AND r.checkpoint_id = sub.root)""",
+            params,
+            fetch=True,
+        )
+        if dead:
+            namespaces = [ns for (ns,) in dead]
+            for table in (self._wr, self._ck, self._bl, self._it):
+                yield Query(
+                    f"DELETE FROM {table} WHERE thread_key = %(tk)s "
+                    "AND checkpoint_ns = ANY(%(dead)s)",
+                    {**params, "dead": namespaces},
+                )
+        yield Query(
+            f"""
+            DELETE FROM {self._wr} w WHERE w.thread_key = %(tk)s
+                AND w.checkpoint_id <= (SELECT live_after FROM {self._th}
+                                        WHERE thread_key = %(tk)s)
+                AND NOT EXISTS (SELECT 1 FROM {self._ck} c WHERE c.thread_key = %(tk)s
+                    AND c.checkpoint_ns = w.checkpoint_ns AND c.checkpoint_id = w.checkpoint_id)""",
+            params,
+        )
+        yield Query(
+            f"""UPDATE {self._th} SET thread_id = NULL, expires_at = NULL
+            WHERE thread_key = %(tk)s
+                AND NOT EXISTS (SELECT 1 FROM {self._ck} WHERE thread_key = %(tk)s)
+                AND NOT EXISTS (SELECT 1 FROM {self._wr} WHERE thread_key = %(tk)s)""",
             params,
         )
         yield from self._collect_blobs(freed)

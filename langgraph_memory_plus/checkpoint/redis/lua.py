@@ -178,16 +178,37 @@ end
 
 -- Once a thread was deleted (`live_after` set), a checkpoint is kept only if its parent
 -- still exists (a fresh run has none), and writes only if their checkpoint exists or is
--- newer than the deletion: a run that outlives its thread cannot bring it back.
-local function may_put(ns, parent)
-  return (not redis.call('HGET', K_THREAD, 'live_after')) or parent == ''
-    or redis.call('HEXISTS', K_CK, ns .. '\0' .. parent) == 1
+-- newer than the deletion: a run that outlives its thread cannot bring it back. In a
+-- subgraph's namespace the root checkpoint its run hangs from (`root`, '' if unknown)
+-- must also exist or be newer (see Target.root_needed).
+local function root_ok(live_after, root)
+  return root == '' or before(live_after, root)
+    or redis.call('HEXISTS', K_CK, '\0' .. root) == 1
 end
 
-local function may_write(ns, cid)
+local function may_put(ns, parent, root)
   local live_after = redis.call('HGET', K_THREAD, 'live_after')
-  return (not live_after) or before(live_after, cid)
-    or redis.call('HEXISTS', K_CK, ns .. '\0' .. cid) == 1
+  if not live_after then return true end
+  return (parent == '' or redis.call('HEXISTS', K_CK, ns .. '\0' .. parent) == 1)
+    and root_ok(live_after, root)
+end
+
+local function may_write(ns, cid, root)
+  local live_after = redis.call('HGET', K_THREAD, 'live_after')
+  if not live_after then return true end
+  return (before(live_after, cid) or redis.call('HEXISTS', K_CK, ns .. '\0' .. cid) == 1)
+    and root_ok(live_after, root)
+end
+
+-- The root checkpoint a subgraph's checkpoint was stored under (its metadata's parents).
+local function root_of(member)
+  local raw = redis.call('HGET', K_REC, 'm' .. member)
+  if not raw then return nil end
+  local fine, meta = pcall(cjson.decode, raw)
+  if not fine or type(meta) ~= 'table' or type(meta.parents) ~= 'table' then return nil end
+  local root = meta.parents['']
+  if type(root) ~= 'string' then return nil end
+  return root
 end
 
 -- The channel of a blob field (ns NUL channel NUL version).
@@ -279,6 +300,41 @@ local function drop(doomed, namespaces)
   for ns in pairs(lists) do collect_items(ns) end
 end
 
+-- A write of a run that outlived its deleted thread was refused: the tombstone moves to
+-- its checkpoint id, and what it now refuses goes, as if it came now: the refused
+-- checkpoint's writes that came first, and the subgraphs stored under a root checkpoint
+-- that was refused after them. A thread left with nothing is the tombstone again: no id
+-- in clear, and the tombstone's own expiry.
+local function bury(member, cid)
+  local live_after = redis.call('HGET', K_THREAD, 'live_after')
+  if before(live_after, cid) then
+    redis.call('HSET', K_THREAD, 'live_after', cid)
+    live_after = cid
+  end
+  local doomed, namespaces = {}, {}
+  for _, m in ipairs(redis.call('ZRANGE', K_IDX, 0, -1)) do
+    local ns = split_member(m)
+    if ns ~= '' then
+      local root = root_of(m)
+      if root and not root_ok(live_after, root) then
+        doomed[#doomed + 1] = m
+        namespaces[ns] = true
+      end
+    end
+  end
+  drop(doomed, namespaces)
+  for _, f in ipairs(write_fields(member)) do
+    redis.call('HDEL', K_WRITES, f)
+    redis.call('ZREM', K_WIDX, f)
+  end
+  if redis.call('EXISTS', K_IDX) == 0 and redis.call('EXISTS', K_WIDX) == 0 then
+    local until_ms = redis.call('HGET', K_THREAD, 'until')
+    for i = 2, N_KEYS do redis.call('DEL', KEYS[i]) end
+    redis.call('HDEL', K_THREAD, 'id')
+    if until_ms then redis.call('PEXPIREAT', K_THREAD, tonumber(until_ms)) end
+  end
+end
+
 -- Keep the newest `keep` checkpoints of a namespace. Older ones that a kept checkpoint's
 -- DeltaChannel replay reads (back to its seeds) move to the replay index: replay reads
 -- them, get and list never return them. Everything older goes, as in the PostgreSQL saver.
@@ -321,7 +377,8 @@ local function trim(ns, keep)
 end
 """
 
-# ARGV: ttl_ms, thread_id, ns, checkpoint_id, parent, run_id, record, keep_last,
+# ARGV: ttl_ms, thread_id, ns, checkpoint_id, parent (then, in a subgraph's namespace,
+#       NUL and its run's root checkpoint id), run_id, record, keep_last,
 #       the index record's metadata JSON, title and bytes, the write's time (ms), the
 #       time of the step 1 it reuses (or ''), the transcript's owner, ttl_ms and n,
 #       (message id, role, text)*n,
@@ -335,14 +392,12 @@ PUT = r"""
 local ttl, thread_id, ns, cid, parent, run_id, record, keep =
   ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 local member = ns .. '\0' .. cid
-if not may_put(ns, parent) then
+local sep = string.find(parent, '\0', 1, true)
+local root = ''
+if sep then parent, root = string.sub(parent, 1, sep - 1), string.sub(parent, sep + 1) end
+if not may_put(ns, parent, root) then
   -- Refused; later writes to it are refused too, and any that came first are dropped.
-  local live_after = redis.call('HGET', K_THREAD, 'live_after')
-  if before(live_after, cid) then redis.call('HSET', K_THREAD, 'live_after', cid) end
-  for _, f in ipairs(write_fields(member)) do
-    redis.call('HDEL', K_WRITES, f)
-    redis.call('ZREM', K_WIDX, f)
-  end
+  bury(member, cid)
   return 0
 end
 if not rec_expected(ARGV[13]) then return 3 end  -- see threads/redis.py
@@ -410,13 +465,14 @@ return 1
 
 # ARGV: ttl_ms, thread_id, ns, checkpoint_id, task_id, the task's record (see
 # merge_writes; its writes already deduplicated), the largest record allowed, '1' when
-# the writes hold an interrupt or an error (the index record changes), the time (ms).
+# the writes hold an interrupt or an error (the index record changes), the time (ms),
+# the root checkpoint id of a subgraph's run ('' if none).
 # Reply: 1 stored, 0 refused (deleted thread), or {size} when the record merged with
 # what an earlier call stored would be larger than allowed (nothing is written then).
 PUT_WRITES = r"""
 local ttl, thread_id, ns, cid, task_id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local record, max_bytes = ARGV[6], tonumber(ARGV[7])
-if not may_write(ns, cid) then return 0 end
+if not may_write(ns, cid, ARGV[10]) then return 0 end
 local field = ns .. '\0' .. cid .. '\0' .. task_id
 local stored = redis.call('HGET', K_WRITES, field)
 if stored then record = merge_writes(stored, record) end
@@ -637,8 +693,9 @@ end
 redis.call('DEL', unpack(KEYS))
 if held or newest ~= '' then
   if before(newest, ARGV[2]) then newest = ARGV[2] end
-  redis.call('HSET', K_THREAD, 'live_after', newest)
-  redis.call('PEXPIRE', K_THREAD, tonumber(ARGV[1]))
+  local until_ms = now_ms() + tonumber(ARGV[1])
+  redis.call('HSET', K_THREAD, 'live_after', newest, 'until', until_ms)
+  redis.call('PEXPIREAT', K_THREAD, until_ms)
 end
 return 1
 """

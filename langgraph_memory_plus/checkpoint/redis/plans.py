@@ -455,7 +455,9 @@ class RedisCheckpointPlans:
             _utf8(target.thread_id),
             ns,
             _no_nul(encoded.checkpoint_id, "checkpoint_id"),
-            _utf8(encoded.parent_id or ""),
+            # the parent, then NUL and the root checkpoint of a subgraph's run
+            _utf8(encoded.parent_id or "")
+            + (b"\x00" + _no_nul(target.root_id, "checkpoint_map") if target.root_id else b""),
             _utf8(encoded.run_id or ""),
             ormsgpack.packb([*encoded.checkpoint, *encoded.metadata, _versions(encoded)]),
             self.settings.keep_last or 0,
@@ -520,6 +522,7 @@ class RedisCheckpointPlans:
             self.max_value_bytes,
             b"1" if (flagged := bool(writes_of_interest(writes))) else b"0",
             ts := now_ms(),
+            _no_nul(target.root_id or "", "checkpoint_map"),
         ]
         write = Eval("put_writes", self.keys(target.thread_id), args)
         if flagged and target.checkpoint_ns == "":

@@ -466,16 +466,21 @@ class SqliteCheckpointPlans:
             return False
         expires_at, live_after, named = rows[0]
         if live_after is not None:
-            check = must_exist(live_after)
-            if check is not None:
+            needed = [
+                (target.checkpoint_ns, must_exist(live_after)),
+                ("", target.root_needed(live_after)),
+            ]
+            for ns, check in needed:
+                if check is None:
+                    continue
                 exists: Rows = yield Query(
                     "SELECT EXISTS (SELECT 1 FROM lgmp_checkpoints WHERE thread_key = ? "
                     "AND checkpoint_ns = ? AND checkpoint_id = ?)",
-                    (tk, target.checkpoint_ns, check),
+                    (tk, ns, check),
                     fetch=True,
                 )
                 if not exists[0][0]:
-                    yield from self._refuse(tk, written_id)
+                    yield from self._refuse(target, written_id)
                     return None
         if not (named and expires is None and expires_at is None):  # else it changes nothing
             yield Query(
@@ -484,20 +489,60 @@ class SqliteCheckpointPlans:
             )
         return expires_at is not None and expires_at <= now
 
-    def _refuse(self, tk: bytes, written_id: str) -> Plan[Query, None]:
+    def _refuse(self, target: Target, written_id: str) -> Plan[Query, None]:
         """Drop a write from a run that outlived its deleted thread.
 
         Once a thread was deleted, a checkpoint is kept only if its parent still exists (a
         fresh run has none), and writes only if their checkpoint exists or is newer than
-        the deletion; so a run that keeps going cannot bring the thread back. The refused
-        checkpoint id joins the tombstone, so writes that follow it are refused too.
-        Nothing was written yet (the decision comes first), so there is nothing to undo.
+        the deletion; a subgraph's, in any namespace, also only if its root checkpoint
+        does (see :meth:`Target.root_needed`). So a run that keeps going cannot bring the
+        thread back. The refused checkpoint id joins the tombstone, so writes that follow
+        it are refused too; what the moved tombstone refuses now goes, as if it came now:
+        the refused checkpoint's writes that came first, and subgraphs stored under a root
+        checkpoint refused after them. A thread left empty is a tombstone again.
         """
         logger.warning("dropped a write of a run whose thread was deleted")
+        tk = target.thread_key
         yield Query(
             "UPDATE lgmp_threads SET live_after = max(live_after, ?) WHERE thread_key = ?",
             (written_id, tk),
         )
+        dead: Rows = yield Query(
+            """
+            WITH sub(ns, root) AS (
+                SELECT DISTINCT checkpoint_ns, json_extract(metadata_json, '$.parents.""')
+                FROM lgmp_checkpoints WHERE thread_key = :tk AND checkpoint_ns <> ''
+            )
+            SELECT DISTINCT ns FROM sub JOIN lgmp_threads t ON t.thread_key = :tk
+            WHERE sub.root <= t.live_after AND NOT EXISTS (
+                SELECT 1 FROM lgmp_checkpoints r WHERE r.thread_key = :tk
+                    AND r.checkpoint_ns = '' AND r.checkpoint_id = sub.root)""",
+            {"tk": tk},
+            fetch=True,
+        )
+        for (ns,) in dead:
+            for table in THREAD_TABLES[:-1]:
+                yield Query(
+                    f"DELETE FROM {table} WHERE thread_key = ? AND checkpoint_ns = ?", (tk, ns)
+                )
+        yield Query(
+            """
+            DELETE FROM lgmp_writes AS w WHERE w.thread_key = :tk
+                AND w.checkpoint_id <= (SELECT live_after FROM lgmp_threads
+                                        WHERE thread_key = :tk)
+                AND NOT EXISTS (SELECT 1 FROM lgmp_checkpoints c
+                    WHERE c.thread_key = :tk AND c.checkpoint_ns = w.checkpoint_ns
+                        AND c.checkpoint_id = w.checkpoint_id)""",
+            {"tk": tk},
+        )
+        yield Query(
+            """UPDATE lgmp_threads SET thread_id = NULL, expires_at = NULL
+            WHERE thread_key = :tk
+                AND NOT EXISTS (SELECT 1 FROM lgmp_checkpoints WHERE thread_key = :tk)
+                AND NOT EXISTS (SELECT 1 FROM lgmp_writes WHERE thread_key = :tk)""",
+            {"tk": tk},
+        )
+        yield from self.threads.refresh([tk])
 
     def _delta_seeds(
         self, tk: bytes, ns: str, encoded: EncodedCheckpoint
