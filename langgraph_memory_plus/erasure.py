@@ -30,7 +30,7 @@ from typing import Any
 
 from langgraph.store.base import BaseStore, PutOp
 
-from ._plan import Plan, adrive, drive
+from .drivers.plan import Plan, adrive, drive
 from .errors import InvalidConfigError
 from .store.base import StoreBase
 from .store.tombstones import DEFAULT_HOLD_HOURS, check_hold

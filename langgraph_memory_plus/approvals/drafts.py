@@ -25,7 +25,7 @@ from typing import Any
 
 from langgraph.store.base import BaseStore, GetOp, PutOp, SearchOp
 
-from .._plan import Plan, adrive, drive
+from ..drivers.plan import Plan, adrive, drive
 from ..errors import InvalidConfigError, MemoryPlusError
 
 DEFAULT_NAMESPACE = ("users", "{user_id}", "pending_tasks")

@@ -189,7 +189,7 @@ def _redis_prefix(opened: Opened) -> str:
 
 def redis_scan(opened: Opened) -> dict[str, Any]:
     """Keys, bytes per kind and per thread, from ``SCAN`` and batched ``MEMORY USAGE``."""
-    from .._redis import glob_escape
+    from ..drivers.redis import glob_escape
 
     client = opened.saver.client
     prefix = _redis_prefix(opened)

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from .._sqlite import path_from_url
+from ..drivers.sqlite import path_from_url
 from ..errors import InvalidConfigError
 from ..url import Memory, UrlOptions, default_url, from_url, redact
 from .output import UNSUPPORTED, CliError

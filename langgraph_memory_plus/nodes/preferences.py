@@ -33,7 +33,7 @@ from langgraph.store.base import BaseStore
 from typing_extensions import Unpack
 
 from .. import _text
-from .._plan import Plan
+from ..drivers.plan import Plan
 from ._store import (
     Stats,
     Step,

@@ -34,7 +34,7 @@ from langgraph.store.base import BaseStore, GetOp, PutOp, SearchOp
 from pydantic import BaseModel, Field
 
 from .. import _text
-from .._plan import Plan
+from ..drivers.plan import Plan
 from ..store.base import ConditionalPutOp
 from ._store import (
     Stats,

@@ -22,9 +22,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ..._migrations import SchemaVersion, advisory_lock_id, migrate
-from ..._plan import Plan
-from ..._postgres import Query, Rows
+from ...drivers.migrations import SchemaVersion, advisory_lock_id, migrate
+from ...drivers.plan import Plan
+from ...drivers.postgres import Query, Rows
 from ...errors import InvalidConfigError
 from ..base import (
     GetRequest,

@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from ._plan import Plan
-from ._postgres import Query, Rows, script
-from .errors import SetupRequiredError
+from ..errors import SetupRequiredError
+from .plan import Plan
+from .postgres import Query, Rows, script
 
 
 def advisory_lock_id(component: str, schema: str) -> int:
