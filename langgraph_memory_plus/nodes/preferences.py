@@ -32,8 +32,8 @@ from langchain_core.runnables import RunnableLambda
 from langgraph.store.base import BaseStore
 from typing_extensions import Unpack
 
-from .. import _text
 from ..drivers.plan import Plan
+from ..messages import _text
 from ._store import (
     Stats,
     Step,
