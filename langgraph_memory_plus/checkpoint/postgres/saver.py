@@ -17,8 +17,8 @@ from typing_extensions import Self, Unpack
 from ...drivers.options import check_options, split_options
 from ...drivers.pgdriver import PgAsyncDriver, PgSyncDriver, PostgresConnectOptions
 from ...drivers.postgres import SchemaCheck
-from ...threads.context import ContextKeysSaver
 from ..config import SaverOptions
+from ..context import ContextKeysSaver
 from ..saver import AsyncDriver, SyncDriver
 from .plans import PostgresCheckpointPlans
 

@@ -16,8 +16,8 @@ from typing_extensions import Self, Unpack
 from ...drivers.options import check_options, split_options
 from ...drivers.redis import CLUSTER_CLIENTS, AsyncClient, SyncClient
 from ...drivers.redisdriver import RedisAsyncDriver, RedisConnectOptions, RedisSyncDriver
-from ...threads.context import ContextKeysSaver
 from ..config import SaverOptions
+from ..context import ContextKeysSaver
 from ..saver import AsyncDriver, SyncDriver
 from .lua import SCRIPTS
 from .plans import RedisCheckpointPlans
