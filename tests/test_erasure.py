@@ -41,7 +41,7 @@ from langgraph_memory_plus import InvalidConfigError, from_url
 from langgraph_memory_plus.approvals import Approvals, DecisionRecord, TaskDrafts
 from langgraph_memory_plus.approvals.queue import DEFAULT_NAMESPACE
 from langgraph_memory_plus.checkpoint.compression import DICTIONARY, SUFFIX
-from langgraph_memory_plus.erasure import ErasureProgress, aerase_user, erase_user
+from langgraph_memory_plus.privacy.erasure import ErasureProgress, aerase_user, erase_user
 
 pytestmark = pytest.mark.storage
 
@@ -656,7 +656,7 @@ KILLED = textwrap.dedent(
     """
     import json, os, signal, sys
     from langgraph_memory_plus import from_url
-    from langgraph_memory_plus.erasure import erase_user
+    from langgraph_memory_plus.privacy.erasure import erase_user
     url, options, user = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
 
     def progress(p):

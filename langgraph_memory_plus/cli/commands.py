@@ -577,8 +577,8 @@ def migrate(args: argparse.Namespace) -> int:
 
 
 def erase_user(args: argparse.Namespace) -> int:
-    from ..erasure import ErasureProgress
-    from ..erasure import erase_user as erase
+    from ..privacy.erasure import ErasureProgress
+    from ..privacy.erasure import erase_user as erase
 
     with open_url(args.url) as opened:
         _ours(opened, "erase-user")

@@ -30,11 +30,11 @@ from typing import Any
 
 from langgraph.store.base import BaseStore, PutOp
 
-from .drivers.plan import Plan, adrive, drive
-from .errors import InvalidConfigError
-from .store.base import StoreBase
-from .store.tombstones import DEFAULT_HOLD_HOURS, check_hold
-from .threads.core import index_value
+from ..drivers.plan import Plan, adrive, drive
+from ..errors import InvalidConfigError
+from ..store.base import StoreBase
+from ..store.tombstones import DEFAULT_HOLD_HOURS, check_hold
+from ..threads.core import index_value
 
 Namespace = tuple[str, ...]
 DEFAULT_NAMESPACES: tuple[Namespace, ...] = (("users", "{user_id}"),)
