@@ -32,7 +32,7 @@ from test_copy_threads import pg_as_url
 from langgraph_memory_plus import from_url
 from langgraph_memory_plus.cli import main
 from langgraph_memory_plus.cli.output import EXIT_CODES, USAGE
-from langgraph_memory_plus.migration import verify_threads
+from langgraph_memory_plus.transfer.migration import verify_threads
 
 pytestmark = pytest.mark.storage
 
