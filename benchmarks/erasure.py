@@ -33,7 +33,7 @@ from langgraph.graph import END, START, StateGraph, add_messages
 from typing_extensions import TypedDict
 
 from langgraph_memory_plus import from_url
-from langgraph_memory_plus.erasure import erase_user
+from langgraph_memory_plus.privacy.erasure import erase_user
 
 from .targets import check_pg_url, check_redis_url
 

@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 import psycopg
 
 from langgraph_memory_plus import PostgresSaver, RedisSaver, SqliteSaver
-from langgraph_memory_plus.migration import copy_threads, verify_threads
+from langgraph_memory_plus.transfer.migration import copy_threads, verify_threads
 
 from .targets import _is_loopback
 from .workloads import chat_graph, user_message

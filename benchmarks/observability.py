@@ -60,7 +60,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from langgraph_memory_plus._plan import Plan
+from langgraph_memory_plus.drivers.plan import Plan
 from langgraph_memory_plus.observability.otel import MAX_PENDING
 
 from .targets import check_pg_url, check_redis_url

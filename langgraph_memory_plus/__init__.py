@@ -53,7 +53,7 @@ _EXPORTS = {
     "Scanner": ".nodes",
     "SetupRequiredError": ".errors",
     "Source": ".nodes",
-    "SqlitePool": "._sqlite",
+    "SqlitePool": ".drivers.sqlite",
     "SqliteSaver": ".checkpoint.sqlite",
     "SqliteStore": ".store.sqlite",
     "SyncMemory": ".url",
@@ -117,11 +117,11 @@ __all__ = [  # the names of _EXPORTS (a test checks they agree)
 ]
 
 if TYPE_CHECKING:  # what the lazy imports below resolve to, for type checkers and IDEs
-    from ._sqlite import SqlitePool
     from .checkpoint.config import TTLConfig
     from .checkpoint.postgres import AsyncPostgresSaver, PostgresSaver
     from .checkpoint.redis import AsyncRedisSaver, RedisSaver
     from .checkpoint.sqlite import AsyncSqliteSaver, SqliteSaver
+    from .drivers.sqlite import SqlitePool
     from .errors import (
         ConflictError,
         CorruptDataError,

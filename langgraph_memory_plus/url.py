@@ -57,10 +57,10 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.store.base import IndexConfig
 from typing_extensions import Unpack
 
-from ._connect import need, reason
-from ._plan import adrive, drive
-from ._sqlite import path_from_url
-from ._urls import check_conninfo, check_port, check_userinfo, redact, redis_database, scrub
+from .drivers.connect import need, reason
+from .drivers.plan import adrive, drive
+from .drivers.sqlite import path_from_url
+from .drivers.urls import check_conninfo, check_port, check_userinfo, redact, redis_database, scrub
 from .errors import InvalidConfigError, MemoryConnectionError, MemoryPlusError
 
 if TYPE_CHECKING:  # the savers and stores import their drivers' packages' code lazily
@@ -279,7 +279,7 @@ def _split(url: str) -> tuple[str, str, str]:
 
 
 def _check_address(url: str, backend: str) -> None:
-    """The checks that must pass before any parser sees ``url`` (see :mod:`._urls`)."""
+    """The checks that must pass before any parser sees ``url`` (see :mod:`.drivers.urls`)."""
     if backend == "redis":
         redis_database(url)
     elif backend == "postgres":
@@ -533,8 +533,8 @@ class Memory:
         return self._component_options(self.store_ttl, "index", *names)
 
     def _postgres(self, is_async: bool) -> _Opening:
-        from ._postgres import DEFAULT_PREPARE_THRESHOLD, open_async_pool, open_pool
         from .checkpoint.postgres import AsyncPostgresSaver, PostgresSaver
+        from .drivers.postgres import DEFAULT_PREPARE_THRESHOLD, open_async_pool, open_pool
         from .store.postgres import AsyncPostgresStore, PostgresStore
 
         o, target = self._options, self._target
@@ -556,8 +556,8 @@ class Memory:
         )
 
     def _redis(self, is_async: bool) -> _Opening:
-        from ._redis import aopen_client, open_client
         from .checkpoint.redis import AsyncRedisSaver, RedisSaver
+        from .drivers.redis import aopen_client, open_client
 
         o = self._options
         options = {name: o[name] for name in ("pool_max_size", "pool_timeout") if name in o}
@@ -582,8 +582,8 @@ class Memory:
         return saver, store_cls(client, **prefix, **self._store_options())
 
     def _sqlite(self, is_async: bool) -> _Opening:
-        from ._sqlite import SqlitePool
         from .checkpoint.sqlite import AsyncSqliteSaver, SqliteSaver
+        from .drivers.sqlite import SqlitePool
         from .store.sqlite import AsyncSqliteStore, SqliteStore
 
         o = self._options
@@ -676,12 +676,12 @@ def _driver_parameters(backend: str) -> frozenset[str]:
     """The URL query parameters the backend's driver reads itself (``sslmode=require``)."""
     if backend == "postgres":
         need("postgres")
-        from ._postgres import conninfo_keywords
+        from .drivers.postgres import conninfo_keywords
 
         return frozenset(conninfo_keywords())
     if backend == "redis":
         need("redis")
-        from ._redis import url_parameters
+        from .drivers.redis import url_parameters
 
         return url_parameters()
     return frozenset()

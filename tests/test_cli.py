@@ -36,7 +36,7 @@ from test_first_steps import password_pg_port  # noqa: F401  (a fixture)
 from langgraph_memory_plus import from_url
 from langgraph_memory_plus.cli import main
 from langgraph_memory_plus.cli.output import EXIT_CODES, USAGE
-from langgraph_memory_plus.migration import verify_threads
+from langgraph_memory_plus.transfer.migration import verify_threads
 
 pytestmark = pytest.mark.storage
 

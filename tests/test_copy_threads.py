@@ -29,7 +29,7 @@ from langgraph.types import Command
 
 from langgraph_memory_plus import InvalidConfigError, from_url
 from langgraph_memory_plus.checkpoint.sqlite import AsyncSqliteSaver, SqliteSaver
-from langgraph_memory_plus.migration import (
+from langgraph_memory_plus.transfer.migration import (
     CopyProgress,
     acopy_store,
     acopy_threads,

@@ -41,7 +41,7 @@ from langgraph_memory_plus import InvalidConfigError, from_url
 from langgraph_memory_plus.approvals import Approvals, DecisionRecord, TaskDrafts
 from langgraph_memory_plus.approvals.queue import DEFAULT_NAMESPACE
 from langgraph_memory_plus.checkpoint.compression import DICTIONARY, SUFFIX
-from langgraph_memory_plus.erasure import ErasureProgress, aerase_user, erase_user
+from langgraph_memory_plus.privacy.erasure import ErasureProgress, aerase_user, erase_user
 
 pytestmark = pytest.mark.storage
 
@@ -190,7 +190,7 @@ def dump_sqlite(path: str) -> list[Row]:
 
 def dump_redis(url: str, prefix: str) -> list[Row]:
     """Every key of ``prefix`` (SCAN on every node), one row per element of a collection."""
-    from langgraph_memory_plus._redis import sync_client_from_url
+    from langgraph_memory_plus.drivers.redis import sync_client_from_url
 
     client: Any = sync_client_from_url(url)
     rows: list[Row] = []
@@ -260,7 +260,7 @@ def target(backend: str, request: pytest.FixtureRequest, tmp_path: Any) -> Itera
     )
     prefix = f"lgmp-erasure-{uuid.uuid4().hex[:10]}"
     yield Target(url, {"key_prefix": prefix}, lambda: dump_redis(url, prefix))
-    from langgraph_memory_plus._redis import sync_client_from_url
+    from langgraph_memory_plus.drivers.redis import sync_client_from_url
 
     client: Any = sync_client_from_url(url)
     for row in dump_redis(url, prefix):
@@ -656,7 +656,7 @@ KILLED = textwrap.dedent(
     """
     import json, os, signal, sys
     from langgraph_memory_plus import from_url
-    from langgraph_memory_plus.erasure import erase_user
+    from langgraph_memory_plus.privacy.erasure import erase_user
     url, options, user = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
 
     def progress(p):

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from langgraph_memory_plus._postgres import (
+from langgraph_memory_plus.drivers.postgres import (
     AsyncPgRunner,
     PgRunner,
     Query,

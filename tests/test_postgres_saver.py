@@ -2141,8 +2141,8 @@ async def test_a_schema_whose_versions_were_deleted_replays_the_migrations(
     """The fresh layout is for a bookkeeping table this setup creates. One that exists with
     its rows deleted (by hand) means the tables may hold data: setup() replays every
     migration (all idempotent) and the threads written before stay readable."""
-    from langgraph_memory_plus._migrations import migrate
-    from langgraph_memory_plus._postgres import PgRunner
+    from langgraph_memory_plus.drivers.migrations import migrate
+    from langgraph_memory_plus.drivers.postgres import PgRunner
 
     schema, fresh = _new_schema_name(), _new_schema_name()
     q = sql.Identifier(schema)

@@ -184,7 +184,7 @@ def test_reprs_show_no_password(redis_url: str) -> None:
     memory = from_url(url)
     assert not leaks(repr(memory))
     client = m.RedisSaver  # noqa: F841  (the classes keep no URL of their own)
-    from langgraph_memory_plus._redis import sync_client_from_url
+    from langgraph_memory_plus.drivers.redis import sync_client_from_url
 
     opened = sync_client_from_url(url)
     try:
@@ -228,7 +228,7 @@ async def test_a_full_async_redis_pool_waits_then_names_its_options(redis_url: s
 async def test_a_full_async_cluster_gate_waits_then_names_its_options(
     redis_cluster_url: str,
 ) -> None:
-    from langgraph_memory_plus._redis import _GATES
+    from langgraph_memory_plus.drivers.redis import _GATES
 
     async with m.AsyncRedisSaver.from_conn_string(
         redis_cluster_url, pool_max_size=1, pool_timeout=0.2

@@ -386,7 +386,7 @@ def test_synchronous_is_normal_by_default_and_full_on_request(tmp_path: Path) ->
     """WAL with ``synchronous=NORMAL`` (1) unless ``"full"`` (2) is asked for, by keyword or
     URL; anything else is refused before a file is opened."""
     from langgraph_memory_plus import from_url
-    from langgraph_memory_plus._sqlite import SqlitePool
+    from langgraph_memory_plus.drivers.sqlite import SqlitePool
     from langgraph_memory_plus.errors import InvalidConfigError
 
     with SqlitePool(tmp_path / "a.db") as pool:

@@ -80,7 +80,7 @@ from test_store_postgres import (  # noqa: F401
     test_versions_change_on_every_write_and_never_repeat,
 )
 
-from langgraph_memory_plus._redis import Eval
+from langgraph_memory_plus.drivers.redis import Eval
 from langgraph_memory_plus.errors import ConflictError, InvalidConfigError
 from langgraph_memory_plus.store import ConditionalPutOp, InvalidValueError
 from langgraph_memory_plus.store.filters import parse_filter

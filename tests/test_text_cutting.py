@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from langgraph_memory_plus import _text
-from langgraph_memory_plus.messages import TurnWindow, abbreviate
+from langgraph_memory_plus.messages import TurnWindow, _text, abbreviate
 from langgraph_memory_plus.nodes.extraction import extract_statements
 from langgraph_memory_plus.nodes.scanning import DEFAULT_SCANNER
 

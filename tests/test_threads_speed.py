@@ -22,10 +22,10 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.base.id import uuid6
 
 from langgraph_memory_plus import SetupRequiredError
-from langgraph_memory_plus._postgres import Query as PgQuery
-from langgraph_memory_plus._redis import Batch
-from langgraph_memory_plus._sqlite import Query as SqliteQuery
 from langgraph_memory_plus.checkpoint.config import thread_key
+from langgraph_memory_plus.drivers.postgres import Query as PgQuery
+from langgraph_memory_plus.drivers.redis import Batch
+from langgraph_memory_plus.drivers.sqlite import Query as SqliteQuery
 from langgraph_memory_plus.threads.core import index_value
 from langgraph_memory_plus.threads.postgres import key_column as pg_key_column
 from langgraph_memory_plus.threads.sqlite import key_column as sqlite_key_column

@@ -15,11 +15,11 @@ from pydantic import BaseModel
 from typing_extensions import TypedDict
 
 from langgraph_memory_plus import InvalidConfigError
-from langgraph_memory_plus._postgres import Query as PgQuery
-from langgraph_memory_plus._redis import Batch
-from langgraph_memory_plus._sqlite import Query as SqliteQuery
 from langgraph_memory_plus.checkpoint.config import thread_key
-from langgraph_memory_plus.threads.context import with_context_keys
+from langgraph_memory_plus.checkpoint.context import with_context_keys
+from langgraph_memory_plus.drivers.postgres import Query as PgQuery
+from langgraph_memory_plus.drivers.redis import Batch
+from langgraph_memory_plus.drivers.sqlite import Query as SqliteQuery
 from langgraph_memory_plus.threads.core import ReindexProgress, index_value
 from langgraph_memory_plus.threads.postgres import key_column
 from langgraph_memory_plus.threads.sqlite import key_column as sqlite_key_column

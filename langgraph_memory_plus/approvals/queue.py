@@ -42,7 +42,7 @@ from typing import Any
 from langgraph.store.base import BaseStore, GetOp, PutOp, SearchOp
 from langgraph.types import Command
 
-from .._plan import Plan, adrive, drive
+from ..drivers.plan import Plan, adrive, drive
 from ..errors import ConflictError, InvalidConfigError
 from ..store.base import ConditionalPutOp
 from .core import (

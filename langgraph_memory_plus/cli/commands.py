@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import InvalidConfigError
-from ..migration import CopyProgress, copy_threads, list_thread_ids
+from ..transfer.migration import CopyProgress, copy_threads, list_thread_ids
 from . import admin
 from .jsonl import export_thread, import_thread
 from .opening import Opened, open_url
@@ -566,7 +566,7 @@ def migrate(args: argparse.Namespace) -> int:
             bar.close()
         items = None
         if args.store:
-            from ..migration import copy_store
+            from ..transfer.migration import copy_store
 
             items = copy_store(source.store, target.store, batch_size=args.batch_size)
     out = {

@@ -31,7 +31,7 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 
-from ..migration import CopyReport, Progress, copy_threads
+from ..transfer.migration import CopyReport, Progress, copy_threads
 from .output import FOUND_PROBLEMS, CliError
 
 FORMAT = "langgraph-memory-plus/thread"

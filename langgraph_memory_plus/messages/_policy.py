@@ -3,7 +3,7 @@
 A context tool (trimmer, summarizer) is a *policy*: given the conversation and the tool's
 own state (the running summary), it decides what the model sees and, in persistent mode,
 what the conversation in state becomes. The decision is written once, as a plan (see
-``langgraph_memory_plus._plan``): a generator that yields the model calls it needs and gets
+``langgraph_memory_plus.drivers.plan``): a generator that yields the model calls it needs and gets
 their replies back. Sync and async callers differ only in how they run those calls, so
 ``apply`` and ``aapply`` are the whole difference between the two worlds, and every adapter
 (``hooks.context_hook``, ``middleware``) calls one or the other.
@@ -23,7 +23,7 @@ from langgraph.constants import TAG_NOSTREAM
 from langgraph.errors import GraphBubbleUp
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
-from .._plan import Plan, adrive, drive
+from ..drivers.plan import Plan, adrive, drive
 
 if TYPE_CHECKING:
     from .middleware import ContextMiddleware

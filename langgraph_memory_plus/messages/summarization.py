@@ -24,7 +24,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ge
 from langchain_core.runnables import Runnable
 from typing_extensions import NotRequired, TypedDict
 
-from .._plan import Plan
+from ..drivers.plan import Plan
 from ._core import Cuts, TokenCounterLike, message_text, split_leading_system
 from ._policy import Compaction, ContextPolicy, ModelCall
 from .trimming import Budget, Trimmer

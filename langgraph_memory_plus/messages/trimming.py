@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, trim_messages
 
-from .._plan import Plan
+from ..drivers.plan import Plan
 from ._core import (
     Cuts,
     TokenCounter,

@@ -38,7 +38,7 @@ from typing import Any
 from langchain_core.messages import SystemMessage
 from typing_extensions import TypedDict
 
-from .. import _text
+from . import _text
 from ._core import message_text
 
 logger = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 Every node in this package talks to the store in a few fixed ways (read a profile,
 read-modify-write it, put a memory), each must work under ``invoke`` and ``ainvoke``, and
 none may fail a turn because the store is down or slow. So, as in the context tools, the
-logic is written once as a plan (see :mod:`langgraph_memory_plus._plan`) that yields
+logic is written once as a plan (see :mod:`langgraph_memory_plus.drivers.plan`) that yields
 *steps*, and :class:`StoreRunner` executes each step blocking (:meth:`StoreRunner.run`) or
 awaited (:meth:`StoreRunner.arun`).
 
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from langgraph.store.base import BaseStore, GetOp, Op, PutOp
 
-from .._plan import Plan, adrive, drive
+from ..drivers.plan import Plan, adrive, drive
 from ..errors import ConflictError
 from ..observability import core as observability
 from ..observability.events import NodeCounted

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .. import _text
+from ..messages import _text
 
 DEFAULT_CONFIDENCE = 0.8
 HEDGE_PENALTY = 0.2

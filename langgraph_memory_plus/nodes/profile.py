@@ -34,7 +34,7 @@ from langchain_core.runnables import RunnableLambda
 from langgraph.store.base import BaseStore, GetOp, Op, SearchOp
 from typing_extensions import Unpack
 
-from .._plan import Plan
+from ..drivers.plan import Plan
 from ..messages._core import split_leading_system
 from ..messages._policy import Compaction
 from ._store import Stats, Step, StoreCall, StoreFailure, StoreRunner

@@ -27,8 +27,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .. import _text
 from ..errors import MemoryPlusError
+from ..messages import _text
 
 logger = logging.getLogger(__name__)
 

@@ -33,8 +33,8 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.store.base import BaseStore, GetOp, PutOp, SearchOp
 from pydantic import BaseModel, Field
 
-from .. import _text
-from .._plan import Plan
+from ..drivers.plan import Plan
+from ..messages import _text
 from ..store.base import ConditionalPutOp
 from ..store.namespaces import declare_user_data
 from ._store import (

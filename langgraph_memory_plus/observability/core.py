@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from time import perf_counter
 from typing import Any, Protocol, TypeVar
 
-from .._plan import Plan
+from ..drivers.plan import Plan
 from .events import MemoryEvent
 
 logger = logging.getLogger("langgraph_memory_plus.observability")

@@ -1,7 +1,7 @@
 """The public ``BaseStore`` API, written once for every backend and both calling styles.
 
 ``batch`` and ``abatch`` check and encode the ops, then run one *outer plan* (see
-:mod:`langgraph_memory_plus._plan`) whose steps are either "embed these texts" or "run this
+:mod:`langgraph_memory_plus.drivers.plan`) whose steps are either "embed these texts" or "run this
 backend plan in one transaction". The blocking driver executes steps with blocking calls,
 the async driver awaits them; everything else (validation, op semantics, the order of
 reads and writes) is shared. Embedding happens before the transaction opens, so a slow
@@ -39,8 +39,8 @@ from langgraph.store.base import (
     TTLConfig,
 )
 
-from .._bridge import AsyncBridge, SyncBridge
-from .._plan import Plan, adrive, drive
+from ..drivers.bridge import AsyncBridge, SyncBridge
+from ..drivers.plan import Plan, adrive, drive
 from ..errors import ConflictError, InvalidConfigError, ValueTooLargeError, decoding
 from ..observability import events as ev
 from ..observability.core import Listener, Observable

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from langgraph.types import Interrupt
 
-from .._plan import Plan, adrive, drive
+from ..drivers.plan import Plan, adrive, drive
 from ..errors import InvalidConfigError
 from .core import (
     ReindexBatch,

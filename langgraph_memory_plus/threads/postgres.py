@@ -33,6 +33,8 @@ from psycopg.types.json import Jsonb
 from .._plan import Plan
 from .._postgres import Query, Rows
 from ..checkpoint.config import thread_key
+from ..drivers.plan import Plan
+from ..drivers.postgres import Query, Rows, script
 from .core import (
     RecordInput,
     ReindexBatch,

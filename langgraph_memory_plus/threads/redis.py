@@ -60,8 +60,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._plan import Plan
-from .._redis import Batch, Eval, Scan, glob_escape
+from ..drivers.plan import Plan
+from ..drivers.redis import Batch, Eval, Scan, glob_escape
 from .core import RecordInput, ReindexBatch, StoredRecord, ThreadQuery, index_value
 
 Command = Eval | Scan | Batch

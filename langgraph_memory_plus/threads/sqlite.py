@@ -25,9 +25,9 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .._plan import Plan
-from .._sqlite import Query, Rows
 from ..checkpoint.config import thread_key
+from ..drivers.plan import Plan
+from ..drivers.sqlite import Query, Rows
 from .core import (
     ERROR,
     INTERRUPT,

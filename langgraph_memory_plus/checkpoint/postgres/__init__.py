@@ -1,6 +1,6 @@
 """PostgreSQL checkpointers."""
 
-from ..._connect import need
+from ...drivers.connect import need
 
 need("postgres")  # an ImportError naming the extra, before the driver's own
 

@@ -2,7 +2,7 @@
 
 All behaviour lives in :mod:`.plans` (SQL and decoding) and the shared saver core; these
 classes only pair the plans with the PostgreSQL driver mixins of
-:mod:`langgraph_memory_plus._pgdriver`.
+:mod:`langgraph_memory_plus.drivers.pgdriver`.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from psycopg import AsyncConnection, Connection
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from typing_extensions import Self, Unpack
 
-from ..._options import check_options, split_options
-from ..._pgdriver import PgAsyncDriver, PgSyncDriver, PostgresConnectOptions
-from ..._postgres import SchemaCheck
-from ...threads.context import ContextKeysSaver
+from ...drivers.options import check_options, split_options
+from ...drivers.pgdriver import PgAsyncDriver, PgSyncDriver, PostgresConnectOptions
+from ...drivers.postgres import SchemaCheck
 from ..config import SaverOptions
+from ..context import ContextKeysSaver
 from ..saver import AsyncDriver, SyncDriver
 from .plans import PostgresCheckpointPlans
 

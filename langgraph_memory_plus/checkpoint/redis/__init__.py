@@ -1,6 +1,6 @@
 """Redis checkpointers: plain Redis, Valkey and Redis Cluster, no modules."""
 
-from ..._connect import need
+from ...drivers.connect import need
 
 need("redis")  # an ImportError naming the extra, before the driver's own
 

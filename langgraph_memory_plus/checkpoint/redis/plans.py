@@ -41,8 +41,8 @@ from typing import Any
 import ormsgpack
 from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, DeltaChannelHistory
 
-from ..._plan import Plan
-from ..._redis import Batch, Eval, Scan, glob_escape
+from ...drivers.plan import Plan
+from ...drivers.redis import Batch, Eval, Scan, glob_escape
 from ...errors import InvalidConfigError, ValueTooLargeError, decoding
 from ...threads.core import ERROR, RecordInput, ReindexBatch, checkpoint_time, writes_of_interest
 from ...threads.redis import RedisThreadIndex, now_ms

@@ -2,7 +2,7 @@
 
 Plain Redis >= 6.2, Valkey and Redis Cluster; no modules. All behaviour lives in
 :mod:`.plans` and :mod:`.lua`; these classes pair the plans with the driver mixins of
-:mod:`langgraph_memory_plus._redisdriver`.
+:mod:`langgraph_memory_plus.drivers.redisdriver`.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import ClassVar
 
 from typing_extensions import Self, Unpack
 
-from ..._options import check_options, split_options
-from ..._redis import CLUSTER_CLIENTS, AsyncClient, SyncClient
-from ..._redisdriver import RedisAsyncDriver, RedisConnectOptions, RedisSyncDriver
-from ...threads.context import ContextKeysSaver
+from ...drivers.options import check_options, split_options
+from ...drivers.redis import CLUSTER_CLIENTS, AsyncClient, SyncClient
+from ...drivers.redisdriver import RedisAsyncDriver, RedisConnectOptions, RedisSyncDriver
 from ..config import SaverOptions
+from ..context import ContextKeysSaver
 from ..saver import AsyncDriver, SyncDriver
 from .lua import SCRIPTS
 from .plans import RedisCheckpointPlans

@@ -1,6 +1,6 @@
 """SQLite checkpointers: the embedded backend, a file and no server."""
 
-from ..._sqlite import SqlitePool
+from ...drivers.sqlite import SqlitePool
 from .saver import AsyncSqliteSaver, SqliteSaver
 
 __all__ = ["AsyncSqliteSaver", "SqlitePool", "SqliteSaver"]

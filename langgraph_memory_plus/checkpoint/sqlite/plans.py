@@ -10,7 +10,7 @@ because SQLite runs inside this process:
   statements where PostgreSQL needed one clever one (SQLite has no ``LATERAL`` and no
   arrays), walk a delta history's parent chain one checkpoint at a time, and decide in
   Python what PostgreSQL decided in SQL (which checkpoints retention keeps, delta seeds).
-- Writers take turns on the whole database (``BEGIN IMMEDIATE``; see :mod:`..._sqlite`).
+- Writers take turns on the whole database (``BEGIN IMMEDIATE``; see :mod:`...drivers.sqlite`).
   A write plan reads its thread row (tombstone, expiry), decides, then writes, and no
   other writer can come in between; PostgreSQL's fast-path/locked-path split and its TTL
   slack (which avoid row-lock queues) have nothing to do here.
@@ -33,8 +33,8 @@ from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 
-from ..._plan import Plan
-from ..._sqlite import Query, Rows, migrate
+from ...drivers.plan import Plan
+from ...drivers.sqlite import Query, Rows, migrate
 from ...errors import InvalidConfigError
 from ...threads.core import RecordInput, writes_of_interest
 from ...threads.sqlite import MIGRATION as THREAD_INDEX_MIGRATION

@@ -2,7 +2,7 @@
 
 All behaviour lives in :mod:`.plans` (SQL and decoding) and the shared saver core; these
 classes only pair the plans with the SQLite driver mixins of
-:mod:`langgraph_memory_plus._sqlite`. The async class runs each plan on a worker thread, as
+:mod:`langgraph_memory_plus.drivers.sqlite`. The async class runs each plan on a worker thread, as
 ``sqlite3`` only blocks; see that module for why this is the whole of "async" here.
 """
 
@@ -15,10 +15,10 @@ from typing import ClassVar
 
 from typing_extensions import Self, Unpack
 
-from ..._options import check_options, split_options
-from ..._sqlite import SqliteAsyncDriver, SqliteConnectOptions, SqlitePool, SqliteSyncDriver
-from ...threads.context import ContextKeysSaver
+from ...drivers.options import check_options, split_options
+from ...drivers.sqlite import SqliteAsyncDriver, SqliteConnectOptions, SqlitePool, SqliteSyncDriver
 from ..config import SaverOptions
+from ..context import ContextKeysSaver
 from ..saver import AsyncDriver, SyncDriver
 from .plans import SqliteCheckpointPlans
 
@@ -31,7 +31,7 @@ class _SqliteOptions(ContextKeysSaver):
     """The constructor both SQLite savers share.
 
     Args:
-        conn: a :class:`~langgraph_memory_plus._sqlite.SqlitePool` (what
+        conn: a :class:`~langgraph_memory_plus.drivers.sqlite.SqlitePool` (what
             ``from_conn_string`` opens: several connections, WAL mode, a busy timeout), or
             your own ``sqlite3.Connection``, used by one call at a time (open it with
             ``check_same_thread=False``: async methods run on worker threads). Inside your

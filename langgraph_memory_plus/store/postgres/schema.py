@@ -25,7 +25,7 @@ Layout (in the configured schema, prefixed ``lgmp_`` so it can sit beside LangGr
   Version 2 builds it; on a large existing table that takes a while and holds puts back.
 
 Migrations run in order under a transaction-scoped advisory lock (see
-:mod:`langgraph_memory_plus._migrations`), so several processes may call ``setup()`` at once.
+:mod:`langgraph_memory_plus.drivers.migrations`), so several processes may call ``setup()`` at once.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 All behaviour lives in :mod:`.plans` (SQL and decoding) and the shared store core
 (:mod:`..base`); these classes only pair the plans with the PostgreSQL driver mixins of
-:mod:`langgraph_memory_plus._pgdriver`.
+:mod:`langgraph_memory_plus.drivers.pgdriver`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from psycopg import AsyncConnection, Connection
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from typing_extensions import Self, Unpack
 
-from ..._options import check_options
-from ..._pgdriver import PgAsyncDriver, PgSyncDriver, PostgresConnectOptions
-from ..._postgres import SchemaCheck
+from ...drivers.options import check_options
+from ...drivers.pgdriver import PgAsyncDriver, PgSyncDriver, PostgresConnectOptions
+from ...drivers.postgres import SchemaCheck
 from ..base import AsyncStore, StoreBase, StoreOptions, SyncStore
 from .pgvector import VectorBackend
 from .plans import PostgresStorePlans

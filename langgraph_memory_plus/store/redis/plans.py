@@ -127,8 +127,8 @@ from typing import Any
 
 from redis.crc import key_slot
 
-from ..._plan import Plan
-from ..._redis import Eval, Scan
+from ...drivers.plan import Plan
+from ...drivers.redis import Eval, Scan
 from ...errors import InvalidConfigError, MemoryPlusError
 from ..base import (
     GetRequest,

@@ -3,7 +3,7 @@
 Plain Redis >= 6.2, Valkey and Redis Cluster; no modules, no ``KEYS``, no ``SCAN``. All
 behaviour lives in :mod:`.plans` and :mod:`.lua` and the shared store core
 (:mod:`..base`); these classes pair the plans with the driver mixins of
-:mod:`langgraph_memory_plus._redisdriver`.
+:mod:`langgraph_memory_plus.drivers.redisdriver`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import redis.asyncio.cluster
 import redis.cluster
 from typing_extensions import Self, Unpack
 
-from ..._options import check_options
-from ..._redis import AsyncClient, SyncClient
-from ..._redisdriver import RedisAsyncDriver, RedisConnectOptions, RedisSyncDriver
+from ...drivers.options import check_options
+from ...drivers.redis import AsyncClient, SyncClient
+from ...drivers.redisdriver import RedisAsyncDriver, RedisConnectOptions, RedisSyncDriver
 from ..base import AsyncStore, StoreBase, StoreOptions, SyncStore
 from .lua import SCRIPTS
 from .plans import DEFAULT_SHARD_DEPTH, RedisStorePlans

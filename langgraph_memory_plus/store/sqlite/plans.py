@@ -2,7 +2,7 @@
 
 Nothing here touches a connection; :mod:`.store` runs these plans, each batch's in one
 transaction (its reads in a read snapshot, its writes under ``BEGIN IMMEDIATE``; see
-:mod:`langgraph_memory_plus._sqlite`). Every statement is parameterized; lists of
+:mod:`langgraph_memory_plus.drivers.sqlite`). Every statement is parameterized; lists of
 addresses travel as one JSON array parameter (``json_each``), which is why prefixes and
 keys are stored NUL-free (escaped, as on PostgreSQL).
 
@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ..._plan import Plan
-from ..._sqlite import Query, Rows, migrate
+from ...drivers.plan import Plan
+from ...drivers.sqlite import Query, Rows, migrate
 from ..base import GetRequest, ListRequest, Namespace, SearchRequest, WriteRequest, conflict_error
 from ..columns import INSERTED, READ, replace_existing
 from ..filters import AllOf, Compare, Fields, holds

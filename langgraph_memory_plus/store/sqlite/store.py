@@ -2,7 +2,7 @@
 
 All behaviour lives in :mod:`.plans` and the shared store core (:mod:`..base`); these
 classes only pair the plans with the SQLite driver mixins of
-:mod:`langgraph_memory_plus._sqlite` (the async class runs each transaction on a worker
+:mod:`langgraph_memory_plus.drivers.sqlite` (the async class runs each transaction on a worker
 thread).
 """
 
@@ -15,8 +15,8 @@ from typing import ClassVar
 
 from typing_extensions import Self, Unpack
 
-from ..._options import check_options
-from ..._sqlite import SqliteAsyncDriver, SqliteConnectOptions, SqlitePool, SqliteSyncDriver
+from ...drivers.options import check_options
+from ...drivers.sqlite import SqliteAsyncDriver, SqliteConnectOptions, SqlitePool, SqliteSyncDriver
 from ..base import AsyncStore, StoreBase, StoreOptions, SyncStore
 from .plans import SqliteStorePlans
 
@@ -32,7 +32,7 @@ class _SqliteOptions(StoreBase):
     for ``put(..., expected_version=item.version)``.
 
     Args:
-        conn: a :class:`~langgraph_memory_plus._sqlite.SqlitePool` (what
+        conn: a :class:`~langgraph_memory_plus.drivers.sqlite.SqlitePool` (what
             ``from_conn_string`` opens), or your own ``sqlite3.Connection`` (open it with
             ``check_same_thread=False``), used by one batch at a time.
         index: ``{"dims": N, "embed": ..., "fields": [...]}`` for semantic search, scored

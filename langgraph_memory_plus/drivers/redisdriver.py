@@ -1,7 +1,7 @@
 """The Redis half of every driver class: a runner, and ``from_conn_string``.
 
 Savers and stores differ in their plans and scripts, not in how they reach Redis, so the
-blocking and the async driver mixins live here once (as :mod:`._pgdriver` does for
+blocking and the async driver mixins live here once (as :mod:`.pgdriver` does for
 PostgreSQL). A class mixes one of them in first among its bases, sets ``_scripts`` to its
 Lua scripts, and calls ``_connect`` from its constructor. ``_open`` (what the class's
 typed ``from_conn_string`` returns) opens a client for the URL and closes it afterwards,
@@ -17,10 +17,10 @@ from typing import Any, ClassVar, TypedDict, TypeVar, cast
 
 from typing_extensions import Self
 
-from ._closing import aclosing_first, closing_first
-from ._options import check_options, split_options
-from ._plan import Plan
-from ._redis import AsyncRedisRunner, RedisRunner, aopen_client, open_client
+from .closing import aclosing_first, closing_first
+from .options import check_options, split_options
+from .plan import Plan
+from .redis import AsyncRedisRunner, RedisRunner, aopen_client, open_client
 
 R = TypeVar("R")
 

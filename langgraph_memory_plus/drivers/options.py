@@ -13,7 +13,7 @@ import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .errors import InvalidConfigError
+from ..errors import InvalidConfigError
 
 
 def option_names(*declarations: type) -> tuple[str, ...]:

@@ -27,10 +27,10 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
-from ._connect import CONNECT_TIMEOUT, reason
-from ._plan import Plan, adrive, drive
-from ._urls import redact, redis_database, scrub
-from .errors import InvalidConfigError, MemoryConnectionError, PoolTimeoutError
+from ..errors import InvalidConfigError, MemoryConnectionError, PoolTimeoutError
+from .connect import CONNECT_TIMEOUT, reason
+from .plan import Plan, adrive, drive
+from .urls import redact, redis_database, scrub
 
 R = TypeVar("R")
 

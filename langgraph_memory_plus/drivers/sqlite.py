@@ -24,10 +24,10 @@ SQLite is the embedded backend: a file, no server. What that changes for a runne
   SQLite's busy timeout only arbitrates between processes.
 - **Async without blocking the loop.** ``sqlite3`` only blocks. The async classes run each
   plan on a worker thread (``asyncio.to_thread``), exactly as the blocking classes serve
-  their own ``a*`` methods (:class:`.._bridge.SyncBridge`); the connections are opened with
+  their own ``a*`` methods (:class:`.bridge.SyncBridge`); the connections are opened with
   ``check_same_thread=False`` and each is used by one plan at a time.
 
-Versioned migrations reuse :mod:`._migrations`' idea: a bookkeeping table per component and
+Versioned migrations reuse :mod:`.migrations`' idea: a bookkeeping table per component and
 an append-only list of migrations. SQLite has no advisory locks; the migration plan's
 ``BEGIN IMMEDIATE`` serializes concurrent ``setup()`` calls from several processes.
 """
@@ -48,10 +48,10 @@ from urllib.parse import unquote, urlsplit
 
 from typing_extensions import Self
 
-from ._closing import aclosing_first, closing_first
-from ._options import check_options, split_options
-from ._plan import Plan, drive
-from .errors import InvalidConfigError, SetupRequiredError
+from ..errors import InvalidConfigError, SetupRequiredError
+from .closing import aclosing_first, closing_first
+from .options import check_options, split_options
+from .plan import Plan, drive
 
 R = TypeVar("R")
 

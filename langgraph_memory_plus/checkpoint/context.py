@@ -22,8 +22,8 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 
-from .._plan import Plan
-from ..checkpoint.saver import CheckpointSaverBase
+from ..drivers.plan import Plan
+from .saver import CheckpointSaverBase
 
 RUNTIME = "__pregel_runtime"
 

@@ -1,6 +1,6 @@
 """Running plans on PostgreSQL: shared by the checkpointers and the stores.
 
-A runner takes a plan (see :mod:`._plan`) and runs it on one connection: borrowed from
+A runner takes a plan (see :mod:`.plan`) and runs it on one connection: borrowed from
 a pool, so concurrent calls run concurrently, or, for a single connection, taken under a
 lock, since a connection runs one transaction at a time. A plan's statements run in one
 transaction (``conn.transaction()``, a savepoint when the caller's connection is already
@@ -190,7 +190,7 @@ def conninfo_params(conninfo: str) -> dict[str, Any]:
 def describe(conninfo: str) -> str:
     """Where ``conninfo`` points, without its password: for messages and logs."""
     if "://" in conninfo:
-        from .url import redact
+        from ..url import redact
 
         return redact(conninfo)
     params = conninfo_params(conninfo)
@@ -304,7 +304,7 @@ def _setup_hint(owner: str) -> Iterator[None]:
 
 
 class SchemaCheck(Protocol):
-    """A check to run before a runner's next plan (see ``_migrations.SchemaVersion``)."""
+    """A check to run before a runner's next plan (see ``migrations.SchemaVersion``)."""
 
     def pending(self, owner: str) -> Plan[Query, None] | None: ...
 

@@ -14,7 +14,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from typing import Any, TypeVar
 
-from ._plan import Plan
+from .plan import Plan
 
 R = TypeVar("R")
 

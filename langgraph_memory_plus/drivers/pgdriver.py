@@ -17,10 +17,10 @@ from typing import Any, ClassVar, TypedDict, TypeVar, cast
 
 from typing_extensions import Self
 
-from ._closing import aclosing_first, closing_first
-from ._options import check_options, split_options
-from ._plan import Plan
-from ._postgres import (
+from .closing import aclosing_first, closing_first
+from .options import check_options, split_options
+from .plan import Plan
+from .postgres import (
     DEFAULT_PREPARE_THRESHOLD,
     AsyncPgRunner,
     PgRunner,
@@ -28,7 +28,7 @@ from ._postgres import (
     open_async_pool,
     open_pool,
 )
-from ._urls import check_conninfo
+from .urls import check_conninfo
 
 R = TypeVar("R")
 

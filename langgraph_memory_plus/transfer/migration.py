@@ -57,11 +57,11 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import WRITES_IDX_MAP, BaseCheckpointSaver, CheckpointTuple
 from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 
-from ._plan import Plan, adrive, drive
-from .checkpoint.codec import StoredCheckpoint
-from .checkpoint.config import ListQuery
-from .checkpoint.saver import CheckpointSaverBase
-from .errors import InvalidConfigError
+from ..checkpoint.codec import StoredCheckpoint
+from ..checkpoint.config import ListQuery
+from ..checkpoint.saver import CheckpointSaverBase
+from ..drivers.plan import Plan, adrive, drive
+from ..errors import InvalidConfigError
 
 R = TypeVar("R")
 DEFAULT_BATCH = 100

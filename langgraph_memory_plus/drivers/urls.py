@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from .errors import InvalidConfigError
+from ..errors import InvalidConfigError
 
 MASK = "***"
 # ``password=`` (also ``sslpassword=``) in a query string: up to the next ``&`` (a ``#`` in

@@ -1,0 +1,1 @@
+"""Privacy: erasing a user's data (:mod:`.erasure`) from savers, stores and the thread index."""

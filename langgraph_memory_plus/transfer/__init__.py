@@ -1,0 +1,2 @@
+"""Transfer: copying and verifying threads and store items between any two savers / stores
+(:mod:`.migration`)."""
