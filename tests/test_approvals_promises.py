@@ -36,8 +36,8 @@ from langgraph_memory_plus.approvals import (
     DraftNotFoundError,
     TaskDrafts,
 )
-from langgraph_memory_plus.erasure import erase_user
 from langgraph_memory_plus.nodes.scope import NamespaceTemplate, Scope
+from langgraph_memory_plus.privacy.erasure import erase_user
 
 HERE = Path(__file__).parent
 FLIGHT = {"flight": "LH123", "seat": "12A"}

@@ -473,7 +473,7 @@ def _failing_graph(failing: str) -> Any:
 def test_failed_step_pending_writes_match_and_copies_verify(
     saver_factory: Any, failing: str
 ) -> None:
-    from langgraph_memory_plus.migration import copy_threads
+    from langgraph_memory_plus.transfer.migration import copy_threads
 
     builder = _failing_graph(failing)
 

@@ -29,7 +29,7 @@ from langgraph.graph.message import add_messages
 from langgraph.types import Send
 from typing_extensions import TypedDict
 
-from langgraph_memory_plus.erasure import erase_user
+from langgraph_memory_plus.privacy.erasure import erase_user
 
 pytestmark = pytest.mark.storage
 

@@ -39,8 +39,8 @@ from test_erasure import Target, mentions, owned_by, target
 from typing_extensions import TypedDict
 
 from langgraph_memory_plus.approvals import Approvals, TaskDrafts
-from langgraph_memory_plus.erasure import aerase_user, declared_templates, erase_user
 from langgraph_memory_plus.nodes import PreferenceLearner, create_memory_tools
+from langgraph_memory_plus.privacy.erasure import aerase_user, declared_templates, erase_user
 from langgraph_memory_plus.store.namespaces import declared_user_data, label_value, user_namespace
 
 pytestmark = pytest.mark.storage
@@ -309,7 +309,7 @@ KILLED = textwrap.dedent(
     """
     import json, os, signal, sys
     from langgraph_memory_plus import from_url
-    from langgraph_memory_plus.erasure import erase_user
+    from langgraph_memory_plus.privacy.erasure import erase_user
     url, options, user, kind = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
 
     def progress(p):

@@ -20,8 +20,8 @@ from test_copy_threads import official, official_async
 from typing_extensions import TypedDict
 
 from langgraph_memory_plus import InvalidConfigError
-from langgraph_memory_plus.erasure import erase_user
-from langgraph_memory_plus.migration import acopy_threads, copy_threads
+from langgraph_memory_plus.privacy.erasure import erase_user
+from langgraph_memory_plus.transfer.migration import acopy_threads, copy_threads
 
 pytestmark = pytest.mark.storage
 

@@ -26,7 +26,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from langgraph_memory_plus import PoolTimeoutError
-from langgraph_memory_plus._postgres import pool_kwargs
+from langgraph_memory_plus.drivers.postgres import pool_kwargs
 from langgraph_memory_plus.store.postgres import AsyncPostgresStore, PostgresStore
 
 pytestmark = pytest.mark.storage

@@ -20,7 +20,7 @@ from chat_support import chat_graph, run_config
 from langchain_core.messages import HumanMessage
 from langgraph.types import Command
 
-from langgraph_memory_plus.erasure import erase_user
+from langgraph_memory_plus.privacy.erasure import erase_user
 
 
 def _graph() -> Any:
@@ -205,7 +205,7 @@ def test_nul_in_every_index_text_field(saver_factory: Any, tmp_path: Any) -> Non
     from langgraph.checkpoint.base import empty_checkpoint
 
     from langgraph_memory_plus.checkpoint.sqlite import SqliteSaver
-    from langgraph_memory_plus.migration import copy_threads
+    from langgraph_memory_plus.transfer.migration import copy_threads
 
     with saver_factory(transcripts=True) as saver:
         graph = _graph().compile(checkpointer=saver)

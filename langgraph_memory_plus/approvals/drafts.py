@@ -34,7 +34,7 @@ from typing import Any
 
 from langgraph.store.base import BaseStore, GetOp, PutOp, SearchOp
 
-from .._plan import Plan, adrive, drive
+from ..drivers.plan import Plan, adrive, drive
 from ..errors import ConflictError, InvalidConfigError, MemoryPlusError
 from ..store.base import ConditionalPutOp, StoreBase
 from ..store.namespaces import declare_user_data, user_namespace

@@ -25,8 +25,8 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from .._bridge import AsyncBridge, SyncBridge
-from .._plan import Plan
+from ..drivers.bridge import AsyncBridge, SyncBridge
+from ..drivers.plan import Plan
 from ..errors import CorruptDataError, InvalidConfigError
 from ..observability import events as ev
 from ..observability.core import Listener, Observable

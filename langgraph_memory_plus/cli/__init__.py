@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _scrubbed(args: argparse.Namespace, message: str) -> str:
     """``message`` as one line, every password of the command's URLs masked."""
-    from .._urls import scrub
+    from ..drivers.urls import scrub
 
     urls = [getattr(args, name, None) for name in ("url", "source", "target")]
     for url in [*urls, os.environ.get(ENV_VAR)]:

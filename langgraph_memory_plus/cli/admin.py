@@ -192,7 +192,7 @@ def _redis_prefix(opened: Opened) -> str:
 
 def redis_scan(opened: Opened) -> dict[str, Any]:
     """Keys, bytes per kind and per live thread, from ``SCAN`` and batched ``MEMORY USAGE``."""
-    from .._redis import glob_escape
+    from ..drivers.redis import glob_escape
 
     client = opened.saver.client
     prefix = _redis_prefix(opened)

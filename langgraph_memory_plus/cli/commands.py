@@ -602,9 +602,9 @@ def migrate(args: argparse.Namespace) -> int:
 
 
 def erase_user(args: argparse.Namespace) -> int:
-    from ..erasure import ErasureProgress, declared_templates
-    from ..erasure import erase_user as erase
     from ..errors import MemoryConnectionError
+    from ..privacy.erasure import ErasureProgress, declared_templates
+    from ..privacy.erasure import erase_user as erase
 
     with open_url(args.url) as opened:
         _ours(opened, "erase-user")

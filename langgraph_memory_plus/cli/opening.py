@@ -22,9 +22,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from .._connect import need
-from .._sqlite import path_from_url
-from .._urls import check_conninfo, check_port, check_userinfo
+from ..drivers.connect import need
+from ..drivers.sqlite import path_from_url
+from ..drivers.urls import check_conninfo, check_port, check_userinfo
 from ..errors import InvalidConfigError, MemoryConnectionError
 from ..url import Memory, UrlOptions, default_url, from_url, redact
 from .output import UNSUPPORTED, CliError
@@ -122,7 +122,7 @@ def _official_postgres(conninfo: str, shown: str) -> Iterator[Any]:
     from psycopg import Connection, OperationalError
     from psycopg.rows import dict_row
 
-    from .._postgres import _probe_kwargs, unreachable
+    from ..drivers.postgres import _probe_kwargs, unreachable
 
     check_conninfo(conninfo)
     options = _probe_kwargs(conninfo, {"autocommit": True, "prepare_threshold": 0})

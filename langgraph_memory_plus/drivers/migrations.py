@@ -23,9 +23,9 @@ import hashlib
 import re
 from collections.abc import Callable, Sequence
 
-from ._plan import Plan
-from ._postgres import Query, Rows, script
-from .errors import MigrationLockTimeoutError, SetupRequiredError
+from ..errors import MigrationLockTimeoutError, SetupRequiredError
+from .plan import Plan
+from .postgres import Query, Rows, script
 
 DEFAULT_LOCK_TIMEOUT = "5s"
 """How long a migration's statement waits for a table's lock, unless the session sets

@@ -37,14 +37,14 @@ from psycopg.pq import Conninfo
 from psycopg.rows import TupleRow, tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
-from ._connect import CONNECT_TIMEOUT, reason
-from ._plan import Plan, adrive, before_first_command, drive
-from .errors import (
+from ..errors import (
     InvalidConfigError,
     MemoryConnectionError,
     PoolTimeoutError,
     SetupRequiredError,
 )
+from .connect import CONNECT_TIMEOUT, reason
+from .plan import Plan, adrive, before_first_command, drive
 
 R = TypeVar("R")
 

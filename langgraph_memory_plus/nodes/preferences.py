@@ -32,8 +32,8 @@ from langchain_core.runnables import RunnableLambda
 from langgraph.store.base import BaseStore
 from typing_extensions import Unpack
 
-from .. import _text
-from .._plan import Plan
+from ..drivers.plan import Plan
+from ..messages import _text
 from ..store.namespaces import declare_user_data
 from ._store import (
     Stats,

@@ -31,12 +31,12 @@ from typing import Any
 
 from langgraph.store.base import BaseStore, PutOp
 
-from ._plan import Plan, adrive, drive
-from .errors import InvalidConfigError
-from .store.base import StoreBase
-from .store.namespaces import declared_user_data, template_fields, user_namespace
-from .store.tombstones import DEFAULT_HOLD_HOURS, check_hold
-from .threads.core import index_value
+from ..drivers.plan import Plan, adrive, drive
+from ..errors import InvalidConfigError
+from ..store.base import StoreBase
+from ..store.namespaces import declared_user_data, template_fields, user_namespace
+from ..store.tombstones import DEFAULT_HOLD_HOURS, check_hold
+from ..threads.core import index_value
 
 Namespace = tuple[str, ...]
 DEFAULT_BATCH_SIZE = 100
@@ -205,8 +205,8 @@ def declared_templates() -> list[Namespace]:
     Imports the writer modules, so the list is whole even in a process (the CLI) that
     never used them.
     """
-    from .approvals import drafts  # noqa: F401  (each declares at import)
-    from .nodes import preferences, tools  # noqa: F401
+    from ..approvals import drafts  # noqa: F401  (each declares at import)
+    from ..nodes import preferences, tools  # noqa: F401
 
     return _minimal(d.template for d in declared_user_data())
 

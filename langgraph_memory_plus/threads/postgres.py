@@ -30,11 +30,9 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from .._plan import Plan
-from .._postgres import Query, Rows
 from ..checkpoint.config import thread_key
 from ..drivers.plan import Plan
-from ..drivers.postgres import Query, Rows, script
+from ..drivers.postgres import Query, Rows
 from .core import (
     RecordInput,
     ReindexBatch,

@@ -18,9 +18,9 @@ from typing import Any
 from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from psycopg.types.json import Jsonb
 
-from ..._migrations import SchemaVersion, advisory_lock_id, migrate, recorded_version
-from ..._plan import Plan
-from ..._postgres import Query, Rows
+from ...drivers.migrations import SchemaVersion, advisory_lock_id, migrate, recorded_version
+from ...drivers.plan import Plan
+from ...drivers.postgres import Query, Rows
 from ...errors import ValueTooLargeError
 from ...threads.core import RecordInput, writes_of_interest
 from ...threads.postgres import EXPIRY_MIGRATION, STATUS_MIGRATION, PostgresThreadIndex

@@ -32,9 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..._migrations import run_locked
-from ..._plan import Plan
-from ..._postgres import Query, Rows
+from ...drivers.migrations import run_locked
+from ...drivers.plan import Plan
+from ...drivers.postgres import Query, Rows
 from ...errors import InvalidConfigError
 
 VectorBackend = Literal["auto", "pgvector", "exact"]

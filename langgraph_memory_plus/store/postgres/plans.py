@@ -22,15 +22,15 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ..._migrations import (
+from ...drivers.migrations import (
     SchemaVersion,
     advisory_lock_id,
     migrate,
     recorded_version,
     run_locked,
 )
-from ..._plan import Plan
-from ..._postgres import Query, Rows
+from ...drivers.plan import Plan
+from ...drivers.postgres import Query, Rows
 from ...errors import InvalidConfigError
 from ..base import (
     GetRequest,
