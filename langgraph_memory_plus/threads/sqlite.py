@@ -25,7 +25,6 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..checkpoint.config import thread_key
 from ..drivers.plan import Plan
 from ..drivers.sqlite import Query, Rows
 from .core import (
@@ -39,6 +38,7 @@ from .core import (
     derive,
     interrupts_from_json,
     interrupts_json,
+    thread_key,
 )
 
 TABLE = "lgmp_thread_index"
