@@ -34,6 +34,7 @@ from typing_extensions import Unpack
 
 from ..drivers.plan import Plan
 from ..messages import _text
+from ._adapting import Prefetches, adapters
 from ._store import (
     Stats,
     Step,
@@ -50,8 +51,7 @@ from .scanning import DEFAULT_SCANNER, Finding, Scanner, log_refusal
 from .scope import MissingScopeError, Namespace, NamespaceTemplate, Scope, ScopeArgs, Scoped
 
 if TYPE_CHECKING:
-    from .middleware import PostModelMiddleware
-    from .profile import ProfileInjector
+    from langchain.agents.middleware import AgentMiddleware
 
 logger = logging.getLogger(__name__)
 
@@ -352,7 +352,7 @@ class PreferenceLearner(Scoped):
     # -- plug-in places -----------------------------------------------------------------
 
     def hook(
-        self, *, prefetch: ProfileInjector | None = None, messages_key: str = "messages"
+        self, *, prefetch: Prefetches | None = None, messages_key: str = "messages"
     ) -> RunnableLambda[Any, dict[str, Any]]:
         """This learner as a graph node after the model, or
         ``create_react_agent(post_model_hook=...)``.
@@ -360,13 +360,8 @@ class PreferenceLearner(Scoped):
         ``prefetch``: an injector whose next read to start once learning is done, so the
         next turn finds the profile (with what was just learned) already read.
         """
-        from .hooks import PostModelHook, as_node
+        return adapters().post_model_hook(self, prefetch, messages_key, "learn_preferences")
 
-        hook = PostModelHook(self, prefetch=prefetch, messages_key=messages_key)
-        return as_node(hook, "learn_preferences")
-
-    def middleware(self, *, prefetch: ProfileInjector | None = None) -> PostModelMiddleware:
+    def middleware(self, *, prefetch: Prefetches | None = None) -> AgentMiddleware[Any, Any, Any]:
         """This learner as LangChain agent middleware (``after_model``; ``agents`` extra)."""
-        from .middleware import PostModelMiddleware
-
-        return PostModelMiddleware(self, prefetch=prefetch)
+        return adapters().post_model_middleware(self, prefetch)
