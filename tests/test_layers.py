@@ -2,7 +2,8 @@
 
 The layer contract itself is ``lint-imports`` (``[tool.importlinter]`` in pyproject.toml,
 run by ``.ci/run``); these tests keep what it cannot see: the documented import paths still
-import, and the root holds only the public surface.
+import, the root holds only the public surface, and no two modules import each other
+through any chain (``TYPE_CHECKING`` imports and imports inside functions included).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import importlib
 import re
 from pathlib import Path
+
+import pytest
 
 import langgraph_memory_plus
 
@@ -55,3 +58,15 @@ def test_the_public_root_modules_are_the_layers_objects() -> None:
         assert public.__all__
         for name in public.__all__:
             assert getattr(public, name) is getattr(home, name), name
+
+
+def test_no_import_cycles() -> None:
+    grimp = pytest.importorskip("grimp")  # installed with import-linter (the dev extra)
+    graph = grimp.build_graph("langgraph_memory_plus", cache_dir=None)
+    cycles = [
+        (a, b)
+        for a in graph.modules
+        for b in graph.find_modules_directly_imported_by(a)
+        if graph.chain_exists(importer=b, imported=a)
+    ]
+    assert cycles == []
