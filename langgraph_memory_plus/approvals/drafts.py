@@ -37,9 +37,9 @@ from langgraph.store.base import BaseStore, GetOp, PutOp, SearchOp
 from ..drivers.plan import Plan, adrive, drive
 from ..errors import ConflictError, InvalidConfigError, MemoryPlusError
 from ..store.base import ConditionalPutOp, StoreBase
-from ..store.namespaces import declare_user_data, user_namespace
+from ..store.namespaces import DRAFTS, user_namespace
 
-DEFAULT_NAMESPACE = declare_user_data("TaskDrafts", ("users", "{user_id}", "pending_tasks"))
+DEFAULT_NAMESPACE = DRAFTS  # declared in store.namespaces, which erasure reads
 DEFAULT_TTL = timedelta(hours=72)
 MAX_DRAFTS = 100
 """Open drafts read per user (a user with more has a problem a list will not solve)."""

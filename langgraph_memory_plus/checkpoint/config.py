@@ -5,8 +5,6 @@ Checked once here so every backend rejects the same bad input with the same mess
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +17,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ..errors import InvalidConfigError
 from ..observability.core import Listener
 from ..threads.core import DEFAULT_INDEX_KEYS, check_index_keys, check_transcripts
+from ..threads.core import thread_key as thread_key  # re-exported: the savers key threads so too
 
 
 class TTLConfig(TypedDict, total=False):
@@ -156,14 +155,6 @@ def deletion_id() -> str:
     new run's, and brought an erased thread back.
     """
     return str(uuid6())[:19] + "ffff-ffffffffffff"
-
-
-@functools.lru_cache(maxsize=4096)
-def thread_key(thread_id: str) -> bytes:
-    """16 bytes of SHA-256: no collision in any realistic number of threads, and half the
-    index space of the full digest on every row of every table. Remembered for recent
-    threads: a chat turn asks for its thread's key about 30 times."""
-    return hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).digest()[:16]
 
 
 def checkpoint_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:

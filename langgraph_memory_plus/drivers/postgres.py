@@ -190,7 +190,7 @@ def conninfo_params(conninfo: str) -> dict[str, Any]:
 def describe(conninfo: str) -> str:
     """Where ``conninfo`` points, without its password: for messages and logs."""
     if "://" in conninfo:
-        from ..url import redact
+        from .urls import redact
 
         return redact(conninfo)
     params = conninfo_params(conninfo)

@@ -13,6 +13,12 @@ Every context tool works three ways from one implementation:
 ``REMOVE_ALL_MESSAGES``.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.runnables import RunnableLambda
+
 from ._core import (
     TokenCounter,
     count_messages,
@@ -20,7 +26,7 @@ from ._core import (
     provider_problems,
     repair_tool_pairs,
 )
-from ._policy import Compaction, ContextPolicy, Mode
+from ._policy import Compaction, ContextPolicy, Mode, use_adapters
 from .hooks import context_hook
 from .reducers import (
     REMOVE_ALL_MESSAGES,
@@ -42,6 +48,27 @@ from .summarization import (
 from .tokens import ExactTokenCounter, approximate_text_tokens, count_tokens_script_aware
 from .trimming import Trimmer, trim
 from .turns import TurnError, TurnHistory, TurnRecord, TurnWindow, abbreviate
+
+if TYPE_CHECKING:
+    from langchain.agents.middleware import AgentMiddleware
+
+
+class _Adapters:
+    """The adapters behind ``policy.hook()`` and ``policy.middleware()`` (see
+    :class:`._policy.Adapters`); middleware is imported on first use (``agents`` extra)."""
+
+    def hook(
+        self, policy: ContextPolicy, mode: Mode, messages_key: str, input_key: str | None
+    ) -> RunnableLambda[Any, dict[str, Any]]:
+        return context_hook(policy, mode=mode, messages_key=messages_key, input_key=input_key)
+
+    def middleware(self, policy: ContextPolicy, mode: Mode) -> AgentMiddleware[Any, Any, Any]:
+        from .middleware import context_middleware
+
+        return context_middleware(policy, mode=mode)
+
+
+use_adapters(_Adapters())
 
 __all__ = [
     "REMOVE_ALL_MESSAGES",

@@ -15,7 +15,7 @@ import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from langchain_core.messages import BaseMessage, RemoveMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
@@ -26,7 +26,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from ..drivers.plan import Plan, adrive, drive
 
 if TYPE_CHECKING:
-    from .middleware import ContextMiddleware
+    from langchain.agents.middleware import AgentMiddleware
 
 Mode = Literal["transient", "persistent"]
 """``transient``: only the model input changes, the checkpoint keeps the full history.
@@ -113,15 +113,32 @@ class ContextPolicy(ABC):
         input_key: str | None = "llm_input_messages",
     ) -> RunnableLambda[Any, dict[str, Any]]:
         """This policy as a graph node, or as ``create_react_agent(pre_model_hook=...)``."""
-        from .hooks import context_hook
+        return _adapters[0].hook(self, mode, messages_key, input_key)
 
-        return context_hook(self, mode=mode, messages_key=messages_key, input_key=input_key)
-
-    def middleware(self, mode: Mode = "transient") -> ContextMiddleware:
+    def middleware(self, mode: Mode = "transient") -> AgentMiddleware[Any, Any, Any]:
         """This policy as LangChain agent middleware (needs the ``agents`` extra)."""
-        from .middleware import context_middleware
+        return _adapters[0].middleware(self, mode)
 
-        return context_middleware(self, mode=mode)
+
+class Adapters(Protocol):
+    """A policy as a graph node (``hooks.py``) and as agent middleware (``middleware.py``).
+
+    The adapters import the policies, never the reverse: the package's ``__init__``, which
+    Python runs before any module of the package, hands them over (:func:`use_adapters`).
+    """
+
+    def hook(
+        self, policy: ContextPolicy, mode: Mode, messages_key: str, input_key: str | None
+    ) -> RunnableLambda[Any, dict[str, Any]]: ...
+
+    def middleware(self, policy: ContextPolicy, mode: Mode) -> AgentMiddleware[Any, Any, Any]: ...
+
+
+_adapters: list[Adapters] = []
+
+
+def use_adapters(adapters: Adapters) -> None:
+    _adapters[:] = [adapters]
 
 
 def history_update(

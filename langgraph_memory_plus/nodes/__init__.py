@@ -15,9 +15,14 @@ extra). The user comes from the runtime context or ``config["configurable"]``
 (``user_id`` for the default namespaces); the store is the graph's unless one is given.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._adapting import Node, Prefetches, use_adapters
 from ._store import Stats
 from .extraction import Extractor, LanguageRules, RuleExtractor, Statement, extract_statements
-from .hooks import PostModelHook, ProfileHook
+from .hooks import PostModelHook, ProfileHook, as_node
 from .preferences import (
     CONFIRM_STEP,
     CONTRADICT_STEP,
@@ -42,6 +47,39 @@ from .profile import (
 from .scanning import DEFAULT_SCANNER, Finding, Rule, Scanner, UnsafeTextError
 from .scope import MissingScopeError, NamespaceTemplate, Scope, current_scope
 from .tools import create_memory_tools, normalize_key
+
+if TYPE_CHECKING:
+    from langchain.agents.middleware import AgentMiddleware
+
+
+class _Adapters:
+    """The adapters behind ``injector.hook()``, ``learner.middleware()`` and the like (see
+    :class:`._adapting.Adapters`); middleware is imported on first use (``agents`` extra)."""
+
+    def profile_hook(
+        self, injector: Any, mode: Any, messages_key: str, input_key: str | None
+    ) -> Node:
+        return as_node(ProfileHook(injector, mode, messages_key, input_key), f"profile_{mode}")
+
+    def post_model_hook(
+        self, learner: Any, prefetch: Prefetches | None, messages_key: str, name: str
+    ) -> Node:
+        return as_node(PostModelHook(learner, prefetch=prefetch, messages_key=messages_key), name)
+
+    def profile_middleware(self, injector: Any, mode: Any) -> AgentMiddleware[Any, Any, Any]:
+        from .middleware import profile_middleware
+
+        return profile_middleware(injector, mode=mode)
+
+    def post_model_middleware(
+        self, learner: Any, prefetch: Prefetches | None
+    ) -> AgentMiddleware[Any, Any, Any]:
+        from .middleware import PostModelMiddleware
+
+        return PostModelMiddleware(learner, prefetch=prefetch)
+
+
+use_adapters(_Adapters())
 
 __all__ = [
     "CONFIRM_STEP",

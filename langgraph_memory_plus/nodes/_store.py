@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 from langgraph.store.base import BaseStore, GetOp, Op, PutOp
 
@@ -33,14 +33,21 @@ from ..observability import core as observability
 from ..observability.events import NodeCounted
 from ..store.base import ConditionalPutOp, StoreBase
 
-if TYPE_CHECKING:
-    from .prefetch import Prefetcher
-
 logger = logging.getLogger(__name__)
 
 R = TypeVar("R")
 Namespace = tuple[str, ...]
 StoreOp = Op | ConditionalPutOp
+
+
+class Prefetched(Protocol):
+    """Reads started ahead of time (:class:`.prefetch.Prefetcher`, which runs them on
+    :func:`background_pool` and so sits above this module)."""
+
+    active: bool
+
+    def take(self, key: str) -> concurrent.futures.Future[Any] | None: ...
+
 
 _TIMEOUTS = (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError)
 
@@ -171,7 +178,7 @@ class StoreRunner:
         store: BaseStore | None,
         *,
         timeout: float | None,
-        prefetcher: Prefetcher | None = None,
+        prefetcher: Prefetched | None = None,
         stats: Stats | None = None,
     ) -> None:
         self.store = store

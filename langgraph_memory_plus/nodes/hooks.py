@@ -31,6 +31,7 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 from ..messages._core import coerce_messages
 from ..messages._policy import Compaction, history_update
 from ..messages.hooks import read_state
+from ._adapting import Prefetches
 from .profile import MODES, InjectionMode, ProfileInjector
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ class PostModelHook:
         self,
         learner: PreferenceLearner | None,
         *,
-        prefetch: ProfileInjector | None = None,
+        prefetch: Prefetches | None = None,
         messages_key: str = "messages",
     ) -> None:
         self.learner = learner

@@ -32,6 +32,7 @@ from langchain_core.messages import AnyMessage, BaseMessage
 from langgraph.runtime import Runtime
 
 from ..messages.middleware import AsyncHandler, Handler
+from ._adapting import Prefetches
 from .hooks import injection_update, state_messages
 from .preferences import PreferenceLearner
 from .profile import MODES, InjectionMode, ProfileInjector
@@ -99,7 +100,7 @@ class PostModelMiddleware(AgentMiddleware[Any, Any, Any]):
     start the injector's next read (with ``prefetch``), so the read sees what was learned."""
 
     def __init__(
-        self, learner: PreferenceLearner | None, *, prefetch: ProfileInjector | None = None
+        self, learner: PreferenceLearner | None, *, prefetch: Prefetches | None = None
     ) -> None:
         super().__init__()
         self.learner = learner

@@ -34,7 +34,8 @@ from typing_extensions import Unpack
 
 from ..drivers.plan import Plan
 from ..messages import _text
-from ..store.namespaces import declare_user_data
+from ..store.namespaces import PROFILE
+from ._adapting import Prefetches, adapters
 from ._store import (
     Stats,
     Step,
@@ -51,15 +52,14 @@ from .scanning import DEFAULT_SCANNER, Finding, Scanner, log_refusal
 from .scope import MissingScopeError, Namespace, NamespaceTemplate, Scope, ScopeArgs, Scoped
 
 if TYPE_CHECKING:
-    from .middleware import PostModelMiddleware
-    from .profile import ProfileInjector
+    from langchain.agents.middleware import AgentMiddleware
 
 logger = logging.getLogger(__name__)
 
 CONFIRM_STEP = 0.05
 CONTRADICT_STEP = 0.10
 PROFILE_KEY = "profile"
-PROFILE_NAMESPACE = declare_user_data("PreferenceLearner", ("users", "{user_id}"))
+PROFILE_NAMESPACE = PROFILE  # declared in store.namespaces, which erasure reads
 """Where the learner keeps the profile by default (``erase_user`` erases it); the
 ``ProfileInjector`` reads it."""
 OWN_MESSAGE_PREFIX = "lgmp-"
@@ -356,7 +356,7 @@ class PreferenceLearner(Scoped):
     # -- plug-in places -----------------------------------------------------------------
 
     def hook(
-        self, *, prefetch: ProfileInjector | None = None, messages_key: str = "messages"
+        self, *, prefetch: Prefetches | None = None, messages_key: str = "messages"
     ) -> RunnableLambda[Any, dict[str, Any]]:
         """This learner as a graph node after the model, or
         ``create_react_agent(post_model_hook=...)``.
@@ -364,13 +364,8 @@ class PreferenceLearner(Scoped):
         ``prefetch``: an injector whose next read to start once learning is done, so the
         next turn finds the profile (with what was just learned) already read.
         """
-        from .hooks import PostModelHook, as_node
+        return adapters().post_model_hook(self, prefetch, messages_key, "learn_preferences")
 
-        hook = PostModelHook(self, prefetch=prefetch, messages_key=messages_key)
-        return as_node(hook, "learn_preferences")
-
-    def middleware(self, *, prefetch: ProfileInjector | None = None) -> PostModelMiddleware:
+    def middleware(self, *, prefetch: Prefetches | None = None) -> AgentMiddleware[Any, Any, Any]:
         """This learner as LangChain agent middleware (``after_model``; ``agents`` extra)."""
-        from .middleware import PostModelMiddleware
-
-        return PostModelMiddleware(self, prefetch=prefetch)
+        return adapters().post_model_middleware(self, prefetch)

@@ -37,6 +37,7 @@ from typing_extensions import Unpack
 from ..drivers.plan import Plan
 from ..messages._core import split_leading_system
 from ..messages._policy import Compaction
+from ._adapting import adapters
 from ._store import Stats, Step, StoreCall, StoreFailure, StoreRunner
 from .preferences import PROFILE_KEY, is_preference
 from .prefetch import Prefetcher
@@ -44,7 +45,7 @@ from .scanning import DEFAULT_SCANNER, Scanner
 from .scope import MissingScopeError, NamespaceTemplate, Scope, ScopeArgs, Scoped
 
 if TYPE_CHECKING:
-    from .middleware import PostModelMiddleware, ProfileMiddleware
+    from langchain.agents.middleware import AgentMiddleware
 
 logger = logging.getLogger(__name__)
 
@@ -466,25 +467,17 @@ class ProfileInjector(Scoped):
     ) -> RunnableLambda[Any, dict[str, Any]]:
         """This injector as a graph node before the model, or
         ``create_react_agent(pre_model_hook=...)``."""
-        from .hooks import ProfileHook, as_node
-
-        return as_node(ProfileHook(self, mode, messages_key, input_key), f"profile_{mode}")
+        return adapters().profile_hook(self, mode, messages_key, input_key)
 
     def prefetch_hook(self) -> RunnableLambda[Any, dict[str, Any]]:
         """A node after the model that only prefetches (with a learner, use
         ``learner.hook(prefetch=injector)`` instead, so the read sees what it learned)."""
-        from .hooks import PostModelHook, as_node
+        return adapters().post_model_hook(None, self, "messages", "prefetch_profile")
 
-        return as_node(PostModelHook(None, prefetch=self), "prefetch_profile")
-
-    def middleware(self, mode: InjectionMode = "frozen") -> ProfileMiddleware:
+    def middleware(self, mode: InjectionMode = "frozen") -> AgentMiddleware[Any, Any, Any]:
         """This injector as LangChain agent middleware (needs the ``agents`` extra)."""
-        from .middleware import profile_middleware
+        return adapters().profile_middleware(self, mode)
 
-        return profile_middleware(self, mode=mode)
-
-    def prefetch_middleware(self) -> PostModelMiddleware:
+    def prefetch_middleware(self) -> AgentMiddleware[Any, Any, Any]:
         """Middleware that prefetches after each model call (see :meth:`prefetch_hook`)."""
-        from .middleware import PostModelMiddleware
-
-        return PostModelMiddleware(None, prefetch=self)
+        return adapters().post_model_middleware(None, self)

@@ -36,7 +36,7 @@ from pydantic import BaseModel, Field
 from ..drivers.plan import Plan
 from ..messages import _text
 from ..store.base import ConditionalPutOp
-from ..store.namespaces import declare_user_data
+from ..store.namespaces import MEMORIES
 from ._store import (
     Stats,
     Step,
@@ -362,7 +362,7 @@ _TOOLS: tuple[tuple[str, str, type[BaseModel], str], ...] = (
 """(plan method, tool name, argument schema, description) per tool."""
 
 
-MEMORIES_NAMESPACE = declare_user_data("create_memory_tools", ("memories", "{user_id}"))
+MEMORIES_NAMESPACE = MEMORIES  # declared in store.namespaces, which erasure reads
 """Where the memory tools keep memories by default (``erase_user`` erases it)."""
 
 

@@ -3,9 +3,9 @@
 A user lives in many places: the checkpoints of every thread the thread index
 attributes to them (whatever the thread ids look like), those threads' transcripts,
 their session entries (the index records), store items under the namespace templates
-every writer of the package declares next to its default
-(:func:`~langgraph_memory_plus.store.namespaces.declare_user_data`: profile, memories,
-task drafts, their vectors), and approval decisions. Erasure removes all of it, except
+declared as user data (:func:`~langgraph_memory_plus.store.namespaces.declare_user_data`;
+the package's own writers take their defaults from those declarations: profile,
+memories, task drafts, their vectors), and approval decisions. Erasure removes all of it, except
 the decision records of ``approvals.Approvals`` (in the store, ``approvals_namespace``):
 they are audit, so they are anonymized instead (:func:`anonymized`).
 
@@ -199,15 +199,12 @@ _Step = (
 
 
 def declared_templates() -> list[Namespace]:
-    """The namespace templates the package's own writers declared (the default of
-    ``erase_user``), without those another one already covers as a prefix.
+    """The namespace templates declared as user data (the default of ``erase_user``),
+    without those another one already covers as a prefix.
 
-    Imports the writer modules, so the list is whole even in a process (the CLI) that
-    never used them.
+    The package's own writers are declared in ``store.namespaces`` itself, so the list is
+    whole even in a process (the CLI) that never imported them.
     """
-    from ..approvals import drafts  # noqa: F401  (each declares at import)
-    from ..nodes import preferences, tools  # noqa: F401
-
     return _minimal(d.template for d in declared_user_data())
 
 

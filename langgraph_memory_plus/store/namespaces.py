@@ -227,9 +227,10 @@ _DECLARED: dict[tuple[str, tuple[str, ...]], UserData] = {}
 def declare_user_data(writer: str, template: Sequence[str]) -> tuple[str, ...]:
     """Declare that ``writer`` keeps user data under ``template``; returns the template.
 
-    Each writer module declares its default namespace at import, next to the constant, so
-    ``erase_user``'s default (:func:`declared_user_data`) is, by construction, the union
-    of what the package writes. A template must name ``{user_id}`` and nothing else: erasure
+    The package's own writers are declared at the end of this module (their defaults are
+    these constants), so ``erase_user``'s default (:func:`declared_user_data`) is, by
+    construction, the union of what the package writes; an application's own writer may
+    declare its namespace too. A template must name ``{user_id}`` and nothing else: erasure
     knows only the user id.
     """
     labels = tuple(template)
@@ -244,3 +245,11 @@ def declare_user_data(writer: str, template: Sequence[str]) -> tuple[str, ...]:
 def declared_user_data() -> tuple[UserData, ...]:
     """Every declaration made so far, in declaration order."""
     return tuple(_DECLARED.values())
+
+
+# The package's own writers of user data. They are declared here, in the layer below every
+# writer and below erasure, so that erase_user's default needs no import of the writers;
+# each writer takes its default namespace from these constants.
+MEMORIES = declare_user_data("create_memory_tools", ("memories", "{user_id}"))
+PROFILE = declare_user_data("PreferenceLearner", ("users", "{user_id}"))
+DRAFTS = declare_user_data("TaskDrafts", ("users", "{user_id}", "pending_tasks"))

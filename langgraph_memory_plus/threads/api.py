@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from langgraph.types import Interrupt
 
@@ -25,9 +25,6 @@ from .core import (
     to_datetime,
 )
 from .transcripts import TranscriptMessage
-
-if TYPE_CHECKING:
-    from ..checkpoint.saver import CheckpointSaverBase
 
 
 class ThreadPlans(Protocol):
@@ -60,6 +57,24 @@ def _thread_id(thread_id: Any) -> str:
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
+
+
+class Decoder(Protocol):
+    def _load(self, typ: str, data: bytes | None) -> Any: ...
+
+
+class IndexedSaver(Protocol):
+    """What the index needs of the saver that keeps it: the saver's driver and codec.
+
+    The savers (``checkpoint/saver.py``) sit in the layer above the index and satisfy this;
+    naming them here would make the two layers import each other."""
+
+    @property
+    def _codec(self) -> Decoder: ...
+
+    def _run(self, plan: Plan[Any, R]) -> R: ...
+
+    async def _arun(self, plan: Plan[Any, R]) -> R: ...
 
 
 def _then(plan: Plan[Any, T], finish: Callable[[T], R]) -> Plan[Any, R]:
@@ -105,7 +120,7 @@ class Threads:
     ``aget`` and ``asessions``.
     """
 
-    def __init__(self, saver: CheckpointSaverBase, plans: ThreadPlans, keys: Sequence[str]):
+    def __init__(self, saver: IndexedSaver, plans: ThreadPlans, keys: Sequence[str]):
         self._saver = saver
         self._plans = plans
         self.index_keys = tuple(keys)

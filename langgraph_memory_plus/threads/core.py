@@ -14,6 +14,8 @@ hosted server's ``threads.search`` ports as is, plus ``title`` and ``size``.
 from __future__ import annotations
 
 import base64
+import functools
+import hashlib
 import json
 import math
 import unicodedata
@@ -43,6 +45,16 @@ TITLE_GRAPHEMES = 50
 MAX_LIMIT = 10_000
 MAX_OFFSET = 2**62
 """Past any index's size, and with ``limit`` added still a 64-bit integer for the drivers."""
+
+
+@functools.lru_cache(maxsize=4096)
+def thread_key(thread_id: str) -> bytes:
+    """A thread's key in every table of the index and of the savers above it: 16 bytes of
+    SHA-256, no collision in any realistic number of threads, and half the index space of
+    the full digest on every row of every table. Remembered for recent threads: a chat
+    turn asks for its thread's key about 30 times."""
+    return hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).digest()[:16]
+
 
 RawInterrupts = dict[str, tuple[str, bytes]]
 """Per task id, the pending ``__interrupt__`` write as the codec stored it (type, data)."""

@@ -30,7 +30,6 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from ..checkpoint.config import thread_key
 from ..drivers.plan import Plan
 from ..drivers.postgres import Query, Rows
 from .core import (
@@ -42,6 +41,7 @@ from .core import (
     derive,
     interrupts_from_json,
     interrupts_json,
+    thread_key,
 )
 
 TABLE = "lgmp_thread_index"

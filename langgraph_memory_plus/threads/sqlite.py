@@ -25,7 +25,6 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..checkpoint.config import thread_key
 from ..drivers.plan import Plan
 from ..drivers.sqlite import Query, Rows
 from .core import (
@@ -40,6 +39,7 @@ from .core import (
     index_value,
     interrupts_from_json,
     interrupts_json,
+    thread_key,
 )
 
 TABLE = "lgmp_thread_index"

@@ -28,11 +28,7 @@ processes may call ``setup()`` at once, and inside a caller's open transaction.
 
 from __future__ import annotations
 
-import re
-
-from ...errors import InvalidConfigError
-
-_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
+from ...drivers.pgnames import quote_schema as quote_schema  # re-exported for the plans
 
 # The statements that outlive their migration, shared with FRESH.
 _THREADS = """
@@ -196,14 +192,3 @@ FRESH: tuple[str, ...] = (
 ``setup()`` on a fresh database creates them directly instead of replaying the history
 (tables created only to be migrated and dropped cost most of its time). A test compares
 the two layouts, catalog entry by catalog entry."""
-
-
-def quote_schema(schema: str) -> str:
-    """The schema as a quoted SQL identifier, after checking it is a plain name."""
-    if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
-        raise InvalidConfigError(
-            f"schema must be a plain SQL name (letters, digits, _ and $), got {schema!r}"
-        )
-    if schema.startswith("pg_") or schema == "information_schema":
-        raise InvalidConfigError(f"schema {schema!r} is a PostgreSQL system schema: use your own")
-    return f'"{schema}"'

@@ -30,7 +30,7 @@ Migrations run in order under a transaction-scoped advisory lock (see
 
 from __future__ import annotations
 
-from ...checkpoint.postgres.schema import quote_schema
+from ...drivers.pgnames import quote_schema
 
 __all__ = ["FRESH", "MIGRATIONS", "VECTORS", "quote_schema"]
 
