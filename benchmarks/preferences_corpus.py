@@ -10,7 +10,7 @@ pair not stored a false negative.
 
 Run from the repository root::
 
-    python -m benchmarks.preferences_corpus [--half reporting|tuning|both] [--misses]
+    python -m benchmarks.preferences_corpus [--half blind|reporting|tuning|all] [--misses]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 from langgraph_memory_plus.nodes.extraction import Statement, extract_statements
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "corpora" / "preferences"
-HALVES = ("reporting", "tuning")
+HALVES = ("blind", "reporting", "tuning")
 
 
 @dataclass(frozen=True)
@@ -112,10 +112,10 @@ def table(half: str, scores: dict[str, Score]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--half", choices=(*HALVES, "both"), default="reporting")
+    parser.add_argument("--half", choices=(*HALVES, "all"), default="blind")
     parser.add_argument("--misses", action="store_true", help="list the messages read wrong")
     args = parser.parse_args(argv)
-    for half in HALVES if args.half == "both" else (args.half,):
+    for half in HALVES if args.half == "all" else (args.half,):
         scores = score(load(half), extract_statements)
         print("\n".join(table(half, scores)))
         if args.misses:
