@@ -18,6 +18,7 @@ extra). The user comes from the runtime context or ``config["configurable"]``
 from ._store import Stats
 from .extraction import Extractor, LanguageRules, RuleExtractor, Statement, extract_statements
 from .hooks import PostModelHook, ProfileHook
+from .llm_extraction import LLMExtractor, ProposedPreference, ProposedPreferences
 from .preferences import (
     CONFIRM_STEP,
     CONTRADICT_STEP,
@@ -54,6 +55,7 @@ __all__ = [
     "Extractor",
     "Finding",
     "InjectionMode",
+    "LLMExtractor",
     "LanguageRules",
     "LearnResult",
     "MissingScopeError",
@@ -65,6 +67,8 @@ __all__ = [
     "ProfileHook",
     "ProfileInjector",
     "ProfileLanguage",
+    "ProposedPreference",
+    "ProposedPreferences",
     "Rule",
     "RuleExtractor",
     "Scanner",

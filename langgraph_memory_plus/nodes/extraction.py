@@ -5,8 +5,9 @@ Only what the user says about themselves in so many words counts ("my name is Ad
 evidence. The default :class:`RuleExtractor` is a small set of regular expressions:
 predictable, free, and easy to audit, which matters more here than recall, since every
 statement it returns ends up in front of the model in later conversations. Anything that
-maps a text to :class:`Statement` s can replace it (an LLM-based extractor, say), as long
-as it keeps to the same rule: explicit statements only.
+maps a text to :class:`Statement` s can replace it, as long as it keeps to the same rule:
+explicit statements only (:class:`.llm_extraction.LLMExtractor` asks a chat model and
+keeps what these rules allow).
 
 Rules are data, per language (:class:`LanguageRules`: the rules plus how that language
 marks sentences, questions, negations, hedges and standing orders). English and Chinese
@@ -142,9 +143,7 @@ _EN_WISH = (
 # "window"/"aisle" alone ("I want the aisle"); "middle" only as "middle seat" (see read_seat)
 _EN_SEAT = r"(?P<value>window|aisle|middle)(?P<seat>(?:\s+|-)(?:seats?|side)\b)?\b"
 # "business" and "first" name a cabin only with "class" ("book business travel")
-_EN_CABIN = (
-    r"(?P<value>premium economy|economy|business|first)(?:(?:\s+|-)class\b|(?<=economy)\b)"
-)
+_EN_CABIN = r"(?P<value>premium economy|economy|business|first)(?:(?:\s+|-)class\b|(?<=economy)\b)"
 # a value that opens the clause and is accepted after it ("Aisle seats only, please",
 # "Economy is fine for me"); "no"/"not" before it makes the statement negated
 _EN_BARE = r"^\s*(?:please\s*,?\s*)?(?:(?:no|not)\s+)?(?:an?\s+|the\s+)?"
@@ -411,7 +410,10 @@ class LanguageRules:
     ``hypothetical`` anywhere is skipped with the rest of its sentence ("If it's cheap,
     I'll fly business", "假如升舱免费，我会选头等舱"). In a clause, ``negation`` before
     the value makes the statement negated, ``hedge`` lowers the confidence, and
-    ``standing`` ("from now on") raises it.
+    ``standing`` ("from now on") raises it. ``wish`` marks a clause as the user's own
+    wish, habit or order (first person, an order to the assistant, an accepted value):
+    the rules encode it in their patterns; a guard (:class:`.llm_extraction.LLMExtractor`)
+    asks it of clauses a model read.
     """
 
     name: str
@@ -425,6 +427,7 @@ class LanguageRules:
     hypothetical: re.Pattern[str]
     someone_else: re.Pattern[str]
     inquiry: re.Pattern[str] = re.compile(r"(?!)")
+    wish: re.Pattern[str] = re.compile("")
 
     def extend(self, *rules: Rule) -> LanguageRules:
         """This language with ``rules`` added after its own."""
@@ -497,6 +500,12 @@ ENGLISH = LanguageRules(
         r"|availab\w*|last time|last (?:trip|flight|week|month|year)|yesterday)\b",
         re.IGNORECASE,
     ),
+    wish=re.compile(
+        rf"\b(?:i|i'm|i'd|i'll|me|my preference|please)\b|\b(?:{_EN_WISH})\b"
+        r"|^\s*(?:book|give|get|put|seat|reserve|make)\b"
+        r"|\b(?:for me|only|is fine|is ok(?:ay)?|is good|is perfect|works|will do)\b",
+        re.IGNORECASE,
+    ),
 )
 
 CHINESE = LanguageRules(
@@ -522,6 +531,7 @@ CHINESE = LanguageRules(
         r"|特价|优惠|规则|规定|政策|区别|座位图|行李|退|怎么|什么|哪|是否|是不是|有没有|能不能"
         r"|可不可以|要不要|加钱|费用|上次|上回|之前|以前|那次|昨天|曾经"
     ),
+    wish=re.compile(rf"我|请|麻烦|{_WANT}|就行|就好|就可以|就成|即可|就够了|也行|吧"),
 )
 
 DEFAULT_LANGUAGES: tuple[LanguageRules, ...] = (ENGLISH, CHINESE)
@@ -545,9 +555,7 @@ def _supersedes(statement: Statement, at: int, held: tuple[int, Statement] | Non
     held_at, previous = held
     if held_at > at:
         return False
-    return not (
-        statement.negated and not previous.negated and not _same_value(statement, previous)
-    )
+    return not (statement.negated and not previous.negated and not _same_value(statement, previous))
 
 
 def _same_value(a: Statement, b: Statement) -> bool:
@@ -562,7 +570,7 @@ class RuleExtractor:
     座位") gives a negated statement; a hedge ("maybe", "也许") lowers the confidence by
     ``hedge_penalty``; a standing order ("from now on", "以后都") raises it by
     ``standing_bonus``. When a field is stated more than once, the last statement wins
-    (it is the user's latest word). ``rules`` alone means: English grammar, only these
+    (it is the user's latest word), except that "not X" leaves a wanted Y standing. ``rules`` alone means: English grammar, only these
     rules (as before languages existed).
     """
 
