@@ -23,6 +23,7 @@ from ._adapting import Node, Prefetches, use_adapters
 from ._store import Stats
 from .extraction import Extractor, LanguageRules, RuleExtractor, Statement, extract_statements
 from .hooks import PostModelHook, ProfileHook, as_node
+from .llm_extraction import LLMExtractor, ProposedPreference, ProposedPreferences
 from .preferences import (
     CONFIRM_STEP,
     CONTRADICT_STEP,
@@ -92,6 +93,7 @@ __all__ = [
     "Extractor",
     "Finding",
     "InjectionMode",
+    "LLMExtractor",
     "LanguageRules",
     "LearnResult",
     "MissingScopeError",
@@ -103,6 +105,8 @@ __all__ = [
     "ProfileHook",
     "ProfileInjector",
     "ProfileLanguage",
+    "ProposedPreference",
+    "ProposedPreferences",
     "Rule",
     "RuleExtractor",
     "Scanner",

@@ -5,8 +5,9 @@ Only what the user says about themselves in so many words counts ("my name is Ad
 evidence. The default :class:`RuleExtractor` is a small set of regular expressions:
 predictable, free, and easy to audit, which matters more here than recall, since every
 statement it returns ends up in front of the model in later conversations. Anything that
-maps a text to :class:`Statement` s can replace it (an LLM-based extractor, say), as long
-as it keeps to the same rule: explicit statements only.
+maps a text to :class:`Statement` s can replace it, as long as it keeps to the same rule:
+explicit statements only (:class:`.llm_extraction.LLMExtractor` asks a chat model and
+keeps what these rules allow).
 
 Rules are data, per language (:class:`LanguageRules`: the rules plus how that language
 marks sentences, questions, negations, hedges and standing orders). English and Chinese
@@ -102,6 +103,11 @@ def read_cabin(match: re.Match[str]) -> str | None:
     return " ".join(match["value"].casefold().split())
 
 
+def read_seat(match: re.Match[str]) -> str | None:
+    value = match["value"].casefold()
+    return None if value == "middle" and not match["seat"] else value
+
+
 def read_member_number(match: re.Match[str]) -> str | None:
     """A membership number without its spaces and dashes, letters upper case."""
     return re.sub(r"[\s-]+", "", match["value"]).upper()
@@ -128,10 +134,24 @@ _LANGUAGES = (
     "|polish|czech|greek|turkish|russian|ukrainian|arabic|hebrew|hindi|japanese|chinese"
     "|mandarin|cantonese|korean|vietnamese|thai|indonesian"
 )
-_SEAT_VERBS = (
-    r"prefer|like|love|want|need|take|choose|pick|book|get|reserve|give me|go for|rather have"
-    r"|hate|dislike|avoid|can'?t stand"
+# a wish or a habit stated by the user, or an order to the assistant, before the value
+_EN_WISH = (
+    r"prefer|like|love|want|need|take|choose|pick|book|get|reserve|give me|go for|put me"
+    r"|seat me|rather have|'d rather|sit|sitting|used to|always|usually|normally|generally"
+    r"|preference is|hate|dislike|avoid|can'?t stand"
 )
+# "window"/"aisle" alone ("I want the aisle"); "middle" only as "middle seat" (see read_seat)
+_EN_SEAT = r"(?P<value>window|aisle|middle)(?P<seat>(?:\s+|-)(?:seats?|side)\b)?\b"
+# "business" and "first" name a cabin only with "class" ("book business travel")
+_EN_CABIN = r"(?P<value>premium economy|economy|business|first)(?:(?:\s+|-)class\b|(?<=economy)\b)"
+# a value that opens the clause and is accepted after it ("Aisle seats only, please",
+# "Economy is fine for me"); "no"/"not" before it makes the statement negated
+_EN_BARE = r"^\s*(?:please\s*,?\s*)?(?:(?:no|not)\s+)?(?:an?\s+|the\s+)?"
+_EN_TAKEN = (
+    r"(?:\s+only)?\s*,?\s*(?:for me|please|only|is fine|is ok(?:ay)?|is good|is perfect|works"
+    r"|will do)\b"
+)
+
 
 ENGLISH_RULES: tuple[Rule, ...] = (
     Rule(
@@ -146,24 +166,11 @@ ENGLISH_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "seat",
-        re.compile(
-            rf"\b(?:{_SEAT_VERBS})\b(?:\s+[\w'-]+){{0,4}}?\s+(?P<value>window|aisle|middle)"
-            r"(?:\s+|-)seats?\b",
-            re.IGNORECASE,
-        ),
+        re.compile(rf"\b(?:{_EN_WISH})\b(?:\s+[\w'-]+){{0,5}}?\s+{_EN_SEAT}", re.IGNORECASE),
         0.8,
-        read_word,
+        read_seat,
     ),
-    Rule(
-        "seat",
-        re.compile(
-            r"\b(?:always\s+|usually\s+)?sit\s+(?:by|at|next to|near|on|in)\s+the\s+"
-            r"(?P<value>window|aisle)\b",
-            re.IGNORECASE,
-        ),
-        0.75,
-        read_word,
-    ),
+    Rule("seat", re.compile(rf"{_EN_BARE}{_EN_SEAT}{_EN_TAKEN}", re.IGNORECASE), 0.8, read_seat),
     Rule(
         "location",
         re.compile(
@@ -206,15 +213,14 @@ ENGLISH_RULES: tuple[Rule, ...] = (
     Rule(
         "cabin",
         re.compile(
-            rf"\b(?:{_SEAT_VERBS}|fly|travel|sit|upgrade(?: me)? to)\b(?:\s+[\w'-]+){{0,4}}?\s+"
-            # "business" and "first" name a cabin only with "class" ("book business travel")
-            r"(?P<value>premium economy|economy|business|first)(?:(?:\s+|-)class\b|"
-            r"(?<=economy)\b)",
+            rf"\b(?:{_EN_WISH}|fly|flying|flies|travel|travelling|traveling|upgrade(?: me)? to)\b"
+            rf"(?:\s+[\w'-]+){{0,6}}?\s+{_EN_CABIN}",
             re.IGNORECASE,
         ),
         0.8,
         read_cabin,
     ),
+    Rule("cabin", re.compile(rf"{_EN_BARE}{_EN_CABIN}{_EN_TAKEN}", re.IGNORECASE), 0.8, read_cabin),
     Rule(
         "frequent_flyer",
         re.compile(
@@ -241,16 +247,25 @@ ENGLISH_RULES: tuple[Rule, ...] = (
 frequent-flyer number."""
 
 _HAN_NAME = r"[\u4e00-\u9fff·]{2,4}"
+# a wish, a habit or an order to the assistant, before the value ("我习惯坐窗座", "给我窗座")
 _WANT = (
-    r"(?:喜欢|偏好|偏爱|习惯|爱|要|想要|想|需要|订|预订|预定|选|坐|安排|换成?|改成?|留|给我|帮我"
-    r"|讨厌|不喜欢)"
+    r"(?:喜欢|偏好|偏爱|习惯|爱|要|想要|想|需要|订|预订|预定|选|坐|安排|换成?|换到|改成?|改到|留"
+    r"|给我|帮我|讨厌|不喜欢|一向|一般|通常|总是|一直|向来|都|只|最好)"
 )
-_CN_SEATS = {"靠窗": "window", "窗口": "window", "窗边": "window", "靠过道": "aisle",
-             "过道": "aisle", "走道": "aisle", "靠走廊": "aisle", "中间": "middle"}  # fmt: skip
+# seat words that say "seat" on their own, and those that need a seat noun after them
+# (窗口 is also a service counter, 中间 any middle)
+_CN_SEATS = {"靠窗": "window", "窗座": "window", "窗位": "window", "靠窗户": "window",
+             "窗户旁边": "window", "窗户边": "window", "窗边": "window", "靠过道": "aisle",
+             "过道": "aisle", "走道": "aisle", "靠走廊": "aisle"}  # fmt: skip
+_CN_WEAK_SEATS = {"窗口": "window", "走廊": "aisle", "中间": "middle"}
+_CN_SEAT_NOUN = r"(?:的)?(?:座位|位置|位子|座|位|那边|一侧)"
 _CN_CABINS = {"超级经济舱": "premium economy", "高端经济舱": "premium economy",
               "明珠经济舱": "premium economy", "经济舱": "economy", "商务舱": "business",
               "公务舱": "business", "头等舱": "first"}  # fmt: skip
-_CN_MEALS = {"素食": "vegetarian", "素餐": "vegetarian", "清真": "halal",
+# a value that opens the clause and is accepted after it ("经济舱就行", "还是靠窗吧")
+_CN_BARE = r"^\s*(?:还是|就|请|要)?"
+_CN_TAKEN = r"(?:的)?(?:座位|位置|位子|座|位)?(?:就行|就好|就可以|就成|即可|就够了|也行|吧)"
+_CN_MEALS = {"素食": "vegetarian", "素": "vegetarian", "素餐": "vegetarian", "清真": "halal",
              "无麸质": "gluten-free", "儿童": "child", "糖尿病": "diabetic", "低盐": "low-salt",
              "犹太": "kosher"}  # fmt: skip
 _CN_LANGUAGES = {"中文": "Chinese", "汉语": "Chinese", "普通话": "Mandarin", "国语": "Mandarin",
@@ -307,10 +322,21 @@ CHINESE_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "seat",
+        re.compile(rf"{_WANT}[^，,。]{{0,8}}?(?P<value>{_alternatives(_CN_SEATS)})"),
+        0.8,
+        lookup(_CN_SEATS),
+    ),
+    Rule(
+        "seat",
         re.compile(
-            rf"{_WANT}[^，,。]{{0,8}}?(?P<value>{_alternatives(_CN_SEATS)})(?:的)?"
-            r"(?:座位|位置|位子|座|位|那边|一侧)"
+            rf"{_WANT}[^，,。]{{0,8}}?(?P<value>{_alternatives(_CN_WEAK_SEATS)}){_CN_SEAT_NOUN}"
         ),
+        0.8,
+        lookup(_CN_WEAK_SEATS),
+    ),
+    Rule(
+        "seat",
+        re.compile(rf"{_CN_BARE}(?P<value>{_alternatives(_CN_SEATS)}){_CN_TAKEN}"),
         0.8,
         lookup(_CN_SEATS),
     ),
@@ -319,6 +345,12 @@ CHINESE_RULES: tuple[Rule, ...] = (
         re.compile(
             rf"(?:{_WANT}|飞|升级?到?|买)[^，,。]{{0,8}}?(?P<value>{_alternatives(_CN_CABINS)})"
         ),
+        0.8,
+        lookup(_CN_CABINS),
+    ),
+    Rule(
+        "cabin",
+        re.compile(rf"{_CN_BARE}(?P<value>{_alternatives(_CN_CABINS)}){_CN_TAKEN}"),
         0.8,
         lookup(_CN_CABINS),
     ),
@@ -373,9 +405,15 @@ class LanguageRules:
 
     ``sentence`` finds sentences with their end marks; a sentence that matches
     ``question`` is never evidence. Sentences split into clauses at ``clause_break``;
-    clauses that match ``hypothetical`` or ``someone_else`` are skipped. In a clause,
-    ``negation`` before the value makes the statement negated, ``hedge`` lowers the
-    confidence, and ``standing`` ("from now on") raises it.
+    clauses that match ``someone_else`` (at their start) or ``inquiry`` (anywhere: asking,
+    checking, comparing, reporting the past) are skipped, and a clause with
+    ``hypothetical`` anywhere is skipped with the rest of its sentence ("If it's cheap,
+    I'll fly business", "假如升舱免费，我会选头等舱"). In a clause, ``negation`` before
+    the value makes the statement negated, ``hedge`` lowers the confidence, and
+    ``standing`` ("from now on") raises it. ``wish`` marks a clause as the user's own
+    wish, habit or order (first person, an order to the assistant, an accepted value):
+    the rules encode it in their patterns; a guard (:class:`.llm_extraction.LLMExtractor`)
+    asks it of clauses a model read.
     """
 
     name: str
@@ -388,6 +426,8 @@ class LanguageRules:
     standing: re.Pattern[str]
     hypothetical: re.Pattern[str]
     someone_else: re.Pattern[str]
+    inquiry: re.Pattern[str] = re.compile(r"(?!)")
+    wish: re.Pattern[str] = re.compile("")
 
     def extend(self, *rules: Rule) -> LanguageRules:
         """This language with ``rules`` added after its own."""
@@ -406,9 +446,9 @@ class LanguageRules:
                 continue
             for clause in self.clause_break.split(sentence.strip(" .!;\n。！；")):
                 clause = clause.strip()
-                if clause and not (
-                    self.hypothetical.match(clause) or self.someone_else.match(clause)
-                ):
+                if self.hypothetical.search(clause):
+                    break  # a condition, and what would follow from it
+                if clause and not (self.someone_else.match(clause) or self.inquiry.search(clause)):
                     out.append((clause, sentence))
         return out
 
@@ -420,12 +460,14 @@ ENGLISH = LanguageRules(
     question=re.compile(r"\?"),
     # a new clause starts at a comma or at a conjunction before a new subject
     # ("... and I prefer ...", "... but my name is ...")
+    # ("Aisle, please" stays one clause)
     clause_break=re.compile(
-        r",\s*|\s+(?:and|but|though|although|while|whereas)\s+(?=(?:i|i'm|i'd|my|please|call)\b)",
+        r",(?!\s*(?:please|thanks|thank you|for me|only)\b)\s*"
+        r"|\s+(?:and|but|though|although|while|whereas)\s+(?=(?:i|i'm|i'd|my|please|call)\b)",
         re.IGNORECASE,
     ),
     negation=re.compile(
-        r"\b(?:don'?t|do not|doesn'?t|does not|never|no longer|not|hate|dislike|avoid"
+        r"\b(?:don'?t|do not|doesn'?t|does not|never|no longer|not|no|hate|dislike|avoid"
         r"|can'?t stand|won'?t|rather not)\b",
         re.IGNORECASE,
     ),
@@ -435,15 +477,33 @@ ENGLISH = LanguageRules(
         re.IGNORECASE,
     ),
     standing=re.compile(
-        r"\b(?:from now on|always|every time|each time|in future|in the future|going forward)\b",
+        r"\b(?:from now on|always|every time|each time|every (?:trip|flight)|in future"
+        r"|in the future|going forward)\b",
         re.IGNORECASE,
     ),
-    hypothetical=re.compile(r"^\s*(?:if|when|whether|suppose|imagine|what if)\b", re.IGNORECASE),
+    hypothetical=re.compile(
+        r"^\s*(?:when|whether|imagine)\b|\b(?:if|unless|in case|suppose|supposing|what if)\b",
+        re.IGNORECASE,
+    ),
     # clauses about someone else ("you prefer ...", "my wife likes ..."); "my name",
     # "my favourite" and "my frequent flyer number" are the user's own
     someone_else=re.compile(
-        r"^\s*(?:you|he|she|they|we|it|my\s+(?!name\b|fav|frequent|loyalty|mileage|miles)"
+        r"^\s*(?:you|he|she|they|we|it|my\s+(?!name\b|fav|frequent|loyalty|mileage|miles|preference)"
         r"[\w-]+(?:'s)?)\b",
+        re.IGNORECASE,
+    ),
+    # asking, checking or comparing ("I want to check whether business class ..."), or
+    # what happened once ("Last time I sat by the window")
+    inquiry=re.compile(
+        r"\b(?:check|see if|to see|know|look up|looking up|show me|tell me|compare|comparing"
+        r"|wonder|wondering|find out|prices?|costs?|fares?|discounts?|seat map|options"
+        r"|availab\w*|last time|last (?:trip|flight|week|month|year)|yesterday)\b",
+        re.IGNORECASE,
+    ),
+    wish=re.compile(
+        rf"\b(?:i|i'm|i'd|i'll|me|my preference|please)\b|\b(?:{_EN_WISH})\b"
+        r"|^\s*(?:book|give|get|put|seat|reserve|make)\b"
+        r"|\b(?:for me|only|is fine|is ok(?:ay)?|is good|is perfect|works|will do)\b",
         re.IGNORECASE,
     ),
 )
@@ -456,15 +516,22 @@ CHINESE = LanguageRules(
     question=re.compile(r"[？?]|[吗呢么][。！!\s]*$"),
     clause_break=re.compile(r"[，,、]\s*|(?:但是|不过|而且|另外|还有|然后)"),
     negation=re.compile(
-        r"不要|别|不想|不喜欢|不用|不需要|讨厌|不坐|不订|不选|不再|不是|没有|从不|不"
+        r"不要|别|不想|不喜欢|不用|不需要|讨厌|不坐|不订|不选|不再|不是|没有|从不|不(?!管|论|然|错|过|仅)"
     ),
     hedge=re.compile(r"可能|也许|大概|或许|好像|应该吧|说不定|差不多|有时候|有时"),
     standing=re.compile(r"以后都|以后|每次都|每次|总是|一直|一律|永远|从现在起|今后"),
-    hypothetical=re.compile(r"^\s*(?:如果|要是|假如|假设|万一|若是|若)"),
+    hypothetical=re.compile(r"如果|要是|假如|假设|万一|若是|^\s*若|的话"),
     someone_else=re.compile(
         r"^\s*(?:他|她|他们|她们|我们|你(?!帮|给|替|就|们帮)|我(?:的)?(?:老婆|老公|妻子|丈夫|太太"
         r"|先生|爱人|妈妈|爸爸|母亲|父亲|孩子|儿子|女儿|朋友|同事|老板|家人))"
     ),
+    # asking, checking, comparing ("我想看看商务舱有没有折扣"), or what happened once
+    inquiry=re.compile(
+        r"看看|看一下|看下|看一看|查|问|了解|咨询|比较一下|比较下|在比较|对比|知道|介绍|价格|价钱|多少|票价|折扣"
+        r"|特价|优惠|规则|规定|政策|区别|座位图|行李|退|怎么|什么|哪|是否|是不是|有没有|能不能"
+        r"|可不可以|要不要|加钱|费用|上次|上回|之前|以前|那次|昨天|曾经"
+    ),
+    wish=re.compile(rf"我|请|麻烦|{_WANT}|就行|就好|就可以|就成|即可|就够了|也行|吧"),
 )
 
 DEFAULT_LANGUAGES: tuple[LanguageRules, ...] = (ENGLISH, CHINESE)
@@ -479,6 +546,22 @@ def clauses(text: str) -> list[str]:
     return ENGLISH.clauses(text)
 
 
+def _supersedes(statement: Statement, at: int, held: tuple[int, Statement] | None) -> bool:
+    """Does ``statement`` (at ``at`` in the text) replace ``held`` for its field? The
+    latest word wins, except that "not X" says nothing against a wanted Y ("给我过道，
+    不要靠窗" wants the aisle)."""
+    if held is None:
+        return True
+    held_at, previous = held
+    if held_at > at:
+        return False
+    return not (statement.negated and not previous.negated and not _same_value(statement, previous))
+
+
+def _same_value(a: Statement, b: Statement) -> bool:
+    return bool(a.value == b.value)
+
+
 class RuleExtractor:
     """The default extractor: each of ``languages`` (English and Chinese by default)
     applied clause by clause.
@@ -487,8 +570,8 @@ class RuleExtractor:
     座位") gives a negated statement; a hedge ("maybe", "也许") lowers the confidence by
     ``hedge_penalty``; a standing order ("from now on", "以后都") raises it by
     ``standing_bonus``. When a field is stated more than once, the last statement wins
-    (it is the user's latest word). ``rules`` alone means: English grammar, only these
-    rules (as before languages existed).
+    (it is the user's latest word), except that "not X" leaves a wanted Y standing.
+    ``rules`` alone means: English grammar, only these rules (as before languages existed).
     """
 
     def __init__(
@@ -521,9 +604,8 @@ class RuleExtractor:
                 for rule in language.rules:
                     statement = self._read(language, rule, clause, sentence)
                     if statement is not None:
-                        # the latest word wins: order by where the clause stands in the text
                         at = text.find(clause)
-                        if statement.field not in found or found[statement.field][0] <= at:
+                        if _supersedes(statement, at, found.get(statement.field)):
                             found[statement.field] = (at, statement)
         return [statement for _, statement in sorted(found.values(), key=lambda pair: pair[0])]
 
