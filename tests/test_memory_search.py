@@ -198,10 +198,10 @@ async def test_searching_a_name_never_returns_another_persons_record(open_store:
         await ops.tool(t["add_memory"], record={"name": "王小明", "id_number": "1" * 18})
 
         for query in ["李四", "李四的身份证号", "李四 身份证"]:
-            found = (await ops.tool(t["search_memories"], query=query)).content
+            found = str((await ops.tool(t["search_memories"], query=query)).content)
             assert found.startswith("Found 1 memories") and "31010419851212567X" in found
             assert "张三" not in found and "110101199003071234" not in found
-        found = (await ops.tool(t["search_memories"], query="张三")).content
+        found = str((await ops.tool(t["search_memories"], query="张三")).content)
         assert found.startswith("Found 1 memories") and "110101199003071234" in found
         for query in ["王五", "王五的身份证号", "小红", "the", "的"]:
             nothing = await ops.tool(t["search_memories"], query=query)
@@ -210,13 +210,14 @@ async def test_searching_a_name_never_returns_another_persons_record(open_store:
         tagged = await ops.tool(
             t["search_memories"], query="passenger", metadata={"kind": "passenger"}, limit=10
         )
-        assert tagged.content.startswith("Found 2 memories") and "王小明" not in tagged.content
+        assert str(tagged.content).startswith("Found 2 memories") and "王小明" not in tagged.content
 
 
 async def test_records_are_validated_and_stored_with_metadata(open_store: OpenStore) -> None:
     async with open_store() as ops:
         t = tools(ops.store, schema=Passenger)
-        schema = t["add_memory"].tool_call_schema.model_json_schema()
+        args_schema: Any = t["add_memory"].tool_call_schema
+        schema = args_schema.model_json_schema()
         assert {"record", "key", "metadata"} <= set(schema["properties"])
         assert "id_number" in json.dumps(schema) and "content" not in schema["properties"]
 
