@@ -3,9 +3,9 @@
 * The labeled set ``tests/data/memory_search.json`` (Chinese, Japanese, Korean, English
   queries against passenger records with ID numbers and notes): every expected memory is
   found and no other one is presented as a hit.
-* The memory tools on every backend (SQLite, PostgreSQL, Redis; sync and async): a
-  search for ``李四`` never returns ``张三``'s record; records validated by a schema;
-  metadata stored and filtered on.
+* The memory tools on every backend (SQLite, PostgreSQL, Redis, Redis Cluster; sync and
+  async): a search for ``李四`` never returns ``张三``'s record; records validated by a
+  schema; metadata stored and filtered on.
 * Store filters that compare ISO dates and datetimes as instants, on every backend.
 """
 
@@ -137,7 +137,7 @@ def flavour(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.fixture(params=["sqlite", "postgres", "redis"])
+@pytest.fixture(params=["sqlite", "postgres", "redis", "redis-cluster"])
 def open_store(request: pytest.FixtureRequest, flavour: str, tmp_path: Path) -> OpenStore:
     """``open_store()`` opens a store of this test's backend and flavour, on storage of
     this test's own (a file, a schema, a key prefix)."""
@@ -154,8 +154,9 @@ def open_store(request: pytest.FixtureRequest, flavour: str, tmp_path: Path) -> 
                 conn.execute(f'DROP SCHEMA IF EXISTS "search_{tag}" CASCADE')
 
         request.addfinalizer(drop)
-    else:
-        classes, target = (RedisStore, AsyncRedisStore), request.getfixturevalue("redis_url")
+    else:  # the cluster's keys of one thread share a slot: the same scripts, sharded
+        server = "redis_cluster_url" if kind == "redis-cluster" else "redis_url"
+        classes, target = (RedisStore, AsyncRedisStore), request.getfixturevalue(server)
         options = {"key_prefix": f"{request.getfixturevalue('redis_prefix')}-search-{tag}"}
 
     @asynccontextmanager

@@ -18,7 +18,7 @@ The meaning is ``InMemoryStore``'s, which LangGraph documents as the reference:
   which agrees only while every string has one format and one offset; we compare the
   moments they name (the 180-day staleness check of memories written in different
   formats must not depend on how they were written). A numeric string (``"20260601"``)
-  stays a number.
+  stays a number. ``$eq``/``$ne`` keep comparing strings, as everywhere else.
 
 A backend pushes what it can into its query. Where it cannot decide an item exactly (the
 PostgreSQL store leaves exotic numeric strings such as ``"1_000"`` or ``"inf"`` undecided)
