@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -619,3 +620,30 @@ def test_progress_draws_a_bar_with_total_and_eta() -> None:
         "5/5 100%",
     ]
     assert "\r" not in plain.getvalue()
+
+
+def test_items_ls_lists_items_not_updated_for_n_days(url: str) -> None:
+    with from_url(url) as memory:
+        memory.store.put(("memories", "u1"), "old", {"content": "张三"})
+        memory.store.put(("memories", "u2"), "old", {"content": "x"})
+        time.sleep(2.5)  # the store stamps writes itself: age the first ones
+        memory.store.put(("memories", "u1"), "new", {"content": "李四"})
+        memory.store.put(("other",), "new", {"content": "y"})
+    stale = str(1.5 / 86400)  # older than 1.5 s: the first two only
+    listed = as_json("items", "ls", "-u", url, "--stale-days", stale)
+    assert [(r["namespace"], r["key"]) for r in listed] == [
+        (["memories", "u1"], "old"),
+        (["memories", "u2"], "old"),
+    ]
+    assert listed[0]["value"] == {"content": "张三"} and listed[0]["days_since_update"] >= 0
+    under = as_json("items", "ls", "-u", url, "--stale-days", stale, "--namespace", "memories/u1")
+    assert [r["key"] for r in under] == ["old"]
+    everything = as_json("items", "ls", "-u", url, "--namespace", "memories")
+    assert [(r["namespace"][1], r["key"]) for r in everything] == [
+        ("u1", "old"),
+        ("u2", "old"),
+        ("u1", "new"),
+    ]
+    page = ok("items", "ls", "-u", url, "--limit", "1", "--offset", "1")
+    assert "memories/u2" in page.stdout and "4 items in all" in page.stderr
+    assert run("items", "ls", "-u", url, "--stale-days", "-1").returncode == USAGE

@@ -77,8 +77,12 @@ numbers = st.one_of(
     st.booleans(),
     st.sampled_from(["2", " 1 ", "1e0", "1_0", "-2.5", "inf", "x"]),
 )
+# Dates in one format: InMemoryStore compares their strings, we the days they name (see
+# store/filters.py), which agree here; where formats or offsets differ they do not, and
+# tests/test_memory_search.py pins ours.
+dates = st.sampled_from(["2025-12-31", "2026-01-01", "2026-06-01", "2026-06-02"])
 values = st.fixed_dictionaries(
-    {"text": texts, "n": numbers, "tag": scalars},
+    {"text": texts, "n": numbers, "tag": scalars, "d": dates},
     optional={
         "nested": st.fixed_dictionaries(
             {"x": st.integers(0, 2)}, optional={"y": st.sampled_from(["p", "q"])}
@@ -114,6 +118,9 @@ filters = st.one_of(
     st.fixed_dictionaries({"t_1": scalars, "tag": scalars}),
     st.fixed_dictionaries({"list": st.lists(st.integers(0, 2), max_size=2)}),
     st.fixed_dictionaries({"tag": scalars, "n": comparisons}),
+    st.fixed_dictionaries(
+        {"d": st.dictionaries(st.sampled_from(["$gt", "$gte", "$lt", "$lte"]), dates, min_size=1)}
+    ),
 )
 limits = st.integers(0, 6)
 offsets = st.integers(0, 3)

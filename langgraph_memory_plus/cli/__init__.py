@@ -63,6 +63,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=20)
     p.add_argument("--offset", type=int, default=0)
 
+    p = command("items", "items_ls", "list the store's items, e.g. those not updated lately")
+    p.add_argument("action", choices=["ls"])
+    p.add_argument("--namespace", default="", help="only items under this prefix, e.g. a/b")
+    p.add_argument(
+        "--stale-days", type=float, metavar="N", help="only items not updated for N days"
+    )
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--offset", type=int, default=0)
+
     thread = sub.add_parser("thread", help="one thread: show, export, import, delete")
     tsub = thread.add_subparsers(dest="action", required=True, metavar="ACTION")
 

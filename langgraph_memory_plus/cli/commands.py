@@ -201,6 +201,58 @@ def threads_ls(args: argparse.Namespace) -> int:
     return OK
 
 
+def items_ls(args: argparse.Namespace) -> int:
+    """The store's items under ``--namespace``, oldest update first; with ``--stale-days``
+    only those whose last write is older than that (the notes' staleness review). Reads
+    every item under the prefix, a page at a time: an admin's occasional look."""
+    from datetime import datetime, timedelta, timezone
+
+    if args.stale_days is not None and not args.stale_days >= 0:
+        raise CliError(f"--stale-days must be 0 or more, got {args.stale_days:g}", USAGE)
+    if args.limit < 0 or args.offset < 0:
+        raise CliError("--limit and --offset must be 0 or more", USAGE)
+    prefix = tuple(part for part in args.namespace.split("/") if part)
+    now = datetime.now(timezone.utc)
+    cutoff = None if args.stale_days is None else now - timedelta(days=args.stale_days)
+    found = []
+    with open_url(args.url) as opened:
+        store = opened.store
+        offset = 0
+        while page := store.search(prefix, limit=ITEMS_PAGE, offset=offset):
+            offset += len(page)
+            found += [item for item in page if cutoff is None or item.updated_at < cutoff]
+    found.sort(key=lambda item: (item.updated_at, item.namespace, item.key))
+    shown = found[args.offset : args.offset + args.limit]
+    records = [
+        {
+            "namespace": list(item.namespace),
+            "key": item.key,
+            "created_at": item.created_at.isoformat(),
+            "updated_at": item.updated_at.isoformat(),
+            "days_since_update": round((now - item.updated_at).total_seconds() / 86400, 1),
+            "value": item.value,
+        }
+        for item in shown
+    ]
+    if args.json:
+        emit_json(records)
+    else:
+        rows = [
+            ["/".join(r["namespace"]), r["key"], r["updated_at"], r["days_since_update"]]
+            for r in records
+        ]
+        table(rows, ["namespace", "key", "updated_at", "days"])
+        if len(found) > len(shown):
+            print(
+                f"({len(found)} items in all; --limit and --offset page through them)",
+                file=sys.stderr,
+            )
+    return OK
+
+
+ITEMS_PAGE = 500
+
+
 def _json_object(option: str, text: str) -> dict[str, Any]:
     """``text`` as a JSON object, or a usage error (2) saying what is wrong with it."""
     try:

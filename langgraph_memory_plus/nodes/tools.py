@@ -13,11 +13,19 @@ store and the user the way the other nodes do (the graph's store, the runtime co
   a tool message with ``status="error"``, which the model can read and act on.
 
 Search is semantic when the store has an index (``index={"embed": ..., "fields":
-["content"]}``) and a plain keyword match otherwise.
+["content"]}``) and a keyword match otherwise (:mod:`.keywords`: character bigrams for
+Chinese, Japanese and Korean; a memory is shown only when it really matches).
+
+``schema=`` (a pydantic model) makes the memories structured records, such as the
+passengers a user books for: ``add_memory`` and ``update_memory`` take a ``record`` of
+that model (the model sees its fields in the tools' argument schema; invalid records are
+refused, nothing saved). ``add_memory`` also takes ``metadata`` (a flat JSON object, e.g.
+``{"kind": "passenger"}``), which ``search_memories`` can filter on.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import unicodedata
@@ -31,12 +39,14 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.store.base import BaseStore, GetOp, PutOp, SearchOp
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError, create_model
 
 from ..drivers.plan import Plan
+from ..errors import InvalidConfigError
 from ..messages import _text
 from ..store.base import ConditionalPutOp
 from ..store.namespaces import MEMORIES
+from . import keywords
 from ._store import (
     Stats,
     Step,
@@ -54,11 +64,12 @@ from .scope import MissingScopeError, Namespace, NamespaceTemplate, current_scop
 logger = logging.getLogger(__name__)
 
 MAX_KEY_CHARS = 128
-KEYWORD_POOL = 200
+KEYWORD_POOL = 1000
 """Without an index, search ranks at most this many of the newest memories by keywords."""
+MAX_METADATA_KEYS = 16
+MAX_METADATA_CHARS = 1000
 
 _KEY_SEPARATORS = re.compile(r"[/\\\s]+")
-_WORD = re.compile(r"\w{3,}")
 
 
 def normalize_key(raw: str | None) -> str | None:
@@ -82,11 +93,19 @@ def new_key() -> str:
     return f"mem-{uuid.uuid4().hex[:16]}"
 
 
+Metadata = dict[str, str | int | float | bool | None]
+_METADATA_FIELD = Field(
+    default=None,
+    description='Optional labels for the memory, a flat JSON object such as {"kind": "passenger"}.',
+)
+
+
 class AddMemory(BaseModel):
     content: str = Field(description="The fact to remember, as one short self-contained sentence.")
     key: str | None = Field(
         default=None, description="Optional short id for the memory; one is made up if omitted."
     )
+    metadata: Metadata | None = _METADATA_FIELD
 
 
 class UpdateMemory(BaseModel):
@@ -99,27 +118,44 @@ class DeleteMemory(BaseModel):
 
 
 class SearchMemories(BaseModel):
-    query: str = Field(description="What to look for, in a few words.")
+    query: str = Field(description="What to look for, in a few words (a name, a word).")
     limit: int = Field(default=5, ge=1, le=50, description="At most this many memories.")
+    metadata: Metadata | None = Field(
+        default=None, description="Only memories whose metadata has these values."
+    )
 
 
-def _keyword_rank(items: Sequence[Any], query: str, limit: int) -> list[tuple[Any, float]]:
-    """Items whose content shares words with ``query``, best first (newest on ties)."""
-    wanted = {w.casefold() for w in _WORD.findall(query)}
-    if not wanted:
-        return [(item, 0.0) for item in items[:limit]]
-    scored = []
-    for item in items:
-        words = {w.casefold() for w in _WORD.findall(str(_content(item.value)))}
-        score = len(wanted & words) / len(wanted)
-        if score:
-            scored.append((item, score))
-    scored.sort(key=lambda pair: -pair[1])  # stable: the store's recency order on ties
-    return scored[:limit]
+def record_schemas(schema: type[BaseModel]) -> tuple[type[BaseModel], type[BaseModel]]:
+    """The argument schemas of ``add_memory`` and ``update_memory`` for records of
+    ``schema``: the record is one nested argument, so the model sees the schema's fields,
+    types and descriptions as they are."""
+    record = (schema, Field(description=f"The {schema.__name__} record to remember."))
+    add = create_model(
+        "AddMemory",
+        record=record,
+        key=(str | None, AddMemory.model_fields["key"]),
+        metadata=(Metadata | None, _METADATA_FIELD),
+    )
+    update = create_model(
+        "UpdateMemory",
+        key=(str, UpdateMemory.model_fields["key"]),
+        record=(schema, Field(description=f"The whole new {schema.__name__} record.")),
+    )
+    return add, update
 
 
 def _content(value: Any) -> Any:
     return value.get("content", value) if isinstance(value, Mapping) else value
+
+
+def _searchable(item: Any) -> str:
+    """The text keyword search reads: the content, and the metadata's values."""
+    content = _content(item.value)
+    text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+    metadata = item.value.get("metadata") if isinstance(item.value, Mapping) else None
+    if isinstance(metadata, Mapping):
+        text += " " + " ".join(str(v) for v in metadata.values())
+    return text
 
 
 @dataclass
@@ -133,6 +169,7 @@ class MemoryTools:
     max_content_chars: int
     stats: Stats
     clock: Callable[[], datetime]
+    schema: type[BaseModel] | None = None
 
     # -- checks -------------------------------------------------------------------------
 
@@ -161,6 +198,48 @@ class MemoryTools:
             )
         return text
 
+    def _record(self, record: Any) -> tuple[str, dict[str, Any]]:
+        """A record validated against the schema, and its text (compact JSON, what the
+        scanner checks, search reads and the profile injector shows)."""
+        assert self.schema is not None
+        try:
+            model = self.schema.model_validate(
+                record.model_dump() if isinstance(record, BaseModel) else record
+            )
+        except ValidationError as exc:
+            raise self._fail(
+                "invalid",
+                f"Error: not a valid {self.schema.__name__} record "
+                f"({exc.error_count()} problems: {_problems(exc)}). Nothing was saved.",
+            ) from exc
+        data = model.model_dump(mode="json")
+        text = self._checked_content(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+        return text, data
+
+    def _metadata(self, metadata: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        """Metadata as stored: a small flat JSON object of scalars, scanned like content
+        (it reaches the model in search results)."""
+        if metadata is None:
+            return None
+        plain = dict(metadata)
+        text = json.dumps(plain, ensure_ascii=False)
+        scalars = all(v is None or isinstance(v, (str, int, float, bool)) for v in plain.values())
+        if not scalars or len(plain) > MAX_METADATA_KEYS or len(text) > MAX_METADATA_CHARS:
+            raise self._fail(
+                "invalid",
+                f"Error: metadata must be a flat JSON object of at most {MAX_METADATA_KEYS} "
+                f"keys and {MAX_METADATA_CHARS} characters. Nothing was saved.",
+            )
+        findings = self.scanner.scan(text)
+        if findings:
+            log_refusal("memory tool metadata", findings)
+            raise self._fail(
+                "refused",
+                "Error: refused to store this memory: its metadata reads like instructions "
+                "to the assistant. Nothing was saved.",
+            )
+        return plain
+
     def _key(self, raw: str) -> str:
         key = normalize_key(raw)
         if key is None:
@@ -180,16 +259,28 @@ class MemoryTools:
     # -- plans ----------------------------------------------------------------------------
 
     def add(
-        self, namespace: Namespace, conditional: bool, content: str, key: str | None = None
+        self,
+        namespace: Namespace,
+        conditional: bool,
+        content: str | None = None,
+        key: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        record: Any = None,
     ) -> Plan[Step, str]:
         """Create-only: an existing id is reported, not overwritten, so a model that
         reuses an id by accident cannot silently replace an older memory. Atomic
         (``expected_version=0``) on stores with versions."""
-        text = self._checked_content(content)
+        value: dict[str, Any] = {}
+        if self.schema is not None:
+            content, value["record"] = self._record(record)
+        text = self._checked_content(content or "")
+        labels = self._metadata(metadata)
+        if labels is not None:
+            value["metadata"] = labels
         chosen = self._key(key) if key is not None and normalize_key(key) else new_key()
         now = self._now()
-        put = PutOp(namespace, chosen, {"content": text, "created_at": now, "updated_at": now},
-                    index=["content"])  # fmt: skip
+        value = {"content": text, **value, "created_at": now, "updated_at": now}
+        put = PutOp(namespace, chosen, value, index=["content"])
         if conditional:  # create-only, atomically
             written = yield StoreCall((ConditionalPutOp(put, 0),))
             taken = isinstance(written, StoreFailure) and written.conflict
@@ -208,12 +299,20 @@ class MemoryTools:
         return f"Saved memory {chosen!r}."
 
     def update(
-        self, namespace: Namespace, conditional: bool, key: str, content: str
+        self,
+        namespace: Namespace,
+        conditional: bool,
+        key: str,
+        content: str | None = None,
+        record: Any = None,
     ) -> Plan[Step, str]:
         """Read-modify-write with the store's conditional put: ``created_at`` survives,
         and an update racing another one is retried on the winner's value."""
         chosen = self._key(key)
-        text = self._checked_content(content)
+        fields: dict[str, Any] = {}
+        if self.schema is not None:
+            content, fields["record"] = self._record(record)
+        text = self._checked_content(content or "")
         now = self._now()
 
         def change(current: Mapping[str, Any] | None) -> dict[str, Any] | Unchanged:
@@ -221,7 +320,7 @@ class MemoryTools:
                 raise self._fail("missing", f"Error: there is no memory with id {chosen!r}.")
             if _content(current) == text:
                 return Unchanged(dict(current))
-            return {**current, "content": text, "updated_at": now}
+            return {**current, "content": text, **fields, "updated_at": now}
 
         self._ok(
             (
@@ -251,20 +350,26 @@ class MemoryTools:
         return f"Deleted memory {chosen!r}."
 
     def search(
-        self, namespace: Namespace, indexed: bool, query: str, limit: int = 5
+        self,
+        namespace: Namespace,
+        indexed: bool,
+        query: str,
+        limit: int = 5,
+        metadata: Mapping[str, Any] | None = None,
     ) -> Plan[Step, str]:
         """Semantic on an indexed store; otherwise the newest :data:`KEYWORD_POOL`
-        memories ranked by shared words. Results that read like instructions are left
-        out, whatever wrote them."""
+        memories that match the query's words (:func:`.keywords.rank`), best first.
+        Results that read like instructions are left out, whatever wrote them."""
+        flt = {"metadata": dict(metadata)} if metadata else None
         if indexed:
-            op = SearchOp(namespace, query=query, limit=limit)
+            op = SearchOp(namespace, filter=flt, query=query, limit=limit)
         else:
-            op = SearchOp(namespace, limit=KEYWORD_POOL)
+            op = SearchOp(namespace, filter=flt, limit=KEYWORD_POOL)
         (items,) = self._ok((yield StoreCall((op,))))
         ranked = (
             [(item, item.score) for item in items]
             if indexed
-            else _keyword_rank(items, query, limit)
+            else [(hit.item, hit.score) for hit in keywords.rank(items, _searchable, query, limit)]
         )
         lines = []
         for item, score in ranked:
@@ -328,8 +433,26 @@ class MemoryTools:
 
         # positional: func, coroutine, name, description
         return StructuredTool.from_function(
-            run, arun, name, description, args_schema=schema, handle_tool_error=True
+            run,
+            arun,
+            name,
+            description,
+            args_schema=schema,
+            handle_tool_error=True,
+            handle_validation_error=_invalid_arguments,
         )
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors()[:5]
+    )
+
+
+def _invalid_arguments(exc: Exception) -> str:
+    """A tool call whose arguments fail the schema: what is wrong, for the model to fix."""
+    detail = _problems(exc) if isinstance(exc, ValidationError) else type(exc).__name__
+    return f"Error: invalid arguments ({detail}). Nothing was changed."
 
 
 _TOOLS: tuple[tuple[str, str, type[BaseModel], str], ...] = (
@@ -375,6 +498,7 @@ def create_memory_tools(
     max_content_chars: int = 2000,
     stats: Stats | None = None,
     clock: Callable[[], datetime] = _now,
+    schema: type[BaseModel] | None = None,
 ) -> list[BaseTool]:
     """Tools to add, update, delete and search memories under ``namespace``.
 
@@ -387,11 +511,22 @@ def create_memory_tools(
         max_content_chars: longest memory accepted.
         stats: counters (``added``, ``refused``, ``store_errors``, ...) to share.
         clock: time source for ``created_at``/``updated_at``.
+        schema: a pydantic model for structured memories (passengers, say): ``add_memory``
+            and ``update_memory`` then take a validated ``record`` instead of ``content``.
 
     Returns ``[add_memory, update_memory, delete_memory, search_memories]``. A memory is
-    stored as ``{"content": ..., "created_at": ..., "updated_at": ...}``; the profile
-    injector shows such items' ``content`` when given their namespace as a source.
+    stored as ``{"content": ..., "created_at": ..., "updated_at": ...}``, plus
+    ``"metadata"`` when given and, with a schema, ``"record"`` (the validated record as
+    JSON; ``content`` is then its compact JSON text). The profile injector shows such
+    items' ``content`` when given their namespace as a source.
     """
+    if schema is not None and not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+        raise InvalidConfigError(f"schema must be a pydantic model class, got {schema!r}")
     tools = MemoryTools(NamespaceTemplate(namespace), store, scanner or DEFAULT_SCANNER, timeout,
-                        max_content_chars, stats or Stats(), clock)  # fmt: skip
-    return [tools.tool(*spec) for spec in _TOOLS]
+                        max_content_chars, stats or Stats(), clock, schema)  # fmt: skip
+    specs = list(_TOOLS)
+    if schema is not None:
+        add, update = record_schemas(schema)
+        specs[0] = (*specs[0][:2], add, specs[0][3])
+        specs[1] = (*specs[1][:2], update, specs[1][3])
+    return [tools.tool(*spec) for spec in specs]

@@ -10,6 +10,15 @@ The meaning is ``InMemoryStore``'s, which LangGraph documents as the reference:
   JSON numbers, booleans (0/1), and strings that Python's ``float()`` reads (``" 12 "``,
   ``"1e3"``). This is where we differ from ``InMemoryStore``, on purpose: where it raises
   (a missing field, a word, a list), the item simply does not match.
+- An order operator whose operand is an ISO 8601 date or datetime (``"2026-06-01"``,
+  ``"2026-06-01T08:30:00+08:00"``, or a ``datetime``/``date`` object) compares *as
+  instants*: the field must hold such a string too (anything else does not match). A date
+  is its midnight, and a time without an offset is UTC, so ``"2026-06-01T08:00+08:00"``
+  equals ``"2026-06-01"``. ``InMemoryStore`` compares the strings character by character,
+  which agrees only while every string has one format and one offset; we compare the
+  moments they name (the 180-day staleness check of memories written in different
+  formats must not depend on how they were written). A numeric string (``"20260601"``)
+  stays a number. ``$eq``/``$ne`` keep comparing strings, as everywhere else.
 
 A backend pushes what it can into its query. Where it cannot decide an item exactly (the
 PostgreSQL store leaves exotic numeric strings such as ``"1_000"`` or ``"inf"`` undecided)
@@ -20,13 +29,15 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 from ..errors import MemoryPlusError
 
-COMPARISONS: dict[str, Callable[[float, float], bool]] = {
+COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
     "$gt": operator.gt,
     "$gte": operator.ge,
     "$lt": operator.lt,
@@ -62,6 +73,14 @@ class Compare:
 
 
 @dataclass(frozen=True)
+class CompareTime:
+    """``instant(value) <op> moment``; values that are not ISO dates never match."""
+
+    op: str
+    moment: datetime
+
+
+@dataclass(frozen=True)
 class Fields:
     """Each named field matches its condition; ``nested`` also requires a dict value."""
 
@@ -83,7 +102,51 @@ class AllOf:
     conds: tuple[Cond, ...]
 
 
-Cond = Equals | NotEquals | Compare | Fields | Elements | AllOf
+Cond = Equals | NotEquals | Compare | CompareTime | Fields | Elements | AllOf
+
+_ISO = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})"
+    r"(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d{1,9}))?)?(Z|z|[+-]\d{2}(?::?\d{2})?)?)?"
+)
+"""The ISO 8601 forms compared as instants: a calendar date, optionally a time (minutes
+at least) with optional seconds, fraction and offset. Deliberately strict (no week or
+ordinal dates, no surrounding spaces), so that every backend reads the same strings."""
+
+
+def as_instant(value: Any) -> datetime | None:
+    """The UTC instant an ISO 8601 date or datetime string names, else ``None``.
+
+    A date is its midnight; a time without an offset is UTC. Fractions beyond
+    microseconds are cut (as ``datetime`` keeps them)."""
+    if not isinstance(value, str):
+        return None
+    m = _ISO.fullmatch(value)
+    if m is None:
+        return None
+    year, month, day, hour, minute, second, fraction, offset = m.groups()
+    try:
+        moment = datetime(
+            int(year),
+            int(month),
+            int(day),
+            int(hour or 0),
+            int(minute or 0),
+            int(second or 0),
+            int((fraction or "0")[:6].ljust(6, "0")),
+            tzinfo=timezone.utc,
+        )
+    except ValueError:  # 2026-02-30, 25:00
+        return None
+    if offset and offset not in "Zz":
+        hours, minutes = int(offset[1:3]), int(offset[3:].lstrip(":") or 0)
+        if hours > 23 or minutes > 59:
+            return None
+        shift = timedelta(hours=hours, minutes=minutes)
+        try:
+            moment = moment - shift if offset[0] == "+" else moment + shift
+        except OverflowError:
+            return None
+    return moment
 
 
 def as_number(value: Any) -> float | None:
@@ -124,10 +187,21 @@ def _operator(op: str, operand: Any) -> Cond:
     if op == "$ne":
         return NotEquals(_plain(operand))
     if op in COMPARISONS:
+        if isinstance(operand, datetime):  # before date: a datetime is a date
+            aware = operand if operand.tzinfo else operand.replace(tzinfo=timezone.utc)
+            return CompareTime(op, aware.astimezone(timezone.utc))
+        if isinstance(operand, date):
+            midnight = datetime(operand.year, operand.month, operand.day, tzinfo=timezone.utc)
+            return CompareTime(op, midnight)
         number = as_number(operand)
-        if number is None:
-            raise InvalidFilterError(f"{op} needs a number, got {operand!r}")
-        return Compare(op, number)
+        if number is not None:
+            return Compare(op, number)
+        moment = as_instant(operand)
+        if moment is None:
+            raise InvalidFilterError(
+                f"{op} needs a number or an ISO 8601 date or datetime, got {operand!r}"
+            )
+        return CompareTime(op, moment)
     raise InvalidFilterError(f"Unsupported operator: {op!r}; use one of {', '.join(OPERATORS)}")
 
 
@@ -166,6 +240,9 @@ def holds(cond: Cond, value: Any) -> bool:
     if isinstance(cond, Compare):
         number = as_number(value)
         return number is not None and COMPARISONS[cond.op](number, cond.number)
+    if isinstance(cond, CompareTime):
+        moment = as_instant(value)
+        return moment is not None and COMPARISONS[cond.op](moment, cond.moment)
     if isinstance(cond, Fields):
         if not isinstance(value, dict):
             return False

@@ -41,7 +41,7 @@ from ..base import (
     conflict_error,
 )
 from ..columns import INSERTED, READ, replace_existing
-from ..filters import Compare, Cond, Elements, Equals, Fields, NotEquals, holds
+from ..filters import Compare, CompareTime, Cond, Elements, Equals, Fields, NotEquals, holds
 from ..namespaces import namespace_of, prefix_text
 from ..tokens import filter_tokens
 from ..tombstones import ancestor_hashes, tombstone_hash
@@ -192,6 +192,14 @@ class _Sql:
             return f"(NOT {self.equals(cond.operand, v)})", True
         if isinstance(cond, Compare):
             return self.compare(cond, v), False
+        if isinstance(cond, CompareTime):
+            # Only strings that start like a date can match; Python reads those (SQL's
+            # timestamp parser differs: session time zone, other formats).
+            s = f"({v} #>> '{{}}')"
+            return (
+                f"(CASE WHEN jsonb_typeof({v}) = 'string' AND {s} ~ '^[0-9]{{4}}-[0-9]{{2}}-' "
+                "THEN NULL ELSE false END)"
+            ), False
         if isinstance(cond, Fields):
             parts = [
                 self.cond(sub, f"({v} -> {self.add(escape_text(k), 'text')})")

@@ -138,7 +138,7 @@ from ..base import (
     WriteRequest,
     conflict_error,
 )
-from ..filters import Compare, Cond, Elements, Equals, Fields, NotEquals, holds
+from ..filters import Compare, CompareTime, Cond, Elements, Equals, Fields, NotEquals, holds
 from ..tokens import filter_tokens
 from ..values import VersionedItem, VersionedSearchItem
 from ..vectors import Vector, cosine, norm
@@ -311,8 +311,10 @@ def filter_args(cond: Cond | None) -> list[Arg]:
     A part the script cannot evaluate exactly becomes ``U`` (undecided), so the items it
     would decide go to :func:`..filters.holds` instead: text that is not valid UTF-8
     (Lua compares bytes), numbers of 2**53 and more in ``$eq``/``$ne`` (Python compares
-    integers exactly, cjson reads them as doubles), and infinite or NaN bounds (Lua's
-    ``tonumber`` reads ``inf`` and ``nan`` only where its C library does).
+    integers exactly, cjson reads them as doubles), infinite or NaN bounds (Lua's
+    ``tonumber`` reads ``inf`` and ``nan`` only where its C library does), and dates
+    (:func:`..filters.as_instant` is the definition; the items left to Python are those
+    the script cannot rule out by the rest of the filter).
     """
     return [""] if cond is None else _cond_args(cond)
 
@@ -327,6 +329,8 @@ def _cond_args(cond: Cond) -> list[Arg]:
             if not math.isfinite(cond.number):
                 raise _Undecidable
             return [cond.op, repr(cond.number)]
+        if isinstance(cond, CompareTime):
+            raise _Undecidable
         if isinstance(cond, Fields):
             pairs = [(_text(key), _cond_args(sub)) for key, sub in cond.fields]
             return ["F", len(pairs), *(a for key, sub in pairs for a in (key, *sub))]

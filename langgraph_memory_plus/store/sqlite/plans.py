@@ -35,7 +35,7 @@ from ...drivers.plan import Plan
 from ...drivers.sqlite import Query, Rows, migrate
 from ..base import GetRequest, ListRequest, Namespace, SearchRequest, WriteRequest, conflict_error
 from ..columns import INSERTED, READ, replace_existing
-from ..filters import AllOf, Compare, Fields, holds
+from ..filters import AllOf, Compare, CompareTime, Fields, holds
 from ..namespaces import namespace_of, prefix_text
 from ..tokens import filter_tokens, simple_key, value_tokens
 from ..tombstones import ancestor_hashes, tombstone_hash
@@ -129,7 +129,8 @@ def _numbers(cond: Fields, params: dict[str, Any]) -> str:
     """SQL false only for rows whose compared numbers rule a match out: a necessary
     condition for the order operators, so ``json_extract`` (in C) drops most rows before
     Python decides the rest. Text is left to Python (``float()`` reads some), and the
-    bounds are widened a little, so rounding can only let a row through."""
+    bounds are widened a little, so rounding can only let a row through. A date
+    comparison keeps only text (Python reads the dates)."""
     parts: list[str] = []
 
     def visit(c: object, path: str) -> None:
@@ -146,6 +147,10 @@ def _numbers(cond: Fields, params: dict[str, Any]) -> str:
                 f"json_extract(s.value, :{at}) {op} :{n} "
                 "WHEN 'text' THEN 1 WHEN 'true' THEN 1 WHEN 'false' THEN 1 ELSE 0 END)"
             )
+        elif isinstance(c, CompareTime):
+            at = f"number_path{len(params)}"
+            params[at] = path
+            parts.append(f"(json_type(s.value, :{at}) = 'text')")
         elif isinstance(c, AllOf):
             for sub in c.conds:
                 visit(sub, path)
