@@ -149,4 +149,6 @@ def drafts_source(
         return out
 
     ns = tuple(part for part in drafts.namespace)
-    return Source(ns, key=None, title=title, limit=20, entries=entries)
+    return Source(
+        ns, key=None, title=title, limit=20, entries=entries, origin="task drafts the user started"
+    )
