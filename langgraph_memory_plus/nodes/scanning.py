@@ -315,6 +315,8 @@ _ZH_MONEY_PATTERNS = {
 _EN_VERBS = (
     r"(?:ignore|disregard|forget|bypass|override|overrule|discard|drop|erase|abandon|neglect"
     r"|dismiss|scrap|ditch|nullify|invalidate|revoke|suspend|circumvent|replace|wipe|purge"
+    r"|(?:ignor|disregard|forgett|bypass|overrid|discard|eras|abandon|neglect|dismiss|replac"
+    r"|circumvent)(?:e[sd]?|s|ing|ed)"
     r"|set\s+aside|put\s+aside|throw\s+(?:out|away)|toss\s+out|get\s+rid\s+of|pay\s+no\s+attention\s+to"
     r"|never\s+mind|do\s+not\s+(?:follow|obey|heed|apply)|don'?t\s+(?:follow|obey|heed|apply)"
     r"|stop\s+(?:following|obeying|adhering\s+to|listening\s+to|applying|heeding|using)"
@@ -324,7 +326,7 @@ _EN_SCOPE = (
     r"(?:all|any|every|each|the|your|these|those|that|this|of|everything|whole|entire|previous"
     r"|prior|earlier|above|preceding|old|original|initial|existing|current|former|system(?:'s)?"
     r"|safety|security|content|default|hidden|internal|developer(?:'s)?|built-in|standing"
-    r"|remaining|other|such|own|core|base|given|assistant'?s?|ai'?s?|model'?s?)"
+    r"|remaining|other|such|own|core|base|given|its|assistant'?s?|ai'?s?|model'?s?)"
 )
 _EN_STRONG = (
     r"(?:instructions?|rules|rule\s*set|prompts?|guidelines?|directives?|guidance|constraints"
@@ -350,6 +352,10 @@ _EN_FAMILY_PATTERNS = {
         rf"(?:are|is|were|have\s+been|has\s+been|are\s+now|is\s+now)\s+(?:now\s+|all\s+|hereby\s+)?"
         rf"{_EN_STATES}"
         rf"|\btreat\s+(?:{_EN_SCOPE}\s+){{0,5}}{_EN_TARGET}\s+as\s+{_EN_STATES}"
+        # what the assistant was told, whatever the word for it
+        r"|\b(?:everything|anything|all|whatever)\s+(?:that\s+)?you\s+(?:were|have\s+been"
+        r"|had\s+been)\s+(?:told|taught|given|instructed|programmed)\b[^.!?\n]{0,20}?"
+        rf"\b(?:is|are|was)\s+(?:now\s+)?(?:{_EN_STATES}|over|nothing)"
     ),
     "unbounded": (
         r"\b(?:act|behave|respond|answer|reply|operate|talk|speak|work)\b[^.!?\n]{0,30}?"
@@ -421,7 +427,8 @@ _ZH_FAMILY_PATTERNS = {
     ),
     "zh-override-state": (
         rf"{_ZH_STRONG_SCOPE}{_ZH_FAMILY_SCOPE}{{0,8}}{_ZH_FAMILY_TARGETS}"
-        rf"(?:全部|都|一律|统统|通通|已经|已|均|一概|现在|从此|自动|即刻|立即|现已|已被|就|也){{0,3}}"
+        r"(?:全部|都|一律|统统|通通|已经|已|均|一概|现在|从此|自动|即刻|立即|现已|已被|就|也"
+        r"|从今天起|从今以后|从现在起|从现在开始|现在起|今后|以后|即日起|自即日起|下次起|马上){0,3}"
         rf"(?:被|是)?{_ZH_STATES}"
     ),
     "zh-unbounded": (
@@ -436,7 +443,8 @@ _ZH_ROLE_FAMILY_PATTERNS = {
         r"(?:要|就|来)?(?:扮演|假扮|充当|装作|假装|冒充|模仿|化身|伪装成|饰演|变身)"
         r"|(?:^|[。！？!?:\n]|请|请你|你)(?:扮演|假扮|充当|装作|假装|冒充|化身|伪装成|饰演|变身)(?:为|成)?"
         r"(?:一个|一名|一位|一只|我的|你是|成|为)"
-        r"|(?:现在起|从现在起|从现在开始|从今以后|今后|以后|下次起|下次开始)你(?:就|将)?(?:是|成为|变成)"
+        r"|(?:现在|现在起|从现在起|从现在开始|从今以后|今后|以后|下次起|下次开始)你(?:就|将)?"
+        r"(?:是|成为|变成)"
         rf"(?:一个|一名|一位|我的)?(?:私人|专属)?{_ZH_ROLES}"
         rf"|你(?:现在|目前)?(?:的)?(?:新)?(?:身份|角色|人设)(?:现在)?(?:已经|已)?"
         r"(?:变为|变成|换成|切换为|切换成|更新为|改为|改成|是)"
