@@ -16,6 +16,14 @@ overrides, role-play, system-prompt requests, money movement) match the same tex
 all spacing squeezed out, since spaces mean nothing between Chinese characters. They err
 on the side of refusing, since a refused memory costs little and a stored instruction
 costs a lot.
+
+Besides phrases, rules are built from families, so paraphrases are caught without a rule
+each: an override verb x a target only an assistant has (instructions, rules, prompt,
+guidelines; 指令, 规则, 设定) with only scope words between ("all previous", 以上所有); the
+target with a state ("your rules are void", 之前的指令全部作废); orders to take a role.
+
+The scanner is one layer of three: memory is also shown to the model only as quoted data
+(:mod:`.quoting`), and :class:`ModelCheck` can ask a model about writes the rules pass.
 """
 
 from __future__ import annotations
