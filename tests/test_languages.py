@@ -372,7 +372,8 @@ def test_chinese_profile_labels_and_values() -> None:
     text = format_profile([section], language=CHINESE_PROFILE)
     lines = text.split("\n")
     assert lines[0] == CHINESE_PROFILE.header
-    assert lines[1:] == [
+    assert lines[1].startswith("<memory origin=") and lines[-1] == "</memory>"
+    assert lines[2:-1] == [
         "用户资料：",
         "- 姓名：王芳",
         "- 座位偏好：过道",
@@ -380,4 +381,4 @@ def test_chinese_profile_labels_and_values() -> None:
         "- pet：cat",
     ]
     english = format_profile([Section("User profile", {"seat": "aisle"})], language=ENGLISH_PROFILE)
-    assert english.endswith("User profile:\n- seat: aisle")
+    assert english.endswith("User profile:\n- seat: aisle\n</memory>")

@@ -195,7 +195,7 @@ def test_on_real_stores_adds_are_create_only_and_search_is_semantic_with_an_inde
             assert call(tools["add_memory"], content=content, key=key).status == "success"
         assert call(tools["add_memory"], content="again", key="a").status == "error"
         found = call(tools["search_memories"], query="ffff", limit=2).content
-        lines = found.splitlines()[1:]
+        lines = found.splitlines()[2:-1]  # inside the <memory> block
         assert lines[0].startswith("- [f] fff eee fff (score ") and len(lines) == 2
         assert call(tools["update_memory"], key="a", content="abba").status == "success"
         item = store.get(NS, "a")

@@ -6,7 +6,8 @@
   into the profile with confidence, source and time; conditional writes with retries.
 * :func:`create_memory_tools`: tools for the agent to add, update, delete and search
   memories.
-* :class:`Scanner`: what all of them use to refuse instruction-like text before storing.
+* :class:`Scanner`: what all of them use to refuse instruction-like text before storing;
+  :class:`ModelCheck`: an optional model-backed second opinion on memory writes.
 
 Like the context tools (:mod:`langgraph_memory_plus.messages`), each works as a plain
 function (``apply``/``aapply``), a LangGraph node or ``create_react_agent`` pre/post-model
@@ -45,7 +46,8 @@ from .profile import (
     Source,
     format_profile,
 )
-from .scanning import DEFAULT_SCANNER, Finding, Rule, Scanner, UnsafeTextError
+from .quoting import neutralize
+from .scanning import DEFAULT_SCANNER, Finding, ModelCheck, Rule, Scanner, UnsafeTextError
 from .scope import MissingScopeError, NamespaceTemplate, Scope, current_scope
 from .tools import create_memory_tools, normalize_key
 
@@ -97,6 +99,7 @@ __all__ = [
     "LanguageRules",
     "LearnResult",
     "MissingScopeError",
+    "ModelCheck",
     "NamespaceTemplate",
     "PostModelHook",
     "Preference",
@@ -120,6 +123,7 @@ __all__ = [
     "current_scope",
     "extract_statements",
     "format_profile",
+    "neutralize",
     "normalize_key",
     "update_preference",
 ]

@@ -22,6 +22,7 @@ from ..approvals.drafts import Draft as _Draft
 from ..approvals.drafts import DraftError, TaskDrafts, is_live
 from ..errors import InvalidConfigError
 from .profile import Source
+from .quoting import neutralize
 from .scope import current_scope
 
 logger = logging.getLogger(__name__)
@@ -70,11 +71,13 @@ def create_draft_tools(drafts: TaskDrafts) -> list[BaseTool]:
     """``[start_task_draft, update_task_draft, submit_task_draft]`` for the user of the
     run calling them."""
 
+    # a draft's fields are the user's words: echoed back on one line, unable to write
+    # markup or close a <memory> block (the profile shows them quoted too)
     def started(draft: _Draft) -> str:
-        return f"Started draft {draft.id!r}: {draft.summary()}."
+        return f"Started draft {draft.id!r}: {neutralize(draft.summary())}."
 
     def update(draft: _Draft) -> str:
-        return f"Updated draft {draft.id!r}: {draft.summary()}."
+        return f"Updated draft {draft.id!r}: {neutralize(draft.summary())}."
 
     def submitted(draft: _Draft) -> str:
         return f"Submitted draft {draft.id!r} ({draft.kind})."
@@ -149,4 +152,6 @@ def drafts_source(
         return out
 
     ns = tuple(part for part in drafts.namespace)
-    return Source(ns, key=None, title=title, limit=20, entries=entries)
+    return Source(
+        ns, key=None, title=title, limit=20, entries=entries, origin="task drafts the user started"
+    )

@@ -5,8 +5,11 @@ for any agent (``create_react_agent``, ``create_agent``, a ``ToolNode``). They f
 store and the user the way the other nodes do (the graph's store, the runtime context or
 ``config["configurable"]``), and:
 
-* scan content before storing it (:mod:`.scanning`): the model often copies the user's
-  words verbatim, and a memory is pasted into later conversations;
+* scan content before storing it (:mod:`.scanning`), and optionally ask a model too
+  (``model_check``): the model often copies the user's words verbatim, and a memory is
+  pasted into later conversations;
+* show found memories as quoted data in a delimited block (:mod:`.quoting`), never as
+  text the model could take for instructions;
 * normalize keys the model picks (no ``/``, no control characters, lower case), and make
   one up when it gives none;
 * never raise into the graph: a refusal, a missing item or a store failure comes back as
@@ -58,7 +61,8 @@ from ._store import (
     supports_versions,
 )
 from .preferences import _now
-from .scanning import DEFAULT_SCANNER, Scanner, log_refusal
+from .quoting import block, neutralize
+from .scanning import DEFAULT_SCANNER, Finding, ModelCheck, Scanner, log_refusal
 from .scope import MissingScopeError, Namespace, NamespaceTemplate, current_scope
 
 logger = logging.getLogger(__name__)
@@ -170,6 +174,7 @@ class MemoryTools:
     stats: Stats
     clock: Callable[[], datetime]
     schema: type[BaseModel] | None = None
+    model_check: ModelCheck | None = None
 
     # -- checks -------------------------------------------------------------------------
 
@@ -187,7 +192,10 @@ class MemoryTools:
                 f"Error: the memory is {len(text)} characters long; keep it under "
                 f"{self.max_content_chars}. Nothing was saved.",
             )
-        findings = self.scanner.scan(text)
+        self._refuse(self.scanner.scan(text))
+        return text
+
+    def _refuse(self, findings: list[Finding]) -> None:
         if findings:
             log_refusal("memory tool", findings)
             raise self._fail(
@@ -196,6 +204,17 @@ class MemoryTools:
                 f"assistant ({', '.join(sorted({str(f) for f in findings}))}), not a fact "
                 "about the user. Nothing was saved.",
             )
+
+    def _judged(self, action: str, args: dict[str, Any]) -> str | None:
+        """The content to ask :attr:`model_check` about: a write whose text passes the
+        rules (anything else is refused by the plan without a model call)."""
+        if self.model_check is None or action not in ("add", "update"):
+            return None
+        if self.schema is not None and args.get("record") is not None:
+            return self._record(args["record"])[0]  # validated and scanned, or refused
+        text = str(args.get("content", "")).strip()
+        if not text or len(text) > self.max_content_chars or self.scanner.scan(text):
+            return None
         return text
 
     def _record(self, record: Any) -> tuple[str, dict[str, Any]]:
@@ -378,11 +397,12 @@ class MemoryTools:
                 self.stats.incr("unsafe_results")
                 continue
             shown = "" if score is None else f" (score {score:.2f})"
-            lines.append(f"- [{item.key}] {' '.join(str(content).split())}{shown}")
+            lines.append(f"- [{neutralize(item.key)}] {neutralize(str(content))}{shown}")
         self.stats.incr("searched")
         if not lines:
             return "No memories found."
-        return f"Found {len(lines)} memories:\n" + "\n".join(lines)
+        origin = "memories saved with add_memory in earlier conversations"
+        return f"Found {len(lines)} memories:\n" + block(origin, lines)
 
     # -- running ------------------------------------------------------------------------
 
@@ -423,11 +443,17 @@ class MemoryTools:
 
         def run(config: RunnableConfig, **args: Any) -> str:
             with self._reported(action):
+                judged = self._judged(action, args)
+                if judged is not None and self.model_check is not None:
+                    self._refuse(self.model_check.check(judged))
                 plan, runner = self._start(action, config, args)
                 return runner.run(plan)
 
         async def arun(config: RunnableConfig, **args: Any) -> str:
             with self._reported(action):
+                judged = self._judged(action, args)
+                if judged is not None and self.model_check is not None:
+                    self._refuse(await self.model_check.acheck(judged))
                 plan, runner = self._start(action, config, args)
                 return await runner.arun(plan)
 
@@ -499,6 +525,7 @@ def create_memory_tools(
     stats: Stats | None = None,
     clock: Callable[[], datetime] = _now,
     schema: type[BaseModel] | None = None,
+    model_check: ModelCheck | None = None,
 ) -> list[BaseTool]:
     """Tools to add, update, delete and search memories under ``namespace``.
 
@@ -513,6 +540,9 @@ def create_memory_tools(
         clock: time source for ``created_at``/``updated_at``.
         schema: a pydantic model for structured memories (passengers, say): ``add_memory``
             and ``update_memory`` then take a validated ``record`` instead of ``content``.
+        model_check: asked about every add/update whose content passes the scanner's
+            rules (:class:`.scanning.ModelCheck`: the app's chat model or any callable,
+            with a timeout, failing closed or open); refusals come back like the rules'.
 
     Returns ``[add_memory, update_memory, delete_memory, search_memories]``. A memory is
     stored as ``{"content": ..., "created_at": ..., "updated_at": ...}``, plus
@@ -523,7 +553,8 @@ def create_memory_tools(
     if schema is not None and not (isinstance(schema, type) and issubclass(schema, BaseModel)):
         raise InvalidConfigError(f"schema must be a pydantic model class, got {schema!r}")
     tools = MemoryTools(NamespaceTemplate(namespace), store, scanner or DEFAULT_SCANNER, timeout,
-                        max_content_chars, stats or Stats(), clock, schema)  # fmt: skip
+                        max_content_chars, stats or Stats(), clock, schema,
+                        model_check)  # fmt: skip
     specs = list(_TOOLS)
     if schema is not None:
         add, update = record_schemas(schema)
