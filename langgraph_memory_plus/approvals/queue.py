@@ -463,6 +463,23 @@ class Approvals:
             return DecisionRecord.from_value(value)
         raise ApprovalConflictError(f"decision record {key!r} keeps changing; try again")
 
+    def _withdraw(self, key: str, token: str) -> Plan[_Cmd, None]:
+        """Delete a record this caller just created (its lease still ours), as stored."""
+        for _ in range(CLAIM_TRIES):
+            (item,) = yield _Batch([GetOp(self.namespace, key)])
+            if item is None:
+                return
+            stored = _stored(item)
+            lease = stored.value.get("lease")
+            if not isinstance(lease, dict) or lease.get("owner") != token:
+                return
+            try:
+                yield _Batch([ConditionalPutOp(PutOp(self.namespace, key, None), stored.version)])
+            except ConflictError:
+                continue
+            return
+        raise ApprovalConflictError(f"decision record {key!r} keeps changing; try again")
+
     def _apply(
         self,
         approval: Approval,
@@ -533,6 +550,13 @@ class Approvals:
                 except ConflictError:
                     stored = yield from self._stored_of(found.thread_id, found.id)
                     continue
+                if (yield _GetThread(found.thread_id)) is None:
+                    # Deleted (or erased) since it was read: erasure may have looked for
+                    # the user's records before this one existed, so it goes too.
+                    yield from self._withdraw(key, token)
+                    raise ApprovalNotFoundError(
+                        f"thread {found.thread_id!r} of approval {found.id!r} was deleted"
+                    )
                 record = mine
                 break
             record = stored.record
