@@ -592,9 +592,11 @@ class Approvals:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise InvalidConfigError(f"limit must be a non-negative integer, got {limit!r}")
         done, start = 0, 0
+        waiting = {"resumed_at": None, "decision": {"$ne": "expire"}}
         while done < limit:
-            (items,) = yield _Batch([SearchOp(self.namespace, {"resumed_at": None}, CHUNK, start)])
-            start += CHUNK
+            (items,) = yield _Batch([SearchOp(self.namespace, waiting, CHUNK, start)])
+            # Records resumed here leave the filter: the next page starts past the others.
+            start += len(items)
             for item in items:
                 stored = _stored(item)
                 record = stored.record
@@ -611,6 +613,7 @@ class Approvals:
                     found = _from_record(record, self.window)
                 yield from self._apply(found, record, stored.key, token, graph, config)
                 done += 1
+                start -= 1
                 if done == limit:
                     break
             if len(items) < CHUNK:
