@@ -8,31 +8,39 @@ before a chosen write reaches the real store; everything else is the real thing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import operator
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
-from approvals_support import _interrupt, booking_agent, runs, store_factory
+from approvals_support import Clock, _interrupt, booking_agent, runs, store_factory
 from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import SearchOp
 from langgraph.types import Send, interrupt
 from typing_extensions import TypedDict
 
 from langgraph_memory_plus.approvals import (
+    Approval,
+    ApprovalConflictError,
     ApprovalNotFoundError,
     Approvals,
+    DraftConflictError,
+    DraftNotFoundError,
+    TaskDrafts,
 )
 from langgraph_memory_plus.approvals import queue as queue_module
 from langgraph_memory_plus.erasure import erase_user
 from langgraph_memory_plus.store.base import ConditionalPutOp
 
 NAMESPACE = ("approvals", "decisions")
+FLIGHT = {"flight": "LH123", "seat": "12A"}
 
 
 @pytest.fixture
@@ -224,3 +232,268 @@ def test_recover_resumes_every_record_left_unresumed(
         assert queue.recover(agent, limit=100) == count
         assert len(runs(runs_file)) == count
         assert queue.recover(agent) == 0
+
+
+# -- racing decisions, copies, odd ids -----------------------------------------------------
+
+
+def test_approve_reject_edit_racing_one_wins(
+    backend: str, saver_factory: Any, open_store: Any, tmp_path: Path
+) -> None:
+    """Nine reviewers at once, three of each decision: one decision is recorded, its
+    senders all get it back, every other sender gets ``ApprovalConflictError``."""
+    user, thread = f"u-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    runs_file = tmp_path / "runs"
+    with saver_factory() as saver, open_store() as store:
+        agent = booking_agent(saver, runs_file, delay=0.3)
+        approval_id = _interrupt(agent, thread, user)
+        queue = Approvals(saver, store)
+        calls = [
+            ("approve", None, None),
+            ("reject", None, "no"),
+            ("edit", {"flight": "AF9", "seat": "2B"}, None),
+        ] * 3
+        barrier = threading.Barrier(len(calls))
+        outcomes: list[Any] = [None] * len(calls)
+
+        def call(n: int) -> None:
+            decision, args, message = calls[n]
+            barrier.wait()
+            try:
+                outcomes[n] = queue.decide(
+                    approval_id,
+                    decision,
+                    by=f"r-{decision}",
+                    args=args,
+                    message=message,
+                    graph=agent,
+                    thread_id=thread,
+                )
+            except ApprovalConflictError as exc:
+                outcomes[n] = exc
+
+        workers = [threading.Thread(target=call, args=(n,)) for n in range(len(calls))]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(30)
+        won = {o.decision.decision for o in outcomes if not isinstance(o, BaseException)}
+        assert len(won) == 1, outcomes
+        (decision,) = won
+        assert sum(not isinstance(o, BaseException) for o in outcomes) == 3
+        assert all(isinstance(o, (Approval, ApprovalConflictError)) for o in outcomes)
+        done = queue.get(approval_id, thread_id=thread)
+        assert done.decision is not None and done.decision.decision == decision
+        assert done.decision.resumed_at is not None
+        expected = {"approve": [FLIGHT], "edit": [{"flight": "AF9", "seat": "2B"}], "reject": []}
+        assert runs(runs_file) == expected[decision]
+
+
+def test_original_and_copy_decided_at_once_each_on_its_own(
+    backend: str, saver_factory: Any, open_store: Any, tmp_path: Path
+) -> None:
+    user, thread = f"u-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    copy = f"{thread}-copy"
+    runs_file = tmp_path / "runs"
+    with saver_factory() as saver, open_store() as store:
+        agent = booking_agent(saver, runs_file, delay=0.3)
+        approval_id = _interrupt(agent, thread, user)
+        saver.copy_thread(thread, copy)
+        queue = Approvals(saver, store)
+        barrier = threading.Barrier(4)
+        outcomes: dict[str, list[Any]] = {thread: [], copy: []}
+
+        def call(on: str, decision: str) -> None:
+            barrier.wait()
+            message = "no" if decision == "reject" else None
+            out = queue.decide(
+                approval_id, decision, by="r", message=message, graph=agent, thread_id=on
+            )
+            outcomes[on].append(out.status)
+
+        workers = [
+            threading.Thread(target=call, args=args)
+            for args in [
+                (thread, "approve"),
+                (thread, "approve"),
+                (copy, "reject"),
+                (copy, "reject"),
+            ]
+        ]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(30)
+        assert outcomes == {thread: ["approved"] * 2, copy: ["rejected"] * 2}
+        assert runs(runs_file) == [FLIGHT]
+        assert queue.list(user_id=user, status=None) == []
+        assert queue.get(approval_id, thread_id=copy).decision.resumed_at  # type: ignore[union-attr]
+        assert queue.get(approval_id, thread_id=thread).decision.resumed_at  # type: ignore[union-attr]
+
+
+ODD_THREAD_IDS = ["a.b/c%2E", "线程/张三.1", "with space & quote'\"", "x" * 200]
+
+
+def test_odd_thread_and_user_ids_decide_and_recover(
+    backend: str, saver_factory: Any, open_store: Any, tmp_path: Path
+) -> None:
+    tag = uuid.uuid4().hex[:6]
+    runs_file = tmp_path / "runs"
+    with saver_factory() as saver, open_store() as store:
+        agent = booking_agent(saver, runs_file)
+        queue = Approvals(saver, store)
+        for n, odd in enumerate(ODD_THREAD_IDS):
+            thread, user = f"{odd}-{tag}", f"{odd}.{n}@{tag}"
+            approval_id = _interrupt(agent, thread, user, f"LH{n}")
+            (listed,) = queue.list(user_id=user)
+            assert (listed.thread_id, listed.user_id) == (thread, user)
+            with pytest.raises(RuntimeError):
+                queue.decide(approval_id, "approve", by="r", graph=Broken(), thread_id=thread)
+            assert queue.recover(agent) == 1
+            assert queue.get(approval_id, thread_id=thread).decision.resumed_at  # type: ignore[union-attr]
+            assert queue.decide(approval_id, "approve", by="r", graph=agent).thread_id == thread
+        assert len(runs(runs_file)) == len(ODD_THREAD_IDS)
+
+
+# -- a subgraph that interrupts -------------------------------------------------------------
+
+
+class Inner(TypedDict):
+    done: Annotated[list[str], operator.add]
+
+
+def nested_graph(saver: Any, runs_file: Path) -> Any:
+    def ask(state: Inner) -> dict[str, Any]:
+        answer = interrupt({"item": "inner"})
+        with open(runs_file, "a", encoding="utf-8") as out:
+            out.write(json.dumps({"item": "inner", "answer": answer}) + "\n")
+        return {"done": ["inner"]}
+
+    inner = StateGraph(Inner)
+    inner.add_node("ask", ask)
+    inner.add_edge(START, "ask")
+    inner.add_edge("ask", END)
+    outer = StateGraph(Inner)
+    outer.add_node("sub", inner.compile())
+    outer.add_node("after", lambda s: {"done": ["after"]})
+    outer.add_edge(START, "sub")
+    outer.add_edge("sub", "after")
+    outer.add_edge("after", END)
+    return outer.compile(checkpointer=saver)
+
+
+def test_subgraph_interrupt_is_decided_once(
+    backend: str, saver_factory: Any, open_store: Any, tmp_path: Path
+) -> None:
+    user, thread = f"u-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    runs_file = tmp_path / "runs"
+    with saver_factory() as saver, open_store() as store:
+        graph = nested_graph(saver, runs_file)
+        config = {"configurable": {"thread_id": thread, "user_id": user}}
+        graph.invoke({"done": []}, config)
+        queue = Approvals(saver, store)
+        (pending,) = queue.list(user_id=user)
+        barrier = threading.Barrier(4)
+
+        def call() -> None:
+            barrier.wait()
+            queue.decide(pending.id, "approve", by="r", graph=graph, thread_id=thread)
+
+        workers = [threading.Thread(target=call) for _ in range(4)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(30)
+        assert len(runs(runs_file)) == 1
+        assert graph.get_state(config).values["done"] == ["inner", "after"]
+        assert queue.list(user_id=user, status=None) == []
+
+
+# -- task drafts ----------------------------------------------------------------------------
+
+FIELDS = [f"f{i}" for i in range(4)]
+SCHEMA = {
+    "type": "object",
+    "required": FIELDS,
+    "properties": {**{f: {"type": "string"} for f in FIELDS}, "note": {"type": "string"}},
+}
+
+
+def test_draft_update_racing_submit_is_in_the_submitted_draft_or_refused(
+    backend: str, open_store: Any
+) -> None:
+    """An update that returns was merged into the draft as stored: if the draft was
+    submitted too, the submitted draft carries it; otherwise the update was refused."""
+    user = f"u-{uuid.uuid4().hex[:8]}/张三"
+    with open_store() as store:
+        drafts = TaskDrafts(store, SCHEMA)
+        for trial in range(6):
+            draft = drafts.create(user, "form", {f: "x" for f in FIELDS})
+            barrier = threading.Barrier(2)
+            out: dict[str, Any] = {}
+
+            def submit(draft_id: str = draft.id, barrier: Any = barrier, out: Any = out) -> None:
+                barrier.wait()
+                try:
+                    out["submit"] = drafts.submit(user, draft_id)
+                except (DraftConflictError, DraftNotFoundError) as exc:
+                    out["submit"] = exc
+
+            def update(
+                draft_id: str = draft.id, barrier: Any = barrier, out: Any = out, trial: int = trial
+            ) -> None:
+                barrier.wait()
+                if trial % 2:
+                    time.sleep(0.002 * trial)
+                try:
+                    out["update"] = drafts.update(user, draft_id, {"note": f"n{trial}"})
+                except (DraftConflictError, DraftNotFoundError) as exc:
+                    out["update"] = exc
+
+            workers = [threading.Thread(target=submit), threading.Thread(target=update)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join(30)
+            submitted, updated = out["submit"], out["update"]
+            assert not isinstance(submitted, BaseException), submitted  # nobody else submits
+            if not isinstance(updated, BaseException):
+                assert submitted.fields.get("note") == f"n{trial}", (submitted, updated)
+            assert drafts.get(user, draft.id) is None
+            assert drafts.list(user) == []
+
+
+def test_draft_update_after_its_ttl_is_not_found_and_revives_nothing(
+    backend: str, open_store: Any
+) -> None:
+    user = f"u-{uuid.uuid4().hex[:8]}.%00"
+    clock = Clock()
+    with open_store() as store:
+        drafts = TaskDrafts(store, SCHEMA, ttl=timedelta(hours=1), clock=clock)
+        draft = drafts.create(user, "form", {"f0": "a"})
+        clock.now += timedelta(hours=1, seconds=1)
+        with pytest.raises(DraftNotFoundError):
+            drafts.update(user, draft.id, {"f1": "b"})
+        with pytest.raises(DraftNotFoundError):
+            drafts.submit(user, draft.id)
+        assert drafts.get(user, draft.id) is None
+        assert drafts.list(user) == []
+        clock.now -= timedelta(seconds=2)  # a replica whose clock is a little behind
+        assert drafts.get(user, draft.id) is not None  # nothing was written meanwhile
+        assert drafts.get(user, draft.id).fields == {"f0": "a"}  # type: ignore[union-attr]
+
+
+def test_draft_create_retried_with_its_id_keeps_what_was_added(
+    backend: str, open_store: Any
+) -> None:
+    """``create(..., draft_id=...)`` sent again (a client retry) after an update: the
+    update is not wiped by the second create."""
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    with open_store() as store:
+        drafts = TaskDrafts(store, SCHEMA)
+        drafts.create(user, "form", {"f0": "a"}, draft_id="cancel-LH123")
+        drafts.update(user, "cancel-LH123", {"f1": "b"})
+        with contextlib.suppress(DraftConflictError):  # refusing it is fine too
+            drafts.create(user, "form", {"f0": "a"}, draft_id="cancel-LH123")
+        got = drafts.get(user, "cancel-LH123")
+        assert got is not None and got.fields == {"f0": "a", "f1": "b"}
