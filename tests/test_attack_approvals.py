@@ -497,3 +497,8 @@ def test_draft_create_retried_with_its_id_keeps_what_was_added(
             drafts.create(user, "form", {"f0": "a"}, draft_id="cancel-LH123")
         got = drafts.get(user, "cancel-LH123")
         assert got is not None and got.fields == {"f0": "a", "f1": "b"}
+        again = drafts.create(user, "form", {"f0": "a"}, draft_id="cancel-LH123")
+        assert again.fields == {"f0": "a", "f1": "b"}  # the retry gets the draft as it is
+        with pytest.raises(DraftConflictError, match="cancel-LH123"):
+            drafts.create(user, "form", {"f0": "other"}, draft_id="cancel-LH123")
+        assert drafts.get(user, "cancel-LH123").fields == {"f0": "a", "f1": "b"}  # type: ignore[union-attr]
