@@ -29,6 +29,7 @@ from typing_extensions import TypedDict
 from langgraph_memory_plus.approvals import (
     Approval,
     ApprovalConflictError,
+    ApprovalExpiredError,
     ApprovalNotFoundError,
     Approvals,
     DraftConflictError,
@@ -502,3 +503,129 @@ def test_draft_create_retried_with_its_id_keeps_what_was_added(
         with pytest.raises(DraftConflictError, match="cancel-LH123"):
             drafts.create(user, "form", {"f0": "other"}, draft_id="cancel-LH123")
         assert drafts.get(user, "cancel-LH123").fields == {"f0": "a", "f1": "b"}  # type: ignore[union-attr]
+
+
+# -- a claimant that dies at other points ---------------------------------------------------
+
+
+class Crash(BaseException):
+    """The process dies here: no cleanup runs (the driver throws only ``Exception`` s)."""
+
+
+class DiesAt:
+    """The real store; the process "dies" just after (or before) one chosen write."""
+
+    def __init__(self, store: Any, when: Callable[[Any], bool], after: bool) -> None:
+        self.store, self.when, self.after = store, when, after
+
+    def batch(self, ops: list[Any]) -> list[Any]:
+        hit = any(isinstance(op, ConditionalPutOp) and self.when(op) for op in ops)
+        if hit and not self.after:
+            raise Crash
+        out = list(self.store.batch(ops))
+        if hit:
+            raise Crash
+        return out
+
+
+@pytest.mark.parametrize(
+    "point",
+    ["after the claim", "after the resume, before resumed_at"],
+)
+def test_claimant_dying_elsewhere_is_finished_once_by_recover(
+    backend: str, saver_factory: Any, open_store: Any, tmp_path: Path, point: str
+) -> None:
+    user, thread = f"u-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    runs_file = tmp_path / "runs"
+    if point == "after the claim":
+
+        def when(op: Any) -> bool:
+            return bool(op.expected_version == 0)
+
+        after = True
+    else:
+
+        def when(op: Any) -> bool:
+            return op.op.value is not None and op.op.value.get("resumed_at") is not None
+
+        after = False
+    with saver_factory() as saver, open_store() as store:
+        agent = booking_agent(saver, runs_file)
+        approval_id = _interrupt(agent, thread, user)
+        dying = Approvals(saver, DiesAt(store, when, after), lease=30)  # type: ignore[arg-type]
+        with pytest.raises(Crash):
+            dying.decide(approval_id, "approve", by="r", graph=agent, thread_id=thread)
+        ran = runs(runs_file)
+        assert ran == ([] if point == "after the claim" else [FLIGHT])
+        clock = Clock()
+        queue = Approvals(saver, store, lease=30, clock=clock)
+        assert queue.recover(agent) == 0  # its lease is live
+        clock.now += timedelta(seconds=31)
+        assert queue.recover(agent) == 1
+        assert runs(runs_file) == [FLIGHT]
+        done = queue.get(approval_id, thread_id=thread)
+        assert done.status == "approved" and done.decision and done.decision.resumed_at
+        assert queue.recover(agent) == 0
+        assert queue.list(user_id=user, status=None) == []
+
+
+# -- the expiry sweep racing decisions ------------------------------------------------------
+
+
+def test_expiry_sweep_racing_decisions_one_outcome(
+    backend: str, saver_factory: Any, open_store: Any, tmp_path: Path
+) -> None:
+    """Reviewers decide just before the window closes while a sweep (on a replica whose
+    clock is just past it) marks it expired: either the decision holds and the sweep
+    skips it, or it is expired, nothing ran and every reviewer is told so."""
+    runs_file = tmp_path / "runs"
+    with saver_factory() as saver, open_store() as store:
+        agent = booking_agent(saver, runs_file)
+        for trial in range(4):
+            user, thread = f"u-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+            approval_id = _interrupt(agent, thread, user, f"LH{trial}")
+            created = Approvals(saver, store).get(approval_id, thread_id=thread).created_at
+            early, late = Clock(), Clock()
+            early.now = created + timedelta(seconds=59)
+            late.now = created + timedelta(seconds=61)
+            deciding = Approvals(saver, store, window=60, clock=early)
+            sweeping = Approvals(saver, store, window=60, clock=late)
+            barrier = threading.Barrier(5)
+            outcomes: list[Any] = []
+
+            def decide(
+                barrier: Any = barrier,
+                outcomes: Any = outcomes,
+                approval_id: str = approval_id,
+                deciding: Approvals = deciding,
+            ) -> None:
+                barrier.wait()
+                try:
+                    outcomes.append(
+                        deciding.decide(approval_id, "approve", by="r", graph=agent).status
+                    )
+                except ApprovalExpiredError as exc:
+                    outcomes.append(exc)
+
+            def sweep(
+                barrier: Any = barrier, outcomes: Any = outcomes, sweeping: Approvals = sweeping
+            ) -> None:
+                barrier.wait()
+                outcomes.append(("swept", sweeping.expire_overdue()))
+
+            workers = [threading.Thread(target=decide) for _ in range(4)]
+            workers.append(threading.Thread(target=sweep))
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join(30)
+            (swept,) = [o[1] for o in outcomes if isinstance(o, tuple)]
+            decided = [o for o in outcomes if not isinstance(o, tuple)]
+            status = deciding.get(approval_id, thread_id=thread).status
+            if swept:
+                assert status == "expired"
+                assert all(isinstance(o, ApprovalExpiredError) for o in decided), decided
+            else:
+                assert status == "approved" and decided == ["approved"] * 4
+        approved = Approvals(saver, store).count(status="approved")
+        assert len(runs(runs_file)) == approved
