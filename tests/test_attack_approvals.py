@@ -629,3 +629,19 @@ def test_expiry_sweep_racing_decisions_one_outcome(
                 assert status == "approved" and decided == ["approved"] * 4
         approved = Approvals(saver, store).count(status="approved")
         assert len(runs(runs_file)) == approved
+
+
+def test_same_edit_sent_twice_with_tuples_is_the_same_decision(
+    backend: str, saver_factory: Any, open_store: Any, tmp_path: Path
+) -> None:
+    """The record stores JSON: ``("1A",)`` comes back as ``["1A"]``. The same edit sent
+    again is still the same decision, not a conflict with itself."""
+    user, thread = f"u-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    with saver_factory() as saver, open_store() as store:
+        agent = booking_agent(saver, tmp_path / "runs")
+        approval_id = _interrupt(agent, thread, user)
+        queue = Approvals(saver, store)
+        args = {"flight": "AF9", "seat": "2B", "extras": ("meal", 1)}
+        first = queue.decide(approval_id, "edit", by="r", args=args, graph=agent, thread_id=thread)
+        again = queue.decide(approval_id, "edit", by="r", args=args, graph=agent, thread_id=thread)
+        assert first.status == again.status == "edited"
