@@ -32,6 +32,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 import inspect
+import json
 import math
 import uuid
 from collections.abc import Callable, Iterable
@@ -45,6 +46,7 @@ from langgraph.types import Command
 from .._plan import Plan, adrive, drive
 from ..errors import ConflictError, InvalidConfigError
 from ..store.base import ConditionalPutOp
+from ..store.values import encode_json
 from .core import (
     STATUSES,
     Approval,
@@ -524,6 +526,9 @@ class Approvals:
     ) -> Plan[_Cmd, Approval]:
         if not isinstance(by, str) or not by:
             raise InvalidConfigError(f"by (who decides) must be a non-empty string, got {by!r}")
+        # As the record will hold them (tuples are lists in JSON): the same edit sent
+        # again compares equal to the stored one; what JSON cannot hold fails here.
+        args = json.loads(encode_json(args, escape=False))
         found, stored = yield from self._locate(approval, thread_id)
         key = record_key(found.thread_id, found.id) if stored is None else stored.key
         token = uuid.uuid4().hex
