@@ -490,10 +490,19 @@ class Approvals:
         token: str,
         graph: Any,
         config: Any,
+        created: bool = False,
     ) -> Plan[_Cmd, DecisionRecord]:
         """Resume the thread with a decision whose lease this caller holds, if the thread
-        still waits on it; a failing resume gives the lease back at once."""
+        still waits on it; a failing resume gives the lease back at once. ``created``:
+        this caller just recorded the decision."""
         thread = yield _GetThread(approval.thread_id)
+        if thread is None and created:
+            # Deleted (or erased) since it was read: erasure may have looked for the
+            # user's records before this one existed, so it goes too.
+            yield from self._withdraw(key, token)
+            raise ApprovalNotFoundError(
+                f"thread {approval.thread_id!r} of approval {approval.id!r} was deleted"
+            )
         waiting = thread is not None and any(
             i.id == approval.id for its in thread["interrupts"].values() for i in its
         )
@@ -532,6 +541,7 @@ class Approvals:
         found, stored = yield from self._locate(approval, thread_id)
         key = record_key(found.thread_id, found.id) if stored is None else stored.key
         token = uuid.uuid4().hex
+        created = False
         for _ in range(CLAIM_TRIES):
             if stored is None:
                 if found.status == "expired":
@@ -555,14 +565,7 @@ class Approvals:
                 except ConflictError:
                     stored = yield from self._stored_of(found.thread_id, found.id)
                     continue
-                if (yield _GetThread(found.thread_id)) is None:
-                    # Deleted (or erased) since it was read: erasure may have looked for
-                    # the user's records before this one existed, so it goes too.
-                    yield from self._withdraw(key, token)
-                    raise ApprovalNotFoundError(
-                        f"thread {found.thread_id!r} of approval {found.id!r} was deleted"
-                    )
-                record = mine
+                record, created = mine, True
                 break
             record = stored.record
             if record.decision == "expire":
@@ -587,7 +590,7 @@ class Approvals:
             stored = yield from self._stored_of(found.thread_id, found.id)
         else:
             raise ApprovalConflictError(f"approval {found.id!r} keeps changing; try again")
-        record = yield from self._apply(found, record, key, token, graph, config)
+        record = yield from self._apply(found, record, key, token, graph, config, created)
         return replace(found, status=record.status, decision=record)
 
     def _recover_plan(self, graph: Any, config: Any, limit: int) -> Plan[_Cmd, int]:
