@@ -8,6 +8,7 @@ before a chosen write reaches the real store; everything else is the real thing.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import operator
@@ -645,3 +646,37 @@ def test_same_edit_sent_twice_with_tuples_is_the_same_decision(
         first = queue.decide(approval_id, "edit", by="r", args=args, graph=agent, thread_id=thread)
         again = queue.decide(approval_id, "edit", by="r", args=args, graph=agent, thread_id=thread)
         assert first.status == again.status == "edited"
+
+
+def test_interrupts_of_one_step_decided_by_tasks_all_resume(
+    backend: str, async_saver_factory: Any, open_store: Any, tmp_path: Path
+) -> None:
+    """The same with asyncio: three interrupts, each decided twice, and two recovers."""
+    user, thread = f"u-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    runs_file = tmp_path / "runs"
+    items = ("a", "b", "c")
+    cls = open_store.classes[1]
+    url, options = open_store.target
+
+    async def main() -> None:
+        async with async_saver_factory() as saver, cls.from_conn_string(url, **options) as store:
+            await store.setup()
+            graph = fan_graph(saver, runs_file, items, delay=0.3)
+            config = {"configurable": {"thread_id": thread, "user_id": user}}
+            await graph.ainvoke({"done": []}, config)
+            queue = Approvals(saver, store)
+            pending = await queue.alist(user_id=user)
+            assert len(pending) == len(items)
+            calls = [
+                queue.adecide(a.id, "approve", by="r", graph=graph, thread_id=thread)
+                for a in pending * 2
+            ]
+            results = await asyncio.gather(*calls, queue.arecover(graph), queue.arecover(graph))
+            assert [r.status for r in results[:-2]] == ["approved"] * 2 * len(items)
+            state = await graph.aget_state(config)
+            assert sorted(state.values["done"]) == list(items) and state.next == ()
+            assert await queue.alist(user_id=user, status=None) == []
+            assert await queue.arecover(graph) == 0
+
+    asyncio.run(main())
+    assert sorted(r["item"] for r in runs(runs_file)) == list(items)
