@@ -609,10 +609,15 @@ def test_expiry_sweep_racing_decisions_one_outcome(
                     outcomes.append(exc)
 
             def sweep(
-                barrier: Any = barrier, outcomes: Any = outcomes, sweeping: Approvals = sweeping
+                barrier: Any = barrier,
+                outcomes: Any = outcomes,
+                sweeping: Approvals = sweeping,
+                approval_id: str = approval_id,
             ) -> None:
                 barrier.wait()
-                outcomes.append(("swept", sweeping.expire_overdue()))
+                marked: list[str] = []  # the server's other tests' threads may be swept too
+                sweeping.expire_overdue(on_expired=lambda a: marked.append(a.id))
+                outcomes.append(("swept", approval_id in marked))
 
             workers = [threading.Thread(target=decide) for _ in range(4)]
             workers.append(threading.Thread(target=sweep))
@@ -628,7 +633,7 @@ def test_expiry_sweep_racing_decisions_one_outcome(
                 assert all(isinstance(o, ApprovalExpiredError) for o in decided), decided
             else:
                 assert status == "approved" and decided == ["approved"] * 4
-        approved = Approvals(saver, store).count(status="approved")
+        approved = Approvals(saver, store).count(status="approved")  # this store's only
         assert len(runs(runs_file)) == approved
 
 
@@ -680,3 +685,36 @@ def test_interrupts_of_one_step_decided_by_tasks_all_resume(
 
     asyncio.run(main())
     assert sorted(r["item"] for r in runs(runs_file)) == list(items)
+
+
+def test_a_dead_resume_holds_its_threads_other_interrupts_one_lease_at_most(
+    backend: str, saver_factory: Any, open_store: Any, tmp_path: Path
+) -> None:
+    """A claimant dies after resuming one interrupt of a step (before ``resumed_at``):
+    the decision of the step's other interrupt waits for its lease (1 s), then resumes;
+    ``recover`` then closes the dead one's record; each tool ran once."""
+    user, thread = f"u-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    runs_file = tmp_path / "runs"
+    with saver_factory() as saver, open_store() as store:
+        graph = fan_graph(saver, runs_file, ("a", "b"), delay=0)
+        config = {"configurable": {"thread_id": thread, "user_id": user}}
+        graph.invoke({"done": []}, config)
+        queue = Approvals(saver, store, lease=1)
+        first, second = sorted(queue.list(user_id=user), key=lambda a: a.value["item"])
+
+        def resumed(op: Any) -> bool:
+            return op.op.value is not None and op.op.value.get("resumed_at") is not None
+
+        dying = Approvals(saver, DiesAt(store, resumed, after=False), lease=1)  # type: ignore[arg-type]
+        with pytest.raises(Crash):
+            dying.decide(first.id, "approve", by="r", graph=graph, thread_id=thread)
+        started = time.monotonic()
+        out = queue.decide(second.id, "approve", by="r", graph=graph, thread_id=thread)
+        assert out.decision is not None and out.decision.resumed_at is not None
+        assert time.monotonic() - started < 10
+        time.sleep(1.1)
+        assert queue.recover(graph) == 1
+        state = graph.get_state(config)
+        assert sorted(state.values["done"]) == ["a", "b"] and state.next == ()
+        assert sorted(r["item"] for r in runs(runs_file)) == ["a", "b"]
+        assert queue.list(user_id=user, status=None) == []
