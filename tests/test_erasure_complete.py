@@ -137,7 +137,10 @@ def seed(memory: Any, person: Person, tmp: Path) -> None:
             {"configurable": {"thread_id": thread}})}  # fmt: skip
         assert "" in namespaces and len(namespaces) > 1, "checkpoints in a subgraph too"
     TaskDrafts(store, DRAFT_SCHEMA).create(
-        person.id, "trip", {"flight": person.text("flight")}, draft_id=f"d-{person.tag}"
+        person.id,
+        "trip",
+        {"flight": person.text("flight")},
+        draft_id=f"d-{person.tag}-{len(person.threads)}",
     )
     # An approval, decided: the decision record outlives the thread, anonymized.
     thread = person.thread("booking")

@@ -12,8 +12,9 @@ Concurrent callers are safe on this package's stores: ``update`` merges its fiel
 the draft as stored with a write conditional on the version read (retried on a lost
 race), so two updates of different fields both land; ``submit`` and ``cancel`` remove
 the draft with a conditional delete, so of two concurrent submits exactly one succeeds
-and the other gets :class:`DraftConflictError`. (Other ``BaseStore`` s have no versions:
-there the last write wins.)
+and the other gets :class:`DraftConflictError`. ``create`` with the id of an open draft
+overwrites nothing: a retry gets the draft as it stands, another create the conflict.
+(Other ``BaseStore`` s have no versions: there the last write wins.)
 
 Each draft is one store item under ``("users", "{user_id}", "pending_tasks")`` (by
 default), the user id encoded as the memory nodes encode it (``.`` as ``%2E``, ``%`` as
@@ -296,8 +297,25 @@ class TaskDrafts:
         now = self.clock()
         chosen = draft_id or f"draft-{uuid.uuid4().hex[:12]}"
         draft = self._built(user_id, kind, dict(fields or {}), chosen, now, now + self.ttl)
-        yield self._put(draft)
-        return draft
+        version = 0  # create only: a retried create must not wipe what was added since
+        for _ in range(UPDATE_TRIES):
+            try:
+                yield self._put(draft, version)
+            except ConflictError:
+                (item,) = yield [GetOp(self.namespace_for(user_id), chosen, refresh_ttl=False)]
+                if item is not None and is_live(item.value, self.clock()):
+                    found = Draft.from_value(user_id, item.value)
+                    if found.kind == kind and all(
+                        found.fields.get(k) == v for k, v in draft.fields.items()
+                    ):
+                        return found  # this create, retried: the draft as it stands now
+                    raise DraftConflictError(
+                        f"an open draft {chosen!r} exists for this user; update it instead"
+                    ) from None
+                version = 0 if item is None else int(getattr(item, "version", 0) or 0)
+                continue  # an expired one the store still holds: replaced
+            return draft
+        raise DraftConflictError(f"draft {chosen!r} keeps changing; try again")
 
     def _update_plan(
         self, user_id: str, draft_id: str, fields: Mapping[str, Any]
@@ -375,7 +393,9 @@ class TaskDrafts:
         *,
         draft_id: str | None = None,
     ) -> Draft:
-        """Start a draft of ``kind`` with what is known so far."""
+        """Start a draft of ``kind`` with what is known so far. With the ``draft_id`` of
+        an open draft: that draft as it stands if it already holds these fields (a retried
+        create wipes nothing added since), else :class:`DraftConflictError`."""
         return drive(self._create_plan(user_id, kind, fields, draft_id), self.store.batch)
 
     def update(self, user_id: str, draft_id: str, fields: Mapping[str, Any]) -> Draft:

@@ -16,6 +16,12 @@ approval back and resume nothing. A claimant that crashes leaves its lease to ex
 (``lease``, 10 minutes by default); ``recover()`` then takes it over, once, and resumes
 the thread only while the index still shows it interrupted on that interrupt id.
 
+One resume of a thread at a time: interrupts of one step (parallel ``Send`` tasks) are
+answered by separate decisions, and two resumes of one checkpoint at once would each
+leave the other's task waiting. A *gate* per thread (a leased item beside the records,
+taken by a conditional write) admits one; the others wait for it, then resume from the
+checkpoint it left.
+
 Every write after the create is conditional on the version read and changes only the
 lease and ``resumed_at`` of the record *as stored*: a record anonymized by
 ``erase_user`` meanwhile stays anonymized.
@@ -29,10 +35,13 @@ Sync and async share the plans below; the two drivers only run their commands.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import hashlib
 import inspect
+import json
 import math
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -45,6 +54,7 @@ from langgraph.types import Command
 from ..drivers.plan import Plan, adrive, drive
 from ..errors import ConflictError, InvalidConfigError
 from ..store.base import ConditionalPutOp
+from ..store.values import encode_json
 from .core import (
     STATUSES,
     Approval,
@@ -63,6 +73,11 @@ DEFAULT_LEASE = timedelta(minutes=10)
 """How long a resume may run before ``recover()`` takes it over (a crashed claimant)."""
 CLAIM_TRIES = 8
 """Conditional writes tried before giving up on a record others keep changing."""
+GATE_POLL = 0.05
+"""Seconds between looks at a thread another decision is resuming."""
+GATE_WAIT = 30.0
+"""Seconds (at most one lease) a decision waits for another one's resume of its thread
+before it leaves its own resume to a retry or :meth:`Approvals.recover`."""
 DEFAULT_NAMESPACE = ("approvals", "decisions")
 TTL_FACTOR = 1.5
 CHUNK = 500
@@ -113,7 +128,12 @@ class _Notify:
     argument: Any
 
 
-_Cmd = _Search | _GetThread | _Batch | _Resume | _Unfinished | _Notify
+@dataclass(frozen=True)
+class _Sleep:
+    seconds: float
+
+
+_Cmd = _Search | _GetThread | _Batch | _Resume | _Unfinished | _Notify | _Sleep
 
 
 def _seconds(value: timedelta | float, what: str) -> float:
@@ -128,6 +148,11 @@ def _seconds(value: timedelta | float, what: str) -> float:
             f"{what} must be a positive, finite timedelta or number of seconds, got {value!r}"
         )
     return float(seconds)
+
+
+def gate_key(thread_id: str) -> str:
+    """The store key of a thread's resume gate (hashed: it names no thread)."""
+    return f"g-{hashlib.sha256(thread_id.encode()).hexdigest()[:40]}"
 
 
 def record_key(thread_id: str, approval_id: str) -> str:
@@ -214,6 +239,8 @@ class Approvals:
         self.store = store
         check_ttl(saver.settings.ttl_seconds, self.window.total_seconds())
         self.namespace = tuple(namespace)
+        # Beside the records, not under them: a search of the records never meets a gate.
+        self.gates = (*self.namespace[:-1], f"{self.namespace[-1]}-gates")
         self.clock = clock
         self._threads = threads
         self.user_key: str = threads.user_key
@@ -463,6 +490,59 @@ class Approvals:
             return DecisionRecord.from_value(value)
         raise ApprovalConflictError(f"decision record {key!r} keeps changing; try again")
 
+    def _withdraw(self, key: str, token: str) -> Plan[_Cmd, None]:
+        """Delete a record this caller just created (its lease still ours), as stored."""
+        for _ in range(CLAIM_TRIES):
+            (item,) = yield _Batch([GetOp(self.namespace, key)])
+            if item is None:
+                return
+            stored = _stored(item)
+            lease = stored.value.get("lease")
+            if not isinstance(lease, dict) or lease.get("owner") != token:
+                return
+            try:
+                yield _Batch([ConditionalPutOp(PutOp(self.namespace, key, None), stored.version)])
+            except ConflictError:
+                continue
+            return
+        raise ApprovalConflictError(f"decision record {key!r} keeps changing; try again")
+
+    def _enter(self, thread_id: str, token: str, wait: bool) -> Plan[_Cmd, bool]:
+        """Take the thread's resume gate: one resume of a thread at a time, whatever
+        interrupt it answers (two at once would each leave the other's task waiting).
+        ``wait``: while another holds it, look again for up to ``GATE_WAIT`` seconds."""
+        key = gate_key(thread_id)
+        ttl = 2 * self.lease.total_seconds() / 60  # a dead holder's gate goes in time
+        deadline = time.monotonic() + min(GATE_WAIT, self.lease.total_seconds())
+        while True:
+            (item,) = yield _Batch([GetOp(self.gates, key, refresh_ttl=False)])
+            version = 0 if item is None else int(getattr(item, "version", 0) or 0)
+            if version == 0 or _stored(item).lease_holder(self.clock()) is None:
+                value = {"lease": self._lease_value(token)}
+                op = PutOp(self.gates, key, value, index=False, ttl=ttl)
+                try:
+                    yield _Batch([ConditionalPutOp(op, version)])
+                except ConflictError:
+                    continue
+                return True
+            if not wait or time.monotonic() >= deadline:
+                return False
+            yield _Sleep(GATE_POLL)
+
+    def _leave(self, thread_id: str, token: str) -> Plan[_Cmd, None]:
+        key = gate_key(thread_id)
+        for _ in range(CLAIM_TRIES):
+            (item,) = yield _Batch([GetOp(self.gates, key, refresh_ttl=False)])
+            lease = _stored(item).value.get("lease") if item is not None else None
+            if not isinstance(lease, dict) or lease.get("owner") != token:
+                return  # expired and taken over: not ours to open
+            op = PutOp(self.gates, key, None)
+            try:
+                yield _Batch([ConditionalPutOp(op, _stored(item).version)])
+            except ConflictError:
+                continue
+            return
+
     def _apply(
         self,
         approval: Approval,
@@ -471,10 +551,49 @@ class Approvals:
         token: str,
         graph: Any,
         config: Any,
-    ) -> Plan[_Cmd, DecisionRecord]:
+        created: bool = False,
+        wait: bool = True,
+    ) -> Plan[_Cmd, DecisionRecord | None]:
         """Resume the thread with a decision whose lease this caller holds, if the thread
-        still waits on it; a failing resume gives the lease back at once."""
+        still waits on it, through the thread's gate; a failing resume gives the lease
+        back at once. ``created``: this caller just recorded the decision. ``None``:
+        the gate stayed shut (``wait`` False, or ``GATE_WAIT``), the lease given back."""
         thread = yield _GetThread(approval.thread_id)
+        if thread is None and created:
+            # Deleted (or erased) since it was read: erasure may have looked for the
+            # user's records before this one existed, so it goes too.
+            yield from self._withdraw(key, token)
+            raise ApprovalNotFoundError(
+                f"thread {approval.thread_id!r} of approval {approval.id!r} was deleted"
+            )
+        if thread is None:
+            done = yield from self._finish(key, token, resumed=True)
+            return record if done is None else done
+        if not (yield from self._enter(approval.thread_id, token, wait)):
+            yield from self._finish(key, token, resumed=False)
+            return None
+        try:
+            out = yield from self._resume(approval, record, key, token, graph, config)
+        except Exception:
+            yield from self._leave(approval.thread_id, token)
+            raise
+        yield from self._leave(approval.thread_id, token)
+        return out
+
+    def _resume(
+        self,
+        approval: Approval,
+        record: DecisionRecord,
+        key: str,
+        token: str,
+        graph: Any,
+        config: Any,
+    ) -> Plan[_Cmd, DecisionRecord]:
+        """:meth:`_apply` behind the gate."""
+        if not (yield from self._still_mine(key, token)):
+            (item,) = yield _Batch([GetOp(self.namespace, key)])
+            return record if item is None else _stored(item).record
+        thread = yield _GetThread(approval.thread_id)  # another resume may have run
         waiting = thread is not None and any(
             i.id == approval.id for its in thread["interrupts"].values() for i in its
         )
@@ -494,6 +613,22 @@ class Approvals:
         done = yield from self._finish(key, token, resumed=True)
         return record if done is None else done
 
+    def _still_mine(self, key: str, token: str) -> Plan[_Cmd, bool]:
+        """Renew this caller's lease after waiting at the gate (or take it again, given
+        back meanwhile); whether it holds it: not resumed nor taken by another."""
+        for _ in range(CLAIM_TRIES):
+            (item,) = yield _Batch([GetOp(self.namespace, key)])
+            if item is None:
+                return False
+            stored = _stored(item)
+            if stored.value.get("resumed_at") is not None:
+                return False
+            if stored.lease_holder(self.clock()) not in (None, token):
+                return False
+            if (yield from self._claim(stored, token)):
+                return True
+        return False
+
     def _decide_plan(
         self,
         approval: Approval | str,
@@ -507,9 +642,13 @@ class Approvals:
     ) -> Plan[_Cmd, Approval]:
         if not isinstance(by, str) or not by:
             raise InvalidConfigError(f"by (who decides) must be a non-empty string, got {by!r}")
+        # As the record will hold them (tuples are lists in JSON): the same edit sent
+        # again compares equal to the stored one; what JSON cannot hold fails here.
+        args = json.loads(encode_json(args, escape=False))
         found, stored = yield from self._locate(approval, thread_id)
         key = record_key(found.thread_id, found.id) if stored is None else stored.key
         token = uuid.uuid4().hex
+        created = False
         for _ in range(CLAIM_TRIES):
             if stored is None:
                 if found.status == "expired":
@@ -533,7 +672,7 @@ class Approvals:
                 except ConflictError:
                     stored = yield from self._stored_of(found.thread_id, found.id)
                     continue
-                record = mine
+                record, created = mine, True
                 break
             record = stored.record
             if record.decision == "expire":
@@ -558,8 +697,13 @@ class Approvals:
             stored = yield from self._stored_of(found.thread_id, found.id)
         else:
             raise ApprovalConflictError(f"approval {found.id!r} keeps changing; try again")
-        record = yield from self._apply(found, record, key, token, graph, config)
-        return replace(found, status=record.status, decision=record)
+        applied = yield from self._apply(found, record, key, token, graph, config, created)
+        if applied is None:
+            raise ApprovalConflictError(
+                f"approval {found.id!r} is recorded, but another decision's resume of its "
+                "thread is still running; send it again later (or let recover() finish it)"
+            )
+        return replace(found, status=applied.status, decision=applied)
 
     def _recover_plan(self, graph: Any, config: Any, limit: int) -> Plan[_Cmd, int]:
         """Finish decisions recorded but never resumed (a crash in between), each claimed
@@ -568,9 +712,11 @@ class Approvals:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise InvalidConfigError(f"limit must be a non-negative integer, got {limit!r}")
         done, start = 0, 0
+        waiting = {"resumed_at": None, "decision": {"$ne": "expire"}}
         while done < limit:
-            (items,) = yield _Batch([SearchOp(self.namespace, {"resumed_at": None}, CHUNK, start)])
-            start += CHUNK
+            (items,) = yield _Batch([SearchOp(self.namespace, waiting, CHUNK, start)])
+            # Records resumed here leave the filter: the next page starts past the others.
+            start += len(items)
             for item in items:
                 stored = _stored(item)
                 record = stored.record
@@ -585,8 +731,13 @@ class Approvals:
                     found = yield from self._find(record.approval_id, record.thread_id)
                 except ApprovalNotFoundError:  # cannot be: the record is there
                     found = _from_record(record, self.window)
-                yield from self._apply(found, record, stored.key, token, graph, config)
+                applied = yield from self._apply(
+                    found, record, stored.key, token, graph, config, wait=False
+                )
+                if applied is None:
+                    continue  # its thread is resuming another decision: left for later
                 done += 1
+                start -= 1
                 if done == limit:
                     break
             if len(items) < CHUNK:
@@ -644,6 +795,8 @@ class Approvals:
             return command.graph.invoke(command.command, command.config)
         if isinstance(command, _Unfinished):
             return bool(command.graph.get_state(command.config).next)
+        if isinstance(command, _Sleep):
+            return time.sleep(command.seconds)
         return command.callback(command.argument)
 
     async def _aexecute(self, command: _Cmd) -> Any:
@@ -657,6 +810,8 @@ class Approvals:
             return await command.graph.ainvoke(command.command, command.config)
         if isinstance(command, _Unfinished):
             return bool((await command.graph.aget_state(command.config)).next)
+        if isinstance(command, _Sleep):
+            return await asyncio.sleep(command.seconds)
         result = command.callback(command.argument)
         return (await result) if inspect.isawaitable(result) else result
 
