@@ -38,7 +38,7 @@ from langgraph_memory_plus.approvals import (
     TaskDrafts,
 )
 from langgraph_memory_plus.approvals import queue as queue_module
-from langgraph_memory_plus.erasure import erase_user
+from langgraph_memory_plus.privacy.erasure import erase_user
 from langgraph_memory_plus.store.base import ConditionalPutOp
 
 NAMESPACE = ("approvals", "decisions")
