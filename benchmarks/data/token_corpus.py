@@ -128,7 +128,7 @@ CODE_TUNING = [
     "def add(a: int, b: int) -> int:\n    return a + b\n",
     "for (let i = 0; i < items.length; i++) {\n    if (items[i].id === target) {\n"
     "        return items[i];\n    }\n}\nreturn null;\n",
-    'SELECT u.id, u.email, COUNT(o.id) AS orders\nFROM users u\nLEFT JOIN orders o ON '
+    "SELECT u.id, u.email, COUNT(o.id) AS orders\nFROM users u\nLEFT JOIN orders o ON "
     "o.user_id = u.id\nWHERE u.created_at >= '2026-01-01'\nGROUP BY u.id, u.email\n"
     "HAVING COUNT(o.id) > 3\nORDER BY orders DESC;\n",
     '{"id": 42, "name": "Ada", "tags": ["vip", "beta"], "balance": 1024.5, '
@@ -138,15 +138,15 @@ CODE_TUNING = [
 ]
 CODE_REPORTING = [
     "import os",
-    "if err != nil {\n\treturn fmt.Errorf(\"open %s: %w\", path, err)\n}\n",
+    'if err != nil {\n\treturn fmt.Errorf("open %s: %w", path, err)\n}\n',
     "class Cache:\n    def __init__(self, size: int = 128) -> None:\n"
     "        self._data: dict[str, bytes] = {}\n        self._size = size\n\n"
     "    def get(self, key: str) -> bytes | None:\n        return self._data.get(key)\n",
     "const total = cart.items\n  .filter((item) => item.qty > 0)\n"
     "  .map((item) => item.price * item.qty)\n  .reduce((sum, x) => sum + x, 0);\n"
     "console.log(`Total: ${total.toFixed(2)}`);\n",
-    "<div class=\"card\">\n  <h2>{{ title }}</h2>\n  <ul>\n"
-    "    {% for row in rows %}<li data-id=\"{{ row.id }}\">{{ row.name }}</li>{% endfor %}\n"
+    '<div class="card">\n  <h2>{{ title }}</h2>\n  <ul>\n'
+    '    {% for row in rows %}<li data-id="{{ row.id }}">{{ row.name }}</li>{% endfor %}\n'
     "  </ul>\n</div>\n",
     "fn main() {\n    let v: Vec<u32> = (1..=10).map(|x| x * x).collect();\n"
     '    println!("{:?}", v);\n}\n',
@@ -170,7 +170,7 @@ MIXED_REPORTING = [
     "com.example.app.MainActivity.onCreate(MainActivity.java:57)，复现率约 30%。",
     "😀😃😄😁😆😅🤣😂🙂🙃😉😊😇🥰😍🤩😘",
     "价格：¥1,299.00（原价 ¥1,599.00），限时 8.1 折，截止 2026-12-31 23:59。",
-    "Привет! Ça va? ¿Qué tal? Γειά σου! مرحبا — 你好！",
+    "Привет! Ça va? ¿Qué tal? Γειά σου! مرحبا — 你好！",  # noqa: RUF001 (Greek on purpose)
 ]
 
 CORPUS: dict[str, dict[str, list[str]]] = {
