@@ -7,6 +7,10 @@ the ``tuning`` texts (with ``language_samples.py``, which tuned the earlier esti
 the ``reporting`` texts were written afterwards and were not looked at while setting
 them. ``python -m benchmarks.token_budgets`` reports the estimate's error on the
 reporting half, and ``tests/test_token_budgets.py`` holds it to "never under-count" there.
+The first check on the reporting half found three under-counts (letters and digits run
+together); the estimate then gained a rule from the tokenizers' pre-tokenization (a
+letter after a digit and a space before one start a token) rather than new rates: see
+``benchmarks/results/2026-12-06-token-budgets.md``.
 """
 
 from __future__ import annotations

