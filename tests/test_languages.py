@@ -109,10 +109,14 @@ def reference_units(text: str) -> int:
     previous = ""
     for c in text:
         o = ord(c)
+        after_digit = tokens._AFTER_DIGIT if "0" <= previous <= "9" else 0
         if "0" <= c <= "9":
             units += tokens._DIGIT + (tokens._BEFORE_DIGIT if previous == " " else 0)
-        elif o < 0x80 and c.isalpha():
-            units += tokens._LETTER + (tokens._AFTER_DIGIT if "0" <= previous <= "9" else 0)
+        elif "a" <= c <= "z":
+            units += tokens._LETTER + after_digit
+        elif "A" <= c <= "Z":
+            case_change = tokens._CASE_CHANGE if "a" <= previous <= "z" else 0
+            units += tokens._UPPER + after_digit + case_change
         elif c == " ":
             units += tokens._SPACE
         elif o < FIRST:
@@ -127,7 +131,7 @@ def reference_units(text: str) -> int:
 
 
 BOUNDARIES = (
-    "aZ 09\n\t\x00\x7f!~{}.,é\x80\u07ff\u0800\u2fff\u3000\u3001\u303f\u3040\u3080\u30c0\u3100"
+    "aZzA 09\n\t\x00\x7f!~{}.,é\x80\u07ff\u0800\u2fff\u3000\u3001\u303f\u3040\u3080\u30c0\u3100"
     "\u3400\u3fff\u4000\u4e00\u9fff\ua000\uac00\ud7a3\ud800\udfff\ue000\uff0c\uffff"
     "\U00010000\U0001f600\U0010ffff中文。かなカナ한"
 )
@@ -147,6 +151,7 @@ def test_the_estimate_equals_a_character_by_character_count() -> None:
         "。ア" + "中" * 30,
         "饕餮鳜鱼" * 5 + "\u0f76\u0f4d",  # classes 3 and 4 (more than three tokens)
         "x 1 0x1F HX7K2P 2026",  # a space before a digit, a letter after one
+        "aGVsbG8gd29ybGQ= getElementById ABC abC 9A",  # case changes
     ]
     for _ in range(3000):
         texts.append("".join(rnd.choices(BOUNDARIES, k=rnd.randint(1, 40))))

@@ -106,6 +106,7 @@ EN_TUNING = [
     "Supercalifragilisticexpialidocious, antidisestablishmentarianism, "
     "pneumonoultramicroscopicsilicovolcanoconiosis and floccinaucinihilipilification.",
     "Ref: XK9-22B/Q7; ETA 14:05 UTC; contact j.doe+support@example.org or +44 20 7946 0958.",
+    "THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG. PLEASE REFUND ORDER NOW!",
     "I've been a member since 2014 and I've never had an issue like this. The app keeps "
     "logging me out every few minutes, I can't check in online, and when I called the "
     "hotline I was on hold for forty-five minutes before the call dropped. Please escalate.",
@@ -123,6 +124,7 @@ EN_REPORTING = [
     "of the data-centre migration, which should finish in Q2. Next steps: hire two support "
     "engineers in Dublin, renegotiate the CDN contract and ship the offline mode.",
     "Tracking: 1Z999AA10123456784 (UPS), order #A-77310, SKU WX-4410-BLK, qty 2.",
+    "URGENT: PLEASE CALL ME BACK ASAP ABOUT BOOKING HX7K2P, THE FLIGHT LEAVES AT 6 AM!!",
     "Honestly, I'm not sure—could you double-check? It's urgent :)",
 ]
 
@@ -137,6 +139,15 @@ CODE_TUNING = [
     "HAVING COUNT(o.id) > 3\nORDER BY orders DESC;\n",
     '{"id": 42, "name": "Ada", "tags": ["vip", "beta"], "balance": 1024.5, '
     '"address": {"city": "London", "zip": "EC1A 1BB"}, "active": true}',
+    # random strings, set apart from words: base64 of random bytes, a JWT, an API key
+    "qB0KkSgAWn6J3bqJJ9D6x7DKfMhVP/5oll77plYBxf1Gb9W+av2DEnjsl+creJpoVVoger/eCMKy+leB"
+    "KzLoa3K1S0dcK/KNj5cBmR6ZEf4owDyZ0sBfiqVmRpDm2zZZOUDtnpvmEFfEKBunff18tjHYuUi4t504"
+    "7tfV1swuULVUDyaAJEo75DL7CgrYINrPV8c3/XjUAngNWljB4MuPSCnQvgbZWQKipURhNv4rwnYqmEsJ"
+    "cFKgl67IiASdyfjZTcQr5R6mDltW6uxsrUogTm/UqMsywK9b3IQ35IGcvT++FSQpZvnzrrM3kJW3u3Ac",
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9l"
+    "IiwiaWF0IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+    "sk-proj-Xa9bT3kLmQ2vN8pR5sW1yZ4cF7gH0jK6",
+    "el.getElementById('cart').addEventListener('click', onClick); xhr = new XMLHttpRequest();",
     "#!/usr/bin/env bash\nset -euo pipefail\nfor f in ./logs/*.log; do\n"
     '  gzip -9 "$f" && mv "$f.gz" /var/archive/\ndone\n',
 ]
@@ -154,6 +165,9 @@ CODE_REPORTING = [
     "  </ul>\n</div>\n",
     "fn main() {\n    let v: Vec<u32> = (1..=10).map(|x| x * x).collect();\n"
     '    println!("{:?}", v);\n}\n',
+    "Authorization: Bearer ghp_16C7e42F292c6912E7710c838347Ae178B4a\n"
+    "X-Request-Id: 5f2b9c1e-8d4a-4e7b-b0c3-2a9f61d8e7aa\n",
+    "data:image/png;base64,4Rr/X1Q+0n/vPfL5RZMVeQqxgAFnz7+dOCGYK8fzgnT6AIhCNn46UgP2yK+Mr7w7",
     "0x1F, 0x8B, 0x08, 0x00, 0xFF, 0x7A, 0x3C, 0x9E, 1234567890, 3.14159265358979",
 ]
 

