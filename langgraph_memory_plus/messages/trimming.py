@@ -185,10 +185,13 @@ class Trimmer(ContextPolicy):
         max_tokens: token budget for the whole model input, system prompt included.
         max_messages: keep at most this many messages besides the system prompt.
         max_turns: keep at most this many turns (a turn starts at a human message).
-        token_counter: a callable on a list of messages, a language model (its
-            ``get_num_tokens_from_messages``), ``"approximate"``/``None`` for the
-            script-aware estimate (``messages.tokens``), or ``"o200k_base"`` /
-            ``"cl100k_base"`` for exact counts (the ``tokens`` extra).
+        token_counter: a callable on a list of messages, a language model (exact
+            for the families below, else its ``get_num_tokens_from_messages``),
+            ``"approximate"``/``None`` for the
+            conservative script-aware estimate (``messages.tokens``), or an encoding
+            (``"o200k_base"``, ``"cl100k_base"``, ``"qwen"``, ``"qwen3.5"``) or model
+            name (``"gpt-4o"``, ``"qwen-max"``) for exact counts (the ``tokens`` extra).
+            A chat model picks its own by its model name.
         strategy: ``"last"`` keeps the newest messages, ``"first"`` the oldest.
         keep_system: keep the system messages at the head of the list.
         start_on_human: make the first kept message after the system prompt a human
