@@ -27,23 +27,17 @@ COMPONENTS = {  # bookkeeping table -> the migrations of this package
 
 
 def latest_versions(backend: str) -> dict[str, int]:
-    """The schema version each component has with this package (each backend's modules
+    """The schema version each component has with this package (each backend's classes
     imported here: a SQLite-only install has no PostgreSQL driver)."""
     if backend == "postgres":
-        from ..checkpoint.postgres import plans as pg_checkpoint_plans
-        from ..store.postgres import schema as pg_store_schema
+        from ..checkpoint.postgres import PostgresSaver
+        from ..store.postgres import PostgresStore
 
-        return {
-            "checkpoint": len(pg_checkpoint_plans.CHECKPOINT_MIGRATIONS) - 1,
-            "store": len(pg_store_schema.MIGRATIONS) - 1,
-        }
-    from ..checkpoint.sqlite import plans as sqlite_checkpoint_plans
-    from ..store.sqlite import schema as sqlite_store_schema
+        return {"checkpoint": PostgresSaver.schema_version, "store": PostgresStore.schema_version}
+    from ..checkpoint.sqlite import SqliteSaver
+    from ..store.sqlite import SqliteStore
 
-    return {
-        "checkpoint": len(sqlite_checkpoint_plans.CHECKPOINT_MIGRATIONS) - 1,
-        "store": len(sqlite_store_schema.MIGRATIONS) - 1,
-    }
+    return {"checkpoint": SqliteSaver.schema_version, "store": SqliteStore.schema_version}
 
 
 # -- SQL backends --------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from ...drivers.postgres import SchemaCheck
 from ..config import SaverOptions
 from ..context import ContextKeysSaver
 from ..saver import AsyncDriver, SyncDriver
-from .plans import PostgresCheckpointPlans
+from .plans import CHECKPOINT_MIGRATIONS, PostgresCheckpointPlans
 
 DEFAULT_SCHEMA = "public"
 
@@ -64,6 +64,8 @@ class _PostgresOptions(ContextKeysSaver):
     """
 
     _options: ClassVar[type] = PostgresSaverOptions
+    schema_version: ClassVar[int] = len(CHECKPOINT_MIGRATIONS) - 1
+    """The schema version ``setup()`` brings the tables to (what the CLI reports)."""
 
     def __init__(self, conn: AnyConnection, **options: Unpack[PostgresSaverOptions]) -> None:
         check_options(type(self).__name__, options, PostgresSaverOptions)

@@ -20,7 +20,7 @@ from ...drivers.sqlite import SqliteAsyncDriver, SqliteConnectOptions, SqlitePoo
 from ..config import SaverOptions
 from ..context import ContextKeysSaver
 from ..saver import AsyncDriver, SyncDriver
-from .plans import SqliteCheckpointPlans
+from .plans import CHECKPOINT_MIGRATIONS, SqliteCheckpointPlans
 
 
 class SqliteSaverOpenOptions(SaverOptions, SqliteConnectOptions, total=False):
@@ -51,6 +51,8 @@ class _SqliteOptions(ContextKeysSaver):
     """
 
     _options: ClassVar[type] = SaverOptions
+    schema_version: ClassVar[int] = len(CHECKPOINT_MIGRATIONS) - 1
+    """The schema version ``setup()`` brings the tables to (what the CLI reports)."""
 
     def __init__(
         self, conn: sqlite3.Connection | SqlitePool, **options: Unpack[SaverOptions]

@@ -20,6 +20,7 @@ from ...drivers.postgres import SchemaCheck
 from ..base import AsyncStore, StoreBase, StoreOptions, SyncStore
 from .pgvector import VectorBackend
 from .plans import PostgresStorePlans
+from .schema import MIGRATIONS
 
 DEFAULT_SCHEMA = "public"
 
@@ -78,6 +79,8 @@ class _PostgresOptions(StoreBase):
     """
 
     _options: ClassVar[type] = PostgresStoreOptions
+    schema_version: ClassVar[int] = len(MIGRATIONS) - 1
+    """The schema version ``setup()`` brings the tables to (what the CLI reports)."""
 
     def __init__(self, conn: AnyConnection, **options: Unpack[PostgresStoreOptions]) -> None:
         check_options(type(self).__name__, options, PostgresStoreOptions)

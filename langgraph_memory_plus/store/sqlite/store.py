@@ -19,6 +19,7 @@ from ...drivers.options import check_options
 from ...drivers.sqlite import SqliteAsyncDriver, SqliteConnectOptions, SqlitePool, SqliteSyncDriver
 from ..base import AsyncStore, StoreBase, StoreOptions, SyncStore
 from .plans import SqliteStorePlans
+from .schema import MIGRATIONS
 
 
 class SqliteStoreOpenOptions(StoreOptions, SqliteConnectOptions, total=False):
@@ -47,6 +48,8 @@ class _SqliteOptions(StoreBase):
     """
 
     _options: ClassVar[type] = StoreOptions
+    schema_version: ClassVar[int] = len(MIGRATIONS) - 1
+    """The schema version ``setup()`` brings the tables to (what the CLI reports)."""
 
     def __init__(
         self, conn: sqlite3.Connection | SqlitePool, **options: Unpack[StoreOptions]
