@@ -36,6 +36,7 @@ Sync and async share the plans below; the two drivers only run their commands.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import hashlib
 import inspect
@@ -101,9 +102,10 @@ class _GetThread:
 
 @dataclass(frozen=True)
 class _Latest:
-    """The latest root checkpoint of a thread (``get_tuple``), or ``None``."""
+    """The latest root checkpoint (``get_tuple``, or ``None``) of each thread, in order;
+    read at once where the driver is async."""
 
-    thread_id: str
+    thread_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -318,10 +320,11 @@ class Approvals:
         ``updated_at`` is its own last write: the import's time for a copied thread).
         Never later than ``updated_at``; an interrupt not found there keeps that."""
         out: dict[tuple[str, str], datetime] = {}
-        for thread in threads:
-            if not any(thread["interrupts"].values()):
-                continue
-            latest = yield _Latest(thread["thread_id"])
+        threads = [t for t in threads if any(t["interrupts"].values())]
+        if not threads:
+            return out
+        tuples = yield _Latest(tuple(t["thread_id"] for t in threads))
+        for thread, latest in zip(threads, tuples, strict=True):
             made = None if latest is None else _made_at(latest)
             if made is None:
                 continue
@@ -761,7 +764,7 @@ class Approvals:
         if isinstance(command, _GetThread):
             return self._threads.get(command.thread_id)
         if isinstance(command, _Latest):
-            return self.saver.get_tuple(_root_config(command.thread_id))
+            return [self.saver.get_tuple(_root_config(t)) for t in command.thread_ids]
         if isinstance(command, _Batch):
             return self.store.batch(command.ops)
         if isinstance(command, _Resume):
@@ -776,7 +779,8 @@ class Approvals:
         if isinstance(command, _GetThread):
             return await self._threads.aget(command.thread_id)
         if isinstance(command, _Latest):
-            return await self.saver.aget_tuple(_root_config(command.thread_id))
+            reads = (self.saver.aget_tuple(_root_config(t)) for t in command.thread_ids)
+            return await asyncio.gather(*reads)
         if isinstance(command, _Batch):
             return await self.store.abatch(command.ops)
         if isinstance(command, _Resume):
