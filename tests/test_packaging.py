@@ -6,6 +6,7 @@ no download), once for the module.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -69,6 +70,55 @@ def test_the_sdist_carries_what_its_tests_need(built: Path) -> None:
                    "mkdocs.yml", "docs/servers.md"]:  # fmt: skip
         assert needed in names, needed
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+
+
+def _build_backend() -> str:
+    match = re.search(r'(?m)^build-backend = "([^"]+)"', (ROOT / "pyproject.toml").read_text())
+    assert match
+    return match.group(1)
+
+
+def test_an_editable_install_type_checks(tmp_path: Path) -> None:
+    """After the README's ``pip install -e .``, mypy finds the package: the editable
+    wheel is a plain ``.pth`` path entry to this checkout, not an import-hook finder
+    (setuptools' default for a flat layout), which static tools cannot follow.
+
+    The editable wheel comes from the build backend's PEP 660 hook (as pip calls it, without
+    isolation: offline), goes into a fresh virtualenv, and a user's file is checked with
+    ``mypy --strict`` against that virtualenv, away from this checkout."""
+    pytest.importorskip("mypy", reason="mypy comes with the test extra")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MYPYPATH")}
+    wheels = tmp_path / "wheels"
+    hook = "import importlib, sys; importlib.import_module(sys.argv[1]).build_editable(sys.argv[2])"
+    subprocess.run(
+        [sys.executable, "-c", hook, _build_backend(), str(wheels)],
+        check=True, capture_output=True, cwd=ROOT, env=env, timeout=300,
+    )  # fmt: skip
+    (wheel,) = wheels.glob("*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        pths = [n for n in names if n.endswith(".pth")]
+        assert pths, names
+        assert not [n for n in names if n.endswith(".py")], names  # no finder module
+        entries = {line for n in pths for line in zf.read(n).decode().splitlines()}
+    assert {str(ROOT)} == {e for e in entries if not e.startswith("import ")}, entries
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+         "--no-index", str(wheel)],
+        check=True, capture_output=True, env=env, timeout=300,
+    )  # fmt: skip
+    user = tmp_path / "user_code.py"
+    user.write_text("import langgraph_memory_plus\n\nprint(langgraph_memory_plus.SqliteSaver)\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental",
+         "--python-executable", str(python), str(user)],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_the_readme_test_commands_are_what_ci_runs() -> None:

@@ -30,6 +30,13 @@ Records are keyed by thread id and interrupt id together (a copied thread shares
 interrupt ids with the original); records of earlier versions, keyed by the interrupt
 id alone, are still read for their own thread.
 
+An approval's window counts from the checkpoint its interrupt is pending on (its UUIDv6
+id tells when it was made), not from the index's last write: a thread copied into
+another saver, or whose index was rebuilt, keeps the time its reviewer was asked.
+An overdue approval is answered like a decision: ``expire_overdue(graph=...)`` resumes
+its thread with a rejection saying that it expired (the tool does not run, the agent is
+told), under the same record, lease and exactly-once resume as :meth:`Approvals.decide`.
+
 Sync and async share the plans below; the two drivers only run their commands.
 """
 
@@ -55,6 +62,7 @@ from ..drivers.plan import Plan, adrive, drive
 from ..errors import ConflictError, InvalidConfigError
 from ..store.base import ConditionalPutOp
 from ..store.values import encode_json
+from ..threads.core import INTERRUPT, checkpoint_time
 from .core import (
     STATUSES,
     Approval,
@@ -82,6 +90,11 @@ DEFAULT_NAMESPACE = ("approvals", "decisions")
 TTL_FACTOR = 1.5
 CHUNK = 500
 """Threads read per index page while listing, counting or sweeping."""
+EXPIRED_MESSAGE = (
+    "This request expired: no reviewer decided within the approval window, "
+    "so it was not carried out."
+)
+"""What the agent is told when ``expire_overdue`` answers an approval (a rejection)."""
 
 
 def _utcnow() -> datetime:
@@ -99,6 +112,14 @@ class _Search:
 @dataclass(frozen=True)
 class _GetThread:
     thread_id: str
+
+
+@dataclass(frozen=True)
+class _Latest:
+    """The latest root checkpoint (``get_tuple``, or ``None``) of each thread, in order;
+    read at once where the driver is async."""
+
+    thread_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -133,7 +154,7 @@ class _Sleep:
     seconds: float
 
 
-_Cmd = _Search | _GetThread | _Batch | _Resume | _Unfinished | _Notify | _Sleep
+_Cmd = _Search | _GetThread | _Latest | _Batch | _Resume | _Unfinished | _Notify | _Sleep
 
 
 def _seconds(value: timedelta | float, what: str) -> float:
@@ -188,6 +209,18 @@ class _Stored:
 
 def _stored(item: Any) -> _Stored:
     return _Stored(item.key, int(getattr(item, "version", 0) or 0), dict(item.value))
+
+
+def _made_at(checkpoint: Any) -> datetime | None:
+    """When a checkpoint tuple's checkpoint was made: its UUIDv6 id, else its ``ts``."""
+    seconds = checkpoint_time(checkpoint.config.get("configurable", {}).get("checkpoint_id"))
+    if seconds is not None:
+        return datetime.fromtimestamp(seconds, timezone.utc)
+    try:
+        made = datetime.fromisoformat(str(checkpoint.checkpoint.get("ts")))
+    except ValueError:
+        return None
+    return made if made.tzinfo is not None else made.replace(tzinfo=timezone.utc)
 
 
 def check_ttl(ttl_seconds: float | None, window_seconds: float) -> None:
@@ -248,14 +281,17 @@ class Approvals:
     # -- reading ------------------------------------------------------------------------
 
     def _of_thread(
-        self, thread: Any, records: dict[tuple[str, str], _Stored]
+        self,
+        thread: Any,
+        records: dict[tuple[str, str], _Stored],
+        asked: dict[tuple[str, str], datetime],
     ) -> builtins.list[Approval]:
         now = self.clock()
         out = []
         for task_id, interrupts in thread["interrupts"].items():
             for item in interrupts:
                 kind, actions = parse_request(item.value, getattr(item, "response_schema", None))
-                created = thread["updated_at"]
+                created = asked.get((thread["thread_id"], item.id), thread["updated_at"])
                 expires = created + self.window
                 stored = records.get((thread["thread_id"], item.id))
                 record = None if stored is None else stored.record
@@ -304,12 +340,34 @@ class Approvals:
         found = yield from self._records([(thread_id, approval_id)])
         return found.get((thread_id, approval_id))
 
+    def _asked(self, threads: list[Any]) -> Plan[_Cmd, dict[tuple[str, str], datetime]]:
+        """When each pending interrupt of ``threads`` was asked: the time of the checkpoint
+        it is pending on, which a copy or an index rebuild keeps (the index's
+        ``updated_at`` is its own last write: the import's time for a copied thread).
+        Never later than ``updated_at``; an interrupt not found there keeps that."""
+        out: dict[tuple[str, str], datetime] = {}
+        threads = [t for t in threads if any(t["interrupts"].values())]
+        if not threads:
+            return out
+        tuples = yield _Latest(tuple(t["thread_id"] for t in threads))
+        for thread, latest in zip(threads, tuples, strict=True):
+            made = None if latest is None else _made_at(latest)
+            if made is None:
+                continue
+            for _, channel, value in latest.pending_writes or ():
+                if channel == INTERRUPT:
+                    for item in value if isinstance(value, (list, tuple)) else (value,):
+                        key = (thread["thread_id"], str(getattr(item, "id", "")))
+                        out[key] = min(made, thread["updated_at"])
+        return out
+
     def _approvals(self, threads: list[Any]) -> Plan[_Cmd, list[Approval]]:
         pairs = [
             (t["thread_id"], i.id) for t in threads for its in t["interrupts"].values() for i in its
         ]
         records = yield from self._records(pairs)
-        return [a for t in threads for a in self._of_thread(t, records)]
+        asked = yield from self._asked(threads)
+        return [a for t in threads for a in self._of_thread(t, records, asked)]
 
     def _scan(
         self, user_id: Any, chunk: int, start: int = 0
@@ -351,6 +409,9 @@ class Approvals:
         if status in ("approved", "rejected", "edited"):
             found = yield from self._decided(user_id, action, status)
             return found[offset : offset + limit]
+        if status == "expired":
+            found = yield from self._expired(user_id, action)
+            return found[offset : offset + limit]
         out: list[Approval] = []
         skip, start, more = offset, 0, limit > 0
         chunk = min(CHUNK, max(20, offset + limit))
@@ -389,10 +450,28 @@ class Approvals:
         out.sort(key=lambda a: (a.created_at, a.thread_id, a.id))
         return out
 
+    def _expired(self, user_id: Any, action: str | None) -> Plan[_Cmd, list[Approval]]:
+        """Expired approvals, oldest first: overdue interrupts still waiting (marked or
+        not), and marked ones whose thread was answered (from their records)."""
+        waiting: list[Approval] = []
+        start, more = 0, True
+        while more:
+            page, more = yield from self._scan(user_id, CHUNK, start)
+            start += CHUNK
+            waiting += [a for a in page if self._wanted(a, action, "expired")]
+        seen = {(a.thread_id, a.id) for a in waiting}
+        marked = yield from self._decided(user_id, action, "expired")
+        out = waiting + [a for a in marked if (a.thread_id, a.id) not in seen]
+        out.sort(key=lambda a: (a.created_at, a.thread_id, a.id))
+        return out
+
     def _count_plan(self, user_id: Any, action: str | None, status: str | None) -> Plan[_Cmd, int]:
         self._check_status(status)
         if status in ("approved", "rejected", "edited"):
             found = yield from self._decided(user_id, action, status)
+            return len(found)
+        if status == "expired":
+            found = yield from self._expired(user_id, action)
             return len(found)
         total, start, more = 0, 0, True
         while more:
@@ -436,7 +515,8 @@ class Approvals:
         thread = yield _GetThread(thread_id)
         stored = yield from self._stored_of(thread_id, approval_id)
         records = {} if stored is None else {(thread_id, approval_id): stored}
-        for found in self._of_thread(thread, records) if thread else []:
+        asked = (yield from self._asked([thread])) if thread else {}
+        for found in self._of_thread(thread, records, asked) if thread else []:
             if found.id == approval_id:
                 return found, stored
         if stored is not None:
@@ -708,7 +788,8 @@ class Approvals:
     def _recover_plan(self, graph: Any, config: Any, limit: int) -> Plan[_Cmd, int]:
         """Finish decisions recorded but never resumed (a crash in between), each claimed
         as :meth:`decide` claims it: a resume still under way (its lease live) is left
-        alone, one whose claimant crashed is taken over once its lease expired."""
+        alone, one whose claimant crashed is taken over once its lease expired. Expiries
+        count too: one marked without a graph is answered here."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise InvalidConfigError(f"limit must be a non-negative integer, got {limit!r}")
         done, start = 0, 0
@@ -720,7 +801,7 @@ class Approvals:
             for item in items:
                 stored = _stored(item)
                 record = stored.record
-                if record.decision == "expire" or record.resumed_at is not None:
+                if record.resumed_at is not None:
                     continue
                 if stored.lease_holder(self.clock()) is not None:
                     continue  # under way elsewhere
@@ -744,42 +825,85 @@ class Approvals:
                 break
         return done
 
+    def _expire_one(
+        self,
+        approval: Approval,
+        on_expired: Callable[[Approval], Any] | None,
+        graph: Any,
+        config: Any,
+        message: str,
+    ) -> Plan[_Cmd, tuple[bool, bool]]:
+        """Mark one overdue approval (and answer its thread, given a graph): whether this
+        call marked it, and whether it resumed its thread."""
+        token = uuid.uuid4().hex
+        record = approval.decision
+        if record is not None:
+            if graph is None or record.decision != "expire" or record.resumed_at is not None:
+                return False, False
+            # Marked by a sweep without a graph, or its resume crashed: answer it now.
+            stored = yield from self._stored_of(approval.thread_id, approval.id)
+            if stored is None or stored.lease_holder(self.clock()) is not None:
+                return False, False  # being answered elsewhere
+            if not (yield from self._claim(stored, token)):
+                return False, False
+            yield from self._apply(approval, stored.record, stored.key, token, graph, config)
+            return False, True
+        record = DecisionRecord(
+            approval.id,
+            approval.thread_id,
+            approval.user_id,
+            "expire",
+            "system:expiry",
+            self.clock(),
+            message=message,
+            actions=action_dicts(approval.actions),
+        )
+        key = record_key(approval.thread_id, approval.id)
+        value = record.as_value()
+        if graph is not None:  # marked and claimed in one create-only write
+            value["lease"] = self._lease_value(token)
+        try:
+            yield self._put(key, value, 0)
+        except ConflictError:  # decided (or marked) meanwhile
+            return False, False
+        if graph is not None:
+            record = yield from self._apply(approval, record, key, token, graph, config)
+        if on_expired is not None:
+            yield _Notify(on_expired, replace(approval, decision=record))
+        return True, graph is not None
+
     def _expire_plan(
         self,
         batch_size: int,
         on_expired: Callable[[Approval], Any] | None,
         progress: Callable[[int], Any] | None,
+        graph: Any,
+        config: Any,
+        message: str,
     ) -> Plan[_Cmd, int]:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InvalidConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
-        total, start, more = 0, 0, True
-        while more:
-            page, more = yield from self._scan(None, batch_size, start)
-            start += batch_size
-            for approval in page:
-                if approval.status == "pending":
-                    more = False  # oldest first: everything after this is newer
-                if approval.status != "expired" or approval.decision is not None:
-                    continue
-                record = DecisionRecord(
-                    approval.id,
-                    approval.thread_id,
-                    approval.user_id,
-                    "expire",
-                    "system:expiry",
-                    self.clock(),
-                    actions=action_dicts(approval.actions),
-                )
-                key = record_key(approval.thread_id, approval.id)
-                try:
-                    yield self._put(key, record.as_value(), 0)
-                except ConflictError:  # decided (or marked) meanwhile
-                    continue
-                total += 1
-                if on_expired is not None:
-                    yield _Notify(on_expired, replace(approval, decision=record))
-            if progress is not None:
-                yield _Notify(progress, total)
+        if not isinstance(message, str):
+            raise InvalidConfigError(f"message must be a string, got {message!r}")
+        total, again = 0, True
+        while again:
+            # Resumed threads leave the queue, shifting the pages of any sweep running at
+            # once: a pass that resumed one is followed by another, so the last pass of
+            # the last sweep to resume sees every thread in place.
+            again, start, more = False, 0, True
+            while more:
+                page, more = yield from self._scan(None, batch_size, start)
+                moved = 0  # resumed threads leave their place in the queue's order
+                for approval in page:
+                    if approval.status == "expired":
+                        marked, resumed = yield from self._expire_one(
+                            approval, on_expired, graph, config, message
+                        )
+                        total, moved = total + marked, moved + resumed
+                start += batch_size - moved
+                again = again or moved > 0
+                if progress is not None:
+                    yield _Notify(progress, total)
         return total
 
     # -- drivers ------------------------------------------------------------------------
@@ -789,6 +913,8 @@ class Approvals:
             return self._threads.search(**command.kwargs)
         if isinstance(command, _GetThread):
             return self._threads.get(command.thread_id)
+        if isinstance(command, _Latest):
+            return [self.saver.get_tuple(_root_config(t)) for t in command.thread_ids]
         if isinstance(command, _Batch):
             return self.store.batch(command.ops)
         if isinstance(command, _Resume):
@@ -804,6 +930,9 @@ class Approvals:
             return await self._threads.asearch(**command.kwargs)
         if isinstance(command, _GetThread):
             return await self._threads.aget(command.thread_id)
+        if isinstance(command, _Latest):
+            reads = (self.saver.aget_tuple(_root_config(t)) for t in command.thread_ids)
+            return await asyncio.gather(*reads)
         if isinstance(command, _Batch):
             return await self.store.abatch(command.ops)
         if isinstance(command, _Resume):
@@ -876,14 +1005,23 @@ class Approvals:
     def expire_overdue(
         self,
         *,
+        graph: Any = None,
+        config: dict[str, Any] | None = None,
+        message: str = EXPIRED_MESSAGE,
         batch_size: int = 100,
         on_expired: Callable[[Approval], Any] | None = None,
         progress: Callable[[int], Any] | None = None,
     ) -> int:
         """Mark approvals past their window ``expired``, ``batch_size`` threads a page;
-        ``on_expired(approval)`` per approval, ``progress(total)`` per page. Resumable:
-        a second run skips what the first marked."""
-        return drive(self._expire_plan(batch_size, on_expired, progress), self._execute)
+        returns how many it marked. ``on_expired(approval)`` per approval,
+        ``progress(total)`` per page. Resumable: a second run skips what the first marked.
+
+        With ``graph``, each thread is also answered, exactly once: resumed with a
+        rejection carrying ``message`` (Agent Inbox: ``ignore``), so the tool does not
+        run, the agent is told, and the thread no longer waits in the index. One marked
+        without a graph waits until a run with one, or :meth:`recover`, answers it."""
+        plan = self._expire_plan(batch_size, on_expired, progress, graph, config, message)
+        return drive(plan, self._execute)
 
     # -- asynchronous API ---------------------------------------------------------------
 
@@ -934,12 +1072,21 @@ class Approvals:
     async def aexpire_overdue(
         self,
         *,
+        graph: Any = None,
+        config: dict[str, Any] | None = None,
+        message: str = EXPIRED_MESSAGE,
         batch_size: int = 100,
         on_expired: Callable[[Approval], Any] | None = None,
         progress: Callable[[int], Any] | None = None,
     ) -> int:
-        """Async :meth:`expire_overdue` (callbacks may be coroutines)."""
-        return await adrive(self._expire_plan(batch_size, on_expired, progress), self._aexecute)
+        """Async :meth:`expire_overdue` (resumes with ``graph.ainvoke``; callbacks may be
+        coroutines)."""
+        plan = self._expire_plan(batch_size, on_expired, progress, graph, config, message)
+        return await adrive(plan, self._aexecute)
+
+
+def _root_config(thread_id: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
 
 
 def _from_record(record: DecisionRecord, window: timedelta) -> Approval:
