@@ -793,7 +793,7 @@ class Approvals:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise InvalidConfigError(f"limit must be a non-negative integer, got {limit!r}")
         done, start = 0, 0
-        waiting = {"resumed_at": None, "decision": {"$ne": "expire"}}
+        waiting = {"resumed_at": None}  # expiries marked without a graph are answered too
         while done < limit:
             (items,) = yield _Batch([SearchOp(self.namespace, waiting, CHUNK, start)])
             # Records resumed here leave the filter: the next page starts past the others.
