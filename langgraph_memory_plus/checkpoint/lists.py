@@ -827,6 +827,25 @@ def _positions(objects: Sequence[Any]) -> dict[int, int]:
     return dict(zip(map(id, reversed(objects)), range(len(objects) - 1, -1, -1), strict=True))
 
 
+def _check_shape(ref: ListRef, item_ids: Sequence[bytes]) -> None:
+    """Raise unless ``item_ids`` can be the list ``ref`` names: whole pages (at least one
+    with a spine, none without), then exactly its tail.
+
+    The checkpoint is read before its items, so a deletion in between leaves the items'
+    fetch without the spine: its answer is then the tail alone, or nothing. Returned,
+    that would be a shorter list than the one stored (the old state cut, not the old
+    state or nothing); raised, the read is run again (``_whole`` in ``saver.py``).
+    """
+    head = len(item_ids) - len(ref.tail)
+    if (
+        head < 0
+        or head % PAGE_SIZE
+        or (head == 0) != (ref.spine is None)
+        or list(item_ids[head:]) != ref.tail
+    ):
+        raise LookupError("a stored list's pages are missing")
+
+
 @dataclass(frozen=True)
 class ListRequest:
     """A stored list to rebuild: its reference and the item ids already known here."""
@@ -873,10 +892,11 @@ def resolve_list(
         for raw_id, typ, data in rows:
             iid = bytes(raw_id)
             if typ is None:
-                raise LookupError("a stored list refers to an item that is missing")
+                raise LookupError("a stored list refers to an item or page that is missing")
             if data is not None:
                 known[iid] = _Known((typ, bytes(data)))
             item_ids.append(iid)
+        _check_shape(request.ref, item_ids)
         full = len(item_ids) // PAGE_SIZE
         page_ids = [
             node_id(key[0], item_ids[j * PAGE_SIZE : (j + 1) * PAGE_SIZE], b"page")

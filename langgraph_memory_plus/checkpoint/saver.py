@@ -183,9 +183,10 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
 
         A checkpoint's list items (and on PostgreSQL its blobs and writes) are read after
         the checkpoint itself, so a ``delete_thread``, ``prune`` or retention in between
-        leaves the read with a checkpoint whose items are gone. Read again, it finds the
-        thread gone (``None``) or its new state. Damage that is really stored fails every
-        attempt and is raised.
+        leaves the read with a checkpoint whose items are gone: every backend reports a
+        missing item, page or spine (``lists.resolve_list``), never a shorter list. Read
+        again, it finds the thread gone (``None``) or its new state. Damage that is really
+        stored fails every attempt and is raised.
         """
         for attempt in range(1, READ_ATTEMPTS + 1):
             try:
@@ -309,8 +310,9 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         self, config: RunnableConfig, channels: Sequence[str]
     ) -> Plan[Any, dict[str, DeltaChannelHistory]]:
         target, names = read_target(config), list(channels)
+        codec = self._codec
         return self._observed_event(
-            self._plans.delta_history(self._codec, target, names),
+            self._whole(lambda: self._plans.delta_history(codec, target, names)),
             ev.HistoryLoaded,
             lambda _: {**_at(target), "channels": tuple(names)},
         )

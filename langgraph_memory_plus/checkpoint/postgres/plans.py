@@ -853,7 +853,11 @@ class PostgresCheckpointPlans:
         )
 
     def _fetch_list(self, request: ListRequest) -> Query:
-        """The items of a stored list in order; bytes only for those not known here."""
+        """The items of a stored list in order; bytes only for those not known here.
+
+        A missing spine or page comes first as a row without a type: the checkpoint was
+        read by an earlier statement, and a deletion since must fail the read (which
+        runs again), not shorten the list."""
         tk, ns, _ = request.key
         return Query(
             f"""
@@ -873,6 +877,16 @@ class PostgresCheckpointPlans:
                 UNION ALL
                 SELECT 2147483647, g, substring(%(tail)s FROM (g - 1) * 16 + 1 FOR 16)
                 FROM generate_series(1, length(%(tail)s) / 16) g
+                UNION ALL  -- a missing spine or page: a row without a type
+                SELECT -1, 0, %(spine)s::bytea
+                WHERE %(spine)s::bytea IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pages)
+                UNION ALL
+                SELECT -1, p.pord, p.id FROM pages p
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM {self._it} n WHERE n.thread_key = %(tk)s
+                        AND n.checkpoint_ns = %(ns)s AND n.item_id = p.id
+                        AND n.type = '{NODE_TYPE}'
+                )
             )
             SELECT ids.id, i.type,
                    CASE WHEN ids.id = ANY(%(known)b::bytea[]) THEN NULL ELSE i.data END

@@ -735,6 +735,9 @@ return #doomed
 
 # ARGV: ns, spine id ('' for none), tail ids, then ids whose values the caller has.
 # Returns (id, value) pairs in list order; value false for a known id, '' if missing.
+# A missing spine or page is a pair (its id, '') too: the checkpoint was read in an
+# earlier call, and a deletion since then must fail the read (which is then run again),
+# not shorten its list to the known tail.
 RESOLVE = r"""
 local pre = ARGV[1] .. '\0'
 local known = {}
@@ -748,10 +751,17 @@ local function add(id)
     out[#out + 1] = redis.call('HGET', K_ITEMS, pre .. id) or ''
   end
 end
+local function children(node, fn)
+  local ids = redis.call('HGET', K_NODES, pre .. node)
+  if ids then
+    each_id(ids, fn)
+  else
+    out[#out + 1] = node
+    out[#out + 1] = ''
+  end
+end
 if ARGV[2] ~= '' then
-  each_id(redis.call('HGET', K_NODES, pre .. ARGV[2]) or '', function(page)
-    each_id(redis.call('HGET', K_NODES, pre .. page) or '', add)
-  end)
+  children(ARGV[2], function(page) children(page, add) end)
 end
 each_id(ARGV[3], add)
 return out

@@ -335,7 +335,9 @@ class SqliteCheckpointPlans:
         """The items of a stored list in order; bytes only for those not known here.
 
         Spine and pages are split into ids in SQL (``substr`` on blobs), so a list of any
-        length costs one statement; known ids travel as one JSON array of hex strings.
+        length costs one statement; known ids travel as one JSON array of hex strings. A
+        missing spine or page comes first as a row without a type (the read fails, and
+        runs again), never as a shorter list.
         """
         tk, ns, _ = request.key
         return Query(
@@ -358,6 +360,13 @@ class SqliteCheckpointPlans:
                 UNION ALL
                 SELECT 9223372036854775807, s.g, substr(:tail, s.g * {ID_SIZE} + 1, {ID_SIZE})
                 FROM slots s WHERE s.g * {ID_SIZE} < length(:tail)
+                UNION ALL  -- a missing spine or page: a row without a type
+                SELECT -1, 0, :spine WHERE :spine IS NOT NULL AND NOT EXISTS (SELECT 1 FROM spine)
+                UNION ALL
+                SELECT -1, p.pord, p.id FROM pages p WHERE NOT EXISTS (
+                    SELECT 1 FROM lgmp_nodes n WHERE n.thread_key = :tk
+                        AND n.checkpoint_ns = :ns AND n.node_id = p.id
+                )
             )
             SELECT ids.id, i.type,
                    CASE WHEN hex(ids.id) IN (SELECT value FROM json_each(:known)) THEN NULL
