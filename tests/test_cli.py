@@ -647,3 +647,28 @@ def test_items_ls_lists_items_not_updated_for_n_days(url: str) -> None:
     page = ok("items", "ls", "-u", url, "--limit", "1", "--offset", "1")
     assert "memories/u2" in page.stdout and "4 items in all" in page.stderr
     assert run("items", "ls", "-u", url, "--stale-days", "-1").returncode == USAGE
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "langgraph+sqlite://admin:s3cr%2Ft-Zq9@db.example/x.db",
+        "langgraph+sqlite://admin:s3cr/t-Zq9@db.example/x.db",
+        "langgraph+sqlite:///x.db?password=s3cr%2Ft-Zq9",
+    ],
+)
+@pytest.mark.parametrize("option", ["-u", "--from", "--to"])
+def test_cli_never_prints_a_password_from_a_langgraph_sqlite_url(
+    url: str, option: str, tmp_path: Path
+) -> None:
+    """A ``langgraph+sqlite://`` URL with a password (a host where a file belongs, or a
+    ``password=`` option) exits with 2 and masks it; the SQLite path's checks echoed the
+    URL whole (found by an attack on the CLI)."""
+    other = f"sqlite:///{tmp_path}/unused.db"
+    if option == "-u":
+        result = run("info", "-u", url)
+    else:
+        ends = {"--from": url, "--to": other} if option == "--from" else {"--from": other}
+        result = run("migrate", *(a for k, v in {**ends, option: url}.items() for a in (k, v)))
+    assert result.returncode == 2, result
+    assert "Zq9" not in result.stdout + result.stderr, result.stderr

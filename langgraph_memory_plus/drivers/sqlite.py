@@ -52,6 +52,7 @@ from ..errors import InvalidConfigError, SetupRequiredError
 from .closing import aclosing_first, closing_first
 from .options import check_options, split_options
 from .plan import Plan, drive
+from .urls import redact
 
 R = TypeVar("R")
 
@@ -104,16 +105,17 @@ def path_from_url(url: str) -> str:
     business; a caller that only wants the path must have removed them.
     """
     parts = urlsplit(url)
+    shown = redact(url)  # a mistaken URL may still hold a password
     if parts.scheme != "sqlite":
-        raise InvalidConfigError(f"not a sqlite:// URL: {url!r}")
+        raise InvalidConfigError(f"not a sqlite:// URL: {shown!r}")
     if parts.netloc:
         raise InvalidConfigError(
-            f"a SQLite URL names a file, not a host: got {url!r}; use sqlite:///relative.db "
+            f"a SQLite URL names a file, not a host: got {shown!r}; use sqlite:///relative.db "
             "or sqlite:////absolute/path.db"
         )
     if parts.query or parts.fragment:
         raise InvalidConfigError(
-            f"{url!r}: options in a SQLite URL are read by from_url(); pass them as "
+            f"{shown!r}: options in a SQLite URL are read by from_url(); pass them as "
             "keyword arguments here"
         )
     path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
