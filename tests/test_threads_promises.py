@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -136,6 +137,7 @@ ROUNDS = 6
 def test_only_its_owner_reads_a_line_under_concurrency(saver_factory: Any) -> None:
     """Two users write one thread id at once while readers read it; between rounds the
     thread is deleted and both reuse its id. No reader ever sees the other user's line."""
+    shared = f"shared-{uuid.uuid4().hex[:8]}"  # the server is shared with other tests
     with saver_factory(transcripts=True) as saver:
         graph = _graph().compile(checkpointer=saver)
         errors: list[BaseException] = []
@@ -144,7 +146,7 @@ def test_only_its_owner_reads_a_line_under_concurrency(saver_factory: Any) -> No
         def write(user: str, first: int) -> None:
             try:
                 for n in range(first, first + ROUNDS):
-                    _say(graph, "shared", user, n)
+                    _say(graph, shared, user, n)
             except BaseException as exc:
                 errors.append(exc)
 
@@ -152,7 +154,7 @@ def test_only_its_owner_reads_a_line_under_concurrency(saver_factory: Any) -> No
             try:
                 while not done.is_set():
                     for user in ("alice", "bob"):
-                        assert _mine(saver.threads.transcript("shared", user_id=user), user)
+                        assert _mine(saver.threads.transcript(shared, user_id=user), user)
             except BaseException as exc:
                 errors.append(exc)
 
@@ -168,30 +170,31 @@ def test_only_its_owner_reads_a_line_under_concurrency(saver_factory: Any) -> No
             for t in workers[2:]:
                 t.join()
             assert not errors, errors
-            saver.delete_thread("shared")
+            saver.delete_thread(shared)
         for user in ("alice", "bob"):
-            lines = saver.threads.transcript("shared", user_id=user, limit=1000)
+            lines = saver.threads.transcript(shared, user_id=user, limit=1000)
             assert {m["id"] for m in lines} == {
                 f"{p}{user}-{n}" for n in range(2 * ROUNDS) for p in ("", "ai-")
             }
 
 
 async def test_only_its_owner_reads_a_line_async(async_saver_factory: Any) -> None:
+    shared = f"shared-a-{uuid.uuid4().hex[:8]}"
     async with async_saver_factory(transcripts=True) as saver:
         graph = _graph().compile(checkpointer=saver)
 
         async def write(user: str, first: int) -> None:
             for n in range(first, first + ROUNDS):
-                config = run_config("shared-a", user)
+                config = run_config(shared, user)
                 await graph.ainvoke({"messages": [HumanMessage("x", id=f"{user}-{n}")]}, config)
                 for who in ("alice", "bob"):
-                    assert _mine(await saver.threads.atranscript("shared-a", user_id=who), who)
+                    assert _mine(await saver.threads.atranscript(shared, user_id=who), who)
 
         for first in (0, ROUNDS):
             await asyncio.gather(write("alice", first), write("bob", first))
-            await saver.adelete_thread("shared-a")
+            await saver.adelete_thread(shared)
         for user in ("alice", "bob"):
-            lines = await saver.threads.atranscript("shared-a", user_id=user, limit=1000)
+            lines = await saver.threads.atranscript(shared, user_id=user, limit=1000)
             assert len(lines) == 4 * ROUNDS and _mine(lines, user)
 
 
@@ -246,12 +249,14 @@ def test_nul_in_every_index_text_field(saver_factory: Any, tmp_path: Any) -> Non
 # -- 18: bad input gets a clear error or InMemorySaver's answer, never the driver's --------
 
 
-def test_bad_paging_and_filters_reach_no_driver(saver_factory: Any) -> None:
+def test_bad_paging_and_filters_reach_no_driver(saver_factory: Any, storage: Any) -> None:
     from langgraph.checkpoint.base import empty_checkpoint
 
     from langgraph_memory_plus import InvalidConfigError
 
-    with saver_factory(transcripts=True) as saver:
+    # list(None, filter=...) reads every thread: on a shared server, only this test's own.
+    own = {"key_prefix": f"lgmp-test-{uuid.uuid4().hex[:8]}"} if storage.kind == "redis" else {}
+    with saver_factory(transcripts=True, **own) as saver:
         for n, user in enumerate([2**63, 2**64 - 1, -(2**63), "u"]):
             config = {"configurable": {"thread_id": f"big-{n}", "checkpoint_ns": ""}}
             saver.put(config, empty_checkpoint(), {"user_id": user, "source": "input"}, {})
