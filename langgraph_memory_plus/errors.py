@@ -76,7 +76,17 @@ class CorruptDataError(MemoryPlusError, ValueError):
 # ValueErrors), zlib's, a list item found missing (LookupError), or a value that decoded to
 # the wrong shape. Driver errors (connection, timeout) are none of these, so a failure
 # thrown into a plan while it is inside the block passes through unchanged.
-_DECODE_ERRORS = (ValueError, LookupError, TypeError, AttributeError, EOFError, zlib.error)
+# NotImplementedError: a serde meeting a type tag it does not know (data written by another
+# serde, e.g. an encrypting one, read without it).
+_DECODE_ERRORS = (
+    ValueError,
+    LookupError,
+    TypeError,
+    AttributeError,
+    EOFError,
+    NotImplementedError,
+    zlib.error,
+)
 
 
 @contextmanager

@@ -100,6 +100,42 @@ async def test_a_corrupt_checkpoint_async(backend: str, request: pytest.FixtureR
             await asaver.aget_tuple({"configurable": {"thread_id": "damaged"}})
 
 
+class _Tagged:
+    """A serde that writes its own type tags, as an encrypting serde does."""
+
+    def __init__(self) -> None:
+        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+        self.inner = JsonPlusSerializer()
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        typ, data = self.inner.dumps_typed(obj)
+        return f"{typ}+sealed", data
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        typ, raw = data
+        return self.inner.loads_typed((typ.removesuffix("+sealed"), raw))
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_a_checkpoint_of_another_serde_names_where_it_is(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    """Read with a serde that does not know the stored type (an encrypting serde's data read
+    without it): CorruptDataError naming the thread, not the serde's NotImplementedError."""
+    space = space_for(backend, request)
+    with open_sync(space, "saver", serde=_Tagged()) as saver:
+        put_thread(saver, "sealed")
+    with open_sync(space, "saver") as saver:
+        for read in (
+            lambda: saver.get_tuple({"configurable": {"thread_id": "sealed"}}),
+            lambda: list(saver.list({"configurable": {"thread_id": "sealed"}})),
+        ):
+            with pytest.raises(CorruptDataError, match="thread_id='sealed'") as info:
+                read()
+            assert isinstance(info.value.__cause__, NotImplementedError)
+
+
 def test_a_corrupt_sqlite_store_item_names_its_namespace_and_key(
     request: pytest.FixtureRequest,
 ) -> None:
