@@ -485,7 +485,7 @@ class PostgresCheckpointPlans:
         lists = yield from codec.resolve_lists(
             target.thread_id, target.checkpoint_ns, seeds, self._fetch_list
         )
-        return codec.delta_history(channels, chain, lists)
+        return codec.delta_history(channels, chain, lists, target.thread_id)
 
     # -- writes -----------------------------------------------------------------------
 

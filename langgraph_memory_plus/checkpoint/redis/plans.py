@@ -566,7 +566,7 @@ class RedisCheckpointPlans:
         lists = yield from codec.resolve_lists(
             target.thread_id, target.checkpoint_ns, seeds, partial(self._resolve, keys), _item_rows
         )
-        return codec.delta_history(channels, chain, lists)
+        return codec.delta_history(channels, chain, lists, target.thread_id)
 
     def reindex(
         self, codec: CheckpointCodec, cursor: Any, batch_size: int

@@ -441,7 +441,7 @@ class SqliteCheckpointPlans:
         lists = yield from codec.resolve_lists(
             target.thread_id, target.checkpoint_ns, found_seeds, self._fetch_list
         )
-        return codec.delta_history(channels, chain, lists)
+        return codec.delta_history(channels, chain, lists, target.thread_id)
 
     # -- writes -----------------------------------------------------------------------
 

@@ -1,0 +1,187 @@
+"""Encryption at rest (issue 37): nothing readable at rest, fails closed, keys rotate.
+
+The seeding is ``test_erasure_complete.seed``: every public API of the package that
+writes user text (a graph run with a subgraph and messages, the memory tools, preference
+learning, a task draft, an interrupt and an approval decided, transcripts, a store with a
+vector index). The scan is ``test_erasure``'s: every table (every column) or every key
+(every element, compressed values inflated).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_erasure import Target, mentions, target
+from test_erasure_complete import DRAFT_SCHEMA, Person, seed
+
+from langgraph_memory_plus.approvals import Approvals, TaskDrafts
+from langgraph_memory_plus.encryption import ENV_KEYS, Encryption, EncryptionError, key_id_of
+from langgraph_memory_plus.store.namespaces import user_namespace
+
+pytestmark = pytest.mark.storage
+__all__ = ["target"]
+
+K1, K2, OTHER = b"1" * 32, b"2" * 32, b"x" * 32
+
+
+def texts(person: Person) -> list[bytes]:
+    """What the person *said* (ids and thread ids are keys: stored in clear by design)."""
+    return [t.encode() for t in person.texts]
+
+
+def read_back(memory: Any, person: Person) -> None:
+    """Everything seeded reads back whole through the public APIs."""
+    saver, store = memory.checkpointer, memory.store
+    sessions = saver.threads.sessions(person.id)
+    assert len(sessions) == 3 and all(s["title"] for s in sessions)
+    assert any(person.name in (s["title"] or "") for s in sessions)
+    chat = next(t for t in person.threads if t.startswith("chat"))
+    lines = saver.threads.transcript(chat)
+    assert any(person.name in line["content"] for line in lines)
+    state = saver.get_tuple({"configurable": {"thread_id": chat}})
+    assert person.name in str(state.checkpoint["channel_values"]["messages"][0].content)
+    found = store.search(user_namespace(("memories", "{user_id}"), person.id))
+    assert any("likes trains" in str(item.value) for item in found)
+    # a filter and a page apply after decryption
+    assert len(store.search(user_namespace(("memories", "{user_id}"), person.id), limit=1)) == 1
+    assert TaskDrafts(store, DRAFT_SCHEMA).list(person.id)
+    assert len(Approvals(saver, store).list(user_id=person.id, status="edited")) == 1
+
+
+def test_nothing_readable_at_rest_on_every_backend(target: Target, tmp_path: Path) -> None:
+    """The defect of issue 37: titles, transcripts and store values were stored in clear.
+    Seeded without encryption, the scan finds a person's texts (the scanner works);
+    seeded with it, zero hits, and everything reads back."""
+    plain, secret = Person("plain@example.com"), Person("张三")
+    with target.open(encryption=Encryption({"k1": K1})) as memory:
+        seed(memory, secret, tmp_path)
+        read_back(memory, secret)
+    assert mentions(target.dump(), texts(secret)) == []
+    with target.open() as memory:  # the control, after: a shared namespace would mix them
+        seed(memory, plain, tmp_path)
+    rows = target.dump()
+    assert mentions(rows, texts(plain)), "the control is found in clear"
+    assert mentions(rows, texts(secret)) == []
+
+
+def test_a_plaintext_row_fails_closed_unless_migrating(target: Target, tmp_path: Path) -> None:
+    """Rows written before encryption (or planted) are refused, naming where; with
+    ``accept_plaintext`` they read as they are."""
+    person = Person("alice@example.com")
+    with target.open() as memory:
+        seed(memory, person, tmp_path)
+    chat = person.threads[0]
+    config = {"configurable": {"thread_id": chat}}
+    ns = user_namespace(("memories", "{user_id}"), person.id)
+    with target.open(encryption=Encryption({"k1": K1})) as memory:
+        with pytest.raises(EncryptionError, match="unencrypted") as caught:
+            memory.checkpointer.get_tuple(config)
+        assert caught.value.where["thread_id"] == chat
+        with pytest.raises(EncryptionError, match="unencrypted"):
+            memory.checkpointer.threads.get(chat)
+        with pytest.raises(EncryptionError, match="unencrypted"):
+            memory.checkpointer.threads.transcript(chat)
+        with pytest.raises(EncryptionError, match="unencrypted") as caught:
+            memory.store.search(ns)
+        assert caught.value.where["namespace"] == ns
+    migrating = Encryption({"k1": K1}, accept_plaintext=True)
+    with target.open(encryption=migrating) as memory:
+        assert memory.checkpointer.get_tuple(config) is not None
+        assert memory.checkpointer.threads.get(chat)["title"]
+        assert memory.store.search(ns)
+
+
+def test_a_wrong_or_unknown_key_is_refused_and_rotation_reads_old_keys(
+    target: Target, tmp_path: Path
+) -> None:
+    person = Person("bob@example.com")
+    with target.open(encryption=Encryption({"k1": K1})) as memory:
+        seed(memory, person, tmp_path)
+    chat = person.threads[0]
+    config = {"configurable": {"thread_id": chat}}
+    ns = user_namespace(("memories", "{user_id}"), person.id)
+    with target.open(encryption=Encryption({"k1": OTHER})) as memory:
+        with pytest.raises(EncryptionError, match="does not authenticate"):
+            memory.checkpointer.get_tuple(config)
+        with pytest.raises(EncryptionError, match="does not authenticate"):
+            memory.store.search(ns)
+    with (
+        target.open(encryption=Encryption({"k2": K2})) as memory,
+        pytest.raises(EncryptionError, match="unknown key 'k1'"),
+    ):
+        memory.checkpointer.threads.get(chat)
+    rotated = Encryption({"k1": K1, "k2": K2}, current="k2")
+    with target.open(encryption=rotated) as memory:
+        read_back(memory, person)
+        memory.store.put(ns, "new", {"text": "after rotation"})
+        item = memory.store.get(ns, "new")
+        assert item is not None and item.value == {"text": "after rotation"}
+
+
+def test_a_ciphertext_moved_to_another_item_does_not_open(tmp_path: Path) -> None:
+    """The location is the associated data: a value copied to another key (or a checkpoint
+    blob to another thread) fails to authenticate."""
+    import sqlite3
+
+    from langgraph_memory_plus import from_url
+
+    path = tmp_path / "m.db"
+    enc = Encryption({"k1": K1})
+    with from_url(f"sqlite:///{path}", encryption=enc) as memory:
+        memory.store.put(("a",), "one", {"text": "one"})
+        memory.store.put(("a",), "two", {"text": "two"})
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(
+            "UPDATE lgmp_store SET value = (SELECT value FROM lgmp_store WHERE key = 'one') "
+            "WHERE key = 'two'"
+        )
+    conn.close()
+    with from_url(f"sqlite:///{path}", encryption=enc) as memory:
+        assert memory.store.get(("a",), "one").value == {"text": "one"}  # type: ignore[union-attr]
+        with pytest.raises(EncryptionError, match="moved") as caught:
+            memory.store.get(("a",), "two")
+        assert caught.value.where["key"] == "two"
+
+
+def test_envelopes_name_their_key_and_text_round_trips() -> None:
+    from langgraph_memory_plus.encryption import Location
+
+    enc = Encryption({"k1": K1, "k2": K2}, current="k2")
+    where = Location("title", "t")
+    sealed = enc.seal_text("héllo \ud800 x", where)
+    assert key_id_of(sealed) == "k2" and "héllo" not in sealed
+    assert enc.open_text(sealed, where) == "héllo \ud800 x"
+    with pytest.raises(EncryptionError, match="moved"):
+        enc.open_text(sealed, Location("title", "other"))
+    assert "1111" not in repr(enc) and "k1" in repr(enc)
+
+
+def test_from_url_reads_the_keys_from_the_environment(tmp_path: Path) -> None:
+    from langgraph_memory_plus import from_url
+
+    env = {ENV_KEYS: f"k2={base64.b64encode(K2).decode()},k1={base64.b64encode(K1).decode()}"}
+    found = Encryption.from_env(env)
+    assert found is not None and found.current == "k2" and set(found.keys) == {"k1", "k2"}
+    path = tmp_path / "m.db"
+    code = (
+        "import sys; from langgraph_memory_plus import from_url\n"
+        "with from_url(sys.argv[1]) as m:\n"
+        "    print(type(m.store.encryption).__name__, m.store.encryption.current)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, f"sqlite:///{path}"],
+        env={**os.environ, **env, "PYTHONPATH": os.getcwd()},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.split() == ["Encryption", "k2"], done.stderr[-2000:]
+    with from_url(f"sqlite:///{path}?encryption=off") as memory:
+        assert memory.store.encryption is None
