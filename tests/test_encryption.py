@@ -10,6 +10,7 @@ vector index). The scan is ``test_erasure``'s: every table (every column) or eve
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 import sys
@@ -185,3 +186,81 @@ def test_from_url_reads_the_keys_from_the_environment(tmp_path: Path) -> None:
     assert done.stdout.split() == ["Encryption", "k2"], done.stderr[-2000:]
     with from_url(f"sqlite:///{path}?encryption=off") as memory:
         assert memory.store.encryption is None
+
+
+# -- rekey ------------------------------------------------------------------------------------
+
+KILLED_REKEY = """
+import os, signal, sys
+from langgraph_memory_plus import from_url
+from langgraph_memory_plus.privacy.rekey import rekey
+
+def progress(p):
+    if p.rewritten >= int(sys.argv[2]):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+with from_url(sys.argv[1]) as memory:
+    rekey(memory, batch_size=3, progress=progress)
+"""
+
+
+def _env(*keys: tuple[str, bytes]) -> dict[str, str]:
+    value = ",".join(f"{k}={base64.b64encode(v).decode()}" for k, v in keys)
+    return {**os.environ, ENV_KEYS: value, "PYTHONPATH": os.getcwd()}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+def test_rekey_moves_every_row_to_the_current_key_and_resumes_after_a_kill(
+    target: Target, tmp_path: Path
+) -> None:
+    """Rotation: k1 -> k2. A rekey killed midway (SIGKILL after some rows) leaves a mix
+    that still reads; run again, it rewrites only the rest; then k1 can be dropped."""
+    from langgraph_memory_plus.privacy.rekey import key_ids, rekey
+
+    people = [Person("alice@example.com"), Person("张三")]
+    with target.open(encryption=Encryption({"k1": K1})) as memory:
+        for person in people:
+            seed(memory, person, tmp_path)
+    assert key_ids(r[1] for r in target.dump()) == {"k1"}
+    url = target.url
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_REKEY, url, "5"],
+        env=_env(("k2", K2), ("k1", K1)),
+        capture_output=True,
+        timeout=120,
+    )
+    assert killed.returncode == -9, killed.stderr.decode()[-2000:]
+    assert key_ids(r[1] for r in target.dump()) == {"k1", "k2"}, "killed midway"
+    rotated = Encryption({"k2": K2, "k1": K1}, current="k2")
+    with target.open(encryption=rotated) as memory:
+        read_back(memory, people[0])  # a mix of keys reads
+        report = rekey(memory, batch_size=7)
+    assert report.rewritten > 0 and report.unreachable == 0
+    assert key_ids(r[1] for r in target.dump()) == {"k2"}
+    with target.open(encryption=Encryption({"k2": K2})) as memory:  # k1 retired
+        for person in people:
+            read_back(memory, person)
+        again = rekey(memory)
+    assert again.rewritten == 0 and again.examined == report.examined
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+def test_rekey_in_migration_mode_encrypts_plaintext_and_the_cli_reports(
+    target: Target, tmp_path: Path
+) -> None:
+    person = Person("bob@example.com")
+    with target.open() as memory:
+        seed(memory, person, tmp_path)
+    env = {**_env(("k1", K1)), "LANGGRAPH_MEMORY_ENCRYPTION_ACCEPT_PLAINTEXT": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "langgraph_memory_plus.cli", "rekey", "-u", target.url, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["rewritten"] > 0
+    with target.open(encryption=Encryption({"k1": K1})) as memory:  # no plaintext accepted
+        read_back(memory, person)
+    assert mentions(target.dump(), texts(person)) == []
