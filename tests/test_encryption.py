@@ -264,3 +264,72 @@ def test_rekey_in_migration_mode_encrypts_plaintext_and_the_cli_reports(
     with target.open(encryption=Encryption({"k1": K1})) as memory:  # no plaintext accepted
         read_back(memory, person)
     assert mentions(target.dump(), texts(person)) == []
+
+
+# -- per-tenant keys --------------------------------------------------------------------------
+
+
+class DictKeys:
+    """A stand-in for a KMS: a random key (and key id) per user, dropped on demand."""
+
+    def __init__(self) -> None:
+        self.by_user: dict[str, tuple[str, bytes]] = {}
+        self.by_id: dict[str, bytes] = {}
+        self.asked: list[str] = []
+
+    def key_for(self, user_id: str) -> tuple[str, bytes] | None:
+        self.asked.append(user_id)
+        if user_id not in self.by_user:
+            kid = "t-" + os.urandom(6).hex()
+            self.by_user[user_id] = (kid, os.urandom(32))
+            self.by_id[kid] = self.by_user[user_id][1]
+        return self.by_user[user_id]
+
+    def key_by_id(self, key_id: str) -> bytes | None:
+        return self.by_id.get(key_id)
+
+    def drop(self, user_id: str) -> bool:
+        found = self.by_user.pop(user_id, None)
+        if found is not None:
+            del self.by_id[found[0]]
+        return found is not None
+
+
+def test_per_tenant_keys_and_crypto_shredding(target: Target, tmp_path: Path) -> None:
+    """Each user's rows are sealed with their own key (threads by the index's user key,
+    store items by the declared user namespaces); ``erase_user(drop_key=True)`` drops it,
+    and a copy taken before the erasure (a backup) no longer opens for that user."""
+    import shutil
+
+    from langgraph_memory_plus.privacy.erasure import erase_user
+    from langgraph_memory_plus.privacy.rekey import key_ids
+
+    tenants = DictKeys()
+    enc = Encryption({"k1": K1}, tenant_keys=tenants)
+    alice, bob = Person("alice@example.com"), Person("bob@example.com")
+    with target.open(encryption=enc) as memory:
+        seed(memory, alice, tmp_path)
+        seed(memory, bob, tmp_path)
+    a_kid, b_kid = tenants.by_user[alice.id][0], tenants.by_user[bob.id][0]
+    found = key_ids(r[1] for r in target.dump())
+    assert {a_kid, b_kid} <= found  # and k1: the shared approvals namespace
+    assert mentions(target.dump(), texts(alice) + texts(bob)) == []
+    backup = None
+    if target.url.startswith("sqlite"):
+        backup = tmp_path / "backup.db"
+        shutil.copy(target.url.removeprefix("sqlite:///"), backup)
+    with target.open(encryption=enc) as memory:
+        report = erase_user(alice.id, memory=memory, drop_key=True)
+        assert report.counts["keys_dropped"] == 1
+        read_back(memory, bob)
+    assert tenants.key_by_id(a_kid) is None
+    if backup is not None:
+        from langgraph_memory_plus import from_url
+
+        with from_url(f"sqlite:///{backup}", encryption=enc, transcripts=True) as old:
+            chat = alice.threads[0]
+            with pytest.raises(EncryptionError, match="unknown key"):
+                old.checkpointer.get_tuple({"configurable": {"thread_id": chat}})
+            with pytest.raises(EncryptionError, match="unknown key"):
+                old.store.search(user_namespace(("memories", "{user_id}"), alice.id))
+            read_back(old, bob)

@@ -300,6 +300,8 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
             return None
         key = self.settings.index_keys[0]
         found = (config.get("configurable") or {}).get(key)
+        if found is None:
+            found = (config.get("metadata") or {}).get(key)
         if found is None and metadata is not None:
             found = metadata.get(key)
         return found if isinstance(found, str) and found else None

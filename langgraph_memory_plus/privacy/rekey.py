@@ -93,7 +93,10 @@ class _Resealer:
     def _stale(self, sealed: bool, data: bytes | str, where: Location) -> bool:
         if not sealed:
             return self.enc.accept_plaintext
-        return key_id_of(data) != self.enc.current_key_id(where)
+        # Shared keys move to the current one; a tenant key (not among ``keys``) is left:
+        # moving it would undo the tenant's isolation (tenant keys rotate in their KMS).
+        kid = key_id_of(data)
+        return kid in self.enc.keys and kid != self.enc.current
 
     def typed(self, typ: str, data: bytes | None, where: Location) -> tuple[str, bytes] | None:
         if data is None or typ in (EMPTY, LIST_TYPE, JSON_METADATA):

@@ -54,6 +54,7 @@ from .namespaces import (
     check_labels,
     check_writable,
     read_conditions,
+    user_of_namespace,
 )
 from .tombstones import DEFAULT_HOLD_HOURS, check_hold
 from .ttl import TaskSweeper, ThreadSweeper, item_ttl, read_ttl_config, sweep_interval
@@ -337,7 +338,13 @@ class StoreBase(Observable, BaseStore, ABC):
     # -- encryption -------------------------------------------------------------------
 
     def _location(self, namespace: Namespace, key: str) -> Location:
-        return Location("store", namespace=tuple(namespace), key=key)
+        enc = self.encryption
+        user = (
+            user_of_namespace(namespace)
+            if enc is not None and enc.tenant_keys is not None
+            else None
+        )
+        return Location("store", namespace=tuple(namespace), key=key, user_id=user)
 
     def _seal_value(self, namespace: Namespace, key: str, encoded: EncodedValue) -> EncodedValue:
         """``encoded`` as ``{SEALED_FIELD: envelope}``: its JSON text (and whether it was
