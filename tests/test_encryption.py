@@ -333,3 +333,33 @@ def test_per_tenant_keys_and_crypto_shredding(target: Target, tmp_path: Path) ->
             with pytest.raises(EncryptionError, match="unknown key"):
                 old.store.search(user_namespace(("memories", "{user_id}"), alice.id))
             read_back(old, bob)
+
+
+def test_metadata_keys_restrict_what_stays_in_clear(target: Target) -> None:
+    """Checkpoint metadata is a queryable projection in clear; ``metadata_keys`` keeps only
+    the named keys (and the structural and index ones) there, and a filter on a dropped
+    key still finds its checkpoints (checked on the decrypted metadata)."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    secret = f"topic {os.urandom(8).hex()}"
+    enc = Encryption({"k1": K1}, metadata_keys=["kind"])
+    with target.open(encryption=enc) as memory:
+        saver = memory.checkpointer
+        thread = f"meta-{os.urandom(4).hex()}"
+        config = {"configurable": {"thread_id": thread, "checkpoint_ns": "", "user_id": "u1"}}
+        for topic in (secret, "other"):
+            saver.put(
+                config,
+                empty_checkpoint(),
+                {"source": "input", "step": -1, "topic": topic, "kind": "k", "user_id": "u1"},
+                {},
+            )
+        found = list(saver.list({"configurable": {"thread_id": thread}}, filter={"topic": secret}))
+        assert len(found) == 1 and found[0].metadata["topic"] == secret
+        both = {"kind": "k", "user_id": "u1"}
+        assert len(list(saver.list({"configurable": {"thread_id": thread}}, filter=both))) == 2
+        assert len(list(saver.list(None, filter={"topic": "other", "kind": "k"}))) == 1
+        assert saver.threads.sessions("u1")
+    rows = target.dump()
+    assert mentions(rows, [secret.encode()]) == []
+    assert mentions(rows, [b"kind"]), "a kept key stays queryable in clear"

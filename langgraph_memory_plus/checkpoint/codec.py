@@ -59,6 +59,9 @@ EMPTY = "empty"
 
 DELTA_COUNTERS = "counters_since_delta_snapshot"
 
+STRUCTURAL_METADATA = frozenset({"source", "step", "parents", "run_id"})
+"""Metadata keys LangGraph writes and the plans read (never dropped from the projection)."""
+
 JSON_METADATA = "json"
 """Metadata type of a checkpoint whose metadata is stored only as its JSON projection,
 because that projection is exact (see ``json_exact``)."""
@@ -255,13 +258,19 @@ class CheckpointCodec:
         inline: bool = False,
         metadata_as_json: bool = False,
         encryption: Encryption | None = None,
+        index_keys: Sequence[str] = (),
     ) -> None:
         self.serde = serde
         self.encryption = encryption
         """Seals every stored value (after compression); with it, nothing is inlined
         and metadata is never stored as its JSON projection only."""
+        self.metadata_keys: frozenset[str] | None = None
+        """The metadata keys kept in the JSON projection (``None``: all)."""
         if encryption is not None:
             inline = metadata_as_json = False
+            if encryption.metadata_keys is not None:
+                keep = encryption.metadata_keys | STRUCTURAL_METADATA | set(index_keys)
+                self.metadata_keys = frozenset(keep)
         self.max_value_bytes = max_value_bytes
         self.memory = memory
         self.inline = inline
@@ -391,7 +400,11 @@ class CheckpointCodec:
             metadata=(JSON_METADATA, b"")
             if self.metadata_as_json and json_exact(dict(meta))
             else pack(self._dump(meta, "metadata")),
-            metadata_json=json_safe(dict(meta)),
+            metadata_json=json_safe(
+                dict(meta)
+                if self.metadata_keys is None
+                else {k: v for k, v in meta.items() if k in self.metadata_keys}
+            ),
             run_id=run_id if isinstance(run_id, str) else None,
             channel_versions={ch: version_text(v) for ch, v in versions.items()},
             versions_json=versions_json,
@@ -403,6 +416,14 @@ class CheckpointCodec:
             lists=lists,
             changed=frozenset(new_versions),
         )
+
+    def narrowing(self, filter: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        """The part of a ``list(filter=...)`` the database may narrow by: the keys the
+        projection keeps (the whole filter is checked on the decoded metadata anyway)."""
+        keep = self.metadata_keys
+        if keep is None or not filter:
+            return filter
+        return {k: v for k, v in filter.items() if k in keep} or None
 
     def forget_replaced_lists(self, target: Target, checkpoint: Checkpoint) -> None:
         """Forget the remembered lists of channels the latest ``checkpoint`` shows holding

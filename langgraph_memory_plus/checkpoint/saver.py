@@ -176,6 +176,7 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
             inline=self._plans.inline_scalars,
             metadata_as_json=self._plans.metadata_as_json,
             encryption=self.encryption,
+            index_keys=self.settings.index_keys,
         )
 
     @property

@@ -30,7 +30,7 @@ import hashlib
 import hmac
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -188,6 +188,12 @@ class Encryption:
         accept_plaintext: the migration mode: plaintext read back is accepted instead of
             raising :class:`EncryptionError` (run ``langgraph-memory rekey`` to encrypt
             it, then turn this off).
+        metadata_keys: the checkpoint metadata keys kept in clear (the JSON projection
+            that ``list(filter=...)`` narrows by and the thread index copies). ``None``
+            (the default): all of them. A list: only those, plus LangGraph's structural
+            ``source``, ``step``, ``parents``, ``run_id`` and the saver's index keys; a
+            filter on another key still works (checked on the decrypted metadata, after
+            the database narrowed by the kept keys only).
     """
 
     def __init__(
@@ -197,6 +203,7 @@ class Encryption:
         *,
         tenant_keys: TenantKeys | None = None,
         accept_plaintext: bool = False,
+        metadata_keys: Sequence[str] | None = None,
     ) -> None:
         if not isinstance(keys, Mapping) or not keys:
             raise InvalidConfigError("Encryption needs at least one key: keys={'k1': key}")
@@ -210,6 +217,9 @@ class Encryption:
         self.current = current
         self.tenant_keys = tenant_keys
         self.accept_plaintext = bool(accept_plaintext)
+        if isinstance(metadata_keys, str):
+            raise InvalidConfigError("metadata_keys is a list of keys, not one string")
+        self.metadata_keys = None if metadata_keys is None else frozenset(metadata_keys)
         _get_cipher()  # fails now, not at the first write, when no AES package is there
 
     def __repr__(self) -> str:  # never the keys

@@ -363,7 +363,7 @@ class PostgresCheckpointPlans:
             params.append(query.before)
         # The database narrows by containment; the exact check runs on the decoded
         # metadata (see ``_narrowing``).
-        contained, either = _narrowing(query.filter)
+        contained, either = _narrowing(codec.narrowing(query.filter))
         if contained:
             wheres.append("c.metadata_json @> %s")
             params.append(Jsonb(contained))

@@ -330,7 +330,7 @@ class RedisCheckpointPlans:
         costs the same whatever the thread's length.
         """
         assert query.thread_id is not None
-        conditions = _conditions(query.filter)
+        conditions = _conditions(codec.narrowing(query.filter))
         if conditions and query.checkpoint_id is None:
             return (yield from self._filtered_page(codec, query, page_size, conditions))
         if query.checkpoint_ns is not None:
