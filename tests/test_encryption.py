@@ -363,3 +363,87 @@ def test_metadata_keys_restrict_what_stays_in_clear(target: Target) -> None:
     rows = target.dump()
     assert mentions(rows, [secret.encode()]) == []
     assert mentions(rows, [b"kind"]), "a kept key stays queryable in clear"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"], indirect=True)
+def test_async_paths_seal_and_open(target: Target) -> None:
+    """The async twins go through the same plans: a run, the index, transcripts, store."""
+    import asyncio
+
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.graph import END, START, StateGraph
+    from test_erasure_complete import State
+
+    secret = f"async secret {os.urandom(6).hex()}"
+
+    async def answer(state: State) -> dict[str, Any]:
+        return {"messages": [AIMessage(f"re: {secret}", id="ai-1")]}
+
+    builder = StateGraph(State)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "answer")
+    builder.add_edge("answer", END)
+
+    async def go() -> None:
+        async with target.open(encryption=Encryption({"k1": K1})) as memory:
+            app = builder.compile(checkpointer=memory.checkpointer, store=memory.store)
+            config = {"configurable": {"thread_id": "async-1", "user_id": "u-async"}}
+            await app.ainvoke({"messages": [HumanMessage(secret, id="h-1")]}, config)
+            await memory.store.aput(("users", "u-async"), "k", {"text": secret})
+            state = await memory.checkpointer.aget_tuple(config)
+            assert state.checkpoint["channel_values"]["messages"][0].content == secret
+            record = await memory.checkpointer.threads.aget("async-1")
+            assert record is not None and record["title"] == secret
+            lines = await memory.checkpointer.threads.atranscript("async-1")
+            assert [line["content"] for line in lines] == [secret, f"re: {secret}"]
+            found = await memory.store.asearch(("users",), filter={"text": secret})
+            assert [item.value for item in found] == [{"text": secret}]
+
+    asyncio.run(go())
+    assert mentions(target.dump(), [secret.encode()]) == []
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+def test_rekey_racing_writers_never_brings_back_an_older_value(target: Target) -> None:
+    """Rekey's compare-and-set: while it runs, a writer keeps changing the same items;
+    afterwards every item holds its last written value (none replaced by the re-sealed
+    older one), and whatever the writer sealed with the old key is readable."""
+    import threading
+
+    from langgraph_memory_plus.privacy.rekey import rekey
+
+    keys = [f"k{i}" for i in range(60)]
+    with target.open(encryption=Encryption({"k1": K1})) as memory:
+        for k in keys:
+            memory.store.put(("race",), k, {"n": 0})
+    rotated = Encryption({"k2": K2, "k1": K1}, current="k2")
+    last: dict[str, int] = {}
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            with target.open(encryption=Encryption({"k1": K1, "k2": K2}, current="k1")) as m:
+                n = 0
+                while not stop.is_set() or n < 120:
+                    n += 1
+                    k = keys[n % len(keys)]
+                    m.store.put(("race",), k, {"n": n})
+                    last[k] = n
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        with target.open(encryption=rotated) as memory:
+            for _ in range(3):
+                rekey(memory, saver=None, batch_size=5)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not errors
+    with target.open(encryption=rotated) as memory:
+        for k in keys:
+            item = memory.store.get(("race",), k)
+            assert item is not None and item.value == {"n": last.get(k, 0)}, k
