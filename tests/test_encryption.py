@@ -249,8 +249,11 @@ def test_rekey_in_migration_mode_encrypts_plaintext_and_the_cli_reports(
     target: Target, tmp_path: Path
 ) -> None:
     person = Person("bob@example.com")
+    note = f"sn-{os.urandom(4).hex()}"  # short: PostgreSQL kept it inline in the row
+    scalars = {"configurable": {"thread_id": "scalars"}}
     with target.open() as memory:
         seed(memory, person, tmp_path)
+        _scalar_graph(memory).invoke({"count": 1, "note": note}, scalars)
     env = {**_env(("k1", K1)), "LANGGRAPH_MEMORY_ENCRYPTION_ACCEPT_PLAINTEXT": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "langgraph_memory_plus.cli", "rekey", "-u", target.url, "--json"],
@@ -263,7 +266,28 @@ def test_rekey_in_migration_mode_encrypts_plaintext_and_the_cli_reports(
     assert json.loads(done.stdout)["rewritten"] > 0
     with target.open(encryption=Encryption({"k1": K1})) as memory:  # no plaintext accepted
         read_back(memory, person)
-    assert mentions(target.dump(), texts(person)) == []
+        values = memory.checkpointer.get_tuple(scalars).checkpoint["channel_values"]
+        assert values["count"] == 2 and values["note"] == note
+    assert mentions(target.dump(), [*texts(person), note.encode()]) == []
+
+
+def _scalar_graph(memory: Any) -> Any:
+    from langgraph.graph import END, START, StateGraph
+    from typing_extensions import TypedDict
+
+    class Scalars(TypedDict, total=False):
+        count: int
+        note: str
+        empty: str | None
+
+    def step(state: Scalars) -> dict[str, Any]:
+        return {"count": state["count"] + 1, "empty": None}
+
+    builder = StateGraph(Scalars)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    builder.add_edge("step", END)
+    return builder.compile(checkpointer=memory.checkpointer)
 
 
 # -- per-tenant keys --------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..checkpoint.codec import EMPTY, JSON_METADATA
+from ..checkpoint.codec import EMPTY, JSON_METADATA, inline_values
 from ..checkpoint.lists import LIST_TYPE
 from ..checkpoint.task_writes import pack, unpack
 from ..drivers.plan import Plan
@@ -168,6 +168,19 @@ class _Sql:
                 ),
             ]
             if self.backend == "postgres":
+                # Small scalar values kept inline in the checkpoint row (written before
+                # encryption was on; an encrypting codec never inlines).
+                out.append(
+                    _Part(
+                        "inline_values",
+                        self.t("lgmp_checkpoints"),
+                        ("thread_key", "checkpoint_ns", "checkpoint_id"),
+                        tid,
+                        ("channel_versions",),
+                        "inline",
+                        join,
+                    )
+                )
                 out.append(
                     _Part(
                         "writes",
@@ -350,6 +363,24 @@ def _reseal(
             return None
         ints_out = _store_value(sql, new_ints)
         return [title if new_title is None else new_title, ints_out]
+    if part.kind == "inline":
+        versions = _row_value(sql, values[0]) or {}
+        where = Location("checkpoint", thread_id)
+        new_versions, changed = {}, False
+        for channel, entry in versions.items():
+            if not isinstance(entry, list):
+                new_versions[channel] = entry
+                continue
+            # (a None is sealed too: a read with encryption on refuses plaintext)
+            typ, data = inline_values({channel: entry})[channel]
+            if not res._stale(typ == SEALED_TYPE, data, where):
+                new_versions[channel] = entry
+                continue
+            inner_typ, inner = res.enc.open_typed(typ, data, where)
+            new_typ, new_data = res.enc.seal_typed(inner_typ, inner, where)
+            new_versions[channel] = [entry[0], new_typ, base64.b64encode(new_data).decode()]
+            changed = True
+        return [_store_value(sql, new_versions)] if changed else None
     if part.kind == "transcript":
         new = res.text(values[0], Location("transcript", thread_id, key=key[1]))
         return None if new is None else [new]
