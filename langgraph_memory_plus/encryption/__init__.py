@@ -78,8 +78,13 @@ class Location:
     user_id: str | None = None
 
     def associated_data(self) -> bytes:
-        parts = [self.kind, self.thread_id or "", "\x1e".join(self.namespace or ()), self.key or ""]
-        return "\x1f".join(parts).encode("utf-8", "surrogatepass")
+        """Length-prefixed parts, so no two locations share one (ids may hold any text)."""
+        parts = [self.kind, self.thread_id, *(self.namespace or ()), None, self.key]
+        out = bytearray()
+        for part in parts:
+            raw = b"" if part is None else part.encode("utf-8", "surrogatepass")
+            out += b"%d:" % (-1 if part is None else len(raw)) + raw
+        return bytes(out)
 
     def where(self) -> dict[str, object]:
         out: dict[str, object] = {"record": self.kind}
