@@ -471,3 +471,22 @@ def test_rekey_racing_writers_never_brings_back_an_older_value(target: Target) -
         for k in keys:
             item = memory.store.get(("race",), k)
             assert item is not None and item.value == {"n": last.get(k, 0)}, k
+
+
+def test_no_cipher_package_is_imported_without_encryption(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from langgraph_memory_plus import from_url\n"
+        "with from_url(sys.argv[1]) as m:\n"
+        "    m.store.put(('a',), 'k', {'v': 1})\n"
+        "print(sorted(n for n in ('cryptography', 'Crypto') if n in sys.modules))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LANGGRAPH_MEMORY_")}
+    done = subprocess.run(
+        [sys.executable, "-c", code, f"sqlite:///{tmp_path}/m.db"],
+        env={**env, "PYTHONPATH": os.getcwd()},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.strip() == "[]", done.stderr[-2000:]

@@ -19,7 +19,8 @@ sealed with an unknown key raises :class:`EncryptionError` naming its location, 
 then encrypts it).
 
 The cipher comes from the ``cryptography`` package, or else ``pycryptodome`` (the
-``encryption`` extra installs the former); neither is imported until a key is used.
+``encryption`` extra installs the former); neither is imported until an ``Encryption`` is
+made.
 """
 
 from __future__ import annotations
