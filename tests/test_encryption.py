@@ -209,12 +209,12 @@ def _env(*keys: tuple[str, bytes]) -> dict[str, str]:
     return {**os.environ, ENV_KEYS: value, "PYTHONPATH": os.getcwd()}
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
 def test_rekey_moves_every_row_to_the_current_key_and_resumes_after_a_kill(
     target: Target, tmp_path: Path
 ) -> None:
     """Rotation: k1 -> k2. A rekey killed midway (SIGKILL after some rows) leaves a mix
-    that still reads; run again, it rewrites only the rest; then k1 can be dropped."""
+    that still reads; run again, it rewrites only the rest; then k1 can be dropped.
+    On Redis the store's items are not rekeyed yet (their shards keep k1)."""
     from langgraph_memory_plus.privacy.rekey import key_ids, rekey
 
     people = [Person("alice@example.com"), Person("张三")]
@@ -223,6 +223,8 @@ def test_rekey_moves_every_row_to_the_current_key_and_resumes_after_a_kill(
             seed(memory, person, tmp_path)
     assert key_ids(r[1] for r in target.dump()) == {"k1"}
     url = target.url
+    if "key_prefix" in target.options:
+        url += f"?key_prefix={target.options['key_prefix']}"
     killed = subprocess.run(
         [sys.executable, "-c", KILLED_REKEY, url, "5"],
         env=_env(("k2", K2), ("k1", K1)),

@@ -17,7 +17,10 @@ Not reachable: transcript lines of a thread whose id is no longer stored anywher
 thread was deleted and its index row with it): their associated data names the thread
 id, which is gone; they are counted as ``unreachable`` and stay on their key.
 
-SQLite and PostgreSQL; Redis is not supported yet (its reads rotate keys all the same).
+SQLite and PostgreSQL walk tables; Redis walks threads (``SCAN``) and store shards (the
+registry), ``batch_size`` of them per plan, each field moved by a compare-and-set script.
+On Redis, plaintext store items (migration mode) are left and counted ``unreachable``:
+the shard's field index counts their short strings, which only a put recomputes.
 """
 
 from __future__ import annotations
@@ -26,12 +29,13 @@ import base64
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 from typing import Any
 
 from ..checkpoint.codec import EMPTY, JSON_METADATA, inline_values
 from ..checkpoint.lists import LIST_TYPE
-from ..checkpoint.task_writes import pack, unpack
+from ..checkpoint.task_writes import pack, split_head, unpack
 from ..drivers.plan import Plan
 from ..encryption import SEALED_TYPE, Encryption, Location, key_id_of
 from ..errors import InvalidConfigError
@@ -59,7 +63,7 @@ class RekeyReport:
     rewritten: int = 0
     unreachable: int = 0
     seconds: float = 0.0
-    parts: dict[str, int] = field(default_factory=dict)
+    parts: dict[str, int] = dc_field(default_factory=dict)
     """Rows rewritten per table."""
 
 
@@ -398,6 +402,198 @@ def _count(sql: _Sql, part: _Part) -> Plan[Any, int]:
     return int(rows[0][0])
 
 
+def _netstrings(raw: bytes) -> list[bytes]:
+    out, pos = [], 0
+    while pos < len(raw):
+        colon = raw.index(b":", pos)
+        n = int(raw[pos:colon])
+        out.append(raw[colon + 1 : colon + 1 + n])
+        pos = colon + 1 + n
+    return out
+
+
+def _pack_netstrings(parts: Sequence[bytes]) -> bytes:
+    return b"".join(b"%d:%s" % (len(p), p) for p in parts)
+
+
+def _redis_thread(plans: Any, res: _Resealer, tag: str) -> Plan[Any, tuple[int, int, int]]:
+    """One Redis thread's sealed fields moved (each by a compare-and-set script):
+    (fields examined, rewritten, unreachable)."""
+    import ormsgpack
+
+    from ..checkpoint.redis.plans import KINDS, LIST_PREFIX
+    from ..drivers.redis import Batch, Eval
+
+    k = dict(zip(KINDS, plans._keys_of_tag(tag), strict=True))
+    tx = k["rec"][: -len(b"rec")] + b"tx"
+    tid_raw, ck, blobs, writes, items, rec, lines = yield Batch(
+        [
+            ("HGET", k["thread"], b"id"),
+            ("HGETALL", k["ck"]),
+            ("HGETALL", k["blobs"]),
+            ("HGETALL", k["writes"]),
+            ("HGETALL", k["items"]),
+            ("HMGET", k["rec"], b"t", b"i"),
+            ("HGETALL", tx),
+        ]
+    )
+    examined = len(ck) + len(blobs) + len(writes) + len(items) + len(lines) + 1
+    if tid_raw is None:
+        return examined, 0, examined
+    tid = _tid(tid_raw)
+    assert tid is not None
+    where = Location("checkpoint", tid)
+    updates: list[tuple[bytes, bytes, bytes, bytes]] = []
+    for field, old in ck.items():
+        ctype, cblob, mtype, mblob, versions = ormsgpack.unpackb(old)
+        body = res.typed(ctype, cblob, where)
+        meta = res.typed(mtype, mblob, where)
+        if body or meta:
+            record_new = [*(body or (ctype, cblob)), *(meta or (mtype, mblob)), versions]
+            updates.append((k["ck"], field, old, ormsgpack.packb(record_new)))
+    for key, found in ((k["blobs"], blobs), (k["items"], items)):
+        for field, old in found.items():
+            if not old or old.startswith(LIST_PREFIX):
+                continue
+            typ, data = ormsgpack.unpackb(old)
+            moved = res.typed(typ, data, where)
+            if moved:
+                updates.append((key, field, old, ormsgpack.packb(list(moved))))
+    for field, old in writes.items():
+        head, record = split_head(old)
+        path = head.decode("utf-8", "surrogatepass")
+        out, changed = [], False
+        for idx, channel, typ, data, own in unpack(record, path):
+            moved = res.typed(typ, data, where)
+            changed |= moved is not None
+            out.append((idx, channel, *(moved or (typ, data)), own))
+        if changed:
+            updates.append((k["writes"], field, old, _pack_netstrings([head]) + pack(out, path)))
+    title, ints = rec
+    if title:
+        moved_title = res.text(title.decode("utf-8", "surrogatepass"), Location("title", tid))
+        if moved_title is not None:
+            updates.append((k["rec"], b"t", title, moved_title.encode()))
+    if ints:
+        parts, changed = _netstrings(ints), False
+        for i in range(0, len(parts), 3):
+            moved = res.typed(parts[i + 1].decode(), parts[i + 2], where)
+            if moved:
+                parts[i + 1], parts[i + 2] = moved[0].encode(), moved[1]
+                changed = True
+        if changed:
+            updates.append((k["rec"], b"i", ints, _pack_netstrings(parts)))
+    for field, old in lines.items():
+        if field.startswith(b"\0"):  # a per-owner line count, not a line
+            continue
+        parts = _netstrings(old)
+        mid = field.decode("utf-8", "surrogatepass")
+        text = parts[1].decode("utf-8", "surrogatepass")
+        moved_text = res.text(text, Location("transcript", tid, key=mid))
+        if moved_text is not None:
+            parts[1] = moved_text.encode()
+            updates.append((tx, field, old, _pack_netstrings(parts)))
+    rewritten = 0
+    for key, field, before, after in updates:
+        rewritten += int((yield Eval("hcas", [key], [field, before, after])) or 0)
+    return examined, rewritten, 0
+
+
+def _rekey_redis(
+    saver: Any,
+    report: RekeyReport,
+    batch_size: int,
+    progress: Callable[[RekeyProgress], None] | None,
+) -> None:
+    """The Redis saver's threads, ``batch_size`` threads per plan (a script per field)."""
+    plans = saver._plans
+    res = _Resealer(saver.encryption)
+    tags: list[str] = saver._run(plans._all_thread_keys())
+    for start in range(0, len(tags), batch_size):
+
+        def chunk(batch: list[str] = tags[start : start + batch_size]) -> Plan[Any, Any]:
+            totals = [0, 0, 0]
+            for tag in batch:
+                found = yield from _redis_thread(plans, res, tag)
+                totals = [a + b for a, b in zip(totals, found, strict=True)]
+            return totals
+
+        seen, done, lost = saver._run(chunk())  # (examined, rewritten, unreachable)
+        report.examined += seen
+        report.rewritten += done
+        report.unreachable += lost
+        report.parts["threads"] = report.parts.get("threads", 0) + done
+        if progress is not None:
+            total = len(tags)
+            progress(
+                RekeyProgress("threads", min(start + batch_size, total), report.rewritten, total)
+            )
+
+
+def _redis_shard(plans: Any, res: _Resealer, path: bytes) -> Plan[Any, tuple[int, int, int]]:
+    """One Redis store shard's sealed values moved: (examined, rewritten, unreachable).
+    Plaintext items (migration mode) are left and counted unreachable: the shard's field
+    index counts their short strings, which only a put through the store recomputes."""
+    from ..drivers.redis import Batch, Eval
+    from ..store.redis.lua import SHARD_KINDS
+    from ..store.redis.plans import split_id
+
+    items_key = plans.shard_at(path).keys[SHARD_KINDS.index("items")]
+    (found,) = yield Batch([("HGETALL", items_key)])
+    rewritten = lost = 0
+    for field, old in found.items():
+        header, _, text = old.partition(b"\n")
+        value = json.loads(text)
+        sealed = value.get(SEALED_FIELD) if isinstance(value, dict) and len(value) == 1 else None
+        namespace, key = split_id(field)
+        if not isinstance(sealed, str):
+            lost += int(res.enc.accept_plaintext)
+            continue
+        moved = res.text(sealed, Location("store", namespace=namespace, key=key))
+        if moved is None:
+            continue
+        after = header + b"\n" + json.dumps({SEALED_FIELD: moved}, separators=(",", ":")).encode()
+        rewritten += int((yield Eval("hcas", [items_key], [field, old, after])) or 0)
+    return len(found), rewritten, lost
+
+
+def _rekey_redis_store(
+    store: Any,
+    report: RekeyReport,
+    batch_size: int,
+    progress: Callable[[RekeyProgress], None] | None,
+) -> None:
+    plans = store._plans
+    res = _Resealer(store.encryption)
+
+    def shards() -> Plan[Any, list[bytes]]:
+        from ..drivers.redis import Batch
+
+        (paths,) = yield Batch([("ZRANGE", plans.registry[0], 0, -1)])
+        return list(paths)
+
+    paths: list[bytes] = store._run(shards())
+    for start in range(0, len(paths), batch_size):
+
+        def chunk(batch: list[bytes] = paths[start : start + batch_size]) -> Plan[Any, Any]:
+            totals = [0, 0, 0]
+            for path in batch:
+                found = yield from _redis_shard(plans, res, path)
+                totals = [a + b for a, b in zip(totals, found, strict=True)]
+            return totals
+
+        seen, done, lost = store._run(chunk())
+        report.examined += seen
+        report.rewritten += done
+        report.unreachable += lost
+        report.parts["store"] = report.parts.get("store", 0) + done
+        if progress is not None:
+            total = len(paths)
+            progress(
+                RekeyProgress("store", min(start + batch_size, total), report.rewritten, total)
+            )
+
+
 def _backend(obj: Any) -> tuple[str, _Sql]:
     module = type(obj).__module__
     if ".sqlite" in module:
@@ -416,10 +612,7 @@ def _backend(obj: Any) -> tuple[str, _Sql]:
         return "postgres", _Sql(
             "postgres", lambda sql, params, fetch=False: PgQuery(sql, params, fetch=fetch), schema
         )
-    raise InvalidConfigError(
-        f"rekey supports the SQLite and PostgreSQL backends, not {type(obj).__name__} "
-        "(on Redis, keep the old keys configured: reads still open their rows)"
-    )
+    raise InvalidConfigError(f"rekey does not support {type(obj).__name__}")
 
 
 def rekey(
@@ -451,6 +644,20 @@ def rekey(
     report = RekeyReport()
     started = time.monotonic()
     work: list[tuple[Any, _Sql, _Part, _Resealer]] = []
+    redis_saver = next(
+        (obj for obj, is_saver, _ in targets if is_saver and ".redis" in type(obj).__module__),
+        None,
+    )
+    if redis_saver is not None:
+        _rekey_redis(redis_saver, report, batch_size, progress)
+        targets = [t for t in targets if t[0] is not redis_saver]
+    redis_store = next(
+        (obj for obj, _, is_store in targets if is_store and ".redis" in type(obj).__module__),
+        None,
+    )
+    if redis_store is not None:
+        _rekey_redis_store(redis_store, report, batch_size, progress)
+        targets = [t for t in targets if t[0] is not redis_store]
     for obj, with_saver, with_store in targets:
         _, sql = _backend(obj)
         res = _Resealer(obj.encryption)
