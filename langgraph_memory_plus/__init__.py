@@ -38,6 +38,8 @@ _EXPORTS = {
     "AsyncMemory": ".url",
     "ConflictError": ".errors",
     "CorruptDataError": ".errors",
+    "Encryption": ".encryption",
+    "EncryptionError": ".encryption",
     "InvalidConfigError": ".errors",
     "Memory": ".url",
     "MemoryConnectionError": ".errors",
@@ -82,6 +84,8 @@ __all__ = [  # the names of _EXPORTS (a test checks they agree)
     "AsyncSqliteStore",
     "ConflictError",
     "CorruptDataError",
+    "Encryption",
+    "EncryptionError",
     "InvalidConfigError",
     "Memory",
     "MemoryConnectionError",
@@ -122,6 +126,7 @@ if TYPE_CHECKING:  # what the lazy imports below resolve to, for type checkers a
     from .checkpoint.redis import AsyncRedisSaver, RedisSaver
     from .checkpoint.sqlite import AsyncSqliteSaver, SqliteSaver
     from .drivers.sqlite import SqlitePool
+    from .encryption import Encryption, EncryptionError
     from .errors import (
         ConflictError,
         CorruptDataError,

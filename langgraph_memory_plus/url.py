@@ -61,6 +61,7 @@ from .drivers.connect import need, reason
 from .drivers.plan import adrive, drive
 from .drivers.sqlite import path_from_url
 from .drivers.urls import check_conninfo, check_port, check_userinfo, redact, redis_database, scrub
+from .encryption import ENV_KEYS, Encryption
 from .errors import InvalidConfigError, MemoryConnectionError, MemoryPlusError
 
 if TYPE_CHECKING:  # the savers and stores import their drivers' packages' code lazily
@@ -158,6 +159,24 @@ def _choice(name: str, value: Any, *, choices: tuple[str, ...]) -> str:
     if word not in choices:
         raise InvalidConfigError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
     return word
+
+
+def _encryption(name: str, value: Any) -> Any:
+    """An ``Encryption``, or in a URL ``env``: the keys of the environment
+    (``LANGGRAPH_MEMORY_ENCRYPTION_KEYS``); ``off``: none even if that is set."""
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in ("off", "none", "false", "0"):
+            return None
+        if word != "env":
+            raise InvalidConfigError(f"{name} in a URL is 'env' or 'off'; pass keys as {name}=")
+        found = Encryption.from_env()
+        if found is None:
+            raise InvalidConfigError(f"{name}=env but {ENV_KEYS} is not set")
+        return found
+    if value is not None and not isinstance(value, Encryption):
+        raise InvalidConfigError(f"{name} must be an Encryption, got {type(value).__name__}")
+    return value
 
 
 def _object(name: str, value: Any) -> Any:
@@ -262,6 +281,13 @@ OPTIONS: dict[str, Option] = {
     "setup": Option(_boolean, EVERY, "run setup() (migrations) on entering; default true"),
     "index": Option(_object, EVERY, "the store's semantic search config (keyword only)"),
     "serde": Option(_object, EVERY, "the checkpointer's serializer (keyword only)"),
+    "encryption": Option(
+        _encryption,
+        SERVERS,
+        "an Encryption (keys) for everything stored that carries user text; in a URL "
+        "'env' (LANGGRAPH_MEMORY_ENCRYPTION_KEYS, also read when the option is not given) "
+        "or 'off'",
+    ),
     "listeners": Option(
         _object, SERVERS, "callables given an event per saver and store operation (keyword only)"
     ),
@@ -527,10 +553,11 @@ class Memory:
             "transcript_ttl",
             "thread_index_keys",
             "list_memory_mib",
+            "encryption",
         )
 
     def _store_options(self, *names: str) -> dict[str, Any]:
-        return self._component_options(self.store_ttl, "index", *names)
+        return self._component_options(self.store_ttl, "index", "encryption", *names)
 
     def _postgres(self, is_async: bool) -> _Opening:
         from .checkpoint.postgres import AsyncPostgresSaver, PostgresSaver
@@ -670,6 +697,7 @@ class UrlOptions(TypedDict, total=False):
     index: IndexConfig
     serde: SerializerProtocol
     listeners: Sequence[Listener]
+    encryption: Encryption | None
 
 
 def _driver_parameters(backend: str) -> frozenset[str]:
@@ -781,6 +809,10 @@ def from_url(url: str | None = None, **options: Unpack[UrlOptions]) -> Memory:
             raise InvalidConfigError(
                 f"option {name!r} does not apply to {shown} (it is for: {takes})"
             )
+    if "encryption" not in given and backend in SERVERS:
+        env = Encryption.from_env()
+        if env is not None:
+            given["encryption"] = env
     if backend == "sqlite":
         target = _sqlite_path(base + fragment)
     elif backend == "memory":

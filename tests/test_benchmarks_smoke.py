@@ -345,3 +345,18 @@ def test_conversation_check_reads_the_ids() -> None:
 def test_refuses_non_loopback_servers(flag: str, url: str) -> None:
     with pytest.raises(SystemExit, match="loopback"):
         bench.main([flag, url, "--quick"])
+
+
+def test_encryption_and_rekey_benchmarks_run_tiny(tmp_path: Path) -> None:
+    """``benchmarks.encryption`` and ``benchmarks.rekey`` at a tiny size, SQLite only."""
+    import argparse
+
+    from benchmarks import encryption, rekey
+
+    args = argparse.Namespace(threads=1, turns=2, items=3, rounds=1)
+    results = {"SQLite": encryption.measure("SQLite", "", args)}
+    assert set(results["SQLite"]) == {"plain", "encrypted"}
+    assert "| SQLite |" in encryption.table(results)
+    small = argparse.Namespace(threads=4, turns=1, batch_size=5, kill_at=0.5)
+    row = rekey.measure("SQLite", f"sqlite:///{tmp_path}/r.db", small)
+    assert row.startswith("| SQLite | 4 x 1 |") and row.endswith("| yes |")

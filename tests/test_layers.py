@@ -39,6 +39,7 @@ def test_the_root_holds_only_the_public_surface() -> None:
         "checkpoint",
         "cli",
         "drivers",
+        "encryption",
         "messages",
         "nodes",
         "observability",

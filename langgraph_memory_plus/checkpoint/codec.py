@@ -35,6 +35,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
+from ..encryption import Encryption, Location
 from ..errors import ValueTooLargeError, decoding
 from .compression import compress, decompress
 from .config import Target, checkpoint_config, thread_key
@@ -57,6 +58,9 @@ EMPTY = "empty"
 """Blob type of a channel version that has no value (the channel was cleared)."""
 
 DELTA_COUNTERS = "counters_since_delta_snapshot"
+
+STRUCTURAL_METADATA = frozenset({"source", "step", "parents", "run_id"})
+"""Metadata keys LangGraph writes and the plans read (never dropped from the projection)."""
 
 JSON_METADATA = "json"
 """Metadata type of a checkpoint whose metadata is stored only as its JSON projection,
@@ -253,8 +257,20 @@ class CheckpointCodec:
         memory: ListMemory,
         inline: bool = False,
         metadata_as_json: bool = False,
+        encryption: Encryption | None = None,
+        index_keys: Sequence[str] = (),
     ) -> None:
         self.serde = serde
+        self.encryption = encryption
+        """Seals every stored value (after compression); with it, nothing is inlined
+        and metadata is never stored as its JSON projection only."""
+        self.metadata_keys: frozenset[str] | None = None
+        """The metadata keys kept in the JSON projection (``None``: all)."""
+        if encryption is not None:
+            inline = metadata_as_json = False
+            if encryption.metadata_keys is not None:
+                keep = encryption.metadata_keys | STRUCTURAL_METADATA | set(index_keys)
+                self.metadata_keys = frozenset(keep)
         self.max_value_bytes = max_value_bytes
         self.memory = memory
         self.inline = inline
@@ -282,6 +298,14 @@ class CheckpointCodec:
                     out[channel] = typed
         return out
 
+    def _pack(self, typed: Typed, thread_id: str, user_id: str | None = None) -> Typed:
+        """``typed`` compressed, then sealed when encryption is on."""
+        typ, data = compress(*typed)
+        if self.encryption is None:
+            return typ, data
+        where = Location("checkpoint", thread_id, user_id=user_id)
+        return self.encryption.seal_typed(typ, data, where)
+
     def _dump(self, value: Any, what: str) -> Typed:
         typ, data = self.serde.dumps_typed(value)
         if len(data) > self.max_value_bytes:
@@ -295,7 +319,9 @@ class CheckpointCodec:
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
+        user_id: str | None = None,
     ) -> EncodedCheckpoint:
+        pack = partial(self._pack, thread_id=target.thread_id, user_id=user_id)
         parent_id = config["configurable"].get("checkpoint_id") or None
         body: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = body.pop("channel_values", None) or {}
@@ -331,11 +357,16 @@ class CheckpointCodec:
                     EncodedBlob(channel, version_text(version), LIST_TYPE, chunked.ref.encode())
                 )
                 # Item ids hash the serialized bytes, so compress only what is stored.
-                items.update((iid, compress(*typed)) for iid, typed in chunked.items.items())
+                packed = {iid: pack(typed) for iid, typed in chunked.items.items()}
+                items.update(packed)
+                if self.encryption is not None:
+                    # The list memory keeps items as stored: a later read opens them
+                    # like fetched ones (plaintext there would be refused).
+                    chunked.items = packed
                 nodes.update(chunked.nodes)
                 lists[key] = chunked
             else:
-                typ, data = compress(*self._dump(value, what))
+                typ, data = pack(self._dump(value, what))
                 blobs.append(EncodedBlob(channel, version_text(version), typ, data))
         # The id is stored beside the body (it is the record's key).
         body.pop("id", None)
@@ -365,11 +396,15 @@ class CheckpointCodec:
         return EncodedCheckpoint(
             checkpoint_id=checkpoint["id"],
             parent_id=parent_id,
-            checkpoint=compress(*self._dump(body, "checkpoint")),
+            checkpoint=pack(self._dump(body, "checkpoint")),
             metadata=(JSON_METADATA, b"")
             if self.metadata_as_json and json_exact(dict(meta))
-            else compress(*self._dump(meta, "metadata")),
-            metadata_json=json_safe(dict(meta)),
+            else pack(self._dump(meta, "metadata")),
+            metadata_json=json_safe(
+                dict(meta)
+                if self.metadata_keys is None
+                else {k: v for k, v in meta.items() if k in self.metadata_keys}
+            ),
             run_id=run_id if isinstance(run_id, str) else None,
             channel_versions={ch: version_text(v) for ch, v in versions.items()},
             versions_json=versions_json,
@@ -381,6 +416,14 @@ class CheckpointCodec:
             lists=lists,
             changed=frozenset(new_versions),
         )
+
+    def narrowing(self, filter: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        """The part of a ``list(filter=...)`` the database may narrow by: the keys the
+        projection keeps (the whole filter is checked on the decoded metadata anyway)."""
+        keep = self.metadata_keys
+        if keep is None or not filter:
+            return filter
+        return {k: v for k, v in filter.items() if k in keep} or None
 
     def forget_replaced_lists(self, target: Target, checkpoint: Checkpoint) -> None:
         """Forget the remembered lists of channels the latest ``checkpoint`` shows holding
@@ -424,12 +467,22 @@ class CheckpointCodec:
                 with decoding(f"the list items of channel {channel!r}", **where):
                     request = ListRequest(key, ListRef.decode(data), {})
                     lists[channel] = yield from resolve_list(
-                        request, self.memory, fetch, self._load, parse, at
+                        request,
+                        self.memory,
+                        fetch,
+                        partial(self._load, thread_id=thread_id),
+                        parse,
+                        at,
                     )
         return lists
 
     def encode_writes(
-        self, target: Target, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+        self,
+        target: Target,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+        user_id: str | None = None,
     ) -> list[EncodedWrite]:
         encoded = []
         for idx, (channel, value) in enumerate(writes):
@@ -437,7 +490,9 @@ class CheckpointCodec:
             # put of that list checks these objects for changes (see lists.chunk_list).
             key = (target.thread_key, target.checkpoint_ns, channel)
             self.memory.note_written(key, value if isinstance(value, list) else [value])
-            typ, data = compress(*self._dump(value, f"write to channel {channel!r}"))
+            typ, data = self._pack(
+                self._dump(value, f"write to channel {channel!r}"), target.thread_id, user_id
+            )
             encoded.append(
                 EncodedWrite(
                     task_id, WRITES_IDX_MAP.get(channel, idx), channel, typ, data, task_path
@@ -445,7 +500,12 @@ class CheckpointCodec:
             )
         return encoded
 
-    def _load(self, typ: str, data: bytes | None) -> Any:
+    def _load(self, typ: str, data: bytes | None, thread_id: str | None = None) -> Any:
+        """A stored value (opened first when encryption is on: ``thread_id`` is where it
+        must have been sealed)."""
+        if self.encryption is not None and typ not in (EMPTY, LIST_TYPE):
+            where = Location("checkpoint", thread_id)
+            typ, data = self.encryption.open_typed(typ, data or b"", where)
         return self.serde.loads_typed(decompress(typ, data or b""))
 
     def decode_stored(
@@ -463,8 +523,9 @@ class CheckpointCodec:
         return self.decode_tuple(stored, metadata, lists)
 
     def _load_at(self, typ: str, data: bytes | None, what: str, /, **where: object) -> Any:
+        thread_id = where.get("thread_id")
         with decoding(what, **where):
-            return self._load(typ, data)
+            return self._load(typ, data, thread_id if isinstance(thread_id, str) else None)
 
     def decode_writes(
         self, rows: Iterable[tuple[str, str, str, bytes, str, int]], **where: object
@@ -498,7 +559,7 @@ class CheckpointCodec:
         """Decode a stored checkpoint; ``lists`` holds its list channels, already rebuilt."""
         where = _where(stored)
         with decoding("the checkpoint", **where):
-            body = self._load(*stored.checkpoint)
+            body = self._load(*stored.checkpoint, stored.thread_id)
             body.setdefault("id", stored.checkpoint_id)
             if "channel_versions" not in body:
                 body["channel_versions"] = plain_versions(stored.channel_versions or {})
@@ -531,6 +592,7 @@ class CheckpointCodec:
         channels: Sequence[str],
         chain: Sequence[ChainLink],
         lists: Mapping[str, list[Any]] | None = None,
+        thread_id: str | None = None,
     ) -> dict[str, DeltaChannelHistory]:
         """Assemble ``get_delta_channel_history`` from a parent chain, newest ancestor first.
 
@@ -544,7 +606,9 @@ class CheckpointCodec:
             seed: tuple[str, bytes | None] | None = None
             for link in chain:
                 mine = [w for w in link.writes if w[1] == channel]
-                per_link.append(self.decode_writes(mine, checkpoint_id=link.checkpoint_id))
+                per_link.append(
+                    self.decode_writes(mine, thread_id=thread_id, checkpoint_id=link.checkpoint_id)
+                )
                 if channel in link.seeds:
                     seed = link.seeds[channel]
                     break
@@ -555,7 +619,9 @@ class CheckpointCodec:
             if seed is not None and seed[0] == LIST_TYPE and lists is not None:
                 entry["seed"] = lists[channel]
             elif seed is not None and seed[0] != EMPTY:
-                entry["seed"] = self._load_at(*seed, what, checkpoint_id=link.checkpoint_id)
+                entry["seed"] = self._load_at(
+                    *seed, what, thread_id=thread_id, checkpoint_id=link.checkpoint_id
+                )
             result[channel] = entry
         return result
 

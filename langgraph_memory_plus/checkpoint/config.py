@@ -14,6 +14,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from ..encryption import Encryption
 from ..errors import InvalidConfigError
 from ..observability.core import Listener
 from ..threads.core import DEFAULT_INDEX_KEYS, check_index_keys, check_transcripts
@@ -56,6 +57,7 @@ class SaverOptions(TypedDict, total=False):
     transcript_ttl: float | None
     listeners: Sequence[Listener] | None
     list_memory_mib: float
+    encryption: Encryption | None
 
 
 def list_memory_bytes(mib: Any) -> int:

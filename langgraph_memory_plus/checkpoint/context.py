@@ -74,3 +74,15 @@ class ContextKeysSaver(CheckpointSaverBase):
     ) -> tuple[Plan[Any, None], RunnableConfig, Callable[[], None]]:
         config = with_context_keys(config, self.settings.index_keys)
         return super()._put_plan(config, checkpoint, metadata, new_versions)
+
+    def _put_writes_plan(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Plan[Any, None]:
+        # Only the per-tenant key reads the user of a write (see ``_user_of``).
+        if self.encryption is not None and self.encryption.tenant_keys is not None:
+            config = with_context_keys(config, self.settings.index_keys)
+        return super()._put_writes_plan(config, writes, task_id, task_path)

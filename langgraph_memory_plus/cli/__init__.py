@@ -116,6 +116,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="change nothing; report what would go")
     p.add_argument("--batch-size", type=int, default=100)
     p.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    p = command("rekey", "rekey", "re-encrypt stored rows with the current encryption key")
+    p.add_argument("--batch-size", type=int, default=500, help="rows per transaction")
     p = command("approvals", "approvals", "pending approvals: list, or expire overdue")
     p.add_argument("action", choices=["ls", "expire"])
     p.add_argument("--user", help="only this user's approvals")

@@ -421,6 +421,23 @@ def _plan(
     )
 
 
+def _shred(report: ErasureReport, target: _Target, user_id: str, drop_key: bool) -> ErasureReport:
+    """Crypto-shredding after an erasure: drop the user's tenant key (``drop_key``)."""
+    if not drop_key:
+        return report
+    encs = [getattr(c, "encryption", None) for c in (target.checkpointer, target.store)]
+    tenants = {id(e.tenant_keys): e.tenant_keys for e in encs if e and e.tenant_keys}
+    if not tenants:
+        raise InvalidConfigError(
+            "drop_key needs per-tenant keys: Encryption(tenant_keys=...) on the saver or store"
+        )
+    if report.dry_run:
+        return report
+    dropped = [keys.drop(user_id) for keys in tenants.values()]
+    report.counts["keys_dropped"] = int(any(dropped))
+    return report
+
+
 def _search_args(target: _Target, user_id: str, step: _Threads) -> Mapping[str, Any]:
     return {
         "metadata": {target.user_key: user_id},
@@ -466,6 +483,7 @@ def erase_user(
     progress: Callable[[ErasureProgress], None] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     tombstone_hours: float | None = DEFAULT_HOLD_HOURS,
+    drop_key: bool = False,
 ) -> ErasureReport:
     """Remove everything of ``user_id``; returns what was removed.
 
@@ -486,6 +504,11 @@ def erase_user(
     the store drops every put under it, so a run of the user still going cannot write
     their data back; then writes work again (a user may sign up again with the same id;
     ``store.lift_tombstone(namespace)`` ends it earlier). ``None`` or ``0``: no tombstones.
+
+    ``drop_key``: with per-tenant keys (``Encryption(tenant_keys=...)``), also drop the
+    user's key once the erasure is done (crypto-shredding: what it sealed, in backups and
+    replicas too, can no longer be read; see the README's "Encryption" for what it does
+    not cover). ``counts["keys_dropped"]`` says whether there was one.
     """
     target = _target(memory, checkpointer, store, tombstone_hours)
     saver, items = target.checkpointer, target.store
@@ -512,10 +535,11 @@ def erase_user(
             return items.search(step.namespace, **_records_args(step))
         return items.batch(_puts(step))
 
-    return drive(
+    report = drive(
         _plan(user_id, target, namespaces, approvals_namespace, dry_run, batch_size, progress),
         execute,
     )
+    return _shred(report, target, user_id, drop_key)
 
 
 async def aerase_user(
@@ -530,6 +554,7 @@ async def aerase_user(
     progress: Callable[[ErasureProgress], None] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     tombstone_hours: float | None = DEFAULT_HOLD_HOURS,
+    drop_key: bool = False,
 ) -> ErasureReport:
     """Async :func:`erase_user`."""
     target = _target(memory, checkpointer, store, tombstone_hours)
@@ -557,7 +582,8 @@ async def aerase_user(
             return await items.asearch(step.namespace, **_records_args(step))
         return await items.abatch(_puts(step))
 
-    return await adrive(
+    report = await adrive(
         _plan(user_id, target, namespaces, approvals_namespace, dry_run, batch_size, progress),
         execute,
     )
+    return _shred(report, target, user_id, drop_key)

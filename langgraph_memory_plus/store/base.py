@@ -16,11 +16,12 @@ too large, a dropped connection) leaves nothing applied.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple, Protocol, TypedDict, TypeVar, cast
 
 from langgraph.store.base import (
@@ -41,10 +42,11 @@ from langgraph.store.base import (
 
 from ..drivers.bridge import AsyncBridge, SyncBridge
 from ..drivers.plan import Plan, adrive, drive
+from ..encryption import Encryption, Location
 from ..errors import ConflictError, InvalidConfigError, ValueTooLargeError, decoding
 from ..observability import events as ev
 from ..observability.core import Listener, Observable
-from .filters import Fields, parse_filter
+from .filters import Fields, holds, parse_filter
 from .namespaces import (
     Condition,
     check_count,
@@ -52,6 +54,7 @@ from .namespaces import (
     check_labels,
     check_writable,
     read_conditions,
+    user_of_namespace,
 )
 from .tombstones import DEFAULT_HOLD_HOURS, check_hold
 from .ttl import TaskSweeper, ThreadSweeper, item_ttl, read_ttl_config, sweep_interval
@@ -60,6 +63,7 @@ from .values import (
     InvalidValueError,
     VersionedItem,
     VersionedSearchItem,
+    decode_value,
     encode_value,
     escape_text,
     utf8_size,
@@ -224,6 +228,14 @@ class StoreOptions(TypedDict, total=False):
     ttl: TTLConfig | None
     max_value_bytes: int | None
     listeners: Sequence[Listener] | None
+    encryption: Encryption | None
+
+
+SEALED_FIELD = "lgmp_sealed"
+"""The only field of a stored value when encryption is on: the sealed JSON text."""
+SEARCH_ALL = 1 << 30
+"""The page an encrypted search asks its backend for: every match under the prefix
+(filters and pages are applied after decryption)."""
 
 
 class StoreBase(Observable, BaseStore, ABC):
@@ -239,8 +251,15 @@ class StoreBase(Observable, BaseStore, ABC):
         ttl: Any = None,
         max_value_bytes: int | None = None,
         listeners: Sequence[Listener] | None = None,
+        encryption: Encryption | None = None,
     ) -> None:
         self._init_listeners(listeners)
+        if encryption is not None and not isinstance(encryption, Encryption):
+            raise InvalidConfigError(
+                f"encryption must be an Encryption, got {type(encryption).__name__}"
+            )
+        self.encryption = encryption
+        """Encryption at rest of item values (see :mod:`..encryption`), or ``None``."""
         self.index = IndexSettings.build(index)
         self.index_config = None if self.index is None else self.index.config
         self.ttl_config = read_ttl_config(ttl)
@@ -311,8 +330,49 @@ class StoreBase(Observable, BaseStore, ABC):
                 f"the value for key {key!r}", encoded.size, self.max_value_bytes
             )
         texts = [] if self.index is None else self.index.texts(op.value, op.index)
+        if self.encryption is not None:
+            encoded = self._seal_value(namespace, key, encoded)
         request = WriteRequest(namespace, key, encoded, item_ttl(op.ttl), expected_version)
         return _Write(request, texts)
+
+    # -- encryption -------------------------------------------------------------------
+
+    def _location(self, namespace: Namespace, key: str) -> Location:
+        enc = self.encryption
+        user = (
+            user_of_namespace(namespace)
+            if enc is not None and enc.tenant_keys is not None
+            else None
+        )
+        return Location("store", namespace=tuple(namespace), key=key, user_id=user)
+
+    def _seal_value(self, namespace: Namespace, key: str, encoded: EncodedValue) -> EncodedValue:
+        """``encoded`` as ``{SEALED_FIELD: envelope}``: its JSON text (and whether it was
+        escaped) sealed at its namespace and key."""
+        assert self.encryption is not None
+        plain = ("1" if encoded.escaped else "0") + encoded.text
+        sealed = self.encryption.seal_text(plain, self._location(namespace, key))
+        out = encode_value({SEALED_FIELD: sealed}, escape=self._plans.escape_strings)
+        if out.size > self._plans.max_value_bytes:
+            raise ValueTooLargeError(
+                f"the encrypted value for key {key!r}", out.size, self._plans.max_value_bytes
+            )
+        return out
+
+    def _unseal(self, item: Any) -> Any:
+        """``item`` (an ``Item`` or ``None``) with its value opened."""
+        enc = self.encryption
+        if enc is None or item is None:
+            return item
+        where = self._location(item.namespace, item.key)
+        value = item.value
+        sealed = value.get(SEALED_FIELD) if isinstance(value, dict) and len(value) == 1 else None
+        if not isinstance(sealed, str):
+            enc.plaintext(where)  # raises unless migrating
+            return item
+        plain = enc.open_text(sealed, where)
+        item.value = decode_value(json.loads(plain[1:]), plain[:1] == "1")
+        return item
 
     def _search(self, op: SearchOp) -> tuple[SearchRequest, str | None]:
         query = op.query if (op.query and self.index is not None) else None
@@ -409,11 +469,15 @@ class StoreBase(Observable, BaseStore, ABC):
             where = _items_where(requests)
             with decoding("a store item", **where):
                 items = yield from self._plans.get(requests)
+                items = [self._unseal(item) for item in items]
             for (i, _), item in zip(batch.gets, items, strict=True):
                 results[i] = item
         for i, search in searches:
             with decoding("a store item found by search", namespace_prefix=search.prefix):
-                found = yield from self._plans.search(search)
+                if self.encryption is None:
+                    found = yield from self._plans.search(search)
+                else:
+                    found = yield from self._sealed_search(search)
             results[i] = cast(list[SearchItem], found)
         for i, listing in batch.lists:
             results[i] = yield from self._plans.list_namespaces(listing)
@@ -424,6 +488,24 @@ class StoreBase(Observable, BaseStore, ABC):
                 # run that outlived an erasure, and its data must not come back.
                 logger.warning("dropped %d put(s) under a tombstoned (erased) namespace", dropped)
         return results
+
+    def _sealed_search(self, search: SearchRequest) -> Plan[Any, list[VersionedSearchItem]]:
+        """A search over sealed values: the backend narrows by prefix (and orders by
+        vector score), every match is opened, and the filter and page apply here."""
+        if search.limit == 0:
+            return []
+        wide = replace(search, filter=None, limit=SEARCH_ALL, offset=0, refresh=False)
+        found = yield from self._plans.search(wide)
+        opened = [self._unseal(item) for item in found]
+        if search.filter is not None:
+            opened = [item for item in opened if holds(search.filter, item.value)]
+        page = opened[search.offset : search.offset + search.limit]
+        if search.refresh and page:
+            # Only the items handed out have their TTL refreshed, as without encryption.
+            yield from self._plans.get(
+                [GetRequest(tuple(item.namespace), item.key, True) for item in page]
+            )
+        return page
 
     def _sweep_plan(self, batch_size: int) -> Plan[Step, int]:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:

@@ -247,6 +247,26 @@ def declared_user_data() -> tuple[UserData, ...]:
     return tuple(_DECLARED.values())
 
 
+def user_of_namespace(namespace: Sequence[str]) -> str | None:
+    """The user id of a namespace under a declared user data template (the longest that
+    matches), else ``None``: whose per-tenant key seals an item there."""
+    best: tuple[int, str] | None = None
+    for data in _DECLARED.values():
+        template = data.template
+        if len(namespace) < len(template):
+            continue
+        user = None
+        for label, want in zip(namespace, template, strict=False):
+            if want == "{user_id}":
+                user = label_value_of(label)
+            elif label != want:
+                break
+        else:
+            if user is not None and (best is None or len(template) > best[0]):
+                best = (len(template), user)
+    return None if best is None else best[1]
+
+
 # The package's own writers of user data. They are declared here, in the layer below every
 # writer and below erasure, so that erase_user's default needs no import of the writers;
 # each writer takes its default namespace from these constants.

@@ -14,6 +14,7 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 from langgraph.types import Interrupt
 
 from ..drivers.plan import Plan, adrive, drive
+from ..encryption import Encryption, Location
 from ..errors import InvalidConfigError
 from .core import (
     ReindexBatch,
@@ -60,7 +61,7 @@ T = TypeVar("T")
 
 
 class Decoder(Protocol):
-    def _load(self, typ: str, data: bytes | None) -> Any: ...
+    def _load(self, typ: str, data: bytes | None, thread_id: str | None = None) -> Any: ...
 
 
 class IndexedSaver(Protocol):
@@ -71,6 +72,8 @@ class IndexedSaver(Protocol):
 
     @property
     def _codec(self) -> Decoder: ...
+
+    encryption: Encryption | None
 
     def _run(self, plan: Plan[Any, R]) -> R: ...
 
@@ -135,8 +138,12 @@ class Threads:
         load = self._saver._codec._load
         interrupts: dict[str, list[Interrupt]] = {}
         for task_id, (typ, data) in sorted(stored.interrupts.items()):
-            value = load(typ, data)
+            value = load(typ, data, stored.thread_id)
             interrupts[task_id] = list(value) if isinstance(value, (list, tuple)) else [value]
+        title = stored.title
+        enc = self._saver.encryption
+        if enc is not None and title is not None:
+            title = enc.open_text(title, Location("title", stored.thread_id))
         return ThreadRecord(
             thread_id=stored.thread_id,
             created_at=to_datetime(stored.created_at),
@@ -144,7 +151,7 @@ class Threads:
             metadata=dict(stored.metadata),
             status=stored.status,  # type: ignore[typeddict-item]
             interrupts=interrupts,
-            title=stored.title,
+            title=title,
             size={"checkpoints": stored.checkpoints, "bytes": stored.bytes},
         )
 
@@ -174,10 +181,19 @@ class Threads:
                 raise InvalidConfigError(f"user_id must be a string or number, got {user_id!r}")
         return _thread_id(thread_id), owner, query.limit, query.offset
 
-    @staticmethod
-    def _lines(rows: list[tuple[str, str, str, float]]) -> list[TranscriptMessage]:
+    def _lines(
+        self, rows: list[tuple[str, str, str, float]], thread_id: str
+    ) -> list[TranscriptMessage]:
+        enc = self._saver.encryption
         return [
-            TranscriptMessage(id=i, role=r, content=c, created_at=to_datetime(t))
+            TranscriptMessage(
+                id=i,
+                role=r,
+                content=c
+                if enc is None
+                else enc.open_text(c, Location("transcript", thread_id, key=i)),
+                created_at=to_datetime(t),
+            )
             for i, r, c, t in rows
         ]
 
@@ -258,7 +274,9 @@ class Threads:
         for that user is returned (another user's thread id gives ``[]``).
         """
         args = self._transcript_args(thread_id, user_id, limit, offset)
-        return _then(self._plans.transcript(*args), self._lines)
+        return _then(
+            self._plans.transcript(*args), functools.partial(self._lines, thread_id=args[0])
+        )
 
     def _records(self, stored: list[StoredRecord]) -> list[ThreadRecord]:
         return [self._record(r) for r in stored]

@@ -363,7 +363,7 @@ class PostgresCheckpointPlans:
             params.append(query.before)
         # The database narrows by containment; the exact check runs on the decoded
         # metadata (see ``_narrowing``).
-        contained, either = _narrowing(query.filter)
+        contained, either = _narrowing(codec.narrowing(query.filter))
         if contained:
             wheres.append("c.metadata_json @> %s")
             params.append(Jsonb(contained))
@@ -485,7 +485,7 @@ class PostgresCheckpointPlans:
         lists = yield from codec.resolve_lists(
             target.thread_id, target.checkpoint_ns, seeds, self._fetch_list
         )
-        return codec.delta_history(channels, chain, lists)
+        return codec.delta_history(channels, chain, lists, target.thread_id)
 
     # -- writes -----------------------------------------------------------------------
 

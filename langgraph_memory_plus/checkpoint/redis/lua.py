@@ -862,5 +862,13 @@ SCRIPTS: dict[str, str] = {
 }
 # On one index set, not a thread's keys (see threads/redis.py).
 SCRIPTS["zrem_if"] = ZREM_IF
+# Rekey (privacy/rekey.py): set one hash field only if it still holds what was read.
+SCRIPTS["hcas"] = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+  return 1
+end
+return 0
+"""
 SCRIPTS["tix_count"] = COUNT_ONE_NODE
 SCRIPTS.update(TRANSCRIPT_SCRIPTS)  # on a transcript's two keys

@@ -330,7 +330,7 @@ class RedisCheckpointPlans:
         costs the same whatever the thread's length.
         """
         assert query.thread_id is not None
-        conditions = _conditions(query.filter)
+        conditions = _conditions(codec.narrowing(query.filter))
         if conditions and query.checkpoint_id is None:
             return (yield from self._filtered_page(codec, query, page_size, conditions))
         if query.checkpoint_ns is not None:
@@ -566,7 +566,7 @@ class RedisCheckpointPlans:
         lists = yield from codec.resolve_lists(
             target.thread_id, target.checkpoint_ns, seeds, partial(self._resolve, keys), _item_rows
         )
-        return codec.delta_history(channels, chain, lists)
+        return codec.delta_history(channels, chain, lists, target.thread_id)
 
     def reindex(
         self, codec: CheckpointCodec, cursor: Any, batch_size: int

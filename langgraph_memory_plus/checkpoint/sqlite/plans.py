@@ -293,7 +293,7 @@ class SqliteCheckpointPlans:
         # SQLite narrows by the filter's strings and numbers (source, run_id, user_id,
         # step); every row is then checked exactly on its decoded metadata, as
         # InMemorySaver compares (where 1 == 1.0 == True, and None matches a missing key).
-        for i, (key, value) in enumerate((query.filter or {}).items()):
+        for i, (key, value) in enumerate((codec.narrowing(query.filter) or {}).items()):
             types = _narrowing_types(value)
             if types:
                 wheres.append(
@@ -441,7 +441,7 @@ class SqliteCheckpointPlans:
         lists = yield from codec.resolve_lists(
             target.thread_id, target.checkpoint_ns, found_seeds, self._fetch_list
         )
-        return codec.delta_history(channels, chain, lists)
+        return codec.delta_history(channels, chain, lists, target.thread_id)
 
     # -- writes -----------------------------------------------------------------------
 

@@ -89,6 +89,7 @@ class _PostgresOptions(StoreBase):
             ttl=options.get("ttl"),
             max_value_bytes=options.get("max_value_bytes"),
             listeners=options.get("listeners"),
+            encryption=options.get("encryption"),
         )
         self._plans = PostgresStorePlans(
             options.get("schema", DEFAULT_SCHEMA),

@@ -1044,4 +1044,12 @@ SCRIPTS: dict[str, str] = {
         tombs=REGISTRY_TOMB,
     ),
     "candidates": CANDIDATES,
+    # Rekey (privacy/rekey.py): set one hash field only if it still holds what was read.
+    "hcas": """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+  return 1
+end
+return 0
+""",
 }

@@ -83,6 +83,7 @@ class _RedisOptions(StoreBase):
             ttl=options.get("ttl"),
             max_value_bytes=options.get("max_value_bytes"),
             listeners=options.get("listeners"),
+            encryption=options.get("encryption"),
         )
         self.client = client
 

@@ -62,6 +62,7 @@ class _SqliteOptions(StoreBase):
             ttl=options.get("ttl"),
             max_value_bytes=options.get("max_value_bytes"),
             listeners=options.get("listeners"),
+            encryption=options.get("encryption"),
         )
         self.conn = conn
 
