@@ -49,7 +49,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from ._char_costs import extra_tokens
+from ._char_costs import extra_tokens, two_byte_extra
 
 EXTRA_TOKENS_PER_MESSAGE = 4
 """Per-message framing, as in OpenAI's chat format: three for the markers and separators,
@@ -82,7 +82,7 @@ TOKENS_PER_IMAGE = 85
 #   ideographs and Hangul syllables in byte pieces), from a table built from the
 #   tokenizers' own vocabularies (``_char_costs``, ``benchmarks/token_budgets.py``).
 # - Other characters (Latin-1, Cyrillic, Greek, Arabic...) cost one token; emoji and other
-#   astral characters three.
+#   astral characters four (their four UTF-8 bytes; Qwen and cl100k spell rare ones so).
 
 UNITS_PER_TOKEN = 20
 _LETTER = 6  # ASCII lower-case letters
@@ -90,7 +90,7 @@ _UPPER = 12  # upper-case letters: all-caps words and random strings split finel
 _SPACE = 2
 _DIGIT = 21  # a token, and a weight no other class has (the pair counts below need it)
 _OTHER = 20  # ASCII punctuation and controls; two-byte and three-byte characters' base
-_ASTRAL = 60
+_ASTRAL = 80  # four bytes: up to four tokens (rare ideographs of the supplementary planes)
 _AFTER_DIGIT = UNITS_PER_TOKEN - _LETTER  # a letter right after a digit: a token
 _BEFORE_DIGIT = UNITS_PER_TOKEN - _SPACE  # a space right before a digit: a token
 _CASE_CHANGE = 14  # an upper-case letter right after a lower-case one (base64, keys)
@@ -169,9 +169,26 @@ def text_units(text: str) -> int:
     if text.isascii():
         return _weights(text.encode(), len(text))
     units = _weights(text.encode("utf-8", "surrogatepass"), len(text))
+    units += UNITS_PER_TOKEN * two_byte_extra(text) + _BEFORE_DIGIT * _spaced_out(text)
+    units += _AFTER_DIGIT * len(_SPLIT_WORD.findall(text))
     if max(text) < "\u0800":  # no character of the table's range
         return units
     return units + UNITS_PER_TOKEN * extra_tokens(text)
+
+
+# an ASCII letter right before a letter of U+0080-07FF (a Turkish or Polish word with a
+# dotless i or an accented n): the word splits there in some vocabularies, so the letter
+# costs the rest of a token
+_SPLIT_WORD = re.compile(r"[A-Za-z](?=[\u0080-\u07ff])")
+_STRANDED = re.compile(r" (?=[\u0080-\u1fff])|[\x21-\x7e](?=[\u0300-\u036f])")
+
+
+def _spaced_out(text: str) -> int:
+    """ASCII characters that stand alone before a character beyond ASCII: a space
+    (cl100k joins a space to an ASCII word but often not to the bytes of another
+    script's first letter: Georgian, Armenian, Hebrew words) and a letter carrying
+    combining marks ("i̶g̶n̶o̶r̶e̶")."""
+    return len(_STRANDED.findall(text))
 
 
 def approximate_text_tokens(text: str) -> float:
