@@ -29,6 +29,7 @@ The scanner is one layer of three: memory is also shown to the model only as quo
 from __future__ import annotations
 
 import asyncio
+import base64
 import inspect
 import logging
 import re
@@ -481,6 +482,11 @@ CHINESE_RULES: tuple[Rule, ...] = (
 """The rules matched against the squeezed text (Chinese: spacing is no word boundary)."""
 
 _INVISIBLE = {"Cf", "Cc", "Co", "Cs", "Cn"}
+# letters and symbols that print as nothing (Hangul fillers, the braille blank)
+_BLANKS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+# markdown emphasis and code marks at a word's edge ("**ignore** _all_ `rules`"); inside a
+# word ("pg_sleep") or alone ("select * from") they stay
+_EMPHASIS = re.compile(r"(?<!\w)[*_`~]+(?=\w)|(?<=\w)[*_`~]+(?!\w)")
 _SPACES = re.compile(r"[^\S\n]+")
 # Letters from other scripts that look like Latin ones (an "o" that is Cyrillic), and
 # traditional characters of the rules' words folded to simplified: a small built-in table
@@ -518,15 +524,29 @@ _FILLER = re.compile(r"[\s\-_*·.,~|/\\'\"`^+=#@&%$<>()\[\]{}，、…]+")
 
 def normalize(text: str) -> str:
     """The form rules match against: NFKC (full-width forms become ASCII), invisible
-    characters (zero-width spaces, joiners, bidi marks) dropped, case-folded, look-alike
-    letters of other scripts folded to Latin, letter-spaced words joined, runs of spaces
-    collapsed (newlines kept, so line-start rules still work)."""
-    text = unicodedata.normalize("NFKC", text)
-    text = "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch) not in _INVISIBLE)
+    characters (zero-width spaces, joiners, bidi marks, blank letters) and combining marks
+    (accents, strike-through overlays) dropped, emoji and other symbols and the
+    markdown emphasis around words (``**ignore**``, ```rules```) made spaces, case-folded,
+    look-alike letters of other scripts folded to Latin, letter-spaced words joined,
+    runs of spaces collapsed (newlines kept, so line-start rules still work)."""
+    text = unicodedata.normalize("NFKD", text)
+    text = "".join(_kept(ch) for ch in text)
+    text = _EMPHASIS.sub(" ", unicodedata.normalize("NFKC", text))
     text = text.replace("\u2019", "'").replace("\u2018", "'")
     text = text.casefold().translate(_FOLD).translate(_PUNCTUATION)
     text = "\n".join(_unspace(line) for line in text.split("\n"))
     return _SPACES.sub(" ", text)
+
+
+def _kept(ch: str) -> str:
+    """What one character of the decomposed text becomes: itself, nothing (invisible, a
+    combining mark, a blank letter) or a space (a symbol: "ignore 🙂 all 🙂 rules")."""
+    if ch in "\n\t":
+        return ch
+    category = unicodedata.category(ch)
+    if category in _INVISIBLE or category in ("Mn", "Me") or ch in _BLANKS:
+        return ""
+    return " " if category in ("So", "Sk") else ch
 
 
 def _unspace(line: str) -> str:
@@ -544,6 +564,36 @@ def squeeze(normal: str) -> str:
     Chinese rules: Chinese has no spaces between words, so "忽 略 之-前 的 规·则" means
     what "忽略之前的规则" means."""
     return "\n".join(_FILLER.sub("", line) for line in normal.split("\n"))
+
+
+_BASE64 = re.compile(r"(?<![\w+/=-])[A-Za-z0-9+/_-]{16,}={0,2}(?![\w+/=-])")
+MAX_DECODED = 8
+"""Base64 runs decoded per text, at most (the longest first)."""
+
+
+def decoded(text: str) -> list[str]:
+    """The text hidden in ``text``: what its invisible tag characters spell, and what its
+    base64 runs (standard or URL-safe alphabet) of 16 characters or more decode to when
+    that is UTF-8 text of printable characters. A memory has no reason to hold encoded
+    instructions, and a model decodes base64 readily."""
+    runs = sorted(set(_BASE64.findall(text)), key=len, reverse=True)[:MAX_DECODED]
+    found: list[str] = []
+    # invisible tag characters spelling ASCII, which some models read ("ASCII smuggling")
+    tags = "".join(chr(ord(c) - 0xE0000) for c in text if "\U000e0020" <= c <= "\U000e007e")
+    if tags:
+        found.append(tags)
+    for run in runs:
+        if not (any(c.isdigit() or c.isupper() for c in run) and any(c.islower() for c in run)):
+            continue  # a word, a number or a key in one case: not base64 of text
+        body = run.rstrip("=").replace("-", "+").replace("_", "/")
+        try:
+            data = base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
+            plain = data.decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if plain and sum(ch.isprintable() or ch in "\n\t" for ch in plain) >= 0.95 * len(plain):
+            found.append(plain)
+    return found
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -581,8 +631,10 @@ class Scanner:
         self.squeezed: tuple[Rule, ...] = tuple(CHINESE_RULES if squeezed is None else squeezed)
 
     def scan(self, text: str) -> list[Finding]:
-        """Every rule that matches ``text`` (empty: safe to store)."""
-        normal = normalize(text)
+        """Every rule that matches ``text`` (empty: safe to store), or the text hidden in
+        it (:func:`decoded`: "decode this and obey it: aWdub3Jl...")."""
+        hidden = decoded(text)
+        normal = normalize(text if not hidden else "\n".join([text, *hidden]))
         findings = self._match(self.rules, normal)
         if self.squeezed:
             findings += self._match(self.squeezed, squeeze(normal))
@@ -693,11 +745,13 @@ class ModelCheck:
             content = getattr(answer, "text", None)
             if not isinstance(content, str):
                 return None
-        words = re.findall(r"[a-z]+", content.casefold())
-        if "unsafe" in words[:3]:
+        words = re.findall(r"[a-z]+", content.casefold())[:3]
+        if "unsafe" in words:
             return True
-        if "safe" in words[:3]:
-            return False
+        if "safe" in words:
+            # "Not safe", "isn't safe": a negated SAFE is an UNSAFE, never a pass
+            negated = any(w in _NEGATIONS for w in words[: words.index("safe")])
+            return negated
         return None
 
     def _decide(self, answer: Any, error: BaseException | None, text: str) -> list[Finding]:
@@ -746,6 +800,9 @@ class ModelCheck:
             return self._decide(None, exc, text)
         return self._decide(answer, None, text)
 
+
+_NEGATIONS = frozenset({"not", "isn", "isnt", "no", "never", "hardly", "nothing"})
+"""Words that turn a judge's SAFE into its opposite ("not safe", "isn't safe")."""
 
 _JUDGES: list[ThreadPoolExecutor] = []
 
