@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from langgraph_memory_plus.messages import approximate_text_tokens
-from langgraph_memory_plus.nodes import DEFAULT_SCANNER, neutralize
+from langgraph_memory_plus.nodes import DEFAULT_SCANNER, extract_statements, keywords, neutralize
 from langgraph_memory_plus.nodes.quoting import block
 from langgraph_memory_plus.nodes.scanning import ModelCheck, decoded
 
@@ -147,3 +147,44 @@ def test_the_estimate_never_under_counts_other_scripts(
     estimate = math.ceil(approximate_text_tokens(text))
     for tokenizer, count in counters.items():
         assert count(text) <= estimate, (tokenizer, count(text), estimate)
+
+
+# -- preferences and search read traditional characters and full-width letters --------------
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("Ｉ ａｌｗａｙｓ ｓｉｔ ｏｎ ｔｈｅ ａｉｓｌｅ.", {"seat": "aisle"}),
+        ("我每次出差都訂經濟艙", {"cabin": "economy"}),
+        ("我習慣坐靠窗的位子", {"seat": "window"}),
+    ],
+)
+def test_preferences_are_read_in_full_width_and_traditional(
+    text: str, expected: dict[str, str]
+) -> None:
+    read = {s.field: s.value for s in extract_statements(text) if not s.negated}
+    assert read == expected
+
+
+def test_an_inquiry_in_traditional_characters_stores_nothing() -> None:
+    assert extract_statements("請問商務艙還有位子嗎？") == []
+
+
+def test_search_finds_a_name_across_traditional_and_simplified() -> None:
+    memories = ["乘客劉洋，護照E1234", "乘客陈伟，身份证号 110101", "用户喜欢靠窗"]
+    assert [h.item for h in keywords.rank(memories, str, "刘洋的护照", 5)] == [memories[0]]
+    assert [h.item for h in keywords.rank(memories, str, "陳偉", 5)] == [memories[1]]
+    assert keywords.rank(memories, str, "趙六", 5) == []
+
+
+def test_a_latin_name_is_matched_whole_never_word_by_word() -> None:
+    memories = [
+        "Passenger Li Wei, passport E111",
+        "Passenger Zhang Si, passport E222",
+        "passport of SI LI: E333",
+    ]
+    for query in ["Li Si", "LI/SI", "Show Li Si passport", "Where is Li Si"]:
+        assert [h.item for h in keywords.rank(memories, str, query, 5)] == [memories[2]], query
+    for query in ["Wang Li", "Zhang Wei", "Find Zhang Wei Passport"]:
+        assert keywords.rank(memories, str, query, 5) == [], query

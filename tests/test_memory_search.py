@@ -214,6 +214,29 @@ async def test_searching_a_name_never_returns_another_persons_record(open_store:
         assert str(tagged.content).startswith("Found 2 memories") and "王小明" not in tagged.content
 
 
+async def test_names_in_latin_letters_or_traditional_characters_never_match_another(
+    open_store: OpenStore,
+) -> None:
+    """h36-attack: "Li Si" found Li Wei's and Zhang Si's records (each held one of its two
+    words, half the query's weight), and 張三 did not find 张三."""
+    async with open_store() as ops:
+        t = tools(ops.store)
+        for text in [
+            "Passenger Li Wei, passport E1110001",
+            "Passenger Zhang Si, passport E2220002",
+            "乘客張三，護照 G3330003",
+        ]:
+            added = await ops.tool(t["add_memory"], content=text)
+            assert added.status == "success", added.content
+        for query in ["Li Si", "Li Si passport", "Zhang Wei", "李四"]:
+            nothing = await ops.tool(t["search_memories"], query=query)
+            assert nothing.content == "No memories found.", (query, nothing.content)
+        found = str((await ops.tool(t["search_memories"], query="Zhang Si")).content)
+        assert found.startswith("Found 1 memories") and "E2220002" in found
+        found = str((await ops.tool(t["search_memories"], query="张三的护照")).content)
+        assert found.startswith("Found 1 memories") and "G3330003" in found
+
+
 async def test_records_are_validated_and_stored_with_metadata(open_store: OpenStore) -> None:
     async with open_store() as ops:
         t = tools(ops.store, schema=Passenger)

@@ -18,11 +18,13 @@ give ``seat: window``), so a statement in either language confirms the other.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..messages import _text
+from ._hant import simplified
 
 DEFAULT_CONFIDENCE = 0.8
 HEDGE_PENALTY = 0.2
@@ -598,6 +600,9 @@ class RuleExtractor:
         return tuple(rule for language in self.languages for rule in language.rules)
 
     def __call__(self, text: str) -> list[Statement]:
+        # the rules read one form: full-width letters as ASCII, traditional characters
+        # as simplified ("我都坐商務艙")
+        text = simplified(unicodedata.normalize("NFKC", text))
         found: dict[str, tuple[int, Statement]] = {}
         for language in self.languages:
             for clause, sentence in language.parts(text):

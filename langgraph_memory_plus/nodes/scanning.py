@@ -42,6 +42,7 @@ from typing import Any
 
 from ..errors import MemoryPlusError
 from ..messages import _text
+from ._hant import SIMPLIFIED, TRADITIONAL
 
 logger = logging.getLogger(__name__)
 
@@ -489,26 +490,13 @@ _BLANKS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
 _EMPHASIS = re.compile(r"(?<!\w)[*_`~]+(?=\w)|(?<=\w)[*_`~]+(?!\w)")
 _SPACES = re.compile(r"[^\S\n]+")
 # Letters from other scripts that look like Latin ones (an "o" that is Cyrillic), and
-# traditional characters of the rules' words folded to simplified: a small built-in table
-# (the characters the Chinese rules and their likely paraphrases use), not a converter,
-# so there is no dependency; a character outside it is kept as written.
+# traditional characters folded to simplified (:mod:`._hant`: a small built-in table, not
+# a converter, so there is no dependency; a character outside it is kept as written).
 _LOOKALIKES = (
     "\u0430\u0435\u043e\u0440\u0441\u0443\u0445\u0456\u0458\u0455\u0501\u04bb\u051b\u051d\u028f\u0261\u03bf\u03b1\u03b9\u03b5\u03ba\u03bd\u03c1\u03c4\u03c5\u03c7",
     "aeopcyxijsdhqwygoaieknptux",
 )
-_TRADITIONAL = (
-    "無視規則設統詞錢轉給別現從開發員們這賬帳戶積額驗證認碼過繞記讓條據應當戲擬裝謂權"
-    "歷歲輸憶換變為務須將對話時號餘機協議請聽僅廢棄隱啟啓關閉導個後裡裏說讀寫顯題蓋銷"
-    "刪斷丟範約準繫係師駭資匯劃動偽執實際該絕項構層級確幫習慣錄錯麼嗎護違與於並獲處職"
-    "紀謹嚴極終線遊飾腦態倫審濾舊產總擊滅殺費價單筆鑰網絡結鏈傳遞達殼內頭優屬專預鎖憑"
-    "論屆萬億圓幣兌點數紅勵獎",
-    "无视规则设统词钱转给别现从开发员们这账账户积额验证认码过绕记让条据应当戏拟装谓权"
-    "历岁输忆换变为务须将对话时号余机协议请听仅废弃隐启启关闭导个后里里说读写显题盖销"
-    "删断丢范约准系系师骇资汇划动伪执实际该绝项构层级确帮习惯录错么吗护违与于并获处职"
-    "纪谨严极终线游饰脑态伦审滤旧产总击灭杀费价单笔钥网络结链传递达壳内头优属专预锁凭"
-    "论届万亿圆币兑点数红励奖",
-)
-_FOLD = str.maketrans(_LOOKALIKES[0] + _TRADITIONAL[0], _LOOKALIKES[1] + _TRADITIONAL[1])
+_FOLD = str.maketrans(_LOOKALIKES[0] + TRADITIONAL, _LOOKALIKES[1] + SIMPLIFIED)
 # Punctuation variants folded to one form: dashes, quotes, brackets of CJK typesetting
 _PUNCTUATION = str.maketrans(
     "\u2010\u2011\u2012\u2013\u2014\u2015\u2e3a\u2e3b\u30fc\u201c\u201d\u201e\u300c\u300d\u300e\u300f\u3008\u3009\u300a\u300b",
