@@ -11,8 +11,9 @@ the newest memories here. The rules, and why:
   terms (in a memory, the two words side by side, in either order), never its words
   alone, so ``Li Wei``'s record is no answer to ``Li Si``. Han, kana and hangul are
   written without spaces, so a run of them gives its overlapping character pairs
-  (bigrams: ``身份证号`` -> ``身份 份证 证号``); a single character alone gives itself. Runs are first cut at common function characters
-  (``的 了 是 吗`` ...), which would otherwise glue a name to the next word (``李四的``).
+  (bigrams: ``身份证号`` -> ``身份 份证 证号``); a single character alone gives itself.
+  Runs are first cut at common function characters (``的 了 是 吗`` ...), which would
+  otherwise glue a name to the next word (``李四的``).
   Bigrams need no dictionary, find any name a user wrote (a segmenter such as jieba
   splits unknown names unpredictably), and cost nothing to install.
 * **Matching.** A term matches a memory whose folded text contains it: a bigram or a
