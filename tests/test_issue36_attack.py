@@ -188,3 +188,15 @@ def test_a_latin_name_is_matched_whole_never_word_by_word() -> None:
         assert [h.item for h in keywords.rank(memories, str, query, 5)] == [memories[2]], query
     for query in ["Wang Li", "Zhang Wei", "Find Zhang Wei Passport"]:
         assert keywords.rank(memories, str, query, 5) == [], query
+
+
+def test_a_pasted_page_as_the_query_looks_for_a_bounded_number_of_terms() -> None:
+    """Each term is looked for in every memory of the pool (up to 1000 of 2000
+    characters): a 2000-character query held the caller for about 26 s (the event loop,
+    for the async tools)."""
+    page = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(2000))
+    chains = keywords._capped(keywords.query_chains(page))
+    assert sum(len(chain) for chain in chains) == keywords.MAX_QUERY_TERMS
+    assert keywords._capped(keywords.query_chains("李四的护照")) == keywords.query_chains(
+        "李四的护照"
+    )

@@ -38,6 +38,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import pairwise
 from typing import Generic, TypeVar
 
@@ -52,6 +53,9 @@ def _words(text: str) -> frozenset[str]:
 
 MIN_SCORE = 0.5
 """The weighted share of the query's terms a memory must hold to be a hit."""
+
+MAX_QUERY_TERMS = 48
+"""Terms of a query that are looked for (its first ones); a search is a few words."""
 
 GENERIC_WEIGHT = 0.1
 """The weight, relative to others, of terms that name a kind of record rather than its
@@ -154,10 +158,14 @@ class _Document:
 
     def __init__(self, text: str) -> None:
         self.text = fold(text)
-        words = [w for w in _RUN.findall(self.text) if not _IS_CJK.match(w)]
-        self.stems = {stem(w) for w in words}
-        self.pairs = {f"{a} {b}" for a, b in pairwise(words)}
-        self.pairs |= {f"{b} {a}" for a, b in pairwise(words)}
+        self.words = [w for w in _RUN.findall(self.text) if not _IS_CJK.match(w)]
+        self.stems = {stem(w) for w in set(self.words)}
+
+    @cached_property
+    def pairs(self) -> frozenset[str]:
+        """Adjacent words, in both orders (only names need them)."""
+        pairs = list(pairwise(self.words))
+        return frozenset([f"{a} {b}" for a, b in pairs] + [f"{b} {a}" for a, b in pairs])
 
     def holds(self, term: Term) -> bool:
         if term.name:
@@ -195,7 +203,7 @@ class Hit(Generic[T]):
 def rank(items: Sequence[T], text_of: Callable[[T], str], query: str, limit: int) -> list[Hit[T]]:
     """The items that match ``query`` (score at least :data:`MIN_SCORE`), best first; on
     ties ``items``' order (the store's: newest first)."""
-    chains = query_chains(query)
+    chains = _capped(query_chains(query))
     if not chains or limit <= 0:
         return []
     docs = [_Document(text_of(item)) for item in items]
@@ -214,6 +222,20 @@ def rank(items: Sequence[T], text_of: Callable[[T], str], query: str, limit: int
             hits.append(Hit(item, score))
     hits.sort(key=lambda hit: -hit.score)  # stable: ties keep the store's order
     return hits[:limit]
+
+
+def _capped(chains: list[list[Term]]) -> list[list[Term]]:
+    """The chains of the query's first :data:`MAX_QUERY_TERMS` terms: each term is
+    looked for in every memory of the pool, so a pasted page as the query would
+    otherwise hold the caller (the event loop, for the async tools) for seconds."""
+    kept: list[list[Term]] = []
+    room = MAX_QUERY_TERMS
+    for chain in chains:
+        if room <= 0:
+            break
+        kept.append(chain[:room])
+        room -= len(kept[-1])
+    return kept
 
 
 def _meaningful(chains: list[list[Term]], docs: Sequence[_Document]) -> list[Term]:
