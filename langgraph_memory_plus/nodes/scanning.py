@@ -689,7 +689,8 @@ class ModelCheck:
         judge: a LangChain chat model (anything with ``invoke``/``ainvoke`` taking
             messages), or a callable ``text -> verdict`` (sync or async). A verdict is a
             bool (True: unsafe) or text: ``UNSAFE``/``SAFE`` (a model's message, or a
-            string), case-insensitive; anything else counts as no answer.
+            string), case-insensitive, a negated SAFE ("not safe") being UNSAFE, or
+            the same in Chinese (``不安全``/``安全``); anything else counts as no answer.
         timeout: seconds to wait for the verdict.
         fail_closed: when the judge fails, times out or gives no answer: True (default)
             refuses the write (``model_check/unavailable``), False lets it through. Both
@@ -733,6 +734,11 @@ class ModelCheck:
             content = getattr(answer, "text", None)
             if not isinstance(content, str):
                 return None
+        head = content.strip()[:12]
+        if _ZH_UNSAFE.search(head):  # a Chinese model may answer in Chinese
+            return True
+        if _ZH_SAFE.match(head):
+            return False
         words = re.findall(r"[a-z]+", content.casefold())[:3]
         if "unsafe" in words:
             return True
@@ -789,6 +795,8 @@ class ModelCheck:
         return self._decide(answer, None, text)
 
 
+_ZH_UNSAFE = re.compile(r"不安全|不是安全|危险|有害|不可以|拒绝")
+_ZH_SAFE = re.compile(r"[\s*\"'“「]*安全")
 _NEGATIONS = frozenset({"not", "isn", "isnt", "no", "never", "hardly", "nothing"})
 """Words that turn a judge's SAFE into its opposite ("not safe", "isn't safe")."""
 
