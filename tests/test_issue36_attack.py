@@ -15,6 +15,7 @@ import pytest
 
 from langgraph_memory_plus.messages import approximate_text_tokens
 from langgraph_memory_plus.nodes import DEFAULT_SCANNER, extract_statements, keywords, neutralize
+from langgraph_memory_plus.nodes.llm_extraction import LLMExtractor
 from langgraph_memory_plus.nodes.quoting import block
 from langgraph_memory_plus.nodes.scanning import ModelCheck, decoded
 
@@ -208,3 +209,12 @@ def test_a_pasted_page_as_the_query_looks_for_a_bounded_number_of_terms() -> Non
     assert keywords._capped(keywords.query_chains("李四的护照")) == keywords.query_chains(
         "李四的护照"
     )
+
+
+def test_the_llm_extractors_guard_reads_traditional_characters() -> None:
+    """The guard looked for 商务舱 in 商務艙 and dropped the model's right answer."""
+    extractor = LLMExtractor(lambda _text: [{"field": "cabin", "value": "business"}])
+    (statement,) = extractor("長途我都坐商務艙")
+    assert (statement.field, statement.value, statement.negated) == ("cabin", "business", False)
+    asked = LLMExtractor(lambda _text: [{"field": "cabin", "value": "business"}])
+    assert asked("請問商務艙多少錢？") == []  # an inquiry stays an inquiry

@@ -564,6 +564,12 @@ def _same_value(a: Statement, b: Statement) -> bool:
     return bool(a.value == b.value)
 
 
+def normal_form(text: str) -> str:
+    """The one form the rules read: full-width letters as ASCII (NFKC), traditional
+    characters as simplified ("我都坐商務艙" is "我都坐商务舱")."""
+    return simplified(unicodedata.normalize("NFKC", text))
+
+
 class RuleExtractor:
     """The default extractor: each of ``languages`` (English and Chinese by default)
     applied clause by clause.
@@ -600,9 +606,7 @@ class RuleExtractor:
         return tuple(rule for language in self.languages for rule in language.rules)
 
     def __call__(self, text: str) -> list[Statement]:
-        # the rules read one form: full-width letters as ASCII, traditional characters
-        # as simplified ("我都坐商務艙")
-        text = simplified(unicodedata.normalize("NFKC", text))
+        text = normal_form(text)
         found: dict[str, tuple[int, Statement]] = {}
         for language in self.languages:
             for clause, sentence in language.parts(text):
