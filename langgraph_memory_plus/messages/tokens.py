@@ -169,26 +169,32 @@ def text_units(text: str) -> int:
     if text.isascii():
         return _weights(text.encode(), len(text))
     units = _weights(text.encode("utf-8", "surrogatepass"), len(text))
-    units += UNITS_PER_TOKEN * two_byte_extra(text) + _BEFORE_DIGIT * _spaced_out(text)
-    units += _AFTER_DIGIT * len(_SPLIT_WORD.findall(text))
+    units += UNITS_PER_TOKEN * two_byte_extra(text) + _stranded(text)
     if max(text) < "\u0800":  # no character of the table's range
         return units
     return units + UNITS_PER_TOKEN * extra_tokens(text)
 
 
-# an ASCII letter right before a letter of U+0080-07FF (a Turkish or Polish word with a
-# dotless i or an accented n): the word splits there in some vocabularies, so the letter
-# costs the rest of a token
-_SPLIT_WORD = re.compile(r"[A-Za-z](?=[\u0080-\u07ff])")
-_STRANDED = re.compile(r" (?=[\u0080-\u1fff])|[\x21-\x7e](?=[\u0300-\u036f])")
+# a character of U+0080-1FFF right after an ASCII one (the regex scans for the wide
+# character, so ASCII text is only skipped over)
+_AFTER_ASCII = re.compile(r"(?<=[ -~])[\u0080-\u1fff]")
 
 
-def _spaced_out(text: str) -> int:
-    """ASCII characters that stand alone before a character beyond ASCII: a space
-    (cl100k joins a space to an ASCII word but often not to the bytes of another
-    script's first letter: Georgian, Armenian, Hebrew words) and a letter carrying
-    combining marks ("i̶g̶n̶o̶r̶e̶")."""
-    return len(_STRANDED.findall(text))
+def _stranded(text: str) -> int:
+    """Units for ASCII characters that a wider character strands: a space before a
+    letter of another alphabet (cl100k joins a space to an ASCII word but often not to
+    the bytes of such a letter: Georgian, Armenian, Hebrew words) and a character
+    carrying combining marks cost the rest of a token (:data:`_BEFORE_DIGIT`); an ASCII
+    letter before a letter of U+0080-07FF (a Turkish or Polish word with a dotless i or
+    an accented n) splits the word there in some vocabularies (:data:`_AFTER_DIGIT`)."""
+    units = 0
+    for match in _AFTER_ASCII.finditer(text):
+        before, wide = text[match.start() - 1], match[0]
+        if before == " " or "\u0300" <= wide <= "\u036f":
+            units += _BEFORE_DIGIT
+        if before.isalpha() and wide <= "\u07ff":
+            units += _AFTER_DIGIT
+    return units
 
 
 def approximate_text_tokens(text: str) -> float:
