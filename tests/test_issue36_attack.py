@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from langgraph_memory_plus.messages import approximate_text_tokens
+from langgraph_memory_plus.messages.tokens import encoding_for_model
 from langgraph_memory_plus.nodes import DEFAULT_SCANNER, extract_statements, keywords, neutralize
 from langgraph_memory_plus.nodes.llm_extraction import LLMExtractor
 from langgraph_memory_plus.nodes.quoting import block
@@ -218,3 +219,23 @@ def test_the_llm_extractors_guard_reads_traditional_characters() -> None:
     assert (statement.field, statement.value, statement.negated) == ("cabin", "business", False)
     asked = LLMExtractor(lambda _text: [{"field": "cabin", "value": "business"}])
     assert asked("請問商務艙多少錢？") == []  # an inquiry stays an inquiry
+
+
+@pytest.mark.parametrize(
+    "name,encoding",
+    [
+        ("openai:gpt-4o", "o200k_base"),  # init_chat_model's provider:model form
+        ("ft:gpt-4o-mini-2024-07-18:acme::9xYz", "o200k_base"),  # a fine-tune
+        ("ft:gpt-3.5-turbo-0125:acme::abc", "cl100k_base"),
+        ("ollama:qwen3.6:27b", "qwen3.5"),
+        ("qwen3.10-max", "qwen3.5"),  # 3.10 is after 3.5, not 3.1
+        ("qwen2.5:7b", "qwen"),
+        ("anthropic:claude-3-5-sonnet", None),
+    ],
+)
+def test_model_names_with_providers_and_fine_tunes_pick_their_tables(
+    name: str, encoding: str | None
+) -> None:
+    """A fine-tuned GPT-4o or "openai:gpt-4o" had no counter: a string raised TypeError,
+    a chat model fell back to its own counter (which downloads its table)."""
+    assert encoding_for_model(name) == encoding

@@ -342,7 +342,7 @@ _QWEN_MODELS = {"qwen": "qwen-max", "qwen3.5": "qwen3.6-27b"}
 
 _O200K = re.compile(r"(chatgpt-4o|gpt-4o|gpt-4\.[1-9]|gpt-[5-9]|gpt-oss|o[1-9])(\b|-|$)")
 _CL100K = re.compile(r"(gpt-4|gpt-3\.5|gpt-35|text-embedding-(ada-002|3))(\b|-|$)")
-_QWEN = re.compile(r"(qwen|qwq)(\d+(\.\d+)?)?")
+_QWEN = re.compile(r"(qwen|qwq)(\d+)?(\.(\d+))?")
 _ESTIMATED = ("deepseek",)
 """Families without an exact counter here whose tokenizer the estimate is checked
 against (:data:`ESTIMATE_COVERS`): they get the estimate."""
@@ -351,19 +351,25 @@ against (:data:`ESTIMATE_COVERS`): they get the estimate."""
 def encoding_for_model(name: str) -> str | None:
     """The encoding of :data:`ENCODINGS` a model (by name) uses, or ``None``.
 
-    Provider prefixes are dropped (``"openai/gpt-4o"``, ``"Qwen/Qwen3-8B"``): ``gpt-4o``,
+    Provider prefixes are dropped (``"openai/gpt-4o"``, ``"Qwen/Qwen3-8B"``,
+    ``"openai:gpt-4o"``), a fine-tune counts as its base (``"ft:gpt-4o-mini:org::id"``),
+    an Ollama tag is ignored (``"qwen2.5:7b"``): ``gpt-4o``,
     ``gpt-4.1``, ``gpt-5``, ``o1``/``o3``/``o4`` -> ``"o200k_base"``; ``gpt-4``, ``gpt-3.5``
     -> ``"cl100k_base"``; ``qwen...`` -> ``"qwen"``, from Qwen 3.5 on ``"qwen3.5"``.
     """
-    model = name.rsplit("/", 1)[-1].lower()
-    if _O200K.match(model):
-        return "o200k_base"
-    if _CL100K.match(model):
-        return "cl100k_base"
-    qwen = _QWEN.match(model)
-    if qwen:
-        version = qwen.group(2)
-        return "qwen3.5" if version and float(version) >= 3.5 else "qwen"
+    # "openai:gpt-4o" (init_chat_model's form), "ft:gpt-4o-mini:org::id" (a fine-tune
+    # keeps its base's tokenizer), "qwen2.5:7b" (an Ollama tag): the first part that
+    # names a model
+    for model in name.rsplit("/", 1)[-1].lower().split(":"):
+        if _O200K.match(model):
+            return "o200k_base"
+        if _CL100K.match(model):
+            return "cl100k_base"
+        qwen = _QWEN.match(model)
+        if qwen:
+            major, minor = qwen.group(2), qwen.group(4)
+            version = (int(major), int(minor or 0)) if major else (0, 0)
+            return "qwen3.5" if version >= (3, 5) else "qwen"
     return None
 
 
