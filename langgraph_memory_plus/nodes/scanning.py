@@ -493,9 +493,19 @@ _SPACES = re.compile(r"[^\S\n]+")
 # traditional characters folded to simplified (:mod:`._hant`: a small built-in table, not
 # a converter, so there is no dependency; a character outside it is kept as written).
 _LOOKALIKES = (
-    "\u0430\u0435\u043e\u0440\u0441\u0443\u0445\u0456\u0458\u0455\u0501\u04bb\u051b\u051d\u028f\u0261\u03bf\u03b1\u03b9\u03b5\u03ba\u03bd\u03c1\u03c4\u03c5\u03c7",
-    "aeopcyxijsdhqwygoaieknptux",
+    "\u0430\u0435\u043e\u0440\u0441\u0443\u0445\u0456\u0458\u0455\u0501\u04bb\u051b\u051d\u028f\u0261\u03bf\u03b1\u03b9\u03b5\u03ba\u03bd\u03c1\u03c4\u03c5\u03c7"
+    # dotless i and j, Latin alpha, iota and epsilon, Armenian o and u, Cyrillic palochka
+    "\u0131\u0237\u0251\u0269\u025b\u0585\u057d\u04cf"
+    # small capitals ("ɪɢɴᴏʀᴇ"), which NFKC keeps
+    "\u1d00\u0299\u1d04\u1d05\u1d07\ua730\u0262\u029c\u026a\u1d0a\u1d0b\u029f\u1d0d"
+    "\u0274\u1d0f\u1d18\ua7af\u0280\ua731\u1d1b\u1d1c\u1d20\u1d21\u1d22",
+    "aeopcyxijsdhqwygoaieknptuxijaieoulabcdefghijklmnopqrstuvwz",
 )
+# letters drawn as symbols, which would otherwise read as spaces: regional indicators
+# (🇮🇬🇳), negative circled and negative squared capitals (🅸🅶🅽)
+_LETTER_SYMBOLS = {
+    base + i: chr(ord("a") + i) for base in (0x1F1E6, 0x1F150, 0x1F170) for i in range(26)
+}
 _FOLD = str.maketrans(_LOOKALIKES[0] + TRADITIONAL, _LOOKALIKES[1] + SIMPLIFIED)
 # Punctuation variants folded to one form: dashes, quotes, brackets of CJK typesetting
 _PUNCTUATION = str.maketrans(
@@ -517,7 +527,7 @@ def normalize(text: str) -> str:
     markdown emphasis around words (``**ignore**``, ```rules```) made spaces, case-folded,
     look-alike letters of other scripts folded to Latin, letter-spaced words joined,
     runs of spaces collapsed (newlines kept, so line-start rules still work)."""
-    text = unicodedata.normalize("NFKD", text)
+    text = unicodedata.normalize("NFKD", text.translate(_LETTER_SYMBOLS))
     text = "".join(_kept(ch) for ch in text)
     text = _EMPHASIS.sub(" ", unicodedata.normalize("NFKC", text))
     text = text.replace("\u2019", "'").replace("\u2018", "'")
