@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import html
 import inspect
 import logging
 import re
@@ -39,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from ..errors import MemoryPlusError
 from ..messages import _text
@@ -564,15 +566,18 @@ def squeeze(normal: str) -> str:
     return "\n".join(_FILLER.sub("", line) for line in normal.split("\n"))
 
 
+_PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
+_ENTITY = re.compile(r"&(?:#[0-9]+|#[xX][0-9A-Fa-f]+|[A-Za-z]+);")
 _BASE64 = re.compile(r"(?<![\w+/=-])[A-Za-z0-9+/_-]{16,}={0,2}(?![\w+/=-])")
 MAX_DECODED = 8
 """Base64 runs decoded per text, at most (the longest first)."""
 
 
 def decoded(text: str) -> list[str]:
-    """The text hidden in ``text``: what its invisible tag characters spell, and what its
-    base64 runs (standard or URL-safe alphabet) of 16 characters or more decode to when
-    that is UTF-8 text of printable characters. A memory has no reason to hold encoded
+    """The text hidden in ``text``: what its invisible tag characters spell, the text
+    with percent-encoding and HTML character references decoded, and what its base64
+    runs (standard or URL-safe alphabet) of 16 characters or more decode to when that
+    is UTF-8 text of printable characters. A memory has no reason to hold encoded
     instructions, and a model decodes base64 readily."""
     runs = sorted(set(_BASE64.findall(text)), key=len, reverse=True)[:MAX_DECODED]
     found: list[str] = []
@@ -580,6 +585,11 @@ def decoded(text: str) -> list[str]:
     tags = "".join(chr(ord(c) - 0xE0000) for c in text if "\U000e0020" <= c <= "\U000e007e")
     if tags:
         found.append(tags)
+    # percent-encoding and HTML character references ("ignore%20all", "&#105;gnore")
+    if _PERCENT.search(text):
+        found.append(unquote(text))
+    if _ENTITY.search(text):
+        found.append(html.unescape(text))
     for run in runs:
         if not (any(c.isdigit() or c.isupper() for c in run) and any(c.islower() for c in run)):
             continue  # a word, a number or a key in one case: not base64 of text
