@@ -278,3 +278,11 @@ def test_a_memory_id_that_reads_as_an_instruction_is_refused() -> None:
     assert store.search(("memories", "u1")) == [] and judged == []
     saved = add(content="I like green tea", key="tea")
     assert saved.status == "success" and judged == ["I like green tea\n(id: tea)"]
+
+
+def test_a_long_run_of_spaces_is_read_as_one() -> None:
+    """The rules' patterns took super-quadratic time over a run of spaces (4000: 1.3 s,
+    100 000: hours) and quoted it as evidence; runs are now one space."""
+    (statement,) = extract_statements("I want " + " " * 2000 + "a window seat")
+    assert (statement.field, statement.value) == ("seat", "window")
+    assert "  " not in statement.evidence

@@ -566,8 +566,14 @@ def _same_value(a: Statement, b: Statement) -> bool:
 
 def normal_form(text: str) -> str:
     """The one form the rules read: full-width letters as ASCII (NFKC), traditional
-    characters as simplified ("我都坐商務艙" is "我都坐商务舱")."""
-    return simplified(unicodedata.normalize("NFKC", text))
+    characters as simplified ("我都坐商務艙" is "我都坐商务舱"), runs of spaces as one and
+    of line breaks as one (a long run made the rules' patterns take quadratic time)."""
+    text = simplified(unicodedata.normalize("NFKC", text))
+    return _LINE_BREAKS.sub("\n", _SPACE_RUNS.sub(" ", text))
+
+
+_SPACE_RUNS = re.compile(r"[^\S\n]+")
+_LINE_BREAKS = re.compile(r"\s*\n\s*")
 
 
 class RuleExtractor:
