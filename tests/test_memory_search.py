@@ -377,6 +377,24 @@ async def test_filters_compare_iso_dates_as_instants(open_store: OpenStore) -> N
             await ops.call("search", ns, filter={"updated_at": {"$lt": "next week"}})
 
 
+async def test_dates_in_other_digits_are_no_instants_on_any_backend(
+    open_store: OpenStore,
+) -> None:
+    """h36-attack: a date in full-width digits matched {"$gte": "2026-01-01"} on
+    SQLite and Redis (Python's \\d) but not on PostgreSQL (its pre-filter's [0-9])."""
+    async with open_store() as ops:
+        ns = ("dates", "u1")
+        await ops.call(
+            "put", ns, "full-width", {"d": "\uff12\uff10\uff12\uff16-\uff10\uff16-\uff10\uff11"}
+        )
+        await ops.call(
+            "put", ns, "arabic-indic", {"d": "\u0662\u0660\u0662\u0666-\u0660\u0666-\u0660\u0661"}
+        )
+        await ops.call("put", ns, "ascii", {"d": "2026-06-01"})
+        found = await ops.call("search", ns, filter={"d": {"$gte": "2026-01-01"}}, limit=10)
+        assert [item.key for item in found] == ["ascii"]
+
+
 @pytest.mark.parametrize(
     ("text", "instant"),
     [
@@ -392,6 +410,8 @@ async def test_filters_compare_iso_dates_as_instants(open_store: OpenStore) -> N
         ("20260601", None),
         ("2026-W22", None),
         (20260601, None),
+        ("\uff12\uff10\uff12\uff16-\uff10\uff16-\uff10\uff11", None),  # full-width digits
+        ("\u0662\u0660\u0662\u0666-\u0660\u0666-\u0660\u0661", None),  # Arabic-Indic
     ],
 )
 def test_iso_instants(text: Any, instant: datetime | None) -> None:
