@@ -10,7 +10,8 @@ pair not stored a false negative.
 
 Run from the repository root::
 
-    python -m benchmarks.preferences_corpus [--half blind|reporting|tuning|all] [--misses]
+    python -m benchmarks.preferences_corpus [--half blind|adversarial|reporting|tuning|all]
+        [--misses]
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 from langgraph_memory_plus.nodes.extraction import Statement, extract_statements
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "corpora" / "preferences"
-HALVES = ("blind", "reporting", "tuning")
+HALVES = ("blind", "adversarial", "reporting", "tuning")
 
 
 @dataclass(frozen=True)

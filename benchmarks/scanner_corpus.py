@@ -18,7 +18,9 @@ from pathlib import Path
 from langgraph_memory_plus.nodes.scanning import DEFAULT_SCANNER, Scanner
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "corpora" / "injection"
-HALVES = ("report", "tuning")
+HALVES = ("report", "adversarial", "tuning")
+"""``adversarial`` is a second held-out half (new paraphrases and obfuscations), reported
+like ``report``."""
 LANGUAGES = ("en", "zh")
 
 
@@ -50,7 +52,7 @@ class Rates:
 
 
 def load(half: str) -> list[Example]:
-    """The examples of one half (``report`` or ``tuning``)."""
+    """The examples of one half (``report``, ``adversarial`` or ``tuning``)."""
     if half not in HALVES:
         raise ValueError(f"half must be one of {HALVES}, got {half!r}")
     path = CORPUS / f"{half}.jsonl"

@@ -219,12 +219,41 @@ def char_costs() -> bytes:
     return bytes(out)
 
 
+def two_byte_classes() -> tuple[str, str]:
+    """The code points of U+0080-07FF that cost 2 or more, and 3 or more, alone in the
+    costliest tokenizer the estimate covers, as regular-expression class ranges."""
+    counters = [count for count, _ in exact_counters().values()]
+    costs = [max(count(chr(p)) for count in counters) for p in range(0x80, 0x800)]
+
+    def ranges(least: int) -> str:
+        out, start = [], None
+        for i, cost in enumerate([*costs, 0]):
+            if cost >= least and start is None:
+                start = i
+            elif cost < least and start is not None:
+                a, b = 0x80 + start, 0x80 + i - 1
+                out.append(f"\\u{a:04x}" + (f"-\\u{b:04x}" if b > a else ""))
+                start = None
+        return "".join(out)
+
+    return ranges(2), ranges(3)
+
+
 def write_table() -> None:
     path = Path(tokens.__file__).with_name("_char_costs.py")
     encoded = base64.b85encode(zlib.compress(char_costs(), 9)).decode()
     lines = "".join(f'    "{encoded[i : i + 92]}"\n' for i in range(0, len(encoded), 92))
     source = path.read_text()
     source = re.sub(r"TABLE = \(\n(    \".*\"\n)+\)", f"TABLE = (\n{lines})", source)
+    two, three = two_byte_classes()
+    parts = re.findall(r"\\u[0-9a-f]{4}(?:-\\u[0-9a-f]{4})?", two)  # never cut a range
+    two_lines = "".join(f'    "{"".join(parts[i : i + 6])}"\n' for i in range(0, len(parts), 6))
+    source = re.sub(
+        r"TWO_BYTE_DEAR = \(\n(    \".*\"\n)+\)",
+        lambda _: f"TWO_BYTE_DEAR = (\n{two_lines})",
+        source,
+    )
+    source = re.sub(r'TWO_BYTE_DEARER = ".*"', lambda _: f'TWO_BYTE_DEARER = "{three}"', source)
     path.write_text(source)
     print(f"wrote {path}")
 

@@ -649,6 +649,16 @@ def test_items_ls_lists_items_not_updated_for_n_days(url: str) -> None:
     assert run("items", "ls", "-u", url, "--stale-days", "-1").returncode == USAGE
 
 
+def test_items_ls_with_a_staleness_beyond_the_calendar_lists_nothing(url: str) -> None:
+    """h36-attack: --stale-days 1e9, 800000 or inf crashed with an OverflowError (the
+    cutoff fell before year 1) instead of listing nothing."""
+    with from_url(url) as memory:
+        memory.store.put(("memories", "u1"), "k", {"content": "张三"})
+    for days in ("1e9", "800000", "inf"):
+        assert as_json("items", "ls", "-u", url, "--stale-days", days) == [], days
+    assert run("items", "ls", "-u", url, "--stale-days", "nan").returncode == USAGE
+
+
 @pytest.mark.parametrize(
     "url",
     [

@@ -26,7 +26,13 @@ from langgraph_memory_plus.messages import (
     count_tokens_script_aware,
     tokens,
 )
-from langgraph_memory_plus.messages._char_costs import FIRST, MORE, table
+from langgraph_memory_plus.messages._char_costs import (
+    FIRST,
+    MORE,
+    TWO_BYTE_DEAR,
+    TWO_BYTE_DEARER,
+    table,
+)
 from langgraph_memory_plus.messages._core import as_token_counter
 from langgraph_memory_plus.messages.tokens import UNITS_PER_TOKEN, text_units
 from langgraph_memory_plus.nodes import RuleExtractor, Statement, extract_statements
@@ -105,10 +111,20 @@ def reference_units(text: str) -> int:
     """The estimate one character at a time, from the classes the counter's docs give:
     slow and plain, what the fast byte arithmetic and the table's regexes must equal."""
     costs = table()
+    dear = re.compile(f"[{TWO_BYTE_DEAR}]")
+    dearer = re.compile(f"[{TWO_BYTE_DEARER}]")
     units = 0
     previous = ""
-    for c in text:
+    for i, c in enumerate(text):
         o = ord(c)
+        following = text[i + 1 : i + 2]
+        if following and (  # an ASCII character stranded before a wider one
+            (c == " " and "\x80" <= following <= "\u1fff")
+            or ("\x21" <= c <= "\x7e" and "\u0300" <= following <= "\u036f")
+        ):
+            units += tokens._BEFORE_DIGIT
+        if following and c.isascii() and c.isalpha() and "\x80" <= following <= "\u07ff":
+            units += tokens._AFTER_DIGIT  # a word split before a two-byte letter
         after_digit = tokens._AFTER_DIGIT if "0" <= previous <= "9" else 0
         if "0" <= c <= "9":
             units += tokens._DIGIT + (tokens._BEFORE_DIGIT if previous == " " else 0)
@@ -121,6 +137,8 @@ def reference_units(text: str) -> int:
             units += tokens._SPACE
         elif o < FIRST:
             units += tokens._OTHER
+            if o >= 0x80 and dear.match(c):
+                units += UNITS_PER_TOKEN * (2 if dearer.match(c) else 1)
         elif o < 0x10000:
             cost = costs[o - FIRST]
             units += UNITS_PER_TOKEN * (MORE if cost == 4 else cost)
@@ -131,7 +149,8 @@ def reference_units(text: str) -> int:
 
 
 BOUNDARIES = (
-    "aZzA 09\n\t\x00\x7f!~{}.,é\x80\u07ff\u0800\u2fff\u3000\u3001\u303f\u3040\u3080\u30c0\u3100"
+    "aZzA 09\n\t\x00\x7f!~{}.,é\x80\u07ff\u0336\u0344\u05d0\u0416\u00c9"
+    "\u0800\u2fff\u3000\u3001\u303f\u3040\u3080\u30c0\u3100"
     "\u3400\u3fff\u4000\u4e00\u9fff\ua000\uac00\ud7a3\ud800\udfff\ue000\uff0c\uffff"
     "\U00010000\U0001f600\U0010ffff中文。かなカナ한"
 )

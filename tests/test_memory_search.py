@@ -214,6 +214,29 @@ async def test_searching_a_name_never_returns_another_persons_record(open_store:
         assert str(tagged.content).startswith("Found 2 memories") and "王小明" not in tagged.content
 
 
+async def test_names_in_latin_letters_or_traditional_characters_never_match_another(
+    open_store: OpenStore,
+) -> None:
+    """h36-attack: "Li Si" found Li Wei's and Zhang Si's records (each held one of its two
+    words, half the query's weight), and 張三 did not find 张三."""
+    async with open_store() as ops:
+        t = tools(ops.store)
+        for text in [
+            "Passenger Li Wei, passport E1110001",
+            "Passenger Zhang Si, passport E2220002",
+            "乘客張三，護照 G3330003",
+        ]:
+            added = await ops.tool(t["add_memory"], content=text)
+            assert added.status == "success", added.content
+        for query in ["Li Si", "Li Si passport", "Zhang Wei", "李四"]:
+            nothing = await ops.tool(t["search_memories"], query=query)
+            assert nothing.content == "No memories found.", (query, nothing.content)
+        found = str((await ops.tool(t["search_memories"], query="Zhang Si")).content)
+        assert found.startswith("Found 1 memories") and "E2220002" in found
+        found = str((await ops.tool(t["search_memories"], query="张三的护照")).content)
+        assert found.startswith("Found 1 memories") and "G3330003" in found
+
+
 async def test_records_are_validated_and_stored_with_metadata(open_store: OpenStore) -> None:
     async with open_store() as ops:
         t = tools(ops.store, schema=Passenger)
@@ -354,6 +377,24 @@ async def test_filters_compare_iso_dates_as_instants(open_store: OpenStore) -> N
             await ops.call("search", ns, filter={"updated_at": {"$lt": "next week"}})
 
 
+async def test_dates_in_other_digits_are_no_instants_on_any_backend(
+    open_store: OpenStore,
+) -> None:
+    """h36-attack: a date in full-width digits matched {"$gte": "2026-01-01"} on
+    SQLite and Redis (Python's \\d) but not on PostgreSQL (its pre-filter's [0-9])."""
+    async with open_store() as ops:
+        ns = ("dates", "u1")
+        await ops.call(
+            "put", ns, "full-width", {"d": "\uff12\uff10\uff12\uff16-\uff10\uff16-\uff10\uff11"}
+        )
+        await ops.call(
+            "put", ns, "arabic-indic", {"d": "\u0662\u0660\u0662\u0666-\u0660\u0666-\u0660\u0661"}
+        )
+        await ops.call("put", ns, "ascii", {"d": "2026-06-01"})
+        found = await ops.call("search", ns, filter={"d": {"$gte": "2026-01-01"}}, limit=10)
+        assert [item.key for item in found] == ["ascii"]
+
+
 @pytest.mark.parametrize(
     ("text", "instant"),
     [
@@ -369,6 +410,8 @@ async def test_filters_compare_iso_dates_as_instants(open_store: OpenStore) -> N
         ("20260601", None),
         ("2026-W22", None),
         (20260601, None),
+        ("\uff12\uff10\uff12\uff16-\uff10\uff16-\uff10\uff11", None),  # full-width digits
+        ("\u0662\u0660\u0662\u0666-\u0660\u0666-\u0660\u0661", None),  # Arabic-Indic
     ],
 )
 def test_iso_instants(text: Any, instant: datetime | None) -> None:

@@ -149,6 +149,9 @@ def test_conflicting_statements_resolve_by_recency_and_confidence() -> None:
 FLOORS = {
     # half -> language -> (precision, recall); measured: see the README
     "blind": {"en": (0.78, 0.62), "zh": (0.80, 0.72)},
+    # h36-attack's held-out half: before its normalization fix en 0.909/0.769, zh
+    # 0.818/0.692; after en 0.917/0.846, zh 0.846/0.846
+    "adversarial": {"en": (0.88, 0.80), "zh": (0.80, 0.80)},
     "reporting": {"en": (0.95, 0.95), "zh": (0.95, 0.95)},
     "tuning": {"en": (0.95, 0.95), "zh": (0.95, 0.95)},
 }
@@ -161,7 +164,7 @@ def test_precision_and_recall_floors_on_the_corpus(half: str) -> None:
     scores = score(examples, extract_statements)
     for lang, (precision, recall) in FLOORS[half].items():
         s = scores[lang]
-        assert s.messages >= 40
+        assert s.messages >= (30 if half == "adversarial" else 40)
         assert s.precision >= precision, (lang, s.precision, s.wrong)
         assert s.recall >= recall, (lang, s.recall, s.wrong)
         assert s.negations_stored == 0, (lang, s.wrong)

@@ -213,7 +213,12 @@ def items_ls(args: argparse.Namespace) -> int:
         raise CliError("--limit and --offset must be 0 or more", USAGE)
     prefix = tuple(part for part in args.namespace.split("/") if part)
     now = datetime.now(timezone.utc)
-    cutoff = None if args.stale_days is None else now - timedelta(days=args.stale_days)
+    cutoff = None
+    if args.stale_days is not None:
+        try:
+            cutoff = now - timedelta(days=args.stale_days)
+        except OverflowError:  # before year 1 (or inf): nothing is that old
+            cutoff = datetime.min.replace(tzinfo=timezone.utc)
     found = []
     with open_url(args.url) as opened:
         store = opened.store

@@ -58,9 +58,47 @@ TABLE = (
 costs alone (1-3), or 4 for more than 3 (charged :data:`MORE`). Surrogates count 3."""
 
 
+TWO_BYTE_DEAR = (
+    "\u0080-\u009f\u00b8\u00c5-\u00c6\u00c8\u00ca-\u00cc\u00cf"
+    "\u00d2\u00d4-\u00d5\u00d8-\u00d9\u00db\u00dd-\u00de\u00f7"
+    "\u00fe-\u0100\u0102\u0104\u0106\u0108-\u010c\u010e-\u010f"
+    "\u0112\u0114-\u0118\u011a\u011c-\u011e\u0120-\u012a\u012c-\u012f"
+    "\u0132-\u0141\u0143\u0145-\u014c\u014e-\u0150\u0152\u0154-\u0158"
+    "\u015a\u015c-\u015e\u0160\u0162\u0164\u0166-\u016a"
+    "\u016c-\u016e\u0170\u0172-\u0179\u017b\u017d\u017f-\u01a0"
+    "\u01a2-\u01af\u01b1-\u0218\u021a\u021c-\u0258\u025a-\u02ff\u0302-\u03ab"
+    "\u03b0\u03b6\u03be\u03c8\u03ca-\u03cb\u03cd-\u040f"
+    "\u0416\u0419\u0425\u0428-\u042c\u042e\u0450"
+    "\u0452-\u0455\u0457-\u05cf\u05d2\u05d6\u05d8\u05da-\u05db"
+    "\u05dd\u05df\u05e1\u05e3-\u05e7\u05eb-\u060b\u060d-\u0622"
+    "\u0624\u0626\u063b-\u0640\u064b-\u064d\u0653-\u067d\u067f-\u06a8"
+    "\u06aa-\u06ae\u06b0-\u06cb\u06cd-\u07ff"
+)
+"""Regular-expression ranges of the characters of U+0080-07FF that cost two tokens alone
+in the costliest tokenizer (most letters of Hebrew, Arabic, Armenian, upper-case and
+accented Latin, Greek and Cyrillic, every combining mark; built like :data:`TABLE`)."""
+TWO_BYTE_DEARER = "\u0344"
+"""The ones of them that cost three (what Qwen's NFC normalization spreads)."""
+
+
 def table() -> bytes:
     """The decoded table."""
     return zlib.decompress(base64.b85decode(TABLE))
+
+
+@cache
+def _two_byte() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """Runs of characters of U+0080-07FF that cost two tokens or more, and three."""
+    return re.compile(f"[{TWO_BYTE_DEAR}]+"), re.compile(f"[{TWO_BYTE_DEARER}]")
+
+
+def two_byte_extra(text: str) -> int:
+    """Tokens the characters of U+0080-07FF in ``text`` cost beyond one each: letters
+    most vocabularies hold whole cost one, the others (Hebrew, Armenian, upper-case
+    accented Latin, combining marks...) two, as their two UTF-8 bytes."""
+    dear, dearer = _two_byte()
+    costly = "".join(dear.findall(text))
+    return len(costly) + (len(dearer.findall(costly)) if costly else 0)
 
 
 @cache

@@ -49,7 +49,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from ._char_costs import extra_tokens
+from ._char_costs import extra_tokens, two_byte_extra
 
 EXTRA_TOKENS_PER_MESSAGE = 4
 """Per-message framing, as in OpenAI's chat format: three for the markers and separators,
@@ -82,7 +82,7 @@ TOKENS_PER_IMAGE = 85
 #   ideographs and Hangul syllables in byte pieces), from a table built from the
 #   tokenizers' own vocabularies (``_char_costs``, ``benchmarks/token_budgets.py``).
 # - Other characters (Latin-1, Cyrillic, Greek, Arabic...) cost one token; emoji and other
-#   astral characters three.
+#   astral characters four (their four UTF-8 bytes; Qwen and cl100k spell rare ones so).
 
 UNITS_PER_TOKEN = 20
 _LETTER = 6  # ASCII lower-case letters
@@ -90,7 +90,7 @@ _UPPER = 12  # upper-case letters: all-caps words and random strings split finel
 _SPACE = 2
 _DIGIT = 21  # a token, and a weight no other class has (the pair counts below need it)
 _OTHER = 20  # ASCII punctuation and controls; two-byte and three-byte characters' base
-_ASTRAL = 60
+_ASTRAL = 80  # four bytes: up to four tokens (rare ideographs of the supplementary planes)
 _AFTER_DIGIT = UNITS_PER_TOKEN - _LETTER  # a letter right after a digit: a token
 _BEFORE_DIGIT = UNITS_PER_TOKEN - _SPACE  # a space right before a digit: a token
 _CASE_CHANGE = 14  # an upper-case letter right after a lower-case one (base64, keys)
@@ -169,9 +169,32 @@ def text_units(text: str) -> int:
     if text.isascii():
         return _weights(text.encode(), len(text))
     units = _weights(text.encode("utf-8", "surrogatepass"), len(text))
+    units += UNITS_PER_TOKEN * two_byte_extra(text) + _stranded(text)
     if max(text) < "\u0800":  # no character of the table's range
         return units
     return units + UNITS_PER_TOKEN * extra_tokens(text)
+
+
+# a character of U+0080-1FFF right after an ASCII one (the regex scans for the wide
+# character, so ASCII text is only skipped over)
+_AFTER_ASCII = re.compile(r"(?<=[ -~])[\u0080-\u1fff]")
+
+
+def _stranded(text: str) -> int:
+    """Units for ASCII characters that a wider character strands: a space before a
+    letter of another alphabet (cl100k joins a space to an ASCII word but often not to
+    the bytes of such a letter: Georgian, Armenian, Hebrew words) and a character
+    carrying combining marks cost the rest of a token (:data:`_BEFORE_DIGIT`); an ASCII
+    letter before a letter of U+0080-07FF (a Turkish or Polish word with a dotless i or
+    an accented n) splits the word there in some vocabularies (:data:`_AFTER_DIGIT`)."""
+    units = 0
+    for match in _AFTER_ASCII.finditer(text):
+        before, wide = text[match.start() - 1], match[0]
+        if before == " " or "\u0300" <= wide <= "\u036f":
+            units += _BEFORE_DIGIT
+        if before.isalpha() and wide <= "\u07ff":
+            units += _AFTER_DIGIT
+    return units
 
 
 def approximate_text_tokens(text: str) -> float:
@@ -319,7 +342,7 @@ _QWEN_MODELS = {"qwen": "qwen-max", "qwen3.5": "qwen3.6-27b"}
 
 _O200K = re.compile(r"(chatgpt-4o|gpt-4o|gpt-4\.[1-9]|gpt-[5-9]|gpt-oss|o[1-9])(\b|-|$)")
 _CL100K = re.compile(r"(gpt-4|gpt-3\.5|gpt-35|text-embedding-(ada-002|3))(\b|-|$)")
-_QWEN = re.compile(r"(qwen|qwq)(\d+(\.\d+)?)?")
+_QWEN = re.compile(r"(qwen|qwq)(\d+)?(\.(\d+))?")
 _ESTIMATED = ("deepseek",)
 """Families without an exact counter here whose tokenizer the estimate is checked
 against (:data:`ESTIMATE_COVERS`): they get the estimate."""
@@ -328,19 +351,25 @@ against (:data:`ESTIMATE_COVERS`): they get the estimate."""
 def encoding_for_model(name: str) -> str | None:
     """The encoding of :data:`ENCODINGS` a model (by name) uses, or ``None``.
 
-    Provider prefixes are dropped (``"openai/gpt-4o"``, ``"Qwen/Qwen3-8B"``): ``gpt-4o``,
+    Provider prefixes are dropped (``"openai/gpt-4o"``, ``"Qwen/Qwen3-8B"``,
+    ``"openai:gpt-4o"``), a fine-tune counts as its base (``"ft:gpt-4o-mini:org::id"``),
+    an Ollama tag is ignored (``"qwen2.5:7b"``): ``gpt-4o``,
     ``gpt-4.1``, ``gpt-5``, ``o1``/``o3``/``o4`` -> ``"o200k_base"``; ``gpt-4``, ``gpt-3.5``
     -> ``"cl100k_base"``; ``qwen...`` -> ``"qwen"``, from Qwen 3.5 on ``"qwen3.5"``.
     """
-    model = name.rsplit("/", 1)[-1].lower()
-    if _O200K.match(model):
-        return "o200k_base"
-    if _CL100K.match(model):
-        return "cl100k_base"
-    qwen = _QWEN.match(model)
-    if qwen:
-        version = qwen.group(2)
-        return "qwen3.5" if version and float(version) >= 3.5 else "qwen"
+    # "openai:gpt-4o" (init_chat_model's form), "ft:gpt-4o-mini:org::id" (a fine-tune
+    # keeps its base's tokenizer), "qwen2.5:7b" (an Ollama tag): the first part that
+    # names a model
+    for model in name.rsplit("/", 1)[-1].lower().split(":"):
+        if _O200K.match(model):
+            return "o200k_base"
+        if _CL100K.match(model):
+            return "cl100k_base"
+        qwen = _QWEN.match(model)
+        if qwen:
+            major, minor = qwen.group(2), qwen.group(4)
+            version = (int(major), int(minor or 0)) if major else (0, 0)
+            return "qwen3.5" if version >= (3, 5) else "qwen"
     return None
 
 

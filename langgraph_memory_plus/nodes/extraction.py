@@ -18,11 +18,13 @@ give ``seat: window``), so a statement in either language confirms the other.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..messages import _text
+from ._hant import simplified
 
 DEFAULT_CONFIDENCE = 0.8
 HEDGE_PENALTY = 0.2
@@ -562,6 +564,18 @@ def _same_value(a: Statement, b: Statement) -> bool:
     return bool(a.value == b.value)
 
 
+def normal_form(text: str) -> str:
+    """The one form the rules read: full-width letters as ASCII (NFKC), traditional
+    characters as simplified ("我都坐商務艙" is "我都坐商务舱"), runs of spaces as one and
+    of line breaks as one (a long run made the rules' patterns take quadratic time)."""
+    text = simplified(unicodedata.normalize("NFKC", text))
+    return _LINE_BREAKS.sub("\n", _SPACE_RUNS.sub(" ", text))
+
+
+_SPACE_RUNS = re.compile(r"[^\S\n]+")
+_LINE_BREAKS = re.compile(r"\s*\n\s*")
+
+
 class RuleExtractor:
     """The default extractor: each of ``languages`` (English and Chinese by default)
     applied clause by clause.
@@ -598,6 +612,7 @@ class RuleExtractor:
         return tuple(rule for language in self.languages for rule in language.rules)
 
     def __call__(self, text: str) -> list[Statement]:
+        text = normal_form(text)
         found: dict[str, tuple[int, Statement]] = {}
         for language in self.languages:
             for clause, sentence in language.parts(text):

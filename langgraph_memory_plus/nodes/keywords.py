@@ -3,13 +3,17 @@
 A memory store without an index has no notion of relevance, so the memory tools rank
 the newest memories here. The rules, and why:
 
-* **Terms.** Text is NFKC-folded and case-folded (full-width letters and
-  digits are ASCII). Letters and digits in other scripts form words; a word counts if it has two
-  characters or more or holds a digit, and is not an English function word (``the``,
-  ``my``). Han, kana and hangul are written without spaces, so a run of them gives its
-  overlapping character pairs (bigrams: ``身份证号`` -> ``身份 份证 证号``); a single
-  character alone gives itself. Runs are first cut at common function characters
-  (``的 了 是 吗`` ...), which would otherwise glue a name to the next word (``李四的``).
+* **Terms.** Text is NFKC-folded, case-folded (full-width letters and digits are
+  ASCII) and traditional characters are simplified (:mod:`._hant`). Letters and digits
+  in other scripts form words; a word counts if it has two characters or more or holds
+  a digit, and is not an English function word (``the``, ``my``). Two or more
+  capitalized words in a row are a name (``Li Si``): its adjacent word pairs are its
+  terms (in a memory, the two words side by side, in either order), never its words
+  alone, so ``Li Wei``'s record is no answer to ``Li Si``. Han, kana and hangul are
+  written without spaces, so a run of them gives its overlapping character pairs
+  (bigrams: ``身份证号`` -> ``身份 份证 证号``); a single character alone gives itself.
+  Runs are first cut at common function characters (``的 了 是 吗`` ...), which would
+  otherwise glue a name to the next word (``李四的``).
   Bigrams need no dictionary, find any name a user wrote (a segmenter such as jieba
   splits unknown names unpredictably), and cost nothing to install.
 * **Matching.** A term matches a memory whose folded text contains it: a bigram or a
@@ -34,7 +38,11 @@ import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from itertools import pairwise
 from typing import Generic, TypeVar
+
+from ._hant import simplified
 
 T = TypeVar("T")
 
@@ -45,6 +53,9 @@ def _words(text: str) -> frozenset[str]:
 
 MIN_SCORE = 0.5
 """The weighted share of the query's terms a memory must hold to be a hit."""
+
+MAX_QUERY_TERMS = 48
+"""Terms of a query that are looked for (its first ones); a search is a few words."""
 
 GENERIC_WEIGHT = 0.1
 """The weight, relative to others, of terms that name a kind of record rather than its
@@ -88,17 +99,39 @@ class Term:
     text: str
     whole_word: bool  # a word of letters: match whole words, by their stems
     generic: bool = False
+    name: bool = False  # two words of a name ("li si"): adjacent in a memory, either order
+
+
+# Two or more capitalized words in a row ("Li Si", "ZHANG/WEI", "Maria Garcia"): a name,
+# matched by its adjacent pairs, never word by word
+_NAME_RUN = re.compile(r"\b[A-Z][A-Za-z'-]*(?:(?:\s+|\s*[/,]\s*)[A-Z][A-Za-z'-]*)+\b")
+_LETTERS = re.compile(r"[a-z0-9]+")
 
 
 def fold(text: str) -> str:
-    """Text as terms are matched on: compatibility forms folded, case folded."""
-    return unicodedata.normalize("NFKC", text).casefold()
+    """Text as terms are matched on: compatibility forms folded, case folded, traditional
+    characters simplified (a query for 張三 finds 张三's record, and the other way)."""
+    return simplified(unicodedata.normalize("NFKC", text).casefold())
 
 
 def query_chains(query: str) -> list[list[Term]]:
-    """A query's terms, as chains: the bigrams of one CJK run in order, or one word."""
+    """A query's terms, as chains: the bigrams of one CJK run in order, one word, or the
+    adjacent word pairs of a name written in Latin letters.
+
+    A name is two or more capitalized words in a row: "Li Si" is one term ("li si"), so
+    a memory about Li Wei or Zhang Si, which holds one of its words, is no match (word by
+    word, each held half the query's weight)."""
     chains: list[list[Term]] = []
-    for run in _RUN.findall(fold(query)):
+    plain = unicodedata.normalize("NFKC", query)
+    for run in _NAME_RUN.findall(plain):
+        words = [w for w in _LETTERS.findall(fold(run)) if w not in _STOP_WORDS]
+        if len(words) >= 2:
+            pairs = [f"{a} {b}" for a, b in pairwise(words)]
+            chains.append(
+                [Term(p, whole_word=False, generic=_both_generic(p), name=True) for p in pairs]
+            )
+            plain = plain.replace(run, " ", 1)
+    for run in _RUN.findall(fold(plain)):
         if _IS_CJK.match(run):
             for part in _CJK_STOPS.split(run):
                 grams = (
@@ -115,14 +148,28 @@ def query_chains(query: str) -> list[list[Term]]:
     return chains
 
 
+def _both_generic(pair: str) -> bool:
+    return all(stem(w) in _GENERIC_STEMS for w in pair.split())
+
+
 class _Document:
-    """A memory's folded text, and its words for whole-word matches."""
+    """A memory's folded text, its words for whole-word matches, and its word pairs (in
+    both orders) for names."""
 
     def __init__(self, text: str) -> None:
         self.text = fold(text)
-        self.stems = {stem(w) for w in _RUN.findall(self.text) if not _IS_CJK.match(w)}
+        self.words = [w for w in _RUN.findall(self.text) if not _IS_CJK.match(w)]
+        self.stems = {stem(w) for w in set(self.words)}
+
+    @cached_property
+    def pairs(self) -> frozenset[str]:
+        """Adjacent words, in both orders (only names need them)."""
+        pairs = list(pairwise(self.words))
+        return frozenset([f"{a} {b}" for a, b in pairs] + [f"{b} {a}" for a, b in pairs])
 
     def holds(self, term: Term) -> bool:
+        if term.name:
+            return term.text in self.pairs
         return term.text in self.stems if term.whole_word else term.text in self.text
 
 
@@ -156,7 +203,7 @@ class Hit(Generic[T]):
 def rank(items: Sequence[T], text_of: Callable[[T], str], query: str, limit: int) -> list[Hit[T]]:
     """The items that match ``query`` (score at least :data:`MIN_SCORE`), best first; on
     ties ``items``' order (the store's: newest first)."""
-    chains = query_chains(query)
+    chains = _capped(query_chains(query))
     if not chains or limit <= 0:
         return []
     docs = [_Document(text_of(item)) for item in items]
@@ -177,19 +224,40 @@ def rank(items: Sequence[T], text_of: Callable[[T], str], query: str, limit: int
     return hits[:limit]
 
 
+def _capped(chains: list[list[Term]]) -> list[list[Term]]:
+    """The chains of the query's first :data:`MAX_QUERY_TERMS` terms: each term is
+    looked for in every memory of the pool, so a pasted page as the query would
+    otherwise hold the caller (the event loop, for the async tools) for seconds."""
+    kept: list[list[Term]] = []
+    room = MAX_QUERY_TERMS
+    for chain in chains:
+        if room <= 0:
+            break
+        kept.append(chain[:room])
+        room -= len(kept[-1])
+    return kept
+
+
 def _meaningful(chains: list[list[Term]], docs: Sequence[_Document]) -> list[Term]:
     """The distinct terms of the chains, without the bigrams that only straddle two
     words: one no memory holds between two that some memory holds or that name a kind
-    of record (``四护`` in ``李四护照``). Kept, such a pair would count as a missing
-    term against the very record that holds both words."""
-    seen: dict[tuple[str, bool], Term] = {}
+    of record (``四护`` in ``李四护照``), and a name's pairs that only join it to a
+    capitalized word beside it (``show li`` in "Show Li Si"). Kept, such a pair would
+    count as a missing term against the very record that holds the words."""
+    seen: dict[tuple[str, bool, bool], Term] = {}
     for chain in chains:
         held = [any(doc.holds(t) for doc in docs) for t in chain]
         known = [h or t.generic for h, t in zip(held, chain, strict=True)]
         for i, term in enumerate(chain):
             inner = 0 < i < len(chain) - 1
-            if not (inner and not held[i] and known[i - 1] and known[i + 1]):
-                seen.setdefault((term.text, term.whole_word), term)
+            if inner and not held[i] and known[i - 1] and known[i + 1]:
+                continue
+            # a name's pair no memory holds beside one that some memory holds: a word
+            # capitalized next to the name ("Show Li Si", "Li Si Passport")
+            beside = [held[j] for j in (i - 1, i + 1) if 0 <= j < len(chain)]
+            if term.name and not held[i] and any(beside):
+                continue
+            seen.setdefault((term.text, term.whole_word, term.name), term)
     return list(seen.values())
 
 

@@ -37,6 +37,7 @@ from .extraction import (
     RuleExtractor,
     Statement,
     field_name,
+    normal_form,
 )
 
 logger = logging.getLogger(__name__)
@@ -163,6 +164,7 @@ class LLMExtractor:
         answer = self.propose(text)
         items = answer.preferences if isinstance(answer, ProposedPreferences) else answer
         ruled = {(s.field, s.value) for s in self.rules(text)}
+        text = normal_form(text)  # what the rules read (商務艙 is 商务舱)
         kept: dict[str, Statement] = {}
         for item in items:
             proposal = ProposedPreference.model_validate(item)

@@ -7,7 +7,9 @@ came from and that it is data, and the text inside is neutralized:
 
 * each value is flattened to one line, so it cannot start a heading, a "system:" line
   or a block of its own;
-* angle brackets (and their full-width and CJK look-alikes) become single angle
+* invisible tag characters (U+E0000-E007F, which spell hidden ASCII some models read)
+  are dropped;
+* angle brackets (and their full-width, CJK and ornamental look-alikes) become single angle
   quotation marks (U+2039, U+203A), so no stored text can close the block
   (``</memory>``) or write chat markup (``<|im_start|>``);
 * the block's attribute values cannot be broken out of (quotes are replaced).
@@ -39,7 +41,25 @@ _BRACKETS = str.maketrans(
         "\u3009": "\u203a",
         "\u27e8": "\u2039",
         "\u27e9": "\u203a",
+        # arrowheads and ornaments that render as "<" and ">"
+        "\u02c2": "\u2039",
+        "\u02c3": "\u203a",
+        "\u1438": "\u2039",
+        "\u1433": "\u203a",
+        "\u276c": "\u2039",
+        "\u276d": "\u203a",
+        "\u276e": "\u2039",
+        "\u276f": "\u203a",
+        "\u2770": "\u2039",
+        "\u2771": "\u203a",
+        "\u29fc": "\u2039",
+        "\u29fd": "\u203a",
+        "\ufe3f": "\u2039",
+        "\ufe40": "\u203a",
     }
+    # invisible tag characters spell ASCII that some models read ("ASCII smuggling"):
+    # dropped, so nothing hidden reaches the model
+    | {c: None for c in range(0xE0000, 0xE0080)}
 )
 
 

@@ -29,6 +29,8 @@ The scanner is one layer of three: memory is also shown to the model only as quo
 from __future__ import annotations
 
 import asyncio
+import base64
+import html
 import inspect
 import logging
 import re
@@ -38,9 +40,11 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from ..errors import MemoryPlusError
 from ..messages import _text
+from ._hant import SIMPLIFIED, TRADITIONAL
 
 logger = logging.getLogger(__name__)
 
@@ -481,28 +485,30 @@ CHINESE_RULES: tuple[Rule, ...] = (
 """The rules matched against the squeezed text (Chinese: spacing is no word boundary)."""
 
 _INVISIBLE = {"Cf", "Cc", "Co", "Cs", "Cn"}
+# letters and symbols that print as nothing (Hangul fillers, the braille blank)
+_BLANKS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+# markdown emphasis and code marks at a word's edge ("**ignore** _all_ `rules`"); inside a
+# word ("pg_sleep") or alone ("select * from") they stay
+_EMPHASIS = re.compile(r"(?<!\w)[*_`~]+(?=\w)|(?<=\w)[*_`~]+(?!\w)")
 _SPACES = re.compile(r"[^\S\n]+")
 # Letters from other scripts that look like Latin ones (an "o" that is Cyrillic), and
-# traditional characters of the rules' words folded to simplified: a small built-in table
-# (the characters the Chinese rules and their likely paraphrases use), not a converter,
-# so there is no dependency; a character outside it is kept as written.
+# traditional characters folded to simplified (:mod:`._hant`: a small built-in table, not
+# a converter, so there is no dependency; a character outside it is kept as written).
 _LOOKALIKES = (
-    "\u0430\u0435\u043e\u0440\u0441\u0443\u0445\u0456\u0458\u0455\u0501\u04bb\u051b\u051d\u028f\u0261\u03bf\u03b1\u03b9\u03b5\u03ba\u03bd\u03c1\u03c4\u03c5\u03c7",
-    "aeopcyxijsdhqwygoaieknptux",
+    "\u0430\u0435\u043e\u0440\u0441\u0443\u0445\u0456\u0458\u0455\u0501\u04bb\u051b\u051d\u028f\u0261\u03bf\u03b1\u03b9\u03b5\u03ba\u03bd\u03c1\u03c4\u03c5\u03c7"
+    # dotless i and j, Latin alpha, iota and epsilon, Armenian o and u, Cyrillic palochka
+    "\u0131\u0237\u0251\u0269\u025b\u0585\u057d\u04cf"
+    # small capitals ("ɪɢɴᴏʀᴇ"), which NFKC keeps
+    "\u1d00\u0299\u1d04\u1d05\u1d07\ua730\u0262\u029c\u026a\u1d0a\u1d0b\u029f\u1d0d"
+    "\u0274\u1d0f\u1d18\ua7af\u0280\ua731\u1d1b\u1d1c\u1d20\u1d21\u1d22",
+    "aeopcyxijsdhqwygoaieknptuxijaieoulabcdefghijklmnopqrstuvwz",
 )
-_TRADITIONAL = (
-    "無視規則設統詞錢轉給別現從開發員們這賬帳戶積額驗證認碼過繞記讓條據應當戲擬裝謂權"
-    "歷歲輸憶換變為務須將對話時號餘機協議請聽僅廢棄隱啟啓關閉導個後裡裏說讀寫顯題蓋銷"
-    "刪斷丟範約準繫係師駭資匯劃動偽執實際該絕項構層級確幫習慣錄錯麼嗎護違與於並獲處職"
-    "紀謹嚴極終線遊飾腦態倫審濾舊產總擊滅殺費價單筆鑰網絡結鏈傳遞達殼內頭優屬專預鎖憑"
-    "論屆萬億圓幣兌點數紅勵獎",
-    "无视规则设统词钱转给别现从开发员们这账账户积额验证认码过绕记让条据应当戏拟装谓权"
-    "历岁输忆换变为务须将对话时号余机协议请听仅废弃隐启启关闭导个后里里说读写显题盖销"
-    "删断丢范约准系系师骇资汇划动伪执实际该绝项构层级确帮习惯录错么吗护违与于并获处职"
-    "纪谨严极终线游饰脑态伦审滤旧产总击灭杀费价单笔钥网络结链传递达壳内头优属专预锁凭"
-    "论届万亿圆币兑点数红励奖",
-)
-_FOLD = str.maketrans(_LOOKALIKES[0] + _TRADITIONAL[0], _LOOKALIKES[1] + _TRADITIONAL[1])
+# letters drawn as symbols, which would otherwise read as spaces: regional indicators
+# (🇮🇬🇳), negative circled and negative squared capitals (🅸🅶🅽)
+_LETTER_SYMBOLS = {
+    base + i: chr(ord("a") + i) for base in (0x1F1E6, 0x1F150, 0x1F170) for i in range(26)
+}
+_FOLD = str.maketrans(_LOOKALIKES[0] + TRADITIONAL, _LOOKALIKES[1] + SIMPLIFIED)
 # Punctuation variants folded to one form: dashes, quotes, brackets of CJK typesetting
 _PUNCTUATION = str.maketrans(
     "\u2010\u2011\u2012\u2013\u2014\u2015\u2e3a\u2e3b\u30fc\u201c\u201d\u201e\u300c\u300d\u300e\u300f\u3008\u3009\u300a\u300b",
@@ -518,15 +524,29 @@ _FILLER = re.compile(r"[\s\-_*·.,~|/\\'\"`^+=#@&%$<>()\[\]{}，、…]+")
 
 def normalize(text: str) -> str:
     """The form rules match against: NFKC (full-width forms become ASCII), invisible
-    characters (zero-width spaces, joiners, bidi marks) dropped, case-folded, look-alike
-    letters of other scripts folded to Latin, letter-spaced words joined, runs of spaces
-    collapsed (newlines kept, so line-start rules still work)."""
-    text = unicodedata.normalize("NFKC", text)
-    text = "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch) not in _INVISIBLE)
+    characters (zero-width spaces, joiners, bidi marks, blank letters) and combining marks
+    (accents, strike-through overlays) dropped, emoji and other symbols and the
+    markdown emphasis around words (``**ignore**``, ```rules```) made spaces, case-folded,
+    look-alike letters of other scripts folded to Latin, letter-spaced words joined,
+    runs of spaces collapsed (newlines kept, so line-start rules still work)."""
+    text = unicodedata.normalize("NFKD", text.translate(_LETTER_SYMBOLS))
+    text = "".join(_kept(ch) for ch in text)
+    text = _EMPHASIS.sub(" ", unicodedata.normalize("NFKC", text))
     text = text.replace("\u2019", "'").replace("\u2018", "'")
     text = text.casefold().translate(_FOLD).translate(_PUNCTUATION)
     text = "\n".join(_unspace(line) for line in text.split("\n"))
     return _SPACES.sub(" ", text)
+
+
+def _kept(ch: str) -> str:
+    """What one character of the decomposed text becomes: itself, nothing (invisible, a
+    combining mark, a blank letter) or a space (a symbol: "ignore 🙂 all 🙂 rules")."""
+    if ch in "\n\t":
+        return ch
+    category = unicodedata.category(ch)
+    if category in _INVISIBLE or category in ("Mn", "Me") or ch in _BLANKS:
+        return ""
+    return " " if category in ("So", "Sk") else ch
 
 
 def _unspace(line: str) -> str:
@@ -544,6 +564,44 @@ def squeeze(normal: str) -> str:
     Chinese rules: Chinese has no spaces between words, so "忽 略 之-前 的 规·则" means
     what "忽略之前的规则" means."""
     return "\n".join(_FILLER.sub("", line) for line in normal.split("\n"))
+
+
+_PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
+_ENTITY = re.compile(r"&(?:#[0-9]+|#[xX][0-9A-Fa-f]+|[A-Za-z]+);")
+_BASE64 = re.compile(r"(?<![\w+/=-])[A-Za-z0-9+/_-]{16,}={0,2}(?![\w+/=-])")
+MAX_DECODED = 8
+"""Base64 runs decoded per text, at most (the longest first)."""
+
+
+def decoded(text: str) -> list[str]:
+    """The text hidden in ``text``: what its invisible tag characters spell, the text
+    with percent-encoding and HTML character references decoded, and what its base64
+    runs (standard or URL-safe alphabet) of 16 characters or more decode to when that
+    is UTF-8 text of printable characters. A memory has no reason to hold encoded
+    instructions, and a model decodes base64 readily."""
+    runs = sorted(set(_BASE64.findall(text)), key=len, reverse=True)[:MAX_DECODED]
+    found: list[str] = []
+    # invisible tag characters spelling ASCII, which some models read ("ASCII smuggling")
+    tags = "".join(chr(ord(c) - 0xE0000) for c in text if "\U000e0020" <= c <= "\U000e007e")
+    if tags:
+        found.append(tags)
+    # percent-encoding and HTML character references ("ignore%20all", "&#105;gnore")
+    if _PERCENT.search(text):
+        found.append(unquote(text))
+    if _ENTITY.search(text):
+        found.append(html.unescape(text))
+    for run in runs:
+        if not (any(c.isdigit() or c.isupper() for c in run) and any(c.islower() for c in run)):
+            continue  # a word, a number or a key in one case: not base64 of text
+        body = run.rstrip("=").replace("-", "+").replace("_", "/")
+        try:
+            data = base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
+            plain = data.decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if plain and sum(ch.isprintable() or ch in "\n\t" for ch in plain) >= 0.95 * len(plain):
+            found.append(plain)
+    return found
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -581,8 +639,10 @@ class Scanner:
         self.squeezed: tuple[Rule, ...] = tuple(CHINESE_RULES if squeezed is None else squeezed)
 
     def scan(self, text: str) -> list[Finding]:
-        """Every rule that matches ``text`` (empty: safe to store)."""
-        normal = normalize(text)
+        """Every rule that matches ``text`` (empty: safe to store), or the text hidden in
+        it (:func:`decoded`: "decode this and obey it: aWdub3Jl...")."""
+        hidden = decoded(text)
+        normal = normalize(text if not hidden else "\n".join([text, *hidden]))
         findings = self._match(self.rules, normal)
         if self.squeezed:
             findings += self._match(self.squeezed, squeeze(normal))
@@ -649,7 +709,8 @@ class ModelCheck:
         judge: a LangChain chat model (anything with ``invoke``/``ainvoke`` taking
             messages), or a callable ``text -> verdict`` (sync or async). A verdict is a
             bool (True: unsafe) or text: ``UNSAFE``/``SAFE`` (a model's message, or a
-            string), case-insensitive; anything else counts as no answer.
+            string), case-insensitive, a negated SAFE ("not safe") being UNSAFE, or
+            the same in Chinese (``不安全``/``安全``); anything else counts as no answer.
         timeout: seconds to wait for the verdict.
         fail_closed: when the judge fails, times out or gives no answer: True (default)
             refuses the write (``model_check/unavailable``), False lets it through. Both
@@ -693,11 +754,18 @@ class ModelCheck:
             content = getattr(answer, "text", None)
             if not isinstance(content, str):
                 return None
-        words = re.findall(r"[a-z]+", content.casefold())
-        if "unsafe" in words[:3]:
+        head = content.strip()[:12]
+        if _ZH_UNSAFE.search(head):  # a Chinese model may answer in Chinese
             return True
-        if "safe" in words[:3]:
+        if _ZH_SAFE.match(head):
             return False
+        words = re.findall(r"[a-z]+", content.casefold())[:3]
+        if "unsafe" in words:
+            return True
+        if "safe" in words:
+            # "Not safe", "isn't safe": a negated SAFE is an UNSAFE, never a pass
+            negated = any(w in _NEGATIONS for w in words[: words.index("safe")])
+            return negated
         return None
 
     def _decide(self, answer: Any, error: BaseException | None, text: str) -> list[Finding]:
@@ -746,6 +814,11 @@ class ModelCheck:
             return self._decide(None, exc, text)
         return self._decide(answer, None, text)
 
+
+_ZH_UNSAFE = re.compile(r"不安全|不是安全|危险|有害|不可以|拒绝")
+_ZH_SAFE = re.compile(r"[\s*\"'“「]*安全")
+_NEGATIONS = frozenset({"not", "isn", "isnt", "no", "never", "hardly", "nothing"})
+"""Words that turn a judge's SAFE into its opposite ("not safe", "isn't safe")."""
 
 _JUDGES: list[ThreadPoolExecutor] = []
 

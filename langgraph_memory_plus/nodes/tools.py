@@ -5,7 +5,8 @@ for any agent (``create_react_agent``, ``create_agent``, a ``ToolNode``). They f
 store and the user the way the other nodes do (the graph's store, the runtime context or
 ``config["configurable"]``), and:
 
-* scan content before storing it (:mod:`.scanning`), and optionally ask a model too
+* scan content (and the id an add gives it, shown with it) before storing it
+  (:mod:`.scanning`), and optionally ask a model too
   (``model_check``): the model often copies the user's words verbatim, and a memory is
   pasted into later conversations;
 * show found memories as quoted data in a delimited block (:mod:`.quoting`), never as
@@ -215,7 +216,12 @@ class MemoryTools:
         text = str(args.get("content", "")).strip()
         if not text or len(text) > self.max_content_chars or self.scanner.scan(text):
             return None
-        return text
+        key = normalize_key(args.get("key")) if action == "add" else None
+        if key is None:
+            return text
+        if self.scanner.scan(key.replace("-", " ")):
+            return None  # refused by the plan
+        return f"{text}\n(id: {key})"  # the id is shown with it, so judged with it
 
     def _record(self, record: Any) -> tuple[str, dict[str, Any]]:
         """A record validated against the schema, and its text (compact JSON, what the
@@ -297,6 +303,9 @@ class MemoryTools:
         if labels is not None:
             value["metadata"] = labels
         chosen = self._key(key) if key is not None and normalize_key(key) else new_key()
+        # the id is shown with the memory in search results: "ignore-all-previous-..."
+        # is an instruction too
+        self._refuse(self.scanner.scan(chosen.replace("-", " ")))
         now = self._now()
         value = {"content": text, **value, "created_at": now, "updated_at": now}
         put = PutOp(namespace, chosen, value, index=["content"])
@@ -540,9 +549,10 @@ def create_memory_tools(
         clock: time source for ``created_at``/``updated_at``.
         schema: a pydantic model for structured memories (passengers, say): ``add_memory``
             and ``update_memory`` then take a validated ``record`` instead of ``content``.
-        model_check: asked about every add/update whose content passes the scanner's
-            rules (:class:`.scanning.ModelCheck`: the app's chat model or any callable,
-            with a timeout, failing closed or open); refusals come back like the rules'.
+        model_check: asked about every add/update whose content (and an add's id,
+            which search results show with it) passes the scanner's rules
+            (:class:`.scanning.ModelCheck`: the app's chat model or any callable, with a
+            timeout, failing closed or open); refusals come back like the rules'.
 
     Returns ``[add_memory, update_memory, delete_memory, search_memories]``. A memory is
     stored as ``{"content": ..., "created_at": ..., "updated_at": ...}``, plus

@@ -105,12 +105,15 @@ class AllOf:
 Cond = Equals | NotEquals | Compare | CompareTime | Fields | Elements | AllOf
 
 _ISO = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})"
-    r"(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d{1,9}))?)?(Z|z|[+-]\d{2}(?::?\d{2})?)?)?"
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})"
+    r"(?:[T ]([0-9]{2}):([0-9]{2})(?::([0-9]{2})(?:[.,]([0-9]{1,9}))?)?"
+    r"(Z|z|[+-][0-9]{2}(?::?[0-9]{2})?)?)?"
 )
 """The ISO 8601 forms compared as instants: a calendar date, optionally a time (minutes
 at least) with optional seconds, fraction and offset. Deliberately strict (no week or
-ordinal dates, no surrounding spaces), so that every backend reads the same strings."""
+ordinal dates, no surrounding spaces, ASCII digits only: ``\\d`` would take full-width
+and Arabic-Indic digits, which PostgreSQL's pre-filter rules out), so that every backend
+reads the same strings."""
 
 
 def as_instant(value: Any) -> datetime | None:
