@@ -38,7 +38,11 @@ _EXPORTS = {
     "AsyncMemory": ".url",
     "ConflictError": ".errors",
     "CorruptDataError": ".errors",
+    "FenceHeldError": ".errors",
+    "FenceOptions": ".checkpoint.fence",
+    "FencedWriteError": ".errors",
     "InvalidConfigError": ".errors",
+    "Lease": ".checkpoint.fence",
     "Memory": ".url",
     "MemoryConnectionError": ".errors",
     "MemoryPlusError": ".errors",
@@ -82,7 +86,11 @@ __all__ = [  # the names of _EXPORTS (a test checks they agree)
     "AsyncSqliteStore",
     "ConflictError",
     "CorruptDataError",
+    "FenceHeldError",
+    "FenceOptions",
+    "FencedWriteError",
     "InvalidConfigError",
+    "Lease",
     "Memory",
     "MemoryConnectionError",
     "MemoryPlusError",
@@ -118,6 +126,7 @@ __all__ = [  # the names of _EXPORTS (a test checks they agree)
 
 if TYPE_CHECKING:  # what the lazy imports below resolve to, for type checkers and IDEs
     from .checkpoint.config import TTLConfig
+    from .checkpoint.fence import FenceOptions, Lease
     from .checkpoint.postgres import AsyncPostgresSaver, PostgresSaver
     from .checkpoint.redis import AsyncRedisSaver, RedisSaver
     from .checkpoint.sqlite import AsyncSqliteSaver, SqliteSaver
@@ -125,6 +134,8 @@ if TYPE_CHECKING:  # what the lazy imports below resolve to, for type checkers a
     from .errors import (
         ConflictError,
         CorruptDataError,
+        FencedWriteError,
+        FenceHeldError,
         InvalidConfigError,
         MemoryConnectionError,
         MemoryPlusError,

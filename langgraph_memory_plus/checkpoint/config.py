@@ -56,6 +56,8 @@ class SaverOptions(TypedDict, total=False):
     transcript_ttl: float | None
     listeners: Sequence[Listener] | None
     list_memory_mib: float
+    fence: Any
+    """``True`` or a ``FenceOptions``: one writer per thread (see ``checkpoint/fence.py``)."""
 
 
 def list_memory_bytes(mib: Any) -> int:

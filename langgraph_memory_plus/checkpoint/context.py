@@ -23,6 +23,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 
 from ..drivers.plan import Plan
+from .config import Target
+from .fence import Claim
 from .saver import CheckpointSaverBase
 
 RUNTIME = "__pregel_runtime"
@@ -71,6 +73,6 @@ class ContextKeysSaver(CheckpointSaverBase):
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> tuple[Plan[Any, None], RunnableConfig, Callable[[], None]]:
+    ) -> tuple[Plan[Any, None], RunnableConfig, Callable[[], None], Target, Claim | None]:
         config = with_context_keys(config, self.settings.index_keys)
         return super()._put_plan(config, checkpoint, metadata, new_versions)

@@ -9,7 +9,10 @@ methods and the connection handling behind them.
 
 from __future__ import annotations
 
+import asyncio
 import random
+import threading
+from collections import OrderedDict
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -33,6 +36,15 @@ from ..observability.core import Listener, Observable
 from ..threads.core import RecordInput, record_input
 from ..threads.transcripts import RecordedIds, lines_of
 from .codec import CheckpointCodec, EncodedCheckpoint, EncodedWrite
+from .fence import (
+    RUN_TOKENS,
+    Claim,
+    Fence,
+    FenceOptions,
+    held_claim,
+    instance_name,
+    run_id_of,
+)
 from .config import (
     ListQuery,
     SaverSettings,
@@ -80,10 +92,19 @@ class CheckpointPlans(Protocol):
     ) -> Plan[Any, tuple[list[CheckpointTuple], ListQuery | None]]: ...
 
     def put(
-        self, target: Target, encoded: EncodedCheckpoint, record: RecordInput
-    ) -> Plan[Any, None]: ...
+        self,
+        target: Target,
+        encoded: EncodedCheckpoint,
+        record: RecordInput,
+        fence: Claim | None = None,
+    ) -> Plan[Any, None]:
+        """Store a checkpoint; with ``fence``, only if its owner and number are the
+        thread's current ones, checked atomically with the write (see ``fence.py``)."""
+        ...
 
-    def put_writes(self, target: Target, writes: list[EncodedWrite]) -> Plan[Any, None]: ...
+    def put_writes(
+        self, target: Target, writes: list[EncodedWrite], fence: Claim | None = None
+    ) -> Plan[Any, None]: ...
 
     def delete_thread(self, thread_id: str) -> Plan[Any, None]: ...
 
@@ -133,6 +154,7 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         transcript_ttl: float | None = None,
         listeners: Sequence[Listener] | None = None,
         list_memory_mib: float = DEFAULT_MAX_BYTES / (1024 * 1024),
+        fence: bool | FenceOptions | None = None,
     ) -> None:
         super().__init__(serde=serde)
         self._init_listeners(listeners)
@@ -141,6 +163,77 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         )
         self._lists = ListMemory(max_bytes=list_memory_bytes(list_memory_mib))
         self._recorded = RecordedIds()
+        self._fence_options = FenceOptions.of(fence)
+        self._fence_lease_s = (self._fence_options or FenceOptions()).lease_s
+        self._fence_name = instance_name()
+        # (thread key, owner) -> the number a run took (auto mode), newest last
+        self._fence_runs: OrderedDict[tuple[bytes, str], int] = OrderedDict()
+        self._fence_lock = threading.Lock()
+        self._fence_alocks: dict[int, asyncio.Lock] = {}
+
+    @property
+    def fence(self) -> Fence:
+        """Ownership leases: ``acquire``, ``renew``, ``release``, ``get`` (and ``a*``)."""
+        return Fence(self)
+
+    # -- the fence: which owner a write claims to be ----------------------------------
+
+    def _claim(
+        self, config: RunnableConfig, target: Target, metadata: Mapping[str, Any] | None = None
+    ) -> Claim | None:
+        """The write's claim: a lease in its config, else (``fence=True``) its run's.
+
+        ``None`` (nothing checked, nothing sent) when the fence is off and the config
+        carries no lease, or the write belongs to no run.
+        """
+        held = held_claim(config)
+        if held is not None or self._fence_options is None or not self._fence_options.auto:
+            return held
+        run_id = run_id_of(config, metadata)
+        if run_id is None:
+            return None
+        owner = f"run:{run_id}@{self._fence_name}"
+        token = self._fence_runs.get((target.thread_key, owner))
+        return Claim(owner, token, self._fence_options.lease_s)
+
+    def _take_plan(self, target: Target, claim: Claim) -> Plan[Any, None]:
+        """A run's first write takes its thread's fence (superseding any owner)."""
+        _, state = yield from self._plans.fence_take(  # type: ignore[attr-defined]
+            target.thread_id, claim.owner, claim.lease_s, True
+        )
+        claim.token = state.token
+
+    def _remember_run(self, target: Target, claim: Claim) -> None:
+        assert claim.token is not None
+        key = (target.thread_key, claim.owner)
+        self._fence_runs[key] = claim.token
+        self._fence_runs.move_to_end(key)
+        while len(self._fence_runs) > RUN_TOKENS:
+            self._fence_runs.popitem(last=False)
+
+    def _take(self, target: Target, claim: Claim | None) -> None:
+        """Before a run's first write: one take per run even when its writes race (a
+        second take by the same owner would keep the number, but one racing a takeover
+        by another owner would steal the thread back)."""
+        if claim is None or claim.token is not None:
+            return
+        with self._fence_lock:
+            claim.token = self._fence_runs.get((target.thread_key, claim.owner))
+            if claim.token is None:
+                self._run(self._take_plan(target, claim))
+            self._remember_run(target, claim)
+
+    async def _atake(self, target: Target, claim: Claim | None) -> None:
+        """Async :meth:`_take`."""
+        if claim is None or claim.token is not None:
+            return
+        loop = id(asyncio.get_running_loop())
+        lock = self._fence_alocks.setdefault(loop, asyncio.Lock())
+        async with lock:
+            claim.token = self._fence_runs.get((target.thread_key, claim.owner))
+            if claim.token is None:
+                await self._arun(self._take_plan(target, claim))
+            self._remember_run(target, claim)
 
     @property
     def threads(self) -> Threads:
@@ -217,9 +310,11 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> tuple[Plan[Any, None], RunnableConfig, Callable[[], None]]:
-        """The put's plan, the config it returns, and what to do once it is stored."""
+    ) -> tuple[Plan[Any, None], RunnableConfig, Callable[[], None], Target, Claim | None]:
+        """The put's plan, the config it returns, what to do once it is stored, and the
+        target and fence claim (taken, when it has no number yet, before the plan runs)."""
         target = read_target(config)
+        claim = self._claim(config, target, metadata)
         codec = self._codec
         encoded = codec.encode_checkpoint(target, config, checkpoint, metadata, new_versions)
         lines = []
@@ -240,7 +335,9 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
             lines,
         )
         plan = self._observed_event(
-            self._plans.put(target, encoded, record),
+            self._plans.put(target, encoded, record, claim)
+            if claim is not None
+            else self._plans.put(target, encoded, record),
             ev.CheckpointSaved,
             lambda _: {
                 **_at(target),
@@ -254,7 +351,7 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
             codec.commit(target, encoded)
             self._recorded.add(target.thread_key, record.lines)
 
-        return plan, target.config(checkpoint["id"]), stored
+        return plan, target.config(checkpoint["id"]), stored, target, claim
 
     def _put_writes_plan(
         self,
@@ -262,11 +359,14 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
+        claim: Claim | None = None,
     ) -> Plan[Any, None]:
         target = read_checkpoint_target(config)
         encoded = self._codec.encode_writes(target, writes, task_id, task_path)
         return self._observed_event(
-            self._plans.put_writes(target, encoded),
+            self._plans.put_writes(target, encoded, claim)
+            if claim is not None
+            else self._plans.put_writes(target, encoded),
             ev.WritesSaved,
             lambda _: {
                 **_at(target),
@@ -275,6 +375,12 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
                 "bytes_written": sum(len(w.data or b"") for w in encoded),
             },
         )
+
+    def _writes_claim(self, config: RunnableConfig) -> Claim | None:
+        """A put_writes' claim; without a fence or lease, not even the target is read."""
+        if self._fence_options is None and held_claim(config) is None:
+            return None
+        return self._claim(config, read_checkpoint_target(config))
 
     def _prune_plan(self, thread_ids: Sequence[str], strategy: str) -> Plan[Any, None]:
         if strategy not in PRUNE_STRATEGIES:
@@ -369,7 +475,10 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        plan, saved, stored = self._put_plan(config, checkpoint, metadata, new_versions)
+        plan, saved, stored, target, claim = self._put_plan(
+            config, checkpoint, metadata, new_versions
+        )
+        self._take(target, claim)
         self._run(plan)
         stored()
         return saved
@@ -381,7 +490,10 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        self._run(self._put_writes_plan(config, writes, task_id, task_path))
+        claim = self._writes_claim(config)
+        if claim is not None:
+            self._take(read_checkpoint_target(config), claim)
+        self._run(self._put_writes_plan(config, writes, task_id, task_path, claim))
 
     def _delete_plan(self, thread_id: str) -> Plan[Any, None]:
         thread_id = _thread_ids([thread_id], "delete_thread")[0]
@@ -446,7 +558,10 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        plan, saved, stored = self._put_plan(config, checkpoint, metadata, new_versions)
+        plan, saved, stored, target, claim = self._put_plan(
+            config, checkpoint, metadata, new_versions
+        )
+        await self._atake(target, claim)
         await self._arun(plan)
         stored()
         return saved
@@ -458,7 +573,10 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await self._arun(self._put_writes_plan(config, writes, task_id, task_path))
+        claim = self._writes_claim(config)
+        if claim is not None:
+            await self._atake(read_checkpoint_target(config), claim)
+        await self._arun(self._put_writes_plan(config, writes, task_id, task_path, claim))
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self._arun(self._delete_plan(thread_id))

@@ -39,8 +39,9 @@ from ..codec import (
     metadata_matches,
 )
 from ..config import ListQuery, SaverSettings, Target, deletion_id, thread_key
+from ..fence import Claim, FenceState, check
 from ..lists import LIST_TYPE, ListRequest
-from .schema import FRESH, MIGRATIONS, quote_schema
+from .schema import FENCE_MIGRATION, FRESH, MIGRATIONS, quote_schema
 
 logger = logging.getLogger("langgraph_memory_plus.checkpoint.postgres")
 
@@ -49,6 +50,7 @@ CHECKPOINT_MIGRATIONS = (
     THREAD_INDEX_MIGRATION,
     STATUS_MIGRATION,
     EXPIRY_MIGRATION,
+    FENCE_MIGRATION,
 )
 """Every migration of the checkpoint tables, the thread index's included: the version
 ``setup()`` brings a schema to is ``len(CHECKPOINT_MIGRATIONS) - 1``."""
@@ -154,6 +156,7 @@ class PostgresCheckpointPlans:
         self._bl = f"{s}.lgmp_blobs"
         self._wr = f"{s}.lgmp_task_writes"
         self._it = f"{s}.lgmp_items"
+        self._fe = f"{s}.lgmp_fences"
         self._s = s
         self.version = SchemaVersion(s, "lgmp_checkpoint_migrations", CHECKPOINT_MIGRATIONS)
         # The thread row a write creates or refreshes. It is also the lock that orders a
@@ -257,7 +260,10 @@ class PostgresCheckpointPlans:
             "lgmp_checkpoint_migrations",
             advisory_lock_id("checkpoint", self.schema),
             CHECKPOINT_MIGRATIONS,
-            [*(statement.format(s=self._s) for statement in FRESH), *self.threads.fresh()],
+            [
+                *(statement.format(s=self._s) for statement in (*FRESH, *FENCE_MIGRATION)),
+                *self.threads.fresh(),
+            ],
             self.threads.missing,
         )
 
@@ -557,7 +563,11 @@ class PostgresCheckpointPlans:
         return False, rows[0][1], bool(rows[0][2]), bool(rows[0][3])
 
     def put(
-        self, target: Target, encoded: EncodedCheckpoint, record: RecordInput
+        self,
+        target: Target,
+        encoded: EncodedCheckpoint,
+        record: RecordInput,
+        fence: Claim | None = None,
     ) -> Plan[Query, None]:
         sizes = (
             sum(len(b.data or b"") for b in encoded.blobs)
@@ -596,8 +606,10 @@ class PostgresCheckpointPlans:
         # although its checkpoint committed. It costs no round trip: the trim opened a
         # transaction of its own before.
         keep = self.settings.keep_last
+        if fence is not None:
+            yield from self._fence_check(target, fence)
         fast, live_after, was_expired, _ = yield from self._write(
-            params, self._put_payload, "saved", more=keep is not None
+            params, self._put_payload, "saved", more=keep is not None or fence is not None
         )
         if not fast:
             if (yield from self._refused(params, live_after, encoded.parent_id, target)):
@@ -609,7 +621,9 @@ class PostgresCheckpointPlans:
             yield from self._trim(target.thread_key, target.checkpoint_ns, keep)
             yield from self.threads.refresh([target.thread_key])
 
-    def put_writes(self, target: Target, writes: list[EncodedWrite]) -> Plan[Query, None]:
+    def put_writes(
+        self, target: Target, writes: list[EncodedWrite], fence: Claim | None = None
+    ) -> Plan[Query, None]:
         if not writes:
             return
         assert target.checkpoint_id is not None
@@ -627,7 +641,11 @@ class PostgresCheckpointPlans:
         if interesting := writes_of_interest(writes):
             payload = self._writes_flagged
             params.update(self.threads.writes_params(interesting))
-        fast, live_after, was_expired, stored = yield from self._write(params, payload, "written")
+        if fence is not None:
+            yield from self._fence_check(target, fence)
+        fast, live_after, was_expired, stored = yield from self._write(
+            params, payload, "written", more=fence is not None
+        )
         if not fast:
             newer = live_after is None or target.checkpoint_id > live_after
             must_exist = None if newer else target.checkpoint_id
@@ -637,6 +655,88 @@ class PostgresCheckpointPlans:
                 yield from self._purge_before(target.thread_key, target.checkpoint_id)
         if not stored:
             yield from self._merge_writes(params, new)
+
+    # -- the fence (see ..fence) ------------------------------------------------------
+
+    def _fence_check(self, target: Target, claim: Claim) -> Plan[Query, None]:
+        """The write's first statement, opening its transaction: the fence row stays
+        share-locked until the write commits, so a takeover waits for it, and a write
+        waiting behind a takeover reads the new owner."""
+        rows: Rows = yield Query(
+            f"SELECT owner, token, NULL FROM {self._fe} WHERE thread_key = %s FOR SHARE",
+            (target.thread_key,),
+            fetch=True,
+        )
+        check(target.thread_id, claim, FenceState(*rows[0]) if rows else None)
+
+    def _fence_row(self, tk: bytes) -> Query:
+        return Query(
+            f"SELECT owner, token, extract(epoch FROM expires_at)::float8 FROM {self._fe} "
+            "WHERE thread_key = %s",
+            (tk,),
+            fetch=True,
+        )
+
+    def fence_take(
+        self, thread_id: str, owner: str, lease_s: float, force: bool
+    ) -> Plan[Query, tuple[FenceState | None, FenceState]]:
+        """One statement: the conditions are checked on the row as it is once locked."""
+        tk = thread_key(thread_id)
+        rows: Rows = yield Query(
+            f"""
+            INSERT INTO {self._fe} AS f (thread_key, owner, token, expires_at)
+            VALUES (%(tk)s, %(owner)s,
+                (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
+                now() + make_interval(secs => %(lease)s))
+            ON CONFLICT (thread_key) DO UPDATE SET
+                owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at,
+                token = CASE WHEN f.owner = EXCLUDED.owner THEN f.token
+                    ELSE greatest(f.token + 1, EXCLUDED.token) END
+            WHERE %(force)s OR f.owner IS NULL OR f.owner = EXCLUDED.owner
+                OR f.expires_at <= now()
+            RETURNING owner, token, extract(epoch FROM expires_at)::float8""",
+            {"tk": tk, "owner": owner, "lease": lease_s, "force": force},
+            fetch=True,
+            standalone=True,
+        )
+        if rows:
+            return None, FenceState(*rows[0])
+        held: Rows = yield self._fence_row(tk)
+        if not held:  # deleted since: take it again
+            return (yield from self.fence_take(thread_id, owner, lease_s, force))
+        state = FenceState(*held[0])
+        return state, state
+
+    def fence_renew(
+        self, thread_id: str, owner: str, token: int, lease_s: float
+    ) -> Plan[Query, FenceState | None]:
+        tk = thread_key(thread_id)
+        rows: Rows = yield Query(
+            f"""UPDATE {self._fe} SET expires_at = now() + make_interval(secs => %(lease)s)
+            WHERE thread_key = %(tk)s AND owner = %(owner)s AND token = %(token)s
+            RETURNING owner, token, extract(epoch FROM expires_at)::float8""",
+            {"tk": tk, "owner": owner, "token": token, "lease": lease_s},
+            fetch=True,
+            standalone=True,
+        )
+        if rows:
+            return FenceState(*rows[0])
+        found: Rows = yield self._fence_row(tk)
+        return FenceState(*found[0]) if found else None
+
+    def fence_release(self, thread_id: str, owner: str, token: int) -> Plan[Query, bool]:
+        rows: Rows = yield Query(
+            f"""UPDATE {self._fe} SET owner = NULL, expires_at = NULL
+            WHERE thread_key = %(tk)s AND owner = %(owner)s AND token = %(token)s RETURNING 1""",
+            {"tk": thread_key(thread_id), "owner": owner, "token": token},
+            fetch=True,
+            standalone=True,
+        )
+        return bool(rows)
+
+    def fence_state(self, thread_id: str) -> Plan[Query, FenceState | None]:
+        rows: Rows = yield self._fence_row(thread_key(thread_id))
+        return FenceState(*rows[0]) if rows else None
 
     def _merge_writes(
         self, params: dict[str, Any], new: list[task_writes.Write]
@@ -956,6 +1056,10 @@ class PostgresCheckpointPlans:
     # -- deletion and maintenance -----------------------------------------------------
 
     def _delete_threads(self, tks: list[bytes]) -> Plan[Query, None]:
+        # The fences go first (deletion is final: no owner): a fenced write locks its
+        # fence before its thread row, and so does this, so neither waits on the other
+        # while holding what the other needs.
+        yield Query(f"DELETE FROM {self._fe} WHERE thread_key = ANY(%s)", (tks,))
         # Lock the thread rows first: a concurrent put holds the same lock, so it either
         # commits before (and is deleted here) or waits and meets the tombstone.
         yield Query(
