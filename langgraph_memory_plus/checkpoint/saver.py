@@ -452,7 +452,21 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
 
     # -- synchronous API --------------------------------------------------------------
 
+    def _run_start(self, config: RunnableConfig) -> tuple[Target, Claim] | None:
+        """With ``fence=True``, a run's first read of its thread (LangGraph's loop reads
+        its checkpoint as the run starts, with the run id) takes the thread's fence: two
+        runs resumed from one checkpoint are then two owners before either writes."""
+        if self._fence_options is None or not self._fence_options.auto:
+            return None
+        if run_id_of(config) is None:
+            return None
+        target = read_target(config)
+        claim = self._claim(config, target)
+        return None if claim is None or claim.token is not None else (target, claim)
+
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        if (start := self._run_start(config)) is not None:
+            self._take(*start)
         return self._run(self._get_tuple_plan(config))
 
     def list(
@@ -535,6 +549,8 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
     # -- asynchronous API -------------------------------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        if (start := self._run_start(config)) is not None:
+            await self._atake(*start)
         return await self._arun(self._get_tuple_plan(config))
 
     async def alist(
