@@ -349,6 +349,56 @@ def test_write_ownership_run_takes_the_fence_at_its_start(saver_factory: Any) ->
         _one_lineage(saver, tid, parent, "run1")
 
 
+def test_write_ownership_covers_a_superseded_runs_subgraph(saver_factory: Any) -> None:
+    """LangGraph gives a subgraph's writes no run id: they are fenced as their run's
+    (found by the differential test with the fence on: a superseded run's subgraph
+    checkpoints were stored, in the namespace the current run's subgraph uses too)."""
+    tid = thread()
+    entered = [threading.Event(), threading.Event()]
+    go = [threading.Event(), threading.Event()]
+
+    def inner(state: State, config: RunnableConfig) -> State:
+        me = int(config["configurable"]["who"])
+        entered[me].set()
+        go[me].wait(60)
+        return {"log": [f"sub{me}"]}
+
+    sub = StateGraph(State)
+    sub.add_node("inner", inner)
+    sub.add_node("after", lambda s: {"log": ["after"]})
+    sub.add_edge(START, "inner")
+    sub.add_edge("inner", "after")
+    sub.add_edge("after", END)
+    with saver_factory(fence=True) as saver:
+        app = graph(sub.compile(checkpointer=True)).compile(
+            checkpointer=saver, interrupt_before=["work"]
+        )
+        app.invoke({"log": []}, {"configurable": {"thread_id": tid}, "run_id": uuid.uuid4()})
+        outcome: dict[int, Any] = {}
+
+        def run(me: int) -> None:
+            cfg = {"configurable": {"thread_id": tid, "who": str(me)}, "run_id": uuid.uuid4()}
+            try:
+                outcome[me] = app.invoke(None, cfg)
+            except FencedWriteError as exc:
+                outcome[me] = exc
+
+        runs = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        runs[0].start()
+        assert entered[0].wait(60)
+        runs[1].start()
+        assert entered[1].wait(60)
+        go[0].set()
+        runs[0].join()
+        go[1].set()
+        runs[1].join()
+        assert isinstance(outcome[0], FencedWriteError), outcome
+        assert outcome[1]["log"][-2:] == ["sub1", "after"]
+        subs = [t for t in stored(saver, tid) if t.config["configurable"]["checkpoint_ns"]]
+        logs = [t.checkpoint["channel_values"].get("log", []) for t in subs]
+        assert not any("sub0" in log for log in logs), logs
+
+
 def _one_lineage(saver: Any, tid: str, parent: str, winner: str) -> None:
     every = stored(saver, tid)
     children = [t for t in every if (t.parent_config or {}).get("configurable", {}).get(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from contextvars import ContextVar
 import threading
 from collections import OrderedDict
 from abc import ABC, abstractmethod
@@ -61,6 +62,11 @@ if TYPE_CHECKING:
     from ..threads.api import ThreadPlans, Threads
 
 R = TypeVar("R")
+
+_RUN: ContextVar[tuple[bytes, str] | None] = ContextVar("lgmp_fence_run", default=None)
+"""The run (thread key, owner) the calls of this context belong to, set by a root-graph
+call that carries a run id: LangGraph gives subgraphs no run id, but runs their nodes in
+copies of the run's context, so a subgraph's writes are fenced as their run's."""
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 LIST_PAGE_SIZE = 100
@@ -191,8 +197,14 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
             return held
         run_id = run_id_of(config, metadata)
         if run_id is None:
-            return None
-        owner = f"run:{run_id}@{self._fence_name}"
+            run = _RUN.get()
+            if run is None or target.checkpoint_ns == "" or run[0] != target.thread_key:
+                return None
+            owner = run[1]  # a subgraph of the run this context belongs to
+        else:
+            owner = f"run:{run_id}@{self._fence_name}"
+            if target.checkpoint_ns == "":
+                _RUN.set((target.thread_key, owner))
         token = self._fence_runs.get((target.thread_key, owner))
         return Claim(owner, token, self._fence_options.lease_s)
 
