@@ -173,9 +173,10 @@ class FencePlans(Protocol):
     """The fence operations a backend provides (the write check is in its put plans)."""
 
     def fence_take(
-        self, thread_id: str, owner: str, lease_s: float, force: bool
+        self, thread_id: str, owner: str, lease_s: float, force: bool, run: bool = False
     ) -> Plan[Any, tuple[FenceState | None, FenceState]]:
-        """(the fence found, the fence now): unchanged when not taken."""
+        """(the fence found, the fence now): unchanged when not taken. ``run``: taken
+        as a run starts (its next write makes it durable)."""
         ...
 
     def fence_renew(

@@ -211,7 +211,7 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
     def _take_plan(self, target: Target, claim: Claim) -> Plan[Any, None]:
         """A run's first write takes its thread's fence (superseding any owner)."""
         _, state = yield from self._plans.fence_take(  # type: ignore[attr-defined]
-            target.thread_id, claim.owner, claim.lease_s, True
+            target.thread_id, claim.owner, claim.lease_s, True, run=True
         )
         claim.token = state.token
 

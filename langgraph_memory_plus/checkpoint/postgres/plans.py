@@ -678,10 +678,19 @@ class PostgresCheckpointPlans:
         )
 
     def fence_take(
-        self, thread_id: str, owner: str, lease_s: float, force: bool
+        self, thread_id: str, owner: str, lease_s: float, force: bool, run: bool = False
     ) -> Plan[Query, tuple[FenceState | None, FenceState]]:
-        """One statement: the conditions are checked on the row as it is once locked."""
+        """One statement: the conditions are checked on the row as it is once locked.
+
+        ``run``: a run's start, which commits without waiting for the disk (the flush
+        was 3.7 ms of a 27 ms turn here): the run's next write commits durably, and a
+        commit flushes the log up to itself. Lost in a crash before that, the fence is
+        the previous owner's again, whose writes that run never saw; no write of that
+        run was stored, so still one writer at a time.
+        """
         tk = thread_key(thread_id)
+        if run:
+            yield Query("SET LOCAL synchronous_commit TO OFF")
         rows: Rows = yield Query(
             f"""
             INSERT INTO {self._fe} AS f (thread_key, owner, token, expires_at)
@@ -697,7 +706,7 @@ class PostgresCheckpointPlans:
             RETURNING owner, token, extract(epoch FROM expires_at)::float8""",
             {"tk": tk, "owner": owner, "lease": lease_s, "force": force},
             fetch=True,
-            standalone=True,
+            standalone=not run,
         )
         if rows:
             return None, FenceState(*rows[0])

@@ -234,7 +234,7 @@ class RedisCheckpointPlans:
         )
 
     def fence_take(
-        self, thread_id: str, owner: str, lease_s: float, force: bool
+        self, thread_id: str, owner: str, lease_s: float, force: bool, run: bool = False
     ) -> Plan[Command, tuple[FenceState | None, FenceState]]:
         reply = yield Eval(
             "fence_take",

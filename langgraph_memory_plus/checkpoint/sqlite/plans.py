@@ -727,7 +727,7 @@ class SqliteCheckpointPlans:
         check(target.thread_id, claim, (yield from self._fence_row(target.thread_key, True)))
 
     def fence_take(
-        self, thread_id: str, owner: str, lease_s: float, force: bool
+        self, thread_id: str, owner: str, lease_s: float, force: bool, run: bool = False
     ) -> Plan[Query, tuple[FenceState | None, FenceState]]:
         tk, now = thread_key(thread_id), time.time()
         before = yield from self._fence_row(tk, True)
