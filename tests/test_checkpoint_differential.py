@@ -37,9 +37,9 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, Send, interrupt
 from pydantic import BaseModel
+from typing_extensions import TypedDict
 
 from langgraph_memory_plus import FencedWriteError
-from typing_extensions import TypedDict
 
 pytestmark = pytest.mark.storage
 

@@ -116,8 +116,9 @@ def test_write_ownership_current_owner_may_fork_from_an_old_checkpoint(saver_fac
         put(saver, _with(c1, lease), 2, "me")
         fork = put(saver, _with(c1, lease), 3, "me")  # time travel: c1 again
         found = saver.get_tuple(fork)
-        assert found.parent_config["configurable"]["checkpoint_id"] == (
-            c1["configurable"]["checkpoint_id"]
+        assert (
+            found.parent_config["configurable"]["checkpoint_id"]
+            == (c1["configurable"]["checkpoint_id"])
         )
         assert len(stored(saver, tid)) == 3
 

@@ -301,7 +301,9 @@ class Fence:
     def release(self, lease: Lease) -> bool:
         """Give the thread up (its writes are refused after); ``False``: it was not held.
         The number stays, so a later owner's is still larger."""
-        return self._saver._run(self._plans.fence_release(lease.thread_id, lease.owner, lease.token))
+        return self._saver._run(
+            self._plans.fence_release(lease.thread_id, lease.owner, lease.token)
+        )
 
     async def arelease(self, lease: Lease) -> bool:
         """Async :meth:`release`."""

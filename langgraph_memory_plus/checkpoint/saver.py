@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-from contextvars import ContextVar
 import threading
-from collections import OrderedDict
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -37,15 +37,6 @@ from ..observability.core import Listener, Observable
 from ..threads.core import RecordInput, record_input
 from ..threads.transcripts import RecordedIds, lines_of
 from .codec import CheckpointCodec, EncodedCheckpoint, EncodedWrite
-from .fence import (
-    RUN_TOKENS,
-    Claim,
-    Fence,
-    FenceOptions,
-    held_claim,
-    instance_name,
-    run_id_of,
-)
 from .config import (
     ListQuery,
     SaverSettings,
@@ -55,6 +46,15 @@ from .config import (
     read_checkpoint_target,
     read_target,
     thread_key,
+)
+from .fence import (
+    RUN_TOKENS,
+    Claim,
+    Fence,
+    FenceOptions,
+    held_claim,
+    instance_name,
+    run_id_of,
 )
 from .lists import DEFAULT_MAX_BYTES, ListMemory
 
@@ -209,7 +209,7 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         return Claim(owner, token, self._fence_options.lease_s)
 
     def _take_plan(self, target: Target, claim: Claim) -> Plan[Any, None]:
-        """A run's first write takes its thread's fence (superseding any owner)."""
+        """A run takes its thread's fence as it starts, superseding any owner."""
         _, state = yield from self._plans.fence_take(  # type: ignore[attr-defined]
             target.thread_id, claim.owner, claim.lease_s, True, run=True
         )

@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 from ...drivers.migrations import SchemaVersion, advisory_lock_id, migrate, recorded_version
 from ...drivers.plan import Plan
 from ...drivers.postgres import Query, Rows
-from ...errors import ValueTooLargeError
+from ...errors import FencedWriteError, ValueTooLargeError
 from ...threads.core import RecordInput, writes_of_interest
 from ...threads.postgres import EXPIRY_MIGRATION, STATUS_MIGRATION, PostgresThreadIndex
 from ...threads.postgres import MIGRATION as THREAD_INDEX_MIGRATION
@@ -39,7 +39,7 @@ from ..codec import (
     metadata_matches,
 )
 from ..config import ListQuery, SaverSettings, Target, deletion_id, thread_key
-from ..fence import Claim, FenceState, check
+from ..fence import Claim, FenceState
 from ..lists import LIST_TYPE, ListRequest
 from .schema import FENCE_MIGRATION, FRESH, MIGRATIONS, quote_schema
 
@@ -505,23 +505,42 @@ class PostgresCheckpointPlans:
             "ns": target.checkpoint_ns,
         }
 
-    def _thread_ctes(self, fast: bool) -> str:
-        """The ``thread`` and ``ok`` CTEs that open a write statement; see :meth:`_write`."""
+    def _thread_ctes(self, fast: bool, fenced: bool = False) -> str:
+        """The ``thread`` and ``ok`` CTEs that open a write statement; see :meth:`_write`.
+
+        ``fenced``: ``ok`` (and a new thread's row) also needs the write's owner and
+        number to be the thread's: ``fence`` share-locks the fence row until the
+        statement commits, so a takeover waits for it, and a write that waited behind a
+        takeover reads the new owner. Locks are taken thread row first, fence row second
+        (``fence`` evaluates ``cur``, or the upsert, first), as ``delete_thread`` takes
+        them, so the two never wait on each other crosswise.
+        """
         if not fast:
-            return f"thread AS ({self._upsert_thread}), ok AS (SELECT 1 FROM thread)"
-        return f"""
-            ins AS (
-                INSERT INTO {self._th} (thread_key, thread_id, expires_at)
-                VALUES (%(tk)s, %(tid)s, now() + make_interval(secs => %(ttl)s))
-                ON CONFLICT (thread_key) DO NOTHING
-                RETURNING NULL::text AS live_after, false AS was_expired
-            ), cur AS (
+            if not fenced:
+                return f"thread AS ({self._upsert_thread}), ok AS (SELECT 1 FROM thread)"
+            return f"""thread AS ({self._upsert_thread}), {self._fence_cte("thread")},
+                ok AS (SELECT 1 FROM thread WHERE EXISTS (SELECT 1 FROM fence))"""
+        cur = f"""cur AS (
                 SELECT t.live_after, coalesce(t.expires_at <= now(), false) AS was_expired
                 FROM {self._th} t WHERE t.thread_key = %(tk)s FOR KEY SHARE
-            ), thread AS (
+            )"""
+        values = "VALUES (%(tk)s, %(tid)s, now() + make_interval(secs => %(ttl)s))"
+        head, gate = "", ""
+        if fenced:
+            head = f"{cur}, {self._fence_cte('cur')}, "
+            values = """SELECT %(tk)s, %(tid)s, now() + make_interval(secs => %(ttl)s)
+                WHERE EXISTS (SELECT 1 FROM fence)"""
+            gate = " AND EXISTS (SELECT 1 FROM fence)"
+        return f"""
+            {head}ins AS (
+                INSERT INTO {self._th} (thread_key, thread_id, expires_at)
+                {values}
+                ON CONFLICT (thread_key) DO NOTHING
+                RETURNING NULL::text AS live_after, false AS was_expired
+            ), {"" if fenced else cur + ", "}thread AS (
                 SELECT * FROM ins UNION ALL SELECT * FROM cur
             ), ok AS (
-                SELECT 1 FROM thread WHERE live_after IS NULL AND NOT was_expired LIMIT 1
+                SELECT 1 FROM thread WHERE live_after IS NULL AND NOT was_expired{gate} LIMIT 1
             ), touch AS (
                 UPDATE {self._th} t SET expires_at = now() + make_interval(secs => %(ttl)s)
                 WHERE t.thread_key = %(tk)s AND EXISTS (SELECT 1 FROM ok)
@@ -530,8 +549,22 @@ class PostgresCheckpointPlans:
                          OR t.expires_at < now() + make_interval(secs => %(ttl)s - %(slack)s))
             )"""
 
+    def _fence_cte(self, after: str) -> str:
+        """The write's claim, checked once ``after`` (the thread row's CTE) has run."""
+        return f"""fence AS (
+                SELECT 1 FROM {self._fe} WHERE thread_key = %(tk)s AND owner = %(f_owner)s
+                    AND token = %(f_token)s AND (SELECT count(*) FROM {after}) >= 0
+                FOR SHARE
+            )"""
+
     def _write(
-        self, params: dict[str, Any], payload: str, done: str, *, more: bool = False
+        self,
+        params: dict[str, Any],
+        payload: str,
+        done: str,
+        *,
+        more: bool = False,
+        fence: tuple[str, Claim] | None = None,
     ) -> Plan[Query, tuple[bool, str | None, bool, bool]]:
         """Run a write (``payload``: CTEs that insert when ``ok`` has a row).
 
@@ -546,20 +579,34 @@ class PostgresCheckpointPlans:
         (``live_after``) and whether the thread had expired, for the caller to act on.
         Returns (fast path taken, live_after, was_expired, whether the payload's ``done``
         CTE returned a row).
+
+        ``fence`` (thread id, claim): the statements write only if the claim holds (see
+        :meth:`_thread_ctes`), and a claim that does not hold raises ``FencedWriteError``:
+        the check costs no statement of its own.
         """
+        fenced = fence is not None
+        if fence is not None:
+            params = {**params, "f_owner": fence[1].owner, "f_token": fence[1].token}
+        held = ", EXISTS (SELECT 1 FROM fence)" if fenced else ""
         tail = f"""
             SELECT (SELECT count(*) FROM ok), (SELECT live_after FROM thread LIMIT 1),
                    coalesce((SELECT bool_or(was_expired) FROM thread), false),
-                   EXISTS (SELECT 1 FROM {done})"""
+                   EXISTS (SELECT 1 FROM {done}){held}"""
         rows: Rows = yield Query(
-            f"WITH {self._thread_ctes(True)}, {payload} {tail}",
+            f"WITH {self._thread_ctes(True, fenced)}, {payload} {tail}",
             params,
             fetch=True,
             standalone=not more,
         )
         if rows[0][0]:
             return True, None, False, bool(rows[0][3])
-        rows = yield Query(f"WITH {self._thread_ctes(False)}, {payload} {tail}", params, fetch=True)
+        if fence is not None and not rows[0][4]:
+            yield from self._refused_by_fence(*fence)
+        rows = yield Query(
+            f"WITH {self._thread_ctes(False, fenced)}, {payload} {tail}", params, fetch=True
+        )
+        if fence is not None and not rows[0][4]:
+            yield from self._refused_by_fence(*fence)
         return False, rows[0][1], bool(rows[0][2]), bool(rows[0][3])
 
     def put(
@@ -606,10 +653,12 @@ class PostgresCheckpointPlans:
         # although its checkpoint committed. It costs no round trip: the trim opened a
         # transaction of its own before.
         keep = self.settings.keep_last
-        if fence is not None:
-            yield from self._fence_check(target, fence)
         fast, live_after, was_expired, _ = yield from self._write(
-            params, self._put_payload, "saved", more=keep is not None or fence is not None
+            params,
+            self._put_payload,
+            "saved",
+            more=keep is not None,
+            fence=None if fence is None else (target.thread_id, fence),
         )
         if not fast:
             if (yield from self._refused(params, live_after, encoded.parent_id, target)):
@@ -641,10 +690,8 @@ class PostgresCheckpointPlans:
         if interesting := writes_of_interest(writes):
             payload = self._writes_flagged
             params.update(self.threads.writes_params(interesting))
-        if fence is not None:
-            yield from self._fence_check(target, fence)
         fast, live_after, was_expired, stored = yield from self._write(
-            params, payload, "written", more=fence is not None
+            params, payload, "written", fence=None if fence is None else (target.thread_id, fence)
         )
         if not fast:
             newer = live_after is None or target.checkpoint_id > live_after
@@ -658,16 +705,11 @@ class PostgresCheckpointPlans:
 
     # -- the fence (see ..fence) ------------------------------------------------------
 
-    def _fence_check(self, target: Target, claim: Claim) -> Plan[Query, None]:
-        """The write's first statement, opening its transaction: the fence row stays
-        share-locked until the write commits, so a takeover waits for it, and a write
-        waiting behind a takeover reads the new owner."""
-        rows: Rows = yield Query(
-            f"SELECT owner, token, NULL FROM {self._fe} WHERE thread_key = %s FOR SHARE",
-            (target.thread_key,),
-            fetch=True,
-        )
-        check(target.thread_id, claim, FenceState(*rows[0]) if rows else None)
+    def _refused_by_fence(self, thread_id: str, claim: Claim) -> Plan[Query, None]:
+        """Raise for a write the fence refused (nothing of it was written), naming the
+        owner now (read after: for the message only)."""
+        state = yield from self.fence_state(thread_id)
+        raise FencedWriteError(thread_id, claim.owner, None if state is None else state.owner)
 
     def _fence_row(self, tk: bytes) -> Query:
         return Query(
@@ -1065,16 +1107,15 @@ class PostgresCheckpointPlans:
     # -- deletion and maintenance -----------------------------------------------------
 
     def _delete_threads(self, tks: list[bytes]) -> Plan[Query, None]:
-        # The fences go first (deletion is final: no owner): a fenced write locks its
-        # fence before its thread row, and so does this, so neither waits on the other
-        # while holding what the other needs.
-        yield Query(f"DELETE FROM {self._fe} WHERE thread_key = ANY(%s)", (tks,))
         # Lock the thread rows first: a concurrent put holds the same lock, so it either
         # commits before (and is deleted here) or waits and meets the tombstone.
         yield Query(
             f"SELECT 1 FROM {self._th} WHERE thread_key = ANY(%s) ORDER BY thread_key FOR UPDATE",
             (tks,),
         )
+        # Then the fences (deletion is final: no owner), in the order a fenced write
+        # locks them too: thread row first.
+        yield Query(f"DELETE FROM {self._fe} WHERE thread_key = ANY(%s)", (tks,))
         yield Query(
             f"""
             WITH last AS (

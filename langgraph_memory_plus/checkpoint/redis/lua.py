@@ -861,7 +861,9 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
 # KEYS: the fence. ARGV: owner, lease ms, force ('1'), ms the key outlives the lease.
 # Reply: {1 taken | 0 held by another, owner, number, expiry ms} (after, or as found).
-FENCE_TAKE = _FENCE_NOW + r"""
+FENCE_TAKE = (
+    _FENCE_NOW
+    + r"""
 local cur = redis.call('HMGET', KEYS[1], 'o', 'n', 'x')
 local owner = ARGV[1]
 local free = (not cur[1]) or cur[1] == owner or (tonumber(cur[3]) or 0) <= now
@@ -876,9 +878,12 @@ redis.call('HSET', KEYS[1], 'o', owner, 'n', n, 'x', string.format('%.0f', x))
 redis.call('PEXPIREAT', KEYS[1], x + tonumber(ARGV[4]))
 return {1, owner, n, string.format('%.0f', x)}
 """
+)
 
 # ARGV: owner, number, lease ms, ms the key outlives the lease. Reply: the fence after.
-FENCE_RENEW = _FENCE_NOW + r"""
+FENCE_RENEW = (
+    _FENCE_NOW
+    + r"""
 local cur = redis.call('HMGET', KEYS[1], 'o', 'n', 'x')
 if cur[1] == ARGV[1] and cur[2] == ARGV[2] then
   local x = now + tonumber(ARGV[3])
@@ -888,6 +893,7 @@ if cur[1] == ARGV[1] and cur[2] == ARGV[2] then
 end
 return cur
 """
+)
 
 # ARGV: owner, number. The number stays: a later owner's is still larger.
 FENCE_RELEASE = r"""

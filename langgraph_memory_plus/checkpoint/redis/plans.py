@@ -256,9 +256,7 @@ class RedisCheckpointPlans:
         return self._fence_reply(reply)
 
     def fence_release(self, thread_id: str, owner: str, token: int) -> Plan[Command, bool]:
-        reply = yield Eval(
-            "fence_release", [self.fence_key(thread_id)], [_utf8(owner), str(token)]
-        )
+        reply = yield Eval("fence_release", [self.fence_key(thread_id)], [_utf8(owner), str(token)])
         return bool(reply)
 
     def fence_state(self, thread_id: str) -> Plan[Command, FenceState | None]:
