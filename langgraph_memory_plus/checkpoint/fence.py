@@ -36,7 +36,7 @@ import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from langchain_core.runnables import RunnableConfig
 
@@ -132,7 +132,7 @@ class Lease:
             )
         configurable[FENCE_KEY] = [self.owner, self.token]
         base["configurable"] = configurable
-        return RunnableConfig(**base)  # type: ignore[typeddict-item]
+        return cast(RunnableConfig, base)
 
 
 @dataclass
