@@ -184,6 +184,31 @@ def test_write_ownership_release_and_deletion(saver_factory: Any) -> None:
         assert c.token > b.token
 
 
+def test_copy_threads_copies_no_fence_and_takes_none(saver_factory: Any) -> None:
+    """``copy_threads`` (between savers) writes past runs' checkpoints, run ids in their
+    metadata: the target's fence stays as it was, its owner keeps the thread."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langgraph_memory_plus.migration import copy_threads
+
+    tid = thread()
+    source = InMemorySaver()
+    app = graph().compile(checkpointer=source)
+    for _ in range(2):
+        run_id = uuid.uuid4()
+        config = {"configurable": {"thread_id": tid}, "run_id": run_id}
+        app.invoke({"log": []}, {**config, "metadata": {"run_id": str(run_id)}})
+    with saver_factory(fence=True) as target:
+        lease = target.fence.acquire(tid, owner="keeper", lease_s=60)
+        report = copy_threads(source, target, [tid])
+        assert report.checkpoints_copied == len(
+            list(source.list({"configurable": {"thread_id": tid}}))
+        )
+        state = target.fence.get(tid)
+        assert (state.owner, state.token) == ("keeper", lease.token)
+        assert len(stored(target, tid)) == report.checkpoints_copied
+
+
 def test_write_ownership_without_an_owner_is_not_fenced(saver_factory: Any) -> None:
     """A write with no lease and no run id (update_state outside a run, direct puts)."""
     tid = thread()

@@ -34,7 +34,6 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -210,10 +209,11 @@ def held_claim(config: RunnableConfig) -> Claim | None:
     return Claim(_owner(owner), token, 0.0)
 
 
-def run_id_of(config: RunnableConfig, metadata: Mapping[str, Any] | None = None) -> str | None:
-    """The run a write belongs to: LangGraph sets ``config["run_id"]``; the server also
-    puts it in ``configurable`` and the checkpoint metadata."""
-    for source in (config, config.get("configurable") or {}, metadata or {}):
+def run_id_of(config: RunnableConfig) -> str | None:
+    """The run a call belongs to: LangGraph sets ``config["run_id"]`` (the server also
+    puts it in ``configurable``). Not the checkpoint metadata's: ``copy_threads`` writes
+    checkpoints of past runs with their metadata, and must not take the thread for them."""
+    for source in (config, config.get("configurable") or {}):
         run_id = source.get("run_id")
         if run_id:
             return str(run_id)

@@ -184,9 +184,7 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
 
     # -- the fence: which owner a write claims to be ----------------------------------
 
-    def _claim(
-        self, config: RunnableConfig, target: Target, metadata: Mapping[str, Any] | None = None
-    ) -> Claim | None:
+    def _claim(self, config: RunnableConfig, target: Target) -> Claim | None:
         """The write's claim: a lease in its config, else (``fence=True``) its run's.
 
         ``None`` (nothing checked, nothing sent) when the fence is off and the config
@@ -195,7 +193,7 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         held = held_claim(config)
         if held is not None or self._fence_options is None or not self._fence_options.auto:
             return held
-        run_id = run_id_of(config, metadata)
+        run_id = run_id_of(config)
         if run_id is None:
             run = _RUN.get()
             if run is None or target.checkpoint_ns == "" or run[0] != target.thread_key:
@@ -326,7 +324,7 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         """The put's plan, the config it returns, what to do once it is stored, and the
         target and fence claim (taken, when it has no number yet, before the plan runs)."""
         target = read_target(config)
-        claim = self._claim(config, target, metadata)
+        claim = self._claim(config, target)
         codec = self._codec
         encoded = codec.encode_checkpoint(target, config, checkpoint, metadata, new_versions)
         lines = []
