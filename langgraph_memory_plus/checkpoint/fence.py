@@ -12,7 +12,7 @@ superseded owner is refused, observably*.
   previous holder's number is then stale.
 - Every ``put`` / ``put_writes`` that carries an owner (a :class:`Lease` in its config,
   or the run id with ``fence=True``) compares its owner and number with the record in
-  the same transaction (SQLite, PostgreSQL) or Lua script (Redis) as the write: a stale
+  the write's own statement (PostgreSQL), transaction (SQLite) or Lua script (Redis): a stale
   one raises :class:`~langgraph_memory_plus.errors.FencedWriteError` and nothing of the
   write is stored. What the write builds on is not checked: the current owner may fork
   from any older checkpoint (time travel stays legal).
