@@ -40,7 +40,11 @@ _EXPORTS = {
     "CorruptDataError": ".errors",
     "Encryption": ".encryption",
     "EncryptionError": ".encryption",
+    "FenceHeldError": ".errors",
+    "FenceOptions": ".checkpoint.fence",
+    "FencedWriteError": ".errors",
     "InvalidConfigError": ".errors",
+    "Lease": ".checkpoint.fence",
     "Memory": ".url",
     "MemoryConnectionError": ".errors",
     "MemoryPlusError": ".errors",
@@ -86,7 +90,11 @@ __all__ = [  # the names of _EXPORTS (a test checks they agree)
     "CorruptDataError",
     "Encryption",
     "EncryptionError",
+    "FenceHeldError",
+    "FenceOptions",
+    "FencedWriteError",
     "InvalidConfigError",
+    "Lease",
     "Memory",
     "MemoryConnectionError",
     "MemoryPlusError",
@@ -122,6 +130,7 @@ __all__ = [  # the names of _EXPORTS (a test checks they agree)
 
 if TYPE_CHECKING:  # what the lazy imports below resolve to, for type checkers and IDEs
     from .checkpoint.config import TTLConfig
+    from .checkpoint.fence import FenceOptions, Lease
     from .checkpoint.postgres import AsyncPostgresSaver, PostgresSaver
     from .checkpoint.redis import AsyncRedisSaver, RedisSaver
     from .checkpoint.sqlite import AsyncSqliteSaver, SqliteSaver
@@ -130,6 +139,8 @@ if TYPE_CHECKING:  # what the lazy imports below resolve to, for type checkers a
     from .errors import (
         ConflictError,
         CorruptDataError,
+        FencedWriteError,
+        FenceHeldError,
         InvalidConfigError,
         MemoryConnectionError,
         MemoryPlusError,

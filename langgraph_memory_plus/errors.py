@@ -39,6 +39,45 @@ class ConflictError(MemoryPlusError):
     """A conditional write lost a race: the item changed since it was read."""
 
 
+class FencedWriteError(ConflictError):
+    """A write came from a superseded owner of its thread (see ``saver.fence``).
+
+    Another owner took the thread's fence since this writer took it (or the thread was
+    deleted, which removes the fence): nothing of the write was stored. Names the thread,
+    the owner that tried to write and the current owner (``None``: the thread has no
+    owner now), so the stale worker can stop instead of forking the checkpoint chain.
+    """
+
+    def __init__(self, thread_id: str, owner: str | None, current_owner: str | None) -> None:
+        super().__init__(
+            f"write to thread {thread_id!r} refused: owner {owner!r} was superseded; "
+            f"the thread's current owner is {current_owner!r}"
+        )
+        self.thread_id = thread_id
+        self.owner = owner
+        self.current_owner = current_owner
+
+
+class FenceHeldError(ConflictError):
+    """``fence.acquire`` found another owner's lease on the thread still running.
+
+    Wait until ``expires_at`` (seconds since the epoch), or take over with ``force=True``
+    (the holder's later writes are then refused with :class:`FencedWriteError`).
+    """
+
+    def __init__(
+        self, thread_id: str, owner: str, current_owner: str | None, expires_at: float | None
+    ) -> None:
+        super().__init__(
+            f"thread {thread_id!r} is owned by {current_owner!r} until {expires_at}; "
+            f"{owner!r} did not take it (use force=True to take over)"
+        )
+        self.thread_id = thread_id
+        self.owner = owner
+        self.current_owner = current_owner
+        self.expires_at = expires_at
+
+
 class PoolTimeoutError(MemoryPlusError, TimeoutError):
     """No pooled connection became free within ``pool_timeout`` seconds.
 

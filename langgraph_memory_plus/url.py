@@ -154,6 +154,13 @@ def _threshold(name: str, value: Any) -> int | None:
     return _integer(name, value, minimum=0)
 
 
+def _fence(name: str, value: Any) -> Any:
+    """``fence``: on/off in a URL, or a ``FenceOptions`` given as a keyword."""
+    from .checkpoint.fence import FenceOptions
+
+    return value if isinstance(value, FenceOptions) else _boolean(name, value)
+
+
 def _choice(name: str, value: Any, *, choices: tuple[str, ...]) -> str:
     word = value.strip().lower() if isinstance(value, str) else None
     if word not in choices:
@@ -230,6 +237,12 @@ OPTIONS: dict[str, Option] = {
         partial(_number, minimum=0, strict=True),
         SERVERS,
         "minutes a transcript line is kept (default: forever)",
+    ),
+    "fence": Option(
+        _fence,
+        SERVERS,
+        "one writer per thread: a run takes its thread's fence as it starts, and writes of "
+        "a run another one superseded are refused (FencedWriteError); or a FenceOptions",
     ),
     "thread_index_keys": Option(
         _names, SERVERS, "metadata keys the thread index indexes, comma separated (user_id)"
@@ -554,6 +567,7 @@ class Memory:
             "thread_index_keys",
             "list_memory_mib",
             "encryption",
+            "fence",
         )
 
     def _store_options(self, *names: str) -> dict[str, Any]:
@@ -691,6 +705,7 @@ class UrlOptions(TypedDict, total=False):
     thread_index_keys: Sequence[str]
     transcripts: bool
     transcript_ttl: float | None
+    fence: Any
     vector_backend: Literal["auto", "pgvector", "exact"]
     hnsw: bool
     setup: bool

@@ -39,6 +39,8 @@ from langgraph.types import Command, Send, interrupt
 from pydantic import BaseModel
 from typing_extensions import TypedDict
 
+from langgraph_memory_plus import FencedWriteError
+
 pytestmark = pytest.mark.storage
 
 SEQUENCES = int(os.environ.get("LGMP_FUZZ_SEQUENCES", "3"))
@@ -203,10 +205,11 @@ def _copy_in_memory(saver: InMemorySaver, source: str, target: str) -> None:
 class Sequence:
     """One random sequence, played on both savers step by step."""
 
-    def __init__(self, seed: int, factory: Any) -> None:
+    def __init__(self, seed: int, factory: Any, fence: bool = False) -> None:
         self.rng = random.Random(seed)
         self.seed = seed
         self.factory = factory
+        self.fence = fence
         self.reference = InMemorySaver()
         self.threads = [f"fz-{uuid.uuid4()}"]
         self.keep_last: int | None = None
@@ -216,6 +219,11 @@ class Sequence:
 
     def cfg(self, thread: str) -> dict[str, Any]:
         return {"configurable": {"thread_id": thread}}
+
+    def run_cfg(self, config: Any) -> Any:
+        """A run's config: with the fence on, a run id of its own (as the server gives),
+        which takes the thread's fence at the run's start (the reference ignores it)."""
+        return {**config, "run_id": uuid.uuid4()} if self.fence else config
 
     def plan(self, durability: str) -> dict[str, Any]:
         """What the next run's nodes do. In-place edits only with ``durability="sync"``:
@@ -265,9 +273,9 @@ class Sequence:
                     inputs = {"messages": [HumanMessage(f"fork {self.turn}", id=f"f-{self.turn}")],
                               "plan": self.plan(durability)}  # fmt: skip
                     self.written.add(thread)
-                    ours.invoke(copy.deepcopy(inputs), ours_history[i].config,
+                    ours.invoke(copy.deepcopy(inputs), self.run_cfg(ours_history[i].config),
                                 durability=durability)  # fmt: skip
-                    ref.invoke(inputs, match[0].config, durability=durability)
+                    ref.invoke(inputs, self.run_cfg(match[0].config), durability=durability)
         elif op < 0.8:
             # Edit what get_state returned, of the latest and of an older checkpoint read
             # by id, every way there is: nothing may change.
@@ -315,7 +323,7 @@ class Sequence:
 
         def run() -> None:
             try:
-                ours.invoke(inputs, self.cfg(thread), durability=durability)
+                ours.invoke(inputs, self.run_cfg(self.cfg(thread)), durability=durability)
             except BaseException as exc:  # reported below
                 errors.append(exc)
 
@@ -328,7 +336,12 @@ class Sequence:
             go_on.set()
             runner.join(30)
             del PAUSED[thread]
-        assert not errors
+        # With the fence on, deletion removed the run's fence: its next write is refused
+        # (FencedWriteError, no owner now) and the run stops, instead of being dropped.
+        assert all(
+            self.fence and isinstance(e, FencedWriteError) and e.current_owner is None
+            for e in errors
+        ), errors
         ref.checkpointer.delete_thread(thread)
         self.written.discard(thread)
         saver = ours.checkpointer
@@ -352,7 +365,7 @@ class Sequence:
                 interrupts = graph.get_state(config).interrupts
                 answers = {i.id: f"{resume}-{i.value['review']}" for i in interrupts}
                 given = Command(resume=answers)
-            graph.invoke(given, config, durability=durability)
+            graph.invoke(given, self.run_cfg(config), durability=durability)
 
     def check(self, ours: Any, ref: Any, fresh: Any) -> None:
         for thread in self.threads:
@@ -376,7 +389,7 @@ class Sequence:
         builder = build_graph()
         ref = builder.compile(checkpointer=self.reference)
         for segment in range(3):
-            with self.factory(keep_last=self.keep_last) as saver:
+            with self.factory(keep_last=self.keep_last, fence=self.fence) as saver:
                 ours = builder.compile(checkpointer=saver)
                 for _ in range(STEPS // 3):
                     self.step(ours, ref)
@@ -400,11 +413,17 @@ def _named(sequence: Sequence) -> Iterator[None]:
         ) from exc
 
 
-@pytest.mark.parametrize("n", range(SEQUENCES))
-def test_random_sequences_match_in_memory_saver(saver_factory: Any, n: int) -> None:
+@pytest.mark.parametrize(
+    "n, fence",
+    # one more sequence with the fence on (fence=True, every run with a run id): the
+    # fence changes nothing a single writer sees
+    [*((n, False) for n in range(SEQUENCES)), (SEQUENCES, True)],
+    ids=[*(str(n) for n in range(SEQUENCES)), "fence"],
+)
+def test_random_sequences_match_in_memory_saver(saver_factory: Any, n: int, fence: bool) -> None:
     seed = BASE_SEED + n
     print(f"LGMP_FUZZ_SEED={seed}")
-    sequence = Sequence(seed, saver_factory)
+    sequence = Sequence(seed, saver_factory, fence)
     with _named(sequence):
         sequence.run()
 

@@ -62,6 +62,8 @@ async def model(state: State) -> dict:
     text = state["messages"][-1].content
     if text == "slow":  # long enough for a second run to roll this one back
         await asyncio.sleep(30)
+    if text == "wait":  # a run still going when the next one comes, that then ends
+        await asyncio.sleep(2)
     return {"messages": [AIMessage(content=f"echo: {text}")]}
 
 
@@ -112,9 +114,11 @@ def _langgraph_cli() -> str:
 
 
 @contextmanager
-def langgraph_dev(workdir: Path, memory_url: str) -> Iterator[tuple[str, Path]]:
+def langgraph_dev(
+    workdir: Path, memory_url: str, options: dict[str, Any] | None = None
+) -> Iterator[tuple[str, Path]]:
     """``langgraph dev`` in ``workdir`` on a free loopback port; its base URL and its log.
-    Stopped by its pid."""
+    ``options``: ``LANGGRAPH_MEMORY_OPTIONS``. Stopped by its pid."""
     (workdir / "graph.py").write_text(textwrap.dedent(GRAPH))
     (workdir / "langgraph.json").write_text(json.dumps(CONFIG, indent=2))
     port = _free_port(7271)
@@ -125,6 +129,7 @@ def langgraph_dev(workdir: Path, memory_url: str) -> Iterator[tuple[str, Path]]:
         "LANGSMITH_TRACING": "false",
         "LANGCHAIN_TRACING_V2": "false",
         "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+        **({"LANGGRAPH_MEMORY_OPTIONS": json.dumps(options)} if options else {}),
     }
     log_path = workdir / "server.log"
     with open(log_path, "wb") as log:
@@ -319,6 +324,79 @@ async def wait_until_running(client: Any, thread_id: str, run_id: str) -> None:
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"run {run_id} did not start within 10 s")
+
+
+@pytest.mark.storage
+@pytest.mark.langgraph_server
+async def test_multitask_strategies_with_the_fence_on(memory_url: str, tmp_path: Path) -> None:
+    """The server's four multitask strategies on a saver with ``fence=True``: each run
+    takes its thread's fence as it starts (the thread's owner afterwards is the run that
+    ran last), and each strategy gives what it gives without the fence."""
+    from langgraph_sdk import get_client
+    from langgraph_sdk.errors import ConflictError, NotFoundError
+
+    backend = memory_url.split(":", 1)[0]
+    say = Transcript(f"{backend}, fence on")
+    wait = {"messages": [{"role": "human", "content": "wait"}]}
+    slow = {"messages": [{"role": "human", "content": "slow"}]}
+    fast = {"messages": [{"role": "human", "content": "fast"}]}
+
+    async def owner(tid: str) -> str | None:
+        async with ours(memory_url) as memory:
+            state = await memory.checkpointer.fence.aget(tid)
+        return None if state is None else state.owner
+
+    with langgraph_dev(tmp_path, memory_url, {"fence": True}) as (base, log):
+        client = get_client(url=base)
+
+        async def started(text: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+            tid = (await client.threads.create())["thread_id"]
+            first = await client.runs.create(tid, "agent", input=text)
+            await wait_until_running(client, tid, first["run_id"])
+            return tid, first
+
+        # reject: the second run is refused; the first ends and owns the thread
+        tid, first = await started(wait)
+        with pytest.raises(ConflictError):
+            await client.runs.create(tid, "agent", input=fast, multitask_strategy="reject")
+        say("runs.create(multitask_strategy='reject')", "409 Conflict")
+        await client.runs.join(tid, first["run_id"])
+        state = say("threads.get_state()", await client.threads.get_state(tid))
+        assert messages(state["values"]) == ["wait", "echo: wait"]
+        assert (await owner(tid) or "").startswith(f"run:{first['run_id']}@")
+
+        # interrupt: the first run stops where it is; the second runs and owns the thread
+        tid, first = await started(slow)
+        second = await client.runs.create(tid, "agent", input=fast, multitask_strategy="interrupt")
+        say("runs.join(interrupt)", await client.runs.join(tid, second["run_id"]))
+        state = await client.threads.get_state(tid)
+        assert messages(state["values"])[-2:] == ["fast", "echo: fast"]
+        assert "echo: slow" not in messages(state["values"])
+        assert (await client.runs.get(tid, first["run_id"]))["status"] == "interrupted"
+        assert (await owner(tid) or "").startswith(f"run:{second['run_id']}@")
+
+        # rollback: the first run and its checkpoints are gone; the second owns the thread
+        tid, first = await started(slow)
+        second = await client.runs.create(tid, "agent", input=fast, multitask_strategy="rollback")
+        say("runs.join(rollback)", await client.runs.join(tid, second["run_id"]))
+        with pytest.raises(NotFoundError):
+            await client.runs.get(tid, first["run_id"])
+        state = await client.threads.get_state(tid)
+        assert messages(state["values"]) == ["fast", "echo: fast"]
+        assert (await owner(tid) or "").startswith(f"run:{second['run_id']}@")
+
+        # enqueue: the second runs after the first, on what it left
+        tid, first = await started(wait)
+        second = await client.runs.create(tid, "agent", input=fast, multitask_strategy="enqueue")
+        await client.runs.join(tid, first["run_id"])
+        say("runs.join(enqueue)", await client.runs.join(tid, second["run_id"]))
+        state = await client.threads.get_state(tid)
+        assert messages(state["values"]) == ["wait", "echo: wait", "fast", "echo: fast"]
+        assert (await owner(tid) or "").startswith(f"run:{second['run_id']}@")
+
+        server_log = log.read_text(errors="replace")
+        assert "Using custom checkpointer: Async" in server_log
+    print("\n".join(say.lines))
 
 
 # -- the environment server.py reads (no server needed) ------------------------------------

@@ -58,6 +58,8 @@ class SaverOptions(TypedDict, total=False):
     listeners: Sequence[Listener] | None
     list_memory_mib: float
     encryption: Encryption | None
+    fence: Any
+    """``True`` or a ``FenceOptions``: one writer per thread (see ``checkpoint/fence.py``)."""
 
 
 def list_memory_bytes(mib: Any) -> int:

@@ -23,6 +23,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 
 from ..drivers.plan import Plan
+from .config import Target
+from .fence import Claim
 from .saver import CheckpointSaverBase
 
 RUNTIME = "__pregel_runtime"
@@ -71,7 +73,7 @@ class ContextKeysSaver(CheckpointSaverBase):
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> tuple[Plan[Any, None], RunnableConfig, Callable[[], None]]:
+    ) -> tuple[Plan[Any, None], RunnableConfig, Callable[[], None], Target, Claim | None]:
         config = with_context_keys(config, self.settings.index_keys)
         return super()._put_plan(config, checkpoint, metadata, new_versions)
 
@@ -81,8 +83,9 @@ class ContextKeysSaver(CheckpointSaverBase):
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
+        claim: Claim | None = None,
     ) -> Plan[Any, None]:
         # Only the per-tenant key reads the user of a write (see ``_user_of``).
         if self.encryption is not None and self.encryption.tenant_keys is not None:
             config = with_context_keys(config, self.settings.index_keys)
-        return super()._put_writes_plan(config, writes, task_id, task_path)
+        return super()._put_writes_plan(config, writes, task_id, task_path, claim)

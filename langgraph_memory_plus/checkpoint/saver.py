@@ -9,9 +9,13 @@ methods and the connection handling behind them.
 
 from __future__ import annotations
 
+import asyncio
 import random
+import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -45,12 +49,26 @@ from .config import (
     read_target,
     thread_key,
 )
+from .fence import (
+    RUN_TOKENS,
+    Claim,
+    Fence,
+    FenceOptions,
+    held_claim,
+    instance_name,
+    run_id_of,
+)
 from .lists import DEFAULT_MAX_BYTES, ListMemory
 
 if TYPE_CHECKING:
     from ..threads.api import ThreadPlans, Threads
 
 R = TypeVar("R")
+
+_RUN: ContextVar[tuple[bytes, str] | None] = ContextVar("lgmp_fence_run", default=None)
+"""The run (thread key, owner) the calls of this context belong to, set by a root-graph
+call that carries a run id: LangGraph gives subgraphs no run id, but runs their nodes in
+copies of the run's context, so a subgraph's writes are fenced as their run's."""
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 LIST_PAGE_SIZE = 100
@@ -82,10 +100,19 @@ class CheckpointPlans(Protocol):
     ) -> Plan[Any, tuple[list[CheckpointTuple], ListQuery | None]]: ...
 
     def put(
-        self, target: Target, encoded: EncodedCheckpoint, record: RecordInput
-    ) -> Plan[Any, None]: ...
+        self,
+        target: Target,
+        encoded: EncodedCheckpoint,
+        record: RecordInput,
+        fence: Claim | None = None,
+    ) -> Plan[Any, None]:
+        """Store a checkpoint; with ``fence``, only if its owner and number are the
+        thread's current ones, checked atomically with the write (see ``fence.py``)."""
+        ...
 
-    def put_writes(self, target: Target, writes: list[EncodedWrite]) -> Plan[Any, None]: ...
+    def put_writes(
+        self, target: Target, writes: list[EncodedWrite], fence: Claim | None = None
+    ) -> Plan[Any, None]: ...
 
     def delete_thread(self, thread_id: str) -> Plan[Any, None]: ...
 
@@ -136,6 +163,7 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         listeners: Sequence[Listener] | None = None,
         list_memory_mib: float = DEFAULT_MAX_BYTES / (1024 * 1024),
         encryption: Encryption | None = None,
+        fence: bool | FenceOptions | None = None,
     ) -> None:
         super().__init__(serde=serde)
         if encryption is not None and not isinstance(encryption, Encryption):
@@ -150,6 +178,81 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         )
         self._lists = ListMemory(max_bytes=list_memory_bytes(list_memory_mib))
         self._recorded = RecordedIds()
+        self._fence_options = FenceOptions.of(fence)
+        self._fence_lease_s = (self._fence_options or FenceOptions()).lease_s
+        self._fence_name = instance_name()
+        # (thread key, owner) -> the number a run took (auto mode), newest last
+        self._fence_runs: OrderedDict[tuple[bytes, str], int] = OrderedDict()
+        self._fence_lock = threading.Lock()
+        self._fence_alocks: dict[int, asyncio.Lock] = {}
+
+    @property
+    def fence(self) -> Fence:
+        """Ownership leases: ``acquire``, ``renew``, ``release``, ``get`` (and ``a*``)."""
+        return Fence(self)
+
+    # -- the fence: which owner a write claims to be ----------------------------------
+
+    def _claim(self, config: RunnableConfig, target: Target) -> Claim | None:
+        """The write's claim: a lease in its config, else (``fence=True``) its run's.
+
+        ``None`` (nothing checked, nothing sent) when the fence is off and the config
+        carries no lease, or the write belongs to no run.
+        """
+        held = held_claim(config)
+        if held is not None or self._fence_options is None or not self._fence_options.auto:
+            return held
+        run_id = run_id_of(config)
+        if run_id is None:
+            run = _RUN.get()
+            if run is None or target.checkpoint_ns == "" or run[0] != target.thread_key:
+                return None
+            owner = run[1]  # a subgraph of the run this context belongs to
+        else:
+            owner = f"run:{run_id}@{self._fence_name}"
+            if target.checkpoint_ns == "":
+                _RUN.set((target.thread_key, owner))
+        token = self._fence_runs.get((target.thread_key, owner))
+        return Claim(owner, token, self._fence_options.lease_s)
+
+    def _take_plan(self, target: Target, claim: Claim) -> Plan[Any, None]:
+        """A run takes its thread's fence as it starts, superseding any owner."""
+        _, state = yield from self._plans.fence_take(  # type: ignore[attr-defined]
+            target.thread_id, claim.owner, claim.lease_s, True, run=True
+        )
+        claim.token = state.token
+
+    def _remember_run(self, target: Target, claim: Claim) -> None:
+        assert claim.token is not None
+        key = (target.thread_key, claim.owner)
+        self._fence_runs[key] = claim.token
+        self._fence_runs.move_to_end(key)
+        while len(self._fence_runs) > RUN_TOKENS:
+            self._fence_runs.popitem(last=False)
+
+    def _take(self, target: Target, claim: Claim | None) -> None:
+        """Before a run's first write: one take per run even when its writes race (a
+        second take by the same owner would keep the number, but one racing a takeover
+        by another owner would steal the thread back)."""
+        if claim is None or claim.token is not None:
+            return
+        with self._fence_lock:
+            claim.token = self._fence_runs.get((target.thread_key, claim.owner))
+            if claim.token is None:
+                self._run(self._take_plan(target, claim))
+            self._remember_run(target, claim)
+
+    async def _atake(self, target: Target, claim: Claim | None) -> None:
+        """Async :meth:`_take`."""
+        if claim is None or claim.token is not None:
+            return
+        loop = id(asyncio.get_running_loop())
+        lock = self._fence_alocks.setdefault(loop, asyncio.Lock())
+        async with lock:
+            claim.token = self._fence_runs.get((target.thread_key, claim.owner))
+            if claim.token is None:
+                await self._arun(self._take_plan(target, claim))
+            self._remember_run(target, claim)
 
     @property
     def threads(self) -> Threads:
@@ -228,9 +331,11 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> tuple[Plan[Any, None], RunnableConfig, Callable[[], None]]:
-        """The put's plan, the config it returns, and what to do once it is stored."""
+    ) -> tuple[Plan[Any, None], RunnableConfig, Callable[[], None], Target, Claim | None]:
+        """The put's plan, the config it returns, what to do once it is stored, and the
+        target and fence claim (taken, when it has no number yet, before the plan runs)."""
         target = read_target(config)
+        claim = self._claim(config, target)
         codec = self._codec
         user = self._user_of(config, metadata)
         encoded = codec.encode_checkpoint(
@@ -256,7 +361,9 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         if self.encryption is not None:
             record = self._sealed(record, target.thread_id, user)
         plan = self._observed_event(
-            self._plans.put(target, encoded, record),
+            self._plans.put(target, encoded, record, claim)
+            if claim is not None
+            else self._plans.put(target, encoded, record),
             ev.CheckpointSaved,
             lambda _: {
                 **_at(target),
@@ -270,7 +377,7 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
             codec.commit(target, encoded)
             self._recorded.add(target.thread_key, record.lines)
 
-        return plan, target.config(checkpoint["id"]), stored
+        return plan, target.config(checkpoint["id"]), stored, target, claim
 
     def _put_writes_plan(
         self,
@@ -278,12 +385,15 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
+        claim: Claim | None = None,
     ) -> Plan[Any, None]:
         target = read_checkpoint_target(config)
         user = self._user_of(config, None)
         encoded = self._codec.encode_writes(target, writes, task_id, task_path, user)
         return self._observed_event(
-            self._plans.put_writes(target, encoded),
+            self._plans.put_writes(target, encoded, claim)
+            if claim is not None
+            else self._plans.put_writes(target, encoded),
             ev.WritesSaved,
             lambda _: {
                 **_at(target),
@@ -324,6 +434,12 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
             for line in record.lines
         )
         return replace(record, title=title, lines=lines)
+
+    def _writes_claim(self, config: RunnableConfig) -> Claim | None:
+        """A put_writes' claim; without a fence or lease, not even the target is read."""
+        if self._fence_options is None and held_claim(config) is None:
+            return None
+        return self._claim(config, read_checkpoint_target(config))
 
     def _prune_plan(self, thread_ids: Sequence[str], strategy: str) -> Plan[Any, None]:
         if strategy not in PRUNE_STRATEGIES:
@@ -402,7 +518,21 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
 
     # -- synchronous API --------------------------------------------------------------
 
+    def _run_start(self, config: RunnableConfig) -> tuple[Target, Claim] | None:
+        """With ``fence=True``, a run's first read of its thread (LangGraph's loop reads
+        its checkpoint as the run starts, with the run id) takes the thread's fence: two
+        runs resumed from one checkpoint are then two owners before either writes."""
+        if self._fence_options is None or not self._fence_options.auto:
+            return None
+        if run_id_of(config) is None:
+            return None
+        target = read_target(config)
+        claim = self._claim(config, target)
+        return None if claim is None or claim.token is not None else (target, claim)
+
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        if (start := self._run_start(config)) is not None:
+            self._take(*start)
         return self._run(self._get_tuple_plan(config))
 
     def list(
@@ -425,7 +555,10 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        plan, saved, stored = self._put_plan(config, checkpoint, metadata, new_versions)
+        plan, saved, stored, target, claim = self._put_plan(
+            config, checkpoint, metadata, new_versions
+        )
+        self._take(target, claim)
         self._run(plan)
         stored()
         return saved
@@ -437,7 +570,10 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        self._run(self._put_writes_plan(config, writes, task_id, task_path))
+        claim = self._writes_claim(config)
+        if claim is not None:
+            self._take(read_checkpoint_target(config), claim)
+        self._run(self._put_writes_plan(config, writes, task_id, task_path, claim))
 
     def _delete_plan(self, thread_id: str) -> Plan[Any, None]:
         thread_id = _thread_ids([thread_id], "delete_thread")[0]
@@ -479,6 +615,8 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
     # -- asynchronous API -------------------------------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        if (start := self._run_start(config)) is not None:
+            await self._atake(*start)
         return await self._arun(self._get_tuple_plan(config))
 
     async def alist(
@@ -502,7 +640,10 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        plan, saved, stored = self._put_plan(config, checkpoint, metadata, new_versions)
+        plan, saved, stored, target, claim = self._put_plan(
+            config, checkpoint, metadata, new_versions
+        )
+        await self._atake(target, claim)
         await self._arun(plan)
         stored()
         return saved
@@ -514,7 +655,10 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await self._arun(self._put_writes_plan(config, writes, task_id, task_path))
+        claim = self._writes_claim(config)
+        if claim is not None:
+            await self._atake(read_checkpoint_target(config), claim)
+        await self._arun(self._put_writes_plan(config, writes, task_id, task_path, claim))
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self._arun(self._delete_plan(thread_id))

@@ -192,3 +192,17 @@ FRESH: tuple[str, ...] = (
 ``setup()`` on a fresh database creates them directly instead of replaying the history
 (tables created only to be migrated and dropped cost most of its time). A test compares
 the two layouts, catalog entry by catalog entry."""
+
+
+_FENCES = """
+        CREATE TABLE IF NOT EXISTS {s}.lgmp_fences (
+            thread_key bytea PRIMARY KEY,
+            owner text,
+            token bigint NOT NULL,
+            expires_at timestamptz
+        )
+        """
+FENCE_MIGRATION: tuple[str, ...] = (_FENCES,)
+"""One writer per thread (see checkpoint/fence.py): the owner, its fencing number and the
+lease's expiry; owner NULL once released. A migration of its own, after the thread
+index's (versions are positions); ``setup()`` on a fresh database creates it with FRESH."""

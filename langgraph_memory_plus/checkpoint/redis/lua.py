@@ -839,6 +839,72 @@ keep_expiry()
 return 1
 """
 
+# One writer per thread (see checkpoint/fence.py). The fence is a hash of its own in the
+# thread's slot: o the owner (absent once released), n the fencing number, x the lease's
+# expiry (ms). A fenced put or put_writes passes it as its last key and the owner and
+# number it claims as its last two arguments; the check pops them, so the write's own
+# script sees its usual keys and arguments. Reply -1: refused, nothing written.
+FENCE_CHECK = r"""
+local K_FENCE = table.remove(KEYS)
+local f_token = table.remove(ARGV)
+local f_owner = table.remove(ARGV)
+do
+  local cur = redis.call('HMGET', K_FENCE, 'o', 'n')
+  if cur[1] ~= f_owner or cur[2] ~= f_token then return -1 end
+end
+"""
+
+_FENCE_NOW = r"""
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+"""
+
+# KEYS: the fence. ARGV: owner, lease ms, force ('1'), ms the key outlives the lease.
+# Reply: {1 taken | 0 held by another, owner, number, expiry ms} (after, or as found).
+FENCE_TAKE = (
+    _FENCE_NOW
+    + r"""
+local cur = redis.call('HMGET', KEYS[1], 'o', 'n', 'x')
+local owner = ARGV[1]
+local free = (not cur[1]) or cur[1] == owner or (tonumber(cur[3]) or 0) <= now
+if ARGV[3] ~= '1' and not free then return {0, cur[1], cur[2], cur[3]} end
+local n = cur[2]
+if cur[1] ~= owner then
+  local us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+  n = string.format('%.0f', math.max((tonumber(cur[2]) or 0) + 1, us))
+end
+local x = now + tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], 'o', owner, 'n', n, 'x', string.format('%.0f', x))
+redis.call('PEXPIREAT', KEYS[1], x + tonumber(ARGV[4]))
+return {1, owner, n, string.format('%.0f', x)}
+"""
+)
+
+# ARGV: owner, number, lease ms, ms the key outlives the lease. Reply: the fence after.
+FENCE_RENEW = (
+    _FENCE_NOW
+    + r"""
+local cur = redis.call('HMGET', KEYS[1], 'o', 'n', 'x')
+if cur[1] == ARGV[1] and cur[2] == ARGV[2] then
+  local x = now + tonumber(ARGV[3])
+  cur[3] = string.format('%.0f', x)
+  redis.call('HSET', KEYS[1], 'x', cur[3])
+  redis.call('PEXPIREAT', KEYS[1], x + tonumber(ARGV[4]))
+end
+return cur
+"""
+)
+
+# ARGV: owner, number. The number stays: a later owner's is still larger.
+FENCE_RELEASE = r"""
+local cur = redis.call('HMGET', KEYS[1], 'o', 'n')
+if cur[1] == ARGV[1] and cur[2] == ARGV[2] then
+  redis.call('HDEL', KEYS[1], 'o', 'x')
+  return 1
+end
+return 0
+"""
+
 SCRIPTS: dict[str, str] = {
     name: PRELUDE + RECORD_LUA + body
     for name, body in {
@@ -861,6 +927,11 @@ SCRIPTS: dict[str, str] = {
     }.items()
 }
 # On one index set, not a thread's keys (see threads/redis.py).
+SCRIPTS["put_fenced"] = PRELUDE + RECORD_LUA + FENCE_CHECK + PUT
+SCRIPTS["put_writes_fenced"] = PRELUDE + RECORD_LUA + FENCE_CHECK + PUT_WRITES
+SCRIPTS["fence_take"] = FENCE_TAKE
+SCRIPTS["fence_renew"] = FENCE_RENEW
+SCRIPTS["fence_release"] = FENCE_RELEASE
 SCRIPTS["zrem_if"] = ZREM_IF
 # Rekey (privacy/rekey.py): set one hash field only if it still holds what was read.
 SCRIPTS["hcas"] = """

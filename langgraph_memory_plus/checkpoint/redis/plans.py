@@ -43,7 +43,7 @@ from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, Delta
 
 from ...drivers.plan import Plan
 from ...drivers.redis import Batch, Eval, Scan, glob_escape
-from ...errors import InvalidConfigError, ValueTooLargeError, decoding
+from ...errors import FencedWriteError, InvalidConfigError, ValueTooLargeError, decoding
 from ...threads.core import ERROR, RecordInput, ReindexBatch, checkpoint_time, writes_of_interest
 from ...threads.redis import RedisThreadIndex, now_ms
 from .. import task_writes
@@ -58,6 +58,7 @@ from ..codec import (
     metadata_matches,
 )
 from ..config import ListQuery, SaverSettings, Target, deletion_id
+from ..fence import Claim, FenceState
 from ..lists import LIST_TYPE, ItemRow, ListRequest
 
 # Redis refuses a bulk string over 512 MiB by default (proto-max-bulk-len).
@@ -199,6 +200,68 @@ class RedisCheckpointPlans:
 
     def keys(self, thread_id: str) -> list[bytes]:
         return self._keys_of_tag(thread_tag(thread_id))
+
+    def fence_key(self, thread_id: str) -> bytes:
+        """The thread's fence (see ``fence.py``): in its slot, but not one of its ``keys``
+        (which every script takes), so writes without a fence never touch it."""
+        return _utf8(f"{self.prefix}:{{{thread_tag(thread_id)}}}:fence")
+
+    @staticmethod
+    def _fenced_eval(write: Eval, fence_key: bytes, claim: Claim | None) -> Eval:
+        """The write's script checking ``claim`` first, in the same script run."""
+        if claim is None:
+            return write
+        return Eval(
+            f"{write.script}_fenced",
+            [*write.keys, fence_key],
+            [*write.args, _utf8(claim.owner), str(claim.token)],
+        )
+
+    def _refused_by_fence(self, thread_id: str, claim: Claim) -> Plan[Command, None]:
+        """Raise for a write the fence refused, naming the owner now (read after)."""
+        state = yield from self.fence_state(thread_id)
+        raise FencedWriteError(thread_id, claim.owner, None if state is None else state.owner)
+
+    @staticmethod
+    def _fence_reply(reply: list[Any]) -> FenceState | None:
+        owner, token, expires = reply[-3:]
+        if token is None:
+            return None
+        return FenceState(
+            None if owner is None else bytes(owner).decode(),
+            int(token),
+            None if expires is None else int(expires) / 1000,
+        )
+
+    def fence_take(
+        self, thread_id: str, owner: str, lease_s: float, force: bool, run: bool = False
+    ) -> Plan[Command, tuple[FenceState | None, FenceState]]:
+        reply = yield Eval(
+            "fence_take",
+            [self.fence_key(thread_id)],
+            [_utf8(owner), max(1, round(lease_s * 1000)), b"1" if force else b"0", TOMBSTONE_MS],
+        )
+        state = self._fence_reply(reply)
+        assert state is not None
+        return (None if int(reply[0]) else state), state
+
+    def fence_renew(
+        self, thread_id: str, owner: str, token: int, lease_s: float
+    ) -> Plan[Command, FenceState | None]:
+        reply = yield Eval(
+            "fence_renew",
+            [self.fence_key(thread_id)],
+            [_utf8(owner), str(token), max(1, round(lease_s * 1000)), TOMBSTONE_MS],
+        )
+        return self._fence_reply(reply)
+
+    def fence_release(self, thread_id: str, owner: str, token: int) -> Plan[Command, bool]:
+        reply = yield Eval("fence_release", [self.fence_key(thread_id)], [_utf8(owner), str(token)])
+        return bool(reply)
+
+    def fence_state(self, thread_id: str) -> Plan[Command, FenceState | None]:
+        [reply] = yield Batch([("HMGET", self.fence_key(thread_id), b"o", b"n", b"x")])
+        return self._fence_reply(reply)
 
     def _all_thread_keys(self) -> Plan[Command, list[str]]:
         """Tags of every thread (admin paths only: SCAN walks the whole keyspace)."""
@@ -442,7 +505,11 @@ class RedisCheckpointPlans:
         )
 
     def put(
-        self, target: Target, encoded: EncodedCheckpoint, record: RecordInput
+        self,
+        target: Target,
+        encoded: EncodedCheckpoint,
+        record: RecordInput,
+        fence: Claim | None = None,
     ) -> Plan[Command, None]:
         ns = _no_nul(target.checkpoint_ns, "checkpoint_ns")
         nsz = ns + b"\x00"
@@ -491,16 +558,20 @@ class RedisCheckpointPlans:
         if record.lines:
             keys += self.threads.transcript_keys(target.thread_id)
         # the index entries first (see threads/redis.py), in the same round trip
-        write = Eval("put", keys, args)
+        write = self._fenced_eval(Eval("put", keys, args), self.fence_key(target.thread_id), fence)
         reply = yield from self.threads.put(
             target.thread_id, target.checkpoint_ns, encoded.checkpoint_id, record, write
         )
+        if reply == -1 and fence is not None:
+            yield from self._refused_by_fence(target.thread_id, fence)
         if reply == 0:  # refused: the thread was deleted while this run went on
             yield from self.threads.refused(target.thread_id, record)
         elif reply == 2:  # not idle after all: the sets of its status, as its record says
             yield from self.threads.adopt(target.thread_id)
 
-    def put_writes(self, target: Target, writes: list[EncodedWrite]) -> Plan[Command, None]:
+    def put_writes(
+        self, target: Target, writes: list[EncodedWrite], fence: Claim | None = None
+    ) -> Plan[Command, None]:
         if not writes:
             return
         assert target.checkpoint_id is not None
@@ -524,7 +595,11 @@ class RedisCheckpointPlans:
             ts := now_ms(),
             _no_nul(target.root_id or "", "checkpoint_map"),
         ]
-        write = Eval("put_writes", self.keys(target.thread_id), args)
+        write = self._fenced_eval(
+            Eval("put_writes", self.keys(target.thread_id), args),
+            self.fence_key(target.thread_id),
+            fence,
+        )
         if flagged and target.checkpoint_ns == "":
             failed = any(w.channel == ERROR for w in writes)
             status = "error" if failed else "interrupted"
@@ -533,6 +608,8 @@ class RedisCheckpointPlans:
             reply = yield self.threads.intent(target.thread_id, None, ts, write)
         else:
             reply = yield write
+        if reply == -1 and fence is not None:
+            yield from self._refused_by_fence(target.thread_id, fence)
         if isinstance(reply, list):  # merged with an earlier call's writes: too large
             raise ValueTooLargeError(what, int(reply[0]), self.max_value_bytes)
         if flagged and reply == 0:
@@ -610,7 +687,9 @@ class RedisCheckpointPlans:
 
     def delete_thread(self, thread_id: str) -> Plan[Command, None]:
         records = yield from self.threads.before_delete([thread_id])
-        yield Eval("delete", self.keys(thread_id), [TOMBSTONE_MS, deletion_id()])
+        # The fence goes too (the script deletes every key it is given): deletion is final.
+        keys = [*self.keys(thread_id), self.fence_key(thread_id)]
+        yield Eval("delete", keys, [TOMBSTONE_MS, deletion_id()])
         yield from self.threads.forget(records)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[Command, None]:

@@ -51,12 +51,13 @@ from ..codec import (
     metadata_matches,
 )
 from ..config import ListQuery, SaverSettings, Target, deletion_id, thread_key
+from ..fence import Claim, FenceState, check, may_take, next_token, now_us
 from ..lists import ID_SIZE, LIST_TYPE, PAGE_SIZE, ListRequest
-from .schema import MIGRATIONS
+from .schema import FENCE_MIGRATION, MIGRATIONS
 
 logger = logging.getLogger("langgraph_memory_plus.checkpoint.sqlite")
 
-CHECKPOINT_MIGRATIONS = (*MIGRATIONS, THREAD_INDEX_MIGRATION, STATUS_MIGRATION)
+CHECKPOINT_MIGRATIONS = (*MIGRATIONS, THREAD_INDEX_MIGRATION, STATUS_MIGRATION, FENCE_MIGRATION)
 """Every migration of the checkpoint tables, the thread index's included: the version
 ``setup()`` brings a schema to is ``len(CHECKPOINT_MIGRATIONS) - 1``."""
 
@@ -155,7 +156,8 @@ class SqliteCheckpointPlans:
         created = yield from migrate(
             "lgmp_checkpoint_migrations",
             CHECKPOINT_MIGRATIONS,
-            [*MIGRATIONS[0], *self.threads.fresh()],  # the checkpoint tables never changed
+            # the checkpoint tables never changed; the fences came last
+            [*MIGRATIONS[0], *self.threads.fresh(), *FENCE_MIGRATION],
         )
         if not created:
             yield from self.threads.setup()
@@ -581,12 +583,18 @@ class SqliteCheckpointPlans:
         )
 
     def put(
-        self, target: Target, encoded: EncodedCheckpoint, record: RecordInput
+        self,
+        target: Target,
+        encoded: EncodedCheckpoint,
+        record: RecordInput,
+        fence: Claim | None = None,
     ) -> Plan[Query, None]:
         tk, ns = target.thread_key, target.checkpoint_ns
         _no_nul(ns, "checkpoint_ns")
         for channel in encoded.channel_versions:
             _no_nul(channel, "channel name")
+        if fence is not None:
+            yield from self._fence_check(target, fence)
         now = time.time()
         expired = yield from self._admit(
             target, now, encoded.checkpoint_id, lambda _: encoded.parent_id
@@ -665,13 +673,17 @@ class SqliteCheckpointPlans:
             yield from self._trim(tk, ns, self.settings.keep_last)
             yield from self.threads.refresh([tk])
 
-    def put_writes(self, target: Target, writes: list[EncodedWrite]) -> Plan[Query, None]:
+    def put_writes(
+        self, target: Target, writes: list[EncodedWrite], fence: Claim | None = None
+    ) -> Plan[Query, None]:
         if not writes:
             return
         cid = target.checkpoint_id
         assert cid is not None
         tk, ns = target.thread_key, target.checkpoint_ns
         _no_nul(ns, "checkpoint_ns")
+        if fence is not None:
+            yield from self._fence_check(target, fence)
         expired = yield from self._admit(
             target, time.time(), cid, lambda live_after: None if cid > live_after else cid
         )
@@ -695,6 +707,66 @@ class SqliteCheckpointPlans:
         if expired:
             yield from self._purge_before(tk, cid)
             yield from self.threads.refresh([tk])
+
+    # -- the fence (see ..fence) ------------------------------------------------------
+
+    @staticmethod
+    def _fence_row(tk: bytes, write: bool) -> Plan[Query, FenceState | None]:
+        """The thread's fence; with ``write`` it opens the write transaction (``BEGIN
+        IMMEDIATE``), so no other writer comes in before this plan commits."""
+        rows: Rows = yield Query(
+            "SELECT owner, token, expires_at FROM lgmp_fences WHERE thread_key = ?",
+            (tk,),
+            fetch=True,
+            write=write,
+        )
+        return FenceState(*rows[0]) if rows else None
+
+    def _fence_check(self, target: Target, claim: Claim) -> Plan[Query, None]:
+        """The write's first statement: the rest of it runs in the same transaction."""
+        check(target.thread_id, claim, (yield from self._fence_row(target.thread_key, True)))
+
+    def fence_take(
+        self, thread_id: str, owner: str, lease_s: float, force: bool, run: bool = False
+    ) -> Plan[Query, tuple[FenceState | None, FenceState]]:
+        tk, now = thread_key(thread_id), time.time()
+        before = yield from self._fence_row(tk, True)
+        if not may_take(before, owner, now, force):
+            assert before is not None
+            return before, before
+        after = FenceState(owner, next_token(before, owner, now_us()), now + lease_s)
+        yield Query(
+            """INSERT INTO lgmp_fences (thread_key, owner, token, expires_at) VALUES (?, ?, ?, ?)
+            ON CONFLICT (thread_key) DO UPDATE SET owner = excluded.owner,
+                token = excluded.token, expires_at = excluded.expires_at""",
+            (tk, owner, after.token, after.expires_at),
+        )
+        return before, after
+
+    def fence_renew(
+        self, thread_id: str, owner: str, token: int, lease_s: float
+    ) -> Plan[Query, FenceState | None]:
+        tk = thread_key(thread_id)
+        current = yield from self._fence_row(tk, True)
+        if current is None or current.owner != owner or current.token != token:
+            return current
+        yield Query(
+            "UPDATE lgmp_fences SET expires_at = ? WHERE thread_key = ?",
+            (time.time() + lease_s, tk),
+        )
+        return (yield from self._fence_row(tk, True))
+
+    def fence_release(self, thread_id: str, owner: str, token: int) -> Plan[Query, bool]:
+        count = yield Query(
+            "UPDATE lgmp_fences SET owner = NULL, expires_at = NULL "
+            "WHERE thread_key = ? AND owner = ? AND token = ?",
+            (thread_key(thread_id), owner, token),
+            write=True,
+        )
+        return bool(count)
+
+    def fence_state(self, thread_id: str) -> Plan[Query, FenceState | None]:
+        return (yield from self._fence_row(thread_key(thread_id), False))
 
     def _purge_before(self, tk: bytes, checkpoint_id: str) -> Plan[Query, None]:
         """Drop what an expired thread held before a write revived it."""
@@ -831,7 +903,7 @@ class SqliteCheckpointPlans:
                 {"tk": tk, "now": now, "deleted": deletion_id()},
                 write=True,
             )
-            for table in THREAD_TABLES:
+            for table in (*THREAD_TABLES, "lgmp_fences"):  # deletion is final: no owner
                 yield Query(f"DELETE FROM {table} WHERE thread_key = ?", (tk,))
 
     def delete_thread(self, thread_id: str) -> Plan[Query, None]:
@@ -935,7 +1007,7 @@ class SqliteCheckpointPlans:
         total, live = rows[0]
         if total:
             # The thread rows go last: until then every statement picks the same victims.
-            for table in (*THREAD_TABLES, "lgmp_threads"):
+            for table in (*THREAD_TABLES, "lgmp_fences", "lgmp_threads"):
                 yield Query(f"DELETE FROM {table} WHERE thread_key IN ({victims})", params)
         yield self.threads.sweep_transcripts(batch_size)
         return int(live), int(total) >= batch_size

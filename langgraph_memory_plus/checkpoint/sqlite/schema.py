@@ -112,3 +112,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
     ),
 )
+
+
+FENCE_MIGRATION: tuple[str, ...] = (
+    # One writer per thread (see checkpoint/fence.py): the owner, its fencing number and
+    # the lease's expiry (seconds since the epoch); owner NULL once released.
+    """
+    CREATE TABLE IF NOT EXISTS lgmp_fences (
+        thread_key BLOB PRIMARY KEY,
+        owner TEXT,
+        token INTEGER NOT NULL,
+        expires_at REAL
+    ) WITHOUT ROWID
+    """,
+)
+"""A migration of its own, after the thread index's (versions are positions)."""
