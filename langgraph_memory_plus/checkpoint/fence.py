@@ -35,7 +35,7 @@ import secrets
 import socket
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 
@@ -43,8 +43,20 @@ from ..drivers.plan import Plan
 from ..errors import FencedWriteError, FenceHeldError, InvalidConfigError
 from .config import read_target
 
-if TYPE_CHECKING:
-    from .saver import CheckpointSaverBase
+R = TypeVar("R")
+
+
+class FencedSaver(Protocol):
+    """What :class:`Fence` needs of its saver (a protocol, so this module imports no
+    saver: the saver imports it)."""
+
+    _plans: Any
+    _fence_lease_s: float
+
+    def _run(self, plan: Plan[Any, R]) -> R: ...
+
+    async def _arun(self, plan: Plan[Any, R]) -> R: ...
+
 
 FENCE_KEY = "__lgmp_fence__"
 """The ``configurable`` key a lease travels under (``__``: LangGraph never copies it into
@@ -229,12 +241,12 @@ def instance_name() -> str:
 class Fence:
     """``saver.fence``: take, renew, release and read a thread's ownership lease."""
 
-    def __init__(self, saver: CheckpointSaverBase) -> None:
+    def __init__(self, saver: FencedSaver) -> None:
         self._saver = saver
 
     @property
     def _plans(self) -> FencePlans:
-        return self._saver._plans  # type: ignore[return-value]
+        return cast(FencePlans, self._saver._plans)
 
     def _take(
         self, thread_id: str, owner: str, lease_s: float | None, force: bool
