@@ -1027,8 +1027,7 @@ class PostgresCheckpointPlans:
                 SELECT %(dst)s, %(dst_id)s, now() + make_interval(secs => %(ttl)s)
                 FROM source
                 ON CONFLICT (thread_key) DO UPDATE SET thread_id = EXCLUDED.thread_id,
-                    expires_at = EXCLUDED.expires_at, deleted_at = NULL,
-                    live_after = NULL
+                    expires_at = EXCLUDED.expires_at
                 RETURNING 1
             ), blobs AS (
                 INSERT INTO {self._bl} (thread_key, checkpoint_ns, channel, version, type, blob)

@@ -785,7 +785,8 @@ return {
 # ARGV: ttl_ms, thread_id, then netstring lists of (field, value) pairs for the
 # checkpoint, meta, blob and write hashes, of the replay-only members, of the list
 # item and node hashes and of the index record; then the time (ms). Existing entries of
-# the target win.
+# the target win. A copy onto a deleted id is a new thread that keeps the deletion's
+# tombstone (`live_after`): the runs that predate the deletion stay refused.
 RESTORE = r"""
 local function fill(key, packed)
   local t = unpack_list(packed)
@@ -802,7 +803,6 @@ fill(K_ITEMS, ARGV[8])
 fill(K_NODES, ARGV[9])
 local w = fill(K_WRITES, ARGV[6])
 for i = 1, #w, 2 do redis.call('ZADD', K_WIDX, 0, w[i]) end
-redis.call('HDEL', K_THREAD, 'live_after')
 redis.call('HSET', K_THREAD, 'id', ARGV[2])
 local rec = unpack_list(ARGV[10])
 for i = 1, #rec, 2 do

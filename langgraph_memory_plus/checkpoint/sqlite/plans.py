@@ -879,7 +879,7 @@ class SqliteCheckpointPlans:
             """
             INSERT INTO lgmp_threads (thread_key, thread_id, expires_at) VALUES (?, ?, ?)
             ON CONFLICT (thread_key) DO UPDATE SET thread_id = excluded.thread_id,
-                expires_at = excluded.expires_at, deleted_at = NULL, live_after = NULL""",
+                expires_at = excluded.expires_at""",
             (dst, _id_bytes(target_thread_id), None if ttl is None else now + ttl),
         )
         columns = {

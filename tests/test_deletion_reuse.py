@@ -1,0 +1,106 @@
+"""Deletion stays final when the thread id is used again: by a copy, by a new run that
+then expires, by a run under retention; and bad metadata filters never reach a driver.
+
+A deliberate copy onto a deleted id (``copy_thread``, ``copy_threads``) is a new thread:
+it is visible, its own runs go on, but the runs that predate the deletion stay refused.
+A deleted id reused by a new run that then expires keeps the first deletion's tombstone,
+bare and with its own expiry, until that expires: a late write of the deleted run is
+refused, a third run works, nothing of the second stays. Under retention, the refusal of
+a late write of the deleted run never drops what the new run stored.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+
+from langgraph_memory_plus.errors import InvalidConfigError
+from langgraph_memory_plus.transfer.migration import copy_threads
+from tests.test_deletion_final import (
+    TTL,
+    _checkpoint,
+    assert_gone,
+    build,
+    cfg,
+    inputs,
+    small,
+    tombstone_faults,
+)
+
+pytestmark = pytest.mark.storage
+
+META = {"source": "loop", "step": 5, "parents": {}}
+
+
+def _values(saver: Any, thread_id: str) -> Any:
+    found = saver.get_tuple(cfg(thread_id))
+    return None if found is None else found.checkpoint["channel_values"]
+
+
+def _namespaces(saver: Any, thread_id: str) -> set[str]:
+    return {t.config["configurable"]["checkpoint_ns"] for t in saver.list(cfg(thread_id))}
+
+
+def _late_writes(saver: Any, old: Any) -> None:
+    """What a run that began before the deletion still writes: a step's writes, its
+    subgraph's first checkpoint (no parent), then its next root checkpoint."""
+    late = _checkpoint("late-of-deleted-run")
+    at = {"configurable": {**old.config["configurable"], "checkpoint_id": late["id"]}}
+    saver.put_writes(at, [("a", "late-write")], "task-late")
+    sub_cfg = {
+        "configurable": {
+            "thread_id": old.config["configurable"]["thread_id"],
+            "checkpoint_ns": f"sub:{uuid.uuid4()}",
+            "checkpoint_map": {"": late["id"]},
+        }
+    }
+    sub_meta = {"source": "input", "step": -1, "parents": {"": late["id"]}}
+    saver.put(sub_cfg, _checkpoint("late-sub"), sub_meta, {"a": "1"})
+    saver.put(old.config, late, META, {"a": "9"})
+
+
+def _assert_no_late_state(saver: Any, thread_id: str) -> None:
+    for t in saver.list(cfg(thread_id)):
+        assert t.checkpoint["channel_values"].get("a") not in ("late-of-deleted-run", "late-sub")
+        assert all(w[2] != "late-write" for w in t.pending_writes or [])
+
+
+@pytest.mark.parametrize("how", ["copy_thread", "copy_threads"])
+def test_a_copy_onto_a_deleted_id_is_a_new_thread(
+    saver_factory: Any, storage: Any, how: str
+) -> None:
+    """Thread ``dst`` ran, was deleted, then ``src`` is copied onto it: the copy is
+    visible and whole, the deleted run's late writes stay refused, and a new run on the
+    copy keeps everything (subgraphs included), as on ``InMemorySaver``."""
+    with saver_factory(**small(storage, ttl=TTL)) as saver:
+        src, dst = (f"{p}-{uuid.uuid4().hex[:8]}" for p in ("src", "dst"))
+        graph = build(None, is_async=False).compile(checkpointer=saver)
+        graph.invoke(inputs("source"), cfg(src))
+        graph.invoke(inputs("deleted"), cfg(dst))
+        old = saver.get_tuple(cfg(dst))
+        saver.delete_thread(dst)
+        if how == "copy_thread":
+            saver.copy_thread(src, dst)
+        else:  # from another saver, under the same thread id
+            memory = InMemorySaver()
+            build(None, is_async=False).compile(checkpointer=memory).invoke(
+                inputs("source"), cfg(dst)
+            )
+            report = copy_threads(memory, saver, [dst], verify=True)
+            assert report.threads == [dst] and report.ok, report
+        assert _values(saver, dst) == _values(saver, src)
+        assert saver.threads.get(dst) is not None
+        _late_writes(saver, old)
+        assert _values(saver, dst) == _values(saver, src)
+        _assert_no_late_state(saver, dst)
+        graph.invoke(inputs("more"), cfg(dst))
+        reference = build(None, is_async=False).compile(checkpointer=InMemorySaver())
+        reference.invoke(inputs("source"), cfg("r"))
+        reference.invoke(inputs("more"), cfg("r"))
+        assert graph.get_state(cfg(dst)).values == reference.get_state(cfg("r")).values
+        assert any("|inner:" in ns for ns in _namespaces(saver, dst))
+        assert saver.threads.get(dst) is not None
