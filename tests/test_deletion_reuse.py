@@ -104,3 +104,30 @@ def test_a_copy_onto_a_deleted_id_is_a_new_thread(
         assert graph.get_state(cfg(dst)).values == reference.get_state(cfg("r")).values
         assert any("|inner:" in ns for ns in _namespaces(saver, dst))
         assert saver.threads.get(dst) is not None
+
+
+BAD_TEXT = ["\ud800", "a\udfffb"]
+
+
+@pytest.mark.parametrize("text", BAD_TEXT)
+def test_lone_surrogates_in_metadata_filters_are_refused(
+    saver_factory: Any, storage: Any, text: str
+) -> None:
+    """A lone surrogate (not valid Unicode) in a filter's key or value is one
+    ``InvalidConfigError`` naming it, never a driver's error; the saver stays usable."""
+    with saver_factory(**small(storage)) as saver:
+        thread_id = f"sur-{uuid.uuid4().hex[:8]}"
+        graph = build(None, is_async=False).compile(checkpointer=saver)
+        graph.invoke(inputs("x"), cfg(thread_id))
+        calls = [
+            lambda: list(saver.list(None, filter={"user_id": text})),
+            lambda: list(saver.list(cfg(thread_id), filter={text: "x"})),
+            lambda: list(saver.list(None, filter={"k": {"nested": [text]}})),
+            lambda: saver.threads.search(metadata={"user_id": text}),
+            lambda: saver.threads.search(metadata={text: 1}),
+        ]
+        for call in calls:
+            with pytest.raises(InvalidConfigError, match="surrogate|Unicode"):
+                call()
+        assert saver.get_tuple(cfg(thread_id)) is not None
+        assert [t for t in saver.list(None, filter={"user_id": f"user-{thread_id}"})]

@@ -16,7 +16,12 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..errors import InvalidConfigError
 from ..observability.core import Listener
-from ..threads.core import DEFAULT_INDEX_KEYS, check_index_keys, check_transcripts
+from ..threads.core import (
+    DEFAULT_INDEX_KEYS,
+    check_index_keys,
+    check_transcripts,
+    check_unicode,
+)
 from ..threads.core import thread_key as thread_key  # re-exported: the savers key threads so too
 
 
@@ -263,6 +268,7 @@ class ListQuery:
             before_id = None if raw in (None, "") else _text(raw, "checkpoint_id", "before")
         if filter is not None and not isinstance(filter, Mapping):
             raise InvalidConfigError(f"filter must be a dict, got {type(filter).__name__}")
+        check_unicode(filter, "filter")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
             raise InvalidConfigError(f"limit must be an integer, got {limit!r}")
         return cls(thread_id, checkpoint_ns, checkpoint_id, filter or None, before_id, limit)
