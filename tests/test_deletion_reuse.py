@@ -131,3 +131,39 @@ def test_lone_surrogates_in_metadata_filters_are_refused(
                 call()
         assert saver.get_tuple(cfg(thread_id)) is not None
         assert [t for t in saver.list(None, filter={"user_id": f"user-{thread_id}"})]
+
+
+def test_a_reused_id_that_expires_keeps_the_first_deletions_tombstone(
+    saver_factory: Any, storage: Any
+) -> None:
+    """Run, delete, run again on the same id with a short TTL, let it expire and sweep:
+    nothing of either run is left but the first deletion's bare tombstone (its own
+    expiry, no id in clear); a late write of the deleted run is still refused; a third
+    run on the id works as on a new thread."""
+    with saver_factory(**small(storage, ttl={"default_ttl": 0.01})) as saver:  # 0.6 s
+        thread_id = f"reuse-{uuid.uuid4().hex[:8]}"
+        graph = build(None, is_async=False).compile(checkpointer=saver)
+        graph.invoke(inputs("first"), cfg(thread_id))
+        old = saver.get_tuple(cfg(thread_id))
+        saver.delete_thread(thread_id)
+        graph.invoke(inputs("second"), cfg(thread_id))
+        assert saver.threads.get(thread_id) is not None
+        deadline = time.monotonic() + 10
+        while saver.get_tuple(cfg(thread_id)) is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.2)  # Redis expires keys itself, a little after their deadline
+        saver.sweep_expired()
+        assert_gone(saver, thread_id)
+        assert tombstone_faults(storage, saver, thread_id) == []
+        _late_writes(saver, old)
+        assert_gone(saver, thread_id)
+        assert tombstone_faults(storage, saver, thread_id) == []
+    with saver_factory(**small(storage)) as saver:
+        graph = build(None, is_async=False).compile(checkpointer=saver)
+        graph.invoke(inputs("third"), cfg(thread_id))
+        reference = build(None, is_async=False).compile(checkpointer=InMemorySaver())
+        reference.invoke(inputs("third"), cfg("r"))
+        assert graph.get_state(cfg(thread_id)).values == reference.get_state(cfg("r")).values
+        assert any("|inner:" in ns for ns in _namespaces(saver, thread_id))
+        _late_writes(saver, old)
+        assert graph.get_state(cfg(thread_id)).values == reference.get_state(cfg("r")).values

@@ -1079,11 +1079,19 @@ class PostgresCheckpointPlans:
             yield from self._delete_threads(tks)
 
     def sweep_expired(self, batch_size: int) -> Plan[Query, tuple[int, bool]]:
-        """One bounded batch of expired threads (and old tombstones), deleted whole."""
+        """One bounded batch of expired threads (and old tombstones), deleted whole.
+
+        An expired thread on a deleted id keeps that deletion's tombstone, bare, to its
+        own end: runs that predate the deletion stay refused.
+        """
         rows: Rows = yield Query(
             f"""
             WITH victims AS (
-                SELECT thread_key, thread_id IS NOT NULL AS live FROM {self._th}
+                SELECT thread_key, thread_id IS NOT NULL AS live,
+                    coalesce(live_after IS NOT NULL
+                        AND deleted_at >= now() - make_interval(hours => {TOMBSTONE_HOURS}),
+                        false) AS tomb
+                FROM {self._th}
                 WHERE expires_at <= now()
                    OR (thread_id IS NULL
                        AND deleted_at < now() - make_interval(hours => {TOMBSTONE_HOURS}))
@@ -1097,7 +1105,11 @@ class PostgresCheckpointPlans:
             ), d4 AS (
                 DELETE FROM {self._it} WHERE thread_key IN (SELECT thread_key FROM victims)
             ), d5 AS (
-                DELETE FROM {self._th} WHERE thread_key IN (SELECT thread_key FROM victims)
+                DELETE FROM {self._th}
+                WHERE thread_key IN (SELECT thread_key FROM victims WHERE NOT tomb)
+            ), bare AS (
+                UPDATE {self._th} SET thread_id = NULL, expires_at = NULL
+                WHERE thread_key IN (SELECT thread_key FROM victims WHERE tomb)
             ), d6 AS ({self.threads.delete_in("SELECT thread_key FROM victims")}
             ), d7 AS ({self.threads.sweep_transcripts("%(n)s")})
             SELECT count(*) FILTER (WHERE live), count(*) FROM victims""",

@@ -142,13 +142,31 @@ end
 
 -- One absolute deadline for every key of the thread: PEXPIRE would read the clock per
 -- key, and keys could straddle a millisecond and expire apart.
+-- A deleted thread's tombstone (`live_after`, `until` in the thread hash) outlives a new
+-- thread on the same id that expires before it: the hash lives to the later of the two.
 local function expire_all_at(deadline_ms)
   for i = 1, N_KEYS do redis.call('PEXPIREAT', KEYS[i], deadline_ms) end
+  local until_ms = tonumber(redis.call('HGET', K_THREAD, 'until') or '0')
+  if until_ms and until_ms > deadline_ms then redis.call('PEXPIREAT', K_THREAD, until_ms) end
 end
 
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The thread id goes in the thread hash, unless a tombstone still in force shares it: the
+-- hash may outlive the thread then, and a tombstone holds no id in clear (readers fall
+-- back to the index record's, which lives and expires with the thread). A tombstone past
+-- its own expiry is forgotten.
+local function set_id(thread_id)
+  local until_ms = tonumber(redis.call('HGET', K_THREAD, 'until') or '0')
+  if until_ms and until_ms > now_ms() then
+    redis.call('HDEL', K_THREAD, 'id')
+    return
+  end
+  redis.call('HDEL', K_THREAD, 'live_after', 'until')
+  redis.call('HSET', K_THREAD, 'id', thread_id)
 end
 
 local function touch(ttl_ms)
@@ -450,7 +468,7 @@ end
 write_meta(member, meta)
 redis.call('HSET', K_CK, member, record)
 redis.call('ZADD', K_IDX, 0, member)
-redis.call('HSET', K_THREAD, 'id', thread_id)
+set_id(thread_id)
 if keep > 0 then trim(ns, keep) end
 rec_put(thread_id, ns, cid, ARGV[9], ARGV[10], tonumber(ARGV[11]), ARGV[12], ARGV[14])
 -- The record keeps each root checkpoint's metadata JSON; FILTER reads it for the
@@ -479,7 +497,7 @@ if stored then record = merge_writes(stored, record) end
 if #record > max_bytes then return {#record} end
 redis.call('HSET', K_WRITES, field, record)
 redis.call('ZADD', K_WIDX, 0, field)
-redis.call('HSET', K_THREAD, 'id', thread_id)
+set_id(thread_id)
 if ARGV[8] == '1' then rec_writes(thread_id, ns, cid, ARGV[9]) end
 touch(ttl)
 return 1
@@ -768,7 +786,9 @@ return out
 """
 
 THREAD_ID = r"""
-return redis.call('HGET', K_THREAD, 'id')
+local tid = redis.call('HGET', K_THREAD, 'id')
+if tid or redis.call('EXISTS', K_IDX) == 0 then return tid end
+return redis.call('HGET', K_REC, 'id')
 """
 
 DUMP = r"""
@@ -803,7 +823,7 @@ fill(K_ITEMS, ARGV[8])
 fill(K_NODES, ARGV[9])
 local w = fill(K_WRITES, ARGV[6])
 for i = 1, #w, 2 do redis.call('ZADD', K_WIDX, 0, w[i]) end
-redis.call('HSET', K_THREAD, 'id', ARGV[2])
+set_id(ARGV[2])
 local rec = unpack_list(ARGV[10])
 for i = 1, #rec, 2 do
   local f = rec[i]

@@ -919,23 +919,40 @@ class SqliteCheckpointPlans:
         yield from self.threads.refresh(tks)
 
     def sweep_expired(self, batch_size: int) -> Plan[Query, tuple[int, bool]]:
-        """One bounded batch of expired threads (and old tombstones), deleted whole."""
-        params = {"now": time.time(), "old": time.time() - TOMBSTONE_SECONDS, "n": batch_size}
-        victims = """
-            SELECT thread_key FROM lgmp_threads
-            WHERE expires_at <= :now OR (thread_id IS NULL AND deleted_at < :old)
-            ORDER BY thread_key LIMIT :n"""
+        """One bounded batch of expired threads (and old tombstones), deleted whole.
+
+        An expired thread on a deleted id keeps that deletion's tombstone, bare, to its
+        own end: runs that predate the deletion stay refused.
+        """
+        now, old = time.time(), time.time() - TOMBSTONE_SECONDS
         rows: Rows = yield Query(
-            f"""SELECT count(*), coalesce(sum(thread_id IS NOT NULL), 0) FROM lgmp_threads
-            WHERE thread_key IN ({victims})""",
-            params,
+            """SELECT thread_key, thread_id IS NOT NULL,
+                live_after IS NOT NULL AND coalesce(deleted_at >= :old, 0)
+            FROM lgmp_threads
+            WHERE expires_at <= :now OR (thread_id IS NULL AND deleted_at < :old)
+            ORDER BY thread_key LIMIT :n""",
+            {"now": now, "old": old, "n": batch_size},
             fetch=True,
             write=True,
         )
-        total, live = rows[0]
-        if total:
-            # The thread rows go last: until then every statement picks the same victims.
-            for table in (*THREAD_TABLES, "lgmp_threads"):
-                yield Query(f"DELETE FROM {table} WHERE thread_key IN ({victims})", params)
+        live = sum(1 for _, named, _ in rows if named)
+        for chunk in _chunks(rows):
+            keys = [bytes(tk) for tk, _, _ in chunk]
+            marks = _marks(len(keys))
+            for table in THREAD_TABLES:
+                yield Query(f"DELETE FROM {table} WHERE thread_key IN ({marks})", keys)
+            kept = [bytes(tk) for tk, _, tomb in chunk if tomb]
+            if kept:
+                yield Query(
+                    "UPDATE lgmp_threads SET thread_id = NULL, expires_at = NULL "
+                    f"WHERE thread_key IN ({_marks(len(kept))})",
+                    kept,
+                )
+            gone = [bytes(tk) for tk, _, tomb in chunk if not tomb]
+            if gone:
+                yield Query(
+                    f"DELETE FROM lgmp_threads WHERE thread_key IN ({_marks(len(gone))})", gone
+                )
+        total = len(rows)
         yield self.threads.sweep_transcripts(batch_size)
         return int(live), int(total) >= batch_size
