@@ -140,12 +140,14 @@ def test_a_reused_id_that_expires_keeps_the_first_deletions_tombstone(
     nothing of either run is left but the first deletion's bare tombstone (its own
     expiry, no id in clear); a late write of the deleted run is still refused; a third
     run on the id works as on a new thread."""
-    with saver_factory(**small(storage, ttl={"default_ttl": 0.01})) as saver:  # 0.6 s
-        thread_id = f"reuse-{uuid.uuid4().hex[:8]}"
+    thread_id = f"reuse-{uuid.uuid4().hex[:8]}"
+    with saver_factory(**small(storage)) as saver:
         graph = build(None, is_async=False).compile(checkpointer=saver)
         graph.invoke(inputs("first"), cfg(thread_id))
         old = saver.get_tuple(cfg(thread_id))
         saver.delete_thread(thread_id)
+    with saver_factory(**small(storage, ttl={"default_ttl": 0.02})) as saver:  # 1.2 s
+        graph = build(None, is_async=False).compile(checkpointer=saver)
         graph.invoke(inputs("second"), cfg(thread_id))
         assert saver.threads.get(thread_id) is not None
         deadline = time.monotonic() + 10
@@ -166,4 +168,36 @@ def test_a_reused_id_that_expires_keeps_the_first_deletions_tombstone(
         assert graph.get_state(cfg(thread_id)).values == reference.get_state(cfg("r")).values
         assert any("|inner:" in ns for ns in _namespaces(saver, thread_id))
         _late_writes(saver, old)
+        assert graph.get_state(cfg(thread_id)).values == reference.get_state(cfg("r")).values
+
+
+@pytest.mark.parametrize("retention", ["keep_last", "prune"])
+def test_a_late_refusal_does_not_bury_a_new_runs_subgraphs_under_retention(
+    saver_factory: Any, storage: Any, retention: str
+) -> None:
+    """Run, delete, run again on the id with retention (``keep_last=1``, or ``prune``
+    keeping the latest): the new run's root checkpoints its subgraphs hang from are gone.
+    A late write of the deleted run is then refused, and must not take the new run's
+    subgraph checkpoints with it; the new run's next turn works."""
+    options = {"keep_last": 1} if retention == "keep_last" else {}
+    with saver_factory(**small(storage, **options)) as saver:
+        thread_id = f"bury-{uuid.uuid4().hex[:8]}"
+        graph = build(None, is_async=False).compile(checkpointer=saver)
+        graph.invoke(inputs("first"), cfg(thread_id))
+        old = saver.get_tuple(cfg(thread_id))
+        saver.delete_thread(thread_id)
+        graph.invoke(inputs("second"), cfg(thread_id))
+        if retention == "prune":
+            saver.prune([thread_id], strategy="keep_latest")
+        before = _namespaces(saver, thread_id)
+        state = graph.get_state(cfg(thread_id)).values
+        assert any("|inner:" in ns for ns in before)
+        _late_writes(saver, old)
+        assert _namespaces(saver, thread_id) == before
+        assert graph.get_state(cfg(thread_id)).values == state
+        _assert_no_late_state(saver, thread_id)
+        graph.invoke(inputs("third"), cfg(thread_id))
+        reference = build(None, is_async=False).compile(checkpointer=InMemorySaver())
+        reference.invoke(inputs("second"), cfg("r"))
+        reference.invoke(inputs("third"), cfg("r"))
         assert graph.get_state(cfg(thread_id)).values == reference.get_state(cfg("r")).values

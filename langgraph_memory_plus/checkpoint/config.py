@@ -141,7 +141,8 @@ class Target:
         checkpoint its run hangs from can. A root newer than the tombstone (``live_after``)
         belongs to a run after the deletion (it may still be on its way); an older one
         must still be stored. An old run's root checkpoints made after the deletion are
-        refused first (their parent is gone), which moves the tombstone past them.
+        refused first (their parent is gone), and the tombstone keeps their ids: a root
+        among them is refused too (each saver checks that besides this bound).
         """
         root = self.root_id
         return None if root is None or root > live_after else root

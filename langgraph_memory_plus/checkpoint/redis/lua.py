@@ -165,7 +165,7 @@ local function set_id(thread_id)
     redis.call('HDEL', K_THREAD, 'id')
     return
   end
-  redis.call('HDEL', K_THREAD, 'live_after', 'until')
+  if redis.call('HEXISTS', K_THREAD, 'live_after') == 1 then redis.call('DEL', K_THREAD) end
   redis.call('HSET', K_THREAD, 'id', thread_id)
 end
 
@@ -198,10 +198,17 @@ end
 -- still exists (a fresh run has none), and writes only if their checkpoint exists or is
 -- newer than the deletion: a run that outlives its thread cannot bring it back. In a
 -- subgraph's namespace the root checkpoint its run hangs from (`root`, '' if unknown)
--- must also exist or be newer (see Target.root_needed).
+-- must also exist or be newer (see Target.root_needed). A refused checkpoint id joins
+-- the tombstone (field 'r' .. id): what hangs from it is refused too. The deletion's
+-- bound itself never moves: a new run's checkpoints older than a refusal (retention may
+-- have dropped them) are not the deleted run's.
+local function refused(cid)
+  return redis.call('HEXISTS', K_THREAD, 'r' .. cid) == 1
+end
+
 local function root_ok(live_after, root)
-  return root == '' or before(live_after, root)
-    or redis.call('HEXISTS', K_CK, '\0' .. root) == 1
+  return root == '' or ((not refused(root)) and (before(live_after, root)
+    or redis.call('HEXISTS', K_CK, '\0' .. root) == 1))
 end
 
 local function may_put(ns, parent, root)
@@ -214,7 +221,8 @@ end
 local function may_write(ns, cid, root)
   local live_after = redis.call('HGET', K_THREAD, 'live_after')
   if not live_after then return true end
-  return (before(live_after, cid) or redis.call('HEXISTS', K_CK, ns .. '\0' .. cid) == 1)
+  return (not refused(cid))
+    and (before(live_after, cid) or redis.call('HEXISTS', K_CK, ns .. '\0' .. cid) == 1)
     and root_ok(live_after, root)
 end
 
@@ -318,23 +326,19 @@ local function drop(doomed, namespaces)
   for ns in pairs(lists) do collect_items(ns) end
 end
 
--- A write of a run that outlived its deleted thread was refused: the tombstone moves to
--- its checkpoint id, and what it now refuses goes, as if it came now: the refused
+-- A write of a run that outlived its deleted thread was refused: its checkpoint id joins
+-- the tombstone, and what it now refuses goes, as if it came now: the refused
 -- checkpoint's writes that came first, and the subgraphs stored under a root checkpoint
 -- that was refused after them. A thread left with nothing is the tombstone again: no id
 -- in clear, and the tombstone's own expiry.
 local function bury(member, cid)
-  local live_after = redis.call('HGET', K_THREAD, 'live_after')
-  if before(live_after, cid) then
-    redis.call('HSET', K_THREAD, 'live_after', cid)
-    live_after = cid
-  end
+  redis.call('HSET', K_THREAD, 'r' .. cid, '1')
   local doomed, namespaces = {}, {}
   for _, m in ipairs(redis.call('ZRANGE', K_IDX, 0, -1)) do
     local ns = split_member(m)
     if ns ~= '' then
       local root = root_of(m)
-      if root and not root_ok(live_after, root) then
+      if root and refused(root) then
         doomed[#doomed + 1] = m
         namespaces[ns] = true
       end

@@ -52,11 +52,11 @@ from ..codec import (
 )
 from ..config import ListQuery, SaverSettings, Target, deletion_id, thread_key
 from ..lists import ID_SIZE, LIST_TYPE, PAGE_SIZE, ListRequest
-from .schema import MIGRATIONS
+from .schema import MIGRATIONS, REFUSED_MIGRATION
 
 logger = logging.getLogger("langgraph_memory_plus.checkpoint.sqlite")
 
-CHECKPOINT_MIGRATIONS = (*MIGRATIONS, THREAD_INDEX_MIGRATION, STATUS_MIGRATION)
+CHECKPOINT_MIGRATIONS = (*MIGRATIONS, THREAD_INDEX_MIGRATION, STATUS_MIGRATION, REFUSED_MIGRATION)
 """Every migration of the checkpoint tables, the thread index's included: the version
 ``setup()`` brings a schema to is ``len(CHECKPOINT_MIGRATIONS) - 1``."""
 
@@ -155,7 +155,7 @@ class SqliteCheckpointPlans:
         created = yield from migrate(
             "lgmp_checkpoint_migrations",
             CHECKPOINT_MIGRATIONS,
-            [*MIGRATIONS[0], *self.threads.fresh()],  # the checkpoint tables never changed
+            [*MIGRATIONS[0], *REFUSED_MIGRATION, *self.threads.fresh()],
         )
         if not created:
             yield from self.threads.setup()
@@ -461,7 +461,7 @@ class SqliteCheckpointPlans:
         tk = target.thread_key
         expires = None if self.settings.ttl_seconds is None else now + self.settings.ttl_seconds
         rows: Rows = yield Query(
-            "SELECT expires_at, live_after, thread_id IS NOT NULL FROM lgmp_threads "
+            "SELECT expires_at, live_after, thread_id IS NOT NULL, refused FROM lgmp_threads "
             "WHERE thread_key = ?",
             (tk,),
             fetch=True,
@@ -473,8 +473,13 @@ class SqliteCheckpointPlans:
                 (tk, _id_bytes(target.thread_id), expires),
             )
             return False
-        expires_at, live_after, named = rows[0]
+        expires_at, live_after, named, refused = rows[0]
         if live_after is not None:
+            if refused is not None and not {written_id, target.root_id}.isdisjoint(
+                json.loads(refused)
+            ):
+                yield from self._refuse(target, written_id)
+                return None
             needed = [
                 (target.checkpoint_ns, must_exist(live_after)),
                 ("", target.root_needed(live_after)),
@@ -505,27 +510,30 @@ class SqliteCheckpointPlans:
         fresh run has none), and writes only if their checkpoint exists or is newer than
         the deletion; a subgraph's, in any namespace, also only if its root checkpoint
         does (see :meth:`Target.root_needed`). So a run that keeps going cannot bring the
-        thread back. The refused checkpoint id joins the tombstone, so writes that follow
-        it are refused too; what the moved tombstone refuses now goes, as if it came now:
-        the refused checkpoint's writes that came first, and subgraphs stored under a root
-        checkpoint refused after them. A thread left empty is a tombstone again.
+        thread back. The refused checkpoint id joins the tombstone's ``refused`` ids, so
+        what follows it is refused too; what hangs from a refused id now goes, as if it
+        came now: the refused checkpoint's writes that came first, and subgraphs stored
+        under a root checkpoint refused after them. A thread left empty is a tombstone
+        again. The deletion's bound (``live_after``) never moves: a new run's checkpoints
+        older than a refusal, whatever retention kept of them, are not the deleted run's.
         """
         logger.warning("dropped a write of a run whose thread was deleted")
         tk = target.thread_key
         yield Query(
-            "UPDATE lgmp_threads SET live_after = max(live_after, ?) WHERE thread_key = ?",
-            (written_id, tk),
+            """UPDATE lgmp_threads SET refused = json_insert(coalesce(refused, '[]'), '$[#]', :id)
+            WHERE thread_key = :tk AND NOT EXISTS (
+                SELECT 1 FROM json_each(coalesce(refused, '[]')) WHERE value = :id)""",
+            {"id": written_id, "tk": tk},
         )
+        refused = """(SELECT r.value FROM lgmp_threads t, json_each(t.refused) r
+                     WHERE t.thread_key = :tk)"""
         dead: Rows = yield Query(
-            """
+            f"""
             WITH sub(ns, root) AS (
                 SELECT DISTINCT checkpoint_ns, json_extract(metadata_json, '$.parents.""')
                 FROM lgmp_checkpoints WHERE thread_key = :tk AND checkpoint_ns <> ''
             )
-            SELECT DISTINCT ns FROM sub JOIN lgmp_threads t ON t.thread_key = :tk
-            WHERE sub.root <= t.live_after AND NOT EXISTS (
-                SELECT 1 FROM lgmp_checkpoints r WHERE r.thread_key = :tk
-                    AND r.checkpoint_ns = '' AND r.checkpoint_id = sub.root)""",
+            SELECT DISTINCT ns FROM sub WHERE sub.root IN {refused}""",
             {"tk": tk},
             fetch=True,
         )
@@ -535,10 +543,9 @@ class SqliteCheckpointPlans:
                     f"DELETE FROM {table} WHERE thread_key = ? AND checkpoint_ns = ?", (tk, ns)
                 )
         yield Query(
-            """
+            f"""
             DELETE FROM lgmp_writes AS w WHERE w.thread_key = :tk
-                AND w.checkpoint_id <= (SELECT live_after FROM lgmp_threads
-                                        WHERE thread_key = :tk)
+                AND w.checkpoint_id IN {refused}
                 AND NOT EXISTS (SELECT 1 FROM lgmp_checkpoints c
                     WHERE c.thread_key = :tk AND c.checkpoint_ns = w.checkpoint_ns
                         AND c.checkpoint_id = w.checkpoint_id)""",
@@ -821,6 +828,7 @@ class SqliteCheckpointPlans:
             yield Query(
                 """
                 UPDATE lgmp_threads SET thread_id = NULL, expires_at = NULL, deleted_at = :now,
+                    refused = NULL,
                     live_after = max(
                         coalesce(live_after, ''),
                         coalesce((SELECT max(checkpoint_id) FROM lgmp_checkpoints
