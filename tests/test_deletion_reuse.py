@@ -127,7 +127,7 @@ def test_lone_surrogates_in_metadata_filters_are_refused(
             lambda: saver.threads.search(metadata={text: 1}),
         ]
         for call in calls:
-            with pytest.raises(InvalidConfigError, match="surrogate|Unicode"):
+            with pytest.raises(InvalidConfigError, match="lone surrogate"):
                 call()
         assert saver.get_tuple(cfg(thread_id)) is not None
         assert [t for t in saver.list(None, filter={"user_id": f"user-{thread_id}"})]

@@ -91,6 +91,7 @@ def tombstone_fields(fields: Any) -> set[bytes]:
     """A tombstone's fields, its refused checkpoint ids (``r<id>``) counted as one."""
     return {b"r" if f.startswith(b"r") else f for f in fields} - {b"r"}
 
+
 AnyClient = redis.Redis | RedisCluster
 
 
