@@ -23,6 +23,7 @@ from langgraph_memory_plus.transfer.migration import copy_threads
 from tests.test_deletion_final import (
     TTL,
     _checkpoint,
+    assert_fresh_run_works,
     assert_gone,
     build,
     cfg,
@@ -201,3 +202,46 @@ def test_a_late_refusal_does_not_bury_a_new_runs_subgraphs_under_retention(
         reference.invoke(inputs("second"), cfg("r"))
         reference.invoke(inputs("third"), cfg("r"))
         assert graph.get_state(cfg(thread_id)).values == reference.get_state(cfg("r")).values
+
+
+ODD_IDS = ["a.b/c", "用户/会话.1", "nul\x00inside", "x" * 300, " lead and trail "]
+
+
+@pytest.mark.parametrize("odd", ODD_IDS, ids=["dot-slash", "chinese", "nul", "long", "spaces"])
+def test_deletion_is_final_for_any_thread_id(saver_factory: Any, storage: Any, odd: str) -> None:
+    """Any string a product uses as a thread id: delete it, its late writes are refused,
+    the tombstone is bare, a copy onto it and a fresh run on it work."""
+    with saver_factory(**small(storage, ttl=TTL)) as saver:
+        thread_id = f"{odd}-{uuid.uuid4().hex[:6]}"
+        graph = build(None, is_async=False).compile(checkpointer=saver)
+        graph.invoke(inputs("first"), cfg(thread_id))
+        old = saver.get_tuple(cfg(thread_id))
+        saver.delete_thread(thread_id)
+        _late_writes(saver, old)
+        assert_gone(saver, thread_id)
+        assert tombstone_faults(storage, saver, thread_id) == []
+        source = f"src-{uuid.uuid4().hex[:6]}"
+        graph.invoke(inputs("source"), cfg(source))
+        saver.copy_thread(source, thread_id)
+        assert _values(saver, thread_id) == _values(saver, source)
+        assert saver.threads.get(thread_id) is not None
+        graph.invoke(inputs("more"), cfg(thread_id))
+        assert any("|inner:" in ns for ns in _namespaces(saver, thread_id))
+        saver.delete_thread(thread_id)
+        assert_gone(saver, thread_id)
+        assert_fresh_run_works(saver, graph, thread_id)
+
+
+def test_runs_whose_thread_expires_as_they_write_never_deadlock(
+    saver_factory: Any, storage: Any
+) -> None:
+    """A TTL so short that a run's parallel writes (``Send`` workers, a subgraph) refresh
+    or revive an expiring thread all the time: on PostgreSQL two writes refreshing the
+    expiry and updating the thread index in opposite orders deadlocked (18 runs in 40).
+    Every run succeeds."""
+    with saver_factory(**small(storage, ttl={"default_ttl": 0.002})) as saver:  # 0.12 s
+        graph = build(None, is_async=False).compile(checkpointer=saver)
+        for k in range(12):
+            thread_id = f"expiring-{k}-{uuid.uuid4().hex[:6]}"
+            graph.invoke(inputs("a"), cfg(thread_id))
+            graph.invoke(inputs("b"), cfg(thread_id))

@@ -520,11 +520,17 @@ class PostgresCheckpointPlans:
             ), ok AS (
                 SELECT 1 FROM thread WHERE live_after IS NULL AND NOT was_expired LIMIT 1
             ), touch AS (
+                -- SKIP LOCKED: a writer holding the row is refreshing the expiry itself,
+                -- and waiting for it, with the thread index's row held (this statement's
+                -- payload), deadlocked against its own wait for that index row.
                 UPDATE {self._th} t SET expires_at = now() + make_interval(secs => %(ttl)s)
-                WHERE t.thread_key = %(tk)s AND EXISTS (SELECT 1 FROM ok)
-                    AND NOT EXISTS (SELECT 1 FROM ins)
-                    AND ((t.expires_at IS NULL) <> (%(ttl)s::float8 IS NULL)
-                         OR t.expires_at < now() + make_interval(secs => %(ttl)s - %(slack)s))
+                WHERE t.thread_key IN (
+                    SELECT l.thread_key FROM {self._th} l
+                    WHERE l.thread_key = %(tk)s AND EXISTS (SELECT 1 FROM ok)
+                        AND NOT EXISTS (SELECT 1 FROM ins)
+                        AND ((l.expires_at IS NULL) <> (%(ttl)s::float8 IS NULL)
+                             OR l.expires_at < now() + make_interval(secs => %(ttl)s - %(slack)s))
+                    FOR NO KEY UPDATE SKIP LOCKED)
             )"""
 
     def _write(
