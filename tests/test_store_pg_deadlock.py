@@ -92,3 +92,85 @@ async def test_concurrent_put_batches_never_deadlock_async(
 
         await asyncio.gather(*(caller(i) for i in range(CALLERS)))
         _check(done, errors)
+
+
+TOMB_PREFIXES = [("dl", f"n{n}") for n in range(2)] + [("dl",)]
+
+
+@pytest.mark.parametrize("backend", ["postgres", "sqlite", "redis"])
+def test_tombstones_sweeps_and_writes_never_deadlock(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    """Callers place and lift short tombstones (what erasure leaves; they expire within
+    the test, so sweeps and new tombstones clean them up), sweep expired items, and send
+    batches of puts with a TTL and deletes, all at once over the same keys: on PostgreSQL
+    the expired-tombstone cleanup locked tombstone rows before the item table, a new
+    tombstone the other way round (DeadlockDetected). Every call succeeds."""
+    space = space_for(backend, request)
+    with open_sync(space, "store", pool_max_size=CALLERS) as store:
+        errors: list[BaseException] = []
+        done = [0] * CALLERS
+        deadline = time.monotonic() + SECONDS[backend]
+
+        def caller(i: int) -> None:
+            rng = random.Random(2000 + i)
+            while time.monotonic() < deadline:
+                try:
+                    role = i % 4
+                    if role == 0:
+                        store.tombstone_namespace(rng.choice(TOMB_PREFIXES), hold_seconds=0.05)
+                    elif role == 1:
+                        store.sweep_ttl()
+                        if rng.random() < 0.3:
+                            store.lift_tombstone(rng.choice(TOMB_PREFIXES))
+                    else:
+                        ops = _batch(rng, i, done[i])
+                        store.batch([PutOp(o.namespace, o.key, o.value, ttl=0.001) for o in ops])
+                except Exception as exc:
+                    errors.append(exc)
+                    return
+                done[i] += 1
+
+        threads = [threading.Thread(target=caller, args=(i,)) for i in range(CALLERS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        _check(done, errors)
+
+
+async def test_tombstones_sweeps_and_writes_never_deadlock_async(
+    request: pytest.FixtureRequest,
+) -> None:
+    """The same with asyncio tasks, on PostgreSQL (the backend that locks rows)."""
+    space = space_for("postgres", request)
+    async with open_async(space, "store", pool_max_size=CALLERS) as store:
+        errors: list[BaseException] = []
+        done = [0] * CALLERS
+        deadline = time.monotonic() + SECONDS["postgres"]
+
+        async def caller(i: int) -> None:
+            rng = random.Random(3000 + i)
+            while time.monotonic() < deadline:
+                try:
+                    role = i % 4
+                    if role == 0:
+                        await store.atombstone_namespace(
+                            rng.choice(TOMB_PREFIXES), hold_seconds=0.05
+                        )
+                    elif role == 1:
+                        await store.sweep_ttl()
+                        if rng.random() < 0.3:
+                            await store.alift_tombstone(rng.choice(TOMB_PREFIXES))
+                    else:
+                        ops = _batch(rng, i, done[i])
+                        await store.abatch(
+                            [PutOp(o.namespace, o.key, o.value, ttl=0.001) for o in ops]
+                        )
+                except Exception as exc:
+                    errors.append(exc)
+                    return
+                done[i] += 1
+
+        await asyncio.gather(*(caller(i) for i in range(CALLERS)))
+        _check(done, errors)

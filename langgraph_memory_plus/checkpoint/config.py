@@ -17,7 +17,12 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ..encryption import Encryption
 from ..errors import InvalidConfigError
 from ..observability.core import Listener
-from ..threads.core import DEFAULT_INDEX_KEYS, check_index_keys, check_transcripts
+from ..threads.core import (
+    DEFAULT_INDEX_KEYS,
+    check_index_keys,
+    check_transcripts,
+    check_unicode,
+)
 from ..threads.core import thread_key as thread_key  # re-exported: the savers key threads so too
 
 
@@ -140,7 +145,8 @@ class Target:
         checkpoint its run hangs from can. A root newer than the tombstone (``live_after``)
         belongs to a run after the deletion (it may still be on its way); an older one
         must still be stored. An old run's root checkpoints made after the deletion are
-        refused first (their parent is gone), which moves the tombstone past them.
+        refused first (their parent is gone), and the tombstone keeps their ids: a root
+        among them is refused too (each saver checks that besides this bound).
         """
         root = self.root_id
         return None if root is None or root > live_after else root
@@ -267,6 +273,7 @@ class ListQuery:
             before_id = None if raw in (None, "") else _text(raw, "checkpoint_id", "before")
         if filter is not None and not isinstance(filter, Mapping):
             raise InvalidConfigError(f"filter must be a dict, got {type(filter).__name__}")
+        check_unicode(filter, "filter")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
             raise InvalidConfigError(f"limit must be an integer, got {limit!r}")
         return cls(thread_id, checkpoint_ns, checkpoint_id, filter or None, before_id, limit)

@@ -234,8 +234,9 @@ def redis_scan(opened: Opened) -> dict[str, Any]:
 
 
 def _live_tags(opened: Opened, tags: list[str]) -> set[str]:
-    """The tags of threads whose hash holds an id: a deleted thread's hash stays behind as
-    its tombstone (``live_after`` alone) and is no thread, to count or to list."""
+    """The tags of threads whose hash (or, while a tombstone shares the hash, whose index
+    record) holds an id: a deleted thread's hash stays behind as its tombstone
+    (``live_after`` alone) and is no thread, to count or to list."""
     client = opened.saver.client
     prefix = _redis_prefix(opened)
     live: set[str] = set()
@@ -244,7 +245,9 @@ def _live_tags(opened: Opened, tags: list[str]) -> set[str]:
         pipe = client.pipeline(transaction=False)
         for tag in chunk:
             pipe.hexists(f"{prefix}:{{{tag}}}:thread", "id")
-        live.update(tag for tag, found in zip(chunk, pipe.execute(), strict=True) if found)
+            pipe.hexists(f"{prefix}:{{{tag}}}:rec", "id")
+        found = pipe.execute()
+        live.update(tag for n, tag in enumerate(chunk) if found[2 * n] or found[2 * n + 1])
     return live
 
 
@@ -257,10 +260,11 @@ def redis_threads(opened: Opened, tags: list[str]) -> dict[str, tuple[str, int]]
     for tag in tags:
         pipe.hget(f"{prefix}:{{{tag}}}:thread", "id")
         pipe.hlen(f"{prefix}:{{{tag}}}:ck")
+        pipe.hget(f"{prefix}:{{{tag}}}:rec", "id")  # while a tombstone shares the hash
     found = pipe.execute() if tags else []
     out = {}
     for n, tag in enumerate(tags):
-        tid, checkpoints = found[2 * n], found[2 * n + 1]
+        tid, checkpoints = found[3 * n] or found[3 * n + 2], found[3 * n + 1]
         out[tag] = (_text(tid) if tid is not None else f"(tag {tag})", int(checkpoints or 0))
     return out
 

@@ -47,6 +47,30 @@ MAX_OFFSET = 2**62
 """Past any index's size, and with ``limit`` added still a 64-bit integer for the drivers."""
 
 
+def check_unicode(value: Any, what: str) -> None:
+    """Refuse a lone surrogate (text that is not valid Unicode) anywhere in ``value``.
+
+    Every driver encodes filters as UTF-8 (or JSON, which must be Unicode), so such text
+    would fail there with a driver's error; this names it instead.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidConfigError(
+                    f"{what} contains text that is not valid Unicode (a lone surrogate): "
+                    f"{ascii(item)[:80]}"
+                ) from None
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+
+
 @functools.lru_cache(maxsize=4096)
 def thread_key(thread_id: str) -> bytes:
     """A thread's key in every table of the index and of the savers above it: 16 bytes of
@@ -326,6 +350,7 @@ class ThreadQuery:
             raise InvalidConfigError(
                 f"metadata filter must be a dict with string keys, got {type(metadata).__name__}"
             )
+        check_unicode(metadata, "metadata filter")
         try:
             metadata = json.loads(json.dumps(dict(metadata), allow_nan=False))
         except (TypeError, ValueError) as exc:

@@ -41,7 +41,7 @@ from ..codec import (
 from ..config import ListQuery, SaverSettings, Target, deletion_id, thread_key
 from ..fence import Claim, FenceState
 from ..lists import LIST_TYPE, ListRequest
-from .schema import FENCE_MIGRATION, FRESH, MIGRATIONS, quote_schema
+from .schema import FENCE_MIGRATION, FRESH, MIGRATIONS, REFUSED_MIGRATION, quote_schema
 
 logger = logging.getLogger("langgraph_memory_plus.checkpoint.postgres")
 
@@ -50,6 +50,7 @@ CHECKPOINT_MIGRATIONS = (
     THREAD_INDEX_MIGRATION,
     STATUS_MIGRATION,
     EXPIRY_MIGRATION,
+    REFUSED_MIGRATION,
     FENCE_MIGRATION,
 )
 """Every migration of the checkpoint tables, the thread index's included: the version
@@ -167,7 +168,7 @@ class PostgresCheckpointPlans:
             ON CONFLICT (thread_key) DO UPDATE SET
                 thread_id = EXCLUDED.thread_id,
                 expires_at = EXCLUDED.expires_at
-            RETURNING t.live_after, coalesce((
+            RETURNING t.live_after, t.refused, coalesce((
                 SELECT o.expires_at <= now() FROM {self._th} o WHERE o.thread_key = t.thread_key
             ), false) AS was_expired"""
         self._put_payload = f"""
@@ -521,7 +522,8 @@ class PostgresCheckpointPlans:
             return f"""thread AS ({self._upsert_thread}), {self._fence_cte("thread")},
                 ok AS (SELECT 1 FROM thread WHERE EXISTS (SELECT 1 FROM fence))"""
         cur = f"""cur AS (
-                SELECT t.live_after, coalesce(t.expires_at <= now(), false) AS was_expired
+                SELECT t.live_after, t.refused,
+                    coalesce(t.expires_at <= now(), false) AS was_expired
                 FROM {self._th} t WHERE t.thread_key = %(tk)s FOR KEY SHARE
             )"""
         values = "VALUES (%(tk)s, %(tid)s, now() + make_interval(secs => %(ttl)s))"
@@ -536,17 +538,24 @@ class PostgresCheckpointPlans:
                 INSERT INTO {self._th} (thread_key, thread_id, expires_at)
                 {values}
                 ON CONFLICT (thread_key) DO NOTHING
-                RETURNING NULL::text AS live_after, false AS was_expired
+                RETURNING NULL::text AS live_after, NULL::text[] AS refused,
+                    false AS was_expired
             ), {"" if fenced else cur + ", "}thread AS (
                 SELECT * FROM ins UNION ALL SELECT * FROM cur
             ), ok AS (
                 SELECT 1 FROM thread WHERE live_after IS NULL AND NOT was_expired{gate} LIMIT 1
             ), touch AS (
+                -- SKIP LOCKED: a writer holding the row is refreshing the expiry itself,
+                -- and waiting for it, with the thread index's row held (this statement's
+                -- payload), deadlocked against its own wait for that index row.
                 UPDATE {self._th} t SET expires_at = now() + make_interval(secs => %(ttl)s)
-                WHERE t.thread_key = %(tk)s AND EXISTS (SELECT 1 FROM ok)
-                    AND NOT EXISTS (SELECT 1 FROM ins)
-                    AND ((t.expires_at IS NULL) <> (%(ttl)s::float8 IS NULL)
-                         OR t.expires_at < now() + make_interval(secs => %(ttl)s - %(slack)s))
+                WHERE t.thread_key IN (
+                    SELECT l.thread_key FROM {self._th} l
+                    WHERE l.thread_key = %(tk)s AND EXISTS (SELECT 1 FROM ok)
+                        AND NOT EXISTS (SELECT 1 FROM ins)
+                        AND ((l.expires_at IS NULL) <> (%(ttl)s::float8 IS NULL)
+                             OR l.expires_at < now() + make_interval(secs => %(ttl)s - %(slack)s))
+                    FOR NO KEY UPDATE SKIP LOCKED)
             )"""
 
     def _fence_cte(self, after: str) -> str:
@@ -565,7 +574,7 @@ class PostgresCheckpointPlans:
         *,
         more: bool = False,
         fence: tuple[str, Claim] | None = None,
-    ) -> Plan[Query, tuple[bool, str | None, bool, bool]]:
+    ) -> Plan[Query, tuple[bool, str | None, list[str], bool, bool]]:
         """Run a write (``payload``: CTEs that insert when ``ok`` has a row).
 
         The fast path is one statement that takes only a shared lock on the thread row,
@@ -576,9 +585,9 @@ class PostgresCheckpointPlans:
         opens the plan's transaction instead.
         It declines (writes nothing) when the thread is new to a racing writer, deleted
         or expired; then the locked path runs in a transaction and reports the tombstone
-        (``live_after``) and whether the thread had expired, for the caller to act on.
-        Returns (fast path taken, live_after, was_expired, whether the payload's ``done``
-        CTE returned a row).
+        (``live_after`` and the ``refused`` ids) and whether the thread had expired, for
+        the caller to act on. Returns (fast path taken, live_after, refused, was_expired,
+        whether the payload's ``done`` CTE returned a row).
 
         ``fence`` (thread id, claim): the statements write only if the claim holds (see
         :meth:`_thread_ctes`), and a claim that does not hold raises ``FencedWriteError``:
@@ -591,7 +600,7 @@ class PostgresCheckpointPlans:
         tail = f"""
             SELECT (SELECT count(*) FROM ok), (SELECT live_after FROM thread LIMIT 1),
                    coalesce((SELECT bool_or(was_expired) FROM thread), false),
-                   EXISTS (SELECT 1 FROM {done}){held}"""
+                   EXISTS (SELECT 1 FROM {done}), (SELECT refused FROM thread LIMIT 1){held}"""
         rows: Rows = yield Query(
             f"WITH {self._thread_ctes(True, fenced)}, {payload} {tail}",
             params,
@@ -599,15 +608,15 @@ class PostgresCheckpointPlans:
             standalone=not more,
         )
         if rows[0][0]:
-            return True, None, False, bool(rows[0][3])
-        if fence is not None and not rows[0][4]:
+            return True, None, [], False, bool(rows[0][3])
+        if fence is not None and not rows[0][5]:
             yield from self._refused_by_fence(*fence)
         rows = yield Query(
             f"WITH {self._thread_ctes(False, fenced)}, {payload} {tail}", params, fetch=True
         )
-        if fence is not None and not rows[0][4]:
+        if fence is not None and not rows[0][5]:
             yield from self._refused_by_fence(*fence)
-        return False, rows[0][1], bool(rows[0][2]), bool(rows[0][3])
+        return False, rows[0][1], list(rows[0][4] or ()), bool(rows[0][2]), bool(rows[0][3])
 
     def put(
         self,
@@ -653,7 +662,7 @@ class PostgresCheckpointPlans:
         # although its checkpoint committed. It costs no round trip: the trim opened a
         # transaction of its own before.
         keep = self.settings.keep_last
-        fast, live_after, was_expired, _ = yield from self._write(
+        fast, live_after, refused, was_expired, _ = yield from self._write(
             params,
             self._put_payload,
             "saved",
@@ -661,7 +670,7 @@ class PostgresCheckpointPlans:
             fence=None if fence is None else (target.thread_id, fence),
         )
         if not fast:
-            if (yield from self._refused(params, live_after, encoded.parent_id, target)):
+            if (yield from self._refused(params, live_after, refused, encoded.parent_id, target)):
                 return
             if was_expired:
                 yield from self._purge_before(target.thread_key, encoded.checkpoint_id)
@@ -690,13 +699,13 @@ class PostgresCheckpointPlans:
         if interesting := writes_of_interest(writes):
             payload = self._writes_flagged
             params.update(self.threads.writes_params(interesting))
-        fast, live_after, was_expired, stored = yield from self._write(
+        fast, live_after, refused, was_expired, stored = yield from self._write(
             params, payload, "written", fence=None if fence is None else (target.thread_id, fence)
         )
         if not fast:
             newer = live_after is None or target.checkpoint_id > live_after
             must_exist = None if newer else target.checkpoint_id
-            if (yield from self._refused(params, live_after, must_exist, target)):
+            if (yield from self._refused(params, live_after, refused, must_exist, target)):
                 return
             if was_expired:
                 yield from self._purge_before(target.thread_key, target.checkpoint_id)
@@ -822,17 +831,22 @@ class PostgresCheckpointPlans:
         self,
         params: dict[str, Any],
         live_after: str | None,
+        refused: list[str],
         must_exist: str | None,
         target: Target,
     ) -> Plan[Query, bool]:
         """On a deleted thread, undo this write unless ``must_exist`` still exists, and,
-        in a subgraph's namespace, its run's root checkpoint (``Target.root_needed``).
+        in a subgraph's namespace, its run's root checkpoint (``Target.root_needed``);
+        undo it outright if its checkpoint or that root was refused before.
 
         Checked with a statement of its own, after the thread row is locked: its fresh
         snapshot sees a delete_thread that committed while we waited for the lock.
         """
         if live_after is None:
             return False
+        if not {params["id"], target.root_id}.isdisjoint(refused):
+            yield from self._refuse(params)
+            return True
         root = target.root_needed(live_after)
         if must_exist is None and root is None:
             return False
@@ -858,10 +872,12 @@ class PostgresCheckpointPlans:
         (a fresh run has none), and writes only if their checkpoint exists or is newer
         than the deletion; a subgraph's, in any namespace, also only if its run's root
         checkpoint does. So a run that keeps going cannot bring the thread back. The
-        refused checkpoint id joins the tombstone, so writes that follow it are refused;
-        what the moved tombstone refuses now goes too, as if it came now: writes that came
-        before their checkpoint, and subgraphs stored under a root checkpoint refused
-        after them. A thread left empty is a tombstone again (no id, no expiry).
+        refused checkpoint id joins the tombstone's ``refused`` ids, so what follows it is
+        refused; what hangs from a refused id now goes too, as if it came now: writes that
+        came before their checkpoint, and subgraphs stored under a root checkpoint refused
+        after them. A thread left empty is a tombstone again (no id, no expiry). The
+        deletion's bound (``live_after``) never moves: a new run's checkpoints older than
+        a refusal, whatever retention kept of them, are not the deleted run's.
         """
         logger.warning("dropped a write of a run whose thread was deleted")
         freed: Rows = yield Query(
@@ -880,8 +896,8 @@ class PostgresCheckpointPlans:
             fetch=True,
         )
         yield Query(
-            f"UPDATE {self._th} SET live_after = greatest(live_after, %(id)s) "
-            "WHERE thread_key = %(tk)s",
+            f"""UPDATE {self._th} SET refused = array_append(coalesce(refused, '{{}}'), %(id)s)
+            WHERE thread_key = %(tk)s AND NOT %(id)s = ANY(coalesce(refused, '{{}}'))""",
             params,
         )
         dead: Rows = yield Query(
@@ -891,9 +907,7 @@ class PostgresCheckpointPlans:
                 FROM {self._ck} c WHERE c.thread_key = %(tk)s AND c.checkpoint_ns <> ''
             )
             SELECT DISTINCT sub.ns FROM sub JOIN {self._th} t ON t.thread_key = %(tk)s
-            WHERE sub.root <= t.live_after AND NOT EXISTS (
-                SELECT 1 FROM {self._ck} r WHERE r.thread_key = %(tk)s
-                    AND r.checkpoint_ns = '' AND r.checkpoint_id = sub.root)""",
+            WHERE sub.root = ANY(t.refused)""",
             params,
             fetch=True,
         )
@@ -908,8 +922,8 @@ class PostgresCheckpointPlans:
         yield Query(
             f"""
             DELETE FROM {self._wr} w WHERE w.thread_key = %(tk)s
-                AND w.checkpoint_id <= (SELECT live_after FROM {self._th}
-                                        WHERE thread_key = %(tk)s)
+                AND w.checkpoint_id = ANY((SELECT refused FROM {self._th}
+                                           WHERE thread_key = %(tk)s)::text[])
                 AND NOT EXISTS (SELECT 1 FROM {self._ck} c WHERE c.thread_key = %(tk)s
                     AND c.checkpoint_ns = w.checkpoint_ns AND c.checkpoint_id = w.checkpoint_id)""",
             params,
@@ -1129,7 +1143,7 @@ class PostgresCheckpointPlans:
             d4 AS (DELETE FROM {self._it} WHERE thread_key = ANY(%(tks)b)),
             d5 AS ({self.threads.delete_cte("%(tks)b")})
             UPDATE {self._th} t SET thread_id = NULL, expires_at = NULL, deleted_at = now(),
-                live_after = greatest(t.live_after, last.id, %(deleted)s)
+                live_after = greatest(t.live_after, last.id, %(deleted)s), refused = NULL
             FROM last WHERE t.thread_key = last.tk""",
             {"tks": tks, "deleted": deletion_id()},
         )
@@ -1181,8 +1195,7 @@ class PostgresCheckpointPlans:
                 SELECT %(dst)s, %(dst_id)s, now() + make_interval(secs => %(ttl)s)
                 FROM source
                 ON CONFLICT (thread_key) DO UPDATE SET thread_id = EXCLUDED.thread_id,
-                    expires_at = EXCLUDED.expires_at, deleted_at = NULL,
-                    live_after = NULL
+                    expires_at = EXCLUDED.expires_at
                 RETURNING 1
             ), blobs AS (
                 INSERT INTO {self._bl} (thread_key, checkpoint_ns, channel, version, type, blob)
@@ -1234,11 +1247,19 @@ class PostgresCheckpointPlans:
             yield from self._delete_threads(tks)
 
     def sweep_expired(self, batch_size: int) -> Plan[Query, tuple[int, bool]]:
-        """One bounded batch of expired threads (and old tombstones), deleted whole."""
+        """One bounded batch of expired threads (and old tombstones), deleted whole.
+
+        An expired thread on a deleted id keeps that deletion's tombstone, bare, to its
+        own end: runs that predate the deletion stay refused.
+        """
         rows: Rows = yield Query(
             f"""
             WITH victims AS (
-                SELECT thread_key, thread_id IS NOT NULL AS live FROM {self._th}
+                SELECT thread_key, thread_id IS NOT NULL AS live,
+                    coalesce(live_after IS NOT NULL
+                        AND deleted_at >= now() - make_interval(hours => {TOMBSTONE_HOURS}),
+                        false) AS tomb
+                FROM {self._th}
                 WHERE expires_at <= now()
                    OR (thread_id IS NULL
                        AND deleted_at < now() - make_interval(hours => {TOMBSTONE_HOURS}))
@@ -1252,7 +1273,11 @@ class PostgresCheckpointPlans:
             ), d4 AS (
                 DELETE FROM {self._it} WHERE thread_key IN (SELECT thread_key FROM victims)
             ), d5 AS (
-                DELETE FROM {self._th} WHERE thread_key IN (SELECT thread_key FROM victims)
+                DELETE FROM {self._th}
+                WHERE thread_key IN (SELECT thread_key FROM victims WHERE NOT tomb)
+            ), bare AS (
+                UPDATE {self._th} SET thread_id = NULL, expires_at = NULL
+                WHERE thread_key IN (SELECT thread_key FROM victims WHERE tomb)
             ), d6 AS ({self.threads.delete_in("SELECT thread_key FROM victims")}
             ), d7 AS ({self.threads.sweep_transcripts("%(n)s")})
             SELECT count(*) FILTER (WHERE live), count(*) FROM victims""",

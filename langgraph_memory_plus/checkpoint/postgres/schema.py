@@ -178,8 +178,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
 )
 
+_THREADS_REFUSED = "ALTER TABLE {s}.lgmp_threads ADD COLUMN IF NOT EXISTS refused text[]"
+REFUSED_MIGRATION: tuple[str, ...] = (
+    # A deleted thread's tombstone keeps the checkpoint ids it refused: what hangs from
+    # them is refused too, while the deletion's bound (``live_after``) stays put, so a new
+    # run's checkpoints older than a refusal are never taken for the deleted run's
+    # (retention may have dropped the roots its subgraphs hang from).
+    _THREADS_REFUSED,
+)
+
 FRESH: tuple[str, ...] = (
     _THREADS,
+    _THREADS_REFUSED,
     _THREADS_EXPIRES_AT,
     _THREADS_TOMBSTONE,
     _CHECKPOINTS,

@@ -142,13 +142,31 @@ end
 
 -- One absolute deadline for every key of the thread: PEXPIRE would read the clock per
 -- key, and keys could straddle a millisecond and expire apart.
+-- A deleted thread's tombstone (`live_after`, `until` in the thread hash) outlives a new
+-- thread on the same id that expires before it: the hash lives to the later of the two.
 local function expire_all_at(deadline_ms)
   for i = 1, N_KEYS do redis.call('PEXPIREAT', KEYS[i], deadline_ms) end
+  local until_ms = tonumber(redis.call('HGET', K_THREAD, 'until') or '0')
+  if until_ms and until_ms > deadline_ms then redis.call('PEXPIREAT', K_THREAD, until_ms) end
 end
 
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The thread id goes in the thread hash, unless a tombstone still in force shares it: the
+-- hash may outlive the thread then, and a tombstone holds no id in clear (readers fall
+-- back to the index record's, which lives and expires with the thread). A tombstone past
+-- its own expiry is forgotten.
+local function set_id(thread_id)
+  local until_ms = tonumber(redis.call('HGET', K_THREAD, 'until') or '0')
+  if until_ms and until_ms > now_ms() then
+    redis.call('HDEL', K_THREAD, 'id')
+    return
+  end
+  if redis.call('HEXISTS', K_THREAD, 'live_after') == 1 then redis.call('DEL', K_THREAD) end
+  redis.call('HSET', K_THREAD, 'id', thread_id)
 end
 
 local function touch(ttl_ms)
@@ -180,10 +198,17 @@ end
 -- still exists (a fresh run has none), and writes only if their checkpoint exists or is
 -- newer than the deletion: a run that outlives its thread cannot bring it back. In a
 -- subgraph's namespace the root checkpoint its run hangs from (`root`, '' if unknown)
--- must also exist or be newer (see Target.root_needed).
+-- must also exist or be newer (see Target.root_needed). A refused checkpoint id joins
+-- the tombstone (field 'r' .. id): what hangs from it is refused too. The deletion's
+-- bound itself never moves: a new run's checkpoints older than a refusal (retention may
+-- have dropped them) are not the deleted run's.
+local function refused(cid)
+  return redis.call('HEXISTS', K_THREAD, 'r' .. cid) == 1
+end
+
 local function root_ok(live_after, root)
-  return root == '' or before(live_after, root)
-    or redis.call('HEXISTS', K_CK, '\0' .. root) == 1
+  return root == '' or ((not refused(root)) and (before(live_after, root)
+    or redis.call('HEXISTS', K_CK, '\0' .. root) == 1))
 end
 
 local function may_put(ns, parent, root)
@@ -196,7 +221,8 @@ end
 local function may_write(ns, cid, root)
   local live_after = redis.call('HGET', K_THREAD, 'live_after')
   if not live_after then return true end
-  return (before(live_after, cid) or redis.call('HEXISTS', K_CK, ns .. '\0' .. cid) == 1)
+  return (not refused(cid))
+    and (before(live_after, cid) or redis.call('HEXISTS', K_CK, ns .. '\0' .. cid) == 1)
     and root_ok(live_after, root)
 end
 
@@ -300,23 +326,19 @@ local function drop(doomed, namespaces)
   for ns in pairs(lists) do collect_items(ns) end
 end
 
--- A write of a run that outlived its deleted thread was refused: the tombstone moves to
--- its checkpoint id, and what it now refuses goes, as if it came now: the refused
+-- A write of a run that outlived its deleted thread was refused: its checkpoint id joins
+-- the tombstone, and what it now refuses goes, as if it came now: the refused
 -- checkpoint's writes that came first, and the subgraphs stored under a root checkpoint
 -- that was refused after them. A thread left with nothing is the tombstone again: no id
 -- in clear, and the tombstone's own expiry.
 local function bury(member, cid)
-  local live_after = redis.call('HGET', K_THREAD, 'live_after')
-  if before(live_after, cid) then
-    redis.call('HSET', K_THREAD, 'live_after', cid)
-    live_after = cid
-  end
+  redis.call('HSET', K_THREAD, 'r' .. cid, '1')
   local doomed, namespaces = {}, {}
   for _, m in ipairs(redis.call('ZRANGE', K_IDX, 0, -1)) do
     local ns = split_member(m)
     if ns ~= '' then
       local root = root_of(m)
-      if root and not root_ok(live_after, root) then
+      if root and refused(root) then
         doomed[#doomed + 1] = m
         namespaces[ns] = true
       end
@@ -450,7 +472,7 @@ end
 write_meta(member, meta)
 redis.call('HSET', K_CK, member, record)
 redis.call('ZADD', K_IDX, 0, member)
-redis.call('HSET', K_THREAD, 'id', thread_id)
+set_id(thread_id)
 if keep > 0 then trim(ns, keep) end
 rec_put(thread_id, ns, cid, ARGV[9], ARGV[10], tonumber(ARGV[11]), ARGV[12], ARGV[14])
 -- The record keeps each root checkpoint's metadata JSON; FILTER reads it for the
@@ -479,7 +501,7 @@ if stored then record = merge_writes(stored, record) end
 if #record > max_bytes then return {#record} end
 redis.call('HSET', K_WRITES, field, record)
 redis.call('ZADD', K_WIDX, 0, field)
-redis.call('HSET', K_THREAD, 'id', thread_id)
+set_id(thread_id)
 if ARGV[8] == '1' then rec_writes(thread_id, ns, cid, ARGV[9]) end
 touch(ttl)
 return 1
@@ -768,7 +790,9 @@ return out
 """
 
 THREAD_ID = r"""
-return redis.call('HGET', K_THREAD, 'id')
+local tid = redis.call('HGET', K_THREAD, 'id')
+if tid or redis.call('EXISTS', K_IDX) == 0 then return tid end
+return redis.call('HGET', K_REC, 'id')
 """
 
 DUMP = r"""
@@ -785,7 +809,8 @@ return {
 # ARGV: ttl_ms, thread_id, then netstring lists of (field, value) pairs for the
 # checkpoint, meta, blob and write hashes, of the replay-only members, of the list
 # item and node hashes and of the index record; then the time (ms). Existing entries of
-# the target win.
+# the target win. A copy onto a deleted id is a new thread that keeps the deletion's
+# tombstone (`live_after`): the runs that predate the deletion stay refused.
 RESTORE = r"""
 local function fill(key, packed)
   local t = unpack_list(packed)
@@ -802,8 +827,7 @@ fill(K_ITEMS, ARGV[8])
 fill(K_NODES, ARGV[9])
 local w = fill(K_WRITES, ARGV[6])
 for i = 1, #w, 2 do redis.call('ZADD', K_WIDX, 0, w[i]) end
-redis.call('HDEL', K_THREAD, 'live_after')
-redis.call('HSET', K_THREAD, 'id', ARGV[2])
+set_id(ARGV[2])
 local rec = unpack_list(ARGV[10])
 for i = 1, #rec, 2 do
   local f = rec[i]

@@ -53,11 +53,17 @@ from ..codec import (
 from ..config import ListQuery, SaverSettings, Target, deletion_id, thread_key
 from ..fence import Claim, FenceState, check, may_take, next_token, now_us
 from ..lists import ID_SIZE, LIST_TYPE, PAGE_SIZE, ListRequest
-from .schema import FENCE_MIGRATION, MIGRATIONS
+from .schema import FENCE_MIGRATION, MIGRATIONS, REFUSED_MIGRATION
 
 logger = logging.getLogger("langgraph_memory_plus.checkpoint.sqlite")
 
-CHECKPOINT_MIGRATIONS = (*MIGRATIONS, THREAD_INDEX_MIGRATION, STATUS_MIGRATION, FENCE_MIGRATION)
+CHECKPOINT_MIGRATIONS = (
+    *MIGRATIONS,
+    THREAD_INDEX_MIGRATION,
+    STATUS_MIGRATION,
+    REFUSED_MIGRATION,
+    FENCE_MIGRATION,
+)
 """Every migration of the checkpoint tables, the thread index's included: the version
 ``setup()`` brings a schema to is ``len(CHECKPOINT_MIGRATIONS) - 1``."""
 
@@ -156,8 +162,8 @@ class SqliteCheckpointPlans:
         created = yield from migrate(
             "lgmp_checkpoint_migrations",
             CHECKPOINT_MIGRATIONS,
-            # the checkpoint tables never changed; the fences came last
-            [*MIGRATIONS[0], *self.threads.fresh(), *FENCE_MIGRATION],
+            # the checkpoint tables gained the refused ids; the fences came last
+            [*MIGRATIONS[0], *REFUSED_MIGRATION, *self.threads.fresh(), *FENCE_MIGRATION],
         )
         if not created:
             yield from self.threads.setup()
@@ -463,7 +469,7 @@ class SqliteCheckpointPlans:
         tk = target.thread_key
         expires = None if self.settings.ttl_seconds is None else now + self.settings.ttl_seconds
         rows: Rows = yield Query(
-            "SELECT expires_at, live_after, thread_id IS NOT NULL FROM lgmp_threads "
+            "SELECT expires_at, live_after, thread_id IS NOT NULL, refused FROM lgmp_threads "
             "WHERE thread_key = ?",
             (tk,),
             fetch=True,
@@ -475,8 +481,13 @@ class SqliteCheckpointPlans:
                 (tk, _id_bytes(target.thread_id), expires),
             )
             return False
-        expires_at, live_after, named = rows[0]
+        expires_at, live_after, named, refused = rows[0]
         if live_after is not None:
+            if refused is not None and not {written_id, target.root_id}.isdisjoint(
+                json.loads(refused)
+            ):
+                yield from self._refuse(target, written_id)
+                return None
             needed = [
                 (target.checkpoint_ns, must_exist(live_after)),
                 ("", target.root_needed(live_after)),
@@ -507,27 +518,30 @@ class SqliteCheckpointPlans:
         fresh run has none), and writes only if their checkpoint exists or is newer than
         the deletion; a subgraph's, in any namespace, also only if its root checkpoint
         does (see :meth:`Target.root_needed`). So a run that keeps going cannot bring the
-        thread back. The refused checkpoint id joins the tombstone, so writes that follow
-        it are refused too; what the moved tombstone refuses now goes, as if it came now:
-        the refused checkpoint's writes that came first, and subgraphs stored under a root
-        checkpoint refused after them. A thread left empty is a tombstone again.
+        thread back. The refused checkpoint id joins the tombstone's ``refused`` ids, so
+        what follows it is refused too; what hangs from a refused id now goes, as if it
+        came now: the refused checkpoint's writes that came first, and subgraphs stored
+        under a root checkpoint refused after them. A thread left empty is a tombstone
+        again. The deletion's bound (``live_after``) never moves: a new run's checkpoints
+        older than a refusal, whatever retention kept of them, are not the deleted run's.
         """
         logger.warning("dropped a write of a run whose thread was deleted")
         tk = target.thread_key
         yield Query(
-            "UPDATE lgmp_threads SET live_after = max(live_after, ?) WHERE thread_key = ?",
-            (written_id, tk),
+            """UPDATE lgmp_threads SET refused = json_insert(coalesce(refused, '[]'), '$[#]', :id)
+            WHERE thread_key = :tk AND NOT EXISTS (
+                SELECT 1 FROM json_each(coalesce(refused, '[]')) WHERE value = :id)""",
+            {"id": written_id, "tk": tk},
         )
+        refused = """(SELECT r.value FROM lgmp_threads t, json_each(t.refused) r
+                     WHERE t.thread_key = :tk)"""
         dead: Rows = yield Query(
-            """
+            f"""
             WITH sub(ns, root) AS (
                 SELECT DISTINCT checkpoint_ns, json_extract(metadata_json, '$.parents.""')
                 FROM lgmp_checkpoints WHERE thread_key = :tk AND checkpoint_ns <> ''
             )
-            SELECT DISTINCT ns FROM sub JOIN lgmp_threads t ON t.thread_key = :tk
-            WHERE sub.root <= t.live_after AND NOT EXISTS (
-                SELECT 1 FROM lgmp_checkpoints r WHERE r.thread_key = :tk
-                    AND r.checkpoint_ns = '' AND r.checkpoint_id = sub.root)""",
+            SELECT DISTINCT ns FROM sub WHERE sub.root IN {refused}""",
             {"tk": tk},
             fetch=True,
         )
@@ -537,10 +551,9 @@ class SqliteCheckpointPlans:
                     f"DELETE FROM {table} WHERE thread_key = ? AND checkpoint_ns = ?", (tk, ns)
                 )
         yield Query(
-            """
+            f"""
             DELETE FROM lgmp_writes AS w WHERE w.thread_key = :tk
-                AND w.checkpoint_id <= (SELECT live_after FROM lgmp_threads
-                                        WHERE thread_key = :tk)
+                AND w.checkpoint_id IN {refused}
                 AND NOT EXISTS (SELECT 1 FROM lgmp_checkpoints c
                     WHERE c.thread_key = :tk AND c.checkpoint_ns = w.checkpoint_ns
                         AND c.checkpoint_id = w.checkpoint_id)""",
@@ -893,6 +906,7 @@ class SqliteCheckpointPlans:
             yield Query(
                 """
                 UPDATE lgmp_threads SET thread_id = NULL, expires_at = NULL, deleted_at = :now,
+                    refused = NULL,
                     live_after = max(
                         coalesce(live_after, ''),
                         coalesce((SELECT max(checkpoint_id) FROM lgmp_checkpoints
@@ -951,7 +965,7 @@ class SqliteCheckpointPlans:
             """
             INSERT INTO lgmp_threads (thread_key, thread_id, expires_at) VALUES (?, ?, ?)
             ON CONFLICT (thread_key) DO UPDATE SET thread_id = excluded.thread_id,
-                expires_at = excluded.expires_at, deleted_at = NULL, live_after = NULL""",
+                expires_at = excluded.expires_at""",
             (dst, _id_bytes(target_thread_id), None if ttl is None else now + ttl),
         )
         columns = {
@@ -991,23 +1005,40 @@ class SqliteCheckpointPlans:
         yield from self.threads.refresh(tks)
 
     def sweep_expired(self, batch_size: int) -> Plan[Query, tuple[int, bool]]:
-        """One bounded batch of expired threads (and old tombstones), deleted whole."""
-        params = {"now": time.time(), "old": time.time() - TOMBSTONE_SECONDS, "n": batch_size}
-        victims = """
-            SELECT thread_key FROM lgmp_threads
-            WHERE expires_at <= :now OR (thread_id IS NULL AND deleted_at < :old)
-            ORDER BY thread_key LIMIT :n"""
+        """One bounded batch of expired threads (and old tombstones), deleted whole.
+
+        An expired thread on a deleted id keeps that deletion's tombstone, bare, to its
+        own end: runs that predate the deletion stay refused.
+        """
+        now, old = time.time(), time.time() - TOMBSTONE_SECONDS
         rows: Rows = yield Query(
-            f"""SELECT count(*), coalesce(sum(thread_id IS NOT NULL), 0) FROM lgmp_threads
-            WHERE thread_key IN ({victims})""",
-            params,
+            """SELECT thread_key, thread_id IS NOT NULL,
+                live_after IS NOT NULL AND coalesce(deleted_at >= :old, 0)
+            FROM lgmp_threads
+            WHERE expires_at <= :now OR (thread_id IS NULL AND deleted_at < :old)
+            ORDER BY thread_key LIMIT :n""",
+            {"now": now, "old": old, "n": batch_size},
             fetch=True,
             write=True,
         )
-        total, live = rows[0]
-        if total:
-            # The thread rows go last: until then every statement picks the same victims.
-            for table in (*THREAD_TABLES, "lgmp_fences", "lgmp_threads"):
-                yield Query(f"DELETE FROM {table} WHERE thread_key IN ({victims})", params)
+        live = sum(1 for _, named, _ in rows if named)
+        for chunk in _chunks(rows):
+            keys = [bytes(tk) for tk, _, _ in chunk]
+            marks = _marks(len(keys))
+            for table in (*THREAD_TABLES, "lgmp_fences"):
+                yield Query(f"DELETE FROM {table} WHERE thread_key IN ({marks})", keys)
+            kept = [bytes(tk) for tk, _, tomb in chunk if tomb]
+            if kept:
+                yield Query(
+                    "UPDATE lgmp_threads SET thread_id = NULL, expires_at = NULL "
+                    f"WHERE thread_key IN ({_marks(len(kept))})",
+                    kept,
+                )
+            gone = [bytes(tk) for tk, _, tomb in chunk if not tomb]
+            if gone:
+                yield Query(
+                    f"DELETE FROM lgmp_threads WHERE thread_key IN ({_marks(len(gone))})", gone
+                )
+        total = len(rows)
         yield self.threads.sweep_transcripts(batch_size)
         return int(live), int(total) >= batch_size

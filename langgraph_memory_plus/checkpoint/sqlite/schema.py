@@ -113,6 +113,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
 )
 
+REFUSED_MIGRATION: tuple[str, ...] = (
+    # A deleted thread's tombstone keeps the checkpoint ids it refused (a JSON array): what
+    # hangs from them is refused too, while the deletion's bound (``live_after``) stays
+    # put, so a new run's checkpoints older than a refusal are never taken for the
+    # deleted run's (retention may have dropped the roots its subgraphs hang from).
+    "ALTER TABLE lgmp_threads ADD COLUMN refused TEXT",
+)
 
 FENCE_MIGRATION: tuple[str, ...] = (
     # One writer per thread (see checkpoint/fence.py): the owner, its fencing number and

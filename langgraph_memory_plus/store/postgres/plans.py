@@ -770,7 +770,7 @@ class PostgresStorePlans:
         # committed (and erasure, which reads after this, sees its item), and every put
         # after it sees the tombstone, whatever its snapshot.
         yield Query(f"LOCK TABLE {self._t} IN SHARE MODE")
-        yield Query(f"DELETE FROM {self._tombs} WHERE until <= now()")
+        yield self._drop_expired_tombstones(standalone=False)
         yield Query(
             f"""INSERT INTO {self._tombs} AS t (prefix_hash, until)
             VALUES (%s, now() + %s * interval '1 second')
@@ -833,8 +833,24 @@ class PostgresStorePlans:
         )
         return int(rows[0][0])
 
+    def _drop_expired_tombstones(self, *, standalone: bool) -> Query:
+        """Delete expired tombstones, skipping any another transaction holds.
+
+        Waiting for them deadlocked: a new tombstone holds the items table (SHARE) and
+        then deletes expired tombstones, while a sweep held expired tombstones' rows and
+        then waited for the items table. Locked rows are left for the next call.
+        """
+        return Query(
+            f"""DELETE FROM {self._tombs} WHERE prefix_hash IN (
+                SELECT prefix_hash FROM {self._tombs} WHERE until <= now()
+                ORDER BY prefix_hash FOR UPDATE SKIP LOCKED)""",
+            standalone=standalone,
+        )
+
     def sweep(self, batch_size: int) -> Plan[Query, tuple[int, bool]]:
-        yield Query(f"DELETE FROM {self._tombs} WHERE until <= now()")
+        # A statement of its own: the sweep then holds no tombstone while it waits for
+        # the items table (see _drop_expired_tombstones).
+        yield self._drop_expired_tombstones(standalone=True)
         rows: Rows = yield Query(
             f"""
             WITH victims AS (
