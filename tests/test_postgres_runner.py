@@ -27,9 +27,55 @@ def test_compact_sql_removes_layout_but_keeps_literals_identifiers_and_bodies() 
             -- this $fn$ = 1
     """
     assert compact_sql(sql) == (
-        "SELECT 'two  spaces -- not a comment', \"odd  name\" FROM t "
+        "SELECT 'two  spaces -- not a comment',\"odd  name\" FROM t "
         "WHERE x = 'it''s' AND body = $fn$ keep\n            -- this $fn$ = 1"
     )
+
+
+def test_compact_sql_drops_spaces_next_to_delimiters_only(pg_url: str) -> None:
+    """Next to ``( ) , ;`` a space separates nothing; elsewhere it may (``- -1`` is not
+    ``--1``, a comment)."""
+    sql = "SELECT ( 1 - -1 ) , f ( 'a , b' ) AS x , 2 < = 3 -- note\n ;"
+    assert compact_sql(sql) == "SELECT(1 - -1),f('a , b')AS x,2 < = 3;"
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("CREATE TEMP TABLE t (a int)")
+        one = "INSERT INTO t ( a ) VALUES ( %s ) , ( %s - -1 ) RETURNING a"
+        rows = conn.execute(compact_sql(one), (1, 2)).fetchall()
+        assert rows == [(1,), (3,)]
+
+
+def test_the_statements_of_a_chat_turn_stay_in_psycopgs_query_cache(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psycopg parses a statement over 4 KB (or with over 50 parameters) again at every
+    execution. The statements a chat turn sends, as sent (the thread index's checkpoint
+    put was 4,120 bytes, parsed twice per turn: about a sixth of a turn's client CPU),
+    must be cached. The test above checks a statement built like them; this one checks
+    what is executed."""
+    import psycopg._queries as queries
+    from graphs import chat_graph, human
+
+    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
+
+    parsed: list[int] = []
+    uncached = queries._query2pg_nocache
+
+    def counting(query: bytes, *args: Any, **kwargs: Any) -> Any:
+        parsed.append(len(query))
+        return uncached(query, *args, **kwargs)
+
+    with PostgresSaver.from_conn_string(pg_url) as saver:
+        saver.setup()
+        graph = chat_graph().compile(checkpointer=saver)
+        thread = {"configurable": {"thread_id": f"cache-{time.monotonic_ns()}"}}
+        graph.invoke({"messages": [human("hello", "h1")]}, thread)
+        monkeypatch.setattr(queries, "_query2pg_nocache", counting)
+        for turn in range(2, 5):
+            graph.invoke({"messages": [human("again", f"h{turn}")]}, thread)
+            assert graph.get_state(thread).values["messages"]
+        monkeypatch.undo()
+        saver.delete_thread(thread["configurable"]["thread_id"])
+    assert parsed == []
 
 
 def test_compact_sql_keeps_every_statement_of_the_package_under_psycopgs_cache_limit(

@@ -47,6 +47,7 @@ from ..errors import ConflictError, InvalidConfigError, ValueTooLargeError, deco
 from ..observability import events as ev
 from ..observability.core import Listener, Observable
 from .filters import Fields, holds, parse_filter
+from .merging import CallMerger, Kind
 from .namespaces import (
     Condition,
     check_count,
@@ -427,7 +428,9 @@ class StoreBase(Observable, BaseStore, ABC):
     # -- the outer plans ------------------------------------------------------------------
 
     def _batch_plan(self, ops: Iterable[Op | ConditionalPutOp]) -> Plan[Step, list[Result]]:
-        batch = self._prepare(ops)
+        return (yield from self._prepared_plan(self._prepare(ops)))
+
+    def _prepared_plan(self, batch: _Batch) -> Plan[Step, list[Result]]:
         queries = sorted({q for _, _, q in batch.searches if q is not None})
         found: dict[str, Vector] = {}
         if queries:
@@ -764,6 +767,33 @@ def _store_events(
     return out
 
 
+def _kind(batch: _Batch) -> tuple[Kind, int]:
+    """Whether a prepared batch may share a transaction with others (see
+    :mod:`.merging`), and its values' bytes."""
+    reads = bool(batch.gets or batch.searches or batch.lists)
+    if not batch.writes:
+        return "read", 0
+    nbytes = sum(w.request.value.size for w in batch.writes.values() if w.request.value)
+    conditional = any(w.request.expected_version is not None for w in batch.writes.values())
+    return ("alone" if reads or conditional else "write"), nbytes
+
+
+def _merge(batches: list[_Batch]) -> tuple[_Batch, list[int]]:
+    """One batch of several callers' (whose writes touch distinct keys), and where each
+    caller's results start."""
+    merged = _Batch(0)
+    offsets: list[int] = []
+    for batch in batches:
+        at = merged.size
+        offsets.append(at)
+        merged.gets += [(i + at, req) for i, req in batch.gets]
+        merged.searches += [(i + at, req, q) for i, req, q in batch.searches]
+        merged.lists += [(i + at, req) for i, req in batch.lists]
+        merged.writes.update(batch.writes)
+        merged.size += batch.size
+    return merged, offsets
+
+
 def _items_where(requests: list[GetRequest]) -> dict[str, object]:
     """The namespace and key of a get, for a corrupt-data error (all of them for several)."""
     if len(requests) == 1:
@@ -836,9 +866,14 @@ class AsyncStore(AsyncBridge, StoreBase, ABC):
     """A store whose storage calls are awaited; setup and TTL sweeping are awaited too.
 
     Bound to the event loop running when it is created (its connections belong to it).
+    Stores that set ``_merges_calls`` merge concurrent ``abatch`` calls (hence ``aget``,
+    ``aput``, ``asearch``...) into shared transactions, at most :meth:`_merge_slots` at
+    once (see :mod:`.merging`), so a burst of calls waits in a queue, not at the pool.
     """
 
     _sweeper: TaskSweeper | None = None
+    _merges_calls: bool = False
+    _merger: CallMerger[_Batch] | None = None
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -846,6 +881,47 @@ class AsyncStore(AsyncBridge, StoreBase, ABC):
 
     async def _before_close(self) -> None:
         await self.stop_ttl_sweeper()
+        if self._merger is not None:
+            await self._merger.drain()  # no queued call is lost when the pool closes
+
+    def _merge_slots(self) -> int:
+        """How many merged transactions may run at once (the pool's size)."""
+        return 1
+
+    def _shared_error(self, exc: Exception) -> bool:
+        """Whether ``exc`` came from the pool or the server rather than from a call's
+        data: then a merged group's callers all get it (see :mod:`.merging`)."""
+        return isinstance(exc, (ConnectionError, TimeoutError))
+
+    async def abatch(self, ops: Iterable[Op | ConditionalPutOp]) -> list[Result]:
+        """Async :meth:`batch`; concurrent calls may share a transaction (see the class)."""
+        if not self._merges_calls or asyncio.get_running_loop() is not self.loop:
+            return await adrive(self._batch_plan(ops), self._astep)
+        merger = self._merger
+        if merger is None:
+            merger = self._merger = CallMerger(
+                run_one=self._run_prepared,
+                run_merged=self._run_merged,
+                shared=self._shared_error,
+                slots=self._merge_slots(),
+                max_bytes=self._plans.max_batch_bytes,
+            )
+        batch = self._prepare(ops)  # the caller's own errors, raised in its own task
+        if not batch.size:
+            return []
+        kind, nbytes = _kind(batch)
+        return await merger.submit(
+            batch, kind, ops=batch.size, nbytes=nbytes, keys=frozenset(batch.writes)
+        )
+
+    async def _run_prepared(self, batch: _Batch) -> list[Result]:
+        return await adrive(self._prepared_plan(batch), self._astep)
+
+    async def _run_merged(self, batches: list[_Batch]) -> list[list[Result]]:
+        """Several callers' batches as one; each caller's slice of the results."""
+        merged, offsets = _merge(batches)
+        results = await self._run_prepared(merged)
+        return [results[at : at + b.size] for at, b in zip(offsets, batches, strict=True)]
 
     async def setup(self) -> None:
         """Create or migrate the storage; safe to run repeatedly and concurrently."""

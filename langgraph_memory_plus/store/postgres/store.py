@@ -10,6 +10,8 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any, ClassVar
 
+import psycopg
+import psycopg.errors
 from psycopg import AsyncConnection, Connection
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from typing_extensions import Self, Unpack
@@ -130,7 +132,23 @@ class AsyncPostgresStore(PgAsyncDriver, _PostgresOptions, AsyncStore):
 
     Its sync methods may be called from other threads while its event loop runs (tools
     running in a thread pool do this).
+
+    Concurrent async calls share transactions (see :mod:`..merging`): at most the pool's
+    ``max_size`` run at once, so a burst of calls never waits at the pool.
     """
+
+    _merges_calls = True
+
+    def _merge_slots(self) -> int:
+        conn = self._runner.conn
+        return conn.max_size if isinstance(conn, AsyncConnectionPool) else 1
+
+    def _shared_error(self, exc: Exception) -> bool:
+        # a lost connection or an unreachable server; not a cancelled (timed-out) statement
+        lost = isinstance(exc, psycopg.OperationalError) and not isinstance(
+            exc, psycopg.errors.QueryCanceled
+        )
+        return lost or super()._shared_error(exc)
 
     @classmethod
     def from_conn_string(

@@ -14,6 +14,7 @@ from typing import ClassVar
 
 import redis.asyncio.cluster
 import redis.cluster
+import redis.exceptions
 from typing_extensions import Self, Unpack
 
 from ...drivers.options import check_options
@@ -25,6 +26,10 @@ from .plans import DEFAULT_SHARD_DEPTH, RedisStorePlans
 
 DEFAULT_PREFIX = "lgmp"
 CLUSTER_CLIENTS = (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster)
+
+
+MAX_MERGE_SLOTS = 16
+"""The most merged groups of calls an async Redis store runs at once."""
 
 
 class RedisStoreOptions(StoreOptions, total=False):
@@ -114,7 +119,22 @@ class AsyncRedisStore(RedisAsyncDriver, _RedisOptions, AsyncStore):
 
     Its sync methods may be called from other threads while its event loop runs (tools
     running in a thread pool do this).
+
+    Concurrent async calls share script calls and connections (see :mod:`..merging`): at
+    most the pool's size (up to :data:`MAX_MERGE_SLOTS`) run at once.
     """
+
+    _merges_calls = True
+
+    def _merge_slots(self) -> int:
+        size = getattr(getattr(self.client, "connection_pool", None), "max_connections", None)
+        if isinstance(size, int) and size > 0:
+            return min(size, MAX_MERGE_SLOTS)
+        return MAX_MERGE_SLOTS  # a cluster: a pool per node
+
+    def _shared_error(self, exc: Exception) -> bool:
+        lost = isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError))
+        return lost or super()._shared_error(exc)
 
     @classmethod
     def from_conn_string(
