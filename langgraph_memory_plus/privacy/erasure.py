@@ -36,7 +36,7 @@ from ..errors import InvalidConfigError
 from ..store.base import StoreBase
 from ..store.namespaces import declared_user_data, template_fields, user_namespace
 from ..store.tombstones import DEFAULT_HOLD_HOURS, check_hold
-from ..threads.core import index_value
+from ..threads.core import check_user_id, index_value
 
 Namespace = tuple[str, ...]
 DEFAULT_BATCH_SIZE = 100
@@ -380,6 +380,7 @@ def _target(memory: Any, checkpointer: Any, store: Any, tombstone_hours: Any) ->
 def _check(user_id: Any, batch_size: Any) -> None:
     if not isinstance(user_id, str) or not user_id.strip():
         raise InvalidConfigError(f"user_id must be a non-empty string, got {user_id!r}")
+    check_user_id(user_id)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
 

@@ -278,6 +278,27 @@ def stored_form(value: Any) -> Any:
     return value
 
 
+def check_user_id(value: Any, what: str = "user_id") -> Any:
+    """``value`` if it can be a user id, else one :class:`InvalidConfigError` naming ``what``.
+
+    Every place a user id enters (a run's config or context, ``sessions``, ``get``,
+    ``transcript``, ``erase_user``, drafts, approvals, copies) checks it here, so an id is
+    refused everywhere or accepted everywhere. A NUL is refused: LangGraph strips it from
+    checkpoint metadata, so ``"a\\x00b"`` would be indexed as ``"ab"``, another user.
+    """
+    if isinstance(value, str):
+        if not value:
+            raise InvalidConfigError(f"{what} must be a non-empty string")
+        if "\x00" in value:
+            raise InvalidConfigError(f"{what} must not contain a NUL character")
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise InvalidConfigError(
+        f"{what} must be a non-empty string (or an integer), got {type(value).__name__}"
+    )
+
+
 def index_value(value: Any) -> str | None:
     """The indexed form of a metadata value: JSON text of a scalar, else not indexed.
 

@@ -1,0 +1,225 @@
+"""An adversary's attack on erasure and ownership (issue 34, round 3).
+
+Each test is one find, kept on every backend it concerns:
+
+1. Components disagreed on whose run it is (the index: config ``metadata`` over
+   ``configurable`` over the runtime context; the memory nodes: the context first; the
+   draft tools: ``configurable`` first): a run naming two users filed its thread under one
+   and its memories under the other. One rule now (``checkpoint.context.run_value``).
+2. ``copy_threads`` re-run with ``user_id=`` left the threads a first run had copied
+   without attribution unowned.
+3. Redis: a user's sets took the expiry of the last thread that joined them (a saver with
+   a shorter TTL, or none), so the user's other threads left ``sessions()`` and erasure.
+4. A user id with NUL was accepted by runs (LangGraph strips it: ``"a\\x00b"`` became
+   ``"ab"``, another user) and by some calls, refused by others.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from chat_support import chat_graph
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph, add_messages
+from test_copy_threads import official
+from test_erasure import Target, target
+from typing_extensions import TypedDict
+
+from langgraph_memory_plus import InvalidConfigError
+from langgraph_memory_plus.approvals import Approvals, TaskDrafts
+from langgraph_memory_plus.nodes import create_memory_tools
+from langgraph_memory_plus.privacy.erasure import erase_user
+from langgraph_memory_plus.store.namespaces import user_namespace
+from langgraph_memory_plus.transfer.migration import copy_threads
+
+pytestmark = pytest.mark.storage
+__all__ = ["target"]
+
+MEMORIES = ("memories", "{user_id}")
+DRAFT_SCHEMA = {"type": "object", "properties": {"iban": {"type": "string"}}}
+
+
+class State(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def remembering_graph() -> StateGraph:
+    """One node that stores a memory with the package's tool, then answers."""
+    tools = {t.name: t for t in create_memory_tools()}
+
+    def node(state: State) -> dict[str, Any]:
+        last = state["messages"][-1]
+        tools["add_memory"].invoke({"content": f"memo of {last.content}", "key": "k"})
+        return {"messages": [AIMessage(f"re: {last.content}", id=f"ai-{last.id}")]}
+
+    builder = StateGraph(State)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    builder.add_edge("node", END)
+    return builder
+
+
+def say(text: str) -> dict[str, Any]:
+    return {"messages": [HumanMessage(text, id=f"h-{uuid.uuid4().hex[:8]}")]}
+
+
+def memories(memory: Any, user: str) -> list[Any]:
+    return list(memory.store.search(user_namespace(MEMORIES, user)))
+
+
+# -- 1. one rule for whose run it is -------------------------------------------------------
+
+
+def test_a_run_naming_two_users_is_refused_before_anything_is_stored(target: Target) -> None:
+    alice, bob = f"alice.{uuid.uuid4().hex[:6]}@x.org", f"鲍勃/{uuid.uuid4().hex[:6]}"
+    with target.open() as memory:
+        app = remembering_graph().compile(checkpointer=memory.checkpointer, store=memory.store)
+        conflicts = [
+            ({"configurable": {"thread_id": "c1", "user_id": alice}}, {"user_id": bob}),
+            ({"configurable": {"thread_id": "c2", "user_id": alice}, "metadata": {"user_id": bob}}, None),
+        ]
+        for config, context in conflicts:
+            with pytest.raises(InvalidConfigError, match="different users"):
+                app.invoke(say("secret"), config, context=context)
+            assert memory.checkpointer.get_tuple(config) is None
+        for user in (alice, bob):
+            assert memory.checkpointer.threads.sessions(user) == []
+            assert memories(memory, user) == []
+
+
+def test_every_component_takes_the_user_from_where_the_run_gives_it(target: Target) -> None:
+    """Partial: the user only in the context, only in ``configurable``, or in both (the
+    same): the thread, its transcript lines and the memories are that user's, and
+    ``erase_user`` removes them all."""
+    users = {f"ctx-{uuid.uuid4().hex[:6]}": "context", f"cfg-{uuid.uuid4().hex[:6]}": "configurable",
+             f"both-{uuid.uuid4().hex[:6]}": "both"}
+    with target.open() as memory:
+        saver = memory.checkpointer
+        app = remembering_graph().compile(checkpointer=saver, store=memory.store)
+        for user, where in users.items():
+            configurable = {"thread_id": f"t-{user}"}
+            if where != "context":
+                configurable["user_id"] = user
+            context = None if where == "configurable" else {"user_id": user}
+            app.invoke(say(f"hello {user}"), {"configurable": configurable}, context=context)
+            # a reviewer's resume with only the thread id keeps the owner
+            app.invoke(say("more"), {"configurable": {"thread_id": f"t-{user}"}})
+        for user in users:
+            assert [s["thread_id"] for s in saver.threads.sessions(user)] == [f"t-{user}"]
+            lines = saver.threads.transcript(f"t-{user}", user_id=user)
+            assert [m["content"] for m in lines][:2] == [f"hello {user}", f"re: hello {user}"]
+            assert len(memories(memory, user)) == 1
+        gone = next(iter(users))
+        report = erase_user(gone, memory=memory)
+        assert report.thread_ids == [f"t-{gone}"]
+        assert memories(memory, gone) == []
+        assert saver.threads.transcript(f"t-{gone}") == []
+        for user in list(users)[1:]:
+            assert len(memories(memory, user)) == 1
+            assert len(saver.threads.sessions(user)) == 1
+
+
+# -- 2. copy re-run attributes what an earlier run copied -----------------------------------
+
+
+@pytest.mark.parametrize("source_kind", ["official-sqlite", "official-postgres"])
+def test_a_copy_rerun_with_user_id_attributes_threads_copied_before(
+    source_kind: str, saver_factory: Any, tmp_path: Path
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    user = f"张三.{tag}@example.com"
+    with official(source_kind, tmp_path) as source, saver_factory() as target_saver:
+        chat = chat_graph(lambda text: f"re: {text}").compile(checkpointer=source)
+        for turn in range(2):
+            chat.invoke(say(f"q{turn}"), {"configurable": {"thread_id": tag}}, context={"user_id": user})
+        first = copy_threads(source, target_saver, [tag])  # no attribution: unowned
+        assert first.checkpoints_copied > 0
+        assert target_saver.threads.sessions(user) == []
+        again = copy_threads(source, target_saver, [tag], user_id=user, verify=True)
+        assert again.differences == []
+        assert [s["thread_id"] for s in target_saver.threads.sessions(user)] == [tag]
+        copied = list(target_saver.list({"configurable": {"thread_id": tag}}))
+        assert copied and all(t.metadata.get("user_id") == user for t in copied)
+        # a third run changes nothing
+        third = copy_threads(source, target_saver, [tag], user_id=user)
+        assert third.checkpoints_copied == 0 and third.writes_copied == 0
+        assert erase_user(user, checkpointer=target_saver).thread_ids == [tag]
+        assert target_saver.get_tuple({"configurable": {"thread_id": tag}}) is None
+
+
+# -- 3. Redis: a user's sets never expire before one of their threads -----------------------
+
+
+@pytest.mark.parametrize("backend", ["redis", "redis-cluster"], indirect=True)
+def test_redis_user_sets_outlive_every_thread_of_the_user(
+    saver_factory: Any, storage: Any
+) -> None:
+    from langgraph_memory_plus.drivers.redis import sync_client_from_url
+
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    chat = chat_graph(lambda text: f"re: {text}")
+
+    def run(saver: Any, tid: str) -> None:
+        chat.compile(checkpointer=saver).invoke(
+            say("hi"), {"configurable": {"thread_id": tid, "user_id": user}}
+        )
+
+    client: Any = sync_client_from_url(storage.url)
+    with (
+        saver_factory() as forever,
+        saver_factory(ttl={"default_ttl": 60}) as hour,
+        saver_factory(ttl={"default_ttl": 1}) as minute,
+    ):
+        key = forever._plans.threads.set_key("user_id", f'"{user}"')
+        try:
+            run(hour, f"{user}-1")
+            assert 59 * 60_000 < client.pttl(key) <= 61 * 60_000
+            run(minute, f"{user}-2")  # a shorter TTL does not shorten the set's
+            assert client.pttl(key) > 59 * 60_000
+            run(forever, f"{user}-3")  # a thread without TTL makes it persistent
+            assert client.pttl(key) == -1
+            run(minute, f"{user}-4")  # and a TTL does not bring an expiry back
+            assert client.pttl(key) == -1
+            assert len(forever.threads.sessions(user)) == 4
+        finally:
+            client.close()
+
+
+# -- 4. a NUL in a user id: one clear refusal everywhere ------------------------------------
+
+
+def test_a_user_id_with_nul_is_refused_everywhere(target: Target) -> None:
+    bad = "a\x00b"
+    with target.open() as memory:
+        saver, store = memory.checkpointer, memory.store
+        app = remembering_graph().compile(checkpointer=saver, store=store)
+        for config, context in (
+            ({"configurable": {"thread_id": "n1", "user_id": bad}}, None),
+            ({"configurable": {"thread_id": "n2"}}, {"user_id": bad}),
+        ):
+            with pytest.raises(InvalidConfigError, match="NUL"):
+                app.invoke(say("hi"), config, context=context)
+            assert saver.get_tuple(config) is None
+        calls = [
+            lambda: saver.threads.sessions(bad),
+            lambda: saver.threads.get("n1", user_id=bad),
+            lambda: saver.threads.transcript("n1", user_id=bad),
+            lambda: erase_user(bad, memory=memory),
+            lambda: TaskDrafts(store, DRAFT_SCHEMA).create(bad, "refund", {}),
+            lambda: Approvals(saver, store).list(user_id=bad),
+            lambda: copy_threads(saver, InMemorySaver(), user_id=bad),
+        ]
+        for call in calls:
+            with pytest.raises(InvalidConfigError, match="NUL"):
+                call()
+        # the memory tools answer the model with the reason and store nothing
+        add = next(t for t in create_memory_tools(store=store) if t.name == "add_memory")
+        answer = add.invoke({"content": "x"}, {"configurable": {"user_id": bad}})
+        assert "NUL" in str(answer)
+        # "ab" is another user, who has nothing
+        assert saver.threads.sessions("ab") == []
+        assert memories(memory, "ab") == []
