@@ -12,27 +12,39 @@ Each test is one find, kept on every backend it concerns:
    a shorter TTL, or none), so the user's other threads left ``sessions()`` and erasure.
 4. A user id with NUL was accepted by runs (LangGraph strips it: ``"a\\x00b"`` became
    ``"ab"``, another user) and by some calls, refused by others.
+5. A run still going for a user while ``erase_user`` ran stored a new thread (its
+   checkpoints, transcript lines) after the erasure: the user was back. The saver now
+   keeps an erased-user hold (``lift_erasure`` ends it).
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
 from chat_support import chat_graph
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph, add_messages
 from test_copy_threads import official
-from test_erasure import Target, target
+from test_erasure import Target, mentions, target
 from typing_extensions import TypedDict
 
 from langgraph_memory_plus import InvalidConfigError
 from langgraph_memory_plus.approvals import Approvals, TaskDrafts
 from langgraph_memory_plus.nodes import create_memory_tools
-from langgraph_memory_plus.privacy.erasure import erase_user
+from langgraph_memory_plus.privacy.erasure import (
+    aerase_user,
+    alift_erasure,
+    erase_user,
+    lift_erasure,
+)
 from langgraph_memory_plus.store.namespaces import user_namespace
 from langgraph_memory_plus.transfer.migration import copy_threads
 
@@ -80,7 +92,13 @@ def test_a_run_naming_two_users_is_refused_before_anything_is_stored(target: Tar
         app = remembering_graph().compile(checkpointer=memory.checkpointer, store=memory.store)
         conflicts = [
             ({"configurable": {"thread_id": "c1", "user_id": alice}}, {"user_id": bob}),
-            ({"configurable": {"thread_id": "c2", "user_id": alice}, "metadata": {"user_id": bob}}, None),
+            (
+                {
+                    "configurable": {"thread_id": "c2", "user_id": alice},
+                    "metadata": {"user_id": bob},
+                },
+                None,
+            ),
         ]
         for config, context in conflicts:
             with pytest.raises(InvalidConfigError, match="different users"):
@@ -95,8 +113,11 @@ def test_every_component_takes_the_user_from_where_the_run_gives_it(target: Targ
     """Partial: the user only in the context, only in ``configurable``, or in both (the
     same): the thread, its transcript lines and the memories are that user's, and
     ``erase_user`` removes them all."""
-    users = {f"ctx-{uuid.uuid4().hex[:6]}": "context", f"cfg-{uuid.uuid4().hex[:6]}": "configurable",
-             f"both-{uuid.uuid4().hex[:6]}": "both"}
+    users = {
+        f"ctx-{uuid.uuid4().hex[:6]}": "context",
+        f"cfg-{uuid.uuid4().hex[:6]}": "configurable",
+        f"both-{uuid.uuid4().hex[:6]}": "both",
+    }
     with target.open() as memory:
         saver = memory.checkpointer
         app = remembering_graph().compile(checkpointer=saver, store=memory.store)
@@ -135,7 +156,9 @@ def test_a_copy_rerun_with_user_id_attributes_threads_copied_before(
     with official(source_kind, tmp_path) as source, saver_factory() as target_saver:
         chat = chat_graph(lambda text: f"re: {text}").compile(checkpointer=source)
         for turn in range(2):
-            chat.invoke(say(f"q{turn}"), {"configurable": {"thread_id": tag}}, context={"user_id": user})
+            chat.invoke(
+                say(f"q{turn}"), {"configurable": {"thread_id": tag}}, context={"user_id": user}
+            )
         first = copy_threads(source, target_saver, [tag])  # no attribution: unowned
         assert first.checkpoints_copied > 0
         assert target_saver.threads.sessions(user) == []
@@ -155,9 +178,7 @@ def test_a_copy_rerun_with_user_id_attributes_threads_copied_before(
 
 
 @pytest.mark.parametrize("backend", ["redis", "redis-cluster"], indirect=True)
-def test_redis_user_sets_outlive_every_thread_of_the_user(
-    saver_factory: Any, storage: Any
-) -> None:
+def test_redis_user_sets_outlive_every_thread_of_the_user(saver_factory: Any, storage: Any) -> None:
     from langgraph_memory_plus.drivers.redis import sync_client_from_url
 
     user = f"u-{uuid.uuid4().hex[:8]}"
@@ -223,3 +244,113 @@ def test_a_user_id_with_nul_is_refused_everywhere(target: Target) -> None:
         # "ab" is another user, who has nothing
         assert saver.threads.sessions("ab") == []
         assert memories(memory, "ab") == []
+
+
+# -- 5. a run still going for an erased user cannot bring them back ------------------------
+
+
+class Marked:
+    """A user id and the texts seeded for it: what the dump must not show after erasure."""
+
+    def __init__(self, prefix: str) -> None:
+        self.id = f"{prefix}.{uuid.uuid4().hex[:8]}@例子.org"
+        self.texts: list[str] = []
+
+    def text(self, what: str) -> str:
+        out = f"{what}-{uuid.uuid4().hex}"
+        self.texts.append(out)
+        return out
+
+    @property
+    def markers(self) -> list[bytes]:
+        return [t.encode() for t in self.texts] + [self.id.encode()]
+
+
+def _runs_until(app: Any, user: Marked, stop: threading.Event, started: threading.Event) -> int:
+    """New threads of ``user``, one run each, until ``stop``; how many."""
+    n = 0
+    while not stop.is_set() or n < 3:
+        app.invoke(
+            say(user.text("late")),
+            {"configurable": {"thread_id": f"{user.id}-{n}", "user_id": user.id}},
+        )
+        n += 1
+        started.set()
+    return n
+
+
+def test_runs_in_flight_during_erasure_store_nothing_of_the_user(target: Target) -> None:
+    """Threads: a worker starts new threads for the user, with memories, before, while and
+    after ``erase_user`` runs; once both are done nothing of the user is stored. Then
+    ``lift_erasure`` lets the returning user write again."""
+    alice, bob = Marked("alice"), Marked("bob")
+    with target.open() as memory:
+        saver = memory.checkpointer
+        app = remembering_graph().compile(checkpointer=saver, store=memory.store)
+        app.invoke(
+            say(bob.text("bob")), {"configurable": {"thread_id": "bob-1", "user_id": bob.id}}
+        )
+        stop, started = threading.Event(), threading.Event()
+        with ThreadPoolExecutor(1) as pool:
+            worker = pool.submit(_runs_until, app, alice, stop, started)
+            assert started.wait(30)
+            erase_user(alice.id, memory=memory)
+            stop.set()
+            assert worker.result(60) >= 3
+        assert saver.threads.sessions(alice.id) == []
+        assert memories(memory, alice.id) == []
+        assert mentions(target.dump(), alice.markers) == []
+        assert [s["thread_id"] for s in saver.threads.sessions(bob.id)] == ["bob-1"]
+        assert len(memories(memory, bob.id)) == 1
+        # a returning user: writes work again once the product says so
+        assert lift_erasure(alice.id, memory=memory) is True
+        config = {"configurable": {"thread_id": "back", "user_id": alice.id}}
+        app.invoke(say("hello again"), config)
+        assert [s["thread_id"] for s in saver.threads.sessions(alice.id)] == ["back"]
+        assert len(memories(memory, alice.id)) == 1
+        assert lift_erasure(alice.id, memory=memory) is False
+
+
+def test_async_runs_in_flight_during_erasure_store_nothing_of_the_user(target: Target) -> None:
+    """asyncio: runs of the user awaiting in a node while ``aerase_user`` runs, one in an
+    existing thread and one starting a new thread after the erasure (a hand-off): neither
+    stores anything of the user."""
+    alice = Marked("alice")
+
+    async def go() -> None:
+        async with target.open() as memory:
+            saver = memory.checkpointer
+            ready, release = asyncio.Event(), asyncio.Event()
+            tools = {t.name: t for t in create_memory_tools()}
+            plain = remembering_graph().compile(checkpointer=saver, store=memory.store)
+
+            async def slow(state: State, config: RunnableConfig) -> dict[str, Any]:
+                ready.set()
+                await release.wait()
+                await tools["add_memory"].ainvoke({"content": alice.text("memo"), "key": "m"})
+                handoff = {
+                    "configurable": {"thread_id": f"{alice.id}-handoff", "user_id": alice.id}
+                }
+                await plain.ainvoke(say(alice.text("handoff")), handoff)
+                return {"messages": [AIMessage(alice.text("reply"), id="ai-late")]}
+
+            builder = StateGraph(State)
+            builder.add_node("slow", slow)
+            builder.add_edge(START, "slow")
+            builder.add_edge("slow", END)
+            app = builder.compile(checkpointer=saver, store=memory.store)
+            config = {"configurable": {"thread_id": f"{alice.id}-1"}}
+            run = asyncio.create_task(
+                app.ainvoke(say(alice.text("first")), config, context={"user_id": alice.id})
+            )
+            await asyncio.wait_for(ready.wait(), 20)
+            report = await aerase_user(alice.id, memory=memory)
+            assert report.thread_ids == [f"{alice.id}-1"]
+            release.set()
+            await asyncio.wait_for(run, 30)
+            assert await saver.threads.asessions(alice.id) == []
+            assert await saver.aget_tuple(config) is None
+            assert await alift_erasure(alice.id, memory=memory) is True
+
+    asyncio.run(go())
+    assert mentions(target.dump(), alice.markers) == []

@@ -144,7 +144,8 @@ def run_metadata(
         return metadata
     if metadata.get(user_key) == user:
         return metadata
-    return {**metadata, user_key: user}  # type: ignore[typeddict-item]
+    out: dict[str, Any] = {**metadata, user_key: user}
+    return out  # type: ignore[return-value]
 
 
 class ContextKeysSaver(CheckpointSaverBase):
@@ -159,6 +160,21 @@ class ContextKeysSaver(CheckpointSaverBase):
         new_versions: ChannelVersions,
     ) -> tuple[Plan[Any, None], RunnableConfig, Callable[[], None]]:
         keys = self.settings.index_keys
-        metadata = run_metadata(config, metadata, keys[0] if keys else None)
+        user_key = keys[0] if keys else None
+        metadata = run_metadata(config, metadata, user_key)
         config = with_context_keys(config, keys)
-        return super()._put_plan(config, checkpoint, metadata, new_versions)
+        plan, stored_config, stored = super()._put_plan(config, checkpoint, metadata, new_versions)
+        owner = None if user_key is None else index_value(metadata.get(user_key))
+        return self._plans.unless_erased(owner, plan), stored_config, stored
+
+    def _put_writes_plan(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Plan[Any, None]:
+        plan = super()._put_writes_plan(config, writes, task_id, task_path)
+        keys = self.settings.index_keys
+        user = config_value(config, keys[0]) if keys else None
+        return self._plans.unless_erased(index_value(user), plan)

@@ -137,6 +137,16 @@ class _Index:
 
 
 @dataclass(frozen=True)
+class _Hold:
+    """Refuse the user's checkpoint writes for ``seconds`` (the saver's hold), before
+    their threads are looked for: a run of theirs still going cannot store a thread
+    after the sweep."""
+
+    owner: str
+    seconds: float
+
+
+@dataclass(frozen=True)
 class _DeleteThread:
     thread_id: str
 
@@ -187,6 +197,7 @@ class _PutItems:
 
 _Step = (
     _Threads
+    | _Hold
     | _Index
     | _DeleteThread
     | _Items
@@ -242,11 +253,13 @@ def _erase(
     batch_size: int,
     progress: Callable[[ErasureProgress], None] | None,
     hold_seconds: float | None = None,
+    saver_hold: float | None = None,
 ) -> Plan[_Step, ErasureReport]:
     """The whole erasure, as steps; see the module docstring for the order.
 
     ``hold_seconds``: tombstone each namespace for that long first (``None``: the store
-    keeps no tombstones, or the caller asked for none).
+    keeps no tombstones, or the caller asked for none). ``saver_hold``: the same for the
+    user's checkpoint writes (the saver's erased-user hold).
     """
     started = time.monotonic()
     report = ErasureReport(user_id, dry_run, namespaces=list(namespaces))
@@ -271,6 +284,8 @@ def _erase(
         # in the user's threads only theirs go (a reused thread id keeps others' lines).
         owner = index_value(user_id)
         assert owner is not None  # a string always has one
+        if saver_hold is not None and not dry_run:
+            yield _Hold(owner, saver_hold)
         offset = 0  # deleted threads leave the index: a real run always reads page one
         while True:
             page: list[Any] = yield _Threads(offset, batch_size)
@@ -354,6 +369,8 @@ class _Target:
     hold_seconds: float | None
     """How long erased namespaces stay tombstoned; ``None``: not at all (asked for, or a
     store that keeps no tombstones: this package's stores do)."""
+    saver_hold: float | None = None
+    """How long the saver refuses the erased user's writes; ``None``: not at all."""
 
 
 def _target(memory: Any, checkpointer: Any, store: Any, tombstone_hours: Any) -> _Target:
@@ -374,7 +391,13 @@ def _target(memory: Any, checkpointer: Any, store: Any, tombstone_hours: Any) ->
     if store is not None and not isinstance(store, BaseStore):
         raise InvalidConfigError(f"store must be a BaseStore, got {type(store).__name__}")
     hold = _hold(tombstone_hours)
-    return _Target(checkpointer, store, user_key, hold if isinstance(store, StoreBase) else None)
+    return _Target(
+        checkpointer,
+        store,
+        user_key,
+        hold if isinstance(store, StoreBase) else None,
+        hold if checkpointer is not None else None,
+    )
 
 
 def _check(user_id: Any, batch_size: Any) -> None:
@@ -419,6 +442,7 @@ def _plan(
         batch_size=batch_size,
         progress=progress,
         hold_seconds=target.hold_seconds,
+        saver_hold=target.saver_hold,
     )
 
 
@@ -496,6 +520,8 @@ def erase_user(
             return saver.threads.search(**_search_args(target, user_id, step))
         if isinstance(step, _Index):
             return saver._run(getattr(saver._plans.threads, step.method)(*step.args))
+        if isinstance(step, _Hold):
+            return saver._run(saver._plans.hold_erased(step.owner, step.seconds))
         if isinstance(step, _DeleteThread):
             return saver.delete_thread(step.thread_id)
         assert items is not None
@@ -541,6 +567,8 @@ async def aerase_user(
             return await saver.threads.asearch(**_search_args(target, user_id, step))
         if isinstance(step, _Index):
             return await saver._arun(getattr(saver._plans.threads, step.method)(*step.args))
+        if isinstance(step, _Hold):
+            return await saver._arun(saver._plans.hold_erased(step.owner, step.seconds))
         if isinstance(step, _DeleteThread):
             return await saver.adelete_thread(step.thread_id)
         assert items is not None
@@ -562,3 +590,60 @@ async def aerase_user(
         _plan(user_id, target, namespaces, approvals_namespace, dry_run, batch_size, progress),
         execute,
     )
+
+
+# -- a returning user ------------------------------------------------------------------
+
+
+def _lift_targets(
+    user_id: Any, memory: Any, checkpointer: Any, store: Any, namespaces: Sequence[Sequence[str]]
+) -> tuple[Any, Any, str, list[Namespace]]:
+    target = _target(memory, checkpointer, store, None)
+    _check(user_id, 1)
+    owner = index_value(user_id)
+    assert owner is not None
+    spaces = _namespaces(user_id, namespaces) if isinstance(target.store, StoreBase) else []
+    return target.checkpointer, target.store, owner, spaces
+
+
+def lift_erasure(
+    user_id: str,
+    *,
+    memory: Any = None,
+    checkpointer: Any = None,
+    store: BaseStore | None = None,
+    namespaces: Sequence[Sequence[str]] = (),
+) -> bool:
+    """Let an erased user's data be written again before the hold ends (a user who
+    signs up again with the same id).
+
+    For ``tombstone_hours`` after :func:`erase_user`, the saver drops every checkpoint
+    write of the user's runs and the store every put under the user's namespaces (the
+    declared ones and ``namespaces``), so a run still going cannot bring the user back.
+    This ends both now; whether there was a hold.
+    """
+    saver, items, owner, spaces = _lift_targets(user_id, memory, checkpointer, store, namespaces)
+    lifted = False
+    if saver is not None:
+        lifted = bool(saver._run(saver._plans.lift_erased(owner))) or lifted
+    for namespace in spaces:
+        lifted = bool(items.lift_tombstone(namespace)) or lifted
+    return lifted
+
+
+async def alift_erasure(
+    user_id: str,
+    *,
+    memory: Any = None,
+    checkpointer: Any = None,
+    store: BaseStore | None = None,
+    namespaces: Sequence[Sequence[str]] = (),
+) -> bool:
+    """Async :func:`lift_erasure`."""
+    saver, items, owner, spaces = _lift_targets(user_id, memory, checkpointer, store, namespaces)
+    lifted = False
+    if saver is not None:
+        lifted = bool(await saver._arun(saver._plans.lift_erased(owner))) or lifted
+    for namespace in spaces:
+        lifted = bool(await items.alift_tombstone(namespace)) or lifted
+    return lifted

@@ -16,12 +16,12 @@ from langgraph.types import Interrupt
 from ..drivers.plan import Plan, adrive, drive
 from ..errors import InvalidConfigError
 from .core import (
-    check_user_id,
     ReindexBatch,
     ReindexProgress,
     StoredRecord,
     ThreadQuery,
     ThreadRecord,
+    check_user_id,
     index_value,
     to_datetime,
 )

@@ -299,6 +299,12 @@ def check_user_id(value: Any, what: str = "user_id") -> Any:
     )
 
 
+def owner_digest(owner: str) -> str:
+    """What an erased-user hold stores of a user (an owner's indexed form): a SHA-256
+    hex digest, so erasure leaves no user id behind (as the store's tombstones)."""
+    return hashlib.sha256(owner.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def index_value(value: Any) -> str | None:
     """The indexed form of a metadata value: JSON text of a scalar, else not indexed.
 

@@ -192,3 +192,15 @@ FRESH: tuple[str, ...] = (
 ``setup()`` on a fresh database creates them directly instead of replaying the history
 (tables created only to be migrated and dropped cost most of its time). A test compares
 the two layouts, catalog entry by catalog entry."""
+
+ERASED_MIGRATION: tuple[str, ...] = (
+    # Users erase_user removed (owner: a SHA-256 digest of the user key as the index stores it), and
+    # until when the saver refuses writes of theirs: a run still going for the user
+    # cannot bring their data back (see ``checkpoint.context``). ``lift_erasure`` ends it.
+    """
+    CREATE TABLE IF NOT EXISTS {s}.lgmp_erased (
+        owner text PRIMARY KEY,
+        until timestamptz NOT NULL
+    )
+    """,
+)

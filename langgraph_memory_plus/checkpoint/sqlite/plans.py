@@ -36,7 +36,7 @@ from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from ...drivers.plan import Plan
 from ...drivers.sqlite import Query, Rows, migrate
 from ...errors import InvalidConfigError
-from ...threads.core import RecordInput, writes_of_interest
+from ...threads.core import RecordInput, owner_digest, writes_of_interest
 from ...threads.sqlite import MIGRATION as THREAD_INDEX_MIGRATION
 from ...threads.sqlite import STATUS_MIGRATION, SqliteThreadIndex
 from ...threads.sqlite import TABLE as THREAD_INDEX_TABLE
@@ -52,11 +52,11 @@ from ..codec import (
 )
 from ..config import ListQuery, SaverSettings, Target, deletion_id, thread_key
 from ..lists import ID_SIZE, LIST_TYPE, PAGE_SIZE, ListRequest
-from .schema import MIGRATIONS
+from .schema import ERASED_MIGRATION, MIGRATIONS
 
 logger = logging.getLogger("langgraph_memory_plus.checkpoint.sqlite")
 
-CHECKPOINT_MIGRATIONS = (*MIGRATIONS, THREAD_INDEX_MIGRATION, STATUS_MIGRATION)
+CHECKPOINT_MIGRATIONS = (*MIGRATIONS, THREAD_INDEX_MIGRATION, STATUS_MIGRATION, ERASED_MIGRATION)
 """Every migration of the checkpoint tables, the thread index's included: the version
 ``setup()`` brings a schema to is ``len(CHECKPOINT_MIGRATIONS) - 1``."""
 
@@ -155,10 +155,52 @@ class SqliteCheckpointPlans:
         created = yield from migrate(
             "lgmp_checkpoint_migrations",
             CHECKPOINT_MIGRATIONS,
-            [*MIGRATIONS[0], *self.threads.fresh()],  # the checkpoint tables never changed
+            # the checkpoint tables never changed
+            [*MIGRATIONS[0], *self.threads.fresh(), *ERASED_MIGRATION],
         )
         if not created:
             yield from self.threads.setup()
+
+    # -- erased users -----------------------------------------------------------------
+
+    def unless_erased(self, owner: str | None, write: Plan[Query, None]) -> Plan[Query, None]:
+        """``write``, unless ``owner`` (a user key's indexed form) is held by an erasure.
+
+        The check opens the write's transaction (``BEGIN IMMEDIATE``): an erasure's hold
+        commits before or after it, never in between, so a write either sees the hold or
+        is stored before the erasure looks for the user's threads.
+        """
+        if owner is None:
+            return (yield from write)
+        rows: Rows = yield Query(
+            "SELECT 1 FROM lgmp_erased WHERE owner = ? AND until > ?",
+            (owner_digest(owner), time.time()),
+            fetch=True,
+            write=True,
+        )
+        if rows:
+            logger.warning("dropped a write of a run whose user was erased")
+            return None
+        return (yield from write)
+
+    def hold_erased(self, owner: str, seconds: float) -> Plan[Query, None]:
+        """Refuse ``owner``'s writes for ``seconds`` (longer holds win)."""
+        yield Query(
+            "INSERT INTO lgmp_erased (owner, until) VALUES (?, ?) ON CONFLICT (owner) "
+            "DO UPDATE SET until = max(until, excluded.until)",
+            (owner_digest(owner), time.time() + seconds),
+            write=True,
+        )
+        yield Query("DELETE FROM lgmp_erased WHERE until <= ?", (time.time(),))
+
+    def lift_erased(self, owner: str) -> Plan[Query, bool]:
+        """End ``owner``'s hold; whether there was one."""
+        n = yield Query(
+            "DELETE FROM lgmp_erased WHERE owner = ? AND until > ?",
+            (owner_digest(owner), time.time()),
+            write=True,
+        )
+        return bool(n)
 
     # -- reads ------------------------------------------------------------------------
 
