@@ -354,3 +354,26 @@ def test_async_runs_in_flight_during_erasure_store_nothing_of_the_user(target: T
 
     asyncio.run(go())
     assert mentions(target.dump(), alice.markers) == []
+
+
+def test_an_integer_user_id_is_its_decimal_text_everywhere(target: Target) -> None:
+    """A run given ``user_id=<int>`` was indexed as a JSON number: ``erase_user`` (which
+    takes strings) and ``sessions(str)`` missed its threads while its memories (labels are
+    text) were erased."""
+    number = int(uuid.uuid4().int % 10**12) + 10**12
+    with target.open() as memory:
+        saver = memory.checkpointer
+        app = remembering_graph().compile(checkpointer=saver, store=memory.store)
+        config = {"configurable": {"thread_id": f"int-{number}", "user_id": number}}
+        app.invoke(say("hello"), config)
+        app.invoke(
+            say("again"),
+            {"configurable": {"thread_id": f"int-{number}"}},
+            context={"user_id": str(number)},
+        )
+        assert [s["thread_id"] for s in saver.threads.sessions(str(number))] == [f"int-{number}"]
+        assert saver.threads.sessions(number) == saver.threads.sessions(str(number))
+        report = erase_user(str(number), memory=memory)
+        assert report.thread_ids == [f"int-{number}"]
+        assert saver.get_tuple(config) is None
+        assert memories(memory, str(number)) == []

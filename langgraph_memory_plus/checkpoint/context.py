@@ -73,7 +73,7 @@ def run_value(
         if value is None:
             continue
         if user:
-            check_user_id(value, where)
+            value = check_user_id(value, where)
         found.append((where, value))
     if not found:
         return None

@@ -162,8 +162,8 @@ class Threads:
     def _sessions_query(self, user_id: Any, limit: int, offset: int) -> ThreadQuery:
         if user_id is None:
             raise InvalidConfigError("sessions needs a user id")
-        check_user_id(user_id)
-        return self._query(metadata={self.user_key: user_id}, limit=limit, offset=offset)
+        user = check_user_id(user_id)
+        return self._query(metadata={self.user_key: user}, limit=limit, offset=offset)
 
     def _transcript_args(
         self, thread_id: Any, user_id: Any, limit: Any, offset: Any

@@ -278,8 +278,12 @@ def stored_form(value: Any) -> Any:
     return value
 
 
-def check_user_id(value: Any, what: str = "user_id") -> Any:
-    """``value`` if it can be a user id, else one :class:`InvalidConfigError` naming ``what``.
+def check_user_id(value: Any, what: str = "user_id") -> str:
+    """``value`` as a user id (a string; an integer is taken as its decimal text), else
+    one :class:`InvalidConfigError` naming ``what``.
+
+    A run given ``user_id=5`` and ``erase_user("5")`` (which takes strings) name one
+    user: the index files the run under ``"5"``, as namespace labels always did.
 
     Every place a user id enters (a run's config or context, ``sessions``, ``get``,
     ``transcript``, ``erase_user``, drafts, approvals, copies) checks it here, so an id is
@@ -293,7 +297,7 @@ def check_user_id(value: Any, what: str = "user_id") -> Any:
             raise InvalidConfigError(f"{what} must not contain a NUL character")
         return value
     if isinstance(value, int) and not isinstance(value, bool):
-        return value
+        return str(value)
     raise InvalidConfigError(
         f"{what} must be a non-empty string (or an integer), got {type(value).__name__}"
     )
