@@ -341,7 +341,12 @@ def test_async_runs_in_flight_during_erasure_store_nothing_of_the_user(target: T
             app = builder.compile(checkpointer=saver, store=memory.store)
             config = {"configurable": {"thread_id": f"{alice.id}-1"}}
             run = asyncio.create_task(
-                app.ainvoke(say(alice.text("first")), config, context={"user_id": alice.id})
+                app.ainvoke(
+                    say(alice.text("first")),
+                    config,
+                    context={"user_id": alice.id},
+                    durability="sync",  # its input is stored when the node starts
+                )
             )
             await asyncio.wait_for(ready.wait(), 20)
             report = await aerase_user(alice.id, memory=memory)
@@ -356,24 +361,21 @@ def test_async_runs_in_flight_during_erasure_store_nothing_of_the_user(target: T
     assert mentions(target.dump(), alice.markers) == []
 
 
-def test_an_integer_user_id_is_its_decimal_text_everywhere(target: Target) -> None:
-    """A run given ``user_id=<int>`` was indexed as a JSON number: ``erase_user`` (which
-    takes strings) and ``sessions(str)`` missed its threads while its memories (labels are
-    text) were erased."""
+def test_an_integer_user_id_is_erased_by_its_text(target: Target) -> None:
+    """A run given ``user_id=<int>`` is indexed with the number (as LangGraph keeps it in
+    the metadata): ``erase_user`` (which takes text) missed its threads, and then its
+    held writes, while its memories (labels are text) were erased."""
     number = int(uuid.uuid4().int % 10**12) + 10**12
     with target.open() as memory:
         saver = memory.checkpointer
         app = remembering_graph().compile(checkpointer=saver, store=memory.store)
         config = {"configurable": {"thread_id": f"int-{number}", "user_id": number}}
         app.invoke(say("hello"), config)
-        app.invoke(
-            say("again"),
-            {"configurable": {"thread_id": f"int-{number}"}},
-            context={"user_id": str(number)},
-        )
-        assert [s["thread_id"] for s in saver.threads.sessions(str(number))] == [f"int-{number}"]
-        assert saver.threads.sessions(number) == saver.threads.sessions(str(number))
+        assert [s["thread_id"] for s in saver.threads.sessions(number)] == [f"int-{number}"]
         report = erase_user(str(number), memory=memory)
         assert report.thread_ids == [f"int-{number}"]
-        assert saver.get_tuple(config) is None
+        assert saver.get_tuple(config) is None and saver.threads.sessions(number) == []
         assert memories(memory, str(number)) == []
+        app.invoke(say("late"), config)  # held, in both forms
+        assert saver.get_tuple(config) is None
+        assert lift_erasure(str(number), memory=memory) is True

@@ -658,6 +658,8 @@ def erase_user(args: argparse.Namespace) -> int:
     from ..privacy.erasure import ErasureProgress, declared_templates
     from ..privacy.erasure import erase_user as erase
 
+    if getattr(args, "lift", False):
+        return _lift_erasure(args)
     with open_url(args.url) as opened:
         _ours(opened, "erase-user")
         if not args.dry_run:
@@ -697,6 +699,20 @@ def erase_user(args: argparse.Namespace) -> int:
     verb = "would erase" if report.dry_run else "erased"
     counts = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in report.counts.items())
     print(f"{verb} user {report.user_id}: {counts} in {report.duration_s:.3f} s")
+    return OK
+
+
+def _lift_erasure(args: argparse.Namespace) -> int:
+    """``erase-user USER --lift``: the user may be written again before the hold ends."""
+    from ..privacy.erasure import lift_erasure
+
+    with open_url(args.url) as opened:
+        _ours(opened, "erase-user")
+        lifted = lift_erasure(args.user_id, memory=opened.memory)
+    if args.json:
+        emit_json({"user_id": args.user_id, "lifted": lifted})
+        return OK
+    print(f"user {args.user_id}: " + ("hold lifted" if lifted else "no hold to lift"))
     return OK
 
 

@@ -36,7 +36,7 @@ from ..errors import InvalidConfigError
 from ..store.base import StoreBase
 from ..store.namespaces import declared_user_data, template_fields, user_namespace
 from ..store.tombstones import DEFAULT_HOLD_HOURS, check_hold
-from ..threads.core import check_user_id, index_value
+from ..threads.core import check_user_id, index_value, user_values
 
 Namespace = tuple[str, ...]
 DEFAULT_BATCH_SIZE = 100
@@ -121,8 +121,10 @@ def anonymized(record: Mapping[str, Any], opaque: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class _Threads:
-    """Up to ``limit`` of the user's threads, from ``offset`` (oldest id first)."""
+    """Up to ``limit`` of the user's threads (the user key's value ``value``), from
+    ``offset`` (oldest id first)."""
 
+    value: str | int
     offset: int
     limit: int
 
@@ -279,16 +281,20 @@ def _erase(
         if progress is not None:
             progress(ErasureProgress(kind, done))
 
-    if has_saver:
+    # "5" is also the user of a run given user_id=5 (stored as a number)
+    values = user_values(user_id)
+    owners = [index_value(v) for v in values]
+    if has_saver and saver_hold is not None and not dry_run:
+        for owner in owners:
+            assert owner is not None  # a string or an int always has one
+            yield _Hold(owner, saver_hold)
+    for value, owner in zip(values if has_saver else [], owners, strict=False):
         # Transcript lines are recorded under the owner as the index stores a value;
         # in the user's threads only theirs go (a reused thread id keeps others' lines).
-        owner = index_value(user_id)
-        assert owner is not None  # a string always has one
-        if saver_hold is not None and not dry_run:
-            yield _Hold(owner, saver_hold)
+        assert owner is not None
         offset = 0  # deleted threads leave the index: a real run always reads page one
         while True:
-            page: list[Any] = yield _Threads(offset, batch_size)
+            page: list[Any] = yield _Threads(value, offset, batch_size)
             if not page:
                 break
             ids = [r["thread_id"] for r in page]
@@ -448,7 +454,7 @@ def _plan(
 
 def _search_args(target: _Target, user_id: str, step: _Threads) -> Mapping[str, Any]:
     return {
-        "metadata": {target.user_key: user_id},
+        "metadata": {target.user_key: step.value},
         "sort_by": "updated_at",
         "sort_order": "asc",
         "limit": step.limit,
@@ -597,13 +603,12 @@ async def aerase_user(
 
 def _lift_targets(
     user_id: Any, memory: Any, checkpointer: Any, store: Any, namespaces: Sequence[Sequence[str]]
-) -> tuple[Any, Any, str, list[Namespace]]:
+) -> tuple[Any, Any, list[str], list[Namespace]]:
     target = _target(memory, checkpointer, store, None)
     _check(user_id, 1)
-    owner = index_value(user_id)
-    assert owner is not None
+    owners = [o for o in (index_value(v) for v in user_values(user_id)) if o is not None]
     spaces = _namespaces(user_id, namespaces) if isinstance(target.store, StoreBase) else []
-    return target.checkpointer, target.store, owner, spaces
+    return target.checkpointer, target.store, owners, spaces
 
 
 def lift_erasure(
@@ -622,9 +627,9 @@ def lift_erasure(
     declared ones and ``namespaces``), so a run still going cannot bring the user back.
     This ends both now; whether there was a hold.
     """
-    saver, items, owner, spaces = _lift_targets(user_id, memory, checkpointer, store, namespaces)
+    saver, items, owners, spaces = _lift_targets(user_id, memory, checkpointer, store, namespaces)
     lifted = False
-    if saver is not None:
+    for owner in owners if saver is not None else []:
         lifted = bool(saver._run(saver._plans.lift_erased(owner))) or lifted
     for namespace in spaces:
         lifted = bool(items.lift_tombstone(namespace)) or lifted
@@ -640,9 +645,9 @@ async def alift_erasure(
     namespaces: Sequence[Sequence[str]] = (),
 ) -> bool:
     """Async :func:`lift_erasure`."""
-    saver, items, owner, spaces = _lift_targets(user_id, memory, checkpointer, store, namespaces)
+    saver, items, owners, spaces = _lift_targets(user_id, memory, checkpointer, store, namespaces)
     lifted = False
-    if saver is not None:
+    for owner in owners if saver is not None else []:
         lifted = bool(await saver._arun(saver._plans.lift_erased(owner))) or lifted
     for namespace in spaces:
         lifted = bool(await items.alift_tombstone(namespace)) or lifted

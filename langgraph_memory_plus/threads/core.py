@@ -278,12 +278,9 @@ def stored_form(value: Any) -> Any:
     return value
 
 
-def check_user_id(value: Any, what: str = "user_id") -> str:
-    """``value`` as a user id (a string; an integer is taken as its decimal text), else
-    one :class:`InvalidConfigError` naming ``what``.
-
-    A run given ``user_id=5`` and ``erase_user("5")`` (which takes strings) name one
-    user: the index files the run under ``"5"``, as namespace labels always did.
+def check_user_id(value: Any, what: str = "user_id") -> str | int:
+    """``value`` if it can be a user id (a string or an integer), else one
+    :class:`InvalidConfigError` naming ``what``.
 
     Every place a user id enters (a run's config or context, ``sessions``, ``get``,
     ``transcript``, ``erase_user``, drafts, approvals, copies) checks it here, so an id is
@@ -297,10 +294,20 @@ def check_user_id(value: Any, what: str = "user_id") -> str:
             raise InvalidConfigError(f"{what} must not contain a NUL character")
         return value
     if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
+        return value
     raise InvalidConfigError(
         f"{what} must be a non-empty string (or an integer), got {type(value).__name__}"
     )
+
+
+def user_values(user_id: str) -> list[str | int]:
+    """The values a user id given as text may be stored under: itself, and for a decimal
+    integer (``"5"``) also the number a run given ``user_id=5`` left in its metadata
+    (LangGraph keeps the int). Namespace labels are text either way."""
+    values: list[str | int] = [user_id]
+    if user_id.isascii() and user_id.lstrip("-").isdecimal() and str(int(user_id)) == user_id:
+        values.append(int(user_id))
+    return values
 
 
 def owner_digest(owner: str) -> str:
