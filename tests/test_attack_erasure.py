@@ -20,7 +20,13 @@ Each test is one find, kept on every backend it concerns:
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
 import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -309,6 +315,75 @@ def test_runs_in_flight_during_erasure_store_nothing_of_the_user(target: Target)
         assert [s["thread_id"] for s in saver.threads.sessions(alice.id)] == ["back"]
         assert len(memories(memory, alice.id)) == 1
         assert lift_erasure(alice.id, memory=memory) is False
+
+
+WORKER = textwrap.dedent(
+    """
+    import json, sys, uuid
+    from pathlib import Path
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.graph import END, START, StateGraph, MessagesState
+    from langgraph_memory_plus import from_url
+
+    url, options, user, tag, ready, stop = sys.argv[1:7]
+
+    def node(state):
+        return {"messages": [AIMessage("re", id=f"ai-{uuid.uuid4().hex}")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    builder.add_edge("node", END)
+    n = 0
+    with from_url(url, transcripts=True, **json.loads(options)) as memory:
+        app = builder.compile(checkpointer=memory.checkpointer)
+        while not Path(stop).exists() or n < 3:
+            said = HumanMessage(f"{tag}-{n}", id=f"h-{n}")
+            app.invoke({"messages": [said]}, {"configurable": {"thread_id": f"{user}-p{n}"}},
+                       context={"user_id": user})
+            n += 1
+            Path(ready).write_text(str(n))
+    print(n)
+    """
+)
+
+
+def test_another_process_running_the_user_during_erasure_stores_nothing(
+    target: Target, tmp_path: Path
+) -> None:
+    """Two processes: one keeps starting new threads of the user (the user in the runtime
+    context), the other erases the user meanwhile; nothing of the user is left."""
+    alice = Marked("alice")
+    tag = alice.text("proc")
+    ready, stop = tmp_path / "ready", tmp_path / "stop"
+    args = [target.url, json.dumps(target.options), alice.id, tag, str(ready), str(stop)]
+    worker = subprocess.Popen(
+        [sys.executable, "-c", WORKER, *args],
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        for _ in range(600):
+            if ready.exists() or worker.poll() is not None:
+                break
+            time.sleep(0.05)
+        with target.open() as memory:
+            erase_user(alice.id, memory=memory)
+            after = int(ready.read_text() or 0)
+            for _ in range(600):  # two runs of the user that start after the erasure
+                if int(ready.read_text() or 0) >= after + 2 or worker.poll() is not None:
+                    break
+                time.sleep(0.05)
+            stop.touch()
+            out, err = worker.communicate(timeout=120)
+            assert worker.returncode == 0, err.decode()[-2000:]
+            assert int(out) >= 3
+            assert memory.checkpointer.threads.sessions(alice.id) == []
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert mentions(target.dump(), alice.markers) == []
 
 
 def test_async_runs_in_flight_during_erasure_store_nothing_of_the_user(target: Target) -> None:
