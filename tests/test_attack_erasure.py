@@ -180,6 +180,28 @@ def test_a_copy_rerun_with_user_id_attributes_threads_copied_before(
         assert target_saver.get_tuple({"configurable": {"thread_id": tag}}) is None
 
 
+@pytest.mark.parametrize("source_kind", ["official-sqlite", "official-postgres"])
+def test_a_copy_keeps_the_user_of_a_thread_resumed_without_it(
+    source_kind: str, saver_factory: Any, tmp_path: Path
+) -> None:
+    """A reviewer service resumed alice's thread with only its id: the latest checkpoint
+    does not name her. ``copy_threads(user_id=fallback)`` gave the thread to the fallback
+    (the copy's latest checkpoint got that user), where alice's erasure missed it."""
+    tag = uuid.uuid4().hex[:8]
+    alice, fallback = f"alice.{tag}", f"unknown.{tag}"
+    with official(source_kind, tmp_path) as source, saver_factory() as target_saver:
+        chat = chat_graph(lambda text: f"re: {text}").compile(checkpointer=source)
+        chat.invoke(say("mine"), {"configurable": {"thread_id": tag, "user_id": alice}})
+        chat.invoke(say("reviewed"), {"configurable": {"thread_id": tag}})
+        latest = source.get_tuple({"configurable": {"thread_id": tag}})
+        assert "user_id" not in latest.metadata
+        report = copy_threads(source, target_saver, [tag], user_id=fallback, verify=True)
+        assert report.differences == []
+        assert [s["thread_id"] for s in target_saver.threads.sessions(alice)] == [tag]
+        assert target_saver.threads.sessions(fallback) == []
+        assert erase_user(alice, checkpointer=target_saver).thread_ids == [tag]
+
+
 # -- 3. Redis: a user's sets never expire before one of their threads -----------------------
 
 

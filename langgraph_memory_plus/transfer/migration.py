@@ -451,15 +451,23 @@ class _Owners:
     key: str
     given: UserOf | None
 
+    def shown(self, t: CheckpointTuple | None) -> Any:
+        """The user ``t`` names (metadata, else a state channel), or ``None``."""
+        if t is None:
+            return None
+        shown = t.metadata.get(self.key) if t.metadata else None
+        if shown is None:
+            shown = (t.checkpoint.get("channel_values") or {}).get(self.key)
+        if (isinstance(shown, str) and shown) or (
+            isinstance(shown, int) and not isinstance(shown, bool)
+        ):
+            return shown  # as the source has it (an int stays one)
+        return None
+
     def of(self, thread_id: str, latest: CheckpointTuple | None) -> Any:
-        if latest is not None:
-            shown = latest.metadata.get(self.key) if latest.metadata else None
-            if shown is None:
-                shown = (latest.checkpoint.get("channel_values") or {}).get(self.key)
-            if (isinstance(shown, str) and shown) or (
-                isinstance(shown, int) and not isinstance(shown, bool)
-            ):
-                return shown  # as the source has it (an int stays one)
+        shown = self.shown(latest)
+        if shown is not None:
+            return shown
         given = self.given
         if given is None or isinstance(given, str):
             return given
@@ -487,7 +495,23 @@ def _owners(target: Any, user_id: UserOf | None, user_key: str | None) -> _Owner
 
 
 def _owner(source: Any, thread_id: str, owners: _Owners) -> Plan[Command, Any]:
+    """The thread's user: the newest root checkpoint that names one (a service that
+    resumed the thread with only its id leaves the latest without it; the thread is still
+    its user's, not ``user_id=``'s), else ``user_id=``'s attribution."""
     latest = yield Call(source, "get_tuple", (_thread_config(thread_id, ""),))
+    if latest is not None and owners.shown(latest) is None:
+        before: Any = None  # pages read whole (collect): no stream is left open
+        while True:
+            kwargs = {"limit": DEFAULT_BATCH, **({"before": before} if before else {})}
+            page: list[CheckpointTuple] = yield Call(
+                source, "list", (_thread_config(thread_id, ""),), kwargs, collect=True
+            )
+            found = next((u for u in map(owners.shown, page) if u is not None), None)
+            if found is not None:
+                return found
+            if len(page) < DEFAULT_BATCH:
+                break
+            before = page[-1].config
     return owners.of(thread_id, latest)
 
 
