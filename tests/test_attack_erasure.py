@@ -38,6 +38,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph, add_messages
+from langgraph.store.memory import InMemoryStore
 from test_copy_threads import official
 from test_erasure import Target, mentions, target
 from typing_extensions import TypedDict
@@ -405,6 +406,28 @@ def test_another_process_running_the_user_during_erasure_stores_nothing(
     finally:
         if worker.poll() is None:
             worker.kill()
+    assert mentions(target.dump(), alice.markers) == []
+
+
+def test_a_copy_during_the_hold_stores_nothing_of_the_erased_user(target: Target) -> None:
+    """A migration running while the user is erased: ``copy_threads`` into the saver
+    stores neither the user's checkpoints nor their pending writes (the writes name the
+    user too), and the other user's threads are copied."""
+    alice, bob = Marked("alice"), Marked("bob")
+    source = InMemorySaver()
+    app = remembering_graph().compile(checkpointer=source, store=InMemoryStore())
+    for who in (alice, bob):
+        config = {"configurable": {"thread_id": f"{who.id}-c", "user_id": who.id}}
+        app.invoke(say(who.text("copied")), config)
+        app.invoke(say(who.text("copied")), config, interrupt_before=["node"])
+    with target.open() as memory:
+        erase_user(alice.id, memory=memory)
+        report = copy_threads(source, memory.checkpointer)
+        assert sorted(report.threads) == sorted([f"{alice.id}-c", f"{bob.id}-c"])
+        assert memory.checkpointer.threads.sessions(alice.id) == []
+        assert [s["thread_id"] for s in memory.checkpointer.threads.sessions(bob.id)] == [
+            f"{bob.id}-c"
+        ]
     assert mentions(target.dump(), alice.markers) == []
 
 

@@ -571,8 +571,14 @@ def _copy_thread(
                             (put_config, t.checkpoint, _owned(t, owners.key, owner), new_versions),
                         )
                     if theirs.get(cid) != have[ns][cid]:
+                        # The writes name the checkpoint's user too: a saver that refuses
+                        # that user's writes (an erasure's hold) refuses them as the put.
+                        writes_config = _thread_config(thread_id, ns, cid)
+                        who = _owned(t, owners.key, owner).get(owners.key)
+                        if who is not None:
+                            writes_config["configurable"][owners.key] = who
                         report.writes_copied += yield from _put_writes(
-                            target, t, _thread_config(thread_id, ns, cid), paths
+                            target, t, writes_config, paths
                         )
                     report.checkpoints_copied += 1
                     report.thread_id = thread_id
