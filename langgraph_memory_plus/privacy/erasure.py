@@ -17,7 +17,9 @@ the order makes a crash harmless: a thread's transcript goes before the thread, 
 thread that survives a crash still points to what is left, and repeating the call
 finishes the job. Once the threads are gone (their tombstones refuse late writes), their
 transcripts are dropped once more: a run still going may have recorded lines in between.
-A second call reports zeros.
+A second call reports zeros. Before all that, the saver records an erased-user hold (a
+digest of the user): until it ends (or :func:`lift_erasure`), the saver drops every
+write of the user's runs, so a run still going cannot start a new thread of theirs.
 """
 
 from __future__ import annotations
@@ -516,7 +518,10 @@ def erase_user(
     Each erased namespace gets a tombstone first: for ``tombstone_hours`` (24 by default)
     the store drops every put under it, so a run of the user still going cannot write
     their data back; then writes work again (a user may sign up again with the same id;
-    ``store.lift_tombstone(namespace)`` ends it earlier). ``None`` or ``0``: no tombstones.
+    ``store.lift_tombstone(namespace)`` ends it earlier). For as long, the saver drops
+    every checkpoint write of the user's runs, new threads included (the erased-user
+    hold, placed before the threads are looked for); :func:`lift_erasure` ends both for a
+    returning user. ``None`` or ``0``: no tombstones and no hold.
     """
     target = _target(memory, checkpointer, store, tombstone_hours)
     saver, items = target.checkpointer, target.store
