@@ -499,3 +499,27 @@ def test_an_integer_user_id_is_erased_by_its_text(target: Target) -> None:
         app.invoke(say("late"), config)  # held, in both forms
         assert saver.get_tuple(config) is None
         assert lift_erasure(str(number), memory=memory) is True
+
+
+def test_a_thread_dropped_by_the_hold_is_whole_when_the_user_comes_back(target: Target) -> None:
+    """A put dropped by the hold must not count as stored in the saver's memory (list
+    items, transcript lines already recorded): the returning user's run of the same
+    thread, in the same process, with the same messages, stores them all (read back by
+    this saver and by a new one), its transcript included."""
+    alice = Marked("alice")
+    with target.open() as memory:
+        saver = memory.checkpointer
+        app = chat_graph(lambda text: f"re: {text}").compile(checkpointer=saver)
+        erase_user(alice.id, memory=memory)
+        config = {"configurable": {"thread_id": f"{alice.id}-same", "user_id": alice.id}}
+        said = [HumanMessage(f"line {n}", id=f"h{n}") for n in range(30)]
+        app.invoke({"messages": said}, config)  # held: dropped
+        assert saver.get_tuple(config) is None
+        assert lift_erasure(alice.id, memory=memory)
+        app.invoke({"messages": said}, config)
+        assert len(app.get_state(config).values["messages"]) == 31
+        lines = saver.threads.transcript(f"{alice.id}-same", user_id=alice.id)
+        assert len(lines) == 31  # the dropped put's lines were not taken as recorded
+    with target.open() as memory:
+        again = chat_graph(lambda text: text).compile(checkpointer=memory.checkpointer)
+        assert len(again.get_state(config).values["messages"]) == 31

@@ -36,6 +36,7 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 from ..drivers.plan import Plan
 from ..errors import InvalidConfigError
 from ..threads.core import check_user_id, index_value
+from .config import read_target
 from .saver import CheckpointSaverBase
 
 RUNTIME = "__pregel_runtime"
@@ -167,7 +168,21 @@ class ContextKeysSaver(CheckpointSaverBase):
         config = with_context_keys(config, keys)
         plan, stored_config, stored = super()._put_plan(config, checkpoint, metadata, new_versions)
         owner = None if user_key is None else index_value(metadata.get(user_key))
-        return self._plans.unless_erased(owner, plan), stored_config, stored
+        if owner is None:
+            return plan, stored_config, stored
+        refused: list[bool] = []
+
+        def checked() -> Plan[Any, None]:
+            if (yield from self._plans.unless_erased(owner, plan)) is False:
+                refused.append(True)
+
+        def after() -> None:
+            if refused:  # nothing of it is stored: the lists and lines it had are not
+                self._lists.forget_lists(read_target(config).thread_key)
+            else:
+                stored()
+
+        return checked(), stored_config, after
 
     def _put_writes_plan(
         self,
@@ -179,4 +194,8 @@ class ContextKeysSaver(CheckpointSaverBase):
         plan = super()._put_writes_plan(config, writes, task_id, task_path)
         keys = self.settings.index_keys
         user = config_value(config, keys[0]) if keys else None
-        return self._plans.unless_erased(index_value(user), plan)
+        return _none(self._plans.unless_erased(index_value(user), plan))
+
+
+def _none(plan: Plan[Any, Any]) -> Plan[Any, None]:
+    yield from plan

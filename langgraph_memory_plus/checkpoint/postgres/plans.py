@@ -268,8 +268,11 @@ class PostgresCheckpointPlans:
 
     # -- erased users -----------------------------------------------------------------
 
-    def unless_erased(self, owner: str | None, write: Plan[Query, None]) -> Plan[Query, None]:
-        """``write``, unless ``owner`` (a user key's indexed form) is held by an erasure.
+    def unless_erased(
+        self, owner: str | None, write: Plan[Query, None]
+    ) -> Plan[Query, bool | None]:
+        """``write``, unless ``owner`` (a user key's indexed form) is held by an erasure
+        (then ``False``: nothing was written).
 
         The write takes a shared advisory lock on the owner first and the hold takes it
         exclusively: an erasure's hold waits for the user's writes under way to commit
@@ -277,7 +280,8 @@ class PostgresCheckpointPlans:
         by a statement after the lock, so with a snapshot after the hold's commit).
         """
         if owner is None:
-            return (yield from write)
+            yield from write
+            return None
         yield Query(
             "SELECT pg_advisory_xact_lock_shared(%s, hashtext(%s))",
             (ERASED_LOCK, owner_digest(owner)),
@@ -289,8 +293,9 @@ class PostgresCheckpointPlans:
         )
         if rows:
             logger.warning("dropped a write of a run whose user was erased")
-            return None
-        return (yield from write)
+            return False
+        yield from write
+        return None
 
     def hold_erased(self, owner: str, seconds: float) -> Plan[Query, None]:
         """Refuse ``owner``'s writes for ``seconds`` (longer holds win)."""

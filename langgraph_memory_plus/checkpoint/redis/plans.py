@@ -249,7 +249,8 @@ class RedisCheckpointPlans:
         return _utf8(f"{self.prefix}:erased:{digest}")
 
     def unless_erased(self, owner: str | None, write: Plan[Command, Any]) -> Plan[Command, Any]:
-        """``write``, unless ``owner`` (a user key's indexed form) is held by an erasure.
+        """``write``, unless ``owner`` (a user key's indexed form) is held by an erasure
+        (then ``False``: nothing was written).
 
         On Redis the check is a read before the write (a thread's keys and the hold live
         in different hash slots): a write that read no hold just before an erasure began
@@ -260,7 +261,7 @@ class RedisCheckpointPlans:
         [held] = yield Batch([("EXISTS", self._erased_key(owner))])
         if held:
             logger.warning("dropped a write of a run whose user was erased")
-            return None
+            return False
         return (yield from write)
 
     def hold_erased(self, owner: str, seconds: float) -> Plan[Command, None]:

@@ -163,15 +163,19 @@ class SqliteCheckpointPlans:
 
     # -- erased users -----------------------------------------------------------------
 
-    def unless_erased(self, owner: str | None, write: Plan[Query, None]) -> Plan[Query, None]:
-        """``write``, unless ``owner`` (a user key's indexed form) is held by an erasure.
+    def unless_erased(
+        self, owner: str | None, write: Plan[Query, None]
+    ) -> Plan[Query, bool | None]:
+        """``write``, unless ``owner`` (a user key's indexed form) is held by an erasure
+        (then ``False``: nothing was written).
 
         The check opens the write's transaction (``BEGIN IMMEDIATE``): an erasure's hold
         commits before or after it, never in between, so a write either sees the hold or
         is stored before the erasure looks for the user's threads.
         """
         if owner is None:
-            return (yield from write)
+            yield from write
+            return None
         rows: Rows = yield Query(
             "SELECT 1 FROM lgmp_erased WHERE owner = ? AND until > ?",
             (owner_digest(owner), time.time()),
@@ -180,8 +184,9 @@ class SqliteCheckpointPlans:
         )
         if rows:
             logger.warning("dropped a write of a run whose user was erased")
-            return None
-        return (yield from write)
+            return False
+        yield from write
+        return None
 
     def hold_erased(self, owner: str, seconds: float) -> Plan[Query, None]:
         """Refuse ``owner``'s writes for ``seconds`` (longer holds win)."""
