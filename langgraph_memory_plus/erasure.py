@@ -4,6 +4,22 @@ The implementation lives in the ``privacy`` layer; this root module keeps the do
 import (``from langgraph_memory_plus.erasure import erase_user``) working.
 """
 
-from .privacy.erasure import ErasureProgress, ErasureReport, aerase_user, anonymized, erase_user
+from .privacy.erasure import (
+    ErasureProgress,
+    ErasureReport,
+    aerase_user,
+    alift_erasure,
+    anonymized,
+    erase_user,
+    lift_erasure,
+)
 
-__all__ = ["ErasureProgress", "ErasureReport", "aerase_user", "anonymized", "erase_user"]
+__all__ = [
+    "ErasureProgress",
+    "ErasureReport",
+    "aerase_user",
+    "alift_erasure",
+    "anonymized",
+    "erase_user",
+    "lift_erasure",
+]

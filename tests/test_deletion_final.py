@@ -29,7 +29,7 @@ from langgraph.graph.message import add_messages
 from langgraph.types import Send
 from typing_extensions import TypedDict
 
-from langgraph_memory_plus.privacy.erasure import erase_user
+from langgraph_memory_plus.privacy.erasure import erase_user, lift_erasure
 
 pytestmark = pytest.mark.storage
 
@@ -259,6 +259,11 @@ def test_runs_going_on_during_deletion_leave_nothing_in_any_namespace(
         with saver_factory(**small(storage)) as other:
             assert_gone(other, thread_id)
         assert tombstone_faults(storage, saver, thread_id) == []
+        if how == "erase":
+            # the erased user's writes are held until the product lets them back
+            graph.invoke(inputs("held"), cfg(thread_id))
+            assert saver.get_tuple(cfg(thread_id)) is None
+            assert lift_erasure(user, checkpointer=saver) is True
         assert_fresh_run_works(saver, graph, thread_id)
 
 

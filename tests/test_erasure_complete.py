@@ -40,7 +40,12 @@ from typing_extensions import TypedDict
 
 from langgraph_memory_plus.approvals import Approvals, TaskDrafts
 from langgraph_memory_plus.nodes import PreferenceLearner, create_memory_tools
-from langgraph_memory_plus.privacy.erasure import aerase_user, declared_templates, erase_user
+from langgraph_memory_plus.privacy.erasure import (
+    aerase_user,
+    declared_templates,
+    erase_user,
+    lift_erasure,
+)
 from langgraph_memory_plus.store.namespaces import declared_user_data, label_value, user_namespace
 
 pytestmark = pytest.mark.storage
@@ -290,8 +295,7 @@ def test_concurrent_erasures_of_one_user_both_finish(target: Target, tmp_path: P
     assert mentions(target.dump(), first.markers) == []
 
     with target.open() as memory:
-        for template in declared_templates():  # the same id signs up again
-            memory.store.lift_tombstone(user_namespace(template, second.id))
+        assert lift_erasure(second.id, memory=memory)  # the same id signs up again
         seed(memory, second, tmp_path)
 
     async def both() -> list[Any]:
@@ -360,6 +364,12 @@ def test_cli_erase_user_takes_any_id_and_fails_in_one_line(target: Target, tmp_p
     assert done["user_id"] == zhang.id and done["counts"]["threads"] == 3
     assert done["counts"]["store_items"] == 3 and done["counts"]["drafts"] == 1
     assert mentions(target.dump(), zhang.markers) == []
+    # the user comes back: --lift ends the hold, once
+    assert as_json("erase-user", zhang.id, "--lift", "-u", url) == {
+        "user_id": zhang.id,
+        "lifted": True,
+    }
+    assert as_json("erase-user", zhang.id, "--lift", "-u", url)["lifted"] is False
     if not url.startswith("sqlite"):
         return
     # A failure midway (here: the database locked by another process) is one line on

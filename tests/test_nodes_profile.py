@@ -30,6 +30,7 @@ from test_nodes_support import (
     text_of,
 )
 
+from langgraph_memory_plus import InvalidConfigError
 from langgraph_memory_plus.nodes import (
     PROFILE_ID,
     InjectionMode,
@@ -238,10 +239,13 @@ def test_user_from_context_or_config_and_ids_with_dots() -> None:
     injector = ProfileInjector(store=store)
     by_context = injector([HumanMessage("hi")], context={"user_id": "ada.lovelace@example.com"})
     assert "name: Ada" in by_context[0].text
-    # the runtime context wins over configurable
-    both = injector([HumanMessage("hi")], context={"user_id": "ada.lovelace@example.com"},
-                    config=USER)  # fmt: skip
-    assert "name: Ada" in both[0].text
+    # one rule for whose run it is (checkpoint.context.run_value): two different users
+    # in the context and configurable are refused, the same one in both is that user
+    with pytest.raises(InvalidConfigError, match="different users"):
+        injector([HumanMessage("hi")], context={"user_id": "ada.lovelace@example.com"},
+                 config=USER)  # fmt: skip
+    both = injector([HumanMessage("hi")], context={"user_id": "u1"}, config=USER)
+    assert "name: Other" in both[0].text
     assert "name: Other" in injector([HumanMessage("hi")], config=USER)[0].text
 
 

@@ -145,9 +145,9 @@ def test_a_pending_migration_behind_a_held_transaction_fails_after_lock_timeout(
     behind it meanwhile goes on long before the holder ends; nothing was changed, and
     setup() succeeds once the holder is gone."""
     table = "lgmp_store" if kind == "store" else "lgmp_checkpoint"
-    # One migration to go that locks a table; the saver's is the thread index's expiry
-    # migration, followed by the fence table's (which locks nothing of the holder's).
-    pending = 1 if kind == "store" else 2
+    # Migrations to go, the first of which locks a table the holder has: the saver's
+    # refused-ids column (lgmp_threads), then the fence and erased-users tables.
+    pending = 1 if kind == "store" else 3
     with psycopg.connect(pg_url, autocommit=True) as admin:
         admin.execute(
             f'DELETE FROM "{schema}".{table}_migrations WHERE v > '
@@ -282,10 +282,10 @@ def test_the_default_lock_timeout_and_the_sessions_setting_restored(
 ) -> None:
     """With no lock_timeout of the session's, a migration waits 5 s; a migration that ran
     leaves the session's own lock_timeout as it was, inside the caller's transaction."""
-    with psycopg.connect(pg_url, autocommit=True) as admin:  # the expiry and fence migrations
+    with psycopg.connect(pg_url, autocommit=True) as admin:  # refused ids, fences, erased
         admin.execute(
             f'DELETE FROM "{schema}".lgmp_checkpoint_migrations WHERE v >= '
-            f'(SELECT max(v) FROM "{schema}".lgmp_checkpoint_migrations) - 1'
+            f'(SELECT max(v) FROM "{schema}".lgmp_checkpoint_migrations) - 2'
         )
     with psycopg.connect(pg_url, autocommit=True, options=BACKSTOP) as conn:
         start = time.perf_counter()

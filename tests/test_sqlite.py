@@ -214,8 +214,15 @@ def test_setup_puts_the_file_in_wal_mode_and_is_idempotent(tmp_path: Path) -> No
         assert len(list(saver.list(cfg("t")))) == 2
     assert query(path, "PRAGMA journal_mode") == [("wal",)]
     # checkpoint 1: the thread index, 2: its status index, 3: the ids a tombstone refused,
-    # 4: the fences; store 1: tombstones, 2: fields
-    assert query(path, "SELECT v FROM lgmp_checkpoint_migrations") == [(0,), (1,), (2,), (3,), (4,)]
+    # 4: the fences, 5: erased users; store 1: tombstones, 2: fields
+    assert query(path, "SELECT v FROM lgmp_checkpoint_migrations") == [
+        (0,),
+        (1,),
+        (2,),
+        (3,),
+        (4,),
+        (5,),
+    ]
     assert query(path, "SELECT v FROM lgmp_store_migrations") == [(0,), (1,), (2,)]
     assert query(path, "SELECT count(*) FROM lgmp_store") == [(1,)]
 
@@ -271,7 +278,7 @@ def test_a_new_file_gets_the_layout_the_migrations_build(tmp_path: Path) -> None
             assert [item.key for item in store.search(("u",), filter={"kind": "fact"})] == ["k"]
     assert _layout(fresh) == _layout(replayed)
     layout = _layout(fresh)
-    assert layout["lgmp_checkpoint_migrations"] == [(0,), (1,), (2,), (3,), (4,)]
+    assert layout["lgmp_checkpoint_migrations"] == [(0,), (1,), (2,), (3,), (4,), (5,)]
     assert layout["lgmp_store_migrations"] == [(0,), (1,), (2,)]
     columns = [c[1] for c in layout["table lgmp_thread_index"]["columns"]]
     assert columns[-2:] == [key_column("user_id"), key_column("team")]
@@ -533,7 +540,14 @@ def test_two_processes_write_one_file_at_once_and_lose_nothing(tmp_path: Path) -
             assert store.count(("writers", name)) == turns
         counter = store.get(("shared",), "counter")
         assert counter is not None and counter.value == {"n": 2 * turns}, "a lost update"
-    assert query(path, "SELECT v FROM lgmp_checkpoint_migrations") == [(0,), (1,), (2,), (3,), (4,)]
+    assert query(path, "SELECT v FROM lgmp_checkpoint_migrations") == [
+        (0,),
+        (1,),
+        (2,),
+        (3,),
+        (4,),
+        (5,),
+    ]
 
 
 async def test_concurrent_calls_of_one_async_saver_and_store(tmp_path: Path) -> None:

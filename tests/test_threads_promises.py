@@ -207,6 +207,7 @@ def test_nul_in_every_index_text_field(saver_factory: Any, tmp_path: Any) -> Non
     the thread copies within the saver and to another."""
     from langgraph.checkpoint.base import empty_checkpoint
 
+    from langgraph_memory_plus import InvalidConfigError
     from langgraph_memory_plus.checkpoint.sqlite import SqliteSaver
     from langgraph_memory_plus.transfer.migration import copy_threads
 
@@ -227,16 +228,20 @@ def test_nul_in_every_index_text_field(saver_factory: Any, tmp_path: Any) -> Non
         assert [m["content"] for m in lines] == ["hi\ufffdthere", "HI\ufffdTHERE", "ask q\ufffd"]
         assert [t["thread_id"] for t in saver.threads.search(metadata={"n": "ab"})] == ["nul"]
         assert record["metadata"]["n"] == "ab"  # LangGraph strips NUL from metadata
-        # A user id with a NUL: metadata loses it (as LangGraph's savers store it), and a
-        # filter or user id with one finds nothing, as InMemorySaver's list(filter=...)
+        # A user id with a NUL is refused wherever it enters (LangGraph would strip it from
+        # the metadata: "u\x00x" would be filed as "ux", another user)
         direct = {"configurable": {"thread_id": "nul-direct", "checkpoint_ns": ""}}
-        saver.put(direct, empty_checkpoint(), {"user_id": "u\x00x", "source": "input"}, {})
-        assert [t["thread_id"] for t in saver.threads.sessions("ux")] == ["nul-direct"]
-        assert saver.threads.sessions("u\x00x") == []
+        for call in (
+            lambda: saver.put(direct, empty_checkpoint(), {"user_id": "u\x00x"}, {}),
+            lambda: saver.threads.sessions("u\x00x"),
+            lambda: saver.threads.get("nul-direct", user_id="u\x00x"),
+            lambda: saver.threads.transcript("nul", user_id="n\x00u"),
+        ):
+            with pytest.raises(InvalidConfigError, match="NUL"):
+                call()
+        assert saver.get_tuple(direct) is None and saver.threads.sessions("ux") == []
         assert saver.threads.count(metadata={"user_id": "u\x00x"}) == 0
         assert saver.threads.search(metadata={"n": "a\x00b"}) == []
-        assert saver.threads.get("nul-direct", user_id="u\x00x") is None
-        assert saver.threads.transcript("nul", user_id="n\x00u") == []
         saver.copy_thread("nul", "nul-copy")
         assert saver.threads.get("nul-copy")["title"] == "hi\ufffdthere"
         with SqliteSaver.from_conn_string(str(tmp_path / "copy.db")) as target:
@@ -269,7 +274,8 @@ def test_bad_paging_and_filters_reach_no_driver(saver_factory: Any, storage: Any
             with pytest.raises(InvalidConfigError, match="offset"):
                 call()
         assert saver.threads.search(offset=2**62) == []
-        assert saver.threads.sessions("a\x00") == []
+        with pytest.raises(InvalidConfigError, match="NUL"):
+            saver.threads.sessions("a\x00")
         # integers past 64 bits: matched as InMemorySaver's list(filter=...) matches them
         for value, expected in [(2**63, ["big-0"]), (2**64 - 1, ["big-1"]), (2**64, [])]:
             for flt in ({"user_id": value}, {"user_id": value, "source": "input"}):

@@ -87,9 +87,13 @@ def test_user_key_from_the_runtime_context(saver_factory: Any, schema: Any, cont
         listed = list(saver.list(config, filter={"user_id": user}))
         assert listed and all(t.metadata["user_id"] == user for t in listed)
         # configurable wins over the context, as it does for LangGraph's metadata.
+        # configurable naming another user: the run is refused, nothing stored (one rule
+        # for whose run it is, checkpoint.context.run_value)
         mine = {"configurable": {"thread_id": tid + "-2", "user_id": user + "-given"}}
-        graph.invoke(_turn("hi", "h2"), mine, context=context(user_id=user))
-        assert saver.threads.get(tid + "-2", user_id=user + "-given") is not None
+        with pytest.raises(InvalidConfigError, match="different users"):
+            graph.invoke(_turn("hi", "h2"), mine, context=context(user_id=user))
+        assert saver.get_tuple(mine) is None
+        assert saver.threads.sessions(user + "-given") == []
         assert [r["thread_id"] for r in saver.threads.sessions(user)] == [tid]
 
 

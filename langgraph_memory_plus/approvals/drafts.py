@@ -39,6 +39,7 @@ from ..drivers.plan import Plan, adrive, drive
 from ..errors import ConflictError, InvalidConfigError, MemoryPlusError
 from ..store.base import ConditionalPutOp, StoreBase
 from ..store.namespaces import DRAFTS, user_namespace
+from ..threads.core import check_user_id
 
 DEFAULT_NAMESPACE = DRAFTS  # declared in store.namespaces, which erasure reads
 DEFAULT_TTL = timedelta(hours=72)
@@ -216,6 +217,7 @@ class TaskDrafts:
         the memory nodes' namespace templates encode it."""
         if not isinstance(user_id, str) or not user_id:
             raise InvalidConfigError(f"user_id must be a non-empty string, got {user_id!r}")
+        check_user_id(user_id)
         return user_namespace(self.namespace, user_id)  # the encoding erasure uses
 
     def schema(self, kind: str) -> Schema:

@@ -62,7 +62,7 @@ from ..drivers.plan import Plan, adrive, drive
 from ..errors import ConflictError, InvalidConfigError
 from ..store.base import ConditionalPutOp
 from ..store.values import encode_json
-from ..threads.core import INTERRUPT, checkpoint_time
+from ..threads.core import INTERRUPT, check_user_id, checkpoint_time
 from .core import (
     STATUSES,
     Approval,
@@ -373,7 +373,7 @@ class Approvals:
         self, user_id: Any, chunk: int, start: int = 0
     ) -> Plan[_Cmd, tuple[list[Approval], bool]]:
         """One page of interrupted threads (oldest first) as approvals; whether more."""
-        metadata = None if user_id is None else {self.user_key: user_id}
+        metadata = None if user_id is None else {self.user_key: check_user_id(user_id)}
         threads = yield _Search(
             dict(
                 metadata=metadata,
@@ -435,7 +435,7 @@ class Approvals:
         record is read (in pages of 500) and sorted here."""
         filt: dict[str, Any] = {"status": status}
         if user_id is not None:
-            filt["user_id"] = user_id
+            filt["user_id"] = check_user_id(user_id)
         out: list[Approval] = []
         start = 0
         while True:

@@ -1,4 +1,15 @@
-"""Indexed keys (the user key) given only as the run's runtime context.
+"""Whose run it is: one rule for the user key, and indexed keys given only as the
+run's runtime context.
+
+**One rule** (:func:`run_value`): a run names its user in ``configurable``, in the
+config's ``metadata`` or in its runtime context; every component (the thread index and
+its sessions, transcript lines, erasure, the memory nodes' namespaces, the draft tools,
+the approvals queue) asks this module, so they never disagree on whose run it is. Where
+the places that name it agree (or only one does), that is the user; where two name
+different users the run is refused with :class:`InvalidConfigError` before anything of it
+is stored (its first put fails), because whichever one won, part of the run's data would
+be filed under the other user, where that user's sessions and ``erase_user`` would find it.
+
 
 LangGraph >= 0.6 runs a graph with ``graph.invoke(inputs, config, context=Context(...))``;
 the context is not ``configurable``, so LangGraph does not copy it into the checkpoint
@@ -23,7 +34,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 
 from ..drivers.plan import Plan
-from .config import Target
+from ..errors import InvalidConfigError
+from ..threads.core import check_user_id, index_value
+from .config import Target, read_target
 from .fence import Claim
 from .saver import CheckpointSaverBase
 
@@ -38,6 +51,58 @@ def context_value(context: Any, key: str) -> Any:
     if isinstance(context, Mapping):
         return context.get(key)
     return getattr(context, key, None)
+
+
+def run_value(
+    key: str,
+    *,
+    configurable: Mapping[str, Any] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    context: Any = None,
+    user: bool = True,
+) -> Any:
+    """The run's value of ``key`` (``user_id``), by the one rule (module docstring).
+
+    ``None`` when no place names it. Places that name it must agree (compared as the
+    index stores values); a user id (``user``) is checked by :func:`check_user_id`.
+    """
+    found: list[tuple[str, Any]] = []
+    for where, value in (
+        (f"config['configurable'][{key!r}]", (configurable or {}).get(key)),
+        (f"config['metadata'][{key!r}]", (metadata or {}).get(key)),
+        (f"the runtime context's {key}", context_value(context, key)),
+    ):
+        if value is None:
+            continue
+        if user:
+            value = check_user_id(value, where)
+        found.append((where, value))
+    if not found:
+        return None
+    first_where, first = found[0]
+    for where, value in found[1:]:
+        # 5 and "5" are one user (erasure of "5" covers both forms)
+        same = str(value) == str(first) if user else index_value(value) == index_value(first)
+        if not same:
+            raise InvalidConfigError(
+                f"{first_where} and {where} name different users: pass the user in one "
+                "place (or the same one in both)"
+            )
+    return first
+
+
+def config_value(config: RunnableConfig | None, key: str, user: bool = True) -> Any:
+    """:func:`run_value` of a config as the saver receives it (its runtime context is
+    ``configurable['__pregel_runtime']``)."""
+    configurable = (config or {}).get("configurable") or {}
+    context = getattr(configurable.get(RUNTIME), "context", None)
+    return run_value(
+        key,
+        configurable=configurable,
+        metadata=(config or {}).get("metadata"),
+        context=context,
+        user=user,
+    )
 
 
 def with_context_keys(config: RunnableConfig, keys: Sequence[str]) -> RunnableConfig:
@@ -64,8 +129,32 @@ def with_context_keys(config: RunnableConfig, keys: Sequence[str]) -> RunnableCo
     return {**config, "configurable": {**configurable, **lifted}}
 
 
+def run_metadata(
+    config: RunnableConfig, metadata: CheckpointMetadata, user_key: str | None
+) -> CheckpointMetadata:
+    """A put's metadata with its user as the one rule says (:func:`run_value`).
+
+    LangGraph merges the config's ``metadata`` over ``configurable`` into a checkpoint's
+    metadata and strips NUL from strings; the user key is decided here instead, so it is
+    the run's user (or the put is refused) whatever the merge did.
+    """
+    if user_key is None:
+        return metadata
+    user = config_value(config, user_key)
+    if user is None:
+        given = metadata.get(user_key)
+        if given is not None:
+            check_user_id(given, f"metadata[{user_key!r}]")
+        return metadata
+    if metadata.get(user_key) == user:
+        return metadata
+    out: dict[str, Any] = {**metadata, user_key: user}
+    return out  # type: ignore[return-value]
+
+
 class ContextKeysSaver(CheckpointSaverBase):
-    """A saver whose puts read indexed keys from the runtime context too (module doc)."""
+    """A saver whose puts read indexed keys from the runtime context too, and take the
+    user key by the one rule (module doc)."""
 
     def _put_plan(
         self,
@@ -74,8 +163,29 @@ class ContextKeysSaver(CheckpointSaverBase):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> tuple[Plan[Any, None], RunnableConfig, Callable[[], None], Target, Claim | None]:
-        config = with_context_keys(config, self.settings.index_keys)
-        return super()._put_plan(config, checkpoint, metadata, new_versions)
+        keys = self.settings.index_keys
+        user_key = keys[0] if keys else None
+        metadata = run_metadata(config, metadata, user_key)
+        config = with_context_keys(config, keys)
+        plan, stored_config, stored, target, claim = super()._put_plan(
+            config, checkpoint, metadata, new_versions
+        )
+        owner = None if user_key is None else index_value(metadata.get(user_key))
+        if owner is None:
+            return plan, stored_config, stored, target, claim
+        refused: list[bool] = []
+
+        def checked() -> Plan[Any, None]:
+            if (yield from self._plans.unless_erased(owner, plan)) is False:
+                refused.append(True)
+
+        def after() -> None:
+            if refused:  # nothing of it is stored: the lists and lines it had are not
+                self._lists.forget_lists(read_target(config).thread_key)
+            else:
+                stored()
+
+        return checked(), stored_config, after, target, claim
 
     def _put_writes_plan(
         self,
@@ -85,7 +195,14 @@ class ContextKeysSaver(CheckpointSaverBase):
         task_path: str,
         claim: Claim | None = None,
     ) -> Plan[Any, None]:
+        keys = self.settings.index_keys
         # Only the per-tenant key reads the user of a write (see ``_user_of``).
         if self.encryption is not None and self.encryption.tenant_keys is not None:
-            config = with_context_keys(config, self.settings.index_keys)
-        return super()._put_writes_plan(config, writes, task_id, task_path, claim)
+            config = with_context_keys(config, keys)
+        plan = super()._put_writes_plan(config, writes, task_id, task_path, claim)
+        user = config_value(config, keys[0]) if keys else None
+        return _none(self._plans.unless_erased(index_value(user), plan))
+
+
+def _none(plan: Plan[Any, Any]) -> Plan[Any, None]:
+    yield from plan

@@ -114,6 +114,11 @@ def _parser() -> argparse.ArgumentParser:
     p = command("erase-user", "erase_user", "erase everything of one user (GDPR, PIPL)")
     p.add_argument("user_id", metavar="USER")
     p.add_argument("--dry-run", action="store_true", help="change nothing; report what would go")
+    p.add_argument(
+        "--lift",
+        action="store_true",
+        help="erase nothing; end the hold of an erased user (a returning user)",
+    )
     p.add_argument("--batch-size", type=int, default=100)
     p.add_argument("-y", "--yes", action="store_true", help="do not ask")
     p = command("rekey", "rekey", "re-encrypt stored rows with the current encryption key")

@@ -663,6 +663,8 @@ def erase_user(args: argparse.Namespace) -> int:
     from ..privacy.erasure import ErasureProgress, declared_templates
     from ..privacy.erasure import erase_user as erase
 
+    if getattr(args, "lift", False):
+        return _lift_erasure(args)
     with open_url(args.url) as opened:
         _ours(opened, "erase-user")
         if not args.dry_run:
@@ -748,6 +750,20 @@ def rekey(args: argparse.Namespace) -> int:
         f"rekeyed {report.rewritten} of {report.examined} rows in {report.seconds:.1f} s"
         + (f" ({report.unreachable} unreachable)" if report.unreachable else "")
     )
+    return OK
+
+
+def _lift_erasure(args: argparse.Namespace) -> int:
+    """``erase-user USER --lift``: the user may be written again before the hold ends."""
+    from ..privacy.erasure import lift_erasure
+
+    with open_url(args.url) as opened:
+        _ours(opened, "erase-user")
+        lifted = lift_erasure(args.user_id, memory=opened.memory)
+    if args.json:
+        emit_json({"user_id": args.user_id, "lifted": lifted})
+        return OK
+    print(f"user {args.user_id}: " + ("hold lifted" if lifted else "no hold to lift"))
     return OK
 
 

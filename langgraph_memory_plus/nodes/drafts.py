@@ -43,12 +43,11 @@ class SubmitDraft(BaseModel):
 
 
 def _user(config: RunnableConfig) -> str:
-    scope = current_scope(config=config)
-    user = (scope.configurable or {}).get("user_id")
-    if user is None and scope.context is not None:
-        user = getattr(scope.context, "user_id", None)
-        if user is None and isinstance(scope.context, dict):
-            user = scope.context.get("user_id")
+    """The run's user by the one rule the saver follows (``Scope.value``)."""
+    try:
+        user = current_scope(config=config).value("user_id")
+    except InvalidConfigError as exc:
+        raise ToolException(f"Error: {exc}") from exc
     if not isinstance(user, str) or not user:
         raise ToolException("Error: cannot tell whose drafts these are (no user_id).")
     return user

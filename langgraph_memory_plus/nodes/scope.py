@@ -21,6 +21,7 @@ from langgraph.runtime import Runtime, get_runtime
 from langgraph.store.base import BaseStore
 from typing_extensions import TypedDict, Unpack
 
+from ..checkpoint.context import run_value
 from ..errors import InvalidConfigError
 from ..store.namespaces import fill_namespace
 
@@ -93,17 +94,24 @@ class Scope:
     store: BaseStore | None
     context: Any = None
     configurable: Mapping[str, Any] | None = None
+    metadata: Mapping[str, Any] | None = None
+    """The config's ``metadata`` (LangGraph copies ``configurable`` values there)."""
 
     def value(self, name: str) -> str | int | None:
-        """``name`` from the runtime context (a mapping or an object), else the config."""
-        context = self.context
-        if isinstance(context, Mapping):
-            found = _usable(context.get(name))
-        else:
-            found = _usable(getattr(context, name, None)) if context is not None else None
-        if found is None and self.configurable:
-            found = _usable(self.configurable.get(name))
-        return found
+        """``name`` by the one rule the saver also follows
+        (:func:`~langgraph_memory_plus.checkpoint.context.run_value`): the runtime context
+        (a mapping or an object), ``configurable`` and the config's ``metadata`` must agree
+        where more than one names it, so a node's namespace is the user the thread is
+        filed under."""
+        return _usable(
+            run_value(
+                name,
+                configurable=self.configurable,
+                metadata=self.metadata,
+                context=self.context,
+                user=name == "user_id",
+            )
+        )
 
     @property
     def thread_id(self) -> str | None:
@@ -148,7 +156,8 @@ def current_scope(
     if context is None and runtime is not None:
         context = runtime.context
     configurable = (config or {}).get("configurable") or {}
-    return Scope(store=chosen, context=context, configurable=configurable)
+    metadata = (config or {}).get("metadata") or {}
+    return Scope(store=chosen, context=context, configurable=configurable, metadata=metadata)
 
 
 class ScopeArgs(TypedDict, total=False):

@@ -426,6 +426,9 @@ class MemoryTools:
         except MissingScopeError as exc:
             self.stats.incr("no_user")
             raise ToolException(f"Error: cannot tell whose memories these are ({exc}).") from exc
+        except InvalidConfigError as exc:  # a bad user id, or a run naming two users
+            self.stats.incr("no_user")
+            raise ToolException(f"Error: cannot tell whose memories these are ({exc}).") from exc
         if action == "search":
             flag = getattr(scope.store, "index_config", None) is not None
         else:

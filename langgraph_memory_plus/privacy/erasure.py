@@ -17,7 +17,9 @@ the order makes a crash harmless: a thread's transcript goes before the thread, 
 thread that survives a crash still points to what is left, and repeating the call
 finishes the job. Once the threads are gone (their tombstones refuse late writes), their
 transcripts are dropped once more: a run still going may have recorded lines in between.
-A second call reports zeros.
+A second call reports zeros. Before all that, the saver records an erased-user hold (a
+digest of the user): until it ends (or :func:`lift_erasure`), the saver drops every
+write of the user's runs, so a run still going cannot start a new thread of theirs.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from ..errors import InvalidConfigError
 from ..store.base import StoreBase
 from ..store.namespaces import declared_user_data, template_fields, user_namespace
 from ..store.tombstones import DEFAULT_HOLD_HOURS, check_hold
-from ..threads.core import index_value
+from ..threads.core import check_user_id, index_value, user_values
 
 Namespace = tuple[str, ...]
 DEFAULT_BATCH_SIZE = 100
@@ -121,8 +123,10 @@ def anonymized(record: Mapping[str, Any], opaque: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class _Threads:
-    """Up to ``limit`` of the user's threads, from ``offset`` (oldest id first)."""
+    """Up to ``limit`` of the user's threads (the user key's value ``value``), from
+    ``offset`` (oldest id first)."""
 
+    value: str | int
     offset: int
     limit: int
 
@@ -134,6 +138,16 @@ class _Index:
 
     method: str
     args: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class _Hold:
+    """Refuse the user's checkpoint writes for ``seconds`` (the saver's hold), before
+    their threads are looked for: a run of theirs still going cannot store a thread
+    after the sweep."""
+
+    owner: str
+    seconds: float
 
 
 @dataclass(frozen=True)
@@ -187,6 +201,7 @@ class _PutItems:
 
 _Step = (
     _Threads
+    | _Hold
     | _Index
     | _DeleteThread
     | _Items
@@ -242,11 +257,13 @@ def _erase(
     batch_size: int,
     progress: Callable[[ErasureProgress], None] | None,
     hold_seconds: float | None = None,
+    saver_hold: float | None = None,
 ) -> Plan[_Step, ErasureReport]:
     """The whole erasure, as steps; see the module docstring for the order.
 
     ``hold_seconds``: tombstone each namespace for that long first (``None``: the store
-    keeps no tombstones, or the caller asked for none).
+    keeps no tombstones, or the caller asked for none). ``saver_hold``: the same for the
+    user's checkpoint writes (the saver's erased-user hold).
     """
     started = time.monotonic()
     report = ErasureReport(user_id, dry_run, namespaces=list(namespaces))
@@ -266,14 +283,20 @@ def _erase(
         if progress is not None:
             progress(ErasureProgress(kind, done))
 
-    if has_saver:
+    # "5" is also the user of a run given user_id=5 (stored as a number)
+    values = user_values(user_id)
+    owners = [index_value(v) for v in values]
+    if has_saver and saver_hold is not None and not dry_run:
+        for owner in owners:
+            assert owner is not None  # a string or an int always has one
+            yield _Hold(owner, saver_hold)
+    for value, owner in zip(values if has_saver else [], owners, strict=False):
         # Transcript lines are recorded under the owner as the index stores a value;
         # in the user's threads only theirs go (a reused thread id keeps others' lines).
-        owner = index_value(user_id)
-        assert owner is not None  # a string always has one
+        assert owner is not None
         offset = 0  # deleted threads leave the index: a real run always reads page one
         while True:
-            page: list[Any] = yield _Threads(offset, batch_size)
+            page: list[Any] = yield _Threads(value, offset, batch_size)
             if not page:
                 break
             ids = [r["thread_id"] for r in page]
@@ -354,6 +377,8 @@ class _Target:
     hold_seconds: float | None
     """How long erased namespaces stay tombstoned; ``None``: not at all (asked for, or a
     store that keeps no tombstones: this package's stores do)."""
+    saver_hold: float | None = None
+    """How long the saver refuses the erased user's writes; ``None``: not at all."""
 
 
 def _target(memory: Any, checkpointer: Any, store: Any, tombstone_hours: Any) -> _Target:
@@ -374,12 +399,19 @@ def _target(memory: Any, checkpointer: Any, store: Any, tombstone_hours: Any) ->
     if store is not None and not isinstance(store, BaseStore):
         raise InvalidConfigError(f"store must be a BaseStore, got {type(store).__name__}")
     hold = _hold(tombstone_hours)
-    return _Target(checkpointer, store, user_key, hold if isinstance(store, StoreBase) else None)
+    return _Target(
+        checkpointer,
+        store,
+        user_key,
+        hold if isinstance(store, StoreBase) else None,
+        hold if checkpointer is not None else None,
+    )
 
 
 def _check(user_id: Any, batch_size: Any) -> None:
     if not isinstance(user_id, str) or not user_id.strip():
         raise InvalidConfigError(f"user_id must be a non-empty string, got {user_id!r}")
+    check_user_id(user_id)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
 
@@ -418,6 +450,7 @@ def _plan(
         batch_size=batch_size,
         progress=progress,
         hold_seconds=target.hold_seconds,
+        saver_hold=target.saver_hold,
     )
 
 
@@ -440,7 +473,7 @@ def _shred(report: ErasureReport, target: _Target, user_id: str, drop_key: bool)
 
 def _search_args(target: _Target, user_id: str, step: _Threads) -> Mapping[str, Any]:
     return {
-        "metadata": {target.user_key: user_id},
+        "metadata": {target.user_key: step.value},
         "sort_by": "updated_at",
         "sort_order": "asc",
         "limit": step.limit,
@@ -503,7 +536,10 @@ def erase_user(
     Each erased namespace gets a tombstone first: for ``tombstone_hours`` (24 by default)
     the store drops every put under it, so a run of the user still going cannot write
     their data back; then writes work again (a user may sign up again with the same id;
-    ``store.lift_tombstone(namespace)`` ends it earlier). ``None`` or ``0``: no tombstones.
+    ``store.lift_tombstone(namespace)`` ends it earlier). For as long, the saver drops
+    every checkpoint write of the user's runs, new threads included (the erased-user
+    hold, placed before the threads are looked for); :func:`lift_erasure` ends both for a
+    returning user. ``None`` or ``0``: no tombstones and no hold.
 
     ``drop_key``: with per-tenant keys (``Encryption(tenant_keys=...)``), also drop the
     user's key once the erasure is done (crypto-shredding: what it sealed, in backups and
@@ -518,6 +554,8 @@ def erase_user(
             return saver.threads.search(**_search_args(target, user_id, step))
         if isinstance(step, _Index):
             return saver._run(getattr(saver._plans.threads, step.method)(*step.args))
+        if isinstance(step, _Hold):
+            return saver._run(saver._plans.hold_erased(step.owner, step.seconds))
         if isinstance(step, _DeleteThread):
             return saver.delete_thread(step.thread_id)
         assert items is not None
@@ -565,6 +603,8 @@ async def aerase_user(
             return await saver.threads.asearch(**_search_args(target, user_id, step))
         if isinstance(step, _Index):
             return await saver._arun(getattr(saver._plans.threads, step.method)(*step.args))
+        if isinstance(step, _Hold):
+            return await saver._arun(saver._plans.hold_erased(step.owner, step.seconds))
         if isinstance(step, _DeleteThread):
             return await saver.adelete_thread(step.thread_id)
         assert items is not None
@@ -587,3 +627,59 @@ async def aerase_user(
         execute,
     )
     return _shred(report, target, user_id, drop_key)
+
+
+# -- a returning user ------------------------------------------------------------------
+
+
+def _lift_targets(
+    user_id: Any, memory: Any, checkpointer: Any, store: Any, namespaces: Sequence[Sequence[str]]
+) -> tuple[Any, Any, list[str], list[Namespace]]:
+    target = _target(memory, checkpointer, store, None)
+    _check(user_id, 1)
+    owners = [o for o in (index_value(v) for v in user_values(user_id)) if o is not None]
+    spaces = _namespaces(user_id, namespaces) if isinstance(target.store, StoreBase) else []
+    return target.checkpointer, target.store, owners, spaces
+
+
+def lift_erasure(
+    user_id: str,
+    *,
+    memory: Any = None,
+    checkpointer: Any = None,
+    store: BaseStore | None = None,
+    namespaces: Sequence[Sequence[str]] = (),
+) -> bool:
+    """Let an erased user's data be written again before the hold ends (a user who
+    signs up again with the same id).
+
+    For ``tombstone_hours`` after :func:`erase_user`, the saver drops every checkpoint
+    write of the user's runs and the store every put under the user's namespaces (the
+    declared ones and ``namespaces``), so a run still going cannot bring the user back.
+    This ends both now; whether there was a hold.
+    """
+    saver, items, owners, spaces = _lift_targets(user_id, memory, checkpointer, store, namespaces)
+    lifted = False
+    for owner in owners if saver is not None else []:
+        lifted = bool(saver._run(saver._plans.lift_erased(owner))) or lifted
+    for namespace in spaces:
+        lifted = bool(items.lift_tombstone(namespace)) or lifted
+    return lifted
+
+
+async def alift_erasure(
+    user_id: str,
+    *,
+    memory: Any = None,
+    checkpointer: Any = None,
+    store: BaseStore | None = None,
+    namespaces: Sequence[Sequence[str]] = (),
+) -> bool:
+    """Async :func:`lift_erasure`."""
+    saver, items, owners, spaces = _lift_targets(user_id, memory, checkpointer, store, namespaces)
+    lifted = False
+    for owner in owners if saver is not None else []:
+        lifted = bool(await saver._arun(saver._plans.lift_erased(owner))) or lifted
+    for namespace in spaces:
+        lifted = bool(await items.alift_tombstone(namespace)) or lifted
+    return lifted

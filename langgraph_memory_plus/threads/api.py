@@ -22,6 +22,7 @@ from .core import (
     StoredRecord,
     ThreadQuery,
     ThreadRecord,
+    check_user_id,
     index_value,
     to_datetime,
 )
@@ -160,7 +161,7 @@ class Threads:
             return None
         if user_id is not None:
             # compared as the index stores them (see ``index_value``)
-            want = index_value(user_id)
+            want = index_value(check_user_id(user_id))
             if want is None or index_value(stored.metadata.get(self.user_key)) != want:
                 return None
         return self._record(stored)
@@ -168,7 +169,8 @@ class Threads:
     def _sessions_query(self, user_id: Any, limit: int, offset: int) -> ThreadQuery:
         if user_id is None:
             raise InvalidConfigError("sessions needs a user id")
-        return self._query(metadata={self.user_key: user_id}, limit=limit, offset=offset)
+        user = check_user_id(user_id)
+        return self._query(metadata={self.user_key: user}, limit=limit, offset=offset)
 
     def _transcript_args(
         self, thread_id: Any, user_id: Any, limit: Any, offset: Any
@@ -176,7 +178,7 @@ class Threads:
         query = self._query(limit=limit, offset=offset)  # the same checks as a search
         owner = None
         if user_id is not None:
-            owner = index_value(user_id)
+            owner = index_value(check_user_id(user_id))
             if owner is None:
                 raise InvalidConfigError(f"user_id must be a string or number, got {user_id!r}")
         return _thread_id(thread_id), owner, query.limit, query.offset
@@ -255,6 +257,8 @@ class Threads:
     def _get(self, thread_id: str, *, user_id: Any = None) -> Plan[Any, ThreadRecord | None]:
         """One thread's record; ``None`` if it does not exist, expired, or (with
         ``user_id``) belongs to another user."""
+        if user_id is not None:
+            check_user_id(user_id)
         plan = self._plans.get(_thread_id(thread_id))
         return _then(plan, lambda stored: self._owned(stored, user_id))
 

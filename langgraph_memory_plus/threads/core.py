@@ -302,6 +302,44 @@ def stored_form(value: Any) -> Any:
     return value
 
 
+def check_user_id(value: Any, what: str = "user_id") -> str | int:
+    """``value`` if it can be a user id (a string or an integer), else one
+    :class:`InvalidConfigError` naming ``what``.
+
+    Every place a user id enters (a run's config or context, ``sessions``, ``get``,
+    ``transcript``, ``erase_user``, drafts, approvals, copies) checks it here, so an id is
+    refused everywhere or accepted everywhere. A NUL is refused: LangGraph strips it from
+    checkpoint metadata, so ``"a\\x00b"`` would be indexed as ``"ab"``, another user.
+    """
+    if isinstance(value, str):
+        if not value:
+            raise InvalidConfigError(f"{what} must be a non-empty string")
+        if "\x00" in value:
+            raise InvalidConfigError(f"{what} must not contain a NUL character")
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise InvalidConfigError(
+        f"{what} must be a non-empty string (or an integer), got {type(value).__name__}"
+    )
+
+
+def user_values(user_id: str) -> list[str | int]:
+    """The values a user id given as text may be stored under: itself, and for a decimal
+    integer (``"5"``) also the number a run given ``user_id=5`` left in its metadata
+    (LangGraph keeps the int). Namespace labels are text either way."""
+    values: list[str | int] = [user_id]
+    if user_id.isascii() and user_id.lstrip("-").isdecimal() and str(int(user_id)) == user_id:
+        values.append(int(user_id))
+    return values
+
+
+def owner_digest(owner: str) -> str:
+    """What an erased-user hold stores of a user (an owner's indexed form): a SHA-256
+    hex digest, so erasure leaves no user id behind (as the store's tombstones)."""
+    return hashlib.sha256(owner.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def index_value(value: Any) -> str | None:
     """The indexed form of a metadata value: JSON text of a scalar, else not indexed.
 

@@ -348,6 +348,28 @@ end
 return n
 """
 )
+# On sets of the index (one hash slot); ARGV: score, member, TTL in ms (0: the thread has
+# none). Adds the member to each set (scores only grow) and lets a set's expiry only grow:
+# a set is shared by every thread of a user (or status), and one thread's shorter TTL (a
+# saver configured otherwise, another process) must not expire the others' entries. A
+# thread without TTL makes the set persistent; a new set takes the thread's TTL.
+TIX_ADD = r"""
+local ttl = tonumber(ARGV[3])
+for _, key in ipairs(KEYS) do
+  local existed = redis.call('EXISTS', key)
+  redis.call('ZADD', key, 'GT', ARGV[1], ARGV[2])
+  if ttl <= 0 then
+    redis.call('PERSIST', key)
+  elseif existed == 0 then
+    redis.call('PEXPIRE', key, ttl)
+  else
+    local left = redis.call('PTTL', key)
+    if left >= 0 and left < ttl then redis.call('PEXPIRE', key, ttl) end
+  end
+end
+return 1
+"""
+
 TRANSCRIPT_SCRIPTS = {"tx_read": TX_READ, "tx_drop_owner": TX_DROP_OWNER}
 """Entries per call of that script (a few milliseconds of the server's time)."""
 
@@ -586,14 +608,12 @@ class RedisThreadIndex:
     # -- writes -------------------------------------------------------------------------
 
     def _adds(self, keys: Sequence[bytes], thread_id: str, ts: int) -> Batch:
-        commands: list[tuple[Any, ...]] = []
-        for key in keys:
-            commands.append(("ZADD", key, "GT", ts, _utf8(thread_id)))
-            if self._ttl_ms:
-                # Every entry's thread expires by its last step 1's time plus the TTL
-                # (plus the reuse time: a run's later puts move the thread's expiry).
-                commands.append(("PEXPIRE", key, self._ttl_ms + REUSE_MS))
-        return Batch(commands)
+        """The thread's entries in ``keys`` (all in the index's hash slot), in one script
+        (``TIX_ADD``): a set's expiry only grows, and a thread without TTL makes it
+        persistent. Every entry's thread expires by its last step 1's time plus the TTL
+        (plus the reuse time: a run's later puts move the thread's expiry)."""
+        ttl = self._ttl_ms + REUSE_MS if self._ttl_ms else 0
+        return Batch([("EVAL", TIX_ADD, len(keys), *keys, ts, _utf8(thread_id), ttl)])
 
     def _intent_keys(self, record: RecordInput | None) -> list[bytes]:
         keys = [self.all_key]
@@ -698,8 +718,8 @@ class RedisThreadIndex:
         the entries step 1 added go again, unless the thread lives (a fresh run)."""
         [stored] = yield from self._records([thread_id])
         if stored is None:
-            keys = self.intent(thread_id, record, 0).commands
-            yield Batch([("ZREM", c[1], _utf8(thread_id)) for c in keys if c[0] == "ZADD"])
+            keys = self._intent_keys(record)
+            yield Batch([("ZREM", key, _utf8(thread_id)) for key in keys])
 
     def _keys_of(self, record: StoredRecord, every_status: bool = False) -> list[bytes]:
         """The sets the record's thread is in; with ``every_status``, also the other

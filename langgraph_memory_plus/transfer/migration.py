@@ -62,6 +62,7 @@ from ..checkpoint.config import ListQuery
 from ..checkpoint.saver import CheckpointSaverBase
 from ..drivers.plan import Plan, adrive, drive
 from ..errors import InvalidConfigError
+from ..threads.core import check_user_id
 
 R = TypeVar("R")
 DEFAULT_BATCH = 100
@@ -301,20 +302,37 @@ def _open(obj: Any, name: str, *args: Any, **kwargs: Any) -> Plan[Command, Any]:
     return handle
 
 
-def _catalogue(saver: Any, thread_id: str, batch: int) -> Plan[Command, dict[str, dict[str, int]]]:
-    """``{namespace: {checkpoint_id: number of pending writes}}`` of one thread."""
+def _catalogue(
+    saver: Any, thread_id: str, batch: int, unowned: tuple[str, set[tuple[str, str]]] | None = None
+) -> Plan[Command, dict[str, dict[str, int]]]:
+    """``{namespace: {checkpoint_id: number of pending writes}}`` of one thread.
+
+    ``unowned``: a metadata key and a set that receives the (namespace, id) of every
+    checkpoint whose metadata lacks it (a copy re-run that attributes threads re-puts them).
+    """
     out: dict[str, dict[str, int]] = {}
     kind = _kind(saver)
     if kind and kind != "memory":  # their list() would fetch the whole thread at once
         writes = "checkpoint_writes" if kind == "postgres" else "writes"
+        params: tuple[Any, ...] = (thread_id,)
+        if unowned is None:
+            lacks = "false"
+        elif kind == "postgres":
+            lacks, params = "(c.metadata -> %s) IS NULL", (unowned[0], thread_id)
+        else:
+            lacks = "json_extract(CAST(c.metadata AS TEXT), '$.\"' || %s || '\"') IS NULL"
+            params = (unowned[0], thread_id)
         sql = (
             "SELECT c.checkpoint_ns, c.checkpoint_id, (SELECT count(*) FROM "
             f"{writes} w WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns "
-            "AND w.checkpoint_id = c.checkpoint_id) FROM checkpoints c WHERE c.thread_id = %s"
+            f"AND w.checkpoint_id = c.checkpoint_id), {lacks} FROM checkpoints c "
+            "WHERE c.thread_id = %s"
         )
-        rows = yield _sql_command(saver, kind, sql, (thread_id,))
-        for ns, cid, count in rows:
+        rows = yield _sql_command(saver, kind, sql, params)
+        for ns, cid, count, lacking in rows:
             out.setdefault(ns, {})[cid] = int(count)
+            if unowned is not None and lacking:
+                unowned[1].add((ns, cid))
         return out
     handle = yield from _open(saver, "list", _thread_config(thread_id))
     while True:
@@ -322,6 +340,8 @@ def _catalogue(saver: Any, thread_id: str, batch: int) -> Plan[Command, dict[str
         for t in page:
             ns, cid = _ns_id(t)
             out.setdefault(ns, {})[cid] = len(t.pending_writes or ())
+            if unowned is not None and (t.metadata or {}).get(unowned[0]) is None:
+                unowned[1].add((ns, cid))
         if len(page) < batch:
             return out
 
@@ -431,15 +451,23 @@ class _Owners:
     key: str
     given: UserOf | None
 
+    def shown(self, t: CheckpointTuple | None) -> Any:
+        """The user ``t`` names (metadata, else a state channel), or ``None``."""
+        if t is None:
+            return None
+        shown = t.metadata.get(self.key) if t.metadata else None
+        if shown is None:
+            shown = (t.checkpoint.get("channel_values") or {}).get(self.key)
+        if (isinstance(shown, str) and shown) or (
+            isinstance(shown, int) and not isinstance(shown, bool)
+        ):
+            return shown  # as the source has it (an int stays one)
+        return None
+
     def of(self, thread_id: str, latest: CheckpointTuple | None) -> Any:
-        if latest is not None:
-            shown = latest.metadata.get(self.key) if latest.metadata else None
-            if shown is None:
-                shown = (latest.checkpoint.get("channel_values") or {}).get(self.key)
-            if (isinstance(shown, str) and shown) or (
-                isinstance(shown, int) and not isinstance(shown, bool)
-            ):
-                return shown  # as the source has it (an int stays one)
+        shown = self.shown(latest)
+        if shown is not None:
+            return shown
         given = self.given
         if given is None or isinstance(given, str):
             return given
@@ -448,7 +476,7 @@ class _Owners:
             raise InvalidConfigError(
                 f"user_id for thread {thread_id!r} must be a non-empty string, got {found!r}"
             )
-        return found
+        return None if found is None else check_user_id(found, f"user_id for {thread_id!r}")
 
 
 def _owners(target: Any, user_id: UserOf | None, user_key: str | None) -> _Owners:
@@ -458,6 +486,8 @@ def _owners(target: Any, user_id: UserOf | None, user_key: str | None) -> _Owner
         raise InvalidConfigError(
             f"user_id takes a user id, a mapping by thread id or a function, got {user_id!r}"
         )
+    if isinstance(user_id, str):
+        check_user_id(user_id)
     if user_key is None:
         threads = getattr(target, "threads", None)
         user_key = str(getattr(threads, "user_key", None) or "user_id")
@@ -465,7 +495,23 @@ def _owners(target: Any, user_id: UserOf | None, user_key: str | None) -> _Owner
 
 
 def _owner(source: Any, thread_id: str, owners: _Owners) -> Plan[Command, Any]:
+    """The thread's user: the newest root checkpoint that names one (a service that
+    resumed the thread with only its id leaves the latest without it; the thread is still
+    its user's, not ``user_id=``'s), else ``user_id=``'s attribution."""
     latest = yield Call(source, "get_tuple", (_thread_config(thread_id, ""),))
+    if latest is not None and owners.shown(latest) is None:
+        before: Any = None  # pages read whole (collect): no stream is left open
+        while True:
+            kwargs = {"limit": DEFAULT_BATCH, **({"before": before} if before else {})}
+            page: list[CheckpointTuple] = yield Call(
+                source, "list", (_thread_config(thread_id, ""),), kwargs, collect=True
+            )
+            found = next((u for u in map(owners.shown, page) if u is not None), None)
+            if found is not None:
+                return found
+            if len(page) < DEFAULT_BATCH:
+                break
+            before = page[-1].config
     return owners.of(thread_id, latest)
 
 
@@ -488,14 +534,19 @@ def _copy_thread(
     """Copy one thread; returns the owner written where the source showed none."""
     owner = yield from _owner(source, thread_id, owners)
     have = yield from _catalogue(source, thread_id, batch)
-    there = yield from _catalogue(target, thread_id, batch)
+    # A re-run (after a crash, or with user_id= added) attributes what an earlier run
+    # copied without the owner: those checkpoints are put again with it.
+    unowned: set[tuple[str, str]] = set()
+    there = yield from _catalogue(
+        target, thread_id, batch, None if owner is None else (owners.key, unowned)
+    )
     recent: OrderedDict[str, dict[str, Any]] = OrderedDict()  # channel versions, by id
     for ns in sorted(have):
         ids = sorted(have[ns])
         theirs = there.get(ns, {})
         for start in range(0, len(ids), batch):
             chunk = ids[start : start + batch]
-            todo = {c for c in chunk if theirs.get(c) != have[ns][c]}
+            todo = {c for c in chunk if theirs.get(c) != have[ns][c] or (ns, c) in unowned}
             report.checkpoints_skipped += len(chunk) - len(todo)
             if not todo:
                 continue
@@ -506,7 +557,7 @@ def _copy_thread(
                 versions = dict(t.checkpoint.get("channel_versions", {}))
                 parent = _parent_id(t)
                 if cid in todo:
-                    if cid not in theirs:
+                    if cid not in theirs or (ns, cid) in unowned:
                         before = recent.get(parent) if parent else None
                         new_versions = (
                             versions
@@ -519,9 +570,16 @@ def _copy_thread(
                             "put",
                             (put_config, t.checkpoint, _owned(t, owners.key, owner), new_versions),
                         )
-                    report.writes_copied += yield from _put_writes(
-                        target, t, _thread_config(thread_id, ns, cid), paths
-                    )
+                    if theirs.get(cid) != have[ns][cid]:
+                        # The writes name the checkpoint's user too: a saver that refuses
+                        # that user's writes (an erasure's hold) refuses them as the put.
+                        writes_config = _thread_config(thread_id, ns, cid)
+                        who = _owned(t, owners.key, owner).get(owners.key)
+                        if who is not None:
+                            writes_config["configurable"][owners.key] = who
+                        report.writes_copied += yield from _put_writes(
+                            target, t, writes_config, paths
+                        )
                     report.checkpoints_copied += 1
                     report.thread_id = thread_id
                     if progress is not None:

@@ -22,7 +22,7 @@ from ...drivers.migrations import SchemaVersion, advisory_lock_id, migrate, reco
 from ...drivers.plan import Plan
 from ...drivers.postgres import Query, Rows
 from ...errors import FencedWriteError, ValueTooLargeError
-from ...threads.core import RecordInput, writes_of_interest
+from ...threads.core import RecordInput, owner_digest, writes_of_interest
 from ...threads.postgres import EXPIRY_MIGRATION, STATUS_MIGRATION, PostgresThreadIndex
 from ...threads.postgres import MIGRATION as THREAD_INDEX_MIGRATION
 from .. import task_writes
@@ -41,7 +41,14 @@ from ..codec import (
 from ..config import ListQuery, SaverSettings, Target, deletion_id, thread_key
 from ..fence import Claim, FenceState
 from ..lists import LIST_TYPE, ListRequest
-from .schema import FENCE_MIGRATION, FRESH, MIGRATIONS, REFUSED_MIGRATION, quote_schema
+from .schema import (
+    ERASED_MIGRATION,
+    FENCE_MIGRATION,
+    FRESH,
+    MIGRATIONS,
+    REFUSED_MIGRATION,
+    quote_schema,
+)
 
 logger = logging.getLogger("langgraph_memory_plus.checkpoint.postgres")
 
@@ -52,6 +59,7 @@ CHECKPOINT_MIGRATIONS = (
     EXPIRY_MIGRATION,
     REFUSED_MIGRATION,
     FENCE_MIGRATION,
+    ERASED_MIGRATION,
 )
 """Every migration of the checkpoint tables, the thread index's included: the version
 ``setup()`` brings a schema to is ``len(CHECKPOINT_MIGRATIONS) - 1``."""
@@ -60,6 +68,7 @@ CHECKPOINT_MIGRATIONS = (
 MAX_VALUE_BYTES = 512 * 1024 * 1024
 MAX_STATEMENT_BYTES = 1000 * 1024 * 1024
 NODE_TYPE = "lgmp:node"
+ERASED_LOCK = 0x6C676D70  # "lgmp": the advisory lock space of erased users' holds
 """Type of a list page or spine (see ``..lists``), stored as a row of ``lgmp_items``."""
 
 # A thread's expiry is moved on a write only when it lags the exact value by more than
@@ -262,11 +271,67 @@ class PostgresCheckpointPlans:
             advisory_lock_id("checkpoint", self.schema),
             CHECKPOINT_MIGRATIONS,
             [
-                *(statement.format(s=self._s) for statement in (*FRESH, *FENCE_MIGRATION)),
+                *(
+                    statement.format(s=self._s)
+                    for statement in (*FRESH, *FENCE_MIGRATION, *ERASED_MIGRATION)
+                ),
                 *self.threads.fresh(),
             ],
             self.threads.missing,
         )
+
+    # -- erased users -----------------------------------------------------------------
+
+    def unless_erased(
+        self, owner: str | None, write: Plan[Query, None]
+    ) -> Plan[Query, bool | None]:
+        """``write``, unless ``owner`` (a user key's indexed form) is held by an erasure
+        (then ``False``: nothing was written).
+
+        The write takes a shared advisory lock on the owner first and the hold takes it
+        exclusively: an erasure's hold waits for the user's writes under way to commit
+        (so its search finds their threads), and every later write sees the hold (read
+        by a statement after the lock, so with a snapshot after the hold's commit).
+        """
+        if owner is None:
+            yield from write
+            return None
+        yield Query(
+            "SELECT pg_advisory_xact_lock_shared(%s, hashtext(%s))",
+            (ERASED_LOCK, owner_digest(owner)),
+        )
+        rows: Rows = yield Query(
+            f"SELECT 1 FROM {self._s}.lgmp_erased WHERE owner = %s AND until > now()",
+            (owner_digest(owner),),
+            fetch=True,
+        )
+        if rows:
+            logger.warning("dropped a write of a run whose user was erased")
+            return False
+        yield from write
+        return None
+
+    def hold_erased(self, owner: str, seconds: float) -> Plan[Query, None]:
+        """Refuse ``owner``'s writes for ``seconds`` (longer holds win)."""
+        yield Query(
+            "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (ERASED_LOCK, owner_digest(owner))
+        )
+        yield Query(
+            f"""INSERT INTO {self._s}.lgmp_erased AS e (owner, until)
+            VALUES (%s, now() + make_interval(secs => %s))
+            ON CONFLICT (owner) DO UPDATE SET until = greatest(e.until, excluded.until)""",
+            (owner_digest(owner), seconds),
+        )
+        yield Query(f"DELETE FROM {self._s}.lgmp_erased WHERE until <= now()")
+
+    def lift_erased(self, owner: str) -> Plan[Query, bool]:
+        """End ``owner``'s hold; whether there was one."""
+        rows: Rows = yield Query(
+            f"DELETE FROM {self._s}.lgmp_erased WHERE owner = %s AND until > now() RETURNING 1",
+            (owner_digest(owner),),
+            fetch=True,
+        )
+        return bool(rows)
 
     # -- reads ------------------------------------------------------------------------
 

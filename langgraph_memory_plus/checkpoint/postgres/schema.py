@@ -216,3 +216,15 @@ FENCE_MIGRATION: tuple[str, ...] = (_FENCES,)
 """One writer per thread (see checkpoint/fence.py): the owner, its fencing number and the
 lease's expiry; owner NULL once released. A migration of its own, after the thread
 index's (versions are positions); ``setup()`` on a fresh database creates it with FRESH."""
+
+ERASED_MIGRATION: tuple[str, ...] = (
+    # Users erase_user removed (owner: a SHA-256 digest of the user key as the index stores it), and
+    # until when the saver refuses writes of theirs: a run still going for the user
+    # cannot bring their data back (see ``checkpoint.context``). ``lift_erasure`` ends it.
+    """
+    CREATE TABLE IF NOT EXISTS {s}.lgmp_erased (
+        owner text PRIMARY KEY,
+        until timestamptz NOT NULL
+    )
+    """,
+)

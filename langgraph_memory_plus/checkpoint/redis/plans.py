@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -162,6 +163,9 @@ def thread_tag(thread_id: str) -> str:
 def _ms(epoch: float | None) -> int:
     """A checkpoint's time in ms, or now when its id does not tell."""
     return now_ms() if epoch is None else int(epoch * 1000)
+
+
+logger = logging.getLogger("langgraph_memory_plus.checkpoint.redis")
 
 
 class RedisCheckpointPlans:
@@ -300,6 +304,38 @@ class RedisCheckpointPlans:
         )
 
     # -- plans ------------------------------------------------------------------------
+
+    # -- erased users -------------------------------------------------------------------
+
+    def _erased_key(self, owner: str) -> bytes:
+        digest = hashlib.sha256(_utf8(owner)).hexdigest()[:32]
+        return _utf8(f"{self.prefix}:erased:{digest}")
+
+    def unless_erased(self, owner: str | None, write: Plan[Command, Any]) -> Plan[Command, Any]:
+        """``write``, unless ``owner`` (a user key's indexed form) is held by an erasure
+        (then ``False``: nothing was written).
+
+        On Redis the check is a read before the write (a thread's keys and the hold live
+        in different hash slots): a write that read no hold just before an erasure began
+        can still land after its search (erasure's last pass then sweeps it).
+        """
+        if owner is None:
+            return (yield from write)
+        [held] = yield Batch([("EXISTS", self._erased_key(owner))])
+        if held:
+            logger.warning("dropped a write of a run whose user was erased")
+            return False
+        return (yield from write)
+
+    def hold_erased(self, owner: str, seconds: float) -> Plan[Command, None]:
+        """Refuse ``owner``'s writes for ``seconds`` (longer holds win: ``PEXPIRE GT``)."""
+        key, ms = self._erased_key(owner), max(1, round(seconds * 1000))
+        yield Batch([("SET", key, b"1", "NX", "PX", ms), ("PEXPIRE", key, ms, "GT")])
+
+    def lift_erased(self, owner: str) -> Plan[Command, bool]:
+        """End ``owner``'s hold; whether there was one."""
+        [n] = yield Batch([("DEL", self._erased_key(owner))])
+        return bool(n)
 
     def setup(self) -> Plan[Command, None]:
         """Nothing to create: keys come into being with the first write."""

@@ -36,7 +36,7 @@ from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from ...drivers.plan import Plan
 from ...drivers.sqlite import Query, Rows, migrate
 from ...errors import InvalidConfigError
-from ...threads.core import RecordInput, writes_of_interest
+from ...threads.core import RecordInput, owner_digest, writes_of_interest
 from ...threads.sqlite import MIGRATION as THREAD_INDEX_MIGRATION
 from ...threads.sqlite import STATUS_MIGRATION, SqliteThreadIndex
 from ...threads.sqlite import TABLE as THREAD_INDEX_TABLE
@@ -53,7 +53,7 @@ from ..codec import (
 from ..config import ListQuery, SaverSettings, Target, deletion_id, thread_key
 from ..fence import Claim, FenceState, check, may_take, next_token, now_us
 from ..lists import ID_SIZE, LIST_TYPE, PAGE_SIZE, ListRequest
-from .schema import FENCE_MIGRATION, MIGRATIONS, REFUSED_MIGRATION
+from .schema import ERASED_MIGRATION, FENCE_MIGRATION, MIGRATIONS, REFUSED_MIGRATION
 
 logger = logging.getLogger("langgraph_memory_plus.checkpoint.sqlite")
 
@@ -63,6 +63,7 @@ CHECKPOINT_MIGRATIONS = (
     STATUS_MIGRATION,
     REFUSED_MIGRATION,
     FENCE_MIGRATION,
+    ERASED_MIGRATION,
 )
 """Every migration of the checkpoint tables, the thread index's included: the version
 ``setup()`` brings a schema to is ``len(CHECKPOINT_MIGRATIONS) - 1``."""
@@ -162,11 +163,63 @@ class SqliteCheckpointPlans:
         created = yield from migrate(
             "lgmp_checkpoint_migrations",
             CHECKPOINT_MIGRATIONS,
-            # the checkpoint tables gained the refused ids; the fences came last
-            [*MIGRATIONS[0], *REFUSED_MIGRATION, *self.threads.fresh(), *FENCE_MIGRATION],
+            # the checkpoint tables gained the refused ids; then the fences, erased users
+            [
+                *MIGRATIONS[0],
+                *REFUSED_MIGRATION,
+                *self.threads.fresh(),
+                *FENCE_MIGRATION,
+                *ERASED_MIGRATION,
+            ],
         )
         if not created:
             yield from self.threads.setup()
+
+    # -- erased users -----------------------------------------------------------------
+
+    def unless_erased(
+        self, owner: str | None, write: Plan[Query, None]
+    ) -> Plan[Query, bool | None]:
+        """``write``, unless ``owner`` (a user key's indexed form) is held by an erasure
+        (then ``False``: nothing was written).
+
+        The check opens the write's transaction (``BEGIN IMMEDIATE``): an erasure's hold
+        commits before or after it, never in between, so a write either sees the hold or
+        is stored before the erasure looks for the user's threads.
+        """
+        if owner is None:
+            yield from write
+            return None
+        rows: Rows = yield Query(
+            "SELECT 1 FROM lgmp_erased WHERE owner = ? AND until > ?",
+            (owner_digest(owner), time.time()),
+            fetch=True,
+            write=True,
+        )
+        if rows:
+            logger.warning("dropped a write of a run whose user was erased")
+            return False
+        yield from write
+        return None
+
+    def hold_erased(self, owner: str, seconds: float) -> Plan[Query, None]:
+        """Refuse ``owner``'s writes for ``seconds`` (longer holds win)."""
+        yield Query(
+            "INSERT INTO lgmp_erased (owner, until) VALUES (?, ?) ON CONFLICT (owner) "
+            "DO UPDATE SET until = max(until, excluded.until)",
+            (owner_digest(owner), time.time() + seconds),
+            write=True,
+        )
+        yield Query("DELETE FROM lgmp_erased WHERE until <= ?", (time.time(),))
+
+    def lift_erased(self, owner: str) -> Plan[Query, bool]:
+        """End ``owner``'s hold; whether there was one."""
+        n = yield Query(
+            "DELETE FROM lgmp_erased WHERE owner = ? AND until > ?",
+            (owner_digest(owner), time.time()),
+            write=True,
+        )
+        return bool(n)
 
     # -- reads ------------------------------------------------------------------------
 

@@ -134,3 +134,15 @@ FENCE_MIGRATION: tuple[str, ...] = (
     """,
 )
 """A migration of its own, after the thread index's (versions are positions)."""
+
+ERASED_MIGRATION: tuple[str, ...] = (
+    # Users erase_user removed (owner: a SHA-256 digest of the user key as the index stores it), and
+    # until when the saver refuses writes of theirs: a run still going for the user
+    # cannot bring their data back (see ``checkpoint.context``). ``lift_erasure`` ends it.
+    """
+    CREATE TABLE IF NOT EXISTS lgmp_erased (
+        owner TEXT PRIMARY KEY,
+        until REAL NOT NULL
+    ) WITHOUT ROWID
+    """,
+)
