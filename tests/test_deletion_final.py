@@ -115,7 +115,13 @@ def build(gate: Gate | None, *, is_async: bool) -> StateGraph:
 
 
 def cfg(thread_id: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread_id, "user_id": f"user-{thread_id}"}}
+    # a user id has no NUL (refused everywhere); a thread id may
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "user_id": f"user-{thread_id}".replace("\x00", "0"),
+        }
+    }
 
 
 def inputs(text: str) -> dict[str, Any]:

@@ -176,7 +176,7 @@ class ContextKeysSaver(CheckpointSaverBase):
         refused: list[bool] = []
 
         def checked() -> Plan[Any, None]:
-            if (yield from self._plans.unless_erased(owner, plan)) is False:
+            if (yield from self._plans.unless_erased(owner, plan, target.thread_id)) is False:
                 refused.append(True)
 
         def after() -> None:
@@ -201,7 +201,8 @@ class ContextKeysSaver(CheckpointSaverBase):
             config = with_context_keys(config, keys)
         plan = super()._put_writes_plan(config, writes, task_id, task_path, claim)
         user = config_value(config, keys[0]) if keys else None
-        return _none(self._plans.unless_erased(index_value(user), plan))
+        thread_id = read_target(config).thread_id
+        return _none(self._plans.unless_erased(index_value(user), plan, thread_id))
 
 
 def _none(plan: Plan[Any, Any]) -> Plan[Any, None]:

@@ -117,8 +117,12 @@ class CheckpointPlans(Protocol):
     def delete_thread(self, thread_id: str) -> Plan[Any, None]: ...
 
     def unless_erased(
-        self, owner: str | None, write: Plan[Any, None]
-    ) -> Plan[Any, bool | None]: ...
+        self, owner: str | None, write: Plan[Any, None], thread_id: str | None = None
+    ) -> Plan[Any, bool | None]:
+        """``write`` unless ``owner`` is held by an erasure; ``thread_id``: the thread it
+        writes (a backend that checks outside the write's transaction deletes it when a
+        hold appeared meanwhile)."""
+        ...
 
     def hold_erased(self, owner: str, seconds: float) -> Plan[Any, None]: ...
 

@@ -311,21 +311,33 @@ class RedisCheckpointPlans:
         digest = hashlib.sha256(_utf8(owner)).hexdigest()[:32]
         return _utf8(f"{self.prefix}:erased:{digest}")
 
-    def unless_erased(self, owner: str | None, write: Plan[Command, Any]) -> Plan[Command, Any]:
+    def unless_erased(
+        self, owner: str | None, write: Plan[Command, Any], thread_id: str | None = None
+    ) -> Plan[Command, Any]:
         """``write``, unless ``owner`` (a user key's indexed form) is held by an erasure
-        (then ``False``: nothing was written).
+        (then ``False``: nothing of it is left).
 
-        On Redis the check is a read before the write (a thread's keys and the hold live
-        in different hash slots): a write that read no hold just before an erasure began
-        can still land after its search (erasure's last pass then sweeps it).
+        On Redis a thread's keys and the hold live in different hash slots, so the check
+        cannot run in the write's script. It runs before the write and again after it: a
+        write that read no hold just before an erasure began, and landed after the
+        erasure looked for the user's threads, finds the hold then (erasure places it
+        before it looks), and deletes ``thread_id`` as the erasure would have.
         """
         if owner is None:
             return (yield from write)
-        [held] = yield Batch([("EXISTS", self._erased_key(owner))])
+        key = self._erased_key(owner)
+        [held] = yield Batch([("EXISTS", key)])
         if held:
             logger.warning("dropped a write of a run whose user was erased")
             return False
-        return (yield from write)
+        result = yield from write
+        if thread_id is not None:
+            [held] = yield Batch([("EXISTS", key)])
+            if held:
+                logger.warning("deleted a thread written as its user was being erased")
+                yield from self.delete_thread(thread_id)
+                return False
+        return result
 
     def hold_erased(self, owner: str, seconds: float) -> Plan[Command, None]:
         """Refuse ``owner``'s writes for ``seconds`` (longer holds win: ``PEXPIRE GT``)."""

@@ -178,7 +178,7 @@ class SqliteCheckpointPlans:
     # -- erased users -----------------------------------------------------------------
 
     def unless_erased(
-        self, owner: str | None, write: Plan[Query, None]
+        self, owner: str | None, write: Plan[Query, None], thread_id: str | None = None
     ) -> Plan[Query, bool | None]:
         """``write``, unless ``owner`` (a user key's indexed form) is held by an erasure
         (then ``False``: nothing was written).
