@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import base64
 import json
+import operator
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Send, interrupt
 from test_erasure import Target, mentions, target
 
 from langgraph_memory_plus.encryption import ENV_KEYS, Encryption, EncryptionError
 from langgraph_memory_plus.errors import InvalidConfigError
+from typing_extensions import TypedDict
 
 pytestmark = pytest.mark.storage
 __all__ = ["target"]
@@ -74,3 +78,94 @@ def test_a_wrong_key_argument_is_a_clear_error_without_the_key(keys: Any) -> Non
     with pytest.raises(InvalidConfigError) as caught:
         Encryption(keys())
     assert not _leaks(str(caught.value), K1), str(caught.value)
+
+
+# -- hard ids, Send, interrupt and resume, then a rotation -----------------------------------
+
+ODD_IDS = ["a.b/c", "x:y:{z}", "nul\x00id", "会话-一", "../..", "e" * 200]
+
+
+class FanState(TypedDict, total=False):
+    topics: list[str]
+    notes: Annotated[list[str], operator.add]
+    answer: str
+
+
+def _fanout_graph(memory: Any) -> Any:
+    """A ``Send`` fan-out whose branches write user text, then an interrupt resumed."""
+    def fan(state: FanState) -> list[Send]:
+        return [Send("branch", {"topics": [t]}) for t in state["topics"]]
+
+    def branch(state: FanState) -> dict[str, Any]:
+        return {"notes": [f"note on {state['topics'][0]}"]}
+
+    def ask(state: FanState) -> dict[str, Any]:
+        return {"answer": interrupt({"question": f"confirm {state['notes'][0]}"})}
+
+    builder = StateGraph(FanState)
+    builder.add_node("branch", branch)
+    builder.add_node("ask", ask)
+    builder.add_conditional_edges(START, fan, ["branch"])
+    builder.add_edge("branch", "ask")
+    builder.add_edge("ask", END)
+    return builder.compile(checkpointer=memory.checkpointer, store=memory.store)
+
+
+def _label(tid: str) -> str:
+    """A namespace label for ``tid`` (LangGraph refuses '.' and NUL in labels)."""
+    return tid.replace(".", "_").replace("\x00", "0")
+
+
+def test_hard_ids_send_and_resume_are_sealed_and_rekeyed(target: Target) -> None:
+    """Thread ids and store keys with '.', '/', ':', braces, NUL, Chinese, a long one; a
+    ``Send`` fan-out and an interrupt answered with ``Command(resume=...)``: zero hits at
+    rest, a rotation k1 -> k2 moves every row, and only k2 then reads everything."""
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.types import Command
+
+    from langgraph_memory_plus.privacy.rekey import key_ids, rekey
+
+    secrets: list[str] = []
+
+    def secret(what: str) -> str:
+        secrets.append(f"{what}-{os.urandom(5).hex()}")
+        return secrets[-1]
+
+    ids = ODD_IDS if "postgres" not in target.url else [i for i in ODD_IDS if "\x00" not in i]
+    plan: dict[str, tuple[str, str, str]] = {}
+    with target.open(encryption=Encryption({"k1": K1})) as memory:
+        app = _fanout_graph(memory)
+        for tid in ids:
+            topics = [secret("topic"), secret("topic")]
+            resume = secret("resume")
+            config = {"configurable": {"thread_id": tid, "user_id": f"u/{tid}"}}
+            out = app.invoke({"topics": topics}, config)
+            assert "__interrupt__" in out
+            app.invoke(Command(resume=resume), config)
+            memory.store.put(("users", _label(tid)), tid, {"text": secret("value")})
+            plan[tid] = (topics[0], resume, secrets[-1])
+        said = secret("said")
+        chat = {"configurable": {"thread_id": ids[0] + "-chat", "user_id": "u"}}
+        from test_erasure_complete import chat_with_subgraph
+
+        chat_app = chat_with_subgraph().compile(
+            checkpointer=memory.checkpointer, store=memory.store
+        )
+        call = {"name": "add_memory", "args": {"content": said, "key": "k"}, "id": "c-odd"}
+        said_msgs = [HumanMessage(said, id="h-odd"), AIMessage("", tool_calls=[call], id="a")]
+        chat_app.invoke({"messages": said_msgs}, chat)
+    assert mentions(target.dump(), [s.encode() for s in secrets]) == []
+    assert key_ids(r[1] for r in target.dump()) == {"k1"}
+    with target.open(encryption=Encryption({"k2": K2, "k1": K1}, current="k2")) as memory:
+        report = rekey(memory, batch_size=4)
+        assert report.unreachable == 0
+    assert key_ids(r[1] for r in target.dump()) == {"k2"}
+    with target.open(encryption=Encryption({"k2": K2})) as memory:
+        for tid, (topic, resume, value) in plan.items():
+            state = memory.checkpointer.get_tuple({"configurable": {"thread_id": tid}})
+            values = state.checkpoint["channel_values"]
+            assert values["answer"] == resume and f"note on {topic}" in values["notes"]
+            item = memory.store.get(("users", _label(tid)), tid)
+            assert item is not None and item.value["text"] == value
+        record = memory.checkpointer.threads.get(ids[0] + "-chat")
+        assert record is not None and record["title"] == said
