@@ -169,3 +169,184 @@ def test_hard_ids_send_and_resume_are_sealed_and_rekeyed(target: Target) -> None
             assert item is not None and item.value["text"] == value
         record = memory.checkpointer.threads.get(ids[0] + "-chat")
         assert record is not None and record["title"] == said
+
+
+# -- copied into an encrypted database: the CLI's commands that write ------------------------
+
+
+def _cli(*args: str, env: dict[str, str], stdin: str | None = None) -> Any:
+    return subprocess.run(
+        [sys.executable, "-m", "langgraph_memory_plus.cli", *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis"], indirect=True)
+def test_threads_copied_into_an_encrypted_database_are_sealed(
+    target: Target, tmp_path: Path
+) -> None:
+    """``migrate --store`` and ``thread export | thread import`` from a plain database into
+    one where ``LANGGRAPH_MEMORY_ENCRYPTION_KEYS`` is set: zero hits in the target, and the
+    copies read back with the key."""
+    from test_erasure_complete import Person, seed
+
+    from langgraph_memory_plus import from_url
+
+    person = Person("copy@example.com")
+    source = f"sqlite:///{tmp_path / 'plain.db'}"
+    with from_url(source, transcripts=True, encryption="off") as memory:
+        seed(memory, person, tmp_path)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("LANGGRAPH_MEMORY_")},
+        ENV_KEYS: f"k1={_b64(K1)}",
+        "PYTHONPATH": os.getcwd(),
+    }
+    url = target.url
+    if "key_prefix" in target.options:
+        url += f"?key_prefix={target.options['key_prefix']}"
+    done = _cli("migrate", "--from", f"{source}?encryption=off", "--to", url, "--store", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    chat = person.threads[0]
+    exported = _cli("thread", "export", chat, "-u", f"{source}?encryption=off", env=env)
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    imported = _cli(
+        "thread", "import", "--thread", "imported-1", "-u", url, env=env, stdin=exported.stdout
+    )
+    assert imported.returncode == 0, imported.stderr[-3000:]
+    texts = [t.encode() for t in person.texts]
+    assert mentions(target.dump(), texts) == []
+    with target.open(encryption=Encryption({"k1": K1})) as memory:
+        for tid in (chat, "imported-1"):
+            state = memory.checkpointer.get_tuple({"configurable": {"thread_id": tid}})
+            assert person.name in str(state.checkpoint["channel_values"]["messages"][0].content)
+
+
+# -- rekey: two at once, and racing a live graph ---------------------------------------------
+
+
+def _rekey_env(*keys: tuple[str, bytes]) -> dict[str, str]:
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("LANGGRAPH_MEMORY_")},
+        ENV_KEYS: ",".join(f"{k}={_b64(v)}" for k, v in keys),
+        "PYTHONPATH": os.getcwd(),
+    }
+
+
+def _url(target: Target) -> str:
+    if "key_prefix" in target.options:
+        return f"{target.url}?key_prefix={target.options['key_prefix']}"
+    return target.url
+
+
+def test_two_rekeys_at_once_both_finish_and_move_every_row(
+    target: Target, tmp_path: Path
+) -> None:
+    """Two ``langgraph-memory rekey`` processes started together on the same database:
+    both exit 0 (a row the other moved first is skipped, not an error), every row ends on
+    the new key, everything reads with it alone."""
+    from test_erasure_complete import Person, seed
+
+    from langgraph_memory_plus.privacy.rekey import key_ids
+
+    people = [Person("p1@example.com"), Person("p2@example.com")]
+    with target.open(encryption=Encryption({"k1": K1})) as memory:
+        for person in people:
+            seed(memory, person, tmp_path)
+    env = _rekey_env(("k2", K2), ("k1", K1))
+    args = [sys.executable, "-m", "langgraph_memory_plus.cli", "rekey", "-u", _url(target)]
+    procs = [
+        subprocess.Popen(
+            [*args, "--batch-size", "3", "--json"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=180) for p in procs]
+    for proc, (out, err) in zip(procs, outs, strict=True):
+        assert proc.returncode == 0, err[-3000:]
+        assert json.loads(out)["unreachable"] == 0
+    assert key_ids(r[1] for r in target.dump()) == {"k2"}
+    from test_encryption import read_back
+
+    with target.open(encryption=Encryption({"k2": K2})) as memory:
+        for person in people:
+            read_back(memory, person)
+
+
+def _echo_graph(memory: Any) -> Any:
+    from langchain_core.messages import AIMessage
+    from test_erasure_complete import State
+
+    def answer(state: State) -> dict[str, Any]:
+        last = state["messages"][-1]
+        return {"messages": [AIMessage(f"re: {last.content}", id=f"ai-{last.id}")]}
+
+    builder = StateGraph(State)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "answer")
+    builder.add_edge("answer", END)
+    return builder.compile(checkpointer=memory.checkpointer, store=memory.store)
+
+
+def test_rekey_racing_a_live_graph_loses_no_turn(target: Target) -> None:
+    """While rekey moves k1 -> k2, a graph keeps taking turns on the same threads (writing
+    with k2): every turn, title and transcript line is there afterwards, the thread index
+    is not put back to an older record, and a second rekey leaves only k2."""
+    import threading
+
+    from langchain_core.messages import HumanMessage
+
+    from langgraph_memory_plus.privacy.rekey import key_ids, rekey
+
+    threads = [f"race-{i}" for i in range(6)]
+    with target.open(encryption=Encryption({"k1": K1})) as memory:
+        app = _echo_graph(memory)
+        for tid in threads:
+            config = {"configurable": {"thread_id": tid, "user_id": "racer"}}
+            app.invoke({"messages": [HumanMessage(f"{tid} turn 0", id=f"{tid}-0")]}, config)
+    rotated = Encryption({"k2": K2, "k1": K1}, current="k2")
+    turns = 8
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            with target.open(encryption=rotated) as m:
+                live = _echo_graph(m)
+                for n in range(1, turns):
+                    for tid in threads:
+                        config = {"configurable": {"thread_id": tid, "user_id": "racer"}}
+                        said = HumanMessage(f"{tid} turn {n}", id=f"{tid}-{n}")
+                        live.invoke({"messages": [said]}, config)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            stop.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        with target.open(encryption=rotated) as memory:
+            while not stop.is_set():
+                rekey(memory, batch_size=2)
+    finally:
+        thread.join(120)
+    assert not errors, errors
+    with target.open(encryption=rotated) as memory:
+        rekey(memory)
+        for tid in threads:
+            state = memory.checkpointer.get_tuple({"configurable": {"thread_id": tid}})
+            said = [m.content for m in state.checkpoint["channel_values"]["messages"]]
+            assert said == [x for n in range(turns) for x in (f"{tid} turn {n}", f"re: {tid} turn {n}")]
+            record = memory.checkpointer.threads.get(tid)
+            assert record is not None and record["title"] == f"{tid} turn 0"
+            lines = memory.checkpointer.threads.transcript(tid)
+            assert len(lines) == 2 * turns
+    assert key_ids(r[1] for r in target.dump()) == {"k2"}
