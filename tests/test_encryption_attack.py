@@ -350,3 +350,53 @@ def test_rekey_racing_a_live_graph_loses_no_turn(target: Target) -> None:
             lines = memory.checkpointer.threads.transcript(tid)
             assert len(lines) == 2 * turns
     assert key_ids(r[1] for r in target.dump()) == {"k2"}
+
+
+# -- a ciphertext moved inside one thread ----------------------------------------------------
+
+
+class NoteState(TypedDict, total=False):
+    note: str
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: checkpoint values are bound to their thread id only (README 'Bound to "
+    "where it is stored'), not to the channel, version or checkpoint; someone who can write "
+    "to the database can swap sealed values inside one thread (roll a channel back to an "
+    "older value) undetected",
+)
+def test_a_value_swapped_between_two_versions_of_one_thread_does_not_open(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    from langgraph_memory_plus import from_url
+
+    def keep(state: NoteState) -> dict[str, Any]:
+        return {}
+
+    builder = StateGraph(NoteState)
+    builder.add_node("keep", keep)
+    builder.add_edge(START, "keep")
+    builder.add_edge("keep", END)
+    path = tmp_path / "m.db"
+    enc = Encryption({"k1": K1})
+    config = {"configurable": {"thread_id": "t"}}
+    with from_url(f"sqlite:///{path}", encryption=enc) as memory:
+        app = builder.compile(checkpointer=memory.checkpointer)
+        app.invoke({"note": "approved=no"}, config)
+        app.invoke({"note": "approved=yes"}, config)
+    conn = sqlite3.connect(path)
+    with conn:
+        rows = conn.execute(
+            "SELECT version, blob FROM lgmp_blobs WHERE channel = 'note' ORDER BY version"
+        ).fetchall()
+        assert len(rows) == 2
+        (old_v, old_blob), (new_v, new_blob) = rows
+        conn.execute("UPDATE lgmp_blobs SET blob = ? WHERE version = ?", (old_blob, new_v))
+    conn.close()
+    with from_url(f"sqlite:///{path}", encryption=enc) as memory:
+        with pytest.raises(EncryptionError):
+            state = memory.checkpointer.get_tuple(config)
+            assert state.checkpoint["channel_values"]["note"] == "approved=no"  # rolled back
