@@ -464,3 +464,74 @@ def test_a_users_rows_do_not_open_with_another_users_key(target: Target) -> None
         state = saver.get_tuple({"configurable": {"thread_id": "t-bob"}})
         assert state.checkpoint["channel_values"]["messages"][0].content == "bob secret"
         assert memory.store.get(ns["bob"], "k").value == {"text": "bob memory"}
+
+
+# -- the package's defaults, and encryption with the fence -----------------------------------
+
+
+def test_from_url_gives_the_same_encryption_to_saver_and_store(target: Target) -> None:
+    enc = Encryption({"k1": K1})
+    with target.open(encryption=enc) as memory:
+        assert memory.checkpointer.encryption is enc
+        assert memory.store.encryption is enc
+
+
+@pytest.mark.parametrize("backend", ["postgres", "redis", "redis-cluster"], indirect=True)
+def test_the_key_variable_turns_encryption_on_for_server_urls_and_the_cli(
+    target: Target,
+) -> None:
+    """``LANGGRAPH_MEMORY_ENCRYPTION_KEYS`` alone (no argument): from_url's saver and store
+    and the CLI's commands are encrypted."""
+    code = (
+        "import sys; from langgraph_memory_plus import from_url\n"
+        "with from_url(sys.argv[1]) as m:\n"
+        "    print(m.checkpointer.encryption.current, m.store.encryption.current)\n"
+        "    m.store.put(('env',), 'k', {'text': 'env var secret'})\n"
+    )
+    env = _rekey_env(("kenv", K2))
+    done = subprocess.run(
+        [sys.executable, "-c", code, _url(target)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.split() == ["kenv", "kenv"], done.stderr[-2000:]
+    assert mentions(target.dump(), [b"env var secret"]) == []
+    with target.open(encryption=Encryption({"kenv": K2})) as memory:
+        assert memory.store.get(("env",), "k").value == {"text": "env var secret"}
+
+
+def test_encryption_and_the_fence_together(target: Target) -> None:
+    """With ``fence=True`` and encryption: runs write sealed rows, a superseded worker is
+    refused with an error that holds no user text, and a rekey under the fence leaves
+    the lineage whole."""
+    import uuid
+
+    from langchain_core.messages import HumanMessage
+
+    from langgraph_memory_plus import FencedWriteError
+    from langgraph_memory_plus.privacy.rekey import key_ids, rekey
+
+    secret = f"fenced secret {os.urandom(4).hex()}"
+    with target.open(encryption=Encryption({"k1": K1}), fence=True) as memory:
+        app = _echo_graph(memory)
+        saver = memory.checkpointer
+        config = {"configurable": {"thread_id": "f1", "user_id": "u"}, "run_id": uuid.uuid4()}
+        app.invoke({"messages": [HumanMessage(secret, id="m0")]}, config)
+        lease_a = saver.fence.acquire("f2", owner="worker-a", lease_s=30)
+        app.invoke({"messages": [HumanMessage(secret, id="m1")]}, lease_a.config())
+        lease_b = saver.fence.acquire("f2", owner="worker-b", lease_s=30, force=True)
+        with pytest.raises(FencedWriteError) as caught:
+            app.invoke({"messages": [HumanMessage(f"{secret} again", id="m2")]}, lease_a.config())
+        assert secret not in str(caught.value) and secret not in repr(caught.value)
+        app.invoke({"messages": [HumanMessage(f"{secret} b", id="m3")]}, lease_b.config())
+    assert mentions(target.dump(), [secret.encode()]) == []
+    rotated = Encryption({"k2": K2, "k1": K1}, current="k2")
+    with target.open(encryption=rotated, fence=True) as memory:
+        rekey(memory, batch_size=3)
+    assert key_ids(r[1] for r in target.dump()) == {"k2"}
+    with target.open(encryption=Encryption({"k2": K2}), fence=True) as memory:
+        state = memory.checkpointer.get_tuple({"configurable": {"thread_id": "f2"}})
+        said = [m.content for m in state.checkpoint["channel_values"]["messages"]]
+        assert said == [secret, f"re: {secret}", f"{secret} b", f"re: {secret} b"]
