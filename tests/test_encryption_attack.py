@@ -535,3 +535,27 @@ def test_encryption_and_the_fence_together(target: Target) -> None:
         state = memory.checkpointer.get_tuple({"configurable": {"thread_id": "f2"}})
         said = [m.content for m in state.checkpoint["channel_values"]["messages"]]
         assert said == [secret, f"re: {secret}", f"{secret} b", f"re: {secret} b"]
+
+
+def test_rekey_with_tenant_keys_moves_a_users_items_to_their_key(target: Target) -> None:
+    """Per-tenant keys turned on over items sealed with the shared key (or in clear, in
+    the migration mode): after ``rekey`` an item in a user's declared namespace is on that
+    user's key, as a put would seal it, so ``erase_user(drop_key=True)`` shreds it."""
+    from test_encryption import DictKeys
+
+    from langgraph_memory_plus.privacy.rekey import key_ids, rekey
+    from langgraph_memory_plus.store.namespaces import user_namespace
+
+    ns = user_namespace(("memories", "{user_id}"), "alice")
+    with target.open(encryption=Encryption({"k1": K1})) as memory:
+        memory.store.put(ns, "sealed", {"text": "alice sealed"})
+        memory.store.put(("shared",), "x", {"text": "not a user's"})
+    tenants = DictKeys()
+    enc = Encryption({"k2": K2, "k1": K1}, current="k2", tenant_keys=tenants)
+    with target.open(encryption=enc) as memory:
+        rekey(memory, batch_size=2)
+    alice = tenants.by_user["alice"][0] if "alice" in tenants.by_user else "?"
+    assert key_ids(r[1] for r in target.dump()) == {alice, "k2"}
+    with target.open(encryption=enc) as memory:
+        assert memory.store.get(ns, "sealed").value == {"text": "alice sealed"}
+        assert memory.store.get(("shared",), "x").value == {"text": "not a user's"}

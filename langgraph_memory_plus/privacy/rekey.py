@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -37,10 +38,10 @@ from ..checkpoint.codec import EMPTY, JSON_METADATA, inline_values
 from ..checkpoint.lists import LIST_TYPE
 from ..checkpoint.task_writes import pack, split_head, unpack
 from ..drivers.plan import Plan
-from ..encryption import SEALED_TYPE, Encryption, Location, key_id_of
+from ..encryption import MAGIC, SEALED_TYPE, TEXT_PREFIX, Encryption, Location, key_id_of
 from ..errors import InvalidConfigError
 from ..store.base import SEALED_FIELD
-from ..store.namespaces import namespace_of
+from ..store.namespaces import namespace_of, user_of_namespace
 from ..store.values import unescape_text
 
 DEFAULT_BATCH = 500
@@ -97,10 +98,17 @@ class _Resealer:
     def _stale(self, sealed: bool, data: bytes | str, where: Location) -> bool:
         if not sealed:
             return self.enc.accept_plaintext
-        # Shared keys move to the current one; a tenant key (not among ``keys``) is left:
-        # moving it would undo the tenant's isolation (tenant keys rotate in their KMS).
+        # Shared keys move to the key a write there would use now (the current one, or
+        # the user's tenant key: per-tenant keys turned on over shared-key rows); a tenant
+        # key (not among ``keys``) is left: tenant keys rotate in their KMS.
         kid = key_id_of(data)
-        return kid in self.enc.keys and kid != self.enc.current
+        return kid in self.enc.keys and kid != self.enc.current_key_id(where)
+
+    def store_location(self, namespace: tuple[str, ...], key: str) -> Location:
+        """Where a store item is, with its user when per-tenant keys are on (the store's
+        own rule, so a rekeyed item ends on the key a put would seal it with)."""
+        user = user_of_namespace(namespace) if self.enc.tenant_keys is not None else None
+        return Location("store", namespace=namespace, key=key, user_id=user)
 
     def typed(self, typ: str, data: bytes | None, where: Location) -> tuple[str, bytes] | None:
         if data is None or typ in (EMPTY, LIST_TYPE, JSON_METADATA):
@@ -322,7 +330,7 @@ def _reseal(
     if part.kind == "store":
         value = _row_value(sql, values[0])
         sealed = value.get(SEALED_FIELD) if isinstance(value, dict) and len(value) == 1 else None
-        where = Location("store", namespace=namespace_of(key[0]), key=unescape_text(key[1]))
+        where = res.store_location(namespace_of(key[0]), unescape_text(key[1]))
         if isinstance(sealed, str):
             new = res.text(sealed, where)
             return None if new is None else [_store_value(sql, {SEALED_FIELD: new}), values[1]]
@@ -549,7 +557,7 @@ def _redis_shard(plans: Any, res: _Resealer, path: bytes) -> Plan[Any, tuple[int
         if not isinstance(sealed, str):
             lost += int(res.enc.accept_plaintext)
             continue
-        moved = res.text(sealed, Location("store", namespace=namespace, key=key))
+        moved = res.text(sealed, res.store_location(tuple(namespace), key))
         if moved is None:
             continue
         after = header + b"\n" + json.dumps({SEALED_FIELD: moved}, separators=(",", ":")).encode()
@@ -682,14 +690,28 @@ def rekey(
 def key_ids(rows: Iterator[bytes]) -> set[str]:
     """The key ids of the envelopes in raw dumped rows (for tests and audits)."""
     found: set[str] = set()
+    prefix = TEXT_PREFIX.encode()
     for row in rows:
         start = 0
-        while (i := row.find(b"\xa7LGE1", start)) >= 0:
+        while (i := row.find(MAGIC, start)) >= 0:
             kid = key_id_of(row[i:])
             if kid is not None:
                 found.add(kid)
             start = i + 1
+        # Envelopes stored as text (store values, titles, transcripts): base64 after the
+        # prefix; enough of it for the header (magic, id length, id <= 64 bytes).
+        start = 0
+        while (i := row.find(prefix, start)) >= 0:
+            head = _B64_HEAD.match(row, i + len(prefix))
+            b64 = head.group(0)[:96] if head else b""
+            kid = key_id_of(TEXT_PREFIX + b64[: len(b64) - len(b64) % 4].decode())
+            if kid is not None:
+                found.add(kid)
+            start = i + 1
     return found
+
+
+_B64_HEAD = re.compile(rb"[A-Za-z0-9+/]+")
 
 
 __all__ = ["RekeyProgress", "RekeyReport", "rekey"]
