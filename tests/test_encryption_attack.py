@@ -559,3 +559,49 @@ def test_rekey_with_tenant_keys_moves_a_users_items_to_their_key(target: Target)
     with target.open(encryption=enc) as memory:
         assert memory.store.get(ns, "sealed").value == {"text": "alice sealed"}
         assert memory.store.get(("shared",), "x").value == {"text": "not a user's"}
+
+
+def test_rekey_racing_store_writers_keeps_the_last_value_on_every_backend(
+    target: Target,
+) -> None:
+    """``test_encryption``'s race (PostgreSQL only there) on every backend: a writer keeps
+    putting the same items (sealing with the old key) while rekeys run; every item then
+    holds its last written value."""
+    import threading
+
+    from langgraph_memory_plus.privacy.rekey import rekey
+
+    keys = [f"k{i}" for i in range(20)]
+    with target.open(encryption=Encryption({"k1": K1})) as memory:
+        for k in keys:
+            memory.store.put(("race",), k, {"n": 0})
+    last: dict[str, int] = {}
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def writer() -> None:
+        try:
+            with target.open(encryption=Encryption({"k1": K1, "k2": K2}, current="k1")) as m:
+                for n in range(1, 121):
+                    k = keys[n % len(keys)]
+                    m.store.put(("race",), k, {"n": n})
+                    last[k] = n
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            done.set()
+
+    rotated = Encryption({"k2": K2, "k1": K1}, current="k2")
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        with target.open(encryption=rotated) as memory:
+            while not done.is_set():
+                rekey(memory, saver=None, batch_size=3)
+    finally:
+        thread.join(60)
+    assert not errors, errors
+    with target.open(encryption=rotated) as memory:
+        for k in keys:
+            item = memory.store.get(("race",), k)
+            assert item is not None and item.value == {"n": last.get(k, 0)}, k
