@@ -607,14 +607,6 @@ def test_rekey_racing_store_writers_keeps_the_last_value_on_every_backend(
             assert item is not None and item.value == {"n": last.get(k, 0)}, k
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: rekey in the migration mode seals the metadata column but leaves the "
-    "clear projections of rows written before encryption whole (lgmp_checkpoints."
-    "metadata_json, lgmp_thread_index.metadata): a key dropped by metadata_keys stays in "
-    "clear for migrated rows; on PostgreSQL, rows stored as the JSON projection only are "
-    "not sealed at all. Needs a projection pass in rekey (seal, then restrict).",
-)
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
 def test_migrating_with_metadata_keys_leaves_no_dropped_metadata_in_clear(
     target: Target,

@@ -92,8 +92,21 @@ def _tid(raw: Any) -> str | None:
 class _Resealer:
     """Decides, per value, whether it must move, and reseals it (no I/O)."""
 
-    def __init__(self, enc: Encryption) -> None:
+    def __init__(self, enc: Encryption, codec: Any = None) -> None:
         self.enc = enc
+        self.codec = codec
+        """The saver's codec: it seals metadata stored as its JSON projection only."""
+        self.keep: frozenset[str] | None = getattr(codec, "metadata_keys", None)
+        """The metadata keys kept in clear (``Encryption(metadata_keys=...)`` with the
+        structural and index keys), or ``None``: all of them."""
+
+    def projection(self, meta: Any) -> dict[str, Any] | None:
+        """``meta`` (a clear metadata projection) with only the kept keys, or ``None``
+        when nothing is to be dropped."""
+        if self.keep is None or not isinstance(meta, dict):
+            return None
+        kept = {k: v for k, v in meta.items() if k in self.keep}
+        return None if kept == meta else kept
 
     def _stale(self, sealed: bool, data: bytes | str, where: Location) -> bool:
         if not sealed:
@@ -143,7 +156,7 @@ class _Sql:
     def t(self, name: str) -> str:
         return f"{self.s}.{name}" if self.s else name
 
-    def parts(self, saver: bool, store: bool) -> list[_Part]:
+    def parts(self, saver: bool, store: bool, projections: bool = False) -> list[_Part]:
         th = self.t("lgmp_threads")
         ix = self.t("lgmp_thread_index")
         tid = "th.thread_id"
@@ -216,6 +229,24 @@ class _Sql:
                         join,
                     )
                 )
+            if projections:
+                # Rows written before encryption (or before ``metadata_keys``) keep every
+                # metadata key in their clear projections: restrict them as a put would.
+                out += [
+                    _Part(
+                        "metadata",
+                        self.t("lgmp_checkpoints"),
+                        ("thread_key", "checkpoint_ns", "checkpoint_id"),
+                        tid,
+                        ("metadata_type", "metadata", "metadata_json"),
+                        "projection",
+                        join,
+                    ),
+                    _Part(
+                        "index_metadata", ix, ("thread_key",), "x.thread_id", ("metadata",),
+                        "index_projection",
+                    ),
+                ]
             out += [
                 _Part(
                     "thread_index",
@@ -313,7 +344,11 @@ def _param(sql: _Sql, part: _Part, value: Any) -> Any:
         from psycopg.types.json import Jsonb
 
         return Jsonb(value)
-    if sql.backend == "sqlite" and part.kind in ("store", "index") and isinstance(value, dict):
+    if (
+        sql.backend == "sqlite"
+        and part.kind in ("store", "index", "projection", "index_projection")
+        and isinstance(value, dict)
+    ):
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     return value
 
@@ -342,6 +377,19 @@ def _reseal(
         return [_store_value(sql, {SEALED_FIELD: new}), False if sql.backend == "postgres" else 0]
     if thread_id is None:
         return _UNREACHABLE
+    if part.kind == "index_projection":
+        kept = res.projection(_row_value(sql, values[0]))
+        return None if kept is None else [kept]
+    if part.kind == "projection":
+        typ, data, meta = values[0], values[1], _row_value(sql, values[2])
+        kept = res.projection(meta)
+        if kept is None:
+            return None
+        if typ == JSON_METADATA:
+            # Stored as the projection only (PostgreSQL): seal the whole metadata first,
+            # as an encrypting codec stores it, so dropping keys loses nothing.
+            typ, data = res.codec._pack(res.codec._dump(meta, "metadata"), thread_id)
+        return [typ, data, kept]
     if part.kind == "typed":
         out, changed = [], False
         where = Location("checkpoint", thread_id)
@@ -668,8 +716,9 @@ def rekey(
         targets = [t for t in targets if t[0] is not redis_store]
     for obj, with_saver, with_store in targets:
         _, sql = _backend(obj)
-        res = _Resealer(obj.encryption)
-        work += [(obj, sql, p, res) for p in sql.parts(with_saver, with_store)]
+        res = _Resealer(obj.encryption, getattr(obj, "_codec", None) if with_saver else None)
+        parts = sql.parts(with_saver, with_store, projections=res.keep is not None)
+        work += [(obj, sql, p, res) for p in parts]
     total = sum(obj._run(_count(sql, part)) for obj, sql, part, _ in work)
     for obj, sql, part, res in work:
         cursor: tuple[Any, ...] | None = None
