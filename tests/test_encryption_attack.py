@@ -19,10 +19,10 @@ import pytest
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send, interrupt
 from test_erasure import Target, mentions, target
+from typing_extensions import TypedDict
 
 from langgraph_memory_plus.encryption import ENV_KEYS, Encryption, EncryptionError
 from langgraph_memory_plus.errors import InvalidConfigError
-from typing_extensions import TypedDict
 
 pytestmark = pytest.mark.storage
 __all__ = ["target"]
@@ -93,6 +93,7 @@ class FanState(TypedDict, total=False):
 
 def _fanout_graph(memory: Any) -> Any:
     """A ``Send`` fan-out whose branches write user text, then an interrupt resumed."""
+
     def fan(state: FanState) -> list[Send]:
         return [Send("branch", {"topics": [t]}) for t in state["topics"]]
 
@@ -242,9 +243,7 @@ def _url(target: Target) -> str:
     return target.url
 
 
-def test_two_rekeys_at_once_both_finish_and_move_every_row(
-    target: Target, tmp_path: Path
-) -> None:
+def test_two_rekeys_at_once_both_finish_and_move_every_row(target: Target, tmp_path: Path) -> None:
     """Two ``langgraph-memory rekey`` processes started together on the same database:
     both exit 0 (a row the other moved first is skipped, not an error), every row ends on
     the new key, everything reads with it alone."""
@@ -344,7 +343,8 @@ def test_rekey_racing_a_live_graph_loses_no_turn(target: Target) -> None:
         for tid in threads:
             state = memory.checkpointer.get_tuple({"configurable": {"thread_id": tid}})
             said = [m.content for m in state.checkpoint["channel_values"]["messages"]]
-            assert said == [x for n in range(turns) for x in (f"{tid} turn {n}", f"re: {tid} turn {n}")]
+            want = [x for n in range(turns) for x in (f"{tid} turn {n}", f"re: {tid} turn {n}")]
+            assert said == want
             record = memory.checkpointer.threads.get(tid)
             assert record is not None and record["title"] == f"{tid} turn 0"
             lines = memory.checkpointer.threads.transcript(tid)
@@ -393,13 +393,15 @@ def test_a_value_swapped_between_two_versions_of_one_thread_does_not_open(
             "SELECT version, blob FROM lgmp_blobs WHERE channel = 'note' ORDER BY version"
         ).fetchall()
         assert len(rows) == 2
-        (old_v, old_blob), (new_v, new_blob) = rows
+        (_, old_blob), (new_v, _) = rows
         conn.execute("UPDATE lgmp_blobs SET blob = ? WHERE version = ?", (old_blob, new_v))
     conn.close()
-    with from_url(f"sqlite:///{path}", encryption=enc) as memory:
-        with pytest.raises(EncryptionError):
-            state = memory.checkpointer.get_tuple(config)
-            assert state.checkpoint["channel_values"]["note"] == "approved=no"  # rolled back
+    with (
+        from_url(f"sqlite:///{path}", encryption=enc) as memory,
+        pytest.raises(EncryptionError),
+    ):
+        state = memory.checkpointer.get_tuple(config)
+        assert state.checkpoint["channel_values"]["note"] == "approved=no"  # rolled back
 
 
 # -- per-tenant keys ---------------------------------------------------------------------------

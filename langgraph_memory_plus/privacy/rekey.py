@@ -243,7 +243,11 @@ class _Sql:
                         join,
                     ),
                     _Part(
-                        "index_metadata", ix, ("thread_key",), "x.thread_id", ("metadata",),
+                        "index_metadata",
+                        ix,
+                        ("thread_key",),
+                        "x.thread_id",
+                        ("metadata",),
                         "index_projection",
                     ),
                 ]
