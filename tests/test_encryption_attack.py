@@ -52,6 +52,7 @@ def _leaks(text: str, key: bytes) -> bool:
         "{b64}=k1",  # swapped
         "k1={b64}x",  # a key that is not valid base64
         "k1={short}",  # a key of the wrong length
+        "k1={b64},k1={b64}",  # an id given twice
     ],
 )
 def test_a_malformed_key_variable_is_a_clear_error_without_the_key(value: str) -> None:
