@@ -118,10 +118,19 @@ class TenantKeys(Protocol):
 
 
 def _check_key(key_id: Any, key: Any) -> bytes:
+    # A rejected key id is never shown: it is often the key itself (a swapped dict, or
+    # ``id=key`` given as the id), and errors end up in logs.
     if not isinstance(key_id, str) or not key_id or len(key_id.encode()) > 64:
-        raise InvalidConfigError(f"a key id must be a non-empty str of <= 64 bytes: {key_id!r}")
+        raise InvalidConfigError(
+            f"a key id must be a non-empty str of <= 64 bytes (got a {type(key_id).__name__}"
+            f"{'' if not isinstance(key_id, (str, bytes)) else f' of length {len(key_id)}'}; "
+            "keys are given as {'key-id': key})"
+        )
     if "=" in key_id or "," in key_id:
-        raise InvalidConfigError(f"a key id cannot hold '=' or ',': {key_id!r}")
+        raise InvalidConfigError(
+            "a key id cannot hold '=' or ',' (not shown: it may hold a key); "
+            "keys are given as {'key-id': key}"
+        )
     if not isinstance(key, (bytes, bytearray)) or len(key) != 32:
         raise InvalidConfigError(f"key {key_id!r} must be 32 bytes (AES-256)")
     return bytes(key)
@@ -244,17 +253,23 @@ class Encryption:
         if not raw:
             return None
         keys: dict[str, bytes] = {}
-        for part in raw.split(","):
+        entries = raw.split(",")
+        for n, part in enumerate(entries, 1):
             kid, sep, b64 = part.strip().partition("=")
+            kid = kid.strip()
             try:
                 key = base64.b64decode(b64.strip() + "=" * (-len(b64.strip()) % 4), validate=True)
             except (binascii.Error, ValueError):
                 key = b""
-            if not sep or not kid or len(key) != 32:
+            if not sep or not kid or len(key) != 32 or len(kid) > 64 or kid in keys:
+                # Entries are named by position, never by content: a malformed entry is
+                # often a bare key (no ``id=``), and this message ends up in logs.
                 raise InvalidConfigError(
-                    f"{ENV_KEYS} must be id=base64(32 bytes),...; entry {kid or '?'!r} is not"
+                    f"{ENV_KEYS} must be id=base64(32-byte key),...; entry {n} of "
+                    f"{len(entries)} is not (a missing 'id=', a key that is not base64 of "
+                    "32 bytes, or an id given twice)"
                 )
-            keys[kid.strip()] = key
+            keys[kid] = key
         plain = env.get(ENV_PLAINTEXT, "").strip().lower() in ("1", "true", "yes", "on")
         return cls(keys, next(iter(keys)), accept_plaintext=plain)
 

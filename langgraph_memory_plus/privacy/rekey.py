@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -37,10 +38,10 @@ from ..checkpoint.codec import EMPTY, JSON_METADATA, inline_values
 from ..checkpoint.lists import LIST_TYPE
 from ..checkpoint.task_writes import pack, split_head, unpack
 from ..drivers.plan import Plan
-from ..encryption import SEALED_TYPE, Encryption, Location, key_id_of
+from ..encryption import MAGIC, SEALED_TYPE, TEXT_PREFIX, Encryption, Location, key_id_of
 from ..errors import InvalidConfigError
 from ..store.base import SEALED_FIELD
-from ..store.namespaces import namespace_of
+from ..store.namespaces import namespace_of, user_of_namespace
 from ..store.values import unescape_text
 
 DEFAULT_BATCH = 500
@@ -91,16 +92,36 @@ def _tid(raw: Any) -> str | None:
 class _Resealer:
     """Decides, per value, whether it must move, and reseals it (no I/O)."""
 
-    def __init__(self, enc: Encryption) -> None:
+    def __init__(self, enc: Encryption, codec: Any = None) -> None:
         self.enc = enc
+        self.codec = codec
+        """The saver's codec: it seals metadata stored as its JSON projection only."""
+        self.keep: frozenset[str] | None = getattr(codec, "metadata_keys", None)
+        """The metadata keys kept in clear (``Encryption(metadata_keys=...)`` with the
+        structural and index keys), or ``None``: all of them."""
+
+    def projection(self, meta: Any) -> dict[str, Any] | None:
+        """``meta`` (a clear metadata projection) with only the kept keys, or ``None``
+        when nothing is to be dropped."""
+        if self.keep is None or not isinstance(meta, dict):
+            return None
+        kept = {k: v for k, v in meta.items() if k in self.keep}
+        return None if kept == meta else kept
 
     def _stale(self, sealed: bool, data: bytes | str, where: Location) -> bool:
         if not sealed:
             return self.enc.accept_plaintext
-        # Shared keys move to the current one; a tenant key (not among ``keys``) is left:
-        # moving it would undo the tenant's isolation (tenant keys rotate in their KMS).
+        # Shared keys move to the key a write there would use now (the current one, or
+        # the user's tenant key: per-tenant keys turned on over shared-key rows); a tenant
+        # key (not among ``keys``) is left: tenant keys rotate in their KMS.
         kid = key_id_of(data)
-        return kid in self.enc.keys and kid != self.enc.current
+        return kid in self.enc.keys and kid != self.enc.current_key_id(where)
+
+    def store_location(self, namespace: tuple[str, ...], key: str) -> Location:
+        """Where a store item is, with its user when per-tenant keys are on (the store's
+        own rule, so a rekeyed item ends on the key a put would seal it with)."""
+        user = user_of_namespace(namespace) if self.enc.tenant_keys is not None else None
+        return Location("store", namespace=namespace, key=key, user_id=user)
 
     def typed(self, typ: str, data: bytes | None, where: Location) -> tuple[str, bytes] | None:
         if data is None or typ in (EMPTY, LIST_TYPE, JSON_METADATA):
@@ -135,7 +156,7 @@ class _Sql:
     def t(self, name: str) -> str:
         return f"{self.s}.{name}" if self.s else name
 
-    def parts(self, saver: bool, store: bool) -> list[_Part]:
+    def parts(self, saver: bool, store: bool, projections: bool = False) -> list[_Part]:
         th = self.t("lgmp_threads")
         ix = self.t("lgmp_thread_index")
         tid = "th.thread_id"
@@ -208,6 +229,28 @@ class _Sql:
                         join,
                     )
                 )
+            if projections:
+                # Rows written before encryption (or before ``metadata_keys``) keep every
+                # metadata key in their clear projections: restrict them as a put would.
+                out += [
+                    _Part(
+                        "metadata",
+                        self.t("lgmp_checkpoints"),
+                        ("thread_key", "checkpoint_ns", "checkpoint_id"),
+                        tid,
+                        ("metadata_type", "metadata", "metadata_json"),
+                        "projection",
+                        join,
+                    ),
+                    _Part(
+                        "index_metadata",
+                        ix,
+                        ("thread_key",),
+                        "x.thread_id",
+                        ("metadata",),
+                        "index_projection",
+                    ),
+                ]
             out += [
                 _Part(
                     "thread_index",
@@ -305,7 +348,11 @@ def _param(sql: _Sql, part: _Part, value: Any) -> Any:
         from psycopg.types.json import Jsonb
 
         return Jsonb(value)
-    if sql.backend == "sqlite" and part.kind in ("store", "index") and isinstance(value, dict):
+    if (
+        sql.backend == "sqlite"
+        and part.kind in ("store", "index", "projection", "index_projection")
+        and isinstance(value, dict)
+    ):
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     return value
 
@@ -322,7 +369,7 @@ def _reseal(
     if part.kind == "store":
         value = _row_value(sql, values[0])
         sealed = value.get(SEALED_FIELD) if isinstance(value, dict) and len(value) == 1 else None
-        where = Location("store", namespace=namespace_of(key[0]), key=unescape_text(key[1]))
+        where = res.store_location(namespace_of(key[0]), unescape_text(key[1]))
         if isinstance(sealed, str):
             new = res.text(sealed, where)
             return None if new is None else [_store_value(sql, {SEALED_FIELD: new}), values[1]]
@@ -334,6 +381,19 @@ def _reseal(
         return [_store_value(sql, {SEALED_FIELD: new}), False if sql.backend == "postgres" else 0]
     if thread_id is None:
         return _UNREACHABLE
+    if part.kind == "index_projection":
+        kept = res.projection(_row_value(sql, values[0]))
+        return None if kept is None else [kept]
+    if part.kind == "projection":
+        typ, data, meta = values[0], values[1], _row_value(sql, values[2])
+        kept = res.projection(meta)
+        if kept is None:
+            return None
+        if typ == JSON_METADATA:
+            # Stored as the projection only (PostgreSQL): seal the whole metadata first,
+            # as an encrypting codec stores it, so dropping keys loses nothing.
+            typ, data = res.codec._pack(res.codec._dump(meta, "metadata"), thread_id)
+        return [typ, data, kept]
     if part.kind == "typed":
         out, changed = [], False
         where = Location("checkpoint", thread_id)
@@ -549,7 +609,7 @@ def _redis_shard(plans: Any, res: _Resealer, path: bytes) -> Plan[Any, tuple[int
         if not isinstance(sealed, str):
             lost += int(res.enc.accept_plaintext)
             continue
-        moved = res.text(sealed, Location("store", namespace=namespace, key=key))
+        moved = res.text(sealed, res.store_location(tuple(namespace), key))
         if moved is None:
             continue
         after = header + b"\n" + json.dumps({SEALED_FIELD: moved}, separators=(",", ":")).encode()
@@ -660,8 +720,9 @@ def rekey(
         targets = [t for t in targets if t[0] is not redis_store]
     for obj, with_saver, with_store in targets:
         _, sql = _backend(obj)
-        res = _Resealer(obj.encryption)
-        work += [(obj, sql, p, res) for p in sql.parts(with_saver, with_store)]
+        res = _Resealer(obj.encryption, getattr(obj, "_codec", None) if with_saver else None)
+        parts = sql.parts(with_saver, with_store, projections=res.keep is not None)
+        work += [(obj, sql, p, res) for p in parts]
     total = sum(obj._run(_count(sql, part)) for obj, sql, part, _ in work)
     for obj, sql, part, res in work:
         cursor: tuple[Any, ...] | None = None
@@ -682,14 +743,28 @@ def rekey(
 def key_ids(rows: Iterator[bytes]) -> set[str]:
     """The key ids of the envelopes in raw dumped rows (for tests and audits)."""
     found: set[str] = set()
+    prefix = TEXT_PREFIX.encode()
     for row in rows:
         start = 0
-        while (i := row.find(b"\xa7LGE1", start)) >= 0:
+        while (i := row.find(MAGIC, start)) >= 0:
             kid = key_id_of(row[i:])
             if kid is not None:
                 found.add(kid)
             start = i + 1
+        # Envelopes stored as text (store values, titles, transcripts): base64 after the
+        # prefix; enough of it for the header (magic, id length, id <= 64 bytes).
+        start = 0
+        while (i := row.find(prefix, start)) >= 0:
+            head = _B64_HEAD.match(row, i + len(prefix))
+            b64 = head.group(0)[:96] if head else b""
+            kid = key_id_of(TEXT_PREFIX + b64[: len(b64) - len(b64) % 4].decode())
+            if kid is not None:
+                found.add(kid)
+            start = i + 1
     return found
+
+
+_B64_HEAD = re.compile(rb"[A-Za-z0-9+/]+")
 
 
 __all__ = ["RekeyProgress", "RekeyReport", "rekey"]
