@@ -184,7 +184,8 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         # (thread key, owner) -> the number a run took (auto mode), newest last
         self._fence_runs: OrderedDict[tuple[bytes, str], int] = OrderedDict()
         self._fence_lock = threading.Lock()
-        self._fence_alocks: dict[int, asyncio.Lock] = {}
+        # per event loop; a closed loop's entry is dropped (its lock holds the loop)
+        self._fence_alocks: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = {}
 
     @property
     def fence(self) -> Fence:
@@ -246,8 +247,14 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         """Async :meth:`_take`."""
         if claim is None or claim.token is not None:
             return
-        loop = id(asyncio.get_running_loop())
-        lock = self._fence_alocks.setdefault(loop, asyncio.Lock())
+        loop = asyncio.get_running_loop()
+        locks = self._fence_alocks
+        if id(loop) not in locks:
+            # asyncio.run per request: forget the loops closed since (not kept alive)
+            for key in [k for k, (old, _) in locks.items() if old.is_closed()]:
+                del locks[key]
+            locks[id(loop)] = (loop, asyncio.Lock())
+        lock = locks[id(loop)][1]
         async with lock:
             claim.token = self._fence_runs.get((target.thread_key, claim.owner))
             if claim.token is None:
