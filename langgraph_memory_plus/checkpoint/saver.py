@@ -69,6 +69,11 @@ _RUN: ContextVar[tuple[bytes, str] | None] = ContextVar("lgmp_fence_run", defaul
 """The run (thread key, owner) the calls of this context belong to, set by a root-graph
 call that carries a run id: LangGraph gives subgraphs no run id, but runs their nodes in
 copies of the run's context, so a subgraph's writes are fenced as their run's."""
+_TASK_KEY = "__pregel_task_id"
+"""Set in the config of a write made inside a run's task (LangGraph's
+``CONFIG_KEY_TASK_ID``): the context outlives the run (a sync run reads its checkpoint in
+the caller's context), so an owner-less write after it (``update_state`` on a subgraph)
+must not be taken for the old run's."""
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 LIST_PAGE_SIZE = 100
@@ -206,7 +211,12 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         run_id = run_id_of(config)
         if run_id is None:
             run = _RUN.get()
-            if run is None or target.checkpoint_ns == "" or run[0] != target.thread_key:
+            if (
+                run is None
+                or target.checkpoint_ns == ""
+                or run[0] != target.thread_key
+                or _TASK_KEY not in (config.get("configurable") or {})
+            ):
                 return None
             owner = run[1]  # a subgraph of the run this context belongs to
         else:
