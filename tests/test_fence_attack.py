@@ -66,3 +66,24 @@ def test_fence_writes_without_a_run_after_a_run_are_not_fenced(saver_factory: An
             saver.put(sub, empty_checkpoint(), {}, {})
 
         contextvars.copy_context().run(scenario)
+
+
+def test_fence_sweep_of_an_expired_thread_removes_its_fence(
+    saver_factory: Any, backend: str
+) -> None:
+    """TTL sweep deletes a thread as ``delete_thread`` does: its fence goes too (it was
+    left behind on PostgreSQL, one row per fenced thread forever). Redis needs no sweep:
+    its fence key expires by itself (a day after its lease)."""
+    import time
+
+    if backend.startswith("redis"):
+        pytest.skip("Redis has no sweep: the fence key carries its own expiry")
+    tid = _thread()
+    with saver_factory(fence=True, ttl={"default_ttl": 0.01}) as saver:  # 0.6 s
+        root: Any = {"configurable": {"thread_id": tid, "checkpoint_ns": ""}}
+        saver.put({**root, "run_id": str(uuid.uuid4())}, empty_checkpoint(), {}, {})
+        assert saver.fence.get(tid) is not None
+        time.sleep(0.8)
+        assert saver.get_tuple(root) is None
+        assert saver.sweep_expired() >= 1
+        assert saver.fence.get(tid) is None
