@@ -10,6 +10,7 @@ import weakref
 from typing import Any
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_memory_plus import FencedWriteError
@@ -87,3 +88,122 @@ def test_fence_sweep_of_an_expired_thread_removes_its_fence(
         assert saver.get_tuple(root) is None
         assert saver.sweep_expired() >= 1
         assert saver.fence.get(tid) is None
+
+
+def _cp(n: int, text: str) -> Any:
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.base.id import uuid6
+
+    cp = empty_checkpoint()
+    cp["id"] = str(uuid6(clock_seq=n))
+    cp["channel_values"] = {"messages": [HumanMessage(text, id=f"m{n}")]}
+    cp["channel_versions"] = {"messages": f"{n:07d}"}
+    return cp
+
+
+def test_fence_with_encryption_and_retention_refuses_and_keeps_one_lineage(
+    saver_factory: Any,
+) -> None:
+    """The fence with ``encryption`` and ``keep_last`` (PostgreSQL: the put and its trim
+    share a transaction) and transcripts: a superseded run's put and put_writes are
+    refused, nothing of them is stored, and the current run goes on on the same saver."""
+    from langgraph_memory_plus.encryption import Encryption
+
+    tid = _thread()
+    options = {"fence": True, "keep_last": 2, "transcripts": True}
+    with saver_factory(**options, encryption=Encryption({"k1": b"1" * 32})) as saver:
+        root: Any = {"configurable": {"thread_id": tid, "checkpoint_ns": ""}}
+        a, b = {**root, "run_id": "run-a"}, {**root, "run_id": "run-b"}
+        saver.get_tuple(a)  # run a starts
+        parent = saver.put(a, _cp(1, "first"), {}, {"messages": "0000001"})
+        saver.get_tuple(b)  # run b starts on the same thread: a is superseded
+        with pytest.raises(FencedWriteError) as refused:
+            saver.put({**parent, "run_id": "run-a"}, _cp(2, "stale"), {}, {"messages": "0000002"})
+        assert "run-a" in str(refused.value) and "run-b" in str(refused.value)
+        with pytest.raises(FencedWriteError):
+            saver.put_writes({**parent, "run_id": "run-a"}, [("messages", "stale")], "t-a")
+        last = parent
+        for n in range(3, 6):
+            last = saver.put({**last, "run_id": "run-b"}, _cp(n, f"b{n}"), {}, {"messages": f"{n:07d}"})
+        saver.put_writes({**last, "run_id": "run-b"}, [("messages", "fresh")], "t-b")
+        kept = list(saver.list({"configurable": {"thread_id": tid}}))
+        assert len(kept) == 2
+        texts = [m.content for t in kept for m in t.checkpoint["channel_values"]["messages"]]
+        assert "stale" not in texts and texts[0] == "b5"
+        assert all(w[1] != "stale" for t in kept for w in (t.pending_writes or []))
+
+
+@pytest.mark.parametrize("name", ["a.b", "a/b/../c", "线程-一", "a\x00b", " "])
+def test_fence_thread_ids_of_every_kind(saver_factory: Any, name: str) -> None:
+    """Thread ids with dots, slashes, Chinese, NUL or only a space: the fence is per
+    thread, a lease is refused once superseded, and deletion removes the fence."""
+    from langgraph_memory_plus.errors import InvalidConfigError
+
+    tid = f"{name}-{uuid.uuid4().hex[:6]}"
+    with saver_factory() as saver:
+        try:
+            first = saver.fence.acquire(tid, owner="w1")
+        except InvalidConfigError:
+            with pytest.raises(InvalidConfigError):  # refused as a thread id everywhere
+                saver.put({"configurable": {"thread_id": tid}}, empty_checkpoint(), {}, {})
+            return
+        saver.put(first.config(), empty_checkpoint(), {}, {})
+        second = saver.fence.acquire(tid, owner="w2", force=True)
+        assert second.token > first.token
+        other = saver.fence.acquire(f"{tid}x", owner="w3")  # another thread: its own
+        assert other.owner == "w3"
+        with pytest.raises(FencedWriteError):
+            saver.put(first.config(), empty_checkpoint(), {}, {})
+        state = saver.fence.get(tid)
+        assert state is not None and state.owner == "w2"
+        saver.delete_thread(tid)
+        assert saver.fence.get(tid) is None
+        assert saver.fence.acquire(tid, owner="w4").token > second.token
+
+
+def test_fence_same_run_id_sent_twice_to_one_saver_keeps_one_lineage(
+    saver_factory: Any,
+) -> None:
+    """The same run id started twice on one saver (a queue item delivered twice, a
+    client retry that keeps its run id), both frozen on one parent: each start is an
+    owner of its own, the later one wins (they were one owner: both lineages stayed)."""
+    import threading
+
+    from test_fence import _one_lineage, graph, stored
+
+    tid = _thread()
+    config: Any = {"configurable": {"thread_id": tid}}
+    entered = [threading.Event(), threading.Event()]
+    go = [threading.Event(), threading.Event()]
+
+    def work(state: Any, config: RunnableConfig) -> Any:
+        me = int(config["configurable"]["who"])
+        entered[me].set()
+        go[me].wait(60)
+        return {"log": [f"run{me}"]}
+
+    with saver_factory(fence=True) as saver:
+        app = graph(work).compile(checkpointer=saver, interrupt_before=["work"])
+        app.invoke({"log": []}, {**config, "run_id": uuid.uuid4()})
+        parent = saver.get_tuple(config).config["configurable"]["checkpoint_id"]
+        run_id = uuid.uuid4()  # the same run, delivered twice
+        outcome: dict[int, Any] = {}
+
+        def run(me: int) -> None:
+            try:
+                cfg = {"configurable": {"thread_id": tid, "who": str(me)}, "run_id": run_id}
+                outcome[me] = app.invoke(None, cfg)
+            except FencedWriteError as exc:
+                outcome[me] = exc
+
+        runs = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        runs[0].start()
+        assert entered[0].wait(60)
+        runs[1].start()
+        assert entered[1].wait(60)
+        go[0].set()
+        runs[0].join()
+        go[1].set()
+        runs[1].join()
+        assert len(stored(saver, tid)) >= 2
+        _one_lineage(saver, tid, parent, "run1")
