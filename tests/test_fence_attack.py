@@ -31,7 +31,7 @@ def test_fence_async_takes_keep_no_closed_event_loop_alive(saver_factory: Any) -
         for _ in range(3):
             tid = _thread()
 
-            async def main() -> None:
+            async def main(tid: str = tid) -> None:
                 loops.append(weakref.ref(asyncio.get_running_loop()))
                 cfg: Any = {"configurable": {"thread_id": tid, "checkpoint_ns": ""}}
                 saved = await saver.aput(
@@ -124,7 +124,8 @@ def test_fence_with_encryption_and_retention_refuses_and_keeps_one_lineage(
             saver.put_writes({**parent, "run_id": "run-a"}, [("messages", "stale")], "t-a")
         last = parent
         for n in range(3, 6):
-            last = saver.put({**last, "run_id": "run-b"}, _cp(n, f"b{n}"), {}, {"messages": f"{n:07d}"})
+            version = {"messages": f"{n:07d}"}
+            last = saver.put({**last, "run_id": "run-b"}, _cp(n, f"b{n}"), {}, version)
         saver.put_writes({**last, "run_id": "run-b"}, [("messages", "fresh")], "t-b")
         kept = list(saver.list({"configurable": {"thread_id": tid}}))
         assert len(kept) == 2
