@@ -7,15 +7,22 @@ import contextvars
 import gc
 import uuid
 import weakref
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
+from typing_extensions import TypedDict
 
 from langgraph_memory_plus import FencedWriteError
 
 pytestmark = pytest.mark.storage
+
+
+class S(TypedDict, total=False):
+    log: Annotated[list[str], lambda a, b: a + b]
 
 
 def _thread() -> str:
@@ -208,3 +215,29 @@ def test_fence_same_run_id_sent_twice_to_one_saver_keeps_one_lineage(
         runs[1].join()
         assert len(stored(saver, tid)) >= 2
         _one_lineage(saver, tid, parent, "run1")
+
+
+def test_fence_subgraph_interrupt_resume_and_update_state(saver_factory: Any) -> None:
+    """A subgraph interrupts, ``update_state`` on it and ``Command(resume)`` in new runs,
+    all in one context, with another worker's run taking the thread in between: the
+    owner-less ``update_state`` is not fenced, the resuming run takes the thread back."""
+    sub = StateGraph(S)
+    sub.add_node("ask", lambda s: {"log": [str(interrupt("q"))]})
+    sub.add_edge(START, "ask")
+    sub.add_edge("ask", END)
+    builder = StateGraph(S)
+    builder.add_node("work", sub.compile(checkpointer=True))
+    builder.add_edge(START, "work")
+    builder.add_edge("work", END)
+    tid = _thread()
+    config: Any = {"configurable": {"thread_id": tid}}
+    with saver_factory(fence=True) as saver, saver_factory(fence=True) as other:
+        app = builder.compile(checkpointer=saver)
+        app.invoke({"log": []}, {**config, "run_id": uuid.uuid4()})
+        # another worker's run starts on the thread (and stops before writing)
+        other.get_tuple({**config, "run_id": str(uuid.uuid4())})
+        state = app.get_state(config, subgraphs=True)
+        sub_config = state.tasks[0].state.config  # type: ignore[union-attr]
+        app.update_state(sub_config, {"log": ["edited"]})  # no run: not fenced
+        out = app.invoke(Command(resume="yes"), {**config, "run_id": uuid.uuid4()})
+        assert out["log"][-2:] == ["edited", "yes"] or out["log"][-1] == "yes", out
