@@ -57,9 +57,10 @@ def test_fence_async_takes_keep_no_closed_event_loop_alive(saver_factory: Any) -
 
 
 def test_fence_writes_without_a_run_after_a_run_are_not_fenced(saver_factory: Any) -> None:
-    """A run's context outlives the run (LangGraph's sync loop reads its checkpoint in the
-    caller's context): a later write to a subgraph namespace of that thread that carries
-    no owner (``update_state`` outside any run) must not be fenced as that old run's."""
+    """A caller's context outlives the run it started (``get_tuple`` / ``put`` with a
+    run id called directly: a graph's own run is in a copied context): a later write to
+    a subgraph namespace of that thread that carries no owner (no run id, not inside a
+    task) must not be fenced as that old run's, and refused once another run took over."""
     tid = _thread()
     with saver_factory(fence=True) as saver:
 
