@@ -242,3 +242,22 @@ def test_fence_subgraph_interrupt_resume_and_update_state(saver_factory: Any) ->
         app.update_state(sub_config, {"log": ["edited"]})  # no run: not fenced
         out = app.invoke(Command(resume="yes"), {**config, "run_id": uuid.uuid4()})
         assert out["log"][-2:] == ["edited", "yes"] or out["log"][-1] == "yes", out
+
+
+def test_fence_get_takes_the_thread_ids_acquire_takes(saver_factory: Any) -> None:
+    """LangGraph accepts an int thread id: ``acquire(5)`` takes thread ``"5"``, and
+    ``get(5)`` reads it (it raised ``AttributeError``); an empty id is refused by both."""
+    from langgraph_memory_plus.errors import InvalidConfigError
+
+    number = uuid.uuid4().int % 10**12
+    with saver_factory() as saver:
+        lease = saver.fence.acquire(number, owner="w1")  # type: ignore[arg-type]
+        assert lease.thread_id == str(number)
+        state = saver.fence.get(number)
+        assert state is not None and state.owner == "w1"
+        assert asyncio.run(saver.fence.aget(number)) == state
+        for bad in ("", None):
+            with pytest.raises(InvalidConfigError):
+                saver.fence.acquire(bad, owner="w1")  # type: ignore[arg-type]
+            with pytest.raises(InvalidConfigError):
+                saver.fence.get(bad)  # type: ignore[arg-type]
