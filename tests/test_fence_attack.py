@@ -261,3 +261,29 @@ def test_fence_get_takes_the_thread_ids_acquire_takes(saver_factory: Any) -> Non
                 saver.fence.acquire(bad, owner="w1")  # type: ignore[arg-type]
             with pytest.raises(InvalidConfigError):
                 saver.fence.get(bad)  # type: ignore[arg-type]
+
+
+async def test_fence_same_run_id_started_twice_in_two_tasks(async_saver_factory: Any) -> None:
+    """asyncio: two tasks start the same run id on one async saver (each task its own
+    context, as two ``ainvoke``): the later start owns the thread, the earlier is refused."""
+    tid = _thread()
+    root: Any = {"configurable": {"thread_id": tid, "checkpoint_ns": ""}, "run_id": "dup"}
+    async with async_saver_factory(fence=True) as saver:
+        started = [asyncio.Event(), asyncio.Event()]
+        go = [asyncio.Event(), asyncio.Event()]
+
+        async def run(me: int) -> Any:
+            await saver.aget_tuple(root)
+            started[me].set()
+            await go[me].wait()
+            return await saver.aput(root, _cp(10 + me, f"r{me}"), {}, {"messages": "1"})
+
+        tasks = [asyncio.create_task(run(0))]
+        await started[0].wait()
+        tasks.append(asyncio.create_task(run(1)))
+        await started[1].wait()
+        go[0].set()
+        go[1].set()
+        first, second = await asyncio.gather(*tasks, return_exceptions=True)
+        assert isinstance(first, FencedWriteError), first
+        assert not isinstance(second, BaseException), second
