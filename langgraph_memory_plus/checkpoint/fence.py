@@ -207,6 +207,11 @@ def _owner(value: Any) -> str:
     return value
 
 
+def _thread_id(value: Any) -> str:
+    """A thread id as a config names it (an int is its string), checked as writes do."""
+    return read_target({"configurable": {"thread_id": value}}).thread_id
+
+
 def held_claim(config: RunnableConfig) -> Claim | None:
     """The lease a config carries (see :meth:`Lease.config`), as a claim."""
     held = (config.get("configurable") or {}).get(FENCE_KEY)
@@ -251,7 +256,7 @@ class Fence:
     def _take(
         self, thread_id: str, owner: str, lease_s: float | None, force: bool
     ) -> Plan[Any, Lease]:
-        thread_id = read_target({"configurable": {"thread_id": thread_id}}).thread_id
+        thread_id = _thread_id(thread_id)
         owner = _owner(owner)
         seconds = _lease_seconds(self._saver._fence_lease_s if lease_s is None else lease_s)
         before, after = yield from self._plans.fence_take(thread_id, owner, seconds, force)
@@ -323,10 +328,10 @@ class Fence:
             self._plans.fence_release(lease.thread_id, lease.owner, lease.token)
         )
 
-    def get(self, thread_id: str) -> FenceState | None:
+    def get(self, thread_id: str | int) -> FenceState | None:
         """The thread's fence (``None``: never taken, or deleted with its thread)."""
-        return self._saver._run(self._plans.fence_state(thread_id))
+        return self._saver._run(self._plans.fence_state(_thread_id(thread_id)))
 
-    async def aget(self, thread_id: str) -> FenceState | None:
+    async def aget(self, thread_id: str | int) -> FenceState | None:
         """Async :meth:`get`."""
-        return await self._saver._arun(self._plans.fence_state(thread_id))
+        return await self._saver._arun(self._plans.fence_state(_thread_id(thread_id)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import secrets
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -65,10 +66,17 @@ if TYPE_CHECKING:
 
 R = TypeVar("R")
 
-_RUN: ContextVar[tuple[bytes, str] | None] = ContextVar("lgmp_fence_run", default=None)
-"""The run (thread key, owner) the calls of this context belong to, set by a root-graph
-call that carries a run id: LangGraph gives subgraphs no run id, but runs their nodes in
-copies of the run's context, so a subgraph's writes are fenced as their run's."""
+_RUN: ContextVar[tuple[bytes, str, str] | None] = ContextVar("lgmp_fence_run", default=None)
+"""The run (thread key, run id, owner) the calls of this context belong to, set as a
+root graph starts (its first read, with a run id) or by a root write with a run id:
+LangGraph gives subgraphs no run id, but runs their nodes and its own writes in copies of
+the run's context, so a subgraph's writes are fenced as their run's, and the same run id
+started twice (a queue item delivered twice) is two owners, the later start winning."""
+_TASK_KEY = "__pregel_task_id"
+"""Set in the config of a write made inside a run's task (LangGraph's
+``CONFIG_KEY_TASK_ID``): the context outlives the run (a sync run reads its checkpoint in
+the caller's context), so an owner-less write after it (``update_state`` on a subgraph)
+must not be taken for the old run's."""
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 LIST_PAGE_SIZE = 100
@@ -195,8 +203,12 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         self._fence_name = instance_name()
         # (thread key, owner) -> the number a run took (auto mode), newest last
         self._fence_runs: OrderedDict[tuple[bytes, str], int] = OrderedDict()
+        # (thread key, run id) -> the owner of that run's latest start on this saver
+        self._fence_starts: OrderedDict[tuple[bytes, str], str] = OrderedDict()
+        self._fence_starts_lock = threading.Lock()
         self._fence_lock = threading.Lock()
-        self._fence_alocks: dict[int, asyncio.Lock] = {}
+        # per event loop; a closed loop's entry is dropped (its lock holds the loop)
+        self._fence_alocks: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = {}
 
     @property
     def fence(self) -> Fence:
@@ -215,15 +227,26 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         if held is not None or self._fence_options is None or not self._fence_options.auto:
             return held
         run_id = run_id_of(config)
+        run = _RUN.get()
+        if run is not None and run[0] != target.thread_key:
+            run = None
         if run_id is None:
-            run = _RUN.get()
-            if run is None or target.checkpoint_ns == "" or run[0] != target.thread_key:
+            if (
+                run is None
+                or target.checkpoint_ns == ""
+                or _TASK_KEY not in (config.get("configurable") or {})
+            ):
                 return None
-            owner = run[1]  # a subgraph of the run this context belongs to
+            owner = run[2]  # a subgraph of the run this context belongs to
+        elif run is not None and run[1] == run_id:
+            owner = run[2]  # this invocation of the run (see _run_start)
         else:
-            owner = f"run:{run_id}@{self._fence_name}"
+            # a call outside the run's context: its latest start here, if any
+            owner = self._fence_starts.get((target.thread_key, run_id)) or (
+                f"run:{run_id}@{self._fence_name}"
+            )
             if target.checkpoint_ns == "":
-                _RUN.set((target.thread_key, owner))
+                _RUN.set((target.thread_key, run_id, owner))
         token = self._fence_runs.get((target.thread_key, owner))
         return Claim(owner, token, self._fence_options.lease_s)
 
@@ -258,8 +281,14 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         """Async :meth:`_take`."""
         if claim is None or claim.token is not None:
             return
-        loop = id(asyncio.get_running_loop())
-        lock = self._fence_alocks.setdefault(loop, asyncio.Lock())
+        loop = asyncio.get_running_loop()
+        locks = self._fence_alocks
+        if id(loop) not in locks:
+            # asyncio.run per request: forget the loops closed since (not kept alive)
+            for key in [k for k, (old, _) in locks.items() if old.is_closed()]:
+                del locks[key]
+            locks[id(loop)] = (loop, asyncio.Lock())
+        lock = locks[id(loop)][1]
         async with lock:
             claim.token = self._fence_runs.get((target.thread_key, claim.owner))
             if claim.token is None:
@@ -536,11 +565,23 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         runs resumed from one checkpoint are then two owners before either writes."""
         if self._fence_options is None or not self._fence_options.auto:
             return None
-        if run_id_of(config) is None:
+        run_id = run_id_of(config)
+        if run_id is None or held_claim(config) is not None:
             return None
         target = read_target(config)
-        claim = self._claim(config, target)
-        return None if claim is None or claim.token is not None else (target, claim)
+        if target.checkpoint_ns != "":
+            return None
+        # each start is an owner of its own: the same run id started twice on this
+        # saver (a redelivered queue item) must not run as one owner twice
+        owner = f"run:{run_id}@{self._fence_name}#{secrets.token_hex(4)}"
+        _RUN.set((target.thread_key, run_id, owner))
+        with self._fence_starts_lock:  # not _fence_lock: held across a take's I/O
+            starts = self._fence_starts
+            starts[(target.thread_key, run_id)] = owner
+            starts.move_to_end((target.thread_key, run_id))
+            while len(starts) > RUN_TOKENS:
+                starts.popitem(last=False)
+        return target, Claim(owner, None, self._fence_options.lease_s)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         if (start := self._run_start(config)) is not None:

@@ -1344,7 +1344,10 @@ class PostgresCheckpointPlans:
                 UPDATE {self._th} SET thread_id = NULL, expires_at = NULL
                 WHERE thread_key IN (SELECT thread_key FROM victims WHERE tomb)
             ), d6 AS ({self.threads.delete_in("SELECT thread_key FROM victims")}
-            ), d7 AS ({self.threads.sweep_transcripts("%(n)s")})
+            ), d7 AS ({self.threads.sweep_transcripts("%(n)s")}
+            ), d8 AS (  -- a swept thread's fence goes with it, as in delete_thread
+                DELETE FROM {self._fe} WHERE thread_key IN (SELECT thread_key FROM victims)
+            )
             SELECT count(*) FILTER (WHERE live), count(*) FROM victims""",
             {"n": batch_size},
             fetch=True,
