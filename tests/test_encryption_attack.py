@@ -611,7 +611,7 @@ def test_rekey_racing_store_writers_keeps_the_last_value_on_every_backend(
 
 
 def test_migrating_with_metadata_keys_leaves_no_dropped_metadata_in_clear(
-    target: Target, request: pytest.FixtureRequest
+    target: Target,
 ) -> None:
     """Encryption turned on over existing rows with ``metadata_keys``: after the rekey
     in the migration mode, a dropped metadata key's value is nowhere in clear (as for
@@ -620,14 +620,6 @@ def test_migrating_with_metadata_keys_leaves_no_dropped_metadata_in_clear(
 
     from langgraph_memory_plus.privacy.rekey import rekey
 
-    if "key_prefix" in target.options:
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="open on Redis: rekey does not restrict the thread record's clear "
-                "metadata (the '...:rec' hash) of rows written before metadata_keys",
-            )
-        )
     secret = f"topic {os.urandom(6).hex()}"
     config = {"configurable": {"thread_id": "meta-old", "checkpoint_ns": ""}}
     with target.open() as memory:
