@@ -140,7 +140,9 @@ def test_hard_ids_send_and_resume_are_sealed_and_rekeyed(target: Target) -> None
         for tid in ids:
             topics = [secret("topic"), secret("topic")]
             resume = secret("resume")
-            config = {"configurable": {"thread_id": tid, "user_id": f"u/{tid}"}}
+            config = {
+                "configurable": {"thread_id": tid, "user_id": f"u/{tid}".replace("\x00", "0")}
+            }
             out = app.invoke({"topics": topics}, config)
             assert "__interrupt__" in out
             app.invoke(Command(resume=resume), config)
