@@ -497,6 +497,13 @@ def _redis_thread(plans: Any, res: _Resealer, tag: str) -> Plan[Any, tuple[int, 
             ("HGETALL", tx),
         ]
     )
+    # The record's clear metadata JSON (``m``, the latest root checkpoint's, and
+    # ``m<member>`` per checkpoint, read by FILTER): restricted to the kept keys as a put
+    # with ``metadata_keys`` would store it.
+    projections: dict[bytes, bytes] = {}
+    if res.keep is not None:
+        [record] = yield Batch([("HGETALL", k["rec"])])
+        projections = {f: v for f, v in record.items() if f.startswith(b"m") and v}
     examined = len(ck) + len(blobs) + len(writes) + len(items) + len(lines) + 1
     if tid_raw is None:
         return examined, 0, examined
@@ -543,6 +550,14 @@ def _redis_thread(plans: Any, res: _Resealer, tag: str) -> Plan[Any, tuple[int, 
                 changed = True
         if changed:
             updates.append((k["rec"], b"i", ints, _pack_netstrings(parts)))
+    for field, old in projections.items():
+        try:
+            meta = json.loads(old)
+        except ValueError:
+            continue
+        kept = res.projection(meta)
+        if kept is not None:
+            updates.append((k["rec"], field, old, json.dumps(kept).encode()))
     for field, old in lines.items():
         if field.startswith(b"\0"):  # a per-owner line count, not a line
             continue
@@ -567,7 +582,7 @@ def _rekey_redis(
 ) -> None:
     """The Redis saver's threads, ``batch_size`` threads per plan (a script per field)."""
     plans = saver._plans
-    res = _Resealer(saver.encryption)
+    res = _Resealer(saver.encryption, getattr(saver, "_codec", None))
     tags: list[str] = saver._run(plans._all_thread_keys())
     for start in range(0, len(tags), batch_size):
 
