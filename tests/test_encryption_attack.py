@@ -441,12 +441,11 @@ _BOUND_TO_THREAD_ONLY = pytest.mark.xfail(
 
 
 @_BOUND_TO_THREAD_ONLY
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])  # rows of SQL tables
 def test_a_checkpoint_row_swapped_inside_one_thread_does_not_open(target: Target) -> None:
     """The body and metadata of an older checkpoint copied over the newest one's (SQL)."""
     from langgraph.checkpoint.base import empty_checkpoint
 
-    if "key_prefix" in target.options:
-        pytest.skip("SQL tables only")
     enc = Encryption({"k1": K1})
     config: Any = {"configurable": {"thread_id": "swap", "checkpoint_ns": ""}}
     ids = []
@@ -470,12 +469,11 @@ def test_a_checkpoint_row_swapped_inside_one_thread_does_not_open(target: Target
 
 
 @_BOUND_TO_THREAD_ONLY
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])  # rows of SQL tables
 def test_a_pending_write_swapped_between_tasks_does_not_open(target: Target) -> None:
     """The sealed write of one task copied over another task's (SQL)."""
     from langgraph.checkpoint.base import empty_checkpoint
 
-    if "key_prefix" in target.options:
-        pytest.skip("SQL tables only")
     pg = not target.url.startswith("sqlite")
     enc = Encryption({"k1": K1})
     config: Any = {"configurable": {"thread_id": "swapw", "checkpoint_ns": ""}}
