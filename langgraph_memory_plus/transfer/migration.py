@@ -303,12 +303,18 @@ def _open(obj: Any, name: str, *args: Any, **kwargs: Any) -> Plan[Command, Any]:
 
 
 def _catalogue(
-    saver: Any, thread_id: str, batch: int, unowned: tuple[str, set[tuple[str, str]]] | None = None
+    saver: Any,
+    thread_id: str,
+    batch: int,
+    unowned: tuple[str, set[tuple[str, str]]] | None = None,
+    seen: tuple[Callable[[CheckpointTuple], Any], list[Any]] | None = None,
 ) -> Plan[Command, dict[str, dict[str, int]]]:
     """``{namespace: {checkpoint_id: number of pending writes}}`` of one thread.
 
     ``unowned``: a metadata key and a set that receives the (namespace, id) of every
     checkpoint whose metadata lacks it (a copy re-run that attributes threads re-puts them).
+    ``seen`` (paged reads only): a function naming a checkpoint's user and a list that
+    receives the user of the newest root checkpoint that names one.
     """
     out: dict[str, dict[str, int]] = {}
     kind = _kind(saver)
@@ -342,6 +348,10 @@ def _catalogue(
             out.setdefault(ns, {})[cid] = len(t.pending_writes or ())
             if unowned is not None and (t.metadata or {}).get(unowned[0]) is None:
                 unowned[1].add((ns, cid))
+            if seen is not None and not ns and not seen[1]:
+                user = seen[0](t)
+                if user is not None:
+                    seen[1].append(user)
         if len(page) < batch:
             return out
 
@@ -494,25 +504,22 @@ def _owners(target: Any, user_id: UserOf | None, user_key: str | None) -> _Owner
     return _Owners(user_key, user_id)
 
 
-def _owner(source: Any, thread_id: str, owners: _Owners) -> Plan[Command, Any]:
-    """The thread's user: the newest root checkpoint that names one (a service that
-    resumed the thread with only its id leaves the latest without it; the thread is still
-    its user's, not ``user_id=``'s), else ``user_id=``'s attribution."""
-    latest = yield Call(source, "get_tuple", (_thread_config(thread_id, ""),))
-    if latest is not None and owners.shown(latest) is None:
-        before: Any = None  # pages read whole (collect): no stream is left open
-        while True:
-            kwargs = {"limit": DEFAULT_BATCH, **({"before": before} if before else {})}
-            page: list[CheckpointTuple] = yield Call(
-                source, "list", (_thread_config(thread_id, ""),), kwargs, collect=True
-            )
-            found = next((u for u in map(owners.shown, page) if u is not None), None)
-            if found is not None:
-                return found
-            if len(page) < DEFAULT_BATCH:
-                break
-            before = page[-1].config
-    return owners.of(thread_id, latest)
+def _look_back(
+    source: Any, thread_id: str, owners: _Owners, batch: int
+) -> Plan[Command, Any | None]:
+    """The user of the newest root checkpoint that names one, read in pages of ``batch``
+    (a service that resumed the thread with only its id leaves the latest without it; the
+    thread is still its user's, not ``user_id=``'s)."""
+    before: Any = None  # pages read whole (collect): no stream is left open
+    while True:
+        kwargs = {"limit": batch, **({"before": before} if before else {})}
+        page: list[CheckpointTuple] = yield Call(
+            source, "list", (_thread_config(thread_id, ""),), kwargs, collect=True
+        )
+        found = next((u for u in map(owners.shown, page) if u is not None), None)
+        if found is not None or len(page) < batch:
+            return found
+        before = page[-1].config
 
 
 def _owned(t: CheckpointTuple, key: str, owner: Any) -> Any:
@@ -532,8 +539,20 @@ def _copy_thread(
     owners: _Owners,
 ) -> Plan[Command, Any]:
     """Copy one thread; returns the owner written where the source showed none."""
-    owner = yield from _owner(source, thread_id, owners)
-    have = yield from _catalogue(source, thread_id, batch)
+    latest = yield Call(source, "get_tuple", (_thread_config(thread_id, ""),))
+    owner = owners.shown(latest)
+    if latest is not None and owner is None and _kind(source) in ("", "memory"):
+        # The catalogue pages through the thread anyway: it notes the newest root
+        # checkpoint naming a user, so the thread is read once.
+        seen: list[Any] = []
+        have = yield from _catalogue(source, thread_id, batch, seen=(owners.shown, seen))
+        owner = seen[0] if seen else None
+    else:
+        if latest is not None and owner is None:
+            owner = yield from _look_back(source, thread_id, owners, batch)
+        have = yield from _catalogue(source, thread_id, batch)
+    if owner is None:
+        owner = owners.of(thread_id, latest)
     # A re-run (after a crash, or with user_id= added) attributes what an earlier run
     # copied without the owner: those checkpoints are put again with it.
     unowned: set[tuple[str, str]] = set()
