@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -302,14 +303,18 @@ class DictKeys:
         self.by_user: dict[str, tuple[str, bytes]] = {}
         self.by_id: dict[str, bytes] = {}
         self.asked: list[str] = []
+        self.lock = threading.Lock()
 
     def key_for(self, user_id: str) -> tuple[str, bytes] | None:
-        self.asked.append(user_id)
-        if user_id not in self.by_user:
-            kid = "t-" + os.urandom(6).hex()
-            self.by_user[user_id] = (kid, os.urandom(32))
-            self.by_id[kid] = self.by_user[user_id][1]
-        return self.by_user[user_id]
+        # LangGraph puts a step's checkpoint and writes from several threads at once:
+        # two first asks for one user must not mint two keys
+        with self.lock:
+            self.asked.append(user_id)
+            if user_id not in self.by_user:
+                kid = "t-" + os.urandom(6).hex()
+                self.by_user[user_id] = (kid, os.urandom(32))
+                self.by_id[kid] = self.by_user[user_id][1]
+            return self.by_user[user_id]
 
     def key_by_id(self, key_id: str) -> bytes | None:
         return self.by_id.get(key_id)

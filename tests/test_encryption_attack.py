@@ -500,14 +500,6 @@ def test_a_pending_write_swapped_between_tasks_does_not_open(target: Target) -> 
 # -- per-tenant keys ---------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the tenant key is chosen from the run's config, metadata or context only; "
-    "a later turn on a user's thread whose config omits the user key (a resume, a retry, a "
-    "worker that only knows the thread id) is sealed with the shared key although the "
-    "thread index names the owner, so erase_user(drop_key=True) does not shred it (a backup "
-    "keeps it readable). Needs a read of the index owner in the put plans.",
-)
 def test_a_later_turn_without_the_user_in_its_config_uses_the_owners_key(
     target: Target,
 ) -> None:
@@ -725,3 +717,132 @@ def test_migrating_with_metadata_keys_leaves_no_dropped_metadata_in_clear(
         found = list(memory.checkpointer.list(None, filter={"topic": secret}))
         assert len(found) == 1 and found[0].metadata["topic"] == secret
     assert mentions(target.dump(), [secret.encode()]) == []
+
+
+def test_a_later_turn_without_the_user_from_a_fresh_saver_uses_the_owners_key(
+    target: Target,
+) -> None:
+    """As above, but turn 2 comes from another saver (another process: nothing cached),
+    through ``put_writes`` first and the async API: the index owner is read before sealing."""
+    import asyncio
+
+    from langchain_core.messages import HumanMessage
+    from test_encryption import DictKeys
+
+    from langgraph_memory_plus.privacy.rekey import key_ids
+
+    tenants = DictKeys()
+    enc = Encryption({"k1": K1}, tenant_keys=tenants)
+    with target.open(encryption=enc) as memory:
+        first = {"configurable": {"thread_id": "owned", "user_id": "alice"}}
+        _echo_graph(memory).invoke({"messages": [HumanMessage("hello", id="m1")]}, first)
+        latest = memory.checkpointer.get_tuple({"configurable": {"thread_id": "owned"}})
+    with target.open(encryption=enc) as memory:
+        at = {"configurable": {"thread_id": "owned", **latest.config["configurable"]}}
+        memory.checkpointer.put_writes(at, [("messages", "my card is 4242")], "task-1")
+
+    async def later() -> None:
+        with target.open(encryption=enc) as memory:
+            app = _echo_graph(memory)
+            later = {"configurable": {"thread_id": "owned"}}
+            await app.ainvoke({"messages": [HumanMessage("4242 again", id="m2")]}, later)
+
+    asyncio.run(later())
+    assert key_ids(r[1] for r in target.dump()) == {tenants.by_user["alice"][0]}
+
+
+# -- copy_thread with encryption on ---------------------------------------------------------
+
+
+class CopyState(TypedDict, total=False):
+    topics: list[str]
+    notes: Annotated[list[str], operator.add]
+    answer: str
+
+
+def _copy_graph(checkpointer: Any) -> Any:
+    """A ``Send`` fan-out, then a subgraph (its own namespace) that interrupts."""
+
+    def fan(state: CopyState) -> list[Send]:
+        return [Send("branch", {"topics": [t]}) for t in state["topics"]]
+
+    def branch(state: CopyState) -> dict[str, Any]:
+        return {"notes": [f"secret note on {state['topics'][0]}"]}
+
+    def ask(state: CopyState) -> dict[str, Any]:
+        return {"answer": interrupt({"question": f"confirm {state['notes'][0]}"})}
+
+    inner = StateGraph(CopyState)
+    inner.add_node("ask", ask)
+    inner.add_edge(START, "ask")
+    inner.add_edge("ask", END)
+    builder = StateGraph(CopyState)
+    builder.add_node("branch", branch)
+    builder.add_node("sub", inner.compile())
+    builder.add_conditional_edges(START, fan, ["branch"])
+    builder.add_edge("branch", "sub")
+    builder.add_edge("sub", END)
+    return builder.compile(checkpointer=checkpointer)
+
+
+def _stored(saver: Any, thread_id: str) -> dict[tuple[str, str], Any]:
+    """Every checkpoint of a thread (every namespace) as stored: parent, metadata,
+    values and pending writes, by (namespace, id)."""
+    out = {}
+    for t in saver.list({"configurable": {"thread_id": thread_id}}):
+        c = t.config["configurable"]
+        parent = (t.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+        metadata = {k: v for k, v in t.metadata.items() if k != "thread_id"}
+        writes = sorted((w[0], w[1], repr(w[2])) for w in t.pending_writes or ())
+        values = repr(sorted(t.checkpoint["channel_values"].items()))
+        out[(c["checkpoint_ns"], c["checkpoint_id"])] = (parent, metadata, values, writes)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_copy_thread_with_encryption_matches_the_reference_and_stays_sealed(
+    target: Target, mode: str
+) -> None:
+    """``copy_thread`` / ``acopy_thread`` with encryption (and tenant keys) on: the copy
+    has the source's checkpoints (ids, parents, metadata, every namespace, pending writes
+    with an interrupt and ``Send`` tasks), shows what a renamed copy shows on LangGraph's
+    ``InMemorySaver`` before and after it is resumed, is sealed with the owner's key, and
+    nothing of it is readable at rest."""
+    import asyncio
+
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+    from test_checkpoint_differential import _copy_in_memory, observe
+    from test_encryption import DictKeys
+
+    from langgraph_memory_plus.privacy.rekey import key_ids
+
+    tenants = DictKeys()
+    enc = Encryption({"k1": K1}, tenant_keys=tenants)
+    topics = {"topics": ["zanzibar", "quokka"]}
+    src = {"configurable": {"thread_id": "src", "user_id": "alice"}}
+    dst = {"configurable": {"thread_id": "dst"}}
+    reference = _copy_graph(InMemorySaver())
+    reference.invoke(topics, src)
+    _copy_in_memory(reference.checkpointer, "src", "dst")
+    with target.open(encryption=enc) as memory:
+        saver = memory.checkpointer
+        ours = _copy_graph(saver)
+        ours.invoke(topics, src)
+        if mode == "sync":
+            saver.copy_thread("src", "dst")
+        else:
+            asyncio.run(saver.acopy_thread("src", "dst"))
+        assert _stored(saver, "dst") == _stored(saver, "src")
+        assert len({ns for ns, _ in _stored(saver, "dst")}) == 2  # the subgraph's too
+        assert observe(ours, dst) == observe(reference, dst)
+        assert saver.threads.get("dst")["metadata"]["user_id"] == "alice"
+        for graph in (ours, reference):
+            graph.invoke(Command(resume="yes"), dst)
+        assert observe(ours, dst) == observe(reference, dst)
+        assert observe(ours, src) == {**observe(reference, src)}
+    secrets = [b"zanzibar", b"quokka", b"secret note", b"confirm"]
+    assert mentions(target.dump(), secrets) == []
+    assert key_ids(r[1] for r in target.dump()) == {tenants.by_user["alice"][0]}
+    with target.open(encryption=enc) as memory:  # what was stored, read afresh
+        assert observe(_copy_graph(memory.checkpointer), dst) == observe(reference, dst)

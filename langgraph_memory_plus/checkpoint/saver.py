@@ -10,6 +10,7 @@ methods and the connection handling behind them.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import secrets
 import threading
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
     BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
@@ -39,7 +41,7 @@ from ..observability import events as ev
 from ..observability.core import Listener, Observable
 from ..threads.core import RecordInput, record_input
 from ..threads.transcripts import RecordedIds, lines_of
-from .codec import CheckpointCodec, EncodedCheckpoint, EncodedWrite
+from .codec import CheckpointCodec, EncodedCheckpoint, EncodedWrite, StoredCheckpoint
 from .config import (
     ListQuery,
     SaverSettings,
@@ -81,6 +83,8 @@ must not be taken for the old run's."""
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 LIST_PAGE_SIZE = 100
 READ_ATTEMPTS = 3
+OWNERS_CACHED = 4096
+"""Threads whose owner a saver remembers (per-tenant keys: see ``_user_of``)."""
 
 
 class CheckpointPlans(Protocol):
@@ -160,6 +164,18 @@ def _at(target: Target) -> dict[str, Any]:
     }
 
 
+def _page(
+    plans: CheckpointPlans, codec: CheckpointCodec, query: ListQuery
+) -> Callable[[], Plan[Any, tuple[list[CheckpointTuple], ListQuery | None]]]:
+    """A list page's read, for :meth:`CheckpointSaverBase._whole` (bound to ``query``)."""
+    return lambda: plans.list_page(codec, query, LIST_PAGE_SIZE)
+
+
+def _ns_and_id(t: CheckpointTuple) -> tuple[str, str]:
+    configurable = t.config["configurable"]
+    return configurable.get("checkpoint_ns", ""), configurable["checkpoint_id"]
+
+
 def _thread_ids(thread_ids: Sequence[str], what: str) -> list[str]:
     if isinstance(thread_ids, str):
         raise InvalidConfigError(f"{what} takes a list of thread ids, not a single string")
@@ -209,6 +225,9 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         self._fence_lock = threading.Lock()
         # per event loop; a closed loop's entry is dropped (its lock holds the loop)
         self._fence_alocks: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = {}
+        # thread key -> its owner as this process last saw it (tenant keys only)
+        self._owners: OrderedDict[bytes, str | None] = OrderedDict()
+        self._owners_lock = threading.Lock()
 
     @property
     def fence(self) -> Fence:
@@ -362,6 +381,10 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         if found is None:
             # Deleted, perhaps by another process, with the items its lists used.
             self._lists.forget_lists(target.thread_key)
+        elif self._tenant_user_key() is not None:
+            owner = self._user_of(config, found.metadata)
+            if owner is not None:
+                self._saw_owner(target.thread_key, owner)
         elif target.checkpoint_id is None:
             codec.forget_replaced_lists(target, found.checkpoint)
         return found
@@ -378,7 +401,7 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         target = read_target(config)
         claim = self._claim(config, target)
         codec = self._codec
-        user = self._user_of(config, metadata)
+        user = self._user_of(config, metadata, target.thread_key)
         encoded = codec.encode_checkpoint(
             target, config, checkpoint, metadata, new_versions, user_id=user
         )
@@ -429,7 +452,7 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         claim: Claim | None = None,
     ) -> Plan[Any, None]:
         target = read_checkpoint_target(config)
-        user = self._user_of(config, None)
+        user = self._user_of(config, None, target.thread_key)
         encoded = self._codec.encode_writes(target, writes, task_id, task_path, user)
         return self._observed_event(
             self._plans.put_writes(target, encoded, claim)
@@ -444,19 +467,78 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
             },
         )
 
-    def _user_of(self, config: RunnableConfig, metadata: Mapping[str, Any] | None) -> str | None:
-        """The thread's user (the index's user key), for per-tenant keys; only looked up
-        when tenant keys are configured."""
+    def _tenant_user_key(self) -> str | None:
+        """The index's user key when per-tenant keys are configured, else ``None``."""
         enc = self.encryption
         if enc is None or enc.tenant_keys is None or not self.settings.index_keys:
             return None
-        key = self.settings.index_keys[0]
+        return self.settings.index_keys[0]
+
+    def _user_of(
+        self,
+        config: RunnableConfig,
+        metadata: Mapping[str, Any] | None,
+        thread: bytes | None = None,
+    ) -> str | None:
+        """The thread's user (the index's user key), for per-tenant keys; only looked up
+        when tenant keys are configured.
+
+        With ``thread`` (a write): the run's user, else the thread's owner as this process
+        saw it (:meth:`_learn_owner` reads the index first when it has not): a later turn
+        that omits the user (a resume, a worker knowing only the thread id) is sealed with
+        the owner's key, so dropping that key shreds it too.
+        """
+        key = self._tenant_user_key()
+        if key is None:
+            return None
         found = (config.get("configurable") or {}).get(key)
         if found is None:
             found = (config.get("metadata") or {}).get(key)
         if found is None and metadata is not None:
             found = metadata.get(key)
-        return found if isinstance(found, str) and found else None
+        user = found if isinstance(found, str) and found else None
+        if thread is None:
+            return user
+        if user is not None:
+            self._saw_owner(thread, user)
+            return user
+        with self._owners_lock:
+            return self._owners.get(thread)
+
+    def _saw_owner(self, thread: bytes, owner: str | None) -> None:
+        with self._owners_lock:
+            self._owners[thread] = owner
+            self._owners.move_to_end(thread)
+            while len(self._owners) > OWNERS_CACHED:
+                self._owners.popitem(last=False)
+
+    def _owner_plan(self, config: RunnableConfig) -> Plan[Any, None] | None:
+        """One read of the thread's index owner, before a write whose config names no
+        user seals anything; ``None`` when not needed (tenant keys off, the user given, or
+        the owner already seen by this process)."""
+        key = self._tenant_user_key()
+        if key is None or self._user_of(config, None) is not None:
+            return None
+        thread_id = read_target(config).thread_id
+        thread = thread_key(thread_id)
+        with self._owners_lock:
+            if thread in self._owners:
+                return None
+
+        def read() -> Plan[Any, None]:
+            stored = yield from self._plans.threads.get(thread_id)
+            owner = None if stored is None else stored.metadata.get(key)
+            self._saw_owner(thread, owner if isinstance(owner, str) and owner else None)
+
+        return read()
+
+    def _learn_owner(self, config: RunnableConfig) -> None:
+        if (plan := self._owner_plan(config)) is not None:
+            self._run(plan)
+
+    async def _alearn_owner(self, config: RunnableConfig) -> None:
+        if (plan := self._owner_plan(config)) is not None:
+            await self._arun(plan)
 
     def _sealed(self, record: RecordInput, thread_id: str, user: str | None) -> RecordInput:
         """``record`` with its title and transcript texts sealed (see :mod:`..encryption`)."""
@@ -505,19 +587,82 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
 
     def _copy_plan(self, source_thread_id: str, target_thread_id: str) -> Plan[Any, None]:
         source, target = _thread_ids([source_thread_id, target_thread_id], "copy_thread")
-        if self.encryption is not None:
-            # Envelopes are bound to their thread: a byte copy would not open under the
-            # new thread id. Not supported yet (re-encrypting copy: issue 37 follow-up).
-            raise InvalidConfigError(
-                "copy_thread is not supported with encryption on (envelopes are bound to "
-                "their thread id); use transfer.copy_threads into another saver"
-            )
         self._lists.forget_lists(thread_key(target))
+        with self._owners_lock:
+            self._owners.pop(thread_key(target), None)
         return self._observed_event(
-            self._plans.copy_thread(source, target),
+            self._plans.copy_thread(source, target)
+            if self.encryption is None
+            else self._sealed_copy_plan(source, target),
             ev.ThreadCopied,
             lambda _: {"source_thread_id": source, "target_thread_id": target},
         )
+
+    def _sealed_copy_plan(self, source: str, target: str) -> Plan[Any, None]:
+        """``copy_thread`` with encryption on: envelopes are bound to their thread id, so
+        a byte copy would not open under the target's. Each checkpoint of the source
+        (every namespace, oldest first) is opened and put again under the target id with
+        its id, parent and metadata, then its pending writes with their task paths, as a
+        byte copy would store them; the target is indexed as a new thread (from these
+        puts). With tenant keys, checkpoints whose metadata names no user are sealed with
+        the source's owner's key. The source is read whole before anything is written.
+        """
+        codec = self._codec
+        codec.track_views = False
+        paths: dict[tuple[str, str, str], str] = {}
+        decode = codec.decode_tuple
+
+        def recording(stored: StoredCheckpoint, *args: Any, **kwargs: Any) -> CheckpointTuple:
+            # ``list`` leaves out a write's task path; the stored rows have it
+            for task_id, _, _, _, path, _ in stored.writes:
+                paths[(stored.checkpoint_ns, stored.checkpoint_id, task_id)] = path
+            return decode(stored, *args, **kwargs)
+
+        codec.decode_tuple = recording  # type: ignore[method-assign]
+        tuples: list[CheckpointTuple] = []
+        query: ListQuery | None = ListQuery.build(
+            {"configurable": {"thread_id": source}}, None, None, None
+        )
+        while query is not None:
+            page, query = yield from self._whole(_page(self._plans, codec, query))
+            tuples.extend(page)
+        if not tuples:
+            return
+        if (key := self._tenant_user_key()) is not None:
+            stored = yield from self._plans.threads.get(source)
+            owner = None if stored is None else stored.metadata.get(key)
+            self._saw_owner(thread_key(target), owner if isinstance(owner, str) else None)
+        versions: dict[tuple[str, str], Mapping[str, Any]] = {}
+        for t in sorted(tuples, key=_ns_and_id):
+            ns, cid = _ns_and_id(t)
+            parent = (t.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+            current = dict(t.checkpoint.get("channel_versions") or {})
+            before = versions.get((ns, parent)) if parent else None
+            new_versions = (
+                current
+                if before is None
+                else {c: v for c, v in current.items() if before.get(c) != v}
+            )
+            versions[(ns, cid)] = current
+            at: dict[str, Any] = {"thread_id": target, "checkpoint_ns": ns}
+            if parent:
+                at["checkpoint_id"] = parent
+            plan, _, stored_put, _, _ = self._put_plan(
+                {"configurable": at}, t.checkpoint, t.metadata, new_versions
+            )
+            yield from plan
+            stored_put()
+            at = {"thread_id": target, "checkpoint_ns": ns, "checkpoint_id": cid}
+            for task_id, group in itertools.groupby(t.pending_writes or (), key=lambda w: w[0]):
+                writes = [(w[1], w[2]) for w in group]
+                path = paths.get((ns, cid, task_id), "")
+                # special writes (interrupts, errors) apart, so each keeps its index
+                for part in (
+                    [w for w in writes if w[0] in WRITES_IDX_MAP],
+                    [w for w in writes if w[0] not in WRITES_IDX_MAP],
+                ):
+                    if part:
+                        yield from self._put_writes_plan({"configurable": at}, part, task_id, path)
 
     def _delta_plan(
         self, config: RunnableConfig, channels: Sequence[str]
@@ -608,6 +753,7 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        self._learn_owner(config)
         plan, saved, stored, target, claim = self._put_plan(
             config, checkpoint, metadata, new_versions
         )
@@ -626,11 +772,14 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         claim = self._writes_claim(config)
         if claim is not None:
             self._take(read_checkpoint_target(config), claim)
+        self._learn_owner(config)
         self._run(self._put_writes_plan(config, writes, task_id, task_path, claim))
 
     def _delete_plan(self, thread_id: str) -> Plan[Any, None]:
         thread_id = _thread_ids([thread_id], "delete_thread")[0]
         self._lists.forget_thread(thread_key(thread_id))
+        with self._owners_lock:
+            self._owners.pop(thread_key(thread_id), None)
         return self._observed_event(
             self._plans.delete_thread(thread_id),
             ev.ThreadDeleted,
@@ -693,6 +842,7 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        await self._alearn_owner(config)
         plan, saved, stored, target, claim = self._put_plan(
             config, checkpoint, metadata, new_versions
         )
@@ -711,6 +861,7 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         claim = self._writes_claim(config)
         if claim is not None:
             await self._atake(read_checkpoint_target(config), claim)
+        await self._alearn_owner(config)
         await self._arun(self._put_writes_plan(config, writes, task_id, task_path, claim))
 
     async def adelete_thread(self, thread_id: str) -> None:
