@@ -318,20 +318,25 @@ class RedisCheckpointPlans:
         (then ``False``: nothing of it is left).
 
         On Redis a thread's keys and the hold live in different hash slots, so the check
-        cannot run in the write's script. It runs before the write and again after it: a
-        write that read no hold just before an erasure began, and landed after the
-        erasure looked for the user's threads, finds the hold then (erasure places it
-        before it looks), and deletes ``thread_id`` as the erasure would have.
+        cannot run in the write's script. It runs before the write and, when the write
+        starts a thread (``thread_id`` had no checkpoints), again after it: a new thread
+        written as an erasure began, landing after the erasure looked for the user's
+        threads, finds the hold then (erasure places it before it looks), and is deleted
+        as the erasure would have deleted it. A thread that existed before is the
+        erasure's to find (and its tombstone refuses the late write).
         """
         if owner is None:
             return (yield from write)
         key = self._erased_key(owner)
-        [held] = yield Batch([("EXISTS", key)])
-        if held:
+        checks: list[tuple[Any, ...]] = [("EXISTS", key)]
+        if thread_id is not None:
+            checks.append(("EXISTS", self.keys(thread_id)[KINDS.index("ck")]))
+        replies = yield Batch(checks)
+        if replies[0]:
             logger.warning("dropped a write of a run whose user was erased")
             return False
         result = yield from write
-        if thread_id is not None:
+        if thread_id is not None and not replies[1]:
             [held] = yield Batch([("EXISTS", key)])
             if held:
                 logger.warning("deleted a thread written as its user was being erased")
