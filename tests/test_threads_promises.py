@@ -325,3 +325,19 @@ def test_redis_transcript_of_one_owner_reads_and_erases_as_before(
         assert report.counts["transcript_messages"] == 1
         assert saver.threads.transcript("old") == []
         assert not saver.client.exists(lines, order)
+
+
+def test_an_empty_user_id_in_a_run_is_no_user(saver_factory: Any) -> None:
+    """The LangGraph server passes ``user_id=""`` for an unauthenticated run (in
+    ``configurable`` and so in the metadata): the run is stored as one without a user,
+    not refused (the one rule refused it, and every run under ``langgraph dev`` failed)."""
+    thread_id = f"anon-{uuid.uuid4().hex[:8]}"
+    with saver_factory(transcripts=True) as saver:
+        graph = _graph().compile(checkpointer=saver)
+        graph.invoke(
+            {"messages": [HumanMessage("hi", id="anon-1")]},
+            {"configurable": {"thread_id": thread_id, "user_id": ""}, "metadata": {"user_id": ""}},
+        )
+        assert saver.get_tuple({"configurable": {"thread_id": thread_id}}) is not None
+        record = saver.threads.get(thread_id)
+        assert record is not None

@@ -72,7 +72,8 @@ def run_value(
         (f"config['metadata'][{key!r}]", (metadata or {}).get(key)),
         (f"the runtime context's {key}", context_value(context, key)),
     ):
-        if value is None:
+        if value is None or (user and value == ""):
+            # "": no user (the LangGraph server passes it for an unauthenticated run)
             continue
         if user:
             value = check_user_id(value, where)
@@ -143,7 +144,7 @@ def run_metadata(
     user = config_value(config, user_key)
     if user is None:
         given = metadata.get(user_key)
-        if given is not None:
+        if given is not None and given != "":  # "": no user, as in run_value
             check_user_id(given, f"metadata[{user_key!r}]")
         return metadata
     if metadata.get(user_key) == user:
