@@ -261,10 +261,17 @@ def test_erasure_during_an_async_run_of_the_user(target: Target, tmp_path: Path)
             release.set()
             await asyncio.wait_for(run, 30)
             assert await memory.checkpointer.aget_tuple(config) is None
-            return report
+            return report, thread
 
-    report = asyncio.run(go())
-    assert sorted(report.thread_ids) == sorted(zhang.threads)
+    report, late = asyncio.run(go())
+    listed, every = set(report.thread_ids), set(zhang.threads)
+    if "key_prefix" in target.options:
+        # Redis: the run's first checkpoint starts the thread as the erasure begins; when it
+        # lands after the erasure looked, its own second hold check deletes it instead, and
+        # the report does not list it (it is gone either way: the scan below).
+        assert listed in (every, every - {late})
+    else:
+        assert listed == every
     assert mentions(target.dump(), zhang.markers) == []
 
 
