@@ -52,7 +52,10 @@ class Backend:
 BACKENDS: dict[str, Backend] = {
     "postgres": Backend("postgres", "pg_url"),
     "redis": Backend("redis", "redis_url", prefix_fixture="redis_prefix"),
-    "redis-cluster": Backend("redis", "redis_cluster_url", {"key_prefix": "lgmp-test"}),
+    # A prefix per test (the storage fixture): tests of one run share the cluster.
+    "redis-cluster": Backend(
+        "redis", "redis_cluster_url", {"key_prefix": "lgmp-test"}, prefix_fixture="cluster_prefix"
+    ),
     "sqlite": Backend("sqlite", "tmp_path"),
 }
 

@@ -491,6 +491,13 @@ def _stop_postgres(pg_ctl: str, data: str, ids: dict[str, Any]) -> None:
         os.kill(int(f.readline()), 9)
 
 
+@pytest.fixture
+def cluster_prefix() -> str:
+    """A key prefix of this test's own on the run's Redis Cluster (which dies with the run),
+    so a test's thread ids and listings never meet another test's."""
+    return f"lgmp-test-{uuid.uuid4().hex[:12]}"
+
+
 @pytest.fixture(scope="session")
 def redis_prefix() -> Iterator[str]:
     """A key prefix unique to this test run; its keys are removed at the end."""
