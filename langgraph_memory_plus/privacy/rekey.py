@@ -584,25 +584,40 @@ def _rekey_redis(
     plans = saver._plans
     res = _Resealer(saver.encryption, getattr(saver, "_codec", None))
     tags: list[str] = saver._run(plans._all_thread_keys())
-    for start in range(0, len(tags), batch_size):
+    _redis_batches(
+        saver._run, tags, lambda tag: _redis_thread(plans, res, tag), "threads",
+        report, batch_size, progress,
+    )  # fmt: skip
 
-        def chunk(batch: list[str] = tags[start : start + batch_size]) -> Plan[Any, Any]:
+
+def _redis_batches(
+    run: Callable[[Plan[Any, Any]], Any],
+    items: Sequence[Any],
+    one: Callable[[Any], Plan[Any, tuple[int, int, int]]],
+    part: str,
+    report: RekeyReport,
+    batch_size: int,
+    progress: Callable[[RekeyProgress], None] | None,
+) -> None:
+    """``one`` over ``items`` (threads or store shards), ``batch_size`` per plan, each
+    counted into ``report`` as (examined, rewritten, unreachable) under ``part``."""
+    total = len(items)
+    for start in range(0, total, batch_size):
+
+        def chunk(batch: Sequence[Any] = items[start : start + batch_size]) -> Plan[Any, Any]:
             totals = [0, 0, 0]
-            for tag in batch:
-                found = yield from _redis_thread(plans, res, tag)
+            for item in batch:
+                found = yield from one(item)
                 totals = [a + b for a, b in zip(totals, found, strict=True)]
             return totals
 
-        seen, done, lost = saver._run(chunk())  # (examined, rewritten, unreachable)
+        seen, done, lost = run(chunk())
         report.examined += seen
         report.rewritten += done
         report.unreachable += lost
-        report.parts["threads"] = report.parts.get("threads", 0) + done
+        report.parts[part] = report.parts.get(part, 0) + done
         if progress is not None:
-            total = len(tags)
-            progress(
-                RekeyProgress("threads", min(start + batch_size, total), report.rewritten, total)
-            )
+            progress(RekeyProgress(part, min(start + batch_size, total), report.rewritten, total))
 
 
 def _redis_shard(plans: Any, res: _Resealer, path: bytes) -> Plan[Any, tuple[int, int, int]]:
@@ -648,25 +663,10 @@ def _rekey_redis_store(
         return list(paths)
 
     paths: list[bytes] = store._run(shards())
-    for start in range(0, len(paths), batch_size):
-
-        def chunk(batch: list[bytes] = paths[start : start + batch_size]) -> Plan[Any, Any]:
-            totals = [0, 0, 0]
-            for path in batch:
-                found = yield from _redis_shard(plans, res, path)
-                totals = [a + b for a, b in zip(totals, found, strict=True)]
-            return totals
-
-        seen, done, lost = store._run(chunk())
-        report.examined += seen
-        report.rewritten += done
-        report.unreachable += lost
-        report.parts["store"] = report.parts.get("store", 0) + done
-        if progress is not None:
-            total = len(paths)
-            progress(
-                RekeyProgress("store", min(start + batch_size, total), report.rewritten, total)
-            )
+    _redis_batches(
+        store._run, paths, lambda path: _redis_shard(plans, res, path), "store",
+        report, batch_size, progress,
+    )  # fmt: skip
 
 
 def _backend(obj: Any) -> tuple[str, _Sql]:
