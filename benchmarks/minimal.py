@@ -3,10 +3,11 @@
     python -m benchmarks.minimal [--pg URL] [--redis URL] [--turns 1,10] [--turns-sample 300]
         [--rounds 3] [--warmup 30] [--json PATH]
 
-Issue 22 asks for a turn @T=1 and @T=10 (fresh threads of T turns of the chat graph of
-``workloads.chat_graph()``) of at most 0.7x the official saver on PostgreSQL and SQLite,
-and at most 1.5x ``InMemorySaver`` on Redis. Whether that is reachable at all depends on
-what storing costs on this machine, whatever a saver does on top. So this module measures,
+Issue 39 asks for a short turn (fresh threads of T turns of the chat graph of
+``workloads.chat_graph()``, T=1, 10, 50) of at most 1.15x a featureless saver of the same
+backend, and at most 1.0x the official saver on PostgreSQL and SQLite. What storing costs on
+this machine, whatever a saver does on top, is the floor (issue 22 measured that its old
+goal, 0.7x the official savers, lay below it). So this module measures,
 in one run, the turn p50 of LangGraph's ``InMemorySaver``, the official SQLite and
 PostgreSQL savers and ours, beside three deliberately featureless savers defined here:
 one statement (or one round trip) per saver call, the checkpoint with its channel values
@@ -76,14 +77,16 @@ SAVERS = [
     tg.OURS_REDIS,
 ]
 
-# (name, numerator, denominator, the bound issue 22 sets for our saver of that backend)
+# (name, numerator, denominator, the bound issue 39 sets): ours against the featureless saver
+# of its backend first (the figure that does not move with the official savers), then against
+# the official saver (Redis has none without modules). Each is a ratio of turn p50s; the CPU
+# ratio beside it is the steadier figure on a shared machine.
 RATIOS = [
-    ("minimal SQLite / official SQLite", MIN_SQLITE, tg.OFF_SQLITE, 0.7),
-    ("ours SQLite / official SQLite", tg.OURS_SQLITE, tg.OFF_SQLITE, 0.7),
-    ("minimal PG / official PG", MIN_PG, tg.OFF_PG, 0.7),
-    ("ours PG / official PG", tg.OURS_PG, tg.OFF_PG, 0.7),
-    ("minimal Redis / InMemorySaver", MIN_REDIS, tg.MEMORY_SAVER, 1.5),
-    ("ours Redis / InMemorySaver", tg.OURS_REDIS, tg.MEMORY_SAVER, 1.5),
+    ("ours SQLite / minimal SQLite", tg.OURS_SQLITE, MIN_SQLITE, 1.15),
+    ("ours PG / minimal PG", tg.OURS_PG, MIN_PG, 1.15),
+    ("ours Redis / minimal Redis", tg.OURS_REDIS, MIN_REDIS, 1.15),
+    ("ours SQLite / official SQLite", tg.OURS_SQLITE, tg.OFF_SQLITE, 1.0),
+    ("ours PG / official PG", tg.OURS_PG, tg.OFF_PG, 1.0),
 ]
 
 Record = tuple[str, bytes]  # what serde.dumps_typed returns: (type, bytes)
@@ -700,12 +703,12 @@ def _table(
     ]
     lines += [
         "",
-        "| ratio (turn p50) | @T | value | goal | within goal |",
-        "|---|---:|---:|---:|---|",
+        "| ratio (turn p50) | @T | value | goal | within goal | cpu ratio |",
+        "|---|---:|---:|---:|---|---:|",
     ]
     lines += [
         f"| {name} | {length} | {r['ratio']:.3f}x | <= {r['goal']}x | "
-        f"{'yes' if r['within goal'] else 'no'} |"
+        f"{'yes' if r['within goal'] else 'no'} | {r['cpu ratio']:.3f}x |"
         for length, by_ratio in ratios.items()
         for name, r in by_ratio.items()
     ]
@@ -743,7 +746,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             ratio = (
                 by_saver[numerator.name]["turn p50 ms"] / by_saver[denominator.name]["turn p50 ms"]
             )
-            ratios[length][name] = {"ratio": ratio, "goal": goal, "within goal": ratio <= goal}
+            num, den = by_saver[numerator.name], by_saver[denominator.name]
+            cpu = num["cpu ms/turn"] / den["cpu ms/turn"]
+            ratios[length][name] = {
+                "ratio": ratio,
+                "goal": goal,
+                "within goal": ratio <= goal,
+                "cpu ratio": cpu,
+            }
     out: dict[str, Any] = {
         "meta": {
             "run_id": env.run_id,

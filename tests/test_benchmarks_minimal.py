@@ -85,6 +85,8 @@ def test_minimal_run_reports_every_ratio(
             )
             assert ratio["ratio"] == pytest.approx(expected)
             assert ratio["goal"] == goal and ratio["within goal"] == (ratio["ratio"] <= goal)
+            cpu = savers[numerator.name]["cpu ms/turn"] / savers[denominator.name]["cpu ms/turn"]
+            assert ratio["cpu ratio"] == pytest.approx(cpu)
             assert f"| {name} | {length} | {ratio['ratio']:.3f}x | <= {goal}x |" in printed
         for target in minimal.SAVERS:
             assert f"| {target.name} | {length} |" in printed
