@@ -1128,3 +1128,31 @@ def test_rekey_leaves_list_pages_alone_and_long_lists_readable(target: Target) -
         found = _latest(memory)
         assert found.checkpoint["channel_values"]["msgs"] == [f"message {n}" for n in range(21)]
         assert len(found.pending_writes) == 3
+
+
+def test_delta_channels_replay_their_sealed_seeds_and_writes(target: Target) -> None:
+    """``DeltaChannel`` values are rebuilt from an ancestor's stored value (its seed, read
+    with the version it was stored under) and the pending writes since: with encryption,
+    each opens at its own location. A fresh saver per turn, so every turn replays from
+    storage; the states match ``InMemorySaver``'s."""
+    from graphs import delta_graph
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    reference = delta_graph().compile(checkpointer=InMemorySaver())
+    enc = Encryption({"k1": K1})
+    config: Any = {"configurable": {"thread_id": "delta"}}
+    for n in range(7):
+        question = {
+            "messages": [HumanMessage(f"secret question {n}", id=f"h{n}")],
+            "items": [f"secret item {n}"],
+        }
+        want = reference.invoke(question, config)
+        with target.open(encryption=enc) as memory:
+            app = delta_graph().compile(checkpointer=memory.checkpointer)
+            assert app.invoke(question, config) == want
+    with target.open(encryption=enc) as memory:
+        app = delta_graph().compile(checkpointer=memory.checkpointer)
+        got = [s.values for s in app.get_state_history(config)]
+    assert got == [s.values for s in reference.get_state_history(config)]
+    assert mentions(target.dump(), [b"secret question 3", b"secret item 4"]) == []
