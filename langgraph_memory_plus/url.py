@@ -161,6 +161,22 @@ def _fence(name: str, value: Any) -> Any:
     return value if isinstance(value, FenceOptions) else _boolean(name, value)
 
 
+def _fence_lease(fence: Any, lease_s: float) -> Any:
+    """``fence`` with ``fence_lease_s`` folded in (``FenceOptions(lease_s=...)``)."""
+    from .checkpoint.fence import FenceOptions
+
+    if fence is True:
+        return FenceOptions(lease_s=lease_s)
+    if isinstance(fence, FenceOptions):
+        if fence.lease_s != lease_s:
+            raise InvalidConfigError(
+                f"fence_lease_s={lease_s:g} differs from fence=FenceOptions(lease_s="
+                f"{fence.lease_s:g}); give the lease once"
+            )
+        return fence
+    raise InvalidConfigError("fence_lease_s needs the fence on: add fence=true")
+
+
 def _choice(name: str, value: Any, *, choices: tuple[str, ...]) -> str:
     word = value.strip().lower() if isinstance(value, str) else None
     if word not in choices:
@@ -243,6 +259,13 @@ OPTIONS: dict[str, Option] = {
         SERVERS,
         "one writer per thread: a run takes its thread's fence as it starts, and writes of "
         "a run another one superseded are refused (FencedWriteError); or a FenceOptions",
+    ),
+    "fence_lease_s": Option(
+        partial(_number, minimum=0, strict=True),
+        SERVERS,
+        "seconds a run's fence lease lasts (with fence on): until then acquire without force "
+        "is refused; on Redis the fence key expires 15 minutes after the lease or the last "
+        "fenced write",
     ),
     "thread_index_keys": Option(
         _names, SERVERS, "metadata keys the thread index indexes, comma separated (user_id)"
@@ -706,6 +729,7 @@ class UrlOptions(TypedDict, total=False):
     transcripts: bool
     transcript_ttl: float | None
     fence: Any
+    fence_lease_s: float
     vector_backend: Literal["auto", "pgvector", "exact"]
     hnsw: bool
     setup: bool
@@ -824,6 +848,8 @@ def from_url(url: str | None = None, **options: Unpack[UrlOptions]) -> Memory:
             raise InvalidConfigError(
                 f"option {name!r} does not apply to {shown} (it is for: {takes})"
             )
+    if "fence_lease_s" in given:
+        given["fence"] = _fence_lease(given.get("fence"), given.pop("fence_lease_s"))
     if "encryption" not in given and backend in SERVERS:
         env = Encryption.from_env()
         if env is not None:

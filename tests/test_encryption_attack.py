@@ -12,17 +12,22 @@ import operator
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import pytest
+from langgraph.checkpoint.base.id import uuid6
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send, interrupt
 from test_erasure import Target, mentions, target
 from typing_extensions import TypedDict
 
+from langgraph_memory_plus.checkpoint.config import thread_key
+from langgraph_memory_plus.checkpoint.redis.plans import KINDS
 from langgraph_memory_plus.encryption import ENV_KEYS, Encryption, EncryptionError
 from langgraph_memory_plus.errors import InvalidConfigError
+from langgraph_memory_plus.store.base import SEALED_FIELD
 
 pytestmark = pytest.mark.storage
 __all__ = ["target"]
@@ -362,13 +367,6 @@ class NoteState(TypedDict, total=False):
     note: str
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: checkpoint values are bound to their thread id only (README 'Bound to "
-    "where it is stored'), not to the channel, version or checkpoint; someone who can write "
-    "to the database can swap sealed values inside one thread (roll a channel back to an "
-    "older value) undetected",
-)
 def test_a_value_swapped_between_two_versions_of_one_thread_does_not_open(
     tmp_path: Path,
 ) -> None:
@@ -407,94 +405,310 @@ def test_a_value_swapped_between_two_versions_of_one_thread_does_not_open(
         assert state.checkpoint["channel_values"]["note"] == "approved=no"  # rolled back
 
 
-def _sql_swap(target: Target, table: str, columns: list[str], where: str, a: Any, b: Any) -> None:
-    """Copy ``columns`` of the row ``where = a`` over the row ``where = b`` (SQLite or
-    PostgreSQL): what someone with write access to the database can do."""
-    sets = ", ".join(f"{c} = src.{c}" for c in columns)
-    if target.url.startswith("sqlite"):
-        import sqlite3
+# -- a ciphertext moved inside one thread: every backend, every kind of sealed value ----------
 
-        conn = sqlite3.connect(target.url.removeprefix("sqlite:///"))
-        with conn:
-            conn.execute(
-                f"UPDATE {table} SET ({', '.join(columns)}) = "
-                f"(SELECT {', '.join(columns)} FROM {table} WHERE {where} = ?) WHERE {where} = ?",
-                (a, b),
+
+class _Raw:
+    """One thread's sealed checkpoint values as stored, on any backend: what someone with
+    write access to the database can read and copy over each other. Rows are keyed by what
+    identifies them inside the thread (``blobs``: channel, version; ``checkpoints``:
+    checkpoint id; ``writes``: checkpoint id, task id and, on SQLite, the write index;
+    ``items``: item id)."""
+
+    SQL: ClassVar[dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]]] = {
+        "blobs": ("lgmp_blobs", ("channel", "version"), ("type", "blob")),
+        "checkpoints": (
+            "lgmp_checkpoints",
+            ("checkpoint_id",),
+            ("checkpoint_type", "checkpoint", "metadata_type", "metadata"),
+        ),
+        "items": ("lgmp_items", ("item_id",), ("type", "data")),
+    }
+    REDIS: ClassVar[dict[str, tuple[str, int]]] = {
+        "blobs": ("blobs", 2),
+        "checkpoints": ("ck", 1),
+        "writes": ("writes", 2),
+        "items": ("items", 1),
+    }
+
+    def __init__(self, target: Target, memory: Any, thread_id: str) -> None:
+        from langgraph_memory_plus.checkpoint.config import thread_key
+
+        self.url, self.tk = target.url, thread_key(thread_id)
+        self.backend = (
+            "sqlite" if self.url.startswith("sqlite") else
+            "postgres" if self.url.startswith("postgres") else "redis"
+        )  # fmt: skip
+        if self.backend == "redis":
+            from langgraph_memory_plus.checkpoint.redis.plans import KINDS
+
+            self.keys = dict(zip(KINDS, memory.checkpointer._plans.keys(thread_id), strict=True))
+
+    def _sql(self, part: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+        if part != "writes":
+            return self.SQL[part]
+        if self.backend == "sqlite":
+            return "lgmp_writes", ("checkpoint_id", "task_id", "idx"), ("type", "blob")
+        return "lgmp_task_writes", ("checkpoint_id", "task_id"), ("writes",)
+
+    def _query(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        if self.backend == "sqlite":
+            import sqlite3
+
+            conn = sqlite3.connect(self.url.removeprefix("sqlite:///"))
+            with conn:
+                rows = conn.execute(sql, params).fetchall()
+            conn.close()
+            return rows
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as pg:
+            cur = pg.execute(sql.replace("?", "%s"), params)
+            return cur.fetchall() if cur.description else []
+
+    def _redis(self) -> Any:
+        from langgraph_memory_plus.drivers.redis import sync_client_from_url
+
+        return sync_client_from_url(self.url)
+
+    def rows(self, part: str) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+        if self.backend != "redis":
+            table, key, cols = self._sql(part)
+            found = self._query(
+                f"SELECT {', '.join(key + cols)} FROM {table} WHERE thread_key = ?", [self.tk]
             )
-        conn.close()
-        return
-    import psycopg
+            return {tuple(r[: len(key)]): tuple(r[len(key) :]) for r in found}
+        name, n = self.REDIS[part]
+        client = self._redis()
+        try:
+            fields = client.hgetall(self.keys[name])
+        finally:
+            client.close()
+        out: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        for field, value in fields.items():
+            parts = field.split(b"\0", n)[1:]  # after the (root) namespace
+            key = tuple(p if part == "items" else p.decode() for p in parts)
+            out[key] = (value,)
+        return out
 
-    with psycopg.connect(target.url, autocommit=True) as pg:
-        pg.execute(
-            f"UPDATE {table} SET {sets} FROM {table} src WHERE src.{where} = %s "
-            f"AND {table}.{where} = %s",
-            (a, b),
-        )
+    def set(self, part: str, key: tuple[Any, ...], values: tuple[Any, ...]) -> None:
+        if self.backend != "redis":
+            table, names, cols = self._sql(part)
+            self._query(
+                f"UPDATE {table} SET {', '.join(f'{c} = ?' for c in cols)} "
+                f"WHERE thread_key = ? AND {' AND '.join(f'{k} = ?' for k in names)}",
+                [*values, self.tk, *key],
+            )
+            return
+        name, _ = self.REDIS[part]
+        field = b"\0" + b"\0".join(k if isinstance(k, bytes) else k.encode() for k in key)
+        client = self._redis()
+        try:
+            assert client.hexists(self.keys[name], field)
+            client.hset(self.keys[name], field, values[0])
+        finally:
+            client.close()
+
+    def copy(self, part: str, src: tuple[Any, ...], dst: tuple[Any, ...]) -> None:
+        """The sealed value(s) of row ``src`` copied over row ``dst``."""
+        rows = self.rows(part)
+        assert src in rows and dst in rows, (src, dst, sorted(rows))
+        self.set(part, dst, rows[src])
+
+    def swap_write_index(self, checkpoint_id: str, task_id: str) -> None:
+        """A task's write 0 copied over its write 1 (the same task, another index)."""
+        from langgraph_memory_plus.checkpoint.task_writes import pack, split_head, unpack
+
+        if self.backend == "sqlite":
+            self.copy("writes", (checkpoint_id, task_id, 0), (checkpoint_id, task_id, 1))
+            return
+        (raw,) = self.rows("writes")[(checkpoint_id, task_id)]
+        head = b""
+        if self.backend == "redis":  # the task path leads, as a netstring
+            path, raw = split_head(raw)
+            head = b"%d:%s" % (len(path), path)
+        writes = unpack(bytes(raw), "")
+        (i0, _, typ, data, _), (i1, ch1, _, _, own1) = writes[0], writes[1]
+        assert (i0, i1) == (0, 1)
+        writes[1] = (i1, ch1, typ, data, own1)
+        self.set("writes", (checkpoint_id, task_id), (head + pack(writes, ""),))
 
 
-_BOUND_TO_THREAD_ONLY = pytest.mark.xfail(
-    strict=True,
-    reason="open (same as the value swap above): sealed checkpoint values are bound to their "
-    "thread id only, so rows swapped inside one thread open",
+def _seed_swaps(memory: Any) -> tuple[str, str]:
+    """Thread ``sw``: two checkpoints (channel ``a`` changed, ``b`` not, a list ``msgs``
+    stored as items), then two tasks' pending writes on the second; its two ids."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    saver = memory.checkpointer
+    msgs = [f"message {n}" for n in range(20)]
+    first = empty_checkpoint()
+    first["channel_values"] = {"a": "a one", "b": "b one", "msgs": msgs}
+    first["channel_versions"] = {"a": 1, "b": 1, "msgs": 1}
+    config: Any = {"configurable": {"thread_id": "sw", "checkpoint_ns": ""}}
+    c1 = saver.put(config, first, {"source": "loop", "step": 1}, {"a": 1, "b": 1, "msgs": 1})
+    second = empty_checkpoint()
+    second["channel_values"] = {"a": "a two", "b": "b one", "msgs": [*msgs, "message 20"]}
+    second["channel_versions"] = {"a": 2, "b": 1, "msgs": 2}
+    c2 = saver.put(c1, second, {"source": "loop", "step": 2}, {"a": 2, "msgs": 2})
+    saver.put_writes(c2, [("a", "task a first"), ("b", "task a second")], "task-a")
+    saver.put_writes(c2, [("a", "task b first")], "task-b")
+    return c1["configurable"]["checkpoint_id"], c2["configurable"]["checkpoint_id"]
+
+
+def _latest(memory: Any) -> Any:
+    return memory.checkpointer.get_tuple({"configurable": {"thread_id": "sw"}})
+
+
+@pytest.mark.parametrize(
+    "swap",
+    ["blob-version", "blob-channel", "checkpoint", "write-task", "write-index", "list-item"],
 )
-
-
-@_BOUND_TO_THREAD_ONLY
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])  # rows of SQL tables
-def test_a_checkpoint_row_swapped_inside_one_thread_does_not_open(target: Target) -> None:
-    """The body and metadata of an older checkpoint copied over the newest one's (SQL)."""
-    from langgraph.checkpoint.base import empty_checkpoint
-
+def test_a_value_copied_over_another_of_the_same_thread_does_not_open(
+    target: Target, swap: str
+) -> None:
+    """Someone with write access to the database copies one sealed value of a thread over
+    another of the same thread: an older version of the channel (a rollback), another
+    channel's value, an older checkpoint's record (body and metadata), another task's
+    pending write, the same task's other write, another list item. Each is refused where
+    it is read (each was bound only to its thread before)."""
     enc = Encryption({"k1": K1})
-    config: Any = {"configurable": {"thread_id": "swap", "checkpoint_ns": ""}}
-    ids = []
     with target.open(encryption=enc) as memory:
-        for step in (1, 2):
-            ck = empty_checkpoint()
-            saved = memory.checkpointer.put(config, ck, {"source": "loop", "step": step}, {})
-            ids.append(saved["configurable"]["checkpoint_id"])
-            config = saved
-    _sql_swap(
-        target,
-        "lgmp_checkpoints",
-        ["checkpoint_type", "checkpoint", "metadata_type", "metadata"],
-        "checkpoint_id",
-        ids[0],
-        ids[1],
-    )
-    with target.open(encryption=enc) as memory, pytest.raises(EncryptionError):
-        found = memory.checkpointer.get_tuple({"configurable": {"thread_id": "swap"}})
-        assert found is not None and found.metadata["step"] == 1  # the older one's
-
-
-@_BOUND_TO_THREAD_ONLY
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])  # rows of SQL tables
-def test_a_pending_write_swapped_between_tasks_does_not_open(target: Target) -> None:
-    """The sealed write of one task copied over another task's (SQL)."""
-    from langgraph.checkpoint.base import empty_checkpoint
-
-    pg = not target.url.startswith("sqlite")
-    enc = Encryption({"k1": K1})
-    config: Any = {"configurable": {"thread_id": "swapw", "checkpoint_ns": ""}}
-    with target.open(encryption=enc) as memory:
-        saved = memory.checkpointer.put(
-            config, empty_checkpoint(), {"source": "loop", "step": 1}, {}
+        c1, c2 = _seed_swaps(memory)
+        raw = _Raw(target, memory, "sw")
+    with target.open(encryption=enc) as memory:  # the unswapped thread reads back whole
+        found = _latest(memory)
+        values = found.checkpoint["channel_values"]
+        assert (values["a"], values["b"], len(values["msgs"])) == ("a two", "b one", 21)
+        assert sorted(found.pending_writes) == [
+            ("task-a", "a", "task a first"),
+            ("task-a", "b", "task a second"),
+            ("task-b", "a", "task b first"),
+        ]
+    if swap == "blob-version":
+        raw.copy("blobs", ("a", "1"), ("a", "2"))
+    elif swap == "blob-channel":
+        raw.copy("blobs", ("b", "1"), ("a", "2"))
+    elif swap == "checkpoint":
+        raw.copy("checkpoints", (c1,), (c2,))
+    elif swap == "write-task":
+        packed = raw.backend != "sqlite"
+        raw.copy(
+            "writes",
+            (c2, "task-a") if packed else (c2, "task-a", 0),
+            (c2, "task-b") if packed else (c2, "task-b", 0),
         )
-        memory.checkpointer.put_writes(saved, [("note", "approved=no")], "task-a")
-        memory.checkpointer.put_writes(saved, [("note", "approved=yes")], "task-b")
-    _sql_swap(
-        target,
-        "lgmp_task_writes" if pg else "lgmp_writes",
-        ["writes"] if pg else ["type", "blob"],
-        "task_id",
-        "task-a",
-        "task-b",
-    )
-    with target.open(encryption=enc) as memory, pytest.raises(EncryptionError):
-        found = memory.checkpointer.get_tuple({"configurable": {"thread_id": "swapw"}})
-        assert found is not None
-        assert dict((t, v) for t, _, v in found.pending_writes)["task-b"] == "approved=no"
+    elif swap == "write-index":
+        raw.swap_write_index(c2, "task-a")
+    else:
+        first, second = sorted(raw.rows("items"))[:2]
+        raw.copy("items", first, second)
+    with target.open(encryption=enc) as memory, pytest.raises(EncryptionError, match="moved"):
+        _latest(memory)
+
+
+def test_a_fork_reads_the_blobs_it_shares_with_its_parent(target: Target) -> None:
+    """A checkpoint forked from an older one refers to that one's blobs (a channel that did
+    not change in it): bound to their channel version, not to a checkpoint, they open."""
+    enc = Encryption({"k1": K1})
+    with target.open(encryption=enc) as memory:
+        c1, _ = _seed_swaps(memory)
+        saver = memory.checkpointer
+        parent = saver.get_tuple({"configurable": {"thread_id": "sw", "checkpoint_id": c1}})
+        fork = dict(parent.checkpoint)
+        fork.update(id=str(uuid6()), channel_values={**fork["channel_values"], "b": "b fork"})
+        fork["channel_versions"] = {**fork["channel_versions"], "b": 3}
+        saver.put(parent.config, fork, {"source": "fork", "step": 2}, {"b": 3})
+    with target.open(encryption=enc) as memory:
+        values = _latest(memory).checkpoint["channel_values"]
+        assert (values["a"], values["b"], len(values["msgs"])) == ("a one", "b fork", 20)
+
+
+def test_a_title_or_transcript_line_of_another_thread_does_not_open(target: Target) -> None:
+    """Titles and transcript lines are bound to their thread (and line id): copied from
+    another thread's record, they are refused."""
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    enc = Encryption({"k1": K1})
+    with target.open(encryption=enc) as memory:
+        for tid in ("one", "two"):
+            ck = empty_checkpoint()
+            ck["channel_values"] = {
+                "messages": [HumanMessage(f"{tid} asks", id="h"), AIMessage("ok", id="a")]
+            }
+            ck["channel_versions"] = {"messages": 1}
+            memory.checkpointer.put(
+                {"configurable": {"thread_id": tid, "checkpoint_ns": ""}},
+                ck, {"source": "loop", "step": 1}, {"messages": 1},
+            )  # fmt: skip
+        assert memory.checkpointer.threads.get("two")["title"] == "two asks"
+        plans = memory.checkpointer._plans
+    if target.url.startswith(("sqlite", "postgres")):
+        raw = _Raw(target, None, "one")
+        for table, column, key in (
+            ("lgmp_thread_index", "title", ""),
+            ("lgmp_transcripts", "content", " AND message_id = 'h'"),
+        ):
+            raw._query(
+                f"UPDATE {table} SET {column} = (SELECT {column} FROM {table} "
+                f"WHERE thread_key = ?{key}) WHERE thread_key = ?{key}",
+                [thread_key("one"), thread_key("two")],
+            )
+    else:
+        from langgraph_memory_plus.drivers.redis import sync_client_from_url
+
+        keys = {t: dict(zip(KINDS, plans.keys(t), strict=True))["rec"] for t in ("one", "two")}
+        client: Any = sync_client_from_url(target.url)
+        try:
+            client.hset(keys["two"], b"t", client.hget(keys["one"], b"t"))
+            tx = {t: k[: -len(b"rec")] + b"tx" for t, k in keys.items()}
+            client.hset(tx["two"], b"h", client.hget(tx["one"], b"h"))
+        finally:
+            client.close()
+    with target.open(encryption=enc) as memory:
+        assert memory.checkpointer.threads.get("one")["title"] == "one asks"
+        with pytest.raises(EncryptionError, match="moved"):
+            memory.checkpointer.threads.get("two")
+        with pytest.raises(EncryptionError, match="moved"):
+            memory.checkpointer.threads.transcript("two")
+
+
+def test_a_store_value_of_another_key_does_not_open(target: Target) -> None:
+    """A sealed store value copied over another key's, on every backend."""
+    enc = Encryption({"k1": K1})
+    with target.open(encryption=enc) as memory:
+        memory.store.put(("a",), "one", {"text": "one"})
+        memory.store.put(("a",), "two", {"text": "two"})
+    if target.url.startswith(("sqlite", "postgres")):
+        _Raw(target, None, "-")._query(
+            "UPDATE lgmp_store SET value = (SELECT value FROM lgmp_store WHERE key = 'one') "
+            "WHERE key = 'two'",
+            [],
+        )
+    else:
+        from langgraph_memory_plus.drivers.redis import sync_client_from_url
+
+        client: Any = sync_client_from_url(target.url)
+        try:
+            marker = SEALED_FIELD.encode()
+            for key in client.scan_iter(match=f"{target.options['key_prefix']}*", count=500):
+                if client.type(key) != b"hash":
+                    continue
+                sealed = {f: v for f, v in client.hgetall(key).items() if marker in v}
+                if len(sealed) == 2:
+                    (f1, v1), (f2, v2) = sorted(sealed.items())
+                    assert f1.endswith(b"one") and f2.endswith(b"two"), (f1, f2)
+                    head2 = v2.partition(b"\n")[0]
+                    client.hset(key, f2, head2 + b"\n" + v1.partition(b"\n")[2])
+                    break
+            else:
+                raise AssertionError("no store shard with the two items")
+        finally:
+            client.close()
+    with target.open(encryption=enc) as memory:
+        assert memory.store.get(("a",), "one").value == {"text": "one"}
+        with pytest.raises(EncryptionError, match="moved"):
+            memory.store.get(("a",), "two")
 
 
 # -- per-tenant keys ---------------------------------------------------------------------------
@@ -846,3 +1060,99 @@ def test_copy_thread_with_encryption_matches_the_reference_and_stays_sealed(
     assert key_ids(r[1] for r in target.dump()) == {tenants.by_user["alice"][0]}
     with target.open(encryption=enc) as memory:  # what was stored, read afresh
         assert observe(_copy_graph(memory.checkpointer), dst) == observe(reference, dst)
+
+
+def _as_previous_release(m: pytest.MonkeyPatch) -> None:
+    """Seal as the previous release did: its envelope version, and associated data
+    without the place inside the thread (checkpoint values bound to their thread only)."""
+    from langgraph_memory_plus import encryption
+
+    legacy = encryption.Location.associated_data
+    m.setattr(encryption, "MAGIC", encryption.MAGIC_V1)
+    m.setattr(
+        encryption.Location, "associated_data", lambda self, legacy_=False: legacy(self, True)
+    )
+
+
+def test_rows_of_the_previous_release_open_only_when_migrating_and_rekey_binds_them(
+    target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checkpoint values sealed by the previous release (bound to their thread only) are
+    refused, as plaintext is, unless the migration mode is on; ``rekey`` in that mode
+    reseals each at its full location (blobs, checkpoints, pending writes, list items, the
+    index's interrupt copies), after which they open without it."""
+    from langgraph_memory_plus.privacy.rekey import rekey
+
+    migrating = Encryption({"k1": K1}, accept_plaintext=True)
+    asks: Any = {"configurable": {"thread_id": "asks"}}
+    with monkeypatch.context() as m:
+        _as_previous_release(m)
+        with target.open(encryption=migrating) as memory:
+            _seed_swaps(memory)
+            assert "__interrupt__" in _fanout_graph(memory).invoke({"topics": ["x", "y"]}, asks)
+    enc = Encryption({"k1": K1})
+    with target.open(encryption=enc) as memory:
+        with pytest.raises(EncryptionError, match="earlier release"):
+            _latest(memory)
+        with pytest.raises(EncryptionError, match="earlier release"):
+            memory.checkpointer.threads.get("asks")
+    with target.open(encryption=migrating) as memory:
+        assert _latest(memory).checkpoint["channel_values"]["a"] == "a two"
+        report = rekey(memory, batch_size=3)
+        assert report.rewritten > 0 and report.unreachable == 0
+    with target.open(encryption=enc) as memory:
+        found = _latest(memory)
+        values = found.checkpoint["channel_values"]
+        assert (values["a"], values["b"], len(values["msgs"])) == ("a two", "b one", 21)
+        assert len(found.pending_writes) == 3
+        record = memory.checkpointer.threads.get("asks")
+        assert record is not None and record["status"] == "interrupted"
+        [[question]] = record["interrupts"].values()
+        assert question.value == {"question": "confirm note on x"}
+        assert rekey(memory).rewritten == 0  # nothing left to move
+
+
+def test_rekey_leaves_list_pages_alone_and_long_lists_readable(target: Target) -> None:
+    """A database written without encryption, migrated (``accept_plaintext`` and
+    ``rekey``), with a list channel stored as items: PostgreSQL keeps the list's pages and
+    spines among the items, and the migration sealed them too (the list then read as
+    'pages are missing'); only values are sealed, and the thread reads back strictly."""
+    from langgraph_memory_plus.privacy.rekey import key_ids, rekey
+
+    with target.open() as memory:
+        _seed_swaps(memory)
+    with target.open(encryption=Encryption({"k1": K1}, accept_plaintext=True)) as memory:
+        assert rekey(memory, batch_size=3).rewritten > 0
+    assert key_ids(r[1] for r in target.dump()) == {"k1"}
+    with target.open(encryption=Encryption({"k1": K1})) as memory:
+        found = _latest(memory)
+        assert found.checkpoint["channel_values"]["msgs"] == [f"message {n}" for n in range(21)]
+        assert len(found.pending_writes) == 3
+
+
+def test_delta_channels_replay_their_sealed_seeds_and_writes(target: Target) -> None:
+    """``DeltaChannel`` values are rebuilt from an ancestor's stored value (its seed, read
+    with the version it was stored under) and the pending writes since: with encryption,
+    each opens at its own location. A fresh saver per turn, so every turn replays from
+    storage; the states match ``InMemorySaver``'s."""
+    from graphs import delta_graph
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    reference = delta_graph().compile(checkpointer=InMemorySaver())
+    enc = Encryption({"k1": K1})
+    config: Any = {"configurable": {"thread_id": "delta"}}
+    for n in range(7):
+        question = {
+            "messages": [HumanMessage(f"secret question {n}", id=f"h{n}")],
+            "items": [f"secret item {n}"],
+        }
+        want = reference.invoke(question, config)
+        with target.open(encryption=enc) as memory:
+            app = delta_graph().compile(checkpointer=memory.checkpointer)
+            assert app.invoke(question, config) == want
+    with target.open(encryption=enc) as memory:
+        app = delta_graph().compile(checkpointer=memory.checkpointer)
+        got = [s.values for s in app.get_state_history(config)]
+    assert got == [s.values for s in reference.get_state_history(config)]
+    assert mentions(target.dump(), [b"secret question 3", b"secret item 4"]) == []

@@ -231,6 +231,34 @@ def test_fence_options_are_checked() -> None:
 # -- concurrency: N writers, threads and asyncio ------------------------------------------
 
 
+def test_fence_lease_from_a_url_and_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fence_lease_s`` sets a run's lease (URL, keyword, or ``LANGGRAPH_MEMORY_URL``);
+    it needs the fence on and agrees with a ``FenceOptions`` given beside it."""
+    from langgraph_memory_plus import from_url
+
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    for memory in (
+        from_url(f"{url}?fence=1&fence_lease_s=30"),
+        from_url(url, fence=True, fence_lease_s="30"),
+        from_url(url, fence=FenceOptions(lease_s=30), fence_lease_s=30),
+    ):
+        with memory:
+            saver = memory.checkpointer
+            assert saver._fence_options == FenceOptions(lease_s=30)
+            lease = saver.fence.acquire(thread(), owner="w")
+            assert 25 < lease.expires_at - time.time() <= 30
+    monkeypatch.setenv("LANGGRAPH_MEMORY_URL", f"{url}?fence=true&fence_lease_s=7.5")
+    with from_url() as memory:
+        assert memory.checkpointer._fence_options.lease_s == 7.5
+    for bad in ("fence_lease_s=30", "fence=0&fence_lease_s=30", "fence=1&fence_lease_s=0"):
+        with pytest.raises(InvalidConfigError, match="fence"):
+            from_url(f"{url}?{bad}")
+    with pytest.raises(InvalidConfigError, match="give the lease once"):
+        from_url(url, fence=FenceOptions(lease_s=10), fence_lease_s=30)
+
+
 def _check_eras(results: dict[str, tuple[int, list[str], bool]], every: list[Any]) -> None:
     """Fencing's promise: a writer's stored checkpoints all come before the first stored
     checkpoint of any writer that took the thread after it; the last one is never refused.

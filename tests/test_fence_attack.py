@@ -82,7 +82,7 @@ def test_fence_sweep_of_an_expired_thread_removes_its_fence(
 ) -> None:
     """TTL sweep deletes a thread as ``delete_thread`` does: its fence goes too (it was
     left behind on PostgreSQL, one row per fenced thread forever). Redis needs no sweep:
-    its fence key expires by itself (a day after its lease)."""
+    its fence key expires by itself (a bounded margin after its lease)."""
     import time
 
     tid = _thread()
@@ -288,3 +288,42 @@ async def test_fence_same_run_id_started_twice_in_two_tasks(async_saver_factory:
         first, second = await asyncio.gather(*tasks, return_exceptions=True)
         assert isinstance(first, FencedWriteError), first
         assert not isinstance(second, BaseException), second
+
+
+@pytest.mark.parametrize("backend", ["redis", "redis-cluster"], indirect=True)
+def test_fence_redis_key_expires_with_its_lease_and_numbers_still_grow(
+    saver_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Redis fence key lives a bounded margin past its lease's end or its owner's last
+    fenced write (it lived a day past the lease, whatever the lease); once it expired, the
+    old owner is refused as after a deletion, and the next fence's number, seeded from the
+    server clock in microseconds, is still larger than every number before."""
+    import time
+
+    from langgraph_memory_plus.checkpoint.redis import plans as redis_plans
+
+    tid = _thread()
+    root: Any = {"configurable": {"thread_id": tid, "checkpoint_ns": ""}}
+    margin_ms = redis_plans.FENCE_KEY_MARGIN_MS
+    with saver_factory(fence=True) as saver:
+        key = saver._plans.fence_key(tid)
+        saver.fence.acquire(tid, owner="long", lease_s=30)
+        assert 30_000 + margin_ms - 5_000 < saver.client.pttl(key) <= 30_000 + margin_ms
+        saver.fence.release(saver.fence.acquire(tid, owner="long"))
+
+        monkeypatch.setattr(redis_plans, "FENCE_KEY_MARGIN_MS", 300)
+        first = saver.fence.acquire(tid, owner="a", lease_s=0.2, force=True)
+        assert 0 < saver.client.pttl(key) <= 500
+        time.sleep(0.35)  # past the lease: a fenced write keeps the key a margin longer
+        saver.put(first.config(root), empty_checkpoint(), {}, {})
+        assert 200 < saver.client.pttl(key) <= 300
+        deadline = time.monotonic() + 5
+        while saver.client.exists(key) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not saver.client.exists(key)
+        assert saver.fence.get(tid) is None
+        with pytest.raises(FencedWriteError):
+            saver.put(first.config(root), empty_checkpoint(), {}, {})
+        second = saver.fence.acquire(tid, owner="b", lease_s=0.2)
+        assert second.token > first.token
+        assert second.token >= int(time.time() * 1_000_000) - 5_000_000  # the clock's

@@ -640,7 +640,7 @@ def test_rereading_a_checkpoint_keeps_the_view_a_put_builds_on() -> None:
     def read(ref: ListRef, checkpoint_id: str) -> list[Any]:
         plan = resolve_list(
             ListRequest(key, ref, {}), memory, lambda r: pytest.fail("fetched"),
-            lambda typ, data: data.decode(), iter, checkpoint_id,
+            lambda iid, typ, data: data.decode(), iter, checkpoint_id,
         )  # fmt: skip
         try:
             next(plan)

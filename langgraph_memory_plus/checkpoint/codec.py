@@ -35,7 +35,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
-from ..encryption import Encryption, Location
+from ..encryption import Encryption, Location, blob_at, checkpoint_at, item_at, write_at
 from ..errors import ValueTooLargeError, decoding
 from .compression import compress, decompress
 from .config import Target, checkpoint_config, thread_key
@@ -244,6 +244,8 @@ class ChainLink:
     checkpoint_id: str
     seeds: Mapping[str, tuple[str, bytes | None]]  # channel -> stored blob found here
     writes: Sequence[tuple[str, str, str, bytes, str, int]]  # as StoredCheckpoint.writes
+    versions: Mapping[str, str] = field(default_factory=dict)
+    """The version (as text) of each seed: where an encrypted seed was sealed."""
 
 
 class CheckpointCodec:
@@ -298,12 +300,11 @@ class CheckpointCodec:
                     out[channel] = typed
         return out
 
-    def _pack(self, typed: Typed, thread_id: str, user_id: str | None = None) -> Typed:
-        """``typed`` compressed, then sealed when encryption is on."""
+    def _pack(self, typed: Typed, where: Location) -> Typed:
+        """``typed`` compressed, then sealed at ``where`` when encryption is on."""
         typ, data = compress(*typed)
         if self.encryption is None:
             return typ, data
-        where = Location("checkpoint", thread_id, user_id=user_id)
         return self.encryption.seal_typed(typ, data, where)
 
     def _dump(self, value: Any, what: str) -> Typed:
@@ -321,7 +322,7 @@ class CheckpointCodec:
         new_versions: ChannelVersions,
         user_id: str | None = None,
     ) -> EncodedCheckpoint:
-        pack = partial(self._pack, thread_id=target.thread_id, user_id=user_id)
+        tid, ns, cid = target.thread_id, target.checkpoint_ns, checkpoint["id"]
         parent_id = config["configurable"].get("checkpoint_id") or None
         body: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = body.pop("channel_values", None) or {}
@@ -357,7 +358,10 @@ class CheckpointCodec:
                     EncodedBlob(channel, version_text(version), LIST_TYPE, chunked.ref.encode())
                 )
                 # Item ids hash the serialized bytes, so compress only what is stored.
-                packed = {iid: pack(typed) for iid, typed in chunked.items.items()}
+                packed = {
+                    iid: self._pack(typed, item_at(tid, iid, user_id))
+                    for iid, typed in chunked.items.items()
+                }
                 items.update(packed)
                 if self.encryption is not None:
                     # The list memory keeps items as stored: a later read opens them
@@ -366,7 +370,8 @@ class CheckpointCodec:
                 nodes.update(chunked.nodes)
                 lists[key] = chunked
             else:
-                typ, data = pack(self._dump(value, what))
+                where = blob_at(tid, ns, channel, version_text(version), user_id)
+                typ, data = self._pack(self._dump(value, what), where)
                 blobs.append(EncodedBlob(channel, version_text(version), typ, data))
         # The id is stored beside the body (it is the record's key).
         body.pop("id", None)
@@ -396,10 +401,14 @@ class CheckpointCodec:
         return EncodedCheckpoint(
             checkpoint_id=checkpoint["id"],
             parent_id=parent_id,
-            checkpoint=pack(self._dump(body, "checkpoint")),
+            checkpoint=self._pack(
+                self._dump(body, "checkpoint"), checkpoint_at(tid, ns, cid, "checkpoint", user_id)
+            ),
             metadata=(JSON_METADATA, b"")
             if self.metadata_as_json and json_exact(dict(meta))
-            else pack(self._dump(meta, "metadata")),
+            else self._pack(
+                self._dump(meta, "metadata"), checkpoint_at(tid, ns, cid, "metadata", user_id)
+            ),
             metadata_json=json_safe(
                 dict(meta)
                 if self.metadata_keys is None
@@ -470,7 +479,7 @@ class CheckpointCodec:
                         request,
                         self.memory,
                         fetch,
-                        partial(self._load, thread_id=thread_id),
+                        partial(self._load_item, thread_id),
                         parse,
                         at,
                     )
@@ -490,23 +499,30 @@ class CheckpointCodec:
             # put of that list checks these objects for changes (see lists.chunk_list).
             key = (target.thread_key, target.checkpoint_ns, channel)
             self.memory.note_written(key, value if isinstance(value, list) else [value])
-            typ, data = self._pack(
-                self._dump(value, f"write to channel {channel!r}"), target.thread_id, user_id
+            stored_idx = WRITES_IDX_MAP.get(channel, idx)
+            where = write_at(
+                target.thread_id,
+                target.checkpoint_ns,
+                target.checkpoint_id or "",
+                task_id,
+                stored_idx,
+                user_id,
             )
-            encoded.append(
-                EncodedWrite(
-                    task_id, WRITES_IDX_MAP.get(channel, idx), channel, typ, data, task_path
-                )
-            )
+            typ, data = self._pack(self._dump(value, f"write to channel {channel!r}"), where)
+            encoded.append(EncodedWrite(task_id, stored_idx, channel, typ, data, task_path))
         return encoded
 
-    def _load(self, typ: str, data: bytes | None, thread_id: str | None = None) -> Any:
-        """A stored value (opened first when encryption is on: ``thread_id`` is where it
-        must have been sealed)."""
+    def _load(self, typ: str, data: bytes | None, where: Location | None = None) -> Any:
+        """A stored value (opened first when encryption is on: ``where`` is where it must
+        have been sealed)."""
         if self.encryption is not None and typ not in (EMPTY, LIST_TYPE):
-            where = Location("checkpoint", thread_id)
+            if where is None:
+                raise AssertionError("an encrypted value read without its location")
             typ, data = self.encryption.open_typed(typ, data or b"", where)
         return self.serde.loads_typed(decompress(typ, data or b""))
+
+    def _load_item(self, thread_id: str, item_id: bytes, typ: str, data: bytes) -> Any:
+        return self._load(typ, data, item_at(thread_id, item_id))
 
     def decode_stored(
         self,
@@ -522,32 +538,48 @@ class CheckpointCodec:
         )  # fmt: skip
         return self.decode_tuple(stored, metadata, lists)
 
-    def _load_at(self, typ: str, data: bytes | None, what: str, /, **where: object) -> Any:
-        thread_id = where.get("thread_id")
+    def _load_at(
+        self, typ: str, data: bytes | None, at: Location, what: str, /, **where: object
+    ) -> Any:
         with decoding(what, **where):
-            return self._load(typ, data, thread_id if isinstance(thread_id, str) else None)
+            return self._load(typ, data, at)
 
     def decode_writes(
-        self, rows: Iterable[tuple[str, str, str, bytes, str, int]], **where: object
+        self,
+        rows: Iterable[tuple[str, str, str, bytes, str, int]],
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
     ) -> list[PendingWrite]:
         """Pending writes in ``writes_sort_key`` order, the order live execution applies them."""
         ordered = sorted(rows, key=lambda w: writes_sort_key(w[4], w[0], w[5]))
+        where = {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+        }
         return [
             (
                 task_id,
                 ch,
                 self._load_at(
-                    typ, data, f"the pending write of task {task_id!r} to channel {ch!r}", **where
+                    typ,
+                    data,
+                    write_at(thread_id, checkpoint_ns, checkpoint_id, task_id, idx),
+                    f"the pending write of task {task_id!r} to channel {ch!r}",
+                    **where,
                 ),
             )
-            for task_id, ch, typ, data, _, _ in ordered
+            for task_id, ch, typ, data, _, idx in ordered
         ]
 
     def decode_metadata(self, stored: StoredCheckpoint) -> CheckpointMetadata:
         if stored.metadata[0] == JSON_METADATA:
             return cast(CheckpointMetadata, dict(stored.metadata_json or {}))
+        at = checkpoint_at(stored.thread_id, stored.checkpoint_ns, stored.checkpoint_id, "metadata")
         return cast(
-            CheckpointMetadata, self._load_at(*stored.metadata, "the metadata", **_where(stored))
+            CheckpointMetadata,
+            self._load_at(*stored.metadata, at, "the metadata", **_where(stored)),
         )
 
     def decode_tuple(
@@ -558,21 +590,27 @@ class CheckpointCodec:
     ) -> CheckpointTuple:
         """Decode a stored checkpoint; ``lists`` holds its list channels, already rebuilt."""
         where = _where(stored)
+        tid, ns, cid = stored.thread_id, stored.checkpoint_ns, stored.checkpoint_id
         with decoding("the checkpoint", **where):
-            body = self._load(*stored.checkpoint, stored.thread_id)
+            body = self._load(*stored.checkpoint, checkpoint_at(tid, ns, cid, "checkpoint"))
             body.setdefault("id", stored.checkpoint_id)
             if "channel_versions" not in body:
                 body["channel_versions"] = plain_versions(stored.channel_versions or {})
             inline = inline_values(stored.channel_versions)
+        versions = body["channel_versions"]
+
+        def blob(ch: str) -> Location:
+            return blob_at(tid, ns, ch, version_text(versions.get(ch, "")))
+
         values = {
             ch: lists[ch]
             if typ == LIST_TYPE and lists
-            else self._load_at(typ, data, f"channel {ch!r}", **where)
+            else self._load_at(typ, data, blob(ch), f"channel {ch!r}", **where)
             for ch, typ, data in stored.blobs
             if typ != EMPTY
         }
         for ch, typed in inline.items():
-            values[ch] = self._load_at(*typed, f"channel {ch!r}", **where)
+            values[ch] = self._load_at(*typed, blob(ch), f"channel {ch!r}", **where)
         body["channel_values"] = values
         parent = (
             checkpoint_config(stored.thread_id, stored.checkpoint_ns, stored.parent_id)
@@ -584,7 +622,7 @@ class CheckpointCodec:
             checkpoint=body,
             metadata=metadata if metadata is not None else self.decode_metadata(stored),
             parent_config=parent,
-            pending_writes=self.decode_writes(stored.writes, **where),
+            pending_writes=self.decode_writes(stored.writes, tid, ns, cid),
         )
 
     def delta_history(
@@ -592,7 +630,8 @@ class CheckpointCodec:
         channels: Sequence[str],
         chain: Sequence[ChainLink],
         lists: Mapping[str, list[Any]] | None = None,
-        thread_id: str | None = None,
+        thread_id: str = "",
+        checkpoint_ns: str = "",
     ) -> dict[str, DeltaChannelHistory]:
         """Assemble ``get_delta_channel_history`` from a parent chain, newest ancestor first.
 
@@ -607,7 +646,7 @@ class CheckpointCodec:
             for link in chain:
                 mine = [w for w in link.writes if w[1] == channel]
                 per_link.append(
-                    self.decode_writes(mine, thread_id=thread_id, checkpoint_id=link.checkpoint_id)
+                    self.decode_writes(mine, thread_id, checkpoint_ns, link.checkpoint_id)
                 )
                 if channel in link.seeds:
                     seed = link.seeds[channel]
@@ -619,8 +658,13 @@ class CheckpointCodec:
             if seed is not None and seed[0] == LIST_TYPE and lists is not None:
                 entry["seed"] = lists[channel]
             elif seed is not None and seed[0] != EMPTY:
+                version = link.versions.get(channel, "")
                 entry["seed"] = self._load_at(
-                    *seed, what, thread_id=thread_id, checkpoint_id=link.checkpoint_id
+                    *seed,
+                    blob_at(thread_id, checkpoint_ns, channel, version),
+                    what,
+                    thread_id=thread_id,
+                    checkpoint_id=link.checkpoint_id,
                 )
             result[channel] = entry
         return result

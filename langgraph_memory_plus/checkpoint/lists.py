@@ -49,6 +49,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from itertools import repeat
 from typing import Any
 
@@ -57,6 +58,9 @@ from pydantic import BaseModel
 
 LIST_TYPE = "lgmp:list"
 """Blob type of a list stored as items; the blob's bytes are its :class:`ListRef`."""
+NODE_TYPE = "lgmp:node"
+"""Type of a list page or spine where a backend keeps them among the items (PostgreSQL's
+``lgmp_items``): ids of other rows, never sealed."""
 
 PAGE_SIZE = 16
 MIN_ITEMS = 16
@@ -371,18 +375,21 @@ class _Known:
         self.size = len(typed[1])
 
     @staticmethod
-    def fresh_all(items: Sequence[_Known], load: Callable[[str, bytes], Any]) -> list[Any]:
-        """:meth:`fresh` of each, those with a template built together (:func:`build_all`)."""
+    def fresh_all(
+        items: Sequence[tuple[bytes, _Known]], load: Callable[[bytes, str, bytes], Any]
+    ) -> list[Any]:
+        """:meth:`fresh` of each (by id), those with a template built together
+        (:func:`build_all`)."""
         out: list[Any] = [None] * len(items)
         templates: list[Template] = []
         where: list[int] = []
-        for i, item in enumerate(items):
+        for i, (iid, item) in enumerate(items):
             template = item.state[0]
             if isinstance(template, Template):
                 templates.append(template)
                 where.append(i)
             else:
-                out[i] = item.fresh(load)
+                out[i] = item.fresh(partial(load, iid))
         for i, built in zip(where, build_all(templates), strict=True):
             out[i] = built
         return out
@@ -867,7 +874,7 @@ def resolve_list(
     request: ListRequest,
     memory: ListMemory,
     fetch: Fetch,
-    load: Callable[[str, bytes], Any],
+    load: Callable[[bytes, str, bytes], Any],
     parse: Callable[[Any], Iterable[ItemRow]],
     checkpoint_id: str | None = None,
 ) -> Generator[Any, Any, list[Any]]:
@@ -908,7 +915,7 @@ def resolve_list(
             # store its own pages rather than refer to these.
             page_ids = []
         version = ListVersion(request.ref, item_ids, page_ids)
-    objects = _Known.fresh_all([known[iid] for iid in version.item_ids], load)
+    objects = _Known.fresh_all([(iid, known[iid]) for iid in version.item_ids], load)
     view = None
     if checkpoint_id is not None:
         prints = fingerprints_of(objects)

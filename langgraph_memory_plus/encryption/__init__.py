@@ -9,8 +9,15 @@ values). What the databases must still compare stays in clear; the README lists 
 An envelope names the id of the key that sealed it, so several keys can be known at once
 (rotation: new writes use ``current``, reads take any known key, ``langgraph-memory
 rekey`` moves old rows to the current key). The associated data is the envelope's
-*location* (the kind of record and its thread id, or its store namespace and key): a
-ciphertext copied to another thread or item does not open there.
+*location*: the kind of record, its thread id and, for checkpoint values, exactly where in
+the thread it is (namespace and checkpoint id, channel and version, task id and write
+index, list item id), or its store namespace and key. A ciphertext copied to another
+thread, item, checkpoint, channel version or task does not open there, so someone with
+write access to the database can neither move a value between threads nor roll one back
+inside a thread.
+
+Envelopes of the previous release (``MAGIC_V1``) bound checkpoint values to their thread
+only; they open at such a location only in the migration mode, and ``rekey`` reseals them.
 
 Reads fail closed: with encryption on, a value that is not an envelope (written before
 encryption was turned on, or planted by someone with write access to the database) or one
@@ -37,9 +44,14 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..errors import InvalidConfigError, MemoryPlusError
 
-MAGIC = b"\xa7LGE1"
+MAGIC = b"\xa7LGE2"
 """First bytes of a binary envelope (never the start of msgpack, JSON or deflate output
 this package stores: 0xa7 opens a 7-byte msgpack string, which no stored value is)."""
+MAGIC_V1 = b"\xa7LGE1"
+"""First bytes of an envelope of the previous release, whose associated data left out
+:attr:`Location.at` (checkpoint values were bound to their thread only)."""
+MAGIC_HEAD = b"\xa7LGE"
+"""What both envelope versions start with (for scans of raw rows)."""
 TEXT_PREFIX = "lgmpenc1:"
 """Start of an envelope stored as text (base64 of the binary form)."""
 SEALED_TYPE = "lgmpenc1"
@@ -68,6 +80,8 @@ class Location:
     """Where a value is stored: its associated data, and what an error names.
 
     ``kind`` is the record type (``checkpoint``, ``title``, ``transcript``, ``store``);
+    ``at`` is the place inside the thread (see :func:`blob_at` and its siblings): part of
+    the associated data, so a value swapped with another of the same thread does not open.
     ``user_id`` is only for per-tenant key lookup and not part of the associated data
     (a thread's owner can be learned after its first records were written).
     """
@@ -77,10 +91,14 @@ class Location:
     namespace: tuple[str, ...] | None = None
     key: str | None = None
     user_id: str | None = None
+    at: tuple[str, ...] = ()
 
-    def associated_data(self) -> bytes:
-        """Length-prefixed parts, so no two locations share one (ids may hold any text)."""
+    def associated_data(self, legacy: bool = False) -> bytes:
+        """Length-prefixed parts, so no two locations share one (ids may hold any text);
+        ``legacy``: as the previous release computed it (without ``at``)."""
         parts = [self.kind, self.thread_id, *(self.namespace or ()), None, self.key]
+        if not legacy:
+            parts += [None, *self.at]
         out = bytearray()
         for part in parts:
             raw = b"" if part is None else part.encode("utf-8", "surrogatepass")
@@ -95,7 +113,44 @@ class Location:
             out["namespace"] = self.namespace
         if self.key is not None:
             out["key"] = self.key
+        if self.at:
+            out["at"] = self.at
         return out
+
+
+def blob_at(
+    thread_id: str, ns: str, channel: str, version: str, user_id: str | None = None
+) -> Location:
+    """A channel value (blob, or a value kept inline): one channel version of one
+    namespace, shared by every checkpoint (forks too) that has that version."""
+    return Location("checkpoint", thread_id, user_id=user_id, at=("blob", ns, channel, version))
+
+
+def checkpoint_at(
+    thread_id: str, ns: str, checkpoint_id: str, part: str, user_id: str | None = None
+) -> Location:
+    """A checkpoint record's ``part`` (``checkpoint``: its body, or ``metadata``)."""
+    return Location("checkpoint", thread_id, user_id=user_id, at=(part, ns, checkpoint_id))
+
+
+def write_at(
+    thread_id: str,
+    ns: str,
+    checkpoint_id: str,
+    task_id: str,
+    idx: int,
+    user_id: str | None = None,
+) -> Location:
+    """A pending write: its checkpoint, task and index (as stored, so an interrupt's is
+    ``WRITES_IDX_MAP``'s); the thread index's interrupt copies are opened here too."""
+    return Location(
+        "checkpoint", thread_id, user_id=user_id, at=("write", ns, checkpoint_id, task_id, str(idx))
+    )
+
+
+def item_at(thread_id: str, item_id: bytes, user_id: str | None = None) -> Location:
+    """A list item (see ``checkpoint/lists.py``): its id, a keyed hash of its content."""
+    return Location("checkpoint", thread_id, user_id=user_id, at=("item", item_id.hex()))
 
 
 @runtime_checkable
@@ -310,6 +365,16 @@ class Encryption:
                 **where.where(),
             )
 
+    def legacy(self, where: Location) -> None:
+        """A previous release's envelope (bound to less than ``where``) was read: fine in
+        migration mode (``rekey`` reseals it), else an error."""
+        if not self.accept_plaintext:
+            raise EncryptionError(
+                "sealed by an earlier release, bound to its thread only (set "
+                "accept_plaintext=True to migrate, then run `langgraph-memory rekey`)",
+                **where.where(),
+            )
+
     def seal(self, data: bytes, where: Location) -> bytes:
         kid, key = self._write_key(where)
         nonce = os.urandom(_NONCE)
@@ -326,13 +391,16 @@ class Encryption:
         key = self._read_key(kid)
         if key is None:
             raise EncryptionError(f"encrypted with unknown key {kid!r}", **where.where())
+        old = data.startswith(MAGIC_V1)
+        if old and where.at:
+            self.legacy(where)
         start = len(MAGIC) + 1 + len(kid.encode())
         nonce, body = data[start : start + _NONCE], data[start + _NONCE :]
-        plain = _get_cipher().open(key, nonce, body, where.associated_data())
+        plain = _get_cipher().open(key, nonce, body, where.associated_data(legacy=old))
         if plain is None:
             raise EncryptionError(
                 f"encrypted data does not authenticate with key {kid!r} (a wrong key, "
-                "tampering, or data moved from another thread or item)",
+                "tampering, or data moved from another thread, item or place in its thread)",
                 **where.where(),
             )
         return plain
@@ -374,6 +442,18 @@ class Encryption:
         return plain[1 : 1 + n].decode(), plain[1 + n :]
 
 
+def is_legacy(data: bytes | str) -> bool:
+    """Whether ``data`` is an envelope of the previous release (see ``MAGIC_V1``)."""
+    if isinstance(data, str):
+        if not data.startswith(TEXT_PREFIX):
+            return False
+        try:
+            data = base64.b64decode(data[len(TEXT_PREFIX) : len(TEXT_PREFIX) + 8])
+        except (binascii.Error, ValueError):
+            return False
+    return data.startswith(MAGIC_V1)
+
+
 def key_id_of(data: bytes | str) -> str | None:
     """The key id an envelope (binary or text form) was sealed with; ``None`` for plaintext."""
     if isinstance(data, str):
@@ -383,7 +463,7 @@ def key_id_of(data: bytes | str) -> str | None:
             data = base64.b64decode(data[len(TEXT_PREFIX) : len(TEXT_PREFIX) + 200] + "==")
         except (binascii.Error, ValueError):
             return None
-    if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 1:
+    if not data.startswith((MAGIC, MAGIC_V1)) or len(data) < len(MAGIC) + 1:
         return None
     n = data[len(MAGIC)]
     kid = data[len(MAGIC) + 1 : len(MAGIC) + 1 + n]
@@ -412,6 +492,11 @@ __all__ = [
     "EncryptionError",
     "Location",
     "TenantKeys",
+    "blob_at",
+    "checkpoint_at",
+    "is_legacy",
+    "item_at",
     "key_id_of",
     "new_key",
+    "write_at",
 ]

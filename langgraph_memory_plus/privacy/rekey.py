@@ -7,11 +7,14 @@ written before encryption was turned on.
 
 It walks every table that holds sealed values, in batches of ``batch_size`` rows in
 primary-key order, one transaction per batch: each row not on the current key is opened
-(at its own location: the thread id, message id or store namespace and key are the
-associated data) and sealed again, and written back only if it is still the value read
+(at its own location: the thread id with the checkpoint, channel version, task and write
+index or list item, the message id, or the store namespace and key are the associated
+data) and sealed again, and written back only if it is still the value read
 (a compare-and-set, so a concurrent write is never overwritten with an older value; such
 a row is left for the next run). A killed run is resumed by running it again: rows done
-are on the current key and are skipped, not rewritten.
+are on the current key and are skipped, not rewritten. In the migration mode it also
+reseals envelopes of the previous release, which bound checkpoint values to their thread
+only, at their full location.
 
 Not reachable: transcript lines of a thread whose id is no longer stored anywhere (the
 thread was deleted and its index row with it): their associated data names the thread
@@ -34,15 +37,30 @@ from dataclasses import dataclass
 from dataclasses import field as dc_field
 from typing import Any
 
-from ..checkpoint.codec import EMPTY, JSON_METADATA, inline_values
-from ..checkpoint.lists import LIST_TYPE
+from langgraph.checkpoint.base import WRITES_IDX_MAP
+
+from ..checkpoint.codec import EMPTY, JSON_METADATA, inline_values, version_text
+from ..checkpoint.lists import LIST_TYPE, NODE_TYPE
 from ..checkpoint.task_writes import pack, split_head, unpack
 from ..drivers.plan import Plan
-from ..encryption import MAGIC, SEALED_TYPE, TEXT_PREFIX, Encryption, Location, key_id_of
+from ..encryption import (
+    MAGIC_HEAD,
+    SEALED_TYPE,
+    TEXT_PREFIX,
+    Encryption,
+    Location,
+    blob_at,
+    checkpoint_at,
+    is_legacy,
+    item_at,
+    key_id_of,
+    write_at,
+)
 from ..errors import InvalidConfigError
 from ..store.base import SEALED_FIELD
 from ..store.namespaces import namespace_of, user_of_namespace
 from ..store.values import unescape_text
+from ..threads.core import INTERRUPT
 
 DEFAULT_BATCH = 500
 
@@ -109,7 +127,8 @@ class _Resealer:
         return None if kept == meta else kept
 
     def _stale(self, sealed: bool, data: bytes | str, where: Location) -> bool:
-        if not sealed:
+        if not sealed or (where.at and is_legacy(data)):
+            # plaintext, or bound to less than its location: opened in migration mode only
             return self.enc.accept_plaintext
         # Shared keys move to the key a write there would use now (the current one, or
         # the user's tenant key: per-tenant keys turned on over shared-key rows); a tenant
@@ -124,7 +143,9 @@ class _Resealer:
         return Location("store", namespace=namespace, key=key, user_id=user)
 
     def typed(self, typ: str, data: bytes | None, where: Location) -> tuple[str, bytes] | None:
-        if data is None or typ in (EMPTY, LIST_TYPE, JSON_METADATA):
+        # (PostgreSQL keeps list pages and spines among the items: ids, not values; sealing
+        # one made its list unreadable)
+        if data is None or typ in (EMPTY, LIST_TYPE, JSON_METADATA, NODE_TYPE):
             return None
         data = bytes(data)
         if not self._stale(typ == SEALED_TYPE, data, where):
@@ -257,7 +278,8 @@ class _Sql:
                     ix,
                     ("thread_key",),
                     "x.thread_id",
-                    ("title", "interrupts"),
+                    # the latest id (where the interrupts were sealed) is only compared
+                    ("title", "interrupts", "latest_id"),
                     "index",
                 ),
                 _Part(
@@ -392,33 +414,35 @@ def _reseal(
         if typ == JSON_METADATA:
             # Stored as the projection only (PostgreSQL): seal the whole metadata first,
             # as an encrypting codec stores it, so dropping keys loses nothing.
-            typ, data = res.codec._pack(res.codec._dump(meta, "metadata"), thread_id)
+            where = checkpoint_at(thread_id, key[1], key[2], "metadata")
+            typ, data = res.codec._pack(res.codec._dump(meta, "metadata"), where)
         return [typ, data, kept]
     if part.kind == "typed":
         out, changed = [], False
-        where = Location("checkpoint", thread_id)
+        places = _sql_locations(part.name, thread_id, key)
         for i in range(0, len(values), 2):
             typ, data = values[i], values[i + 1]
-            moved = res.typed(typ, None if data is None else bytes(data), where)
+            moved = res.typed(typ, None if data is None else bytes(data), places[i // 2])
             changed |= moved is not None
             out += list(moved) if moved is not None else [typ, data]
         return out if changed else None
     if part.kind == "packed":
         path, raw = values[0], bytes(values[1])
-        where = Location("checkpoint", thread_id)
         writes, changed = [], False
         for idx, channel, typ, data, own in unpack(raw, path):
+            where = write_at(thread_id, key[1], key[2], key[3], idx)
             moved = res.typed(typ, data, where)
             changed |= moved is not None
             writes.append((idx, channel, *(moved or (typ, data)), own))
         return [path, pack(writes, path)] if changed else None
     if part.kind == "index":
-        title, interrupts = values
+        title, interrupts, latest = values
         new_title = res.text(title, Location("title", thread_id))
         ints = _row_value(sql, interrupts) or {}
         new_ints, changed = {}, False
         for task, (typ, b64) in ints.items():
-            moved = res.typed(typ, base64.b64decode(b64), Location("checkpoint", thread_id))
+            where = write_at(thread_id, "", latest or "", task, _INTERRUPT_IDX)
+            moved = res.typed(typ, base64.b64decode(b64), where)
             changed |= moved is not None
             new_ints[task] = (
                 [moved[0], base64.b64encode(moved[1]).decode()] if moved else [typ, b64]
@@ -426,15 +450,15 @@ def _reseal(
         if new_title is None and not changed:
             return None
         ints_out = _store_value(sql, new_ints)
-        return [title if new_title is None else new_title, ints_out]
+        return [title if new_title is None else new_title, ints_out, latest]
     if part.kind == "inline":
         versions = _row_value(sql, values[0]) or {}
-        where = Location("checkpoint", thread_id)
         new_versions, changed = {}, False
         for channel, entry in versions.items():
             if not isinstance(entry, list):
                 new_versions[channel] = entry
                 continue
+            where = blob_at(thread_id, key[1], channel, version_text(entry[0]))
             # (a None is sealed too: a read with encryption on refuses plaintext)
             typ, data = inline_values({channel: entry})[channel]
             if not res._stale(typ == SEALED_TYPE, data, where):
@@ -449,6 +473,23 @@ def _reseal(
         new = res.text(values[0], Location("transcript", thread_id, key=key[1]))
         return None if new is None else [new]
     raise AssertionError(part.kind)
+
+
+_INTERRUPT_IDX = WRITES_IDX_MAP[INTERRUPT]
+
+
+def _sql_locations(part: str, thread_id: str, key: tuple[Any, ...]) -> list[Location]:
+    """Where each (type, data) column pair of a row of ``part`` was sealed, from its key."""
+    ns = key[1]
+    if part == "checkpoints":
+        return [checkpoint_at(thread_id, ns, key[2], p) for p in ("checkpoint", "metadata")]
+    if part == "blobs":
+        return [blob_at(thread_id, ns, key[2], key[3])]
+    if part == "items":
+        return [item_at(thread_id, bytes(key[2]))]
+    if part == "writes":
+        return [write_at(thread_id, ns, key[2], key[3], int(key[4]))]
+    raise AssertionError(part)
 
 
 def _store_value(sql: _Sql, value: dict[str, Any]) -> Any:
@@ -493,7 +534,7 @@ def _redis_thread(plans: Any, res: _Resealer, tag: str) -> Plan[Any, tuple[int, 
             ("HGETALL", k["blobs"]),
             ("HGETALL", k["writes"]),
             ("HGETALL", k["items"]),
-            ("HMGET", k["rec"], b"t", b"i"),
+            ("HMGET", k["rec"], b"t", b"i", b"l"),
             ("HGETALL", tx),
         ]
     )
@@ -509,12 +550,12 @@ def _redis_thread(plans: Any, res: _Resealer, tag: str) -> Plan[Any, tuple[int, 
         return examined, 0, examined
     tid = _tid(tid_raw)
     assert tid is not None
-    where = Location("checkpoint", tid)
     updates: list[tuple[bytes, bytes, bytes, bytes]] = []
     for field, old in ck.items():
         ctype, cblob, mtype, mblob, versions = ormsgpack.unpackb(old)
-        body = res.typed(ctype, cblob, where)
-        meta = res.typed(mtype, mblob, where)
+        ns, cid = _fields(field, 2)
+        body = res.typed(ctype, cblob, checkpoint_at(tid, ns, cid, "checkpoint"))
+        meta = res.typed(mtype, mblob, checkpoint_at(tid, ns, cid, "metadata"))
         if body or meta:
             record_new = [*(body or (ctype, cblob)), *(meta or (mtype, mblob)), versions]
             updates.append((k["ck"], field, old, ormsgpack.packb(record_new)))
@@ -523,27 +564,36 @@ def _redis_thread(plans: Any, res: _Resealer, tag: str) -> Plan[Any, tuple[int, 
             if not old or old.startswith(LIST_PREFIX):
                 continue
             typ, data = ormsgpack.unpackb(old)
+            if key == k["blobs"]:
+                ns, channel, version = _fields(field, 3)
+                where = blob_at(tid, ns, channel, version)
+            else:
+                where = item_at(tid, bytes(field).split(b"\0", 1)[1])
             moved = res.typed(typ, data, where)
             if moved:
                 updates.append((key, field, old, ormsgpack.packb(list(moved))))
     for field, old in writes.items():
         head, record = split_head(old)
         path = head.decode("utf-8", "surrogatepass")
+        ns, cid, task_id = _fields(field, 3)
         out, changed = [], False
         for idx, channel, typ, data, own in unpack(record, path):
-            moved = res.typed(typ, data, where)
+            moved = res.typed(typ, data, write_at(tid, ns, cid, task_id, idx))
             changed |= moved is not None
             out.append((idx, channel, *(moved or (typ, data)), own))
         if changed:
             updates.append((k["writes"], field, old, _pack_netstrings([head]) + pack(out, path)))
-    title, ints = rec
+    title, ints, latest = rec
     if title:
         moved_title = res.text(title.decode("utf-8", "surrogatepass"), Location("title", tid))
         if moved_title is not None:
             updates.append((k["rec"], b"t", title, moved_title.encode()))
     if ints:
         parts, changed = _netstrings(ints), False
+        cid = latest.decode() if latest else ""
         for i in range(0, len(parts), 3):
+            task_id = parts[i].decode("utf-8", "surrogatepass")
+            where = write_at(tid, "", cid, task_id, _INTERRUPT_IDX)
             moved = res.typed(parts[i + 1].decode(), parts[i + 2], where)
             if moved:
                 parts[i + 1], parts[i + 2] = moved[0].encode(), moved[1]
@@ -572,6 +622,12 @@ def _redis_thread(plans: Any, res: _Resealer, tag: str) -> Plan[Any, tuple[int, 
     for key, field, before, after in updates:
         rewritten += int((yield Eval("hcas", [key], [field, before, after])) or 0)
     return examined, rewritten, 0
+
+
+def _fields(field: bytes, n: int) -> list[str]:
+    """The ``n`` NUL-separated parts of a Redis field (the namespace has no NUL; the last
+    part keeps any)."""
+    return [p.decode("utf-8", "surrogatepass") for p in bytes(field).split(b"\0", n - 1)]
 
 
 def _rekey_redis(
@@ -761,7 +817,7 @@ def key_ids(rows: Iterator[bytes]) -> set[str]:
     prefix = TEXT_PREFIX.encode()
     for row in rows:
         start = 0
-        while (i := row.find(MAGIC, start)) >= 0:
+        while (i := row.find(MAGIC_HEAD, start)) >= 0:
             kid = key_id_of(row[i:])
             if kid is not None:
                 found.add(kid)

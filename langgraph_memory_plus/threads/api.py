@@ -11,12 +11,14 @@ import functools
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
+from langgraph.checkpoint.base import WRITES_IDX_MAP
 from langgraph.types import Interrupt
 
 from ..drivers.plan import Plan, adrive, drive
-from ..encryption import Encryption, Location
+from ..encryption import Encryption, Location, write_at
 from ..errors import InvalidConfigError
 from .core import (
+    INTERRUPT,
     ReindexBatch,
     ReindexProgress,
     StoredRecord,
@@ -62,7 +64,7 @@ T = TypeVar("T")
 
 
 class Decoder(Protocol):
-    def _load(self, typ: str, data: bytes | None, thread_id: str | None = None) -> Any: ...
+    def _load(self, typ: str, data: bytes | None, where: Location | None = None) -> Any: ...
 
 
 class IndexedSaver(Protocol):
@@ -139,7 +141,11 @@ class Threads:
         load = self._saver._codec._load
         interrupts: dict[str, list[Interrupt]] = {}
         for task_id, (typ, data) in sorted(stored.interrupts.items()):
-            value = load(typ, data, stored.thread_id)
+            # copies of the latest root checkpoint's interrupt writes, sealed there
+            where = write_at(
+                stored.thread_id, "", stored.latest_id or "", task_id, WRITES_IDX_MAP[INTERRUPT]
+            )
+            value = load(typ, data, where)
             interrupts[task_id] = list(value) if isinstance(value, (list, tuple)) else [value]
         title = stored.title
         enc = self._saver.encryption

@@ -120,6 +120,9 @@ class StoredRecord:
     title: str | None
     checkpoints: int
     bytes: int
+    latest_id: str | None = None
+    """The latest root checkpoint's id: its pending writes are where ``interrupts``
+    were sealed (see ``encryption.write_at``)."""
 
 
 @dataclass(frozen=True)

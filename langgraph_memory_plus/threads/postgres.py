@@ -162,7 +162,7 @@ EXPIRY_OF = "(SELECT t.expires_at FROM {th} t WHERE t.thread_key = {tk})"
 statement creates or touches sets it after, by the trigger)."""
 
 _COLUMNS = """i.thread_id, extract(epoch FROM i.created_at), extract(epoch FROM i.updated_at),
-    i.metadata, i.status, i.interrupts, i.title, i.checkpoints, i.bytes"""
+    i.metadata, i.status, i.interrupts, i.title, i.checkpoints, i.bytes, i.latest_id"""
 
 _ORDER = {
     "updated_at": "i.updated_at",
@@ -197,8 +197,9 @@ def key_column(key: str) -> str:
 
 
 def _stored(row: tuple[Any, ...]) -> StoredRecord:
-    tid, created, updated, meta, status, interrupts, title, n, size = row
+    tid, created, updated, meta, status, interrupts, title, n, size, latest = row
     return StoredRecord(
+        latest_id=latest,
         thread_id=bytes(tid).decode("utf-8", "surrogatepass"),
         created_at=float(created),
         updated_at=float(updated),

@@ -70,7 +70,7 @@ Backfill = Callable[[Any, Any, int], Plan[Command, ReindexBatch]]
 """The checkpoint plans' backfill batch (codec, cursor, size): it needs their keys and
 decoding, which this module does not have."""
 
-FIELDS = (b"id", b"c", b"u", b"m", b"s", b"i", b"t", b"n", b"b")
+FIELDS = (b"id", b"c", b"u", b"m", b"s", b"i", b"t", b"n", b"b", b"l")
 COUNT_FIELDS = (b"u", b"m", b"s")
 """What a count verifies an entry with: its record's time (it exists), metadata, status."""
 MAX_HEAL_ROUNDS = 3
@@ -404,7 +404,7 @@ def now_ms() -> int:
 
 
 def _record(values: Sequence[bytes | None]) -> StoredRecord | None:
-    tid, created, updated, meta, status, ints, title, n, size = values
+    tid, created, updated, meta, status, ints, title, n, size, latest = values
     if tid is None or updated is None:
         return None
     parts = _netstrings(ints or b"")
@@ -422,6 +422,7 @@ def _record(values: Sequence[bytes | None]) -> StoredRecord | None:
         title=title.decode("utf-8", "surrogatepass") if title else None,
         checkpoints=int(n or 0),
         bytes=int(size or 0),
+        latest_id=latest.decode() if latest else None,
     )
 
 

@@ -128,7 +128,7 @@ STATUS = "\x00status"
 """Appended to a key to name its index by key and status."""
 
 _COLUMNS = """i.thread_id, i.created_at, i.updated_at, i.metadata, i.status, i.interrupts,
-    i.title, i.checkpoints, i.bytes"""
+    i.title, i.checkpoints, i.bytes, i.latest_id"""
 _ORDER = {
     "updated_at": "i.updated_at",
     "created_at": "i.created_at",
@@ -198,8 +198,9 @@ def _sql_value(form: str) -> Any:
 
 
 def _stored(row: tuple[Any, ...]) -> StoredRecord:
-    tid, created, updated, meta, status, interrupts, title, n, size = row
+    tid, created, updated, meta, status, interrupts, title, n, size, latest = row
     return StoredRecord(
+        latest_id=latest,
         thread_id=bytes(tid).decode("utf-8", "surrogatepass"),
         created_at=float(created),
         updated_at=float(updated),

@@ -37,10 +37,12 @@ from ..codec import (
     inline_values,
     json_safe,
     metadata_matches,
+    plain_versions,
+    version_text,
 )
 from ..config import ListQuery, SaverSettings, Target, deletion_id, thread_key
 from ..fence import Claim, FenceState
-from ..lists import LIST_TYPE, ListRequest
+from ..lists import LIST_TYPE, NODE_TYPE, ListRequest
 from .schema import (
     ERASED_MIGRATION,
     FENCE_MIGRATION,
@@ -67,9 +69,7 @@ CHECKPOINT_MIGRATIONS = (
 # PostgreSQL refuses a field over 1 GiB and a message over 1 GiB; stay clear of both.
 MAX_VALUE_BYTES = 512 * 1024 * 1024
 MAX_STATEMENT_BYTES = 1000 * 1024 * 1024
-NODE_TYPE = "lgmp:node"
 ERASED_LOCK = 0x6C676D70  # "lgmp": the advisory lock space of erased users' holds
-"""Type of a list page or spine (see ``..lists``), stored as a row of ``lgmp_items``."""
 
 # A thread's expiry is moved on a write only when it lags the exact value by more than
 # this share of the TTL (and at most this many seconds), so a burst of writes updates the
@@ -550,6 +550,7 @@ class PostgresCheckpointPlans:
                     ),
                 },
                 writes=_write_rows(w_task, w_path, w_packed),
+                versions={ch: version_text(v) for ch, v in plain_versions(versions or {}).items()},
             )
             for cid, s_ch, s_ty, s_bl, w_task, w_path, w_packed, versions in rows
         ]
@@ -557,7 +558,7 @@ class PostgresCheckpointPlans:
         lists = yield from codec.resolve_lists(
             target.thread_id, target.checkpoint_ns, seeds, self._fetch_list
         )
-        return codec.delta_history(channels, chain, lists, target.thread_id)
+        return codec.delta_history(channels, chain, lists, target.thread_id, target.checkpoint_ns)
 
     # -- writes -----------------------------------------------------------------------
 

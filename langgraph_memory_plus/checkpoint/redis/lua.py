@@ -679,10 +679,11 @@ while cur ~= '' and left > 0 and depth < max_depth do
       if v then
         seeds[#seeds + 1] = ch
         seeds[#seeds + 1] = v
+        seeds[#seeds + 1] = f
       end
     end
   end
-  for i = 1, #seeds, 2 do
+  for i = 1, #seeds, 3 do
     if remaining[seeds[i]] then
       remaining[seeds[i]] = nil
       left = left - 1
@@ -866,15 +867,19 @@ return 1
 # One writer per thread (see checkpoint/fence.py). The fence is a hash of its own in the
 # thread's slot: o the owner (absent once released), n the fencing number, x the lease's
 # expiry (ms). A fenced put or put_writes passes it as its last key and the owner and
-# number it claims as its last two arguments; the check pops them, so the write's own
-# script sees its usual keys and arguments. Reply -1: refused, nothing written.
+# number it claims and the ms the key outlives a write as its last three arguments; the
+# check pops them, so the write's own script sees its usual keys and arguments. Reply -1:
+# refused, nothing written. A write let through keeps the key at least that long: the key
+# expires a bounded time after its lease ends or its owner's last write, whichever is later.
 FENCE_CHECK = r"""
 local K_FENCE = table.remove(KEYS)
+local f_keep = tonumber(table.remove(ARGV))
 local f_token = table.remove(ARGV)
 local f_owner = table.remove(ARGV)
 do
   local cur = redis.call('HMGET', K_FENCE, 'o', 'n')
   if cur[1] ~= f_owner or cur[2] ~= f_token then return -1 end
+  if redis.call('PTTL', K_FENCE) < f_keep then redis.call('PEXPIRE', K_FENCE, f_keep) end
 end
 """
 

@@ -65,6 +65,11 @@ from ..lists import LIST_TYPE, ItemRow, ListRequest
 # Redis refuses a bulk string over 512 MiB by default (proto-max-bulk-len).
 MAX_VALUE_BYTES = 500 * 1024 * 1024
 TOMBSTONE_MS = 24 * 3600 * 1000
+FENCE_KEY_MARGIN_MS = 15 * 60 * 1000
+"""How long a fence key outlives its lease's end (or its owner's last fenced write, if
+later); then it expires by itself and a write of its owner is refused as after a deletion.
+A new key's number starts at the server clock in microseconds, so numbers still only grow
+as long as that clock never steps back by more than this."""
 MAX_CHAIN_DEPTH = 1_000_000
 KINDS = (
     "thread", "idx", "ck", "meta", "blobs", "writes", "widx", "replay", "items", "nodes", "rec"
@@ -218,7 +223,7 @@ class RedisCheckpointPlans:
         return Eval(
             f"{write.script}_fenced",
             [*write.keys, fence_key],
-            [*write.args, _utf8(claim.owner), str(claim.token)],
+            [*write.args, _utf8(claim.owner), str(claim.token), FENCE_KEY_MARGIN_MS],
         )
 
     def _refused_by_fence(self, thread_id: str, claim: Claim) -> Plan[Command, None]:
@@ -243,7 +248,12 @@ class RedisCheckpointPlans:
         reply = yield Eval(
             "fence_take",
             [self.fence_key(thread_id)],
-            [_utf8(owner), max(1, round(lease_s * 1000)), b"1" if force else b"0", TOMBSTONE_MS],
+            [
+                _utf8(owner),
+                max(1, round(lease_s * 1000)),
+                b"1" if force else b"0",
+                FENCE_KEY_MARGIN_MS,
+            ],
         )
         state = self._fence_reply(reply)
         assert state is not None
@@ -255,7 +265,7 @@ class RedisCheckpointPlans:
         reply = yield Eval(
             "fence_renew",
             [self.fence_key(thread_id)],
-            [_utf8(owner), str(token), max(1, round(lease_s * 1000)), TOMBSTONE_MS],
+            [_utf8(owner), str(token), max(1, round(lease_s * 1000)), FENCE_KEY_MARGIN_MS],
         )
         return self._fence_reply(reply)
 
@@ -682,13 +692,22 @@ class RedisCheckpointPlans:
             ],
         )
         chain = []
+        skip = len(_utf8(target.checkpoint_ns)) + 1
         for cid, writes, seeds in reply:
-            found = {seeds[i].decode(): _blob(seeds[i + 1]) for i in range(0, len(seeds), 2)}
+            # (channel, value, blob field ``ns NUL channel NUL version``) per seed
+            found = {seeds[i].decode(): _blob(seeds[i + 1]) for i in range(0, len(seeds), 3)}
+            versions = {
+                seeds[i].decode(): bytes(seeds[i + 2][skip:])
+                .split(b"\x00", 1)[1]
+                .decode("utf-8", "surrogatepass")
+                for i in range(0, len(seeds), 3)
+            }
             chain.append(
                 ChainLink(
                     checkpoint_id=cid.decode(),
                     seeds=found,
                     writes=_write_rows(writes),
+                    versions=versions,
                 )
             )
         keys = self.keys(target.thread_id)
@@ -696,7 +715,7 @@ class RedisCheckpointPlans:
         lists = yield from codec.resolve_lists(
             target.thread_id, target.checkpoint_ns, seeds, partial(self._resolve, keys), _item_rows
         )
-        return codec.delta_history(channels, chain, lists, target.thread_id)
+        return codec.delta_history(channels, chain, lists, target.thread_id, target.checkpoint_ns)
 
     def reindex(
         self, codec: CheckpointCodec, cursor: Any, batch_size: int

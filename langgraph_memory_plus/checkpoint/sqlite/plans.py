@@ -49,6 +49,8 @@ from ..codec import (
     StoredCheckpoint,
     json_safe,
     metadata_matches,
+    plain_versions,
+    version_text,
 )
 from ..config import ListQuery, SaverSettings, Target, deletion_id, thread_key
 from ..fence import Claim, FenceState, check, may_take, next_token, now_us
@@ -495,14 +497,15 @@ class SqliteCheckpointPlans:
                 [tk, ns, cursor, *remaining],
                 fetch=True,
             )
-            chain.append(ChainLink(checkpoint_id=cursor, seeds=seeds, writes=writes))
+            seen = {ch: version_text(v) for ch, v in plain_versions(versions).items()}
+            chain.append(ChainLink(cursor, seeds, writes, seen))
             remaining = [ch for ch in remaining if ch not in seeds]
             cursor = parent
         found_seeds = [(ch, typ, data) for link in chain for ch, (typ, data) in link.seeds.items()]
         lists = yield from codec.resolve_lists(
             target.thread_id, target.checkpoint_ns, found_seeds, self._fetch_list
         )
-        return codec.delta_history(channels, chain, lists, target.thread_id)
+        return codec.delta_history(channels, chain, lists, target.thread_id, target.checkpoint_ns)
 
     # -- writes -----------------------------------------------------------------------
 
