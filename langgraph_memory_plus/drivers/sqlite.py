@@ -231,6 +231,9 @@ class SqlitePool:
             timeout=self.busy_timeout,
             isolation_level=None,  # we send BEGIN/COMMIT ourselves
             check_same_thread=False,  # one plan at a time, possibly on a worker thread
+            # Every statement stays prepared: a saver's and a store's on one pool, and
+            # the multi-row INSERTs of each row count, pass the default 128.
+            cached_statements=512,
         )
         try:
             # synchronous first: on a new file, switching to WAL is a commit of its own.

@@ -222,6 +222,21 @@ class SqliteThreadIndex:
     def __init__(self, index_keys: Sequence[str], transcript_ttl: float | None = None) -> None:
         self.index_keys = tuple(index_keys)
         self.transcript_ttl = transcript_ttl
+        newer = ":latest IS NOT NULL AND (i.latest_id IS NULL OR :latest >= i.latest_id)"
+        # Built once: every put sends it (its text is the statement cache's key).
+        self._put_sql = f"""
+            INSERT INTO {TABLE} AS i (thread_key, thread_id, created_at, updated_at,
+                latest_id, metadata, status, interrupts, title, checkpoints, bytes)
+            VALUES (:tk, :tid, :now, :now, :latest, :meta, :status, :int, :title, :n, :b)
+            ON CONFLICT (thread_key) DO UPDATE SET thread_id = excluded.thread_id,
+                updated_at = max(i.updated_at, excluded.updated_at),
+                latest_id = CASE WHEN {newer} THEN excluded.latest_id ELSE i.latest_id END,
+                metadata = CASE WHEN {newer} THEN {self._owned_metadata()} ELSE i.metadata END,
+                status = CASE WHEN {newer} THEN excluded.status ELSE i.status END,
+                interrupts = CASE WHEN {newer} THEN excluded.interrupts ELSE i.interrupts END,
+                title = coalesce(i.title, excluded.title),
+                checkpoints = i.checkpoints + excluded.checkpoints,
+                bytes = i.bytes + excluded.bytes"""
 
     def _owned_metadata(self) -> str:
         """The record's new metadata (``excluded``'s), with the row's user key when it
@@ -320,21 +335,8 @@ class SqliteThreadIndex:
         latest = checkpoint_id if record.root else None
         special = record.root and pending
         found = derive((yield from self._special_writes(tk, checkpoint_id)) if special else [])
-        newer = ":latest IS NOT NULL AND (i.latest_id IS NULL OR :latest >= i.latest_id)"
         yield Query(
-            f"""
-            INSERT INTO {TABLE} AS i (thread_key, thread_id, created_at, updated_at,
-                latest_id, metadata, status, interrupts, title, checkpoints, bytes)
-            VALUES (:tk, :tid, :now, :now, :latest, :meta, :status, :int, :title, :n, :b)
-            ON CONFLICT (thread_key) DO UPDATE SET thread_id = excluded.thread_id,
-                updated_at = max(i.updated_at, excluded.updated_at),
-                latest_id = CASE WHEN {newer} THEN excluded.latest_id ELSE i.latest_id END,
-                metadata = CASE WHEN {newer} THEN {self._owned_metadata()} ELSE i.metadata END,
-                status = CASE WHEN {newer} THEN excluded.status ELSE i.status END,
-                interrupts = CASE WHEN {newer} THEN excluded.interrupts ELSE i.interrupts END,
-                title = coalesce(i.title, excluded.title),
-                checkpoints = i.checkpoints + excluded.checkpoints,
-                bytes = i.bytes + excluded.bytes""",
+            self._put_sql,
             {
                 "tk": tk,
                 "tid": thread_id,
