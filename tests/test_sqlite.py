@@ -332,6 +332,99 @@ def test_a_read_looks_up_each_blob_by_its_key(tmp_path: Path) -> None:
     conn.close()
 
 
+def test_a_turn_sends_one_read_per_write_and_one_statement_per_read(tmp_path: Path) -> None:
+    """A put is one transaction: one read (its thread's row, whether the checkpoint is
+    known, its parent's delta seeds, whether interrupt or error writes came first), then
+    one ``INSERT`` per table whatever the number of rows. A ``put_writes`` is one read and
+    one ``INSERT``; ``get_tuple`` one statement with no transaction around it. A put used
+    to read four times, a row was a statement, and a read was five statements."""
+    conn = sqlite3.connect(tmp_path / "n.db", check_same_thread=False, isolation_level=None)
+    seen: list[str] = []
+    conn.set_trace_callback(seen.append)
+    saver = SqliteSaver(conn)
+    saver.setup()
+
+    def sent(prefix: str) -> int:
+        # the trace repeats a statement for each trigger program it runs: count texts
+        return len({s for s in seen if s.lstrip().upper().startswith(prefix)})
+
+    first = saver.put(cfg("t"), make_checkpoint({"a": 1}), {"step": 0}, {"a": 1})
+    values = {"a": 2, "b": "x" * 300, "c": [1, 2]}
+    second = make_checkpoint(values, dict.fromkeys(values, 2))
+    seen.clear()
+    config = saver.put(first, second, {"step": 1}, dict.fromkeys(values, 2))
+    assert sent("SELECT") == 1 and sent("INSERT INTO LGMP_BLOBS") == 1, seen
+    assert sent("BEGIN IMMEDIATE") == 1 and sent("COMMIT") == 1, seen
+    seen.clear()
+    saver.put_writes(config, [("a", 3), ("b", "y"), ("c", [3])], "task-1")
+    assert sent("SELECT") == 1 and sent("INSERT INTO LGMP_WRITES") == 1, seen
+    seen.clear()
+    found = saver.get_tuple(cfg("t"))
+    assert len(seen) == 1 and not sent("BEGIN"), seen
+    assert found is not None and found.checkpoint["channel_values"] == values
+    assert [(w[1], w[2]) for w in found.pending_writes or []] == [("a", 3), ("b", "y"), ("c", [3])]
+    assert found.parent_config == first
+    # the same checkpoint again is not one more checkpoint of the thread
+    saver.put(first, second, {"step": 1}, dict.fromkeys(values, 2))
+    record = saver.threads.get("t")
+    assert record is not None and record["size"]["checkpoints"] == 2
+    conn.close()
+
+
+def test_interrupt_writes_stored_before_their_checkpoint_give_its_status(tmp_path: Path) -> None:
+    """LangGraph may store a step's writes before its checkpoint: the put, which reads
+    them only when its first read says there are some, still takes the status from them;
+    the next checkpoint, without any, makes the thread idle again."""
+    from langgraph.types import Interrupt
+
+    with SqliteSaver.from_conn_string(tmp_path / "i.db") as saver:
+        first = saver.put(cfg("t"), make_checkpoint({"a": 1}), {"step": 0}, {"a": 1})
+        second = make_checkpoint({"a": 2}, {"a": 2})
+        early = cfg("t", "", second["id"])
+        saver.put_writes(early, [("__interrupt__", (Interrupt(value="ask"),))], "task-1")
+        saver.put_writes(early, [("a", 5)], "task-2")
+        config = saver.put(first, second, {"step": 1}, {"a": 2})
+        record = saver.threads.get("t")
+        assert record is not None and record["status"] == "interrupted", record
+        assert list(record["interrupts"]) == ["task-1"]
+        saver.put(config, make_checkpoint({"a": 3}, {"a": 3}), {"step": 2}, {"a": 3})
+        record = saver.threads.get("t")
+        assert record is not None and record["status"] == "idle" and not record["interrupts"]
+
+
+def test_a_full_pool_lends_each_returned_connection_once(tmp_path: Path) -> None:
+    """Borrowers beyond ``max_size`` wait for a returned connection; closing the pool
+    turns them away at once."""
+    import threading
+
+    pool = SqlitePool(tmp_path / "p.db", max_size=1)
+    held = pool.acquire()
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(pool.acquire()))
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive() and not got
+    pool.release(held)
+    waiter.join(WAIT_SECONDS)
+    assert got == [held]
+    refused: list[BaseException] = []
+
+    def borrow() -> None:
+        try:
+            pool.acquire()
+        except InvalidConfigError as exc:
+            refused.append(exc)
+
+    late = threading.Thread(target=borrow)
+    late.start()
+    late.join(0.2)
+    pool.close()
+    late.join(WAIT_SECONDS)
+    assert not late.is_alive() and refused and "closed" in str(refused[0])
+    pool.release(got[0])  # closed now: the connection is closed, not kept
+    assert pool._open_count == 0
+
+
 def test_a_filtered_list_reads_full_pages_and_blobs_only_of_matches(tmp_path: Path) -> None:
     """``list(filter=..., limit=1)`` on a long thread: a number is narrowed in SQL (one
     page holds the match), a filter SQL cannot narrow (``None``) reads pages of many rows

@@ -74,7 +74,10 @@ class Query:
     another writer in between (see the module docstring). ``many``: ``params`` is a
     sequence of parameter sets for ``executemany``. ``outside``: a statement SQLite refuses
     inside a transaction (``PRAGMA journal_mode``); it is sent only as a plan's first
-    statement and skipped inside a caller's own open transaction.
+    statement and skipped inside a caller's own open transaction. ``alone``: a read whose
+    answer needs no snapshot shared with the plan's later statements; as a plan's first
+    statement it runs without ``BEGIN``/``COMMIT`` (one statement is its own snapshot),
+    and what follows opens a transaction as usual.
     """
 
     sql: str
@@ -83,6 +86,7 @@ class Query:
     write: bool = False
     many: bool = False
     outside: bool = False
+    alone: bool = False
 
 
 Rows = list[tuple[Any, ...]]
@@ -208,8 +212,13 @@ class SqlitePool:
         self.busy_timeout = float(busy_timeout)
         self.synchronous: Synchronous = synchronous
         self.write_lock = threading.Lock() if self.in_memory else _write_lock(self.path)
-        self._slots = threading.BoundedSemaphore(self.max_size)
+        # Borrowed and idle connections are counted under one lock; a borrower waits on
+        # the condition only when all ``max_size`` are out (a semaphore cost a Python-level
+        # condition per borrow and per return).
         self._lock = threading.Lock()
+        self._returned = threading.Condition(self._lock)
+        self._waiting = 0
+        self._open_count = 0  # opened and not closed: idle or borrowed
         self._idle: list[sqlite3.Connection] = []
         self._closed = False
 
@@ -222,6 +231,9 @@ class SqlitePool:
             timeout=self.busy_timeout,
             isolation_level=None,  # we send BEGIN/COMMIT ourselves
             check_same_thread=False,  # one plan at a time, possibly on a worker thread
+            # Every statement stays prepared: a saver's and a store's on one pool, and
+            # the multi-row INSERTs of each row count, pass the default 128.
+            cached_statements=512,
         )
         try:
             # synchronous first: on a new file, switching to WAL is a commit of its own.
@@ -235,22 +247,56 @@ class SqlitePool:
     @contextmanager
     def connection(self) -> Iterator[sqlite3.Connection]:
         """Borrow a connection (waiting while ``max_size`` are in use)."""
-        with self._slots:
-            with self._lock:
+        conn = self.acquire()
+        try:
+            yield conn
+        finally:
+            self.release(conn)
+
+    def acquire(self) -> sqlite3.Connection:
+        """Borrow a connection; hand it back with :meth:`release` (what :meth:`connection`
+        does, without a generator per call: runners borrow one per plan)."""
+        with self._lock:
+            while True:
                 if self._closed:
                     raise InvalidConfigError(f"{self!r} is closed")
-                conn = self._idle.pop() if self._idle else None
-            if conn is None:
-                conn = self._open()
-            try:
-                yield conn
-            finally:
-                with self._lock:
-                    keep = not self._closed and not conn.in_transaction
-                    if keep:
-                        self._idle.append(conn)
-                if not keep:
-                    conn.close()
+                if self._idle:
+                    return self._idle.pop()
+                if self._open_count < self.max_size:
+                    self._open_count += 1
+                    break
+                self._waiting += 1
+                try:
+                    self._returned.wait()
+                finally:
+                    self._waiting -= 1
+        try:
+            return self._open()
+        except BaseException:
+            self._forget_one()
+            raise
+
+    def _forget_one(self) -> None:
+        """A connection was closed (or never opened): its place is free."""
+        with self._lock:
+            self._open_count -= 1
+            if self._waiting:
+                self._returned.notify()
+
+    def release(self, conn: sqlite3.Connection) -> None:
+        """Take back a borrowed connection (closed if the pool is, or if it is still in a
+        transaction)."""
+        with self._lock:
+            keep = not self._closed and not conn.in_transaction
+            if keep:
+                self._idle.append(conn)
+                if self._waiting:
+                    self._returned.notify()
+                return
+        try:
+            conn.close()
+        finally:
+            self._forget_one()
 
     def check(self) -> None:
         """Open (or reuse) a connection and read the schema: fails if the file is unusable."""
@@ -262,6 +308,8 @@ class SqlitePool:
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
+            self._open_count -= len(idle)
+            self._returned.notify_all()  # waiting borrowers learn it is closed
         for conn in idle:
             conn.close()
 
@@ -301,7 +349,8 @@ class _Transaction:
             if self.state == "none" and not self.nested:
                 execute_outside(self.conn, query.sql, query.params)
             return None
-        self._begin(query.write)
+        if not (query.alone and self.state == "none" and not self.nested):
+            self._begin(query.write)
         if query.many:
             cursor = self.conn.executemany(query.sql, cast(Any, query.params))
         else:
@@ -374,15 +423,6 @@ class SqliteRunner:
         self._setup = setup
         self._setup_lock = threading.Lock()
 
-    @contextmanager
-    def _connection(self) -> Iterator[tuple[sqlite3.Connection, threading.Lock | None]]:
-        if isinstance(self.conn, SqlitePool):
-            with self.conn.connection() as conn:
-                yield conn, self.conn.write_lock
-        else:
-            with self._lock:
-                yield self.conn, None
-
     def _ensure_setup(self, explicit: Plan[Query, None] | None = None) -> None:
         """Run the component's migrations before its first plan, once per runner: an
         embedded database sets itself up, as LangGraph's ``SqliteSaver`` does (the check
@@ -411,15 +451,15 @@ class SqliteRunner:
 
     def _run(self, plan: Plan[Query, R]) -> R:
         try:
-            with self._connection() as (conn, write_lock):
-                transaction = _Transaction(conn, write_lock)
+            pool = self.conn
+            if isinstance(pool, SqlitePool):
+                conn = pool.acquire()
                 try:
-                    result = drive(plan, transaction.execute)
-                except BaseException:
-                    transaction.finish(ok=False)
-                    raise
-                transaction.finish(ok=True)
-                return result
+                    return self._drive(plan, conn, pool.write_lock)
+                finally:
+                    pool.release(conn)
+            with self._lock:
+                return self._drive(plan, pool, None)
         except sqlite3.OperationalError as exc:
             if str(exc).startswith(("no such table", "no such column")):
                 raise SetupRequiredError(
@@ -437,6 +477,19 @@ class SqliteRunner:
             raise
         finally:
             plan.close()
+
+    @staticmethod
+    def _drive(
+        plan: Plan[Query, R], conn: sqlite3.Connection, write_lock: threading.Lock | None
+    ) -> R:
+        transaction = _Transaction(conn, write_lock)
+        try:
+            result = drive(plan, transaction.execute)
+        except BaseException:
+            transaction.finish(ok=False)
+            raise
+        transaction.finish(ok=True)
+        return result
 
 
 def migrate(

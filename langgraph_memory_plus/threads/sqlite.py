@@ -136,6 +136,10 @@ _ORDER = {
     "status": "i.status",
 }
 _SPECIAL = f"channel IN ('{INTERRUPT}', '{ERROR}')"
+PENDING = f"""EXISTS (SELECT 1 FROM lgmp_writes WHERE thread_key = :tk AND checkpoint_ns = ''
+    AND checkpoint_id = :id AND {_SPECIAL})"""
+"""Whether root checkpoint ``:id`` of thread ``:tk`` has interrupt or error writes: a
+column of the put's first read (:meth:`SqliteThreadIndex.put` reads them only then)."""
 
 
 def _digest(key: str) -> str:
@@ -219,6 +223,21 @@ class SqliteThreadIndex:
     def __init__(self, index_keys: Sequence[str], transcript_ttl: float | None = None) -> None:
         self.index_keys = tuple(index_keys)
         self.transcript_ttl = transcript_ttl
+        newer = ":latest IS NOT NULL AND (i.latest_id IS NULL OR :latest >= i.latest_id)"
+        # Built once: every put sends it (its text is the statement cache's key).
+        self._put_sql = f"""
+            INSERT INTO {TABLE} AS i (thread_key, thread_id, created_at, updated_at,
+                latest_id, metadata, status, interrupts, title, checkpoints, bytes)
+            VALUES (:tk, :tid, :now, :now, :latest, :meta, :status, :int, :title, :n, :b)
+            ON CONFLICT (thread_key) DO UPDATE SET thread_id = excluded.thread_id,
+                updated_at = max(i.updated_at, excluded.updated_at),
+                latest_id = CASE WHEN {newer} THEN excluded.latest_id ELSE i.latest_id END,
+                metadata = CASE WHEN {newer} THEN {self._owned_metadata()} ELSE i.metadata END,
+                status = CASE WHEN {newer} THEN excluded.status ELSE i.status END,
+                interrupts = CASE WHEN {newer} THEN excluded.interrupts ELSE i.interrupts END,
+                title = coalesce(i.title, excluded.title),
+                checkpoints = i.checkpoints + excluded.checkpoints,
+                bytes = i.bytes + excluded.bytes"""
 
     def _owned_metadata(self) -> str:
         """The record's new metadata (``excluded``'s), with the row's user key when it
@@ -265,15 +284,6 @@ class SqliteThreadIndex:
 
     # -- writes -----------------------------------------------------------------------
 
-    def exists(self, tk: bytes, ns: str, checkpoint_id: str) -> Plan[Query, bool]:
-        rows: Rows = yield Query(
-            "SELECT 1 FROM lgmp_checkpoints WHERE thread_key = ? AND checkpoint_ns = ? "
-            "AND checkpoint_id = ?",
-            (tk, ns, checkpoint_id),
-            fetch=True,
-        )
-        return bool(rows)
-
     def _special_writes(self, tk: bytes, checkpoint_id: str) -> Plan[Query, Rows]:
         rows: Rows = yield Query(
             f"SELECT task_id, channel, type, blob FROM lgmp_writes WHERE thread_key = ? "
@@ -290,8 +300,13 @@ class SqliteThreadIndex:
         checkpoint_id: str,
         record: RecordInput,
         fresh: bool,
+        pending: bool = True,
+        metadata_text: str | None = None,
     ) -> Plan[Query, None]:
-        """After a checkpoint's row is written, in the same transaction."""
+        """After a checkpoint's row is written, in the same transaction. ``fresh``: the
+        checkpoint is new (it counts); ``pending``: it may have interrupt or error writes
+        (:data:`PENDING`), which are then read for its status; ``metadata_text``: the
+        record's metadata as JSON when the caller has it already (the checkpoint row's)."""
         now = time.time()
         owner = record.owner
         if record.lines and owner is None and self.index_keys:
@@ -319,30 +334,18 @@ class SqliteThreadIndex:
                 many=True,
             )
         latest = checkpoint_id if record.root else None
-        found = derive((yield from self._special_writes(tk, checkpoint_id)) if record.root else [])
-        newer = ":latest IS NOT NULL AND (i.latest_id IS NULL OR :latest >= i.latest_id)"
+        special = record.root and pending
+        found = derive((yield from self._special_writes(tk, checkpoint_id)) if special else [])
         yield Query(
-            f"""
-            INSERT INTO {TABLE} AS i (thread_key, thread_id, created_at, updated_at,
-                latest_id, metadata, status, interrupts, title, checkpoints, bytes)
-            VALUES (:tk, :tid, :now, :now, :latest, :meta, :status, :int, :title, :n, :b)
-            ON CONFLICT (thread_key) DO UPDATE SET thread_id = excluded.thread_id,
-                updated_at = max(i.updated_at, excluded.updated_at),
-                latest_id = CASE WHEN {newer} THEN excluded.latest_id ELSE i.latest_id END,
-                metadata = CASE WHEN {newer} THEN {self._owned_metadata()} ELSE i.metadata END,
-                status = CASE WHEN {newer} THEN excluded.status ELSE i.status END,
-                interrupts = CASE WHEN {newer} THEN excluded.interrupts ELSE i.interrupts END,
-                title = coalesce(i.title, excluded.title),
-                checkpoints = i.checkpoints + excluded.checkpoints,
-                bytes = i.bytes + excluded.bytes""",
+            self._put_sql,
             {
                 "tk": tk,
                 "tid": thread_id,
                 "now": time.time(),
                 "latest": latest,
-                "meta": json.dumps(record.metadata if record.root else {}),
+                "meta": (metadata_text or json.dumps(record.metadata)) if record.root else "{}",
                 "status": found.status,
-                "int": json.dumps(interrupts_json(found.interrupts)),
+                "int": json.dumps(interrupts_json(found.interrupts)) if found.interrupts else "{}",
                 "title": record.title,
                 "n": int(fresh),
                 "b": record.bytes,

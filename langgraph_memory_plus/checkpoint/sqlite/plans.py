@@ -29,6 +29,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import lru_cache
 from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
@@ -38,7 +39,7 @@ from ...drivers.sqlite import Query, Rows, migrate
 from ...errors import InvalidConfigError
 from ...threads.core import RecordInput, owner_digest, writes_of_interest
 from ...threads.sqlite import MIGRATION as THREAD_INDEX_MIGRATION
-from ...threads.sqlite import STATUS_MIGRATION, SqliteThreadIndex
+from ...threads.sqlite import PENDING, STATUS_MIGRATION, SqliteThreadIndex
 from ...threads.sqlite import TABLE as THREAD_INDEX_TABLE
 from ..codec import (
     EMPTY,
@@ -75,6 +76,22 @@ MAX_VALUE_BYTES = 500 * 1024 * 1024
 TOMBSTONE_SECONDS = 24 * 3600
 MAX_CHAIN_DEPTH = 1_000_000
 CHUNK = 500  # values per IN (...) list: far below SQLite's limit of bound parameters
+MAX_PARAMS = 999  # bound parameters per statement before SQLite 3.32
+
+# A write's first read (it opens the write transaction): its thread's row, or NULLs. A
+# put reads in the same statement whether its checkpoint is known, its parent's delta
+# seeds and whether interrupt or error writes of it came first (see ``put``).
+ADMIT = """SELECT t.thread_key IS NOT NULL, t.expires_at, t.live_after, t.thread_id IS NOT NULL,
+    t.refused{} FROM (SELECT 1) LEFT JOIN lgmp_threads t ON t.thread_key = :tk"""
+ADMIT_WRITES = ADMIT.format("")
+ADMIT_PUT = ADMIT.format(
+    f""",
+    EXISTS (SELECT 1 FROM lgmp_checkpoints WHERE thread_key = :tk AND checkpoint_ns = :ns
+        AND checkpoint_id = :id),
+    (SELECT delta_seeds FROM lgmp_checkpoints WHERE thread_key = :tk AND checkpoint_ns = :ns
+        AND checkpoint_id = :parent),
+    {PENDING}"""
+)
 
 VISIBLE = "t.thread_id IS NOT NULL AND (t.expires_at IS NULL OR t.expires_at > :now)"
 THREAD_TABLES = (
@@ -116,6 +133,26 @@ def _marks(n: int) -> str:
 
 def _chunks(values: Sequence[Any]) -> list[Sequence[Any]]:
     return [values[i : i + CHUNK] for i in range(0, len(values), CHUNK)]
+
+
+@lru_cache(maxsize=256)
+def _values_sql(head: str, width: int, n: int, tail: str) -> str:
+    """``head VALUES (?, ...), ... tail`` for ``n`` rows of ``width`` values (cached: the
+    text is what ``sqlite3``'s statement cache is keyed by)."""
+    row = f"({_marks(width)})"
+    return f"{head} VALUES {', '.join([row] * n)} {tail}"
+
+
+def _insert_rows(head: str, tail: str, rows: Sequence[tuple[Any, ...]]) -> Plan[Query, None]:
+    """``rows`` in as few ``INSERT`` statements as SQLite's parameter limit allows (one, for
+    a turn's blobs, items or writes): a statement per row cost a step of the driver each."""
+    if not rows:
+        return
+    width = len(rows[0])
+    step = MAX_PARAMS // width
+    for i in range(0, len(rows), step):
+        part = rows[i : i + step]
+        yield Query(_values_sql(head, width, len(part), tail), [x for r in part for x in r])
 
 
 def _no_nul(text: str, what: str) -> None:
@@ -315,19 +352,51 @@ class SqliteCheckpointPlans:
     def _refreshes(self) -> bool:
         return self.settings.refresh_on_read and self.settings.ttl_seconds is not None
 
+    @classmethod
+    @lru_cache(maxsize=2)
+    def _latest(cls, by_id: bool) -> str:
+        """A thread namespace's latest (or ``:id``) checkpoint, its blobs and its writes in
+        one statement: rows of kind 0 (the :meth:`_page` row), 1 (channel, type, blob) and
+        2 (task id, channel, type, blob, task path, idx). Blobs are found as :meth:`_load`
+        finds them, each by its primary key."""
+        where = "c.thread_key = :tk AND c.checkpoint_ns = :ns"
+        if by_id:
+            where += " AND c.checkpoint_id = :id"
+        pad = ", NULL" * 5
+        return f"""
+            WITH p AS ({cls._page(where, 1)})
+            SELECT 0, p.* FROM p
+            UNION ALL
+            SELECT 1, b.channel, b.type, b.blob{pad}, NULL, NULL, NULL
+            FROM p CROSS JOIN json_each(p.channel_versions) v
+            CROSS JOIN lgmp_blobs b ON b.thread_key = p.thread_key
+                AND b.checkpoint_ns = p.checkpoint_ns AND b.channel = v.key AND b.version = v.value
+            UNION ALL
+            SELECT 2, w.task_id, w.channel, w.type, w.blob, w.task_path, w.idx{pad}
+            FROM p JOIN lgmp_writes w ON w.thread_key = p.thread_key
+                AND w.checkpoint_ns = p.checkpoint_ns AND w.checkpoint_id = p.checkpoint_id"""
+
     def get_tuple(
         self, codec: CheckpointCodec, target: Target
     ) -> Plan[Query, CheckpointTuple | None]:
         now = time.time()
         params: dict[str, Any] = {"tk": target.thread_key, "ns": target.checkpoint_ns, "now": now}
-        where = "c.thread_key = :tk AND c.checkpoint_ns = :ns"
         if target.checkpoint_id is not None:
-            where += " AND c.checkpoint_id = :id"
             params["id"] = target.checkpoint_id
-        rows: Rows = yield Query(self._page(where, 1), params, fetch=True)
-        if not rows:
+        # One statement is its own snapshot: no transaction around it. A list's items are
+        # read after it (when not remembered); a deletion in between makes that read fail
+        # and run again (``_whole``), as on PostgreSQL.
+        rows: Rows = yield Query(
+            self._latest(target.checkpoint_id is not None), params, fetch=True, alone=True
+        )
+        page = [row[1:] for row in rows if row[0] == 0]
+        if not page:
             return None
-        [stored] = yield from self._load(rows)
+        stored = self._stored(
+            page[0],
+            [(row[1], row[2], row[3]) for row in rows if row[0] == 1],
+            [tuple(row[1:7]) for row in rows if row[0] == 2],
+        )
         found = yield from codec.decode_stored(stored, None, self._fetch_list)
         if self._refreshes:
             yield self._refresh([target.thread_key], now)
@@ -515,8 +584,10 @@ class SqliteCheckpointPlans:
         now: float,
         written_id: str,
         must_exist: Callable[[str], str | None],
+        row: tuple[Any, ...],
     ) -> Plan[Query, bool | None]:
-        """Open a write: take the write lock, read the thread row, create or refresh it.
+        """Admit a write whose first read (:data:`ADMIT`, which took the write lock) gave
+        ``row``: create or refresh the thread row.
 
         Returns ``None`` when the write is refused (see :meth:`_refuse`), else whether the
         thread had expired (what it held must then go). ``must_exist(live_after)`` names the
@@ -524,20 +595,13 @@ class SqliteCheckpointPlans:
         """
         tk = target.thread_key
         expires = None if self.settings.ttl_seconds is None else now + self.settings.ttl_seconds
-        rows: Rows = yield Query(
-            "SELECT expires_at, live_after, thread_id IS NOT NULL, refused FROM lgmp_threads "
-            "WHERE thread_key = ?",
-            (tk,),
-            fetch=True,
-            write=True,
-        )
-        if not rows:
+        found, expires_at, live_after, named, refused = row[:5]
+        if not found:
             yield Query(
                 "INSERT INTO lgmp_threads (thread_key, thread_id, expires_at) VALUES (?, ?, ?)",
                 (tk, _id_bytes(target.thread_id), expires),
             )
             return False
-        expires_at, live_after, named, refused = rows[0]
         if live_after is not None:
             if refused is not None and not {written_id, target.root_id}.isdisjoint(
                 json.loads(refused)
@@ -624,20 +688,11 @@ class SqliteCheckpointPlans:
         )
         yield from self.threads.refresh([tk])
 
-    def _delta_seeds(
-        self, tk: bytes, ns: str, encoded: EncodedCheckpoint
-    ) -> Plan[Query, str | None]:
-        """Per ``DeltaChannel``, the checkpoint holding its last snapshot (see :meth:`_trim`)."""
-        inherited: dict[str, str] = {}
-        if encoded.parent_id is not None:
-            rows: Rows = yield Query(
-                "SELECT delta_seeds FROM lgmp_checkpoints "
-                "WHERE thread_key = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
-                (tk, ns, encoded.parent_id),
-                fetch=True,
-            )
-            if rows and rows[0][0]:
-                inherited = json.loads(rows[0][0])
+    @staticmethod
+    def _delta_seeds(encoded: EncodedCheckpoint, parent_seeds: str | None) -> str | None:
+        """Per ``DeltaChannel``, the checkpoint holding its last snapshot (see :meth:`_trim`),
+        from the parent's (``parent_seeds``, as stored)."""
+        inherited: dict[str, str] = json.loads(parent_seeds) if parent_seeds else {}
         channels = set(encoded.delta_channels) | {
             ch for ch in inherited if ch in encoded.versions_json
         }
@@ -660,44 +715,47 @@ class SqliteCheckpointPlans:
     ) -> Plan[Query, None]:
         tk, ns = target.thread_key, target.checkpoint_ns
         _no_nul(ns, "checkpoint_ns")
-        for channel in encoded.channel_versions:
-            _no_nul(channel, "channel name")
+        if any("\x00" in channel for channel in encoded.channel_versions):
+            for channel in encoded.channel_versions:
+                _no_nul(channel, "channel name")
         if fence is not None:
             yield from self._fence_check(target, fence)
         now = time.time()
+        first: Rows = yield Query(
+            ADMIT_PUT,
+            {"tk": tk, "ns": ns, "id": encoded.checkpoint_id, "parent": encoded.parent_id},
+            fetch=True,
+            write=True,
+        )
         expired = yield from self._admit(
-            target, now, encoded.checkpoint_id, lambda _: encoded.parent_id
+            target, now, encoded.checkpoint_id, lambda _: encoded.parent_id, first[0]
         )
         if expired is None:
             return
-        stored = [b for b in encoded.blobs if b.type != EMPTY]
-        if stored:
-            yield Query(
-                """
-                INSERT INTO lgmp_blobs (thread_key, checkpoint_ns, channel, version, type, blob)
-                VALUES (?, ?, ?, ?, ?, ?)
-                ON CONFLICT (thread_key, checkpoint_ns, channel, version) DO UPDATE SET
-                    type = excluded.type, blob = excluded.blob""",
-                [(tk, ns, b.channel, b.version, b.type, b.data) for b in stored],
-                many=True,
-            )
-        if encoded.items:
-            yield Query(
-                "INSERT INTO lgmp_items (thread_key, checkpoint_ns, item_id, type, data) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                [(tk, ns, iid, typ, data) for iid, (typ, data) in encoded.items.items()],
-                many=True,
-            )
-        if encoded.nodes:
-            yield Query(
-                "INSERT INTO lgmp_nodes (thread_key, checkpoint_ns, node_id, children) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                [(tk, ns, nid, b"".join(children)) for nid, children in encoded.nodes.items()],
-                many=True,
-            )
-        seeds = yield from self._delta_seeds(tk, ns, encoded)
-        fresh = not (yield from self.threads.exists(tk, ns, encoded.checkpoint_id))
+        known, parent_seeds, pending = first[0][5:]
+        yield from _insert_rows(
+            "INSERT INTO lgmp_blobs (thread_key, checkpoint_ns, channel, version, type, blob)",
+            """ON CONFLICT (thread_key, checkpoint_ns, channel, version) DO UPDATE SET
+                type = excluded.type, blob = excluded.blob""",
+            [
+                (tk, ns, b.channel, b.version, b.type, b.data)
+                for b in encoded.blobs
+                if b.type != EMPTY
+            ],
+        )
+        yield from _insert_rows(
+            "INSERT INTO lgmp_items (thread_key, checkpoint_ns, item_id, type, data)",
+            "ON CONFLICT DO NOTHING",
+            [(tk, ns, iid, typ, data) for iid, (typ, data) in encoded.items.items()],
+        )
+        yield from _insert_rows(
+            "INSERT INTO lgmp_nodes (thread_key, checkpoint_ns, node_id, children)",
+            "ON CONFLICT DO NOTHING",
+            [(tk, ns, nid, b"".join(children)) for nid, children in encoded.nodes.items()],
+        )
+        seeds = self._delta_seeds(encoded, parent_seeds)
         versions = json.dumps(encoded.channel_versions)
+        metadata_text = json.dumps(encoded.metadata_json)
         native = json.dumps(encoded.versions_json)
         yield Query(
             """
@@ -727,14 +785,23 @@ class SqliteCheckpointPlans:
                 "c_blob": encoded.checkpoint[1],
                 "m_type": encoded.metadata[0],
                 "m_blob": encoded.metadata[1],
-                "m_json": json.dumps(encoded.metadata_json),
+                "m_json": metadata_text,
                 "versions": versions,
                 "native": None if native == versions else native,
                 "seeds": seeds,
             },
         )
         tid = _id_bytes(target.thread_id)
-        yield from self.threads.put(tk, tid, encoded.checkpoint_id, record, fresh)
+        yield from self.threads.put(
+            tk,
+            tid,
+            encoded.checkpoint_id,
+            record,
+            fresh=not known,
+            pending=bool(pending),
+            # the checkpoint row's, unless the record's is another (sealed) one
+            metadata_text=metadata_text if record.metadata is encoded.metadata_json else None,
+        )
         if expired:
             yield from self._purge_before(tk, encoded.checkpoint_id)
             yield from self.threads.revived(tk, record)
@@ -753,23 +820,25 @@ class SqliteCheckpointPlans:
         _no_nul(ns, "checkpoint_ns")
         if fence is not None:
             yield from self._fence_check(target, fence)
+        first: Rows = yield Query(ADMIT_WRITES, {"tk": tk}, fetch=True, write=True)
         expired = yield from self._admit(
-            target, time.time(), cid, lambda live_after: None if cid > live_after else cid
+            target,
+            time.time(),
+            cid,
+            lambda live_after: None if cid > live_after else cid,
+            first[0],
         )
         if expired is None:
             return
         task_id, path = writes[0].task_id, writes[0].task_path
-        yield Query(
-            """
-            INSERT INTO lgmp_writes (thread_key, checkpoint_ns, checkpoint_id, task_id, idx,
-                task_path, channel, type, blob)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-            ON CONFLICT (thread_key, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
+        yield from _insert_rows(
+            """INSERT INTO lgmp_writes (thread_key, checkpoint_ns, checkpoint_id, task_id, idx,
+                task_path, channel, type, blob)""",
+            """ON CONFLICT (thread_key, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
                 task_path = excluded.task_path, channel = excluded.channel,
                 type = excluded.type, blob = excluded.blob
             WHERE excluded.idx < 0""",
             [(tk, ns, cid, task_id, w.idx, path, w.channel, w.type, w.data) for w in writes],
-            many=True,
         )
         if writes_of_interest(writes):
             yield from self.threads.writes(tk, _id_bytes(target.thread_id), ns, cid)
