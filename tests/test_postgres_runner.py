@@ -209,3 +209,25 @@ async def test_async_pipeline_mode_fetches_each_statements_own_result(pg_url: st
         runner = AsyncPgRunner(conn, pipeline=True, owner="test")
         for _ in range(5):
             assert await runner.run(_reads_after_unfetched_results()) == [(42,)]
+
+
+def test_text_and_bytea_arrays_round_trip_like_lists(pg_url: str) -> None:
+    """The put's arrays skip psycopg's list adaptation (see ``drivers.pgarrays``): the same
+    values come back as from lists, NULLs, empty arrays and non-ASCII text included."""
+    from langgraph_memory_plus.drivers.pgarrays import ByteaArray, TextArray, ready
+
+    cases: list[tuple[Any, list[Any]]] = [
+        (TextArray([]), []),
+        (TextArray(["a", None, "é ✓", ""]), ["a", None, "é ✓", ""]),
+        (ByteaArray([]), []),
+        (ByteaArray([b"\x00\xff", None, b""]), [b"\x00\xff", None, b""]),
+    ]
+    with psycopg.connect(pg_url) as conn:
+        ready(conn)
+        for value, items in cases:
+            cast = "text[]" if isinstance(value, TextArray) else "bytea[]"
+            got = conn.execute(
+                f"SELECT %b::{cast}, cardinality(%b::{cast}), %s::{cast} = %b::{cast}",
+                (value, value, items, value),
+            ).fetchone()
+            assert got == (items, len(items), True)
