@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -17,6 +18,79 @@ from langgraph_memory_plus.drivers.postgres import (
 )
 
 pytestmark = pytest.mark.storage
+
+
+def _wait_for_lock_wait(conn: psycopg.Connection[Any], table: str) -> None:
+    """Until another backend waits on a lock in a statement naming ``table``."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND pid <> pg_backend_pid() AND query LIKE %s",
+            (f"%{table}%",),
+        ).fetchone()
+        if row and row[0]:
+            return
+        time.sleep(0.02)
+    raise AssertionError("the write never waited on the other insert")
+
+
+def test_a_write_meeting_a_thread_row_inserted_meanwhile_opens_no_transaction(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new thread's first step writes its checkpoint and its task writes at once. The
+    write whose snapshot predates the other's new thread row finds no row and declined
+    its fast statement; it then took the locked path (BEGIN, upsert, COMMIT): three more
+    round trips on the first turn of every thread. It sends its statement again instead,
+    which now sees the row, and its writes are stored."""
+    from langgraph.checkpoint.base.id import uuid6
+
+    from langgraph_memory_plus.checkpoint.config import thread_key
+    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
+
+    opened: list[bool] = []
+    transaction = psycopg.Connection.transaction
+
+    def counted(self: psycopg.Connection[Any], *args: Any, **kwargs: Any) -> Any:
+        opened.append(True)
+        return transaction(self, *args, **kwargs)
+
+    thread_id = f"race-{time.monotonic_ns()}"
+    tk = thread_key(thread_id)
+    config: Any = {
+        "configurable": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": uuid6().hex}
+    }
+    failed: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            saver.put_writes(config, [("ch", 1)], "task-1")
+        except BaseException as exc:  # reported below
+            failed.append(exc)
+
+    with PostgresSaver.from_conn_string(pg_url) as saver, psycopg.connect(pg_url) as other:
+        saver.setup()
+        monkeypatch.setattr(psycopg.Connection, "transaction", counted)
+        # another writer's row, not committed yet: the saver's insert waits for it
+        other.execute(
+            "INSERT INTO public.lgmp_threads (thread_key, thread_id) VALUES (%s, %s)",
+            (tk, thread_id.encode()),
+        )
+        writer = threading.Thread(target=write)
+        writer.start()
+        with psycopg.connect(pg_url, autocommit=True) as watch:
+            _wait_for_lock_wait(watch, "lgmp_threads")
+        other.commit()
+        writer.join(20)
+        monkeypatch.undo()
+        assert not failed and not writer.is_alive()
+        stored = other.execute(
+            "SELECT count(*) FROM public.lgmp_task_writes WHERE thread_key = %s", (tk,)
+        ).fetchone()
+        other.commit()
+        saver.delete_thread(thread_id)
+    assert opened == []
+    assert stored == (1,)
 
 
 def test_compact_sql_removes_layout_but_keeps_literals_identifiers_and_bodies() -> None:
@@ -135,3 +209,25 @@ async def test_async_pipeline_mode_fetches_each_statements_own_result(pg_url: st
         runner = AsyncPgRunner(conn, pipeline=True, owner="test")
         for _ in range(5):
             assert await runner.run(_reads_after_unfetched_results()) == [(42,)]
+
+
+def test_text_and_bytea_arrays_round_trip_like_lists(pg_url: str) -> None:
+    """The put's arrays skip psycopg's list adaptation (see ``drivers.pgarrays``): the same
+    values come back as from lists, NULLs, empty arrays and non-ASCII text included."""
+    from langgraph_memory_plus.drivers.pgarrays import ByteaArray, TextArray, ready
+
+    cases: list[tuple[Any, list[Any]]] = [
+        (TextArray([]), []),
+        (TextArray(["a", None, "é ✓", ""]), ["a", None, "é ✓", ""]),
+        (ByteaArray([]), []),
+        (ByteaArray([b"\x00\xff", None, b""]), [b"\x00\xff", None, b""]),
+    ]
+    with psycopg.connect(pg_url) as conn:
+        ready(conn)
+        for value, items in cases:
+            cast = "text[]" if isinstance(value, TextArray) else "bytea[]"
+            got = conn.execute(
+                f"SELECT %b::{cast}, cardinality(%b::{cast}), %s::{cast} = %b::{cast}",
+                (value, value, items, value),
+            ).fetchone()
+            assert got == (items, len(items), True)

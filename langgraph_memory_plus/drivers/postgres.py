@@ -43,6 +43,7 @@ from ..errors import (
     PoolTimeoutError,
     SetupRequiredError,
 )
+from . import pgarrays
 from .connect import CONNECT_TIMEOUT, reason
 from .plan import Plan, adrive, before_first_command, drive
 
@@ -484,6 +485,7 @@ class PgRunner:
     def run(self, plan: Plan[Query, R]) -> R:
         plan = _checked(self.schema, self.owner, plan)
         with _setup_hint(self.owner), self._connection() as conn, ExitStack() as stack:
+            pgarrays.ready(conn)
             # In pipeline mode the statements are batched anyway; the whole plan runs in
             # one transaction opened first (psycopg pipelines want BEGIN before cursors).
             in_transaction = self.pipeline
@@ -552,6 +554,7 @@ class AsyncPgRunner:
 
     async def _run(self, plan: Plan[Query, R]) -> R:
         async with self._connection() as conn, AsyncExitStack() as stack:
+            pgarrays.ready(conn)
             in_transaction = self.pipeline
             if self.pipeline:
                 await stack.enter_async_context(conn.pipeline())

@@ -19,8 +19,9 @@ from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from psycopg.types.json import Jsonb
 
 from ...drivers.migrations import SchemaVersion, advisory_lock_id, migrate, recorded_version
+from ...drivers.pgarrays import ByteaArray, TextArray
 from ...drivers.plan import Plan
-from ...drivers.postgres import Query, Rows
+from ...drivers.postgres import Query, Rows, compact_sql
 from ...errors import FencedWriteError, ValueTooLargeError
 from ...threads.core import RecordInput, owner_digest, writes_of_interest
 from ...threads.postgres import EXPIRY_MIGRATION, STATUS_MIGRATION, PostgresThreadIndex
@@ -111,6 +112,20 @@ def _write_rows(
         for task_id, path, record in zip(task_ids, paths, records, strict=True)
         for row in task_writes.rows(task_id, path, record)
     ]
+
+
+def _raced(row: tuple[Any, ...], fenced: bool) -> bool:
+    """Whether a fast write declined only because its thread row was new to it.
+
+    Its snapshot had no row, yet another writer's insert won: a concurrent first write of
+    a new thread (a step's put beside its put_writes, as every new thread's first turn
+    has). Nothing was written; with no row there is no tombstone nor expiry to act on.
+    Told from the tail alone (no column of its own, which took the put statement over
+    psycopg's 4 KB query cache): ``ok`` is empty although the row seen, if any, is live,
+    unexpired and (fenced) the claim holds, so no row was seen.
+    """
+    count, live_after, was_expired, _, _, *held = row
+    return not count and live_after is None and not was_expired and (not fenced or held[0])
 
 
 def _ambiguous(value: Any) -> bool:
@@ -251,6 +266,7 @@ class PostgresCheckpointPlans:
             settings.transcripts,
         )
         self._put_payload += f", {self.threads.put_cte}"
+        self._writes_sql: dict[tuple[str, str, bool, bool], str] = {}
         self._writes_flagged = f"{self._writes_payload}, {self.threads.writes_cte}"
 
     # -- setup ------------------------------------------------------------------------
@@ -624,6 +640,22 @@ class PostgresCheckpointPlans:
                     FOR NO KEY UPDATE SKIP LOCKED)
             )"""
 
+    def _write_sql(self, payload: str, done: str, fast: bool, fenced: bool) -> str:
+        """A write statement (see :meth:`_write`), built and compacted once per plans: the
+        same string object every time also keeps its hash, which the runner's compaction
+        cache and psycopg's query cache look it up by."""
+        key = (payload, done, fast, fenced)
+        sql = self._writes_sql.get(key)
+        if sql is None:
+            held = ", EXISTS (SELECT 1 FROM fence)" if fenced else ""
+            tail = f"""
+                SELECT (SELECT count(*) FROM ok), (SELECT live_after FROM thread LIMIT 1),
+                       coalesce((SELECT bool_or(was_expired) FROM thread), false),
+                       EXISTS (SELECT 1 FROM {done}), (SELECT refused FROM thread LIMIT 1){held}"""
+            sql = compact_sql(f"WITH {self._thread_ctes(fast, fenced)}, {payload} {tail}")
+            self._writes_sql[key] = sql
+        return sql
+
     def _fence_cte(self, after: str) -> str:
         """The write's claim, checked once ``after`` (the thread row's CTE) has run."""
         return f"""fence AS (
@@ -662,24 +694,19 @@ class PostgresCheckpointPlans:
         fenced = fence is not None
         if fence is not None:
             params = {**params, "f_owner": fence[1].owner, "f_token": fence[1].token}
-        held = ", EXISTS (SELECT 1 FROM fence)" if fenced else ""
-        tail = f"""
-            SELECT (SELECT count(*) FROM ok), (SELECT live_after FROM thread LIMIT 1),
-                   coalesce((SELECT bool_or(was_expired) FROM thread), false),
-                   EXISTS (SELECT 1 FROM {done}), (SELECT refused FROM thread LIMIT 1){held}"""
-        rows: Rows = yield Query(
-            f"WITH {self._thread_ctes(True, fenced)}, {payload} {tail}",
-            params,
-            fetch=True,
-            standalone=not more,
+        fast = Query(
+            self._write_sql(payload, done, True, fenced), params, fetch=True, standalone=not more
         )
+        rows: Rows = yield fast
+        if _raced(rows[0], fenced):
+            # The row is committed now: the same statement again sees it, in one round
+            # trip instead of the locked path's three (BEGIN, the upsert, COMMIT).
+            rows = yield fast
         if rows[0][0]:
             return True, None, [], False, bool(rows[0][3])
         if fence is not None and not rows[0][5]:
             yield from self._refused_by_fence(*fence)
-        rows = yield Query(
-            f"WITH {self._thread_ctes(False, fenced)}, {payload} {tail}", params, fetch=True
-        )
+        rows = yield Query(self._write_sql(payload, done, False, fenced), params, fetch=True)
         if fence is not None and not rows[0][5]:
             yield from self._refused_by_fence(*fence)
         return False, rows[0][1], list(rows[0][4] or ()), bool(rows[0][2]), bool(rows[0][3])
@@ -710,17 +737,21 @@ class PostgresCheckpointPlans:
             m_blob=encoded.metadata[1],
             m_json=Jsonb(encoded.metadata_json),
             versions=Jsonb(encoded.versions_json),
-            delta=encoded.delta_channels,
-            valued=encoded.valued_channels,
-            b_ch=[b.channel for b in stored],
-            b_ver=[b.version for b in stored],
-            b_ty=[b.type for b in stored],
-            b_bl=[b.data for b in stored],
+            delta=TextArray(encoded.delta_channels),
+            valued=TextArray(encoded.valued_channels),
+            b_ch=TextArray([b.channel for b in stored]),
+            b_ver=TextArray([b.version for b in stored]),
+            b_ty=TextArray([b.type for b in stored]),
+            b_bl=ByteaArray([b.data for b in stored]),
             # list pages and spines are rows of the items table too (type NODE_TYPE)
-            i_id=[*encoded.items, *encoded.nodes],
-            i_ty=[typ for typ, _ in encoded.items.values()] + [NODE_TYPE] * len(encoded.nodes),
-            i_bl=[data for _, data in encoded.items.values()]
-            + [b"".join(children) for children in encoded.nodes.values()],
+            i_id=ByteaArray([*encoded.items, *encoded.nodes]),
+            i_ty=TextArray(
+                [typ for typ, _ in encoded.items.values()] + [NODE_TYPE] * len(encoded.nodes)
+            ),
+            i_bl=ByteaArray(
+                [data for _, data in encoded.items.values()]
+                + [b"".join(children) for children in encoded.nodes.values()]
+            ),
             **self.threads.put_params(record, encoded.checkpoint_id),
         )
         # With retention the trim joins the put's transaction: a crash or a failed trim
