@@ -748,6 +748,27 @@ async def test_the_thread_index_sets_share_one_hash_slot(space: Space, flavour: 
         assert await _listed(ops, "user-1") == {"t1", "t4", "t7"}
 
 
+@pytest.mark.parametrize("with_hiredis", [True, False], ids=["hiredis", "python"])
+def test_commands_are_packed_as_redis_py_packs_them(
+    with_hiredis: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner packs its commands itself (hiredis, or Python where hiredis is absent):
+    the bytes are redis-py's own, for every kind of argument plans send; a bool is refused
+    as redis-py refuses it."""
+    import langgraph_memory_plus.drivers.redis as driver
+
+    if not with_hiredis:
+        monkeypatch.setattr(driver, "_hiredis_pack", None)
+    args = (b"EVALSHA", "abc", 3, -7, 1.5, 1e20, b"x\x00y", "é \u202e", b"", bytearray(b"ba"))
+    expected = b"".join(redis.Connection().pack_command(*args))
+    assert driver._pack(args) == expected
+    assert driver._pack([*args, memoryview(b"mv")]) == b"".join(
+        redis.Connection().pack_command(*args, memoryview(b"mv"))
+    )
+    with pytest.raises(redis.DataError):
+        driver._pack((b"SET", b"k", True))
+
+
 def _flush_scripts(space: Space) -> None:
     """``SCRIPT FLUSH`` on the Redis, or on every node of the cluster."""
     if isinstance(space.admin, RedisCluster):
