@@ -782,28 +782,46 @@ def _flush_scripts(space: Space) -> None:
         assert space.admin.script_exists(TIX_ADD_SHA) == [False]
 
 
-async def test_scripts_the_server_forgot_are_loaded_again(space: Space, flavour: str) -> None:
+async def test_scripts_the_server_forgot_are_loaded_again(
+    where: str,
+    flavour: str,
+    start_redis: Callable[..., RedisServer],
+    request: pytest.FixtureRequest,
+) -> None:
     """Scripts go by their digest (``EVALSHA``), the thread index's step 1 too, batched
     with the put: after ``SCRIPT FLUSH`` (as after a restart) every write and read loads
     what it needs and lands, once: the record counts each checkpoint once, and the
-    threads are in their user's set."""
-    async with space.open(flavour) as ops:
-        await _user_threads(ops, {"s0": "user-0"})
-        _flush_scripts(space)
-        await _user_threads(ops, {"s1": "user-0", "s2": "user-1"})
-        _flush_scripts(space)
-        latest = await ops.get_tuple(cfg("s1"))
-        assert latest is not None
-        await ops.put_writes(latest.config, [("a", 2)], "task-1")
-        _flush_scripts(space)
-        assert await ops.get_tuple(cfg("s2")) is not None
-        latest = await ops.get_tuple(cfg("s1"))
-        assert latest is not None and latest.pending_writes == [("task-1", "a", 2)]
-        assert await _listed(ops, "user-0") == {"s0", "s1"}
-        assert await _listed(ops, "user-1") == {"s2"}
-        for thread_id in ("s0", "s1", "s2"):
-            record = space.admin.hgetall(space.key(space.tag_of(thread_id), "rec"))
-            assert record[b"n"] == b"1", (thread_id, record)
+    threads are in their user's set. (A private server, not the machine's: other
+    sessions' scripts stay loaded there.)"""
+    if where == "single":
+        server = start_redis()
+        url, admin = server.url(), server.admin()
+    else:
+        url = request.getfixturevalue("redis_cluster_url")
+        admin = admin_client(url)
+    space = Space(where, url, f"lgmp-rt-{uuid.uuid4().hex[:12]}", admin)
+    try:
+        async with space.open(flavour) as ops:
+            await _user_threads(ops, {"s0": "user-0"})
+            _flush_scripts(space)
+            await _user_threads(ops, {"s1": "user-0", "s2": "user-1"})
+            _flush_scripts(space)
+            latest = await ops.get_tuple(cfg("s1"))
+            assert latest is not None
+            await ops.put_writes(latest.config, [("a", 2)], "task-1")
+            _flush_scripts(space)
+            assert await ops.get_tuple(cfg("s2")) is not None
+            latest = await ops.get_tuple(cfg("s1"))
+            assert latest is not None and latest.pending_writes == [("task-1", "a", 2)]
+            assert await _listed(ops, "user-0") == {"s0", "s1"}
+            assert await _listed(ops, "user-1") == {"s2"}
+            for thread_id in ("s0", "s1", "s2"):
+                record = admin.hgetall(space.key(space.tag_of(thread_id), "rec"))
+                assert record[b"n"] == b"1", (thread_id, record)
+    finally:
+        for key in admin.scan_iter(match=f"{space.prefix}*", count=1000):
+            admin.delete(key)
+        admin.close()
 
 
 async def test_sets_of_the_former_layout_move_on_the_first_read(space: Space, flavour: str) -> None:

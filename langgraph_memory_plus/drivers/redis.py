@@ -627,15 +627,18 @@ class RedisRunner:
         self._sources = [script.script for script in self._scripts.values()]
         self._contact = _FirstContact(client)
         # per node client (one on a single node): its wire, None for a single-connection
-        # client (redis-py's own path keeps its lock)
-        self._wires: dict[int, tuple[redis.Redis, _Wire | None]] = {}
+        # client (redis-py's own path keeps its lock); a node gone from the cluster goes
+        self._wires: weakref.WeakKeyDictionary[redis.Redis, _Wire | None] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def _wire(self, client: redis.Redis) -> _Wire | None:
-        found = self._wires.get(id(client))
-        if found is None or found[0] is not client:
-            found = (client, None if client.connection is not None else _Wire(client))
-            self._wires[id(client)] = found
-        return found[1]
+        try:
+            return self._wires[client]
+        except KeyError:
+            wire = None if client.connection is not None else _Wire(client)
+            self._wires[client] = wire
+            return wire
 
     def _send(self, client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """The commands' replies (an error reply as its exception), in one round trip on a
