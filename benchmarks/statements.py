@@ -18,9 +18,9 @@ official SQLite and PostgreSQL savers) and the featureless savers of
      pipeline. Pool checks on borrow count too.
    - SQLite: statements as reported by ``sqlite3``'s trace callback (trigger bodies
      excluded), of which ``COMMIT``\\ s; no round trips (in-process).
-   - Redis (redis-py): *commands* packed (each command of a pipeline), of which *Lua
+   - Redis (redis-py): *commands* sent (each command of a pipeline), of which *Lua
      calls* (``EVALSHA``/``EVAL``/``FCALL``), and *round trips* (packed sends: a pipeline
-     is one).
+     is one), all read from the bytes each send puts on the wire.
 
 2. **Client CPU per turn by component** (``--profile``): ``cProfile`` over
    ``--profile-turns`` turns at T=1 and T=10 of our savers and the featureless ones, the
@@ -175,38 +175,40 @@ def _install_sqlite() -> None:
 
 
 def _install_redis() -> None:
+    """Count what goes on the wire: every packed send is a round trip, and each command
+    in it (a RESP array) a command. Our runner packs its own commands (hiredis) and sends
+    them as redis-py's pipelines do, so the counts are read from the bytes sent."""
     import redis.connection as rc
 
-    lua = {"EVALSHA", "EVAL", "FCALL", "EVALSHA_RO", "EVAL_RO", "FCALL_RO"}
-
-    def note(args: Sequence[Any]) -> None:
-        COUNTS.add("redis commands")
-        name = args[0] if args else b""
-        name = name.decode() if isinstance(name, bytes) else str(name)
-        if name.upper() in lua:
-            COUNTS.add("redis Lua calls")
-
-    send_command = rc.AbstractConnection.send_command
-    pack_commands = rc.AbstractConnection.pack_commands
+    lua = {b"EVALSHA", b"EVAL", b"FCALL", b"EVALSHA_RO", b"EVAL_RO", b"FCALL_RO"}
     send = rc.AbstractConnection.send_packed_command
 
-    def counted_send_command(self: Any, *args: Any, **kwargs: Any) -> Any:
-        note(args)
-        return send_command(self, *args, **kwargs)
-
-    def counted_pack_commands(self: Any, commands: Any) -> Any:
-        commands = list(commands)
-        for command in commands:
-            note(command)
-        return pack_commands(self, commands)
-
-    def counted_send(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def counted_send(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
         COUNTS.add("redis round trips")
-        return send(self, *args, **kwargs)
+        chunks = [command] if isinstance(command, (bytes, str)) else command
+        for name in _command_names(
+            b"".join(bytes(c, "utf-8") if isinstance(c, str) else bytes(c) for c in chunks)
+        ):
+            COUNTS.add("redis commands")
+            if name.upper() in lua:
+                COUNTS.add("redis Lua calls")
+        return send(self, command, *args, **kwargs)
 
-    _patch(rc.AbstractConnection, "send_command", counted_send_command)
-    _patch(rc.AbstractConnection, "pack_commands", counted_pack_commands)
     _patch(rc.AbstractConnection, "send_packed_command", counted_send)
+
+
+def _command_names(data: bytes) -> Iterator[bytes]:
+    """The name of each command (a RESP array of bulk strings) in ``data``."""
+    pos = 0
+    while pos < len(data) and data[pos : pos + 1] == b"*":
+        end = data.index(b"\r\n", pos)
+        count, pos = int(data[pos + 1 : end]), end + 2
+        for i in range(count):
+            end = data.index(b"\r\n", pos)
+            size = int(data[pos + 1 : end])
+            if i == 0:
+                yield data[end + 2 : end + 2 + size]
+            pos = end + 2 + size + 2
 
 
 def count_turns(target: tg.Target, env: tg.Env, length: int, sample: int, warmup: int) -> dict:

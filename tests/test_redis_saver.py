@@ -76,6 +76,7 @@ from langgraph_memory_plus.errors import (
     MemoryConnectionError,
     ValueTooLargeError,
 )
+from langgraph_memory_plus.threads.redis import TIX_ADD_SHA
 
 pytestmark = pytest.mark.storage
 
@@ -747,6 +748,82 @@ async def test_the_thread_index_sets_share_one_hash_slot(space: Space, flavour: 
         assert await _listed(ops, "user-1") == {"t1", "t4", "t7"}
 
 
+@pytest.mark.parametrize("with_hiredis", [True, False], ids=["hiredis", "python"])
+def test_commands_are_packed_as_redis_py_packs_them(
+    with_hiredis: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner packs its commands itself (hiredis, or Python where hiredis is absent):
+    the bytes are redis-py's own, for every kind of argument plans send; a bool is refused
+    as redis-py refuses it."""
+    import langgraph_memory_plus.drivers.redis as driver
+
+    if not with_hiredis:
+        monkeypatch.setattr(driver, "_hiredis_pack", None)
+    args = (b"EVALSHA", "abc", 3, -7, 1.5, 1e20, b"x\x00y", "é \u202e", b"", bytearray(b"ba"))
+    expected = b"".join(redis.Connection().pack_command(*args))
+    assert driver._pack(args) == expected
+    assert driver._pack([*args, memoryview(b"mv")]) == b"".join(
+        redis.Connection().pack_command(*args, memoryview(b"mv"))
+    )
+    with pytest.raises(redis.DataError):
+        driver._pack((b"SET", b"k", True))
+
+
+def _flush_scripts(space: Space) -> None:
+    """``SCRIPT FLUSH`` on the Redis, or on every node of the cluster."""
+    if isinstance(space.admin, RedisCluster):
+        for node in space.admin.get_nodes():
+            space.admin.execute_command("SCRIPT FLUSH", target_nodes=node)
+            assert space.admin.execute_command("SCRIPT EXISTS", TIX_ADD_SHA, target_nodes=node) == [
+                0
+            ]
+    else:
+        space.admin.script_flush()
+        assert space.admin.script_exists(TIX_ADD_SHA) == [False]
+
+
+async def test_scripts_the_server_forgot_are_loaded_again(
+    where: str,
+    flavour: str,
+    start_redis: Callable[..., RedisServer],
+    request: pytest.FixtureRequest,
+) -> None:
+    """Scripts go by their digest (``EVALSHA``), the thread index's step 1 too, batched
+    with the put: after ``SCRIPT FLUSH`` (as after a restart) every write and read loads
+    what it needs and lands, once: the record counts each checkpoint once, and the
+    threads are in their user's set. (A private server, not the machine's: other
+    sessions' scripts stay loaded there.)"""
+    if where == "single":
+        server = start_redis()
+        url, admin = server.url(), server.admin()
+    else:
+        url = request.getfixturevalue("redis_cluster_url")
+        admin = admin_client(url)
+    space = Space(where, url, f"lgmp-rt-{uuid.uuid4().hex[:12]}", admin)
+    try:
+        async with space.open(flavour) as ops:
+            await _user_threads(ops, {"s0": "user-0"})
+            _flush_scripts(space)
+            await _user_threads(ops, {"s1": "user-0", "s2": "user-1"})
+            _flush_scripts(space)
+            latest = await ops.get_tuple(cfg("s1"))
+            assert latest is not None
+            await ops.put_writes(latest.config, [("a", 2)], "task-1")
+            _flush_scripts(space)
+            assert await ops.get_tuple(cfg("s2")) is not None
+            latest = await ops.get_tuple(cfg("s1"))
+            assert latest is not None and latest.pending_writes == [("task-1", "a", 2)]
+            assert await _listed(ops, "user-0") == {"s0", "s1"}
+            assert await _listed(ops, "user-1") == {"s2"}
+            for thread_id in ("s0", "s1", "s2"):
+                record = admin.hgetall(space.key(space.tag_of(thread_id), "rec"))
+                assert record[b"n"] == b"1", (thread_id, record)
+    finally:
+        for key in admin.scan_iter(match=f"{space.prefix}*", count=1000):
+            admin.delete(key)
+        admin.close()
+
+
 async def test_sets_of_the_former_layout_move_on_the_first_read(space: Space, flavour: str) -> None:
     """Sets written under the former layout (``{prefix}:{tix:<rest>}``, a slot per set)
     are moved by the first search or count: every thread is found, the former keys are
@@ -784,6 +861,31 @@ async def test_sets_of_the_former_layout_move_on_the_first_read(space: Space, fl
     admin.delete(former_of[head + b"all"])
 
 
+def _move_slot(admin: RedisCluster, key: bytes) -> tuple[Any, Any]:
+    """Move ``key``'s slot, with its keys, to another primary (a resharding behind every
+    client's back); the (source, target) nodes."""
+    slot = key_slot(key)
+    source = admin.get_node_from_key(key)
+    target = next(n for n in admin.get_primaries() if n.name != source.name)
+    ids = {
+        name: node["node_id"]
+        for name, node in admin.cluster_nodes().items()
+        if "master" in node["flags"]
+    }
+    src = redis.Redis(host=source.host, port=source.port)
+    dst = redis.Redis(host=target.host, port=target.port)
+    dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source.name])
+    src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target.name])
+    keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
+    assert key in keys
+    src.execute_command("MIGRATE", target.host, target.port, "", 0, 5000, "KEYS", *keys)
+    for node in admin.get_primaries():
+        redis.Redis(host=node.host, port=node.port).execute_command(
+            "CLUSTER", "SETSLOT", slot, "NODE", ids[target.name]
+        )
+    return source, target
+
+
 def test_a_batch_follows_its_slot_when_the_slot_moves_to_another_node(
     redis_cluster_url: str,
 ) -> None:
@@ -799,25 +901,7 @@ def test_a_batch_follows_its_slot_when_the_slot_moves_to_another_node(
         for thread_id in ("t0", "t1"):
             if thread_id == "t1":  # move the index's slot to another primary, behind the saver
                 all_key = f"{prefix}:{{{prefix}:tix}}:all".encode()
-                slot = key_slot(all_key)
-                source = admin.get_node_from_key(all_key)
-                target = next(n for n in admin.get_primaries() if n.name != source.name)
-                ids = {
-                    name: node["node_id"]
-                    for name, node in admin.cluster_nodes().items()
-                    if "master" in node["flags"]
-                }
-                src = redis.Redis(host=source.host, port=source.port)
-                dst = redis.Redis(host=target.host, port=target.port)
-                dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source.name])
-                src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target.name])
-                keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
-                assert all_key in keys
-                src.execute_command("MIGRATE", target.host, target.port, "", 0, 5000, "KEYS", *keys)
-                for node in admin.get_primaries():
-                    redis.Redis(host=node.host, port=node.port).execute_command(
-                        "CLUSTER", "SETSLOT", slot, "NODE", ids[target.name]
-                    )
+                source, target = _move_slot(admin, all_key)
                 assert saver.client.get_node_from_key(all_key).name == source.name  # stale map
             saver.put(
                 {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", **config}},
@@ -830,6 +914,44 @@ def test_a_batch_follows_its_slot_when_the_slot_moves_to_another_node(
         assert saver.client.get_node_from_key(all_key).name == target.name
         for key in admin.scan_iter(match=f"{prefix}*", count=1000):
             admin.delete(key)
+    admin.close()
+
+
+def test_a_script_follows_its_thread_when_the_slot_moves_to_another_node(
+    redis_cluster_url: str,
+) -> None:
+    """A thread's scripts go straight to the node the client's slot map names; when the
+    thread's slot has moved meanwhile, that node answers ``MOVED`` and the script is sent
+    again through redis-py's cluster client, which follows it: the put lands once, reads
+    find it, and the client's map names the new node."""
+    prefix = f"lgmp-mvs-{uuid.uuid4().hex[:12]}"
+    admin = admin_client(redis_cluster_url)
+    assert isinstance(admin, RedisCluster)
+    with RedisSaver.from_conn_string(redis_cluster_url, key_prefix=prefix) as saver:
+        first = saver.put(
+            cfg("moving"),
+            make_checkpoint({"a": 1}, {"a": 1}),
+            {"source": "input", "step": -1, "parents": {}},
+            {"a": 1},
+        )
+        key = saver._plans.keys("moving")[0]
+        source, target = _move_slot(admin, key)
+        assert saver.client.get_node_from_key(key).name == source.name  # stale map
+        second = saver.put(
+            first,
+            make_checkpoint({"a": 2}, {"a": 2}),
+            {"source": "loop", "step": 0, "parents": {}},
+            {"a": 2},
+        )
+        latest = saver.get_tuple(cfg("moving"))
+        assert latest is not None and latest.config == second
+        assert latest.checkpoint["channel_values"] == {"a": 2}
+        assert len(list(saver.list(cfg("moving")))) == 2
+        assert saver.client.get_node_from_key(key).name == target.name
+        record = admin.hgetall(saver._plans.keys("moving")[-1])
+        assert record[b"n"] == b"2"
+        for found in admin.scan_iter(match=f"{prefix}*", count=1000):
+            admin.delete(found)
     admin.close()
 
 

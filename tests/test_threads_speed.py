@@ -29,7 +29,7 @@ from langgraph_memory_plus.drivers.redis import Batch
 from langgraph_memory_plus.drivers.sqlite import Query as SqliteQuery
 from langgraph_memory_plus.threads.core import index_value
 from langgraph_memory_plus.threads.postgres import key_column as pg_key_column
-from langgraph_memory_plus.threads.redis import TIX_ADD
+from langgraph_memory_plus.threads.redis import TIX_ADD_SHA
 from langgraph_memory_plus.threads.sqlite import key_column as sqlite_key_column
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -260,7 +260,9 @@ class _Commands:
             1
             for c in self.seen
             if isinstance(c, Batch)
-            and any(a[0] == "ZADD" or (a[0] == "EVAL" and a[1] == TIX_ADD) for a in c.commands)
+            and any(
+                a[0] == "ZADD" or (a[0] == "EVALSHA" and a[1] == TIX_ADD_SHA) for a in c.commands
+            )
         )
 
 

@@ -3,12 +3,18 @@
 Plans yield :class:`Eval` (a named Lua script on keys of one hash slot, atomic on a
 single node and in Redis Cluster alike) or :class:`Scan` (admin paths only: listing
 every thread). Runners register the scripts once and send them with ``EVALSHA``,
-falling back to ``EVAL`` when the server has forgotten them (e.g. after a restart).
+loading them again when the server has forgotten them (e.g. after a restart).
+
+Scripts and batches go to the server packed by hiredis on a connection of the client's
+pool (:class:`_Wire`), not through redis-py's command methods: a put's script has about
+fifty arguments, and redis-py's per-command Python (argument encoding, script and
+observability wrappers) cost about as much as the rest of the put's client work.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import re
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -24,7 +30,15 @@ import redis.asyncio.cluster
 import redis.cluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import RedisClusterException
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    NoScriptError,
+    RedisClusterException,
+    ResponseError,
+    TryAgainError,
+)
 from redis.retry import Retry
 
 from ..errors import InvalidConfigError, MemoryConnectionError, PoolTimeoutError
@@ -69,21 +83,6 @@ class Batch:
     then: Eval | None = None
 
 
-def _pipelined(client: Any, scripts: Mapping[str, Any], batch: Batch) -> tuple[Any, bool]:
-    """The pipeline for ``batch``, and whether it carries the script (``EVALSHA``)."""
-    pipe = client.pipeline(transaction=False)
-    for args in batch.commands:
-        pipe.execute_command(*args)
-    carried = batch.then is not None and not isinstance(client, CLUSTER_CLIENTS)
-    if carried:
-        assert batch.then is not None
-        script = scripts[batch.then.script]
-        pipe.execute_command(
-            "EVALSHA", script.sha, len(batch.then.keys), *batch.then.keys, *batch.then.args
-        )
-    return pipe, carried
-
-
 _ONE_KEY = frozenset(
     {b"ZADD", b"ZREM", b"ZRANGE", b"ZSCORE", b"ZCARD", b"PEXPIRE", b"PERSIST", b"PTTL"}
     | {b"HGET", b"HMGET"}
@@ -107,17 +106,32 @@ def _one_node(client: redis.cluster.RedisCluster, batch: Batch) -> redis.Redis |
     slot = keyslot(keys[0])
     if any(keyslot(key) != slot for key in keys[1:]):
         return None
-    node = client.nodes_manager.get_node_from_slot(slot)
+    return _node_of(client, slot)
+
+
+def _slot_node(client: redis.cluster.RedisCluster, keys: Sequence[bytes]) -> redis.Redis | None:
+    """The client of the node serving a script's keys (one hash slot), if it has any."""
+    if not keys:
+        return None
+    return _node_of(client, cast(Any, client).keyslot(keys[0]))
+
+
+def _node_of(client: redis.cluster.RedisCluster, slot: int) -> redis.Redis | None:
+    try:
+        node = client.nodes_manager.get_node_from_slot(slot)
+    except RedisClusterException:  # slots not covered (a node lost): redis-py's path
+        return None
     return cast("redis.Redis | None", node.redis_connection)
 
 
 def _first_key(args: tuple[Any, ...]) -> Any:
     """The key a batched command routes by: a one-key command's first argument, an
-    ``EVAL``'s first key (its keys share a slot, as every script's); ``None`` for others."""
+    ``EVAL``'s or ``EVALSHA``'s first key (its keys share a slot, as every script's);
+    ``None`` for others."""
     name = _utf8_name(args[0]) if args else b""
     if name in _ONE_KEY and len(args) >= 2:
         return args[1]
-    if name == b"EVAL" and len(args) >= 4 and int(args[2]) >= 1:
+    if name in (b"EVAL", b"EVALSHA") and len(args) >= 4 and int(args[2]) >= 1:
         return args[3]
     return None
 
@@ -126,19 +140,145 @@ def _utf8_name(name: Any) -> bytes:
     return name.upper().encode() if isinstance(name, str) else bytes(name).upper()
 
 
-def _script_reply(replies: list[Any]) -> Any:
-    """The carried script's reply; ``NoScriptError`` (server restarted) means: run it."""
-    for reply in replies[:-1]:
+_hiredis_pack: Callable[[tuple[Any, ...]], bytes] | None
+try:
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # redis-py without hiredis: the same bytes from Python
+    _hiredis_pack = None
+
+
+def _pack(args: Sequence[Any]) -> bytes:
+    """One command in the Redis protocol. Arguments are bytes, str (UTF-8), int or float,
+    as redis-py takes them."""
+    if _hiredis_pack is not None:
+        try:
+            packed: bytes = _hiredis_pack(tuple(args))
+            return packed
+        except TypeError:  # bytearray, memoryview: spelled out below
+            pass
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        if isinstance(arg, bool):
+            raise redis.DataError("a command argument must not be a bool")
+        if isinstance(arg, str):
+            arg = arg.encode()
+        elif isinstance(arg, (int, float)):
+            arg = repr(arg).encode()
+        else:
+            arg = bytes(arg)
+        parts.append(b"$%d\r\n%b\r\n" % (len(arg), arg))
+    return b"".join(parts)
+
+
+def _evalsha(script: Any, command: Eval) -> tuple[Any, ...]:
+    return ("EVALSHA", script.sha, len(command.keys), *command.keys, *command.args)
+
+
+def _pool_args(pool: Any) -> tuple[str, ...]:
+    """What ``get_connection`` takes: nothing since redis-py 5.3, a command name before."""
+    try:
+        param = inspect.signature(pool.get_connection).parameters.get("command_name")
+    except (TypeError, ValueError):
+        return ()
+    return ("EVALSHA",) if param is not None and param.default is param.empty else ()
+
+
+def _replies(read: Callable[[], Any], n: int) -> list[Any]:
+    """``n`` replies, an error reply as its exception (every reply is read, so the
+    connection stays in step)."""
+    out: list[Any] = []
+    for _ in range(n):
+        try:
+            out.append(read())
+        except ResponseError as exc:
+            out.append(exc)
+    return out
+
+
+def _refused(reply: Any) -> bool:
+    return isinstance(reply, NoScriptError)
+
+
+def _missing(replies: list[Any]) -> bool:
+    return any(isinstance(r, NoScriptError) for r in replies)
+
+
+def _raised(replies: list[Any]) -> list[Any]:
+    for reply in replies:
         if isinstance(reply, Exception):
             raise reply
-    if isinstance(replies[-1], redis.exceptions.NoScriptError):
-        return _RUN_SCRIPT
-    if isinstance(replies[-1], Exception):
-        raise replies[-1]
-    return replies[-1]
+    return replies
 
 
-_RUN_SCRIPT = object()
+_REDIRECTED = (
+    MovedError,
+    AskError,
+    TryAgainError,
+    ClusterDownError,
+    redis.ConnectionError,
+    redis.TimeoutError,
+)
+"""A cluster node's answers that send a command back through redis-py's cluster client
+(which follows redirections and refreshes its slots): every script is idempotent."""
+
+
+class _Wire:
+    """Packed commands on a connection of a blocking client's pool, their replies read
+    raw (scripts and the commands batches send have no reply callbacks), with the
+    connection's retry on connection errors as redis-py's own path."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.pool = client.connection_pool
+        self._args = _pool_args(self.pool)
+
+    def send(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        packed = b"".join([_pack(c) for c in commands])
+        pool = self.pool
+        conn: Any = cast(Any, pool).get_connection(*self._args)
+
+        def exchange() -> list[Any]:
+            conn.send_packed_command([packed])
+            return _replies(conn.read_response, len(commands))
+
+        try:
+            replies: list[Any] = conn.retry.call_with_retry(
+                exchange, lambda _error: conn.disconnect()
+            )
+            return replies
+        finally:
+            pool.release(conn)
+
+
+class _AsyncWire:
+    """:class:`_Wire` for a ``redis.asyncio`` client."""
+
+    def __init__(self, client: redis.asyncio.Redis) -> None:
+        self.pool = client.connection_pool
+        self._args = _pool_args(self.pool)
+
+    async def send(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        packed = b"".join([_pack(c) for c in commands])
+        pool = self.pool
+        conn: Any = await cast(Any, pool).get_connection(*self._args)
+
+        async def exchange() -> list[Any]:
+            await conn.send_packed_command([packed])
+            out: list[Any] = []
+            for _ in range(len(commands)):
+                try:
+                    out.append(await conn.read_response())
+                except ResponseError as exc:
+                    out.append(exc)
+            return out
+
+        async def fail(_error: BaseException) -> None:
+            await conn.disconnect()
+
+        try:
+            replies: list[Any] = await conn.retry.call_with_retry(exchange, fail)
+            return replies
+        finally:
+            await pool.release(conn)
 
 
 def glob_escape(text: str) -> str:
@@ -484,21 +624,74 @@ class RedisRunner:
         _check_client(client, (redis.Redis, redis.cluster.RedisCluster), owner)
         self.client = cast(SyncClient, client)
         self._scripts = {name: self.client.register_script(src) for name, src in scripts.items()}
+        self._sources = [script.script for script in self._scripts.values()]
         self._contact = _FirstContact(client)
+        # per node client (one on a single node): its wire, None for a single-connection
+        # client (redis-py's own path keeps its lock); a node gone from the cluster goes
+        self._wires: weakref.WeakKeyDictionary[redis.Redis, _Wire | None] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _wire(self, client: redis.Redis) -> _Wire | None:
+        try:
+            return self._wires[client]
+        except KeyError:
+            wire = None if client.connection is not None else _Wire(client)
+            self._wires[client] = wire
+            return wire
+
+    def _send(self, client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """The commands' replies (an error reply as its exception), in one round trip on a
+        node; scripts the server forgot (a restart, ``SCRIPT FLUSH``) are loaded again
+        and the commands they refused are sent again, in their order."""
+        replies = self._raw(client, commands)
+        if _missing(replies):
+            for source in self._sources:
+                client.script_load(source)
+            again = [
+                c for c, r in zip(commands, replies, strict=True) if isinstance(r, NoScriptError)
+            ]
+            more = iter(self._raw(client, again))
+            replies = [next(more) if _refused(r) else r for r in replies]
+        return replies
+
+    def _raw(self, client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        wire = None if isinstance(client, redis.cluster.RedisCluster) else self._wire(client)
+        if wire is not None:
+            return wire.send(commands)
+        pipe = client.pipeline(transaction=False)
+        for args in commands:
+            pipe.execute_command(*args)
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        return replies
+
+    def _eval(self, command: Eval) -> Any:
+        script = self._scripts[command.script]
+        client = self.client
+        if not isinstance(client, redis.cluster.RedisCluster):
+            [reply] = _raised(self._send(client, [_evalsha(script, command)]))
+            return reply
+        node = _slot_node(client, command.keys)
+        if node is not None:
+            try:
+                [reply] = _raised(self._send(node, [_evalsha(script, command)]))
+                return reply
+            except _REDIRECTED:
+                pass
+        return script(keys=command.keys, args=command.args)
 
     def _execute(self, command: Eval | Scan | Batch) -> Any:
         if isinstance(command, Eval):
-            return self._scripts[command.script](keys=command.keys, args=command.args)
+            return self._eval(command)
         if isinstance(command, Batch):
             if isinstance(self.client, redis.cluster.RedisCluster):
                 replies = self._cluster_batch(self.client, command)
-                return replies if command.then is None else self._execute(command.then)
-            pipe, carried = _pipelined(self.client, self._scripts, command)
-            if not carried:
-                replies = pipe.execute()
-                return replies if command.then is None else self._execute(command.then)
-            reply = _script_reply(pipe.execute(raise_on_error=False))
-            return self._execute(command.then) if reply is _RUN_SCRIPT else reply  # type: ignore[arg-type]
+                return replies if command.then is None else self._eval(command.then)
+            commands = list(command.commands)
+            if command.then is not None:
+                commands.append(_evalsha(self._scripts[command.then.script], command.then))
+            replies = _raised(self._send(self.client, commands))
+            return replies if command.then is None else replies[-1]
         return list(self.client.scan_iter(match=command.match, count=1000))
 
     def _cluster_batch(self, client: redis.cluster.RedisCluster, batch: Batch) -> list[Any]:
@@ -507,19 +700,15 @@ class RedisRunner:
         pipeline, which follows redirections (batches are reads and idempotent writes)."""
         node = _one_node(client, batch)
         if node is not None:
-            pipe: Any = node.pipeline(transaction=False)
-            for args in batch.commands:
-                pipe.execute_command(*args)
             try:
-                replies: list[Any] = pipe.execute()
-                return replies
+                return _raised(self._send(node, batch.commands))
             except redis.RedisError:
                 pass
-        cluster_pipe, _ = _pipelined(client, self._scripts, Batch(batch.commands))
-        replies = cluster_pipe.execute()
-        return replies
+        return _raised(self._send(client, batch.commands))
 
     def run(self, plan: Plan[Eval | Scan | Batch, R]) -> R:
+        if self._contact.reached:
+            return drive(plan, self._execute)
         with self._contact.watch():
             return drive(plan, self._execute)
 
@@ -531,26 +720,61 @@ class AsyncRedisRunner:
         _check_client(client, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster), owner)
         self.client = cast(AsyncClient, client)
         self._scripts = {name: self.client.register_script(src) for name, src in scripts.items()}
+        self._sources = [script.script for script in self._scripts.values()]
         self._contact = _FirstContact(client)
+        plain = isinstance(client, redis.asyncio.Redis) and client.connection is None
+        self._wire = _AsyncWire(cast(redis.asyncio.Redis, client)) if plain else None
 
     async def _execute(self, command: Eval | Scan | Batch) -> Any:
         async with _gate(self.client):
-            return await self._send(command)
+            return await self._run_one(command)
 
-    async def _send(self, command: Eval | Scan | Batch) -> Any:
+    async def _send(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """:meth:`RedisRunner._send` (a cluster's pipeline routes each command)."""
+        replies = await self._raw(commands)
+        if _missing(replies):
+            for source in self._sources:
+                await self.client.script_load(source)
+            again = [
+                c for c, r in zip(commands, replies, strict=True) if isinstance(r, NoScriptError)
+            ]
+            more = iter(await self._raw(again))
+            replies = [next(more) if _refused(r) else r for r in replies]
+        return replies
+
+    async def _raw(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        if self._wire is not None:
+            return await self._wire.send(commands)
+        pipe = self.client.pipeline(transaction=False)
+        for args in commands:
+            pipe.execute_command(*args)
+        replies: list[Any] = await pipe.execute(raise_on_error=False)
+        return replies
+
+    async def _eval(self, command: Eval) -> Any:
+        script = self._scripts[command.script]
+        if self._wire is None:
+            return await script(keys=command.keys, args=command.args)
+        [reply] = _raised(await self._send([_evalsha(script, command)]))
+        return reply
+
+    async def _run_one(self, command: Eval | Scan | Batch) -> Any:
         if isinstance(command, Eval):
-            return await self._scripts[command.script](keys=command.keys, args=command.args)
+            return await self._eval(command)
         if isinstance(command, Batch):
-            pipe, carried = _pipelined(self.client, self._scripts, command)
-            if not carried:
-                replies = await pipe.execute()
-                return replies if command.then is None else await self._send(command.then)
-            reply = _script_reply(await pipe.execute(raise_on_error=False))
-            if reply is _RUN_SCRIPT:
-                return await self._send(command.then)  # type: ignore[arg-type]
-            return reply
+            commands = list(command.commands)
+            carried = command.then is not None and self._wire is not None
+            if carried:
+                assert command.then is not None
+                commands.append(_evalsha(self._scripts[command.then.script], command.then))
+            replies = _raised(await self._send(commands))
+            if command.then is None:
+                return replies
+            return replies[-1] if carried else await self._eval(command.then)
         return [key async for key in self.client.scan_iter(match=command.match, count=1000)]
 
     async def run(self, plan: Plan[Eval | Scan | Batch, R]) -> R:
+        if self._contact.reached:
+            return await adrive(plan, self._execute)
         with self._contact.watch():
             return await adrive(plan, self._execute)

@@ -370,6 +370,10 @@ end
 return 1
 """
 
+TIX_ADD_SHA = hashlib.sha1(TIX_ADD.encode(), usedforsecurity=False).hexdigest()
+"""Batches call ``TIX_ADD`` by this digest; the savers register it as ``tix_add`` (a
+runner loads it again when the server forgot it)."""
+
 TRANSCRIPT_SCRIPTS = {"tx_read": TX_READ, "tx_drop_owner": TX_DROP_OWNER}
 """Entries per call of that script (a few milliseconds of the server's time)."""
 
@@ -614,7 +618,7 @@ class RedisThreadIndex:
         persistent. Every entry's thread expires by its last step 1's time plus the TTL
         (plus the reuse time: a run's later puts move the thread's expiry)."""
         ttl = self._ttl_ms + REUSE_MS if self._ttl_ms else 0
-        return Batch([("EVAL", TIX_ADD, len(keys), *keys, ts, _utf8(thread_id), ttl)])
+        return Batch([("EVALSHA", TIX_ADD_SHA, len(keys), *keys, ts, _utf8(thread_id), ttl)])
 
     def _intent_keys(self, record: RecordInput | None) -> list[bytes]:
         keys = [self.all_key]

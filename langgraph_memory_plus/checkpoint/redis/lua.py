@@ -10,7 +10,7 @@ values stay opaque bytes that only Python decodes.
 
 from __future__ import annotations
 
-from ...threads.redis import COUNT_ONE_NODE, RECORD_LUA, TRANSCRIPT_SCRIPTS, ZREM_IF
+from ...threads.redis import COUNT_ONE_NODE, RECORD_LUA, TIX_ADD, TRANSCRIPT_SCRIPTS, ZREM_IF
 
 PRELUDE = r"""
 local K_THREAD, K_IDX, K_CK, K_META, K_BLOBS, K_WRITES, K_WIDX, K_REPLAY, K_ITEMS, K_NODES =
@@ -971,4 +971,5 @@ end
 return 0
 """
 SCRIPTS["tix_count"] = COUNT_ONE_NODE
+SCRIPTS["tix_add"] = TIX_ADD  # sent by its digest in a put's step 1 (threads/redis.py)
 SCRIPTS.update(TRANSCRIPT_SCRIPTS)  # on a transcript's two keys

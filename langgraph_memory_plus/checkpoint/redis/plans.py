@@ -30,6 +30,7 @@ all ten, so a thread expires whole, never half.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -99,6 +100,12 @@ def _no_nul(text: str, what: str) -> bytes:
     if "\x00" in text:
         raise InvalidConfigError(f"{what} must not contain NUL characters: {text[:80]!r}")
     return _utf8(text)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _channel_head(channel: str) -> bytes:
+    """A channel's name and the NUL after it in a blob's field (checked once per name)."""
+    return _no_nul(channel, "channel name") + b"\x00"
 
 
 def _write_rows(reply: list[bytes]) -> list[task_writes.WriteRow]:
@@ -187,6 +194,8 @@ class RedisCheckpointPlans:
             )
         self.prefix = prefix
         self.settings = settings
+        # a turn derives a thread's keys at every call: the recent threads' are kept
+        self._thread_keys = functools.lru_cache(maxsize=1 << 12)(self._thread_keys_uncached)
         ttl = settings.ttl_seconds
         self._ttl_ms = b"0" if ttl is None else b"%d" % max(1, round(ttl * 1000))
         self._refresh_ms = self._ttl_ms if settings.refresh_on_read else b"0"
@@ -207,13 +216,18 @@ class RedisCheckpointPlans:
     def _keys_of_tag(self, tag: str) -> list[bytes]:
         return [_utf8(f"{self.prefix}:{{{tag}}}:{kind}") for kind in KINDS]
 
+    def _thread_keys_uncached(self, thread_id: str) -> tuple[bytes, ...]:
+        """The thread's keys, then its fence's (a hash and a dozen strings each time)."""
+        tag = thread_tag(thread_id)
+        return (*self._keys_of_tag(tag), _utf8(f"{self.prefix}:{{{tag}}}:fence"))
+
     def keys(self, thread_id: str) -> list[bytes]:
-        return self._keys_of_tag(thread_tag(thread_id))
+        return list(self._thread_keys(thread_id)[:-1])
 
     def fence_key(self, thread_id: str) -> bytes:
         """The thread's fence (see ``fence.py``): in its slot, but not one of its ``keys``
         (which every script takes), so writes without a fence never touch it."""
-        return _utf8(f"{self.prefix}:{{{thread_tag(thread_id)}}}:fence")
+        return self._thread_keys(thread_id)[-1]
 
     @staticmethod
     def _fenced_eval(write: Eval, fence_key: bytes, claim: Claim | None) -> Eval:
@@ -577,7 +591,7 @@ class RedisCheckpointPlans:
         ns = _no_nul(target.checkpoint_ns, "checkpoint_ns")
         nsz = ns + b"\x00"
         refs = [
-            nsz + _no_nul(ch, "channel name") + b"\x00" + _utf8(ver)
+            nsz + _channel_head(ch) + ver.encode("utf-8", "surrogatepass")
             for ch, ver in encoded.channel_versions.items()
         ]
         args: list[bytes | str | int] = [
@@ -610,7 +624,7 @@ class RedisCheckpointPlans:
         for nid, children in encoded.nodes.items():
             args.extend((nsz + nid, b"".join(children)))
         for blob in encoded.blobs:
-            field = nsz + _no_nul(blob.channel, "channel name") + b"\x00" + _utf8(blob.version)
+            field = nsz + _channel_head(blob.channel) + _utf8(blob.version)
             if blob.type == EMPTY:
                 args.extend((field, b"", b"1"))
             elif blob.type == LIST_TYPE:
