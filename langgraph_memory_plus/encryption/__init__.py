@@ -354,6 +354,14 @@ class Encryption:
         mac = hmac.new(self.keys[self.current], text.encode("utf-8", "surrogatepass"), "sha256")
         return mac.hexdigest()[:32]
 
+    def item_id_key(self, thread_key: bytes, user_id: str | None = None) -> bytes:
+        """The key of a thread's list item ids (see ``checkpoint/lists.py``): secret, so an
+        id, a hash of the item's serialized plaintext, tests no guess of it. Derived from
+        the key the items are sealed with (a dropped tenant key takes it along); after a
+        rotation new items get other ids (only deduplication with older ones is lost)."""
+        key = self._write_key(Location("checkpoint", user_id=user_id))[1]
+        return hmac.new(key, b"lgmp-item-id\0" + thread_key, "sha256").digest()
+
     # -- bytes ------------------------------------------------------------------------
 
     def plaintext(self, where: Location) -> None:

@@ -252,7 +252,8 @@ class _Sql:
                 )
             if projections:
                 # Rows written before encryption (or before ``metadata_keys``) keep every
-                # metadata key in their clear projections: restrict them as a put would.
+                # metadata key in their clear projections: restrict them as a put would,
+                # and seal metadata stored only as its projection.
                 out += [
                     _Part(
                         "metadata",
@@ -410,7 +411,9 @@ def _reseal(
         typ, data, meta = values[0], values[1], _row_value(sql, values[2])
         kept = res.projection(meta)
         if kept is None:
-            return None
+            if typ != JSON_METADATA or not res.enc.accept_plaintext:
+                return None
+            kept = meta  # nothing to drop, but the metadata is plaintext: seal it
         if typ == JSON_METADATA:
             # Stored as the projection only (PostgreSQL): seal the whole metadata first,
             # as an encrypting codec stores it, so dropping keys loses nothing.
@@ -792,7 +795,10 @@ def rekey(
     for obj, with_saver, with_store in targets:
         _, sql = _backend(obj)
         res = _Resealer(obj.encryption, getattr(obj, "_codec", None) if with_saver else None)
-        parts = sql.parts(with_saver, with_store, projections=res.keep is not None)
+        # In the migration mode, metadata stored only as its projection (PostgreSQL) is
+        # plaintext that reads refuse once the mode is off: those rows are sealed too.
+        projections = res.keep is not None or res.enc.accept_plaintext
+        parts = sql.parts(with_saver, with_store, projections=projections)
         work += [(obj, sql, p, res) for p in parts]
     total = sum(obj._run(_count(sql, part)) for obj, sql, part, _ in work)
     for obj, sql, part, res in work:

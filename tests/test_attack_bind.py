@@ -1,0 +1,241 @@
+"""Attacks on issue 37's location binding, by someone who did not write it.
+
+Someone with write access to the database edits what stays in clear beside a sealed
+value (the checkpoint's channel versions, the metadata type, a list's reference) instead
+of copying ciphertext, and someone with read access tests guesses of list items against
+their ids.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from test_encryption_attack import _Raw
+from test_erasure import Target, target
+
+from langgraph_memory_plus.checkpoint.lists import item_id
+from langgraph_memory_plus.encryption import Encryption, EncryptionError
+from langgraph_memory_plus.threads.core import thread_key
+
+pytestmark = pytest.mark.storage
+__all__ = ["target"]
+
+K1 = os.urandom(32)
+SQL = pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+
+
+def _seed(memory: Any, thread_id: str = "bind") -> tuple[str, str]:
+    """Two checkpoints: ``a`` changes ("a one" -> "a two"), ``msgs`` (a list stored as
+    items) grows from 20 to 21 strings; the two checkpoint ids."""
+    saver = memory.checkpointer
+    first = empty_checkpoint()
+    first["channel_values"] = {"a": "a one", "msgs": [f"m{n}" for n in range(20)]}
+    first["channel_versions"] = {"a": "1", "msgs": "1"}
+    config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    c1 = saver.put(config, first, {"source": "loop", "step": 1}, {"a": "1", "msgs": "1"})
+    second = empty_checkpoint()
+    second["channel_values"] = {"a": "a two", "msgs": [f"m{n}" for n in range(21)]}
+    second["channel_versions"] = {"a": "2", "msgs": "2"}
+    c2 = saver.put(c1, second, {"source": "loop", "step": 2}, {"a": "2", "msgs": "2"})
+    return c1["configurable"]["checkpoint_id"], c2["configurable"]["checkpoint_id"]
+
+
+def _latest(memory: Any, thread_id: str = "bind") -> Any:
+    return memory.checkpointer.get_tuple({"configurable": {"thread_id": thread_id}})
+
+
+def _sql(raw: _Raw, sql: str, *params: Any) -> list[Any]:
+    if raw.backend == "postgres":
+        sql = sql.replace("json(?)", "?::jsonb")
+    return raw._query(sql, list(params))
+
+
+@SQL
+def test_a_channel_version_pointer_moved_back_does_not_roll_the_value_back(
+    target: Target,
+) -> None:
+    """The latest checkpoint's clear channel versions edited to name an older version of
+    ``a``: the saver fetched the older blob and opened it at the version the clear column
+    named, so checkpoint 2 read back with checkpoint 1's value (a rollback the binding
+    promises to refuse, without copying any ciphertext). Fixed: with encryption on, the
+    sealed body keeps the versions, and blobs are opened at those."""
+    enc = Encryption({"k1": K1})
+    with target.open(encryption=enc) as memory:
+        _, c2 = _seed(memory)
+        raw = _Raw(target, memory, "bind")
+    versions = json.dumps({"a": "1", "msgs": "2"})
+    _sql(
+        raw,
+        "UPDATE lgmp_checkpoints SET channel_versions = json(?) "
+        "WHERE thread_key = ? AND checkpoint_id = ?",
+        versions,
+        raw.tk,
+        c2,
+    )
+    with target.open(encryption=enc) as memory, pytest.raises(EncryptionError, match="moved"):
+        found = _latest(memory)
+        raise AssertionError(f"opened: a={found.checkpoint['channel_values']['a']!r}")
+
+
+@SQL
+def test_metadata_retyped_as_clear_json_is_refused(target: Target) -> None:
+    """The sealed metadata's type column set to ``json`` (metadata stored only as its
+    clear projection, what PostgreSQL does without encryption): the saver returned the
+    clear, attacker-written projection as the checkpoint's metadata, without opening
+    anything. Plaintext where encryption is on must fail closed. Fixed: refused unless
+    in the migration mode."""
+    enc = Encryption({"k1": K1})
+    with target.open(encryption=enc) as memory:
+        _, c2 = _seed(memory)
+        raw = _Raw(target, memory, "bind")
+    _sql(
+        raw,
+        "UPDATE lgmp_checkpoints SET metadata_type = 'json', metadata_json = json(?) "
+        "WHERE thread_key = ? AND checkpoint_id = ?",
+        json.dumps({"source": "update", "step": 2, "planted": True}),
+        raw.tk,
+        c2,
+    )
+    with target.open(encryption=enc) as memory, pytest.raises(EncryptionError):
+        found = _latest(memory)
+        raise AssertionError(f"opened: metadata={found.metadata!r}")
+    migrating = Encryption({"k1": K1}, accept_plaintext=True)
+    with target.open(encryption=migrating) as memory:
+        if raw.backend == "postgres":  # (SQLite never stores metadata as JSON only)
+            assert _latest(memory).metadata["planted"] is True
+
+
+@SQL
+def test_clear_json_metadata_of_an_unencrypted_database_is_sealed_by_the_migration(
+    target: Target,
+) -> None:
+    """The upgrade path with metadata refused as plaintext: PostgreSQL stores exact
+    metadata only as its JSON projection; turning encryption on over it, the rekey in the
+    migration mode must seal that metadata too, so it reads once the mode is off."""
+    from langgraph_memory_plus.privacy.rekey import rekey
+
+    with target.open() as memory:
+        _seed(memory, "old")
+    with target.open(encryption=Encryption({"k1": K1}, accept_plaintext=True)) as memory:
+        rekey(memory)
+    with target.open(encryption=Encryption({"k1": K1})) as memory:
+        found = _latest(memory, "old")
+        assert found.metadata["step"] == 2
+        assert found.checkpoint["channel_values"]["a"] == "a two"
+        assert [c.metadata["step"] for c in memory.checkpointer.list(None)] == [2, 1]
+
+
+@SQL
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="open: a list channel's version blob is its ListRef (spine and tail item ids), "
+    "kept in clear and unauthenticated because the databases walk it to collect unused "
+    "items; the older version's reference copied over the newer one rolls the list back "
+    "(pages and spines are equally forgeable: their ids are hashes keyed by the thread "
+    "key, which is stored in clear)",
+)
+def test_a_list_reference_copied_from_an_older_version_does_not_open(target: Target) -> None:
+    enc = Encryption({"k1": K1})
+    with target.open(encryption=enc) as memory:
+        _seed(memory)
+        raw = _Raw(target, memory, "bind")
+    raw.copy("blobs", ("msgs", "1"), ("msgs", "2"))
+    with target.open(encryption=enc) as memory:
+        try:
+            found = _latest(memory)
+        except EncryptionError:
+            return
+        msgs = found.checkpoint["channel_values"]["msgs"]
+        raise AssertionError(f"the list rolled back silently: {len(msgs)} items, not 21")
+
+
+@SQL
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="open: an EMPTY blob (a cleared channel) carries nothing sealed, so a sealed "
+    "blob's clear type set to 'empty' drops the channel's value without an error",
+)
+def test_a_sealed_blob_retyped_as_empty_is_refused(target: Target) -> None:
+    enc = Encryption({"k1": K1})
+    with target.open(encryption=enc) as memory:
+        _seed(memory)
+        raw = _Raw(target, memory, "bind")
+    _sql(
+        raw,
+        "UPDATE lgmp_blobs SET type = 'empty', blob = NULL "
+        "WHERE thread_key = ? AND channel = 'a' AND version = '2'",
+        raw.tk,
+    )
+    with target.open(encryption=enc) as memory:
+        try:
+            found = _latest(memory)
+        except EncryptionError:
+            return
+        values = found.checkpoint["channel_values"]
+        raise AssertionError(f"the value vanished silently: {sorted(values)}")
+
+
+@SQL
+def test_list_item_ids_are_no_oracle_for_guessed_content(target: Target) -> None:
+    """A list item's id was BLAKE2b of its serialized (plaintext) bytes keyed by the
+    thread key, which every row stores in clear: anyone who can read the database could
+    test a guess ("m7"? a PIN? a message whose id the transcript shows in clear) against
+    the stored ids, offline. With encryption on, the ids must be keyed by a secret."""
+    enc = Encryption({"k1": K1})
+    with target.open(encryption=enc) as memory:
+        _seed(memory)
+        raw = _Raw(target, memory, "bind")
+        assert len(_latest(memory).checkpoint["channel_values"]["msgs"]) == 21
+    stored = {bytes(r[0]) for r in _sql(raw, "SELECT item_id FROM lgmp_items")}
+    assert len(stored) >= 21
+    typ, data = JsonPlusSerializer().dumps_typed("m7")
+    assert item_id(thread_key("bind"), typ, data) not in stored
+
+
+# -- the fence's lease: values never seen --------------------------------------------------------
+
+
+def _fence_graph(saver: Any) -> Any:
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("reply", lambda state: {"messages": [("ai", "ok")]})
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", END)
+    return builder.compile(checkpointer=saver)
+
+
+def test_a_lease_no_backend_can_store_is_refused_when_configured(saver_factory: Any) -> None:
+    """``fence_lease_s=1e300`` (finite, positive) was accepted by ``FenceOptions`` and
+    ``from_url``, and SQLite ran with it, but every run then failed on Redis
+    (``ResponseError: value is not an integer``) and PostgreSQL (``timestamp out of
+    range``): the same configuration must mean the same on every backend, and a bad one
+    fail when given. Fixed: a lease over ``MAX_LEASE_S`` is refused where it is given; a
+    very long one that every backend stores (10**11 s) still works everywhere."""
+    import uuid
+
+    from langgraph_memory_plus.checkpoint.fence import MAX_LEASE_S, FenceOptions
+    from langgraph_memory_plus.errors import InvalidConfigError
+
+    with pytest.raises(InvalidConfigError, match="lease_s"):
+        FenceOptions(lease_s=1e300)
+    with pytest.raises(InvalidConfigError, match="lease_s"):
+        FenceOptions(lease_s=MAX_LEASE_S * 2)
+    with saver_factory(fence=FenceOptions(lease_s=MAX_LEASE_S)) as saver:
+        tid = f"lease-{uuid.uuid4().hex[:8]}"
+        config: Any = {"configurable": {"thread_id": tid}, "run_id": uuid.uuid4()}
+        _fence_graph(saver).invoke({"messages": [("human", "hi")]}, config)
+        state = saver.fence.get(tid)
+        assert state is not None and state.expires_at > 1e11
+        with pytest.raises(InvalidConfigError, match="lease_s"):
+            saver.fence.acquire(tid, owner="other", lease_s=1e300, force=True)
+        assert saver.fence.get(tid) == state  # the refused take changed nothing
+        lease = saver.fence.acquire(tid, owner="other", lease_s=MAX_LEASE_S, force=True)
+        assert lease.owner == "other"
