@@ -239,3 +239,40 @@ def test_a_lease_no_backend_can_store_is_refused_when_configured(saver_factory: 
         assert saver.fence.get(tid) == state  # the refused take changed nothing
         lease = saver.fence.acquire(tid, owner="other", lease_s=MAX_LEASE_S, force=True)
         assert lease.owner == "other"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis"])
+def test_a_pending_write_moved_to_another_channel_does_not_open(target: Target) -> None:
+    """A pending write's channel is stored in clear beside its sealed value and was not
+    part of its location: edited to name another channel, the write opened and, on
+    resume, would apply its value to that channel (task ``t``'s ``approved=False`` read
+    back as ``vetoed=False``...). A swap inside a thread, so it must be refused."""
+    from langgraph_memory_plus.checkpoint.task_writes import pack, split_head, unpack
+
+    enc = Encryption({"k1": K1})
+    with target.open(encryption=enc) as memory:
+        _, c2 = _seed(memory)
+        config: Any = {"configurable": {"thread_id": "bind", "checkpoint_ns": "",
+                                        "checkpoint_id": c2}}  # fmt: skip
+        memory.checkpointer.put_writes(config, [("a", "task value"), ("b", "other")], "t")
+        raw = _Raw(target, memory, "bind")
+    if raw.backend == "sqlite":
+        _sql(
+            raw,
+            "UPDATE lgmp_writes SET channel = 'b' WHERE thread_key = ? AND task_id = 't' "
+            "AND idx = 0",
+            raw.tk,
+        )
+    else:
+        (packed,) = raw.rows("writes")[(c2, "t")]
+        head = b""
+        if raw.backend == "redis":
+            path, packed = split_head(packed)
+            head = b"%d:%s" % (len(path), path)
+        writes = unpack(bytes(packed), "")
+        idx, _, typ, data, own = writes[0]
+        writes[0] = (idx, "b", typ, data, own)
+        raw.set("writes", (c2, "t"), (head + pack(writes, ""),))
+    with target.open(encryption=enc) as memory, pytest.raises(EncryptionError, match="moved"):
+        found = _latest(memory)
+        raise AssertionError(f"opened: {found.pending_writes!r}")

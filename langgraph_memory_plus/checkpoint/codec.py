@@ -509,6 +509,7 @@ class CheckpointCodec:
                 target.checkpoint_id or "",
                 task_id,
                 stored_idx,
+                channel,
                 user_id,
             )
             typ, data = self._pack(self._dump(value, f"write to channel {channel!r}"), where)
@@ -568,7 +569,7 @@ class CheckpointCodec:
                 self._load_at(
                     typ,
                     data,
-                    write_at(thread_id, checkpoint_ns, checkpoint_id, task_id, idx),
+                    write_at(thread_id, checkpoint_ns, checkpoint_id, task_id, idx, ch),
                     f"the pending write of task {task_id!r} to channel {ch!r}",
                     **where,
                 ),
