@@ -1,9 +1,10 @@
-"""Attacks on issue 37's location binding, by someone who did not write it.
+"""Attacks on issue 37's location binding and fence lease, by someone who did not write them.
 
 Someone with write access to the database edits what stays in clear beside a sealed
-value (the checkpoint's channel versions, the metadata type, a list's reference) instead
-of copying ciphertext, and someone with read access tests guesses of list items against
-their ids.
+value instead of copying ciphertext (the checkpoint's channel versions, the metadata
+type, a pending write's channel, a list's reference, a blob's type, a delta seed's
+version); someone with read access tests guesses of list items against their ids; a
+lease no backend can store; a lease given in the URL.
 """
 
 from __future__ import annotations
@@ -245,8 +246,8 @@ def test_a_lease_no_backend_can_store_is_refused_when_configured(saver_factory: 
 def test_a_pending_write_moved_to_another_channel_does_not_open(target: Target) -> None:
     """A pending write's channel is stored in clear beside its sealed value and was not
     part of its location: edited to name another channel, the write opened and, on
-    resume, would apply its value to that channel (task ``t``'s ``approved=False`` read
-    back as ``vetoed=False``...). A swap inside a thread, so it must be refused."""
+    resume, its value would be applied to that channel (a swap inside a thread). Fixed:
+    the channel is part of a pending write's location."""
     from langgraph_memory_plus.checkpoint.task_writes import pack, split_head, unpack
 
     enc = Encryption({"k1": K1})
