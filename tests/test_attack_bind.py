@@ -321,7 +321,8 @@ def test_a_lease_from_the_url_is_what_a_run_takes_on_every_backend(target: Targe
     reason="open: a DeltaChannel replay opens each ancestor's seed at the version that "
     "ancestor's clear channel_versions name (the walk does not open the ancestor's sealed "
     "body, which now keeps its versions): edited to name an older seed, the replay starts "
-    "from that older snapshot and the writes between the two seeds are lost",
+    "from that older snapshot and the writes between the two seeds are lost (the walk "
+    "also follows the clear parent ids: one edited to skip a link loses its writes)",
 )
 def test_a_delta_seed_version_moved_back_does_not_open(target: Target) -> None:
     from graphs import delta_graph
