@@ -324,7 +324,8 @@ def test_a_lease_from_the_url_is_what_a_run_takes_on_every_backend(target: Targe
     "from that older snapshot and the writes between the two seeds are lost (the walk "
     "also follows the clear parent ids: one edited to skip a link loses its writes)",
 )
-def test_a_delta_seed_version_moved_back_does_not_open(target: Target) -> None:
+@pytest.mark.parametrize("edit", ["seed-version", "parent"])
+def test_a_delta_replay_edited_in_clear_does_not_open(target: Target, edit: str) -> None:
     from graphs import delta_graph
     from langchain_core.messages import HumanMessage
 
@@ -342,10 +343,31 @@ def test_a_delta_seed_version_moved_back_does_not_open(target: Target) -> None:
         "ORDER BY checkpoint_id",
         raw.tk,
     )
+    if edit == "parent":
+        # the link before the last turn's model step (whose writes hold its item) skipped
+        parents = dict(
+            _sql(
+                raw,
+                "SELECT checkpoint_id, parent_checkpoint_id FROM lgmp_checkpoints "
+                "WHERE thread_key = ?",
+                raw.tk,
+            )
+        )
+        after_model = parents[rows[-1][0]]
+        before_model = parents[after_model]
+        _sql(
+            raw,
+            "UPDATE lgmp_checkpoints SET parent_checkpoint_id = ? "
+            "WHERE thread_key = ? AND checkpoint_id = ?",
+            parents[before_model],
+            raw.tk,
+            after_model,
+        )
+        rows = []
     stored = {v for (v,) in _sql(raw, "SELECT version FROM lgmp_blobs WHERE thread_key = ? "
                                       "AND channel = 'items'", raw.tk)}  # fmt: skip
     seeds = sorted(stored)
-    assert len(seeds) >= 2
+    assert len(seeds) >= 2 or edit == "parent"
     # the checkpoints whose clear versions name the newest seed now name the one before
     for cid, versions in rows:
         versions = versions if isinstance(versions, dict) else json.loads(versions)
