@@ -242,7 +242,7 @@ def test_a_lease_no_backend_can_store_is_refused_when_configured(saver_factory: 
         assert lease.owner == "other"
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis"])
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis", "redis-cluster"])
 def test_a_pending_write_moved_to_another_channel_does_not_open(target: Target) -> None:
     """A pending write's channel is stored in clear beside its sealed value and was not
     part of its location: edited to name another channel, the write opened and, on
