@@ -353,6 +353,7 @@ class CheckpointCodec:
                     self.memory.base(key, value, parent_id),
                     partial(self._dump, what=what),
                     written,
+                    None if self.encryption is None else self.encryption.item_id_key(tk, user_id),
                 )
                 blobs.append(
                     EncodedBlob(channel, version_text(version), LIST_TYPE, chunked.ref.encode())
@@ -377,12 +378,14 @@ class CheckpointCodec:
         body.pop("id", None)
         # Versions are stored beside the checkpoint anyway (blobs are looked up by them),
         # so the body leaves them out unless a float version would not come back exact.
+        # Sealed, it keeps them: blobs open at the versions it names, so versions edited
+        # in the clear column (an older blob named) do not roll a value back.
         versions = checkpoint["channel_versions"]
         native = all(
             isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool))
             for v in versions.values()
         )
-        if native:
+        if native and self.encryption is None:
             body.pop("channel_versions", None)
         meta = get_checkpoint_metadata(config, metadata)
         # A DeltaChannel shows as update counters in the metadata, or, at the steps that
@@ -506,6 +509,7 @@ class CheckpointCodec:
                 target.checkpoint_id or "",
                 task_id,
                 stored_idx,
+                channel,
                 user_id,
             )
             typ, data = self._pack(self._dump(value, f"write to channel {channel!r}"), where)
@@ -565,7 +569,7 @@ class CheckpointCodec:
                 self._load_at(
                     typ,
                     data,
-                    write_at(thread_id, checkpoint_ns, checkpoint_id, task_id, idx),
+                    write_at(thread_id, checkpoint_ns, checkpoint_id, task_id, idx, ch),
                     f"the pending write of task {task_id!r} to channel {ch!r}",
                     **where,
                 ),
@@ -574,9 +578,13 @@ class CheckpointCodec:
         ]
 
     def decode_metadata(self, stored: StoredCheckpoint) -> CheckpointMetadata:
-        if stored.metadata[0] == JSON_METADATA:
-            return cast(CheckpointMetadata, dict(stored.metadata_json or {}))
         at = checkpoint_at(stored.thread_id, stored.checkpoint_ns, stored.checkpoint_id, "metadata")
+        if stored.metadata[0] == JSON_METADATA:
+            if self.encryption is not None:
+                # Metadata kept only in clear is plaintext: a clear type column must not
+                # turn the sealed metadata into whatever the clear projection says.
+                self.encryption.plaintext(at)
+            return cast(CheckpointMetadata, dict(stored.metadata_json or {}))
         return cast(
             CheckpointMetadata,
             self._load_at(*stored.metadata, at, "the metadata", **_where(stored)),

@@ -62,6 +62,10 @@ FENCE_KEY = "__lgmp_fence__"
 """The ``configurable`` key a lease travels under (``__``: LangGraph never copies it into
 checkpoint metadata)."""
 DEFAULT_LEASE_S = 300.0
+MAX_LEASE_S = 1e11
+"""The longest lease (about 3,000 years): every backend stores its end (PostgreSQL's
+timestamps end in the year 294276, a Redis expiry is 64-bit milliseconds); a longer one
+was taken on SQLite but failed every run on the others."""
 RUN_TOKENS = 10_000
 """Runs per saver whose fencing number is remembered (an LRU); a run forgotten here takes
 the fence again at its next write (it keeps its number if nobody took the thread since)."""
@@ -75,8 +79,8 @@ def now_us() -> int:
 def _lease_seconds(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise InvalidConfigError(f"lease_s must be a positive number of seconds, got {value!r}")
-    if not math.isfinite(value):
-        raise InvalidConfigError("lease_s must be finite")
+    if not math.isfinite(value) or value > MAX_LEASE_S:
+        raise InvalidConfigError(f"lease_s must be at most {MAX_LEASE_S:g} seconds")
     return float(value)
 
 

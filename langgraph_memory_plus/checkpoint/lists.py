@@ -708,8 +708,13 @@ def chunk_list(
     base: ListView | None,
     dump: Callable[[Any], Typed],
     written: Mapping[int, Any] | None = None,
+    id_key: bytes | None = None,
 ) -> ChunkedList:
     """Split ``values`` into items and pages, serializing only elements not in ``base``.
+
+    New items' ids are keyed by ``id_key`` if given, else by the thread key (stored in
+    clear beside every row: with encryption on, that made each id a test of a guessed
+    item's plaintext, so the codec passes a secret key).
 
     An element keeps the item id it has in ``base`` (the view ``values`` was built from:
     the objects of the read or put the graph got them from) if it is the same object and
@@ -758,7 +763,7 @@ def chunk_list(
                 item_ids.append(base.version.item_ids[j])
             else:
                 typ, data = dump(value)
-                iid = item_id(thread_key, typ, data)
+                iid = item_id(id_key or thread_key, typ, data)
                 if iid not in known:
                     out.items[iid] = (typ, data)
                 item_ids.append(iid)

@@ -10,8 +10,8 @@ An envelope names the id of the key that sealed it, so several keys can be known
 (rotation: new writes use ``current``, reads take any known key, ``langgraph-memory
 rekey`` moves old rows to the current key). The associated data is the envelope's
 *location*: the kind of record, its thread id and, for checkpoint values, exactly where in
-the thread it is (namespace and checkpoint id, channel and version, task id and write
-index, list item id), or its store namespace and key. A ciphertext copied to another
+the thread it is (namespace and checkpoint id, channel and version, task id, write index
+and channel, list item id), or its store namespace and key. A ciphertext copied to another
 thread, item, checkpoint, channel version or task does not open there, so someone with
 write access to the database can neither move a value between threads nor roll one back
 inside a thread.
@@ -139,12 +139,17 @@ def write_at(
     checkpoint_id: str,
     task_id: str,
     idx: int,
+    channel: str,
     user_id: str | None = None,
 ) -> Location:
-    """A pending write: its checkpoint, task and index (as stored, so an interrupt's is
-    ``WRITES_IDX_MAP``'s); the thread index's interrupt copies are opened here too."""
+    """A pending write: its checkpoint, task, index (as stored, so an interrupt's is
+    ``WRITES_IDX_MAP``'s) and channel (stored in clear beside it: edited, the value would
+    be applied to another channel); the thread index's interrupt copies open here too."""
     return Location(
-        "checkpoint", thread_id, user_id=user_id, at=("write", ns, checkpoint_id, task_id, str(idx))
+        "checkpoint",
+        thread_id,
+        user_id=user_id,
+        at=("write", ns, checkpoint_id, task_id, str(idx), channel),
     )
 
 
@@ -353,6 +358,14 @@ class Encryption:
         an equality-comparable stand-in for a value that must not be stored in clear."""
         mac = hmac.new(self.keys[self.current], text.encode("utf-8", "surrogatepass"), "sha256")
         return mac.hexdigest()[:32]
+
+    def item_id_key(self, thread_key: bytes, user_id: str | None = None) -> bytes:
+        """The key of a thread's list item ids (see ``checkpoint/lists.py``): secret, so an
+        id, a hash of the item's serialized plaintext, tests no guess of it. Derived from
+        the key the items are sealed with (a dropped tenant key takes it along); after a
+        rotation new items get other ids (only deduplication with older ones is lost)."""
+        key = self._write_key(Location("checkpoint", user_id=user_id))[1]
+        return hmac.new(key, b"lgmp-item-id\0" + thread_key, "sha256").digest()
 
     # -- bytes ------------------------------------------------------------------------
 

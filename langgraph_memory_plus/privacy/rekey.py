@@ -245,14 +245,15 @@ class _Sql:
                         self.t("lgmp_writes"),
                         ("thread_key", "checkpoint_ns", "checkpoint_id", "task_id", "idx"),
                         tid,
-                        ("type", "blob"),
-                        "typed",
+                        ("channel", "type", "blob"),
+                        "write",
                         join,
                     )
                 )
             if projections:
                 # Rows written before encryption (or before ``metadata_keys``) keep every
-                # metadata key in their clear projections: restrict them as a put would.
+                # metadata key in their clear projections: restrict them as a put would,
+                # and seal metadata stored only as its projection.
                 out += [
                     _Part(
                         "metadata",
@@ -410,7 +411,9 @@ def _reseal(
         typ, data, meta = values[0], values[1], _row_value(sql, values[2])
         kept = res.projection(meta)
         if kept is None:
-            return None
+            if typ != JSON_METADATA or not res.enc.accept_plaintext:
+                return None
+            kept = meta  # nothing to drop, but the metadata is plaintext: seal it
         if typ == JSON_METADATA:
             # Stored as the projection only (PostgreSQL): seal the whole metadata first,
             # as an encrypting codec stores it, so dropping keys loses nothing.
@@ -426,11 +429,17 @@ def _reseal(
             changed |= moved is not None
             out += list(moved) if moved is not None else [typ, data]
         return out if changed else None
+    if part.kind == "write":
+        # a pending write (SQLite): its clear channel is part of its location
+        channel, typ, data = values
+        where = write_at(thread_id, key[1], key[2], key[3], int(key[4]), channel)
+        moved = res.typed(typ, None if data is None else bytes(data), where)
+        return None if moved is None else [channel, *moved]
     if part.kind == "packed":
         path, raw = values[0], bytes(values[1])
         writes, changed = [], False
         for idx, channel, typ, data, own in unpack(raw, path):
-            where = write_at(thread_id, key[1], key[2], key[3], idx)
+            where = write_at(thread_id, key[1], key[2], key[3], idx, channel)
             moved = res.typed(typ, data, where)
             changed |= moved is not None
             writes.append((idx, channel, *(moved or (typ, data)), own))
@@ -441,7 +450,7 @@ def _reseal(
         ints = _row_value(sql, interrupts) or {}
         new_ints, changed = {}, False
         for task, (typ, b64) in ints.items():
-            where = write_at(thread_id, "", latest or "", task, _INTERRUPT_IDX)
+            where = write_at(thread_id, "", latest or "", task, _INTERRUPT_IDX, INTERRUPT)
             moved = res.typed(typ, base64.b64decode(b64), where)
             changed |= moved is not None
             new_ints[task] = (
@@ -487,8 +496,6 @@ def _sql_locations(part: str, thread_id: str, key: tuple[Any, ...]) -> list[Loca
         return [blob_at(thread_id, ns, key[2], key[3])]
     if part == "items":
         return [item_at(thread_id, bytes(key[2]))]
-    if part == "writes":
-        return [write_at(thread_id, ns, key[2], key[3], int(key[4]))]
     raise AssertionError(part)
 
 
@@ -578,7 +585,7 @@ def _redis_thread(plans: Any, res: _Resealer, tag: str) -> Plan[Any, tuple[int, 
         ns, cid, task_id = _fields(field, 3)
         out, changed = [], False
         for idx, channel, typ, data, own in unpack(record, path):
-            moved = res.typed(typ, data, write_at(tid, ns, cid, task_id, idx))
+            moved = res.typed(typ, data, write_at(tid, ns, cid, task_id, idx, channel))
             changed |= moved is not None
             out.append((idx, channel, *(moved or (typ, data)), own))
         if changed:
@@ -593,7 +600,7 @@ def _redis_thread(plans: Any, res: _Resealer, tag: str) -> Plan[Any, tuple[int, 
         cid = latest.decode() if latest else ""
         for i in range(0, len(parts), 3):
             task_id = parts[i].decode("utf-8", "surrogatepass")
-            where = write_at(tid, "", cid, task_id, _INTERRUPT_IDX)
+            where = write_at(tid, "", cid, task_id, _INTERRUPT_IDX, INTERRUPT)
             moved = res.typed(parts[i + 1].decode(), parts[i + 2], where)
             if moved:
                 parts[i + 1], parts[i + 2] = moved[0].encode(), moved[1]
@@ -792,7 +799,10 @@ def rekey(
     for obj, with_saver, with_store in targets:
         _, sql = _backend(obj)
         res = _Resealer(obj.encryption, getattr(obj, "_codec", None) if with_saver else None)
-        parts = sql.parts(with_saver, with_store, projections=res.keep is not None)
+        # In the migration mode, metadata stored only as its projection (PostgreSQL) is
+        # plaintext that reads refuse once the mode is off: those rows are sealed too.
+        projections = res.keep is not None or res.enc.accept_plaintext
+        parts = sql.parts(with_saver, with_store, projections=projections)
         work += [(obj, sql, p, res) for p in parts]
     total = sum(obj._run(_count(sql, part)) for obj, sql, part, _ in work)
     for obj, sql, part, res in work:

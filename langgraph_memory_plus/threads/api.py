@@ -143,7 +143,12 @@ class Threads:
         for task_id, (typ, data) in sorted(stored.interrupts.items()):
             # copies of the latest root checkpoint's interrupt writes, sealed there
             where = write_at(
-                stored.thread_id, "", stored.latest_id or "", task_id, WRITES_IDX_MAP[INTERRUPT]
+                stored.thread_id,
+                "",
+                stored.latest_id or "",
+                task_id,
+                WRITES_IDX_MAP[INTERRUPT],
+                INTERRUPT,
             )
             value = load(typ, data, where)
             interrupts[task_id] = list(value) if isinstance(value, (list, tuple)) else [value]
