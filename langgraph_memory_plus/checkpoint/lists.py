@@ -220,17 +220,17 @@ def unchanged_prefix(values: Sequence[Any], prints: Sequence[tuple[Any, ...] | N
     """How many leading ``values`` still hold the very field objects ``prints`` recorded.
 
     The common case (nothing reassigned, every element with a ``__dict__``) is one pass
-    in C over the fields of all elements, comparing identities, that builds nothing: a
-    long list's put used to build a tuple of ids per element twice, which was most of
-    its cost. Equal lengths element by element first, so that the flattened fields line
-    up."""
+    in C over the fields of all elements, comparing identities, with no tuple made per
+    element: a long list's put used to build two per element (fields, then their ids),
+    which was most of its cost. Lengths are compared element by element first, so that
+    the flattened fields line up."""
     n = min(len(values), len(prints))
+    then: Sequence[Any] = prints[:n]
     try:
         fields = list(map(vars, values[:n]))
-        if list(map(len, fields)) == list(map(len, prints[:n])) and all(
-            map(operator.is_, chain.from_iterable(map(_dict_values, fields)),
-                chain.from_iterable(prints[:n]))  # type: ignore[arg-type]
-        ):  # fmt: skip
+        same_lengths = list(map(len, fields)) == list(map(len, then))
+        now = chain.from_iterable(map(_dict_values, fields))
+        if same_lengths and all(map(operator.is_, now, chain.from_iterable(then))):
             return n
     except TypeError:  # an element without a __dict__ of its own, or no fingerprint
         pass
