@@ -8,7 +8,9 @@ check the result through a fresh saver too, which shows what was actually stored
 
 from __future__ import annotations
 
+import gc
 import operator
+import threading
 import uuid
 from typing import Annotated, Any
 
@@ -271,6 +273,43 @@ def test_templates_built_together_share_nothing() -> None:
         second.response_metadata["usage"]["n"] == 1 == originals[0].response_metadata["usage"]["n"]
     )
     assert templates[0].build() == originals[0]
+
+
+def test_large_builds_pause_the_collector_only_while_they_run() -> None:
+    """``build_all`` pauses the cyclic collector for a long list (issue 39): eight threads
+    building at once, each sure of fresh objects, leave it enabled when the last one
+    ends; a collector the application disabled stays disabled."""
+    from langgraph_memory_plus.checkpoint.lists import PAUSE_GC_FROM, Template, build_all
+
+    originals = [
+        AIMessage(f"m{i}", id=f"a{i}", response_metadata={"usage": {"n": i}})
+        for i in range(PAUSE_GC_FROM)
+    ]
+    templates = [Template.of(m) for m in originals]
+    start, failures = threading.Barrier(8), []
+
+    def build() -> None:
+        start.wait()
+        for _ in range(20):
+            out = build_all(templates)
+            out[3].response_metadata["usage"]["n"] = -1
+            if out[:3] != originals[:3] or out[4:] != originals[4:]:
+                failures.append(out)
+
+    assert gc.isenabled()
+    threads = [threading.Thread(target=build) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures and gc.isenabled()
+    assert originals[3].response_metadata["usage"]["n"] == 3
+    gc.disable()
+    try:
+        assert build_all(templates) == originals
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 DEEP_EDIT_UNSEEN = (

@@ -216,6 +216,32 @@ def test_a_field_reassigned_twice_is_stored() -> None:
         assert unchanged(fingerprint(message), fingerprint(message))
 
 
+def test_unchanged_prefix_stops_at_the_first_element_changed() -> None:
+    """A put's one pass over the fields of a whole list (issue 39) finds the first
+    element with a field reassigned, added or deleted, the same as comparing element by
+    element; lists of dicts and scalars take the element-by-element way."""
+    from langgraph_memory_plus.checkpoint.lists import fingerprints_of, unchanged_prefix
+
+    def messages() -> list[Any]:
+        return [HumanMessage(f"m{i}", id=f"h{i}") for i in range(40)]
+
+    for edit in ("reassign", "add", "delete", "none"):
+        values = messages()
+        prints = fingerprints_of(values)
+        if edit == "reassign":
+            values[17].content = "other"
+        elif edit == "add":
+            vars(values[17])["extra_field"] = 1
+        elif edit == "delete":
+            del vars(values[17])["name"]
+        assert unchanged_prefix(values, prints) == (40 if edit == "none" else 17)
+        assert unchanged_prefix(values[:10], prints) == 10
+    dicts: list[Any] = [{"k": i} for i in range(5)] + [3, "x"]
+    prints = fingerprints_of(dicts)
+    dicts[2]["k"] = 99
+    assert unchanged_prefix(dicts, prints) == 2
+
+
 def test_removed_messages_are_collected_under_retention(saver_factory: Any) -> None:
     """With keep_last=1, items that no kept version uses are deleted with it."""
 
