@@ -403,6 +403,40 @@ def test_write_ownership_run_takes_the_fence_at_its_start(saver_factory: Any) ->
         _one_lineage(saver, tid, parent, "run1")
 
 
+async def test_write_ownership_a_slow_take_holds_up_no_other_threads_run(
+    async_saver_factory: Any,
+) -> None:
+    """fence=True: a run's start takes its thread's fence, a round trip. A take held up
+    on one thread leaves the runs of other threads free; one lock per saver made every
+    run start of the process wait behind it."""
+    slow, fast = thread(), thread()
+    entered, release = asyncio.Event(), asyncio.Event()
+    async with async_saver_factory(fence=True) as saver:
+        arun = saver._arun
+
+        async def held_on_slow(plan: Any) -> Any:
+            frame = getattr(plan, "gi_frame", None)
+            if plan.__name__ == "_take_plan" and frame.f_locals["target"].thread_id == slow:
+                entered.set()
+                await release.wait()
+            return await arun(plan)
+
+        saver._arun = held_on_slow
+        app = graph().compile(checkpointer=saver)
+
+        def cfg(tid: str) -> Any:
+            return {"configurable": {"thread_id": tid}, "run_id": uuid.uuid4()}
+
+        held = asyncio.ensure_future(app.ainvoke({"log": []}, cfg(slow)))
+        await asyncio.wait_for(entered.wait(), 60)
+        try:
+            done = await asyncio.wait_for(app.ainvoke({"log": []}, cfg(fast)), 10)
+        finally:
+            release.set()
+        assert done["log"] == ["prepared", "worked"]
+        assert (await held)["log"] == ["prepared", "worked"]
+
+
 def test_write_ownership_covers_a_superseded_runs_subgraph(saver_factory: Any) -> None:
     """LangGraph gives a subgraph's writes no run id: they are fenced as their run's
     (found by the differential test with the fence on: a superseded run's subgraph

@@ -231,3 +231,49 @@ def test_text_and_bytea_arrays_round_trip_like_lists(pg_url: str) -> None:
                 (value, value, items, value),
             ).fetchone()
             assert got == (items, len(items), True)
+
+
+async def test_async_pool_runner_rolls_back_failed_and_cancelled_plans(pg_url: str) -> None:
+    """A pooled async plan's transaction opens at its first statement that needs one and
+    ends with the plan: rolled back when a statement fails or the call is cancelled, and
+    the connection goes back to the pool idle, ready for the next plan (one connection:
+    every plan below gets the same one)."""
+    import asyncio
+
+    from langgraph_memory_plus.drivers.postgres import open_async_pool
+
+    async with open_async_pool(pg_url, min_size=1, max_size=1, prepare_threshold=0) as pool:
+        runner = AsyncPgRunner(pool, pipeline=False, owner="test")
+
+        def setup() -> Any:
+            yield Query("CREATE TEMP TABLE IF NOT EXISTS lgmp_rt (x int)", standalone=True)
+
+        def write_then(last: str) -> Any:
+            yield Query("INSERT INTO lgmp_rt VALUES (1)")
+            yield Query(last, fetch=True)
+
+        def standalone_then_fail() -> Any:
+            yield Query("INSERT INTO lgmp_rt VALUES (2)", standalone=True)
+            raise ValueError("the plan fails after its only statement")
+
+        def count() -> Any:
+            rows = yield Query("SELECT count(*), min(x) FROM lgmp_rt", fetch=True)
+            return rows[0]
+
+        await runner.run(setup())
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            await runner.run(write_then("SELECT 1 / 0"))
+        assert await runner.run(count()) == (0, None)
+        call = asyncio.ensure_future(runner.run(write_then("SELECT pg_sleep(30)")))
+        await asyncio.sleep(0.5)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert await runner.run(count()) == (0, None)
+        with pytest.raises(ValueError):
+            await runner.run(standalone_then_fail())  # autocommit: that row stays
+        assert await runner.run(count()) == (1, 2)
+        await runner.run(write_then("SELECT 1"))
+        assert await runner.run(count()) == (2, 1)
+        async with pool.connection() as conn:
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE

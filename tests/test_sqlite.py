@@ -19,6 +19,7 @@ No assertion depends on speed: TTL tests sleep longer than a TTL, waits are boun
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import subprocess
 import sys
@@ -672,6 +673,32 @@ async def test_concurrent_calls_of_one_async_saver_and_store(tmp_path: Path) -> 
         for i in range(6):
             assert len(await ops.list(cfg(f"t{i}"))) == 5
         assert await store.acount(("n",)) == 30
+
+
+async def test_plans_waiting_for_the_file_leave_the_event_loops_executor_free(
+    tmp_path: Path,
+) -> None:
+    """Async calls waiting for a connection or for the write lock (another process is
+    writing) wait on the runner's own threads: the event loop's default executor, which
+    LangGraph's sync nodes and every ``asyncio.to_thread`` use, stays free. Plans ran there
+    once, and more waiting calls than it has threads stalled the whole process."""
+    path = tmp_path / "held.db"
+    async with AsyncSqliteStore.from_conn_string(path, pool_max_size=1) as store:
+        await store.setup()
+        default_threads = min(32, (os.cpu_count() or 1) + 4)  # asyncio's default executor
+        with closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")  # another writer holds the file
+            writes = [
+                asyncio.ensure_future(store.aput(("n",), f"k{i}", {"i": i}))
+                for i in range(default_threads + 2)
+            ]
+            await asyncio.sleep(0.2)  # every write is waiting now
+            try:
+                assert await asyncio.wait_for(asyncio.to_thread(lambda: "free"), 5) == "free"
+            finally:
+                other.execute("ROLLBACK")
+        await asyncio.wait_for(asyncio.gather(*writes), 60)
+        assert await store.acount(("n",)) == default_threads + 2
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,9 +17,10 @@ import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -85,6 +86,38 @@ LIST_PAGE_SIZE = 100
 READ_ATTEMPTS = 3
 OWNERS_CACHED = 4096
 """Threads whose owner a saver remembers (per-tenant keys: see ``_user_of``)."""
+
+
+L = TypeVar("L")
+
+
+class _KeyedLocks(Generic[L]):
+    """A lock per key, kept only while a caller holds or waits for it.
+
+    A run's fence take is held across a round trip; one lock per saver made the run
+    starts of all threads queue behind each other, where only the writes of one thread
+    may race (see :meth:`CheckpointSaverBase._take`).
+    """
+
+    def __init__(self, make: Callable[[], L]) -> None:
+        self._make = make
+        self._guard = threading.Lock()
+        self._locks: dict[Any, list[Any]] = {}  # key -> [lock, callers]
+
+    @contextmanager
+    def of(self, key: Any) -> Iterator[L]:
+        with self._guard:
+            entry = self._locks.get(key)
+            if entry is None:
+                entry = self._locks[key] = [self._make(), 0]
+            entry[1] += 1
+        try:
+            yield entry[0]
+        finally:
+            with self._guard:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self._locks[key]
 
 
 class CheckpointPlans(Protocol):
@@ -222,9 +255,10 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         # (thread key, run id) -> the owner of that run's latest start on this saver
         self._fence_starts: OrderedDict[tuple[bytes, str], str] = OrderedDict()
         self._fence_starts_lock = threading.Lock()
-        self._fence_lock = threading.Lock()
-        # per event loop; a closed loop's entry is dropped (its lock holds the loop)
-        self._fence_alocks: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = {}
+        self._fence_runs_lock = threading.Lock()  # _fence_runs only, never across I/O
+        # a run's take, per thread (async: per event loop and thread)
+        self._fence_locks = _KeyedLocks(threading.Lock)
+        self._fence_alocks = _KeyedLocks(asyncio.Lock)
         # thread key -> its owner as this process last saw it (tenant keys only)
         self._owners: OrderedDict[bytes, str | None] = OrderedDict()
         self._owners_lock = threading.Lock()
@@ -276,43 +310,44 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         )
         claim.token = state.token
 
+    def _taken(self, target: Target, claim: Claim) -> int | None:
+        with self._fence_runs_lock:
+            return self._fence_runs.get((target.thread_key, claim.owner))
+
     def _remember_run(self, target: Target, claim: Claim) -> None:
         assert claim.token is not None
         key = (target.thread_key, claim.owner)
-        self._fence_runs[key] = claim.token
-        self._fence_runs.move_to_end(key)
-        while len(self._fence_runs) > RUN_TOKENS:
-            self._fence_runs.popitem(last=False)
+        with self._fence_runs_lock:
+            self._fence_runs[key] = claim.token
+            self._fence_runs.move_to_end(key)
+            while len(self._fence_runs) > RUN_TOKENS:
+                self._fence_runs.popitem(last=False)
 
     def _take(self, target: Target, claim: Claim | None) -> None:
         """Before a run's first write: one take per run even when its writes race (a
         second take by the same owner would keep the number, but one racing a takeover
-        by another owner would steal the thread back)."""
+        by another owner would steal the thread back). Only writes of one thread race
+        so: the lock is the thread's."""
         if claim is None or claim.token is not None:
             return
-        with self._fence_lock:
-            claim.token = self._fence_runs.get((target.thread_key, claim.owner))
+        with self._fence_locks.of(target.thread_key) as lock, lock:
+            claim.token = self._taken(target, claim)
             if claim.token is None:
                 self._run(self._take_plan(target, claim))
             self._remember_run(target, claim)
 
     async def _atake(self, target: Target, claim: Claim | None) -> None:
-        """Async :meth:`_take`."""
+        """Async :meth:`_take`. An ``asyncio.Lock`` serves one event loop: the key
+        names the loop too (a loop in use is alive, so its id is not reused meanwhile)."""
         if claim is None or claim.token is not None:
             return
-        loop = asyncio.get_running_loop()
-        locks = self._fence_alocks
-        if id(loop) not in locks:
-            # asyncio.run per request: forget the loops closed since (not kept alive)
-            for key in [k for k, (old, _) in locks.items() if old.is_closed()]:
-                del locks[key]
-            locks[id(loop)] = (loop, asyncio.Lock())
-        lock = locks[id(loop)][1]
-        async with lock:
-            claim.token = self._fence_runs.get((target.thread_key, claim.owner))
-            if claim.token is None:
-                await self._arun(self._take_plan(target, claim))
-            self._remember_run(target, claim)
+        key = (id(asyncio.get_running_loop()), target.thread_key)
+        with self._fence_alocks.of(key) as lock:
+            async with lock:
+                claim.token = self._taken(target, claim)
+                if claim.token is None:
+                    await self._arun(self._take_plan(target, claim))
+                self._remember_run(target, claim)
 
     @property
     def threads(self) -> Threads:
@@ -720,7 +755,7 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         # saver (a redelivered queue item) must not run as one owner twice
         owner = f"run:{run_id}@{self._fence_name}#{secrets.token_hex(4)}"
         _RUN.set((target.thread_key, run_id, owner))
-        with self._fence_starts_lock:  # not _fence_lock: held across a take's I/O
+        with self._fence_starts_lock:  # not the take locks: held across a take's I/O
             starts = self._fence_starts
             starts[(target.thread_key, run_id)] = owner
             starts.move_to_end((target.thread_key, run_id))

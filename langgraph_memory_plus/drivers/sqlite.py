@@ -23,9 +23,11 @@ SQLite is the embedded backend: a file, no server. What that changes for a runne
   ``BEGIN IMMEDIATE``, so they take turns instead of sleep-polling against each other;
   SQLite's busy timeout only arbitrates between processes.
 - **Async without blocking the loop.** ``sqlite3`` only blocks. The async classes run each
-  plan on a worker thread (``asyncio.to_thread``), exactly as the blocking classes serve
-  their own ``a*`` methods (:class:`.bridge.SyncBridge`); the connections are opened with
-  ``check_same_thread=False`` and each is used by one plan at a time.
+  plan on a worker thread of the runner's own, as many as its pool has connections (one
+  for a caller's connection): not the event loop's default executor, where plans waiting
+  for a connection or for the write lock took every thread, and LangGraph's nodes and
+  every other ``asyncio.to_thread`` of the process queued behind them. The connections are
+  opened with ``check_same_thread=False`` and each is used by one plan at a time.
 
 Versioned migrations reuse :mod:`.migrations`' idea: a bookkeeping table per component and
 an append-only list of migrations. SQLite has no advisory locks; the migration plan's
@@ -35,11 +37,13 @@ an append-only list of migrations. SQLite has no advisory locks; the migration p
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -55,6 +59,7 @@ from .plan import Plan, drive
 from .urls import redact
 
 R = TypeVar("R")
+P = TypeVar("P")
 
 MIN_VERSION = (3, 24, 0)  # UPSERT (row values and common table expressions are older)
 DEFAULT_POOL_SIZE = 4
@@ -422,6 +427,12 @@ class SqliteRunner:
         self._lock = threading.Lock()
         self._setup = setup
         self._setup_lock = threading.Lock()
+        # The async classes' worker threads (started on first use; they end with the
+        # runner): one per connection the plans can hold at once.
+        self._workers = ThreadPoolExecutor(
+            max_workers=conn.max_size if isinstance(conn, SqlitePool) else 1,
+            thread_name_prefix=f"lgmp-sqlite-{owner}",
+        )
 
     def _ensure_setup(self, explicit: Plan[Query, None] | None = None) -> None:
         """Run the component's migrations before its first plan, once per runner: an
@@ -448,6 +459,13 @@ class SqliteRunner:
     def setup(self, plan: Plan[Query, None]) -> None:
         """Run ``plan``, the component's ``setup()``, in place of the automatic setup."""
         self._ensure_setup(plan)
+
+    async def in_worker(self, call: Callable[[P], R], plan: P) -> R:
+        """``call(plan)`` on one of this runner's worker threads, in the caller's context
+        (as ``asyncio.to_thread`` would run it)."""
+        context = contextvars.copy_context()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._workers, context.run, call, plan)
 
     def _run(self, plan: Plan[Query, R]) -> R:
         try:
@@ -636,11 +654,11 @@ class SqliteAsyncDriver(_SqliteDriver):
         return self._runner.run(plan)
 
     async def _arun(self, plan: Plan[Any, R]) -> R:
-        return await asyncio.to_thread(self._runner.run, plan)
+        return await self._runner.in_worker(self._runner.run, plan)
 
     async def setup(self) -> None:
         """Async :meth:`SqliteSyncDriver.setup`."""
-        await asyncio.to_thread(self._runner.setup, self._plans.setup())
+        await self._runner.in_worker(self._runner.setup, self._plans.setup())
 
     @classmethod
     @asynccontextmanager
