@@ -353,12 +353,6 @@ class Encryption:
         """The key id a write at ``where`` would use now (what ``rekey`` moves rows to)."""
         return self._write_key(where)[0]
 
-    def index_hash(self, text: str) -> str:
-        """A keyed hash of ``text`` (HMAC-SHA-256 under the current key, hex, 32 chars):
-        an equality-comparable stand-in for a value that must not be stored in clear."""
-        mac = hmac.new(self.keys[self.current], text.encode("utf-8", "surrogatepass"), "sha256")
-        return mac.hexdigest()[:32]
-
     def item_id_key(self, thread_key: bytes, user_id: str | None = None) -> bytes:
         """The key of a thread's list item ids (see ``checkpoint/lists.py``): secret, so an
         id, a hash of the item's serialized plaintext, tests no guess of it. Derived from
