@@ -245,7 +245,7 @@ class _Sql:
                         self.t("lgmp_writes"),
                         ("thread_key", "checkpoint_ns", "checkpoint_id", "task_id", "idx"),
                         tid,
-                        ("channel", "type", "blob"),
+                        ("task_path", "channel", "type", "blob"),
                         "write",
                         join,
                     )
@@ -431,15 +431,15 @@ def _reseal(
         return out if changed else None
     if part.kind == "write":
         # a pending write (SQLite): its clear channel is part of its location
-        channel, typ, data = values
-        where = write_at(thread_id, key[1], key[2], key[3], int(key[4]), channel)
+        path, channel, typ, data = values
+        where = write_at(thread_id, key[1], key[2], key[3], int(key[4]), channel, path)
         moved = res.typed(typ, None if data is None else bytes(data), where)
-        return None if moved is None else [channel, *moved]
+        return None if moved is None else [path, channel, *moved]
     if part.kind == "packed":
         path, raw = values[0], bytes(values[1])
         writes, changed = [], False
         for idx, channel, typ, data, own in unpack(raw, path):
-            where = write_at(thread_id, key[1], key[2], key[3], idx, channel)
+            where = write_at(thread_id, key[1], key[2], key[3], idx, channel, own)
             moved = res.typed(typ, data, where)
             changed |= moved is not None
             writes.append((idx, channel, *(moved or (typ, data)), own))
@@ -450,7 +450,7 @@ def _reseal(
         ints = _row_value(sql, interrupts) or {}
         new_ints, changed = {}, False
         for task, (typ, b64) in ints.items():
-            where = write_at(thread_id, "", latest or "", task, _INTERRUPT_IDX, INTERRUPT)
+            where = write_at(thread_id, "", latest or "", task, _INTERRUPT_IDX, INTERRUPT, "")
             moved = res.typed(typ, base64.b64decode(b64), where)
             changed |= moved is not None
             new_ints[task] = (
@@ -585,7 +585,7 @@ def _redis_thread(plans: Any, res: _Resealer, tag: str) -> Plan[Any, tuple[int, 
         ns, cid, task_id = _fields(field, 3)
         out, changed = [], False
         for idx, channel, typ, data, own in unpack(record, path):
-            moved = res.typed(typ, data, write_at(tid, ns, cid, task_id, idx, channel))
+            moved = res.typed(typ, data, write_at(tid, ns, cid, task_id, idx, channel, own))
             changed |= moved is not None
             out.append((idx, channel, *(moved or (typ, data)), own))
         if changed:
@@ -600,7 +600,7 @@ def _redis_thread(plans: Any, res: _Resealer, tag: str) -> Plan[Any, tuple[int, 
         cid = latest.decode() if latest else ""
         for i in range(0, len(parts), 3):
             task_id = parts[i].decode("utf-8", "surrogatepass")
-            where = write_at(tid, "", cid, task_id, _INTERRUPT_IDX, INTERRUPT)
+            where = write_at(tid, "", cid, task_id, _INTERRUPT_IDX, INTERRUPT, "")
             moved = res.typed(parts[i + 1].decode(), parts[i + 2], where)
             if moved:
                 parts[i + 1], parts[i + 2] = moved[0].encode(), moved[1]
