@@ -151,7 +151,7 @@ def write_at(
     task path order). Not an interrupt's path: the thread index keeps copies of interrupt
     writes, which open here too, without their paths (interrupts are not applied to
     channels; an edited path only reorders them)."""
-    at = ("write", ns, checkpoint_id, task_id, str(idx), channel)
+    at: tuple[str, ...] = ("write", ns, checkpoint_id, task_id, str(idx), channel)
     if channel != _INTERRUPT:
         at += (task_path,)
     return Location("checkpoint", thread_id, user_id=user_id, at=at)
