@@ -131,6 +131,64 @@ def test_clear_json_metadata_of_an_unencrypted_database_is_sealed_by_the_migrati
         assert [c.metadata["step"] for c in memory.checkpointer.list(None)] == [2, 1]
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis", "redis-cluster"])
+def test_bodies_migrated_by_rekey_keep_their_versions_and_empty_channels(target: Target) -> None:
+    """Checkpoint bodies written without encryption (or sealed by the previous release)
+    hold neither their channel versions nor which channels are empty: sealed as they were
+    by the migration's ``rekey``, the rollback and the planted ``empty`` above still
+    worked on them. Fixed: ``rekey`` in the migration mode reseals such a body with both."""
+    from langgraph_memory_plus.privacy.rekey import rekey
+
+    with target.open() as memory:
+        _, c2 = _seed(memory, "old")
+    with target.open(encryption=Encryption({"k1": K1}, accept_plaintext=True)) as memory:
+        rekey(memory)
+        raw = _Raw(target, memory, "old")
+    enc = Encryption({"k1": K1})
+    with target.open(encryption=enc) as memory:
+        found = _latest(memory, "old")
+        assert found.checkpoint["channel_values"]["a"] == "a two"
+        assert len(found.checkpoint["channel_values"]["msgs"]) == 21
+    if raw.backend != "redis":
+        rows = _sql(raw, "SELECT channel_versions FROM lgmp_checkpoints WHERE thread_key = ? "
+                         "AND checkpoint_id = ?", raw.tk, c2)  # fmt: skip
+        _sql(
+            raw,
+            "UPDATE lgmp_checkpoints SET channel_versions = json(?) "
+            "WHERE thread_key = ? AND checkpoint_id = ?",
+            json.dumps({"a": "1", "msgs": "2"}),
+            raw.tk,
+            c2,
+        )
+        # (PostgreSQL kept ``a`` inline in the versions before encryption: gone, not moved)
+        with target.open(encryption=enc) as memory, pytest.raises(EncryptionError):
+            found = _latest(memory, "old")
+            raise AssertionError(f"rolled back: a={found.checkpoint['channel_values']['a']!r}")
+        versions = rows[0][0]
+        versions = versions if isinstance(versions, dict) else json.loads(versions)
+        # ``a``'s value dropped: its blob retyped, or its inline value taken out (PostgreSQL)
+        versions["a"] = "2"
+        _sql(
+            raw,
+            "UPDATE lgmp_checkpoints SET channel_versions = json(?) "
+            "WHERE thread_key = ? AND checkpoint_id = ?",
+            json.dumps(versions),
+            raw.tk,
+            c2,
+        )
+        _sql(raw, "UPDATE lgmp_blobs SET type = 'empty', blob = NULL WHERE thread_key = ? "
+                  "AND channel = 'a' AND version = '2'", raw.tk)  # fmt: skip
+    else:
+        client = raw._redis()
+        try:
+            assert client.hdel(raw.keys["blobs"], b"\0a\x002") == 1
+        finally:
+            client.close()
+    with target.open(encryption=enc) as memory, pytest.raises(EncryptionError, match="empty"):
+        found = _latest(memory, "old")
+        raise AssertionError(f"the value vanished silently: {sorted(found.checkpoint)}")
+
+
 @SQL
 @pytest.mark.xfail(
     strict=True,
