@@ -631,11 +631,12 @@ class CheckpointCodec:
             # The sealed body vouches for which channels have a value: one stored as
             # empty (its clear type edited) or missing (its row deleted) is refused.
             found = {ch for ch, typ, _ in stored.blobs if typ != EMPTY} | set(inline)
-            for ch in sorted(set(versions) - set(empty) - found):
+            missing = sorted(set(versions) - set(empty) - found)
+            if missing:
                 raise EncryptionError(
                     "a channel stored as empty or missing where the sealed checkpoint "
                     "has a value (edited in the database)",
-                    **blob(ch).where(),
+                    **blob(missing[0]).where(),
                 )
         values = {
             ch: lists[ch]

@@ -176,6 +176,12 @@ class _Resealer:
             plain_typ, plain = upgrade((plain_typ, plain))
         return self.enc.seal_typed(plain_typ, plain, where)
 
+    @property
+    def upgrading(self) -> bool:
+        """Whether checkpoint bodies resealed now gain their versions (see
+        :meth:`body_upgrade`): in the migration mode, with the saver's codec."""
+        return self.codec is not None and self.enc.accept_plaintext
+
     def body_upgrade(
         self, stored: dict[str, Any], valued: Callable[[], set[tuple[str, str]]]
     ) -> Callable[[Typed], Typed] | None:
@@ -186,7 +192,7 @@ class _Resealer:
         or sealed by the previous release have neither; the clear columns are trusted as
         the migration finds them."""
         codec = self.codec
-        if codec is None or not self.enc.accept_plaintext:
+        if codec is None or not self.upgrading:
             return None
 
         def upgrade(typed: Typed) -> Typed:
@@ -390,7 +396,7 @@ def _batch(
     n = len(part.pk)
     match = " AND ".join(f"{c} = ?" for c in part.pk)
     valued: dict[tuple[bytes, str], set[tuple[str, str]]] = {}
-    if part.kind == "body" and rows and res.body_upgrade({}, set) is not None:
+    if part.kind == "body" and rows and res.upgrading:
         # The stored values of the batch's threads: a body resealed in the migration mode
         # gains the list of its channels without one (see ``body_upgrade``).
         tks = sorted({bytes(r[0]) for r in rows})
@@ -618,11 +624,10 @@ def _redis_thread(plans: Any, res: _Resealer, tag: str) -> Plan[Any, tuple[int, 
 
     k = dict(zip(KINDS, plans._keys_of_tag(tag), strict=True))
     tx = k["rec"][: -len(b"rec")] + b"tx"
-    tid_raw, ck, meta_all, blobs, writes, items, rec, lines = yield Batch(
+    tid_raw, ck, blobs, writes, items, rec, lines = yield Batch(
         [
             ("HGET", k["thread"], b"id"),
             ("HGETALL", k["ck"]),
-            ("HGETALL", k["meta"]),
             ("HGETALL", k["blobs"]),
             ("HGETALL", k["writes"]),
             ("HGETALL", k["items"]),
@@ -643,12 +648,14 @@ def _redis_thread(plans: Any, res: _Resealer, tag: str) -> Plan[Any, tuple[int, 
     tid = _tid(tid_raw)
     assert tid is not None
     updates: list[tuple[bytes, bytes, bytes, bytes]] = []
-    upgrading = res.body_upgrade({}, set) is not None
+    meta_all: dict[bytes, bytes] = {}
+    if res.upgrading:  # each checkpoint's blob fields, for ``body_upgrade``
+        [meta_all] = yield Batch([("HGETALL", k["meta"])])
     for field, old in ck.items():
         ctype, cblob, mtype, mblob, versions = ormsgpack.unpackb(old)
         ns, cid = _fields(field, 2)
         upgrade = None
-        if upgrading:
+        if res.upgrading:
             # the checkpoint's blob fields (after its parent, run id and delta seeds)
             parts = _netstrings(meta_all.get(field, b""))
             refs = parts[3 + 2 * int(parts[2]) :] if len(parts) > 2 else []
