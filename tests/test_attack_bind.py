@@ -131,6 +131,64 @@ def test_clear_json_metadata_of_an_unencrypted_database_is_sealed_by_the_migrati
         assert [c.metadata["step"] for c in memory.checkpointer.list(None)] == [2, 1]
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis", "redis-cluster"])
+def test_bodies_migrated_by_rekey_keep_their_versions_and_empty_channels(target: Target) -> None:
+    """Checkpoint bodies written without encryption (or sealed by the previous release)
+    hold neither their channel versions nor which channels are empty: sealed as they were
+    by the migration's ``rekey``, the rollback and the planted ``empty`` above still
+    worked on them. Fixed: ``rekey`` in the migration mode reseals such a body with both."""
+    from langgraph_memory_plus.privacy.rekey import rekey
+
+    with target.open() as memory:
+        _, c2 = _seed(memory, "old")
+    with target.open(encryption=Encryption({"k1": K1}, accept_plaintext=True)) as memory:
+        rekey(memory)
+        raw = _Raw(target, memory, "old")
+    enc = Encryption({"k1": K1})
+    with target.open(encryption=enc) as memory:
+        found = _latest(memory, "old")
+        assert found.checkpoint["channel_values"]["a"] == "a two"
+        assert len(found.checkpoint["channel_values"]["msgs"]) == 21
+    if raw.backend != "redis":
+        rows = _sql(raw, "SELECT channel_versions FROM lgmp_checkpoints WHERE thread_key = ? "
+                         "AND checkpoint_id = ?", raw.tk, c2)  # fmt: skip
+        _sql(
+            raw,
+            "UPDATE lgmp_checkpoints SET channel_versions = json(?) "
+            "WHERE thread_key = ? AND checkpoint_id = ?",
+            json.dumps({"a": "1", "msgs": "2"}),
+            raw.tk,
+            c2,
+        )
+        # (PostgreSQL kept ``a`` inline in the versions before encryption: gone, not moved)
+        with target.open(encryption=enc) as memory, pytest.raises(EncryptionError):
+            found = _latest(memory, "old")
+            raise AssertionError(f"rolled back: a={found.checkpoint['channel_values']['a']!r}")
+        versions = rows[0][0]
+        versions = versions if isinstance(versions, dict) else json.loads(versions)
+        # ``a``'s value dropped: its blob retyped, or its inline value taken out (PostgreSQL)
+        versions["a"] = "2"
+        _sql(
+            raw,
+            "UPDATE lgmp_checkpoints SET channel_versions = json(?) "
+            "WHERE thread_key = ? AND checkpoint_id = ?",
+            json.dumps(versions),
+            raw.tk,
+            c2,
+        )
+        _sql(raw, "UPDATE lgmp_blobs SET type = 'empty', blob = NULL WHERE thread_key = ? "
+                  "AND channel = 'a' AND version = '2'", raw.tk)  # fmt: skip
+    else:
+        client = raw._redis()
+        try:
+            assert client.hdel(raw.keys["blobs"], b"\0a\x002") == 1
+        finally:
+            client.close()
+    with target.open(encryption=enc) as memory, pytest.raises(EncryptionError, match="empty"):
+        found = _latest(memory, "old")
+        raise AssertionError(f"the value vanished silently: {sorted(found.checkpoint)}")
+
+
 @SQL
 @pytest.mark.xfail(
     strict=True,
@@ -156,31 +214,59 @@ def test_a_list_reference_copied_from_an_older_version_does_not_open(target: Tar
         raise AssertionError(f"the list rolled back silently: {len(msgs)} items, not 21")
 
 
-@SQL
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="open: an EMPTY blob (a cleared channel) carries nothing sealed, so a sealed "
-    "blob's clear type set to 'empty' drops the channel's value without an error",
-)
+ALL = pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis", "redis-cluster"])
+
+
+@ALL
 def test_a_sealed_blob_retyped_as_empty_is_refused(target: Target) -> None:
+    """An EMPTY blob (a cleared channel) carries nothing sealed, so a sealed blob's clear
+    type set to ``empty`` (on Redis: its field deleted, how an empty version is stored)
+    dropped the channel's value without an error. Fixed: the sealed body lists the
+    channels without a value, and one it does not list stored as empty or missing is
+    refused naming its place."""
     enc = Encryption({"k1": K1})
     with target.open(encryption=enc) as memory:
         _seed(memory)
         raw = _Raw(target, memory, "bind")
-    _sql(
-        raw,
-        "UPDATE lgmp_blobs SET type = 'empty', blob = NULL "
-        "WHERE thread_key = ? AND channel = 'a' AND version = '2'",
-        raw.tk,
-    )
-    with target.open(encryption=enc) as memory:
+    if raw.backend == "redis":  # an empty channel version has no field there
+        client = raw._redis()
         try:
-            found = _latest(memory)
-        except EncryptionError:
-            return
-        values = found.checkpoint["channel_values"]
-        raise AssertionError(f"the value vanished silently: {sorted(values)}")
+            assert client.hdel(raw.keys["blobs"], b"\0a\x002") == 1
+        finally:
+            client.close()
+    else:
+        _sql(
+            raw,
+            "UPDATE lgmp_blobs SET type = 'empty', blob = NULL "
+            "WHERE thread_key = ? AND channel = 'a' AND version = '2'",
+            raw.tk,
+        )
+    with target.open(encryption=enc) as memory, pytest.raises(EncryptionError, match="empty"):
+        found = _latest(memory)
+        raise AssertionError(f"the value vanished silently: {sorted(found.checkpoint)}")
+
+
+@ALL
+def test_a_cleared_channel_still_reads_as_cleared(target: Target) -> None:
+    """The other side of the check above: a channel a checkpoint really has no value for
+    (cleared at a later step) reads back without it, and without an error."""
+    enc = Encryption({"k1": K1})
+    with target.open(encryption=enc) as memory:
+        saver = memory.checkpointer
+        config: Any = {"configurable": {"thread_id": "cleared", "checkpoint_ns": ""}}
+        first = empty_checkpoint()
+        first["channel_values"] = {"a": "kept", "b": "goes"}
+        first["channel_versions"] = {"a": "1", "b": "1"}
+        c1 = saver.put(config, first, {"source": "loop", "step": 1}, {"a": "1", "b": "1"})
+        second = empty_checkpoint()
+        second["channel_values"] = {"a": "kept"}
+        second["channel_versions"] = {"a": "1", "b": "2"}
+        saver.put(c1, second, {"source": "loop", "step": 2}, {"b": "2"})
+    with target.open(encryption=enc) as memory:
+        found = _latest(memory, "cleared")
+        assert found.checkpoint["channel_values"] == {"a": "kept"}
+        assert found.checkpoint["channel_versions"] == {"a": "1", "b": "2"}
+        assert "__lgmp_empty__" not in found.checkpoint
 
 
 @SQL
@@ -274,6 +360,39 @@ def test_a_pending_write_moved_to_another_channel_does_not_open(target: Target) 
         idx, _, typ, data, own = writes[0]
         writes[0] = (idx, "b", typ, data, own)
         raw.set("writes", (c2, "t"), (head + pack(writes, ""),))
+    with target.open(encryption=enc) as memory, pytest.raises(EncryptionError, match="moved"):
+        found = _latest(memory)
+        raise AssertionError(f"opened: {found.pending_writes!r}")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis", "redis-cluster"])
+def test_a_pending_write_with_another_task_path_does_not_open(target: Target) -> None:
+    """A pending write's task path is stored in clear beside its sealed value and was not
+    part of its location, yet it orders the writes LangGraph applies on resume
+    (``writes_sort_key``): edited, two tasks' writes to one channel applied in the other
+    order. Fixed: the task path is part of a pending write's location."""
+    from langgraph_memory_plus.checkpoint.task_writes import pack, split_head, unpack
+
+    enc = Encryption({"k1": K1})
+    with target.open(encryption=enc) as memory:
+        _, c2 = _seed(memory)
+        config: Any = {"configurable": {"thread_id": "bind", "checkpoint_ns": "",
+                                        "checkpoint_id": c2}}  # fmt: skip
+        memory.checkpointer.put_writes(config, [("a", "first")], "t1", "~0")
+        memory.checkpointer.put_writes(config, [("a", "second")], "t2", "~1")
+        assert [v for _, _, v in _latest(memory).pending_writes] == ["first", "second"]
+        raw = _Raw(target, memory, "bind")
+    if raw.backend == "sqlite":
+        _sql(raw, "UPDATE lgmp_writes SET task_path = '~9' WHERE thread_key = ? "
+                  "AND task_id = 't1'", raw.tk)  # fmt: skip
+    elif raw.backend == "postgres":
+        _sql(raw, "UPDATE lgmp_task_writes SET task_path = '~9' WHERE thread_key = ? "
+                  "AND task_id = 't1'", raw.tk)  # fmt: skip
+    else:
+        (packed,) = raw.rows("writes")[(c2, "t1")]
+        path, record = split_head(packed)
+        assert path == b"~0"
+        raw.set("writes", (c2, "t1"), (b"2:~9" + pack(unpack(record, "~9"), "~9"),))
     with target.open(encryption=enc) as memory, pytest.raises(EncryptionError, match="moved"):
         found = _latest(memory)
         raise AssertionError(f"opened: {found.pending_writes!r}")

@@ -35,7 +35,15 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
-from ..encryption import Encryption, Location, blob_at, checkpoint_at, item_at, write_at
+from ..encryption import (
+    Encryption,
+    EncryptionError,
+    Location,
+    blob_at,
+    checkpoint_at,
+    item_at,
+    write_at,
+)
 from ..errors import ValueTooLargeError, decoding
 from .compression import compress, decompress
 from .config import Target, checkpoint_config, thread_key
@@ -56,6 +64,11 @@ from .lists import (
 
 EMPTY = "empty"
 """Blob type of a channel version that has no value (the channel was cleared)."""
+
+EMPTY_CHANNELS = "__lgmp_empty__"
+"""Key of a sealed checkpoint body listing its channels without a value: an ``empty``
+blob type (clear, beside the blob) is believed only for a channel the body lists, so a
+sealed value retyped ``empty`` in the database fails instead of vanishing."""
 
 DELTA_COUNTERS = "counters_since_delta_snapshot"
 
@@ -387,6 +400,8 @@ class CheckpointCodec:
         )
         if native and self.encryption is None:
             body.pop("channel_versions", None)
+        elif self.encryption is not None:
+            body[EMPTY_CHANNELS] = sorted(ch for ch in versions if ch not in values)
         meta = get_checkpoint_metadata(config, metadata)
         # A DeltaChannel shows as update counters in the metadata, or, at the steps that
         # reset those counters, as a snapshot value.
@@ -510,6 +525,7 @@ class CheckpointCodec:
                 task_id,
                 stored_idx,
                 channel,
+                task_path,
                 user_id,
             )
             typ, data = self._pack(self._dump(value, f"write to channel {channel!r}"), where)
@@ -569,12 +585,12 @@ class CheckpointCodec:
                 self._load_at(
                     typ,
                     data,
-                    write_at(thread_id, checkpoint_ns, checkpoint_id, task_id, idx, ch),
+                    write_at(thread_id, checkpoint_ns, checkpoint_id, task_id, idx, ch, path),
                     f"the pending write of task {task_id!r} to channel {ch!r}",
                     **where,
                 ),
             )
-            for task_id, ch, typ, data, _, idx in ordered
+            for task_id, ch, typ, data, path, idx in ordered
         ]
 
     def decode_metadata(self, stored: StoredCheckpoint) -> CheckpointMetadata:
@@ -602,6 +618,7 @@ class CheckpointCodec:
         with decoding("the checkpoint", **where):
             body = self._load(*stored.checkpoint, checkpoint_at(tid, ns, cid, "checkpoint"))
             body.setdefault("id", stored.checkpoint_id)
+            empty = body.pop(EMPTY_CHANNELS, None)
             if "channel_versions" not in body:
                 body["channel_versions"] = plain_versions(stored.channel_versions or {})
             inline = inline_values(stored.channel_versions)
@@ -610,6 +627,17 @@ class CheckpointCodec:
         def blob(ch: str) -> Location:
             return blob_at(tid, ns, ch, version_text(versions.get(ch, "")))
 
+        if empty is not None:
+            # The sealed body vouches for which channels have a value: one stored as
+            # empty (its clear type edited) or missing (its row deleted) is refused.
+            found = {ch for ch, typ, _ in stored.blobs if typ != EMPTY} | set(inline)
+            missing = sorted(set(versions) - set(empty) - found)
+            if missing:
+                raise EncryptionError(
+                    "a channel stored as empty or missing where the sealed checkpoint "
+                    "has a value (edited in the database)",
+                    **blob(missing[0]).where(),
+                )
         values = {
             ch: lists[ch]
             if typ == LIST_TYPE and lists

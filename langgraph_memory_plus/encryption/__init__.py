@@ -10,11 +10,11 @@ An envelope names the id of the key that sealed it, so several keys can be known
 (rotation: new writes use ``current``, reads take any known key, ``langgraph-memory
 rekey`` moves old rows to the current key). The associated data is the envelope's
 *location*: the kind of record, its thread id and, for checkpoint values, exactly where in
-the thread it is (namespace and checkpoint id, channel and version, task id, write index
-and channel, list item id), or its store namespace and key. A ciphertext copied to another
-thread, item, checkpoint, channel version or task does not open there, so someone with
-write access to the database can neither move a value between threads nor roll one back
-inside a thread.
+the thread it is (namespace and checkpoint id, channel and version, task id, write index,
+channel and task path, list item id), or its store namespace and key. A ciphertext copied
+to another thread, item, checkpoint, channel version or task does not open there, so
+someone with write access to the database can neither move a value between threads nor
+roll one back inside a thread.
 
 Envelopes of the previous release (``MAGIC_V1``) bound checkpoint values to their thread
 only; they open at such a location only in the migration mode, and ``rekey`` reseals them.
@@ -60,6 +60,8 @@ ENV_KEYS = "LANGGRAPH_MEMORY_ENCRYPTION_KEYS"
 """``id=base64key,id2=base64key``: the keys; the first is the current one."""
 ENV_PLAINTEXT = "LANGGRAPH_MEMORY_ENCRYPTION_ACCEPT_PLAINTEXT"
 """``1`` turns on the migration mode (plaintext accepted on read)."""
+_INTERRUPT = "__interrupt__"
+"""LangGraph's interrupt channel (see :func:`write_at`)."""
 _NONCE = 12
 _TAG = 16
 
@@ -140,17 +142,19 @@ def write_at(
     task_id: str,
     idx: int,
     channel: str,
+    task_path: str,
     user_id: str | None = None,
 ) -> Location:
     """A pending write: its checkpoint, task, index (as stored, so an interrupt's is
-    ``WRITES_IDX_MAP``'s) and channel (stored in clear beside it: edited, the value would
-    be applied to another channel); the thread index's interrupt copies open here too."""
-    return Location(
-        "checkpoint",
-        thread_id,
-        user_id=user_id,
-        at=("write", ns, checkpoint_id, task_id, str(idx), channel),
-    )
+    ``WRITES_IDX_MAP``'s), channel and task path, each stored in clear beside it (edited,
+    the value would be applied to another channel, or in another order: writes apply in
+    task path order). Not an interrupt's path: the thread index keeps copies of interrupt
+    writes, which open here too, without their paths (interrupts are not applied to
+    channels; an edited path only reorders them)."""
+    at: tuple[str, ...] = ("write", ns, checkpoint_id, task_id, str(idx), channel)
+    if channel != _INTERRUPT:
+        at += (task_path,)
+    return Location("checkpoint", thread_id, user_id=user_id, at=at)
 
 
 def item_at(thread_id: str, item_id: bytes, user_id: str | None = None) -> Location:
@@ -352,12 +356,6 @@ class Encryption:
     def current_key_id(self, where: Location) -> str:
         """The key id a write at ``where`` would use now (what ``rekey`` moves rows to)."""
         return self._write_key(where)[0]
-
-    def index_hash(self, text: str) -> str:
-        """A keyed hash of ``text`` (HMAC-SHA-256 under the current key, hex, 32 chars):
-        an equality-comparable stand-in for a value that must not be stored in clear."""
-        mac = hmac.new(self.keys[self.current], text.encode("utf-8", "surrogatepass"), "sha256")
-        return mac.hexdigest()[:32]
 
     def item_id_key(self, thread_key: bytes, user_id: str | None = None) -> bytes:
         """The key of a thread's list item ids (see ``checkpoint/lists.py``): secret, so an

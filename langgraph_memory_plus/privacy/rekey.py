@@ -14,7 +14,9 @@ data) and sealed again, and written back only if it is still the value read
 a row is left for the next run). A killed run is resumed by running it again: rows done
 are on the current key and are skipped, not rewritten. In the migration mode it also
 reseals envelopes of the previous release, which bound checkpoint values to their thread
-only, at their full location.
+only, at their full location; checkpoint bodies resealed then (those and plaintext ones)
+gain what an encrypting codec seals in them, their channel versions and which channels
+have no value, taken from the clear columns as the migration finds them.
 
 Not reachable: transcript lines of a thread whose id is no longer stored anywhere (the
 thread was deleted and its index row with it): their associated data names the thread
@@ -35,11 +37,20 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dc_field
+from functools import partial
 from typing import Any
 
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 
-from ..checkpoint.codec import EMPTY, JSON_METADATA, inline_values, version_text
+from ..checkpoint.codec import (
+    EMPTY,
+    EMPTY_CHANNELS,
+    JSON_METADATA,
+    inline_values,
+    plain_versions,
+    version_text,
+)
+from ..checkpoint.compression import compress, decompress
 from ..checkpoint.lists import LIST_TYPE, NODE_TYPE
 from ..checkpoint.task_writes import pack, split_head, unpack
 from ..drivers.plan import Plan
@@ -63,6 +74,8 @@ from ..store.values import unescape_text
 from ..threads.core import INTERRUPT
 
 DEFAULT_BATCH = 500
+
+Typed = tuple[str, bytes]
 
 
 @dataclass(frozen=True)
@@ -142,7 +155,15 @@ class _Resealer:
         user = user_of_namespace(namespace) if self.enc.tenant_keys is not None else None
         return Location("store", namespace=namespace, key=key, user_id=user)
 
-    def typed(self, typ: str, data: bytes | None, where: Location) -> tuple[str, bytes] | None:
+    def typed(
+        self,
+        typ: str,
+        data: bytes | None,
+        where: Location,
+        upgrade: Callable[[Typed], Typed] | None = None,
+    ) -> Typed | None:
+        """The value resealed at ``where`` (``upgrade`` applied to its plaintext first),
+        or ``None`` if it stays."""
         # (PostgreSQL keeps list pages and spines among the items: ids, not values; sealing
         # one made its list unreadable)
         if data is None or typ in (EMPTY, LIST_TYPE, JSON_METADATA, NODE_TYPE):
@@ -151,7 +172,41 @@ class _Resealer:
         if not self._stale(typ == SEALED_TYPE, data, where):
             return None
         plain_typ, plain = self.enc.open_typed(typ, data, where)
+        if upgrade is not None:
+            plain_typ, plain = upgrade((plain_typ, plain))
         return self.enc.seal_typed(plain_typ, plain, where)
+
+    @property
+    def upgrading(self) -> bool:
+        """Whether checkpoint bodies resealed now gain their versions (see
+        :meth:`body_upgrade`): in the migration mode, with the saver's codec."""
+        return self.codec is not None and self.enc.accept_plaintext
+
+    def body_upgrade(
+        self, stored: dict[str, Any], valued: Callable[[], set[tuple[str, str]]]
+    ) -> Callable[[Typed], Typed] | None:
+        """How a checkpoint body resealed in the migration mode gains what an encrypting
+        codec seals in it: its channel versions (``stored``: its clear versions column),
+        so they are not only in clear, and which channels have no value (``valued``: the
+        (channel, version) pairs with a stored value). Bodies written without encryption
+        or sealed by the previous release have neither; the clear columns are trusted as
+        the migration finds them."""
+        codec = self.codec
+        if codec is None or not self.upgrading:
+            return None
+
+        def upgrade(typed: Typed) -> Typed:
+            body = codec.serde.loads_typed(decompress(*typed))
+            if not isinstance(body, dict) or EMPTY_CHANNELS in body:
+                return typed
+            versions = body.setdefault("channel_versions", plain_versions(stored))
+            have = valued() | {(ch, version_text(versions[ch])) for ch in inline_values(stored)}
+            body[EMPTY_CHANNELS] = sorted(
+                ch for ch, v in versions.items() if (ch, version_text(v)) not in have
+            )
+            return compress(*codec._dump(body, "checkpoint"))
+
+        return upgrade
 
     def text(self, text: str | None, where: Location) -> str | None:
         if text is None:
@@ -190,8 +245,16 @@ class _Sql:
                     self.t("lgmp_checkpoints"),
                     ("thread_key", "checkpoint_ns", "checkpoint_id"),
                     tid,
-                    ("checkpoint_type", "checkpoint", "metadata_type", "metadata"),
-                    "typed",
+                    (
+                        "checkpoint_type",
+                        "checkpoint",
+                        "metadata_type",
+                        "metadata",
+                        # the stored versions (SQLite: native ones first, when not text)
+                        *(("versions_json",) if self.backend == "sqlite" else ()),
+                        "channel_versions",
+                    ),
+                    "body",
                     join,
                 ),
                 _Part(
@@ -245,7 +308,7 @@ class _Sql:
                         self.t("lgmp_writes"),
                         ("thread_key", "checkpoint_ns", "checkpoint_id", "task_id", "idx"),
                         tid,
-                        ("channel", "type", "blob"),
+                        ("task_path", "channel", "type", "blob"),
                         "write",
                         join,
                     )
@@ -332,9 +395,22 @@ def _batch(
     rewritten = unreachable = 0
     n = len(part.pk)
     match = " AND ".join(f"{c} = ?" for c in part.pk)
+    valued: dict[tuple[bytes, str], set[tuple[str, str]]] = {}
+    if part.kind == "body" and rows and res.upgrading:
+        # The stored values of the batch's threads: a body resealed in the migration mode
+        # gains the list of its channels without one (see ``body_upgrade``).
+        tks = sorted({bytes(r[0]) for r in rows})
+        found = yield sql.q(
+            f"SELECT thread_key, checkpoint_ns, channel, version FROM {sql.t('lgmp_blobs')} "
+            f"WHERE type <> ? AND thread_key IN ({', '.join('?' * len(tks))})",
+            [EMPTY, *tks],
+            fetch=True,
+        )
+        for tk, ns, channel, version in found:
+            valued.setdefault((bytes(tk), ns), set()).add((channel, version))
     for row in rows:
         key, thread_id, values = tuple(row[:n]), _tid(row[n]), list(row[n + 1 :])
-        new = _reseal(sql, part, res, key, thread_id, values)
+        new = _reseal(sql, part, res, key, thread_id, values, valued)
         if new is _UNREACHABLE:
             unreachable += 1
             continue
@@ -387,8 +463,10 @@ def _reseal(
     key: tuple[Any, ...],
     thread_id: str | None,
     values: list[Any],
+    valued: dict[tuple[bytes, str], set[tuple[str, str]]] | None = None,
 ) -> Any:
-    """The row's new column values, ``None`` if it is current, or ``_UNREACHABLE``."""
+    """The row's new column values, ``None`` if it is current, or ``_UNREACHABLE``
+    (``valued``: a checkpoint's thread's stored values, see ``body_upgrade``)."""
     if part.kind == "store":
         value = _row_value(sql, values[0])
         sealed = value.get(SEALED_FIELD) if isinstance(value, dict) and len(value) == 1 else None
@@ -420,6 +498,18 @@ def _reseal(
             where = checkpoint_at(thread_id, key[1], key[2], "metadata")
             typ, data = res.codec._pack(res.codec._dump(meta, "metadata"), where)
         return [typ, data, kept]
+    if part.kind == "body":
+        # a checkpoint record: its body and metadata, then its clear versions (compared)
+        ctype, cblob, mtype, mblob, *columns = values
+        stored: dict[str, Any] = next((_row_value(sql, v) for v in columns if v is not None), {})
+        found = (valued or {}).get((bytes(key[0]), key[1]), set())
+        upgrade = res.body_upgrade(stored, lambda: found)
+        body_at, meta_at = _sql_locations(part.name, thread_id, key)
+        body = res.typed(ctype, None if cblob is None else bytes(cblob), body_at, upgrade)
+        meta = res.typed(mtype, None if mblob is None else bytes(mblob), meta_at)
+        if body is None and meta is None:
+            return None
+        return [*(body or (ctype, cblob)), *(meta or (mtype, mblob)), *columns]
     if part.kind == "typed":
         out, changed = [], False
         places = _sql_locations(part.name, thread_id, key)
@@ -431,15 +521,15 @@ def _reseal(
         return out if changed else None
     if part.kind == "write":
         # a pending write (SQLite): its clear channel is part of its location
-        channel, typ, data = values
-        where = write_at(thread_id, key[1], key[2], key[3], int(key[4]), channel)
+        path, channel, typ, data = values
+        where = write_at(thread_id, key[1], key[2], key[3], int(key[4]), channel, path)
         moved = res.typed(typ, None if data is None else bytes(data), where)
-        return None if moved is None else [channel, *moved]
+        return None if moved is None else [path, channel, *moved]
     if part.kind == "packed":
         path, raw = values[0], bytes(values[1])
         writes, changed = [], False
         for idx, channel, typ, data, own in unpack(raw, path):
-            where = write_at(thread_id, key[1], key[2], key[3], idx, channel)
+            where = write_at(thread_id, key[1], key[2], key[3], idx, channel, own)
             moved = res.typed(typ, data, where)
             changed |= moved is not None
             writes.append((idx, channel, *(moved or (typ, data)), own))
@@ -450,7 +540,7 @@ def _reseal(
         ints = _row_value(sql, interrupts) or {}
         new_ints, changed = {}, False
         for task, (typ, b64) in ints.items():
-            where = write_at(thread_id, "", latest or "", task, _INTERRUPT_IDX, INTERRUPT)
+            where = write_at(thread_id, "", latest or "", task, _INTERRUPT_IDX, INTERRUPT, "")
             moved = res.typed(typ, base64.b64decode(b64), where)
             changed |= moved is not None
             new_ints[task] = (
@@ -558,10 +648,23 @@ def _redis_thread(plans: Any, res: _Resealer, tag: str) -> Plan[Any, tuple[int, 
     tid = _tid(tid_raw)
     assert tid is not None
     updates: list[tuple[bytes, bytes, bytes, bytes]] = []
+    meta_all: dict[bytes, bytes] = {}
+    if res.upgrading:  # each checkpoint's blob fields, for ``body_upgrade``
+        [meta_all] = yield Batch([("HGETALL", k["meta"])])
     for field, old in ck.items():
         ctype, cblob, mtype, mblob, versions = ormsgpack.unpackb(old)
         ns, cid = _fields(field, 2)
-        body = res.typed(ctype, cblob, checkpoint_at(tid, ns, cid, "checkpoint"))
+        upgrade = None
+        if res.upgrading:
+            # the checkpoint's blob fields (after its parent, run id and delta seeds)
+            parts = _netstrings(meta_all.get(field, b""))
+            refs = parts[3 + 2 * int(parts[2]) :] if len(parts) > 2 else []
+            named = [tuple(_fields(ref, 2)[1].split("\0", 1)) for ref in refs]
+            stored = versions or {ch: ver for ch, ver in named}
+            found = {pair for pair, ref in zip(named, refs, strict=True) if ref in blobs}
+            upgrade = res.body_upgrade(stored, partial(set, found))
+        at = checkpoint_at(tid, ns, cid, "checkpoint")
+        body = res.typed(ctype, cblob, at, upgrade)
         meta = res.typed(mtype, mblob, checkpoint_at(tid, ns, cid, "metadata"))
         if body or meta:
             record_new = [*(body or (ctype, cblob)), *(meta or (mtype, mblob)), versions]
@@ -585,7 +688,7 @@ def _redis_thread(plans: Any, res: _Resealer, tag: str) -> Plan[Any, tuple[int, 
         ns, cid, task_id = _fields(field, 3)
         out, changed = [], False
         for idx, channel, typ, data, own in unpack(record, path):
-            moved = res.typed(typ, data, write_at(tid, ns, cid, task_id, idx, channel))
+            moved = res.typed(typ, data, write_at(tid, ns, cid, task_id, idx, channel, own))
             changed |= moved is not None
             out.append((idx, channel, *(moved or (typ, data)), own))
         if changed:
@@ -600,7 +703,7 @@ def _redis_thread(plans: Any, res: _Resealer, tag: str) -> Plan[Any, tuple[int, 
         cid = latest.decode() if latest else ""
         for i in range(0, len(parts), 3):
             task_id = parts[i].decode("utf-8", "surrogatepass")
-            where = write_at(tid, "", cid, task_id, _INTERRUPT_IDX, INTERRUPT)
+            where = write_at(tid, "", cid, task_id, _INTERRUPT_IDX, INTERRUPT, "")
             moved = res.typed(parts[i + 1].decode(), parts[i + 2], where)
             if moved:
                 parts[i + 1], parts[i + 2] = moved[0].encode(), moved[1]

@@ -149,6 +149,7 @@ class Threads:
                 task_id,
                 WRITES_IDX_MAP[INTERRUPT],
                 INTERRUPT,
+                "",  # (an interrupt's path is not bound: see write_at)
             )
             value = load(typ, data, where)
             interrupts[task_id] = list(value) if isinstance(value, (list, tuple)) else [value]
