@@ -83,6 +83,14 @@ def version_text(version: str | int | float) -> str:
     return version if isinstance(version, str) else repr(version)
 
 
+def _native_version(version: Any) -> bool:
+    """Whether a version is stored as it is (str or int) rather than as its text."""
+    kind = type(version)
+    if kind is str or kind is int:  # the common case, without the isinstance chain
+        return True
+    return isinstance(version, str) or (isinstance(version, int) and not isinstance(version, bool))
+
+
 def json_safe(value: Any) -> Any:
     """A JSON projection of metadata that PostgreSQL's ``jsonb`` accepts.
 
@@ -91,9 +99,16 @@ def json_safe(value: Any) -> Any:
     serialized copy and the filter re-checked on it, so an escape that collides with
     real text can only cost a discarded row, never a wrong result.
     """
+    kind = type(value)  # exact types first: a put projects every metadata value
+    if kind is str:
+        return value.replace("\x00", "\\u0000") if "\x00" in value else value
+    if kind is dict:
+        return {json_safe(str(k)): json_safe(v) for k, v in value.items()}
+    if value is None or kind is int or kind is bool:
+        return value
     if isinstance(value, str):
         return value.replace("\x00", "\\u0000")
-    if value is None or isinstance(value, (bool, int)):
+    if isinstance(value, (bool, int)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
@@ -333,6 +348,7 @@ class CheckpointCodec:
         tk = target.thread_key
         inline = self._inlined(values, checkpoint["channel_versions"])
         for channel, version in new_versions.items():
+            vtext = version_text(version)
             value = values.get(channel, _ABSENT)
             key = (tk, target.checkpoint_ns, channel)
             chunked_value = worth_chunking(value)
@@ -345,7 +361,7 @@ class CheckpointCodec:
             what = f"channel {channel!r}"
             written = self.memory.take_written(key)
             if value is _ABSENT:
-                blobs.append(EncodedBlob(channel, version_text(version), EMPTY, None))
+                blobs.append(EncodedBlob(channel, vtext, EMPTY, None))
             elif chunked_value:
                 chunked = chunk_list(
                     tk,
@@ -354,9 +370,7 @@ class CheckpointCodec:
                     partial(self._dump, what=what),
                     written,
                 )
-                blobs.append(
-                    EncodedBlob(channel, version_text(version), LIST_TYPE, chunked.ref.encode())
-                )
+                blobs.append(EncodedBlob(channel, vtext, LIST_TYPE, chunked.ref.encode()))
                 # Item ids hash the serialized bytes, so compress only what is stored.
                 packed = {
                     iid: self._pack(typed, item_at(tid, iid, user_id))
@@ -370,18 +384,15 @@ class CheckpointCodec:
                 nodes.update(chunked.nodes)
                 lists[key] = chunked
             else:
-                where = blob_at(tid, ns, channel, version_text(version), user_id)
+                where = blob_at(tid, ns, channel, vtext, user_id)
                 typ, data = self._pack(self._dump(value, what), where)
-                blobs.append(EncodedBlob(channel, version_text(version), typ, data))
+                blobs.append(EncodedBlob(channel, vtext, typ, data))
         # The id is stored beside the body (it is the record's key).
         body.pop("id", None)
         # Versions are stored beside the checkpoint anyway (blobs are looked up by them),
         # so the body leaves them out unless a float version would not come back exact.
         versions = checkpoint["channel_versions"]
-        native = all(
-            isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool))
-            for v in versions.values()
-        )
+        native = all(_native_version(v) for v in versions.values())
         if native:
             body.pop("channel_versions", None)
         meta = get_checkpoint_metadata(config, metadata)
@@ -393,9 +404,8 @@ class CheckpointCodec:
             | {ch for ch, value in values.items() if isinstance(value, _DeltaSnapshot)}
         )
         run_id = meta.get("run_id")
-        versions_json: dict[str, Any] = (
-            dict(versions) if native else {ch: version_text(v) for ch, v in versions.items()}
-        )
+        texts = {ch: version_text(v) for ch, v in versions.items()}
+        versions_json: dict[str, Any] = dict(versions) if native else dict(texts)
         for channel, (typ, data) in inline.items():
             versions_json[channel] = _inline_entry(versions_json[channel], typ, data)
         return EncodedCheckpoint(
@@ -415,7 +425,7 @@ class CheckpointCodec:
                 else {k: v for k, v in meta.items() if k in self.metadata_keys}
             ),
             run_id=run_id if isinstance(run_id, str) else None,
-            channel_versions={ch: version_text(v) for ch, v in versions.items()},
+            channel_versions=texts,
             versions_json=versions_json,
             blobs=blobs,
             delta_channels=delta_channels,
