@@ -322,6 +322,13 @@ class CheckpointCodec:
             return typ, data
         return self.encryption.seal_typed(typ, data, where)
 
+    def _packed_at(self, typed: Typed, at: Callable[..., Location], *where: Any) -> Typed:
+        """:meth:`_pack` at ``at(*where)``, a location built only when encryption is on
+        (a short turn packs about twenty values)."""
+        if self.encryption is None:
+            return compress(*typed)
+        return self._pack(typed, at(*where))
+
     def _dump(self, value: Any, what: str) -> Typed:
         typ, data = self.serde.dumps_typed(value)
         if len(data) > self.max_value_bytes:
@@ -373,7 +380,7 @@ class CheckpointCodec:
                 blobs.append(EncodedBlob(channel, vtext, LIST_TYPE, chunked.ref.encode()))
                 # Item ids hash the serialized bytes, so compress only what is stored.
                 packed = {
-                    iid: self._pack(typed, item_at(tid, iid, user_id))
+                    iid: self._packed_at(typed, item_at, tid, iid, user_id)
                     for iid, typed in chunked.items.items()
                 }
                 items.update(packed)
@@ -384,8 +391,8 @@ class CheckpointCodec:
                 nodes.update(chunked.nodes)
                 lists[key] = chunked
             else:
-                where = blob_at(tid, ns, channel, vtext, user_id)
-                typ, data = self._pack(self._dump(value, what), where)
+                dumped = self._dump(value, what)
+                typ, data = self._packed_at(dumped, blob_at, tid, ns, channel, vtext, user_id)
                 blobs.append(EncodedBlob(channel, vtext, typ, data))
         # The id is stored beside the body (it is the record's key).
         body.pop("id", None)
@@ -411,13 +418,13 @@ class CheckpointCodec:
         return EncodedCheckpoint(
             checkpoint_id=checkpoint["id"],
             parent_id=parent_id,
-            checkpoint=self._pack(
-                self._dump(body, "checkpoint"), checkpoint_at(tid, ns, cid, "checkpoint", user_id)
+            checkpoint=self._packed_at(
+                self._dump(body, "checkpoint"), checkpoint_at, tid, ns, cid, "checkpoint", user_id
             ),
             metadata=(JSON_METADATA, b"")
             if self.metadata_as_json and json_exact(dict(meta))
-            else self._pack(
-                self._dump(meta, "metadata"), checkpoint_at(tid, ns, cid, "metadata", user_id)
+            else self._packed_at(
+                self._dump(meta, "metadata"), checkpoint_at, tid, ns, cid, "metadata", user_id
             ),
             metadata_json=json_safe(
                 dict(meta)
@@ -510,7 +517,9 @@ class CheckpointCodec:
             key = (target.thread_key, target.checkpoint_ns, channel)
             self.memory.note_written(key, value if isinstance(value, list) else [value])
             stored_idx = WRITES_IDX_MAP.get(channel, idx)
-            where = write_at(
+            typ, data = self._packed_at(
+                self._dump(value, f"write to channel {channel!r}"),
+                write_at,
                 target.thread_id,
                 target.checkpoint_ns,
                 target.checkpoint_id or "",
@@ -518,7 +527,6 @@ class CheckpointCodec:
                 stored_idx,
                 user_id,
             )
-            typ, data = self._pack(self._dump(value, f"write to channel {channel!r}"), where)
             encoded.append(EncodedWrite(task_id, stored_idx, channel, typ, data, task_path))
         return encoded
 
