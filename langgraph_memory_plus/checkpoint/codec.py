@@ -96,6 +96,14 @@ def version_text(version: str | int | float) -> str:
     return version if isinstance(version, str) else repr(version)
 
 
+def _native_version(version: Any) -> bool:
+    """Whether a version is stored as it is (str or int) rather than as its text."""
+    kind = type(version)
+    if kind is str or kind is int:  # the common case, without the isinstance chain
+        return True
+    return isinstance(version, str) or (isinstance(version, int) and not isinstance(version, bool))
+
+
 def json_safe(value: Any) -> Any:
     """A JSON projection of metadata that PostgreSQL's ``jsonb`` accepts.
 
@@ -104,9 +112,16 @@ def json_safe(value: Any) -> Any:
     serialized copy and the filter re-checked on it, so an escape that collides with
     real text can only cost a discarded row, never a wrong result.
     """
+    kind = type(value)  # exact types first: a put projects every metadata value
+    if kind is str:
+        return value.replace("\x00", "\\u0000") if "\x00" in value else value
+    if kind is dict:
+        return {json_safe(str(k)): json_safe(v) for k, v in value.items()}
+    if value is None or kind is int or kind is bool:
+        return value
     if isinstance(value, str):
         return value.replace("\x00", "\\u0000")
-    if value is None or isinstance(value, (bool, int)):
+    if isinstance(value, (bool, int)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
@@ -320,6 +335,13 @@ class CheckpointCodec:
             return typ, data
         return self.encryption.seal_typed(typ, data, where)
 
+    def _packed_at(self, typed: Typed, at: Callable[..., Location], *where: Any) -> Typed:
+        """:meth:`_pack` at ``at(*where)``, a location built only when encryption is on
+        (a short turn packs about twenty values)."""
+        if self.encryption is None:
+            return compress(*typed)
+        return self._pack(typed, at(*where))
+
     def _dump(self, value: Any, what: str) -> Typed:
         typ, data = self.serde.dumps_typed(value)
         if len(data) > self.max_value_bytes:
@@ -346,6 +368,7 @@ class CheckpointCodec:
         tk = target.thread_key
         inline = self._inlined(values, checkpoint["channel_versions"])
         for channel, version in new_versions.items():
+            vtext = version_text(version)
             value = values.get(channel, _ABSENT)
             key = (tk, target.checkpoint_ns, channel)
             chunked_value = worth_chunking(value)
@@ -358,7 +381,7 @@ class CheckpointCodec:
             what = f"channel {channel!r}"
             written = self.memory.take_written(key)
             if value is _ABSENT:
-                blobs.append(EncodedBlob(channel, version_text(version), EMPTY, None))
+                blobs.append(EncodedBlob(channel, vtext, EMPTY, None))
             elif chunked_value:
                 chunked = chunk_list(
                     tk,
@@ -368,12 +391,10 @@ class CheckpointCodec:
                     written,
                     None if self.encryption is None else self.encryption.item_id_key(tk, user_id),
                 )
-                blobs.append(
-                    EncodedBlob(channel, version_text(version), LIST_TYPE, chunked.ref.encode())
-                )
+                blobs.append(EncodedBlob(channel, vtext, LIST_TYPE, chunked.ref.encode()))
                 # Item ids hash the serialized bytes, so compress only what is stored.
                 packed = {
-                    iid: self._pack(typed, item_at(tid, iid, user_id))
+                    iid: self._packed_at(typed, item_at, tid, iid, user_id)
                     for iid, typed in chunked.items.items()
                 }
                 items.update(packed)
@@ -384,9 +405,9 @@ class CheckpointCodec:
                 nodes.update(chunked.nodes)
                 lists[key] = chunked
             else:
-                where = blob_at(tid, ns, channel, version_text(version), user_id)
-                typ, data = self._pack(self._dump(value, what), where)
-                blobs.append(EncodedBlob(channel, version_text(version), typ, data))
+                dumped = self._dump(value, what)
+                typ, data = self._packed_at(dumped, blob_at, tid, ns, channel, vtext, user_id)
+                blobs.append(EncodedBlob(channel, vtext, typ, data))
         # The id is stored beside the body (it is the record's key).
         body.pop("id", None)
         # Versions are stored beside the checkpoint anyway (blobs are looked up by them),
@@ -394,10 +415,7 @@ class CheckpointCodec:
         # Sealed, it keeps them: blobs open at the versions it names, so versions edited
         # in the clear column (an older blob named) do not roll a value back.
         versions = checkpoint["channel_versions"]
-        native = all(
-            isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool))
-            for v in versions.values()
-        )
+        native = all(_native_version(v) for v in versions.values())
         if native and self.encryption is None:
             body.pop("channel_versions", None)
         elif self.encryption is not None:
@@ -411,21 +429,20 @@ class CheckpointCodec:
             | {ch for ch, value in values.items() if isinstance(value, _DeltaSnapshot)}
         )
         run_id = meta.get("run_id")
-        versions_json: dict[str, Any] = (
-            dict(versions) if native else {ch: version_text(v) for ch, v in versions.items()}
-        )
+        texts = {ch: version_text(v) for ch, v in versions.items()}
+        versions_json: dict[str, Any] = dict(versions) if native else dict(texts)
         for channel, (typ, data) in inline.items():
             versions_json[channel] = _inline_entry(versions_json[channel], typ, data)
         return EncodedCheckpoint(
             checkpoint_id=checkpoint["id"],
             parent_id=parent_id,
-            checkpoint=self._pack(
-                self._dump(body, "checkpoint"), checkpoint_at(tid, ns, cid, "checkpoint", user_id)
+            checkpoint=self._packed_at(
+                self._dump(body, "checkpoint"), checkpoint_at, tid, ns, cid, "checkpoint", user_id
             ),
             metadata=(JSON_METADATA, b"")
             if self.metadata_as_json and json_exact(dict(meta))
-            else self._pack(
-                self._dump(meta, "metadata"), checkpoint_at(tid, ns, cid, "metadata", user_id)
+            else self._packed_at(
+                self._dump(meta, "metadata"), checkpoint_at, tid, ns, cid, "metadata", user_id
             ),
             metadata_json=json_safe(
                 dict(meta)
@@ -433,7 +450,7 @@ class CheckpointCodec:
                 else {k: v for k, v in meta.items() if k in self.metadata_keys}
             ),
             run_id=run_id if isinstance(run_id, str) else None,
-            channel_versions={ch: version_text(v) for ch, v in versions.items()},
+            channel_versions=texts,
             versions_json=versions_json,
             blobs=blobs,
             delta_channels=delta_channels,
@@ -518,7 +535,9 @@ class CheckpointCodec:
             key = (target.thread_key, target.checkpoint_ns, channel)
             self.memory.note_written(key, value if isinstance(value, list) else [value])
             stored_idx = WRITES_IDX_MAP.get(channel, idx)
-            where = write_at(
+            typ, data = self._packed_at(
+                self._dump(value, f"write to channel {channel!r}"),
+                write_at,
                 target.thread_id,
                 target.checkpoint_ns,
                 target.checkpoint_id or "",
@@ -528,7 +547,6 @@ class CheckpointCodec:
                 task_path,
                 user_id,
             )
-            typ, data = self._pack(self._dump(value, f"write to channel {channel!r}"), where)
             encoded.append(EncodedWrite(task_id, stored_idx, channel, typ, data, task_path))
         return encoded
 

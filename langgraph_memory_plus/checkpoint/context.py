@@ -36,7 +36,7 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 from ..drivers.plan import Plan
 from ..errors import InvalidConfigError
 from ..threads.core import check_user_id, index_value
-from .config import Target, read_target
+from .config import Target
 from .fence import Claim
 from .saver import CheckpointSaverBase
 
@@ -182,7 +182,7 @@ class ContextKeysSaver(CheckpointSaverBase):
 
         def after() -> None:
             if refused:  # nothing of it is stored: the lists and lines it had are not
-                self._lists.forget_lists(read_target(config).thread_key)
+                self._lists.forget_lists(target.thread_key)
             else:
                 stored()
 
@@ -191,6 +191,7 @@ class ContextKeysSaver(CheckpointSaverBase):
     def _put_writes_plan(
         self,
         config: RunnableConfig,
+        target: Target,
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
@@ -200,10 +201,9 @@ class ContextKeysSaver(CheckpointSaverBase):
         # Only the per-tenant key reads the user of a write (see ``_user_of``).
         if self.encryption is not None and self.encryption.tenant_keys is not None:
             config = with_context_keys(config, keys)
-        plan = super()._put_writes_plan(config, writes, task_id, task_path, claim)
+        plan = super()._put_writes_plan(config, target, writes, task_id, task_path, claim)
         user = config_value(config, keys[0]) if keys else None
-        thread_id = read_target(config).thread_id
-        return _none(self._plans.unless_erased(index_value(user), plan, thread_id))
+        return _none(self._plans.unless_erased(index_value(user), plan, target.thread_id))
 
 
 def _none(plan: Plan[Any, Any]) -> Plan[Any, None]:

@@ -262,6 +262,8 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         # thread key -> its owner as this process last saw it (tenant keys only)
         self._owners: OrderedDict[bytes, str | None] = OrderedDict()
         self._owners_lock = threading.Lock()
+        # (for puts and reads, for history pages), built on first use (see ``_codecs``)
+        self._built_codecs: tuple[CheckpointCodec, CheckpointCodec] | None = None
 
     @property
     def fence(self) -> Fence:
@@ -364,9 +366,8 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
     async def _arun(self, plan: Plan[Any, R]) -> R:
         """Run one plan to completion without blocking the event loop."""
 
-    @property
-    def _codec(self) -> CheckpointCodec:
-        # Built per call: ``with_allowlist`` clones the saver with a new ``serde``.
+    def _new_codec(self) -> CheckpointCodec:
+        """A codec of this saver's own, for a caller that changes it (see ``_codecs``)."""
         return CheckpointCodec(
             self.serde,
             max_value_bytes=self._plans.max_value_bytes,
@@ -377,12 +378,32 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
             index_keys=self.settings.index_keys,
         )
 
+    def _codecs(self) -> tuple[CheckpointCodec, CheckpointCodec]:
+        """The codecs every call shares, built once rather than per call (a short turn
+        makes eight calls). Built again when the ``serde`` or ``encryption`` they were
+        built with is no longer the saver's: ``with_allowlist`` clones the saver with a
+        new ``serde``. A codec holds no per-call state: the user whose tenant key seals a
+        value is passed to each encode."""
+        built = self._built_codecs
+        if (
+            built is None
+            or built[0].serde is not self.serde
+            or built[0].encryption is not self.encryption
+        ):
+            history = self._new_codec()
+            history.track_views = False
+            built = self._built_codecs = (self._new_codec(), history)
+        return built
+
+    @property
+    def _codec(self) -> CheckpointCodec:
+        """The codec of puts and reads (shared: never changed by its users)."""
+        return self._codecs()[0]
+
     @property
     def _history_codec(self) -> CheckpointCodec:
         """For ``list()``: what it hands out is never what a put builds on."""
-        codec = self._codec
-        codec.track_views = False
-        return codec
+        return self._codecs()[1]
 
     # -- plans for each public method -------------------------------------------------
 
@@ -481,12 +502,13 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
     def _put_writes_plan(
         self,
         config: RunnableConfig,
+        target: Target,
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
         claim: Claim | None = None,
     ) -> Plan[Any, None]:
-        target = read_checkpoint_target(config)
+        """``target``: ``config``'s, as :func:`read_checkpoint_target` reads it."""
         user = self._user_of(config, None, target.thread_key)
         encoded = self._codec.encode_writes(target, writes, task_id, task_path, user)
         return self._observed_event(
@@ -547,15 +569,16 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
             while len(self._owners) > OWNERS_CACHED:
                 self._owners.popitem(last=False)
 
-    def _owner_plan(self, config: RunnableConfig) -> Plan[Any, None] | None:
+    def _owner_plan(self, config: RunnableConfig, target: Target | None) -> Plan[Any, None] | None:
         """One read of the thread's index owner, before a write whose config names no
         user seals anything; ``None`` when not needed (tenant keys off, the user given, or
-        the owner already seen by this process)."""
+        the owner already seen by this process). ``target``: ``config``'s, if parsed."""
         key = self._tenant_user_key()
         if key is None or self._user_of(config, None) is not None:
             return None
-        thread_id = read_target(config).thread_id
-        thread = thread_key(thread_id)
+        if target is None:
+            target = read_target(config)
+        thread_id, thread = target.thread_id, target.thread_key
         with self._owners_lock:
             if thread in self._owners:
                 return None
@@ -567,12 +590,12 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
 
         return read()
 
-    def _learn_owner(self, config: RunnableConfig) -> None:
-        if (plan := self._owner_plan(config)) is not None:
+    def _learn_owner(self, config: RunnableConfig, target: Target | None = None) -> None:
+        if (plan := self._owner_plan(config, target)) is not None:
             self._run(plan)
 
-    async def _alearn_owner(self, config: RunnableConfig) -> None:
-        if (plan := self._owner_plan(config)) is not None:
+    async def _alearn_owner(self, config: RunnableConfig, target: Target | None = None) -> None:
+        if (plan := self._owner_plan(config, target)) is not None:
             await self._arun(plan)
 
     def _sealed(self, record: RecordInput, thread_id: str, user: str | None) -> RecordInput:
@@ -593,11 +616,11 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         )
         return replace(record, title=title, lines=lines)
 
-    def _writes_claim(self, config: RunnableConfig) -> Claim | None:
-        """A put_writes' claim; without a fence or lease, not even the target is read."""
+    def _writes_claim(self, config: RunnableConfig, target: Target) -> Claim | None:
+        """A put_writes' claim (``None`` without a fence or lease)."""
         if self._fence_options is None and held_claim(config) is None:
             return None
-        return self._claim(config, read_checkpoint_target(config))
+        return self._claim(config, target)
 
     def _prune_plan(self, thread_ids: Sequence[str], strategy: str) -> Plan[Any, None]:
         if strategy not in PRUNE_STRATEGIES:
@@ -642,7 +665,7 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         puts). With tenant keys, checkpoints whose metadata names no user are sealed with
         the source's owner's key. The source is read whole before anything is written.
         """
-        codec = self._codec
+        codec = self._new_codec()  # its decode_tuple is wrapped below
         codec.track_views = False
         paths: dict[tuple[str, str, str], str] = {}
         decode = codec.decode_tuple
@@ -697,7 +720,10 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
                     [w for w in writes if w[0] not in WRITES_IDX_MAP],
                 ):
                     if part:
-                        yield from self._put_writes_plan({"configurable": at}, part, task_id, path)
+                        writes_at: RunnableConfig = {"configurable": at}
+                        yield from self._put_writes_plan(
+                            writes_at, read_checkpoint_target(writes_at), part, task_id, path
+                        )
 
     def _delta_plan(
         self, config: RunnableConfig, channels: Sequence[str]
@@ -804,11 +830,11 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        claim = self._writes_claim(config)
-        if claim is not None:
-            self._take(read_checkpoint_target(config), claim)
-        self._learn_owner(config)
-        self._run(self._put_writes_plan(config, writes, task_id, task_path, claim))
+        target = read_checkpoint_target(config)
+        claim = self._writes_claim(config, target)
+        self._take(target, claim)
+        self._learn_owner(config, target)
+        self._run(self._put_writes_plan(config, target, writes, task_id, task_path, claim))
 
     def _delete_plan(self, thread_id: str) -> Plan[Any, None]:
         thread_id = _thread_ids([thread_id], "delete_thread")[0]
@@ -893,11 +919,11 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        claim = self._writes_claim(config)
-        if claim is not None:
-            await self._atake(read_checkpoint_target(config), claim)
-        await self._alearn_owner(config)
-        await self._arun(self._put_writes_plan(config, writes, task_id, task_path, claim))
+        target = read_checkpoint_target(config)
+        claim = self._writes_claim(config, target)
+        await self._atake(target, claim)
+        await self._alearn_owner(config, target)
+        await self._arun(self._put_writes_plan(config, target, writes, task_id, task_path, claim))
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self._arun(self._delete_plan(thread_id))

@@ -411,7 +411,7 @@ def _our_page(saver: CheckpointSaverBase, config: Any, before: Any, limit: int) 
     """``saver.list(config, before=..., limit=...)`` on one of our savers, with the task
     paths its storage keeps beside each write (``list`` leaves them out)."""
     paths: dict[tuple[str, str], str] = {}
-    codec = saver._codec
+    codec = saver._new_codec()  # its decode_tuple is wrapped below
     decode = codec.decode_tuple
 
     def recording(stored: StoredCheckpoint, *args: Any, **kwargs: Any) -> CheckpointTuple:
