@@ -312,6 +312,41 @@ def test_large_builds_pause_the_collector_only_while_they_run() -> None:
         gc.enable()
 
 
+def test_fresh_all_keeps_order_across_batches_and_undecoded_items() -> None:
+    """A long list read at a chat's turn mixes items with a template (built together in
+    batches of ``BUILD_BATCH``) and items not decoded yet or without one (decoded one by
+    one, spliced in by slices, issue 39): every element comes back in its place, new,
+    equal to what was stored, and the undecoded items get their template."""
+    from langgraph_memory_plus.checkpoint.lists import BUILD_BATCH, Template, _Known
+
+    n = 2 * BUILD_BATCH + 5
+    originals: list[Any] = [
+        AIMessage(f"m{i}", id=f"a{i}", response_metadata={"usage": {"n": i}}) for i in range(n)
+    ]
+    originals[7] = ("not", "plain")  # a tuple: never a template, decoded at every read
+    stored = {i: (f"t{i}", repr(i).encode()) for i in range(n)}
+    items = [_Known(stored[i]) for i in range(n)]
+    undecoded = {0, 7, BUILD_BATCH, BUILD_BATCH + 1, n - 1}
+    for i in set(range(n)) - undecoded:
+        items[i].state = (Template.of(originals[i]), None)
+    loads: list[bytes] = []
+
+    def load(iid: bytes, typ: str, data: bytes) -> Any:
+        loads.append(iid)
+        i = int(data)
+        assert (typ, data) == stored[i] and iid == b"%d" % i
+        value = originals[i]
+        return tuple(list(value)) if isinstance(value, tuple) else value.model_copy(deep=True)
+
+    ids = [b"%d" % i for i in range(n)]
+    for expected_loads in (undecoded, {7}):  # the second read: only the tuple again
+        out = _Known.fresh_all(ids, items, load)
+        assert out == originals
+        assert not any(map(operator.is_, out, originals))
+        assert sorted(loads) == sorted(b"%d" % i for i in expected_loads)
+        loads.clear()
+
+
 DEEP_EDIT_UNSEEN = (
     "documented limit (README, 'O(T) bytes per thread'): a put reuses the item of an "
     "element that is the same object with the same field objects, so an edit deep inside "
