@@ -428,7 +428,8 @@ class SqliteRunner:
         self._setup = setup
         self._setup_lock = threading.Lock()
         # The async classes' worker threads (started on first use; they end with the
-        # runner): one per connection the plans can hold at once.
+        # runner, or when ``from_conn_string`` closes what it opened): one per connection
+        # the plans can hold at once.
         self._workers = ThreadPoolExecutor(
             max_workers=conn.max_size if isinstance(conn, SqlitePool) else 1,
             thread_name_prefix=f"lgmp-sqlite-{owner}",
@@ -465,7 +466,18 @@ class SqliteRunner:
         (as ``asyncio.to_thread`` would run it)."""
         context = contextvars.copy_context()
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._workers, context.run, call, plan)
+        try:
+            future = loop.run_in_executor(self._workers, context.run, call, plan)
+        except RuntimeError:  # the workers were stopped (see :meth:`stop_workers`)
+            getattr(plan, "close", lambda: None)()
+            raise InvalidConfigError(f"{self.owner} is closed") from None
+        return await future
+
+    def stop_workers(self) -> None:
+        """End the worker threads once the pool they served is closed: a closed saver
+        the application still holds (a compiled graph keeps it) kept up to one thread per
+        connection alive for as long as it lived."""
+        self._workers.shutdown(wait=False)
 
     def _run(self, plan: Plan[Query, R]) -> R:
         try:
@@ -666,8 +678,10 @@ class SqliteAsyncDriver(_SqliteDriver):
         cls, conn_string: str | os.PathLike[str], options: Mapping[str, Any]
     ) -> AsyncIterator[Self]:
         """Async :meth:`SqliteSyncDriver._open`: the same arguments."""
-        async with (
-            cls._pool(conn_string, options) as pool,
-            aclosing_first(cls._on_pool(pool, options)) as instance,
-        ):
-            yield instance
+        async with cls._pool(conn_string, options) as pool:
+            instance = cls._on_pool(pool, options)
+            try:
+                async with aclosing_first(instance):
+                    yield instance
+            finally:
+                instance._runner.stop_workers()

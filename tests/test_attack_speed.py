@@ -1,0 +1,220 @@
+"""Attacks on issue 39's faster write and read paths, by someone who did not write them.
+
+The speed work changed how a put and a read reach storage (one read and multi-row
+``INSERT`` statements on SQLite, one-statement reads outside transactions, binary arrays
+on PostgreSQL, our own packing of Redis commands, msgpack templates for list elements)
+and who runs the async calls (a runner's own worker threads). These tests send what the
+fast paths were not written for: many rows (past SQLite's 999 parameters), odd ids,
+many pending writes, edits of what a read handed out, closed savers still held, and
+check the answers against LangGraph's ``InMemorySaver``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.base import Checkpoint
+from langgraph.checkpoint.base.id import uuid6
+from langgraph.checkpoint.memory import InMemorySaver
+
+pytestmark = pytest.mark.storage
+
+
+def _small(storage: Any) -> dict[str, Any]:
+    """Options of a saver that takes few of the shared PostgreSQL server's connections."""
+    return {"pool_max_size": 2} if storage.kind == "postgres" else {}
+
+
+def _checkpoint(values: dict[str, Any], versions: dict[str, Any]) -> Checkpoint:
+    return Checkpoint(
+        v=4,
+        id=str(uuid6(clock_seq=-1)),
+        ts=datetime.now(timezone.utc).isoformat(),
+        channel_values=values,
+        channel_versions=versions,
+        versions_seen={},
+        updated_channels=None,
+    )
+
+
+def _cfg(thread_id: str, ns: str = "") -> Any:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+
+
+def _shown(found: Any) -> Any:
+    """What a checkpoint tuple shows, comparable across savers."""
+    if found is None:
+        return None
+    values = found.checkpoint["channel_values"]
+    return (
+        {k: _plain(v) for k, v in values.items()},
+        found.checkpoint["channel_versions"],
+        found.metadata,
+        sorted((t, c, repr(v)) for t, c, v in found.pending_writes or []),
+    )
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if hasattr(value, "model_dump"):
+        return (type(value).__name__, value.model_dump())
+    return value
+
+
+ODD_IDS = ["a.b/c", "线程/一", "x" * 200 + "/.."]
+
+
+@pytest.mark.parametrize("thread_id", ODD_IDS)
+def test_puts_past_sqlites_parameter_limit_read_back_as_in_memory(
+    saver_factory: Any, storage: Any, thread_id: str
+) -> None:
+    """A put of 400 channels (2,400 blob parameters), a 3,000-message list (items and
+    pages past 999 parameters many times) and 300 pending writes of one task (2,700
+    parameters): the multi-row ``INSERT`` splits must lose, duplicate or misplace
+    nothing, through the writing saver and a fresh one, as ``InMemorySaver`` keeps it."""
+    values: dict[str, Any] = {f"ch.{i}/é": f"value {i}" for i in range(400)}
+    values["messages"] = [
+        HumanMessage(f"m{i} 中文", id=f"m{i}") if i % 2 else AIMessage(f"a{i}", id=f"a{i}")
+        for i in range(3000)
+    ]
+    versions = {ch: f"{1:032}.{i:016}" for i, ch in enumerate(values)}
+    checkpoint = _checkpoint(values, versions)
+    meta: Any = {"source": "loop", "step": 1, "parents": {}}
+    writes = [(f"w{i}", {"n": i, "t": "写"}) for i in range(300)]
+    memory = InMemorySaver()
+    expected_cfg = memory.put(_cfg(thread_id), checkpoint, meta, versions)
+    memory.put_writes(expected_cfg, writes, "task-1", "path")
+    expected = _shown(memory.get_tuple(_cfg(thread_id)))
+    with saver_factory(**_small(storage)) as saver:
+        saver.delete_thread(thread_id)
+        stored = saver.put(_cfg(thread_id), checkpoint, meta, versions)
+        saver.put_writes(stored, writes, "task-1", "path")
+        assert _shown(saver.get_tuple(_cfg(thread_id))) == expected
+        with saver_factory(**_small(storage)) as fresh:
+            assert _shown(fresh.get_tuple(_cfg(thread_id))) == expected
+            assert [_shown(t) for t in fresh.list(_cfg(thread_id))] == [expected]
+        saver.delete_thread(thread_id)
+
+
+def _vandalize(found: Any) -> None:
+    """Edit every nested container of what a read returned, in place."""
+    for value in found.checkpoint["channel_values"].values():
+        if not isinstance(value, list):
+            continue
+        for element in value:
+            if isinstance(element, dict):
+                element["inner"]["k"].append("edited")
+                element["inner"]["new"] = 1
+            else:
+                element.additional_kwargs.setdefault("extra", {})["k"] = "edited"
+                element.additional_kwargs["nested"]["list"].append("edited")
+                element.response_metadata["seen"] = True
+        value.append("appended")
+
+
+def test_what_a_read_returns_is_never_what_a_later_read_returns(
+    saver_factory: Any, storage: Any
+) -> None:
+    """Reads build list elements from msgpack templates and models by ``map``: each read
+    must still hand out objects of its own down to every nested dict and list. Edited in
+    place, in this thread or another, a later read (same saver, list read, by id) shows
+    the stored values; so does the put's own objects edited after the put."""
+    thread_id = "isolation"
+    messages = [
+        AIMessage(
+            f"m{i}",
+            id=f"m{i}",
+            additional_kwargs={"nested": {"list": [1, 2]}},
+            response_metadata={"model": "x"},
+        )
+        for i in range(300)
+    ]
+    dicts = [{"n": i, "inner": {"k": [i]}} for i in range(40)]
+    values = {"messages": messages, "dicts": dicts}
+    versions = {"messages": "1", "dicts": "1"}
+    meta: Any = {"source": "loop", "step": 1, "parents": {}}
+    memory = InMemorySaver()
+    memory.put(_cfg(thread_id), _checkpoint(values, versions), meta, versions)
+    expected = _shown(memory.get_tuple(_cfg(thread_id)))
+    with saver_factory(**_small(storage)) as saver:
+        saver.delete_thread(thread_id)
+        stored = saver.put(_cfg(thread_id), _checkpoint(values, versions), meta, versions)
+        by_id = {"configurable": {**stored["configurable"]}}
+        # the put's own objects edited after it
+        _vandalize(
+            type("T", (), {"checkpoint": {"channel_values": {"messages": messages, "dicts": dicts}}})
+        )
+        for _ in range(3):
+            first = saver.get_tuple(_cfg(thread_id))
+            assert _shown(first) == expected
+            _vandalize(first)
+            assert _shown(saver.get_tuple(by_id)) == expected
+            listed = next(iter(saver.list(_cfg(thread_id))))
+            assert _shown(listed) == expected
+            _vandalize(listed)
+            seen: list[Any] = []
+            reader = threading.Thread(target=lambda: seen.append(saver.get_tuple(by_id)))
+            reader.start()
+            reader.join()
+            assert _shown(seen[0]) == expected
+            _vandalize(seen[0])
+        saver.delete_thread(thread_id)
+
+
+
+def test_the_same_put_and_writes_sent_twice_match_in_memory(
+    saver_factory: Any, storage: Any
+) -> None:
+    """A retried call (a lost reply, a redelivered step) sends the same put and the same
+    ``put_writes`` twice, with an interrupt written twice in one call (one multi-row
+    statement on SQLite and PostgreSQL, where the later must win as in memory)."""
+    from langgraph._internal._constants import INTERRUPT
+
+    meta: Any = {"source": "loop", "step": 1, "parents": {}}
+    versions = {"a": 1, "b": 2}  # integer versions, as LangGraph's own savers make
+    checkpoint = _checkpoint({"a": "one", "b": "x"}, versions)
+    with saver_factory(**_small(storage)) as saver:
+        saver.delete_thread("twice")
+        memory = InMemorySaver()
+        for s in (saver, memory, saver):
+            c = s.put(_cfg("twice"), checkpoint, meta, versions)
+            s.put_writes(c, [(INTERRUPT, "i1"), (INTERRUPT, "i2"), ("x", 1)], "task", "")
+            s.put_writes(c, [(INTERRUPT, "i3")], "task", "")
+        assert _shown(saver.get_tuple(_cfg("twice"))) == _shown(memory.get_tuple(_cfg("twice")))
+        assert len(list(saver.list(_cfg("twice")))) == 1
+        saver.delete_thread("twice")
+
+
+def test_a_closed_async_sqlite_saver_keeps_no_threads(tmp_path: Any) -> None:
+    """The async SQLite classes run plans on worker threads of their runner's own. A saver
+    closed by ``from_conn_string`` but still referenced (a compiled graph, a list of
+    per-request savers) kept up to a thread per pool connection alive: twenty of them
+    held 77 threads. Closed, it ends them, and a later call says it is closed."""
+    from langgraph_memory_plus.checkpoint.sqlite import AsyncSqliteSaver
+    from langgraph_memory_plus.errors import InvalidConfigError
+
+    def ours() -> int:
+        return sum(t.name.startswith("lgmp-sqlite") for t in threading.enumerate())
+
+    async def main() -> None:
+        before = ours()
+        held = []
+        for i in range(10):
+            async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "m.db")) as saver:
+                await asyncio.gather(*[saver.aget_tuple(_cfg(f"t{i}")) for _ in range(6)])
+            held.append(saver)
+        deadline = time.monotonic() + 5
+        while ours() > before and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert ours() == before
+        with pytest.raises(InvalidConfigError, match="closed"):
+            await held[0].aget_tuple(_cfg("t0"))
+
+    asyncio.run(main())
