@@ -308,3 +308,169 @@ def test_overlapping_long_reads_do_not_keep_the_collector_off() -> None:
     assert gc.isenabled()
     # one young collection per 700 allocations when on: at least a few while builds run
     assert made > 10_000 and collections >= 3, (made, collections)
+
+
+def _tagged(n: int, length: int) -> tuple[Checkpoint, dict[str, Any], dict[str, Any]]:
+    """Checkpoint ``n``: every value (two blobs, a list of messages) names ``n``."""
+    values = {
+        "a": f"a{n}",
+        "b": {"n": n},
+        "messages": [HumanMessage(f"{n}:{i}", id=f"{n}-{i}") for i in range(length)],
+    }
+    versions = {"a": f"{n:08}", "b": f"{n:08}", "messages": f"{n:08}"}
+    meta = {"source": "loop", "step": n, "parents": {}, "n": n}
+    return _checkpoint(values, versions), meta, versions
+
+
+def _whole(found: Any) -> None:
+    if found is None:
+        return
+    n = found.metadata["n"]
+    values = found.checkpoint["channel_values"]
+    assert values["a"] == f"a{n}" and values["b"] == {"n": n}, (n, values["a"], values["b"])
+    texts = [m.content for m in values["messages"]]
+    assert texts == [f"{n}:{i}" for i in range(len(texts))] and texts, (n, texts[:3])
+
+
+def test_reads_racing_writers_and_deletion_return_one_whole_checkpoint(
+    saver_factory: Any, storage: Any
+) -> None:
+    """Two writers (savers of their own, as two processes) put checkpoints of one thread
+    whose every value names the checkpoint, a third deletes the thread now and then,
+    and readers read the latest, by id and by ``list`` meanwhile: the one-statement read
+    (no transaction on SQLite) and the list retry must hand out one checkpoint whole or
+    nothing, never values of two."""
+    thread_id = "race-whole"
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    seen = [0]
+
+    def guard(work: Any) -> Any:
+        def run() -> None:
+            try:
+                work()
+            except BaseException as exc:  # reported by the test
+                errors.append(exc)
+                stop.set()
+
+        return run
+
+    def writer(first: int) -> Any:
+        def work() -> None:
+            with saver_factory(**_small(storage)) as saver:
+                n = first
+                while not stop.is_set():
+                    checkpoint, meta, versions = _tagged(n, 20 + n % 40)
+                    saver.put(_cfg(thread_id), checkpoint, meta, versions)
+                    n += 2
+
+        return work
+
+    def deleter() -> None:
+        with saver_factory(**_small(storage)) as saver:
+            while not stop.is_set():
+                time.sleep(0.05)
+                saver.delete_thread(thread_id)
+
+    def reader() -> None:
+        with saver_factory(**_small(storage)) as saver:
+            while not stop.is_set():
+                found = saver.get_tuple(_cfg(thread_id))
+                _whole(found)
+                if found is not None:
+                    _whole(saver.get_tuple(found.config))
+                for listed in saver.list(_cfg(thread_id), limit=3):
+                    _whole(listed)
+                seen[0] += 1
+
+    workers = [guard(writer(0)), guard(writer(1)), guard(deleter), guard(reader), guard(reader)]
+    threads = [threading.Thread(target=w) for w in workers]
+    for t in threads:
+        t.start()
+    stop.wait(3)
+    stop.set()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    assert seen[0] > 5
+    with saver_factory(**_small(storage)) as saver:
+        saver.delete_thread(thread_id)
+
+
+_CHILD = """
+import json, sys
+sys.path.insert(0, sys.argv[4])
+from test_attack_speed import _tagged, _cfg
+from langgraph_memory_plus import PostgresSaver, RedisSaver
+from langgraph_memory_plus.checkpoint.sqlite import SqliteSaver
+cls = {"postgres": PostgresSaver, "redis": RedisSaver, "sqlite": SqliteSaver}[sys.argv[1]]
+with cls.from_conn_string(sys.argv[2], **json.loads(sys.argv[3])) as saver:
+    saver.setup()
+    n = int(sys.argv[5])
+    while True:
+        checkpoint, meta, versions = _tagged(n, 300 + n % 7)
+        stored = saver.put(_cfg("crash"), checkpoint, meta, versions)
+        saver.put_writes(stored, [(f"w{i}", n) for i in range(150)], "task", "")
+        print(stored["configurable"]["checkpoint_id"], n, flush=True)
+        n += 2
+"""
+
+
+def test_a_writer_killed_mid_put_leaves_whole_checkpoints_and_loses_none_acknowledged(
+    saver_factory: Any, storage: Any, tmp_path: Any
+) -> None:
+    """Two writer processes put checkpoints of 300+ messages (SQLite: items in several
+    multi-row ``INSERT`` statements) and 150 pending writes each, on one thread, and are
+    killed with SIGKILL mid-write: every checkpoint they acknowledged reads back whole,
+    with its writes, and nothing half-written is visible."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    target = str(tmp_path / "memory.db") if storage.kind == "sqlite" else storage.url
+    options = {**storage.options, **_small(storage)}
+    here = os.path.dirname(os.path.abspath(__file__))
+    with saver_factory(**_small(storage)) as saver:
+        saver.delete_thread("crash")
+    acked: dict[str, int] = {}
+    for round_ in range(2):
+        children = [
+            subprocess.Popen(
+                [sys.executable, "-c", _CHILD, storage.kind, target, json.dumps(options),
+                 here, str(first + 1000 * round_)],
+                stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            for first in (0, 1)
+        ]
+        for i, child in enumerate(children):
+            assert child.stdout is not None
+            for _ in range(3 + 2 * i + round_):
+                line = child.stdout.readline()
+                assert line, "a writer ended early"
+                cid, n = line.split()
+                acked[cid] = int(n)
+        for child in children:
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait()
+            assert child.stdout is not None
+            for line in child.stdout.read().splitlines():  # acknowledged before the kill
+                cid, n = line.split()
+                acked[cid] = int(n)
+    with saver_factory(**_small(storage)) as saver:
+        listed = list(saver.list(_cfg("crash")))
+        for found in listed:
+            _whole(found)
+        assert set(acked) <= {t.config["configurable"]["checkpoint_id"] for t in listed}
+        for cid, n in acked.items():
+            found = saver.get_tuple(
+                {"configurable": {"thread_id": "crash", "checkpoint_ns": "", "checkpoint_id": cid}}
+            )
+            assert found is not None and found.metadata["n"] == n
+            _whole(found)
+            assert sorted(found.pending_writes or []) == sorted(
+                ("task", f"w{i}", n) for i in range(150)
+            )
+        saver.delete_thread("crash")
