@@ -148,9 +148,8 @@ def test_what_a_read_returns_is_never_what_a_later_read_returns(
         stored = saver.put(_cfg(thread_id), _checkpoint(values, versions), meta, versions)
         by_id = {"configurable": {**stored["configurable"]}}
         # the put's own objects edited after it
-        _vandalize(
-            type("T", (), {"checkpoint": {"channel_values": {"messages": messages, "dicts": dicts}}})
-        )
+        given = type("Given", (), {"checkpoint": {"channel_values": values}})
+        _vandalize(given)
         for _ in range(3):
             first = saver.get_tuple(_cfg(thread_id))
             assert _shown(first) == expected
@@ -160,13 +159,12 @@ def test_what_a_read_returns_is_never_what_a_later_read_returns(
             assert _shown(listed) == expected
             _vandalize(listed)
             seen: list[Any] = []
-            reader = threading.Thread(target=lambda: seen.append(saver.get_tuple(by_id)))
+            reader = threading.Thread(target=lambda out=seen: out.append(saver.get_tuple(by_id)))
             reader.start()
             reader.join()
             assert _shown(seen[0]) == expected
             _vandalize(seen[0])
         saver.delete_thread(thread_id)
-
 
 
 def test_the_same_put_and_writes_sent_twice_match_in_memory(
@@ -227,9 +225,7 @@ def _lending(storage: Any) -> dict[str, Any]:
     return {"pool_max_size": 2}
 
 
-async def test_cancelled_calls_leave_the_pool_whole(
-    async_saver_factory: Any, storage: Any
-) -> None:
+async def test_cancelled_calls_leave_the_pool_whole(async_saver_factory: Any, storage: Any) -> None:
     """Calls cancelled while they wait for a pool connection, hold one, or await a reply
     (the async runners now borrow and return connections by hand, and the Redis one
     packs and reads its own replies) must all give their connections back: afterwards
@@ -439,10 +435,13 @@ def test_a_writer_killed_mid_put_leaves_whole_checkpoints_and_loses_none_acknowl
     for round_ in range(2):
         children = [
             subprocess.Popen(
-                [sys.executable, "-c", _CHILD, storage.kind, target, json.dumps(options),
-                 here, str(first + 1000 * round_)],
-                stdout=subprocess.PIPE, text=True,
-            )  # fmt: skip
+                [
+                    *(sys.executable, "-c", _CHILD, storage.kind, target),
+                    *(json.dumps(options), here, str(first + 1000 * round_)),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             for first in (0, 1)
         ]
         for i, child in enumerate(children):

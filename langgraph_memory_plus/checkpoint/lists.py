@@ -403,9 +403,7 @@ def _collector_paused(size: int) -> Iterator[None]:
     finally:
         with _pause_lock:
             _pausing -= 1
-            if _paused_here and (
-                _pausing == 0 or time.monotonic() - _paused_at > PAUSE_GC_AT_MOST
-            ):
+            if _paused_here and (_pausing == 0 or time.monotonic() - _paused_at > PAUSE_GC_AT_MOST):
                 _paused_here = False
                 gc.enable()
 
