@@ -473,3 +473,81 @@ def test_a_writer_killed_mid_put_leaves_whole_checkpoints_and_loses_none_acknowl
                 ("task", f"w{i}", n) for i in range(150)
             )
         saver.delete_thread("crash")
+
+
+def _redis_server(tmp_path: Any, password: str | None = None) -> Any:
+    from test_redis_saver import RedisServer
+
+    extra = ("--requirepass", password) if password else ()
+    server = RedisServer(tmp_path / "redis", *extra, password=password)
+    server.start()
+    return server
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_script_flush_storm_loses_no_write(tmp_path: Any, flavour: str) -> None:
+    """``SCRIPT FLUSH`` sent over and over while a thread is written (the runner packs
+    ``EVALSHA`` itself, ``TIX_ADD`` in the put's round trip, and on ``NOSCRIPT`` loads the
+    scripts and resends only what was refused): every call succeeds, every checkpoint
+    acknowledged reads back whole with its writes, and the thread index counts each
+    once (a resent step counted twice would show)."""
+    from urllib.parse import quote
+
+    from langgraph_memory_plus import AsyncRedisSaver, RedisSaver
+
+    password = "p/?#@:%w"
+    server = _redis_server(tmp_path, password)
+    url = server.url(auth=f":{quote(password, safe='')}@")
+    stop = threading.Event()
+
+    def flusher() -> None:
+        with server.admin() as admin:
+            while not stop.is_set():
+                admin.script_flush()
+                time.sleep(0.002)
+
+    def check(saver: Any, acked: dict[str, int]) -> None:
+        for cid, n in acked.items():
+            found = saver.get_tuple(
+                {"configurable": {"thread_id": "flush", "checkpoint_ns": "", "checkpoint_id": cid}}
+            )
+            _whole(found)
+            assert found.metadata["n"] == n
+            assert sorted(found.pending_writes) == [("task", f"w{i}", n) for i in range(3)]
+        record = saver.threads.get("flush")
+        assert record["size"]["checkpoints"] == len(acked)
+
+    async def run_async(acked: dict[str, int]) -> None:
+        async with AsyncRedisSaver.from_conn_string(url) as saver:
+            await saver.setup()
+            for n in range(60):
+                checkpoint, meta, versions = _tagged(n, 30)
+                stored = await saver.aput(_cfg("flush"), checkpoint, meta, versions)
+                await saver.aput_writes(stored, [(f"w{i}", n) for i in range(3)], "task", "")
+                acked[stored["configurable"]["checkpoint_id"]] = n
+                _whole(await saver.aget_tuple(_cfg("flush")))
+
+    flushing = threading.Thread(target=flusher)
+    acked: dict[str, int] = {}
+    try:
+        flushing.start()
+        try:
+            if flavour == "async":
+                asyncio.run(run_async(acked))
+            else:
+                with RedisSaver.from_conn_string(url) as saver:
+                    saver.setup()
+                    for n in range(60):
+                        checkpoint, meta, versions = _tagged(n, 30)
+                        stored = saver.put(_cfg("flush"), checkpoint, meta, versions)
+                        saver.put_writes(stored, [(f"w{i}", n) for i in range(3)], "task", "")
+                        acked[stored["configurable"]["checkpoint_id"]] = n
+                        _whole(saver.get_tuple(_cfg("flush")))
+        finally:
+            stop.set()
+            if flushing.is_alive():
+                flushing.join()
+        with RedisSaver.from_conn_string(url) as saver:
+            check(saver, acked)
+    finally:
+        server.stop()
