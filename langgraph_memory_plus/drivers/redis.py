@@ -204,7 +204,7 @@ def _missing(replies: list[Any]) -> bool:
 
 
 def _by_source(
-    commands: Sequence[Sequence[Any]], replies: list[Any], sources: Mapping[str, str]
+    commands: Sequence[Sequence[Any]], replies: list[Any], sources: Mapping[str, Any]
 ) -> list[Sequence[Any]]:
     """The commands the server refused for a script it forgot, to send again: each
     ``EVALSHA`` of a known script as ``EVAL`` of its source, which cannot be refused so
