@@ -484,27 +484,48 @@ def _redis_server(tmp_path: Any, password: str | None = None) -> Any:
     return server
 
 
+@pytest.mark.parametrize("where", ["single", "cluster"])
 @pytest.mark.parametrize("flavour", ["sync", "async"])
-def test_script_flush_storm_loses_no_write(tmp_path: Any, flavour: str) -> None:
+def test_script_flush_storm_loses_no_write(
+    tmp_path: Any, flavour: str, where: str, request: pytest.FixtureRequest
+) -> None:
     """``SCRIPT FLUSH`` sent over and over while a thread is written (the runner packs
-    ``EVALSHA`` itself, ``TIX_ADD`` in the put's round trip, and on ``NOSCRIPT`` loads the
-    scripts and resends only what was refused): every call succeeds, every checkpoint
+    ``EVALSHA`` itself, ``TIX_ADD`` in the put's round trip, a blocking cluster client
+    sends a script straight to its node, and on ``NOSCRIPT`` the scripts are loaded and
+    only what was refused is sent again): every call succeeds, every checkpoint
     acknowledged reads back whole with its writes, and the thread index counts each
-    once (a resent step counted twice would show)."""
+    once (a resent step counted twice would show). On a private server with a password
+    of URL delimiters, or on every node of the run's cluster."""
     from urllib.parse import quote
+
+    import redis
+    import redis.cluster
 
     from langgraph_memory_plus import AsyncRedisSaver, RedisSaver
 
-    password = "p/?#@:%w"
-    server = _redis_server(tmp_path, password)
-    url = server.url(auth=f":{quote(password, safe='')}@")
+    options: dict[str, Any] = {}
+    if where == "single":
+        password = "p/?#@:%w"
+        server = _redis_server(tmp_path, password)
+        url = server.url(auth=f":{quote(password, safe='')}@")
+        admin: Any = server.admin()
+        nodes: list[Any] = [None]
+    else:
+        server = None
+        url = str(request.getfixturevalue("redis_cluster_url"))
+        options["key_prefix"] = request.getfixturevalue("cluster_prefix")
+        admin = redis.cluster.RedisCluster.from_url(url.replace("+cluster", ""))
+        nodes = admin.get_primaries()
     stop = threading.Event()
 
     def flusher() -> None:
-        with server.admin() as admin:
-            while not stop.is_set():
-                admin.script_flush()
-                time.sleep(0.002)
+        while not stop.is_set():
+            for node in nodes:
+                if node is None:
+                    admin.script_flush()
+                else:
+                    admin.execute_command("SCRIPT FLUSH", target_nodes=node)
+            time.sleep(0.002)
 
     def check(saver: Any, acked: dict[str, int]) -> None:
         for cid, n in acked.items():
@@ -518,7 +539,7 @@ def test_script_flush_storm_loses_no_write(tmp_path: Any, flavour: str) -> None:
         assert record["size"]["checkpoints"] == len(acked)
 
     async def run_async(acked: dict[str, int]) -> None:
-        async with AsyncRedisSaver.from_conn_string(url) as saver:
+        async with AsyncRedisSaver.from_conn_string(url, **options) as saver:
             await saver.setup()
             for n in range(60):
                 checkpoint, meta, versions = _tagged(n, 30)
@@ -535,7 +556,7 @@ def test_script_flush_storm_loses_no_write(tmp_path: Any, flavour: str) -> None:
             if flavour == "async":
                 asyncio.run(run_async(acked))
             else:
-                with RedisSaver.from_conn_string(url) as saver:
+                with RedisSaver.from_conn_string(url, **options) as saver:
                     saver.setup()
                     for n in range(60):
                         checkpoint, meta, versions = _tagged(n, 30)
@@ -547,7 +568,70 @@ def test_script_flush_storm_loses_no_write(tmp_path: Any, flavour: str) -> None:
             stop.set()
             if flushing.is_alive():
                 flushing.join()
-        with RedisSaver.from_conn_string(url) as saver:
+        with RedisSaver.from_conn_string(url, **options) as saver:
             check(saver, acked)
+            saver.delete_thread("flush")
     finally:
-        server.stop()
+        admin.close()
+        if server is not None:
+            server.stop()
+
+
+def test_first_writes_of_new_threads_racing_each_other_all_land(
+    saver_factory: Any, storage: Any
+) -> None:
+    """A new thread's first step: its put and a ``put_writes`` of the same checkpoint
+    race from two savers (PostgreSQL's write that meets the other's fresh thread row now
+    sends its statement again instead of taking a locked path; SQLite's put reads once
+    before writing; Redis sends ``TIX_ADD`` in the put's round trip). Every write lands
+    once: the checkpoint with all its writes, counted once by the thread index."""
+    from langgraph._internal._constants import INTERRUPT
+
+    ids = [f"first-{n}" for n in range(12)]
+    with saver_factory(**_small(storage)) as one, saver_factory(**_small(storage)) as two:
+        for thread_id in ids:
+            one.delete_thread(thread_id)
+        start = threading.Barrier(2)
+        errors: list[BaseException] = []
+        prepared = {t: _tagged(7, 20) for t in ids}
+
+        def puts() -> None:
+            try:
+                for thread_id in ids:
+                    checkpoint, meta_, versions = prepared[thread_id]
+                    start.wait()
+                    one.put(_cfg(thread_id), checkpoint, meta_, versions)
+            except BaseException as exc:  # reported by the test
+                errors.append(exc)
+
+        def writes() -> None:
+            try:
+                for thread_id in ids:
+                    checkpoint = prepared[thread_id][0]
+                    stored = {**_cfg(thread_id)["configurable"], "checkpoint_id": checkpoint["id"]}
+                    start.wait()
+                    two.put_writes(
+                        {"configurable": stored}, [("x", 1), (INTERRUPT, "stop")], "task", ""
+                    )
+            except BaseException as exc:  # reported by the test
+                errors.append(exc)
+
+        workers = [threading.Thread(target=puts), threading.Thread(target=writes)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert not errors, errors
+        with saver_factory(**_small(storage)) as fresh:
+            for thread_id in ids:
+                found = fresh.get_tuple(_cfg(thread_id))
+                _whole(found)
+                assert sorted(found.pending_writes) == [
+                    ("task", INTERRUPT, "stop"),
+                    ("task", "x", 1),
+                ], thread_id
+                record = fresh.threads.get(thread_id)
+                assert record["size"]["checkpoints"] == 1, (thread_id, record)
+                assert record["status"] == "interrupted", (thread_id, record)
+        for thread_id in ids:
+            one.delete_thread(thread_id)

@@ -204,7 +204,7 @@ def _missing(replies: list[Any]) -> bool:
 
 
 def _by_source(
-    commands: Sequence[Sequence[Any]], replies: list[Any], sources: Mapping[str, Any]
+    commands: Sequence[Sequence[Any]], replies: list[Any], sources: Mapping[str, str]
 ) -> list[Sequence[Any]]:
     """The commands the server refused for a script it forgot, to send again: each
     ``EVALSHA`` of a known script as ``EVAL`` of its source, which cannot be refused so
@@ -641,7 +641,7 @@ class RedisRunner:
         self.client = cast(SyncClient, client)
         self._scripts = {name: self.client.register_script(src) for name, src in scripts.items()}
         self._sources = [script.script for script in self._scripts.values()]
-        self._by_sha = {script.sha: script.script for script in self._scripts.values()}
+        self._by_sha = {self._scripts[name].sha: src for name, src in scripts.items()}
         self._contact = _FirstContact(client)
         # per node client (one on a single node): its wire, None for a single-connection
         # client (redis-py's own path keeps its lock); a node gone from the cluster goes
@@ -693,7 +693,11 @@ class RedisRunner:
                 return reply
             except _REDIRECTED:
                 pass
-        return script(keys=command.keys, args=command.args)
+        try:
+            return script(keys=command.keys, args=command.args)
+        except NoScriptError:  # forgotten again after redis-py loaded it: see _by_source
+            source = self._by_sha[script.sha]
+            return client.eval(source, len(command.keys), *command.keys, *command.args)
 
     def _execute(self, command: Eval | Scan | Batch) -> Any:
         if isinstance(command, Eval):
@@ -736,7 +740,7 @@ class AsyncRedisRunner:
         self.client = cast(AsyncClient, client)
         self._scripts = {name: self.client.register_script(src) for name, src in scripts.items()}
         self._sources = [script.script for script in self._scripts.values()]
-        self._by_sha = {script.sha: script.script for script in self._scripts.values()}
+        self._by_sha = {self._scripts[name].sha: src for name, src in scripts.items()}
         self._contact = _FirstContact(client)
         plain = isinstance(client, redis.asyncio.Redis) and client.connection is None
         self._wire = _AsyncWire(cast(redis.asyncio.Redis, client)) if plain else None
@@ -770,7 +774,13 @@ class AsyncRedisRunner:
     async def _eval(self, command: Eval) -> Any:
         script = self._scripts[command.script]
         if self._wire is None:
-            return await script(keys=command.keys, args=command.args)
+            try:
+                return await script(keys=command.keys, args=command.args)
+            except NoScriptError:  # forgotten again after redis-py loaded it: see _by_source
+                source = self._by_sha[script.sha]
+                return await self.client.eval(
+                    source, len(command.keys), *command.keys, *command.args
+                )
         [reply] = _raised(await self._send([_evalsha(script, command)]))
         return reply
 
