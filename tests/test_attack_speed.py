@@ -106,7 +106,9 @@ def test_puts_past_sqlites_parameter_limit_read_back_as_in_memory(
 def _vandalize(found: Any) -> None:
     """Edit every nested container of what a read returned, in place."""
     for value in found.checkpoint["channel_values"].values():
-        if not isinstance(value, list):
+        if isinstance(value, dict):
+            value["nested"]["list"].append("edited")
+            value["added"] = True
             continue
         for element in value:
             if isinstance(element, dict):
@@ -137,8 +139,9 @@ def test_what_a_read_returns_is_never_what_a_later_read_returns(
         for i in range(300)
     ]
     dicts = [{"n": i, "inner": {"k": [i]}} for i in range(40)]
-    values = {"messages": messages, "dicts": dicts}
-    versions = {"messages": "1", "dicts": "1"}
+    state = {"nested": {"list": [1, {"deep": [2]}]}, "n": 1}
+    values = {"messages": messages, "dicts": dicts, "state": state}
+    versions = {"messages": "1", "dicts": "1", "state": "1"}
     meta: Any = {"source": "loop", "step": 1, "parents": {}}
     memory = InMemorySaver()
     memory.put(_cfg(thread_id), _checkpoint(values, versions), meta, versions)
@@ -635,3 +638,113 @@ def test_first_writes_of_new_threads_racing_each_other_all_land(
                 assert record["status"] == "interrupted", (thread_id, record)
         for thread_id in ids:
             one.delete_thread(thread_id)
+
+
+async def test_gathered_async_writes_of_one_thread_match_in_memory(
+    async_saver_factory: Any, storage: Any
+) -> None:
+    """Thirty puts and their writes of one thread, gathered at once on one async saver
+    (SQLite's own worker threads, PostgreSQL's hand-borrowed connections, Redis's own
+    packing on pooled connections), then the same ones again (a retried batch): the
+    history, each checkpoint and its writes are what ``InMemorySaver`` shows."""
+    import random
+
+    thread_id = "gathered"
+    prepared = [_tagged(n, 10 + n) for n in range(30)]
+    memory = InMemorySaver()
+    for checkpoint, meta, versions in prepared:
+        stored = memory.put(_cfg(thread_id), checkpoint, meta, versions)
+        memory.put_writes(stored, [("w", meta["n"]), ("v", -meta["n"])], "task", "p")
+
+    async def one(saver: Any, checkpoint: Any, meta: Any, versions: Any) -> None:
+        stored = await saver.aput(_cfg(thread_id), checkpoint, meta, versions)
+        await saver.aput_writes(stored, [("w", meta["n"]), ("v", -meta["n"])], "task", "p")
+
+    async with async_saver_factory(**_lending(storage)) as saver:
+        await saver.adelete_thread(thread_id)
+        for _ in range(2):
+            shuffled = random.sample(prepared, len(prepared))
+            await asyncio.gather(*[one(saver, *p) for p in shuffled])
+        ours = [_shown(t) async for t in saver.alist(_cfg(thread_id))]
+        assert ours == [_shown(t) for t in memory.list(_cfg(thread_id))]
+        assert _shown(await saver.aget_tuple(_cfg(thread_id))) == _shown(
+            memory.get_tuple(_cfg(thread_id))
+        )
+        record = await saver.threads.aget(thread_id)
+        assert record["size"]["checkpoints"] == 30
+        await saver.adelete_thread(thread_id)
+
+
+def _chain(exc: BaseException | None) -> str:
+    """Every message and repr of an exception, its causes and contexts."""
+    out = []
+    while exc is not None:
+        out += [str(exc), repr(exc), repr(exc.args)]
+        exc = exc.__cause__ or exc.__context__
+    return "\n".join(out)
+
+
+async def _async_gone(cls: Any, url: str, server: Any, seen: list[str]) -> None:
+    async with cls.from_conn_string(url) as saver:
+        await saver.aput(_cfg("gone"), *_tagged(1, 5))
+        seen.append(repr(saver))
+        server.stop()
+        for _ in range(2):
+            for call in (saver.aput(_cfg("gone"), *_tagged(2, 5)), saver.aget_tuple(_cfg("gone"))):
+                try:
+                    await call
+                except Exception as exc:  # what the application would log
+                    seen.append(_chain(exc))
+                else:
+                    raise AssertionError("a call to a stopped server succeeded")
+        server.start()
+        stored = await saver.aput(_cfg("gone"), *_tagged(3, 5))
+        _whole(await saver.aget_tuple(stored))
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_server_gone_mid_run_shows_no_password_and_is_used_again(
+    tmp_path: Any, flavour: str
+) -> None:
+    """The runner's own wire reports a server that went away (stopped between calls)
+    and comes back empty on its port: the errors meanwhile, their causes and the saver's
+    repr never show the password (URL delimiters in it, raw or percent-encoded), and once
+    the server is back the same saver writes and reads again (scripts loaded anew)."""
+    from urllib.parse import quote
+
+    from langgraph_memory_plus import AsyncRedisSaver, RedisSaver
+
+    password = "s3/?#@:%cr3t"
+    server = _redis_server(tmp_path, password)
+    url = server.url(auth=f":{quote(password, safe='')}@")
+    secrets = (password, quote(password, safe=""), quote(password))
+    seen: list[str] = []
+
+    def attempt(call: Any) -> None:
+        try:
+            call()
+        except Exception as exc:  # what the application would log
+            seen.append(_chain(exc))
+        else:
+            raise AssertionError("a call to a stopped server succeeded")
+
+    try:
+        if flavour == "sync":
+            with RedisSaver.from_conn_string(url) as saver:
+                saver.put(_cfg("gone"), *_tagged(1, 5))
+                seen.append(repr(saver))
+                server.stop()
+                for _ in range(2):
+                    attempt(lambda: saver.put(_cfg("gone"), *_tagged(2, 5)))
+                    attempt(lambda: saver.get_tuple(_cfg("gone")))
+                server.start()
+                stored = saver.put(_cfg("gone"), *_tagged(3, 5))
+                _whole(saver.get_tuple(stored))
+        else:
+            asyncio.run(_async_gone(AsyncRedisSaver, url, server, seen))
+    finally:
+        server.stop()
+    text = "\n".join(seen)
+    assert len(seen) >= 3
+    for secret in secrets:
+        assert secret not in text
