@@ -748,3 +748,68 @@ def test_a_server_gone_mid_run_shows_no_password_and_is_used_again(
     assert len(seen) >= 3
     for secret in secrets:
         assert secret not in text
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_postgres_connections_killed_between_calls_are_replaced(pg_url: str, flavour: str) -> None:
+    """The server ends the saver's connections (``pg_terminate_backend``: a failover, an
+    idle timeout) between calls: every later call works on a replacement (the async
+    runner now borrows with ``getconn`` and returns with ``putconn`` by hand), nothing is
+    left idle in a transaction, and the server never sees more of the saver's
+    connections than its pool's two."""
+    import uuid
+
+    import psycopg
+
+    from langgraph_memory_plus import AsyncPostgresSaver, PostgresSaver
+
+    name = f"lgmp-a39-{uuid.uuid4().hex[:8]}"
+    url = psycopg.conninfo.make_conninfo(pg_url, application_name=name)
+    admin = psycopg.connect(pg_url, autocommit=True)
+
+    def ours(where: str = "") -> list[Any]:
+        return admin.execute(
+            f"SELECT pid, state FROM pg_stat_activity WHERE application_name = %s {where}",
+            [name],
+        ).fetchall()
+
+    def kill_all() -> None:
+        killed = {pid for pid, _ in ours()}
+        for pid in killed:
+            admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        # gone on the server: their sockets have the goodbye (noticed without a round trip)
+        deadline = time.monotonic() + 5
+        while killed & {pid for pid, _ in ours()} and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)
+
+    most = [0]
+
+    def note() -> None:
+        most[0] = max(most[0], len(ours()))
+
+    async def run_async() -> None:
+        async with AsyncPostgresSaver.from_conn_string(url, pool_max_size=2) as saver:
+            await saver.setup()
+            for n in range(4):
+                kill_all()
+                stored = await saver.aput(_cfg("killed"), *_tagged(n, 20))
+                _whole(await saver.aget_tuple(stored))
+                note()
+
+    try:
+        if flavour == "sync":
+            with PostgresSaver.from_conn_string(url, pool_max_size=2) as saver:
+                saver.setup()
+                for n in range(4):
+                    kill_all()
+                    stored = saver.put(_cfg("killed"), *_tagged(n, 20))
+                    _whole(saver.get_tuple(stored))
+                    note()
+                saver.delete_thread("killed")
+        else:
+            asyncio.run(run_async())
+        assert not ours("AND state LIKE 'idle in transaction%%'")
+        assert most[0] <= 2
+    finally:
+        admin.close()
