@@ -196,8 +196,10 @@ def test_the_same_put_and_writes_sent_twice_match_in_memory(
 def test_a_closed_async_sqlite_saver_keeps_no_threads(tmp_path: Any) -> None:
     """The async SQLite classes run plans on worker threads of their runner's own. A saver
     closed by ``from_conn_string`` but still referenced (a compiled graph, a list of
-    per-request savers) kept up to a thread per pool connection alive: twenty of them
-    held 77 threads. Closed, it ends them, and a later call says it is closed."""
+    per-request savers, ``from_url``'s memory) kept up to a thread per pool connection
+    alive: ten savers held 38 threads. Closing the pool ends them, and a later call says
+    it is closed."""
+    from langgraph_memory_plus import from_url
     from langgraph_memory_plus.checkpoint.sqlite import AsyncSqliteSaver
     from langgraph_memory_plus.errors import InvalidConfigError
 
@@ -206,11 +208,17 @@ def test_a_closed_async_sqlite_saver_keeps_no_threads(tmp_path: Any) -> None:
 
     async def main() -> None:
         before = ours()
-        held = []
-        for i in range(10):
+        held: list[Any] = []
+        for i in range(6):
             async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "m.db")) as saver:
                 await asyncio.gather(*[saver.aget_tuple(_cfg(f"t{i}")) for _ in range(6)])
             held.append(saver)
+            async with from_url(f"sqlite:///{tmp_path / 'u.db'}") as memory:
+                await asyncio.gather(
+                    *[memory.checkpointer.aget_tuple(_cfg(f"t{i}")) for _ in range(6)],
+                    *[memory.store.aget(("n",), f"k{n}") for n in range(6)],
+                )
+            held.append(memory)
         deadline = time.monotonic() + 5
         while ours() > before and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
