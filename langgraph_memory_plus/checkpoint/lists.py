@@ -357,13 +357,25 @@ PAUSE_GC_FROM = 256
 """Batches of at least this many templates are built with the cyclic collector paused
 (:func:`_collector_paused`)."""
 PAUSE_GC_AT_MOST = 0.05
-"""Seconds a pause may last while builds overlap: past it the collector runs again until
-no build is under way (see :func:`_collector_paused`)."""
+"""Seconds a pause goes without a collection while builds overlap: past it, one runs in
+the pause (see :func:`_collector_paused`)."""
 
 _pause_lock = threading.Lock()
 _pausing = 0  # builds under way with the collector paused
 _paused_here = False  # whether those builds disabled it (it was enabled before them)
-_paused_at = 0.0  # when they did (time.monotonic)
+_collected_at = 0.0  # when the pause began or last collected (time.monotonic)
+
+
+def _catch_up() -> None:
+    """The collection the collector would have run by now, chosen as it chooses one:
+    the oldest generation whose count passed its threshold (the counts grow while it is
+    paused, and an explicit collection resets them as an automatic one does)."""
+    counts, thresholds = gc.get_count(), gc.get_threshold()
+    for generation in (2, 1):
+        if thresholds[generation] and counts[generation] > thresholds[generation]:
+            gc.collect(generation)
+            return
+    gc.collect(0)
 
 
 @contextmanager
@@ -381,10 +393,10 @@ def _collector_paused(size: int) -> Iterator[None]:
 
     Builds of many threads overlap without a gap under load (a dozen readers of long
     threads): a pause that lasted until the count fell to zero kept the collector off
-    for as long as the load did, and the process's cyclic garbage piled up. A pause
-    ends after :data:`PAUSE_GC_AT_MOST` seconds whatever the count; the collector then
-    stays on until no build is under way."""
-    global _pausing, _paused_here, _paused_at
+    for as long as the load did, and the process's cyclic garbage piled up. While a
+    pause lasts, a build that ends :data:`PAUSE_GC_AT_MOST` seconds or more after its
+    start or last collection runs one (:func:`_catch_up`)."""
+    global _pausing, _paused_here, _collected_at
     if size < PAUSE_GC_FROM:
         yield
         return
@@ -393,19 +405,20 @@ def _collector_paused(size: int) -> Iterator[None]:
             _paused_here = gc.isenabled()
             if _paused_here:
                 gc.disable()
-                _paused_at = time.monotonic()
-        elif _paused_here and time.monotonic() - _paused_at > PAUSE_GC_AT_MOST:
-            _paused_here = False
-            gc.enable()
+                _collected_at = time.monotonic()
         _pausing += 1
     try:
         yield
     finally:
         with _pause_lock:
             _pausing -= 1
-            if _paused_here and (_pausing == 0 or time.monotonic() - _paused_at > PAUSE_GC_AT_MOST):
-                _paused_here = False
-                gc.enable()
+            if _paused_here:
+                if _pausing == 0:
+                    _paused_here = False
+                    gc.enable()
+                elif time.monotonic() - _collected_at > PAUSE_GC_AT_MOST:
+                    _catch_up()
+                    _collected_at = time.monotonic()
 
 
 def build_all(templates: Sequence[Template]) -> list[Any]:
