@@ -203,6 +203,22 @@ def _missing(replies: list[Any]) -> bool:
     return any(isinstance(r, NoScriptError) for r in replies)
 
 
+def _by_source(
+    commands: Sequence[Sequence[Any]], replies: list[Any], sources: Mapping[str, str]
+) -> list[Sequence[Any]]:
+    """The commands the server refused for a script it forgot, to send again: each
+    ``EVALSHA`` of a known script as ``EVAL`` of its source, which cannot be refused so
+    (a ``SCRIPT FLUSH`` landing between the scripts' loading and the resend refused it
+    again, and the call failed with ``NoScriptError``) and loads the script as it runs."""
+    again: list[Sequence[Any]] = []
+    for command, reply in zip(commands, replies, strict=True):
+        if not isinstance(reply, NoScriptError):
+            continue
+        source = sources.get(command[1]) if _utf8_name(command[0]) == b"EVALSHA" else None
+        again.append(command if source is None else ("EVAL", source, *command[2:]))
+    return again
+
+
 def _raised(replies: list[Any]) -> list[Any]:
     for reply in replies:
         if isinstance(reply, Exception):
@@ -625,6 +641,7 @@ class RedisRunner:
         self.client = cast(SyncClient, client)
         self._scripts = {name: self.client.register_script(src) for name, src in scripts.items()}
         self._sources = [script.script for script in self._scripts.values()]
+        self._by_sha = {self._scripts[name].sha: src for name, src in scripts.items()}
         self._contact = _FirstContact(client)
         # per node client (one on a single node): its wire, None for a single-connection
         # client (redis-py's own path keeps its lock); a node gone from the cluster goes
@@ -648,9 +665,7 @@ class RedisRunner:
         if _missing(replies):
             for source in self._sources:
                 client.script_load(source)
-            again = [
-                c for c, r in zip(commands, replies, strict=True) if isinstance(r, NoScriptError)
-            ]
+            again = _by_source(commands, replies, self._by_sha)
             more = iter(self._raw(client, again))
             replies = [next(more) if _refused(r) else r for r in replies]
         return replies
@@ -678,7 +693,11 @@ class RedisRunner:
                 return reply
             except _REDIRECTED:
                 pass
-        return script(keys=command.keys, args=command.args)
+        try:
+            return script(keys=command.keys, args=command.args)
+        except NoScriptError:  # forgotten again after redis-py loaded it: see _by_source
+            source = self._by_sha[script.sha]
+            return client.eval(source, len(command.keys), *command.keys, *command.args)
 
     def _execute(self, command: Eval | Scan | Batch) -> Any:
         if isinstance(command, Eval):
@@ -721,6 +740,7 @@ class AsyncRedisRunner:
         self.client = cast(AsyncClient, client)
         self._scripts = {name: self.client.register_script(src) for name, src in scripts.items()}
         self._sources = [script.script for script in self._scripts.values()]
+        self._by_sha = {self._scripts[name].sha: src for name, src in scripts.items()}
         self._contact = _FirstContact(client)
         plain = isinstance(client, redis.asyncio.Redis) and client.connection is None
         self._wire = _AsyncWire(cast(redis.asyncio.Redis, client)) if plain else None
@@ -737,9 +757,7 @@ class AsyncRedisRunner:
         if _missing(replies):
             for source in self._sources:
                 await self.client.script_load(source)
-            again = [
-                c for c, r in zip(commands, replies, strict=True) if isinstance(r, NoScriptError)
-            ]
+            again = _by_source(commands, replies, self._by_sha)
             more = iter(await self._raw(again))
             replies = [next(more) if _refused(r) else r for r in replies]
         return replies
@@ -756,7 +774,13 @@ class AsyncRedisRunner:
     async def _eval(self, command: Eval) -> Any:
         script = self._scripts[command.script]
         if self._wire is None:
-            return await script(keys=command.keys, args=command.args)
+            try:
+                return await script(keys=command.keys, args=command.args)
+            except NoScriptError:  # forgotten again after redis-py loaded it: see _by_source
+                source = self._by_sha[script.sha]
+                return await self.client.eval(
+                    source, len(command.keys), *command.keys, *command.args
+                )
         [reply] = _raised(await self._send([_evalsha(script, command)]))
         return reply
 

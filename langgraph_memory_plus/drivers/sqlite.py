@@ -42,6 +42,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
@@ -226,6 +227,9 @@ class SqlitePool:
         self._open_count = 0  # opened and not closed: idle or borrowed
         self._idle: list[sqlite3.Connection] = []
         self._closed = False
+        # Worker pools of the runners on this pool (weakly: a runner dropped early lets
+        # its threads end), stopped when it closes.
+        self._workers: list[weakref.ref[ThreadPoolExecutor]] = []
 
     def __repr__(self) -> str:
         return f"SqlitePool({self.path!r}, max_size={self.max_size})"
@@ -308,15 +312,27 @@ class SqlitePool:
         with self.connection() as conn:
             conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
 
+    def serve(self, workers: ThreadPoolExecutor) -> None:
+        """Stop ``workers`` (a runner's threads for plans on this pool) when it closes."""
+        with self._lock:
+            self._workers = [w for w in self._workers if w() is not None]
+            self._workers.append(weakref.ref(workers))
+
     def close(self) -> None:
-        """Close idle connections now, and the borrowed ones when they come back."""
+        """Close idle connections now, and the borrowed ones when they come back; end
+        the worker threads of the runners on it (see :meth:`serve`)."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
             self._open_count -= len(idle)
             self._returned.notify_all()  # waiting borrowers learn it is closed
+            workers, self._workers = self._workers, []
         for conn in idle:
             conn.close()
+        for ref in workers:
+            executor = ref()
+            if executor is not None:
+                executor.shutdown(wait=False)
 
     async def aclose(self) -> None:
         """:meth:`close` from a worker thread (closing may checkpoint the WAL file)."""
@@ -428,11 +444,13 @@ class SqliteRunner:
         self._setup = setup
         self._setup_lock = threading.Lock()
         # The async classes' worker threads (started on first use; they end with the
-        # runner): one per connection the plans can hold at once.
+        # runner, or when its pool closes): one per connection the plans can hold at once.
         self._workers = ThreadPoolExecutor(
             max_workers=conn.max_size if isinstance(conn, SqlitePool) else 1,
             thread_name_prefix=f"lgmp-sqlite-{owner}",
         )
+        if isinstance(conn, SqlitePool):
+            conn.serve(self._workers)
 
     def _ensure_setup(self, explicit: Plan[Query, None] | None = None) -> None:
         """Run the component's migrations before its first plan, once per runner: an
@@ -465,7 +483,12 @@ class SqliteRunner:
         (as ``asyncio.to_thread`` would run it)."""
         context = contextvars.copy_context()
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._workers, context.run, call, plan)
+        try:
+            future = loop.run_in_executor(self._workers, context.run, call, plan)
+        except RuntimeError:  # its pool closed, and the workers with it
+            getattr(plan, "close", lambda: None)()
+            raise InvalidConfigError(f"{self.conn!r} is closed") from None
+        return await future
 
     def _run(self, plan: Plan[Query, R]) -> R:
         try:
