@@ -85,10 +85,10 @@ class PoolTimeoutError(MemoryPlusError, TimeoutError):
     when full), naming the two options that change it.
     """
 
-    def __init__(self, size: int, timeout: float | None) -> None:
+    def __init__(self, size: int, timeout: float | None, backend: str = "Redis") -> None:
         super().__init__(
-            f"no Redis connection became free within pool_timeout={timeout or 0:g} seconds "
-            f"(all pool_max_size={size} are in use); raise pool_max_size or pool_timeout"
+            f"no {backend} connection became free within pool_timeout={timeout or 0:g} "
+            f"seconds (all pool_max_size={size} are in use); raise pool_max_size or pool_timeout"
         )
         self.size = size
         self.timeout = timeout

@@ -282,7 +282,7 @@ OPTIONS: dict[str, Option] = {
     ),
     "pool_timeout": Option(
         partial(_number, minimum=0, strict=True),
-        frozenset({"redis"}),
+        frozenset({"redis", "sqlite"}),
         "seconds a call waits for a free pooled connection before PoolTimeoutError",
     ),
     "prepare_threshold": Option(
@@ -654,7 +654,7 @@ class Memory:
         if self._target == str(default_path()):
             default_path().parent.mkdir(parents=True, exist_ok=True)
         sizes: dict[str, Any] = {"max_size": o["pool_max_size"]} if "pool_max_size" in o else {}
-        for name in ("busy_timeout", "synchronous"):
+        for name in ("busy_timeout", "synchronous", "pool_timeout"):
             if name in o:
                 sizes[name] = o[name]
         pool = yield _Enter(SqlitePool(self._target, **sizes))
@@ -786,7 +786,7 @@ def from_url(url: str | None = None, **options: Unpack[UrlOptions]) -> Memory:
     ``schema`` and ``prepare_threshold`` (PostgreSQL; ``none`` for PgBouncer in transaction
     mode), ``vector_backend`` and ``hnsw`` (the PostgreSQL store's semantic search),
     ``key_prefix`` (Redis), ``pool_min_size`` (PostgreSQL),
-    ``pool_max_size``, ``pool_timeout`` (Redis, seconds to wait for a free connection),
+    ``pool_max_size``, ``pool_timeout`` (Redis and SQLite, seconds to wait for a free connection),
     ``busy_timeout`` (SQLite, seconds), ``synchronous`` (SQLite: ``normal``, the default,
     or ``full`` to sync every commit to disk), ``setup`` (default true: run the
     migrations on entering), and, as keyword arguments only, ``index`` (the store's

@@ -426,6 +426,37 @@ def test_a_full_pool_lends_each_returned_connection_once(tmp_path: Path) -> None
     assert pool._open_count == 0
 
 
+def test_a_pool_that_cannot_lend_fails_with_a_clear_timeout(tmp_path: Path) -> None:
+    """Every connection out and none coming back (a plan that hangs, a caller holding
+    one): a sync or async call waits ``pool_timeout`` seconds, then gets
+    ``PoolTimeoutError`` naming both options, and the saver works again once one is back
+    (it waited forever before). ``from_url`` takes the option too."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from langgraph_memory_plus import PoolTimeoutError, from_url
+
+    pool = SqlitePool(tmp_path / "t.db", max_size=1, pool_timeout=0.3)
+    saver, asaver = SqliteSaver(pool), AsyncSqliteSaver(pool)
+    saver.setup()
+    config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    held = pool.acquire()
+    started = time.monotonic()
+    with pytest.raises(PoolTimeoutError, match=r"SQLite.*pool_timeout=0\.3.*pool_max_size=1"):
+        saver.put(config, empty_checkpoint(), {}, {})
+    with pytest.raises(PoolTimeoutError):
+        asyncio.run(asaver.aget_tuple(config))
+    assert 0.5 <= time.monotonic() - started < WAIT_SECONDS
+    pool.release(held)
+    saver.put(config, empty_checkpoint(), {}, {})
+    assert asyncio.run(asaver.aget_tuple(config)) is not None
+    pool.close()
+    with pytest.raises(InvalidConfigError, match="pool_timeout"):
+        SqlitePool(tmp_path / "t.db", pool_timeout=-1)
+    with from_url(f"sqlite:///{tmp_path / 'u.db'}?pool_timeout=0.2&pool_max_size=1") as memory:
+        sqlite_pool = memory.checkpointer._runner.conn
+        assert isinstance(sqlite_pool, SqlitePool) and sqlite_pool.pool_timeout == 0.2
+
+
 def test_a_filtered_list_reads_full_pages_and_blobs_only_of_matches(tmp_path: Path) -> None:
     """``list(filter=..., limit=1)`` on a long thread: a number is narrowed in SQL (one
     page holds the match), a filter SQL cannot narrow (``None``) reads pages of many rows

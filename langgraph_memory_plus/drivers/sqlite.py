@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import math
 import os
 import sqlite3
 import threading
@@ -53,7 +54,7 @@ from urllib.parse import unquote, urlsplit
 
 from typing_extensions import Self
 
-from ..errors import InvalidConfigError, SetupRequiredError
+from ..errors import InvalidConfigError, PoolTimeoutError, SetupRequiredError
 from .closing import aclosing_first, closing_first
 from .options import check_options, split_options
 from .plan import Plan, drive
@@ -65,6 +66,7 @@ P = TypeVar("P")
 MIN_VERSION = (3, 24, 0)  # UPSERT (row values and common table expressions are older)
 DEFAULT_POOL_SIZE = 4
 DEFAULT_BUSY_TIMEOUT = 30.0
+DEFAULT_POOL_TIMEOUT = 30.0  # seconds a borrower waits when every connection is out
 Synchronous = Literal["normal", "full"]
 SYNCHRONOUS: tuple[Synchronous, ...] = ("normal", "full")
 DEFAULT_SYNCHRONOUS: Synchronous = "normal"
@@ -181,7 +183,9 @@ class SqlitePool:
     Up to ``max_size`` plans run at once (readers in parallel; writers one at a time, as
     SQLite allows). ``":memory:"`` gets exactly one connection, since every connection to
     ``":memory:"`` would be a database of its own. ``busy_timeout`` (seconds) is how long a
-    writer waits for another process's write before ``sqlite3.OperationalError``.
+    writer waits for another process's write before ``sqlite3.OperationalError``;
+    ``pool_timeout`` how long a call waits when all ``max_size`` connections are out before
+    :class:`PoolTimeoutError` (never forever: a plan that hangs holds its connection).
     ``synchronous`` is ``"normal"`` (default) or ``"full"``; see the module docstring.
 
     A context manager (sync and async) that closes the connections on exit; savers and
@@ -195,6 +199,7 @@ class SqlitePool:
         max_size: int = DEFAULT_POOL_SIZE,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         synchronous: Synchronous = DEFAULT_SYNCHRONOUS,
+        pool_timeout: float = DEFAULT_POOL_TIMEOUT,
     ) -> None:
         check_version()
         if synchronous not in SYNCHRONOUS:
@@ -216,6 +221,15 @@ class SqlitePool:
         self.in_memory = self.path in (MEMORY, "")
         self.max_size = 1 if self.in_memory else max_size
         self.busy_timeout = float(busy_timeout)
+        if (
+            isinstance(pool_timeout, bool)
+            or not isinstance(pool_timeout, (int, float))
+            or not 0 <= pool_timeout < math.inf
+        ):
+            raise InvalidConfigError(
+                f"pool_timeout must be a non-negative number of seconds, got {pool_timeout!r}"
+            )
+        self.pool_timeout = float(pool_timeout)
         self.synchronous: Synchronous = synchronous
         self.write_lock = threading.Lock() if self.in_memory else _write_lock(self.path)
         # Borrowed and idle connections are counted under one lock; a borrower waits on
@@ -264,7 +278,9 @@ class SqlitePool:
 
     def acquire(self) -> sqlite3.Connection:
         """Borrow a connection; hand it back with :meth:`release` (what :meth:`connection`
-        does, without a generator per call: runners borrow one per plan)."""
+        does, without a generator per call: runners borrow one per plan).
+        :class:`PoolTimeoutError` if none comes free within ``pool_timeout`` seconds."""
+        deadline: float | None = None
         with self._lock:
             while True:
                 if self._closed:
@@ -274,9 +290,16 @@ class SqlitePool:
                 if self._open_count < self.max_size:
                     self._open_count += 1
                     break
+                # Every connection is out (a plan that hangs, a caller holding one): wait
+                # at most pool_timeout in all, then say so, rather than hang.
+                if deadline is None:
+                    deadline = time.monotonic() + self.pool_timeout
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise PoolTimeoutError(self.max_size, self.pool_timeout, "SQLite")
                 self._waiting += 1
                 try:
-                    self._returned.wait()
+                    self._returned.wait(left)
                 finally:
                     self._waiting -= 1
         try:
@@ -589,13 +612,15 @@ def _refuse_on_loop(owner: str) -> None:
 
 class SqliteConnectOptions(TypedDict, total=False):
     """How ``from_conn_string`` opens the file: up to ``pool_max_size`` (default 4)
-    connections, a writer waits ``busy_timeout`` seconds (default 30) for another
-    process's write, and ``synchronous`` (``"normal"`` or ``"full"``) says when a commit
-    reaches the disk (see :class:`SqlitePool`)."""
+    connections (a call finding them all out waits up to ``pool_timeout`` seconds, default
+    30, then raises :class:`PoolTimeoutError`), a writer waits ``busy_timeout`` seconds
+    (default 30) for another process's write, and ``synchronous`` (``"normal"`` or
+    ``"full"``) says when a commit reaches the disk (see :class:`SqlitePool`)."""
 
     pool_max_size: int
     busy_timeout: float
     synchronous: Synchronous
+    pool_timeout: float
 
 
 class _SqliteDriver:
@@ -622,6 +647,7 @@ class _SqliteDriver:
             max_size=options.get("pool_max_size", DEFAULT_POOL_SIZE),
             busy_timeout=options.get("busy_timeout", DEFAULT_BUSY_TIMEOUT),
             synchronous=options.get("synchronous", DEFAULT_SYNCHRONOUS),
+            pool_timeout=options.get("pool_timeout", DEFAULT_POOL_TIMEOUT),
         )
 
     @classmethod
