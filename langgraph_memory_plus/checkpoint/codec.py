@@ -36,12 +36,14 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from ..encryption import (
+    SEALED_TYPE,
     Encryption,
     EncryptionError,
     Location,
     blob_at,
     checkpoint_at,
     item_at,
+    no_keys,
     write_at,
 )
 from ..errors import ValueTooLargeError, decoding
@@ -539,6 +541,10 @@ class CheckpointCodec:
             if where is None:
                 raise AssertionError("an encrypted value read without its location")
             typ, data = self.encryption.open_typed(typ, data or b"", where)
+        elif typ == SEALED_TYPE:
+            # sealed, and this saver has no keys: refused (the serializer took it for
+            # corrupt data, which sends an operator looking for the wrong problem)
+            raise no_keys(where)
         return self.serde.loads_typed(decompress(typ, data or b""))
 
     def _load_item(self, thread_id: str, item_id: bytes, typ: str, data: bytes) -> Any:

@@ -68,7 +68,7 @@ from ..encryption import (
     write_at,
 )
 from ..errors import InvalidConfigError
-from ..store.base import SEALED_FIELD
+from ..store.base import SEALED_FIELD, sealed_text
 from ..store.namespaces import namespace_of, user_of_namespace
 from ..store.values import unescape_text
 from ..threads.core import INTERRUPT
@@ -469,9 +469,9 @@ def _reseal(
     (``valued``: a checkpoint's thread's stored values, see ``body_upgrade``)."""
     if part.kind == "store":
         value = _row_value(sql, values[0])
-        sealed = value.get(SEALED_FIELD) if isinstance(value, dict) and len(value) == 1 else None
+        sealed = sealed_text(value)
         where = res.store_location(namespace_of(key[0]), unescape_text(key[1]))
-        if isinstance(sealed, str):
+        if sealed is not None:
             new = res.text(sealed, where)
             return None if new is None else [_store_value(sql, {SEALED_FIELD: new}), values[1]]
         if not res.enc.accept_plaintext:
@@ -799,10 +799,9 @@ def _redis_shard(plans: Any, res: _Resealer, path: bytes) -> Plan[Any, tuple[int
     rewritten = lost = 0
     for field, old in found.items():
         header, _, text = old.partition(b"\n")
-        value = json.loads(text)
-        sealed = value.get(SEALED_FIELD) if isinstance(value, dict) and len(value) == 1 else None
+        sealed = sealed_text(json.loads(text))
         namespace, key = split_id(field)
-        if not isinstance(sealed, str):
+        if sealed is None:
             lost += int(res.enc.accept_plaintext)
             continue
         moved = res.text(sealed, res.store_location(tuple(namespace), key))
