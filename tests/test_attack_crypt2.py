@@ -156,3 +156,37 @@ def test_a_store_without_keys_refuses_a_sealed_value(target: Target) -> None:
         except EncryptionError:
             return
         raise AssertionError(f"returned as it is stored: {value!r}")
+
+
+@ALL
+def test_rekey_over_an_unencrypted_database_without_the_migration_mode_says_so(
+    target: Target,
+) -> None:
+    """A new user turns encryption on over an unencrypted database and runs
+    ``langgraph-memory rekey`` without the migration mode: it rewrote nothing, exited 0
+    and printed "rekeyed 0 of N rows", which reads as done, while every read refused the
+    data. Fixed: the report counts the values it left unencrypted, the command says how
+    to encrypt them and exits 1; run in the migration mode, then again without it, it
+    exits 0 with nothing left."""
+    from test_encryption_attack import _cli, _rekey_env, _url
+
+    with target.open() as memory:
+        _chat(memory, "plain", "an ordinary first message")
+        memory.store.put(("users", "u1"), "note", {"text": "plain"})
+    env = _rekey_env(("k1", K1))
+    left = _cli("rekey", "-u", _url(target), env=env)
+    assert left.returncode == 1, (left.returncode, left.stdout, left.stderr[-2000:])
+    assert "ACCEPT_PLAINTEXT=1" in left.stderr
+    as_json = _cli("rekey", "-u", _url(target), "--json", env=env)
+    assert as_json.returncode == 1 and '"unencrypted": ' in as_json.stdout
+    migrating = {**env, "LANGGRAPH_MEMORY_ENCRYPTION_ACCEPT_PLAINTEXT": "1"}
+    assert _cli("rekey", "-u", _url(target), env=migrating).returncode == 0
+    if target.url.startswith("redis"):  # plaintext store items: put them again (README)
+        with target.open(encryption=Encryption({"k1": K1}, accept_plaintext=True)) as memory:
+            memory.store.put(("users", "u1"), "note", {"text": "plain"})
+    done = _cli("rekey", "-u", _url(target), "--json", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    assert '"unencrypted": 0' in done.stdout
+    with target.open(encryption=Encryption({"k1": K1})) as memory:
+        assert _titles(memory)["plain"] == "an ordinary first message"
+        assert memory.store.get(("users", "u1"), "note").value == {"text": "plain"}
