@@ -190,3 +190,84 @@ def test_rekey_over_an_unencrypted_database_without_the_migration_mode_says_so(
     with target.open(encryption=Encryption({"k1": K1})) as memory:
         assert _titles(memory)["plain"] == "an ordinary first message"
         assert memory.store.get(("users", "u1"), "note").value == {"text": "plain"}
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+@pytest.mark.parametrize("when", ["migrating", "after-rekey"])
+def test_a_scalar_kept_inline_before_encryption_survives_the_next_checkpoint(
+    target: Target, when: str
+) -> None:
+    """PostgreSQL without encryption keeps small scalar channel values inline in each
+    checkpoint row (not as blobs), and rekey seals them there; an encrypting codec did not
+    inline, so the first checkpoint it wrote after such a row (in the migration mode, or
+    later on a migrated thread) named the unchanged channels' versions with no blob
+    behind them: the value was lost, and every read of that checkpoint raised (its sealed
+    body says it has a value). Fixed: the encrypting codec keeps inline values inline,
+    each sealed at its channel version."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    config: Any = {"configurable": {"thread_id": "inline", "checkpoint_ns": ""}}
+    with target.open() as memory:
+        first = empty_checkpoint()
+        first["channel_values"] = {"count": 1, "name": "Ann"}
+        first["channel_versions"] = {"count": "1", "name": "1"}
+        c1 = memory.checkpointer.put(config, first, {"source": "loop", "step": 1},
+                                     {"count": "1", "name": "1"})  # fmt: skip
+    migrating = Encryption({"k1": K1}, accept_plaintext=True)
+    enc = migrating if when == "migrating" else Encryption({"k1": K1})
+    if when == "after-rekey":
+        with target.open(encryption=migrating) as memory:
+            rekey(memory)
+    with target.open(encryption=enc) as memory:
+        second = empty_checkpoint()
+        second["channel_values"] = {"count": 2, "name": "Ann"}
+        second["channel_versions"] = {"count": "2", "name": "1"}
+        memory.checkpointer.put(c1, second, {"source": "loop", "step": 2}, {"count": "2"})
+        found = memory.checkpointer.get_tuple(config)
+        assert found.checkpoint["channel_values"] == {"count": 2, "name": "Ann"}
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+@pytest.mark.parametrize("relabel", [False, True])
+def test_a_sealed_inline_value_copied_from_an_older_checkpoint_does_not_open(
+    target: Target, relabel: bool
+) -> None:
+    """The other side of inlining sealed values: an older checkpoint row's inline entry
+    (its version, type and envelope) copied into the latest row's clear versions column,
+    as it is or relabeled with the latest version, is refused, not read as a rollback."""
+    import json
+
+    from langgraph.checkpoint.base import empty_checkpoint
+    from test_attack_bind import _sql
+    from test_encryption_attack import _Raw
+
+    enc = Encryption({"k1": K1})
+    config: Any = {"configurable": {"thread_id": "inl", "checkpoint_ns": ""}}
+    with target.open(encryption=enc) as memory:
+        saver = memory.checkpointer
+        first = empty_checkpoint()
+        first["channel_values"] = {"n": "value one"}
+        first["channel_versions"] = {"n": "1"}
+        c1 = saver.put(config, first, {"source": "loop", "step": 1}, {"n": "1"})
+        second = empty_checkpoint()
+        second["channel_values"] = {"n": "value two"}
+        second["channel_versions"] = {"n": "2"}
+        c2 = saver.put(c1, second, {"source": "loop", "step": 2}, {"n": "2"})
+        assert saver.get_tuple(config).checkpoint["channel_values"] == {"n": "value two"}
+        raw = _Raw(target, memory, "inl")
+    rows = dict(_sql(raw, "SELECT checkpoint_id, channel_versions FROM lgmp_checkpoints "
+                          "WHERE thread_key = ?", raw.tk))  # fmt: skip
+    old = rows[c1["configurable"]["checkpoint_id"]]["n"]
+    assert isinstance(old, list) and old[1] == "lgmpenc1", old  # sealed, inline
+    entry = [rows[c2["configurable"]["checkpoint_id"]]["n"][0], *old[1:]] if relabel else old
+    _sql(
+        raw,
+        "UPDATE lgmp_checkpoints SET channel_versions = json(?) "
+        "WHERE thread_key = ? AND checkpoint_id = ?",
+        json.dumps({"n": entry}),
+        raw.tk,
+        c2["configurable"]["checkpoint_id"],
+    )
+    with target.open(encryption=enc) as memory, pytest.raises(EncryptionError, match="moved"):
+        found = memory.checkpointer.get_tuple(config)
+        raise AssertionError(f"rolled back: {found.checkpoint['channel_values']!r}")

@@ -279,12 +279,17 @@ class CheckpointCodec:
     ) -> None:
         self.serde = serde
         self.encryption = encryption
-        """Seals every stored value (after compression); with it, nothing is inlined
-        and metadata is never stored as its JSON projection only."""
+        """Seals every stored value (after compression), values kept inline too (each at
+        its channel version); with it, metadata is never stored as its JSON projection
+        only."""
         self.metadata_keys: frozenset[str] | None = None
         """The metadata keys kept in the JSON projection (``None``: all)."""
         if encryption is not None:
-            inline = metadata_as_json = False
+            # Inline values stay inline (sealed): a backend that inlines (PostgreSQL)
+            # keeps an unchanged small value only in each checkpoint row, never as a
+            # blob, so a checkpoint written without it after one written with it (the
+            # first turn after encryption was turned on) lost the value.
+            metadata_as_json = False
             if encryption.metadata_keys is not None:
                 keep = encryption.metadata_keys | STRUCTURAL_METADATA | set(index_keys)
                 self.metadata_keys = frozenset(keep)
@@ -417,6 +422,9 @@ class CheckpointCodec:
             dict(versions) if native else {ch: version_text(v) for ch, v in versions.items()}
         )
         for channel, (typ, data) in inline.items():
+            if self.encryption is not None:
+                where = blob_at(tid, ns, channel, version_text(versions[channel]), user_id)
+                typ, data = self.encryption.seal_typed(typ, data, where)
             versions_json[channel] = _inline_entry(versions_json[channel], typ, data)
         return EncodedCheckpoint(
             checkpoint_id=checkpoint["id"],

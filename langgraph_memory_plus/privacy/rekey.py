@@ -283,8 +283,8 @@ class _Sql:
                 ),
             ]
             if self.backend == "postgres":
-                # Small scalar values kept inline in the checkpoint row (written before
-                # encryption was on; an encrypting codec never inlines).
+                # Small scalar values kept inline in the checkpoint row (each sealed at
+                # its channel version, or plaintext written before encryption was on).
                 out.append(
                     _Part(
                         "inline_values",
