@@ -271,3 +271,37 @@ def test_a_sealed_inline_value_copied_from_an_older_checkpoint_does_not_open(
     with target.open(encryption=enc) as memory, pytest.raises(EncryptionError, match="moved"):
         found = memory.checkpointer.get_tuple(config)
         raise AssertionError(f"rolled back: {found.checkpoint['channel_values']!r}")
+
+
+class _CollidingKeys:
+    """A KMS whose key ids follow a scheme that also produced the shared key's id."""
+
+    def __init__(self) -> None:
+        self.key = os.urandom(32)
+
+    def key_for(self, user_id: str) -> tuple[str, bytes] | None:
+        return ("k1", self.key)
+
+    def key_by_id(self, key_id: str) -> bytes | None:
+        return self.key if key_id == "k1" else None
+
+    def drop(self, user_id: str) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_a_tenant_key_id_that_is_a_shared_key_id_is_refused_before_writing(
+    target: Target,
+) -> None:
+    """A KMS handing out a tenant key under an id the shared keys also use ("k1"): each
+    user's value was sealed with the tenant key, and every read took the shared key of
+    that id, so what was written never opened again (and dropping the tenant key shredded
+    nothing that reads had used). Refused when such a key is to seal, before anything is
+    written."""
+    from langgraph_memory_plus.errors import InvalidConfigError
+
+    enc = Encryption({"k1": K1}, tenant_keys=_CollidingKeys())
+    with target.open(encryption=enc) as memory:
+        with pytest.raises(InvalidConfigError, match="tenant key id"):
+            memory.store.put(("memories", "alice"), "m", {"text": "alice likes tea"})
+        assert memory.store.get(("memories", "alice"), "m") is None

@@ -344,7 +344,15 @@ class Encryption:
             found = self.tenant_keys.key_for(where.user_id)
             if found is not None:
                 kid, key = found
-                return kid, _check_key(kid, key)
+                key = _check_key(kid, key)
+                if kid in self.keys and self.keys[kid] != key:
+                    # Reads take the shared key of an id first: sealed with this one, the
+                    # value would never open again.
+                    raise InvalidConfigError(
+                        f"tenant key id {kid!r} is also a shared key's id: give tenant "
+                        "keys ids of their own"
+                    )
+                return kid, key
         return self.current, self.keys[self.current]
 
     def _read_key(self, key_id: str) -> bytes | None:
