@@ -27,20 +27,24 @@ pytestmark = pytest.mark.storage
 __all__ = ["target"]
 
 K1 = os.urandom(32)
+BLOB = " (over 40 characters: stored as a blob, never inline)"
+"""Makes a seeded string a blob row on every backend (PostgreSQL keeps shorter scalars
+inline in the checkpoint row), for the attacks that move blobs."""
+A_ONE, A_TWO, B_ONE = "a one" + BLOB, "a two" + BLOB, "b one" + BLOB
 SQL = pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 
 
 def _seed(memory: Any, thread_id: str = "bind") -> tuple[str, str]:
-    """Two checkpoints: ``a`` changes ("a one" -> "a two"), ``msgs`` (a list stored as
-    items) grows from 20 to 21 strings; the two checkpoint ids."""
+    """Two checkpoints: ``a`` changes (``A_ONE`` -> ``A_TWO``, blobs), ``msgs`` (a list
+    stored as items) grows from 20 to 21 strings; the two checkpoint ids."""
     saver = memory.checkpointer
     first = empty_checkpoint()
-    first["channel_values"] = {"a": "a one", "msgs": [f"m{n}" for n in range(20)]}
+    first["channel_values"] = {"a": A_ONE, "msgs": [f"m{n}" for n in range(20)]}
     first["channel_versions"] = {"a": "1", "msgs": "1"}
     config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
     c1 = saver.put(config, first, {"source": "loop", "step": 1}, {"a": "1", "msgs": "1"})
     second = empty_checkpoint()
-    second["channel_values"] = {"a": "a two", "msgs": [f"m{n}" for n in range(21)]}
+    second["channel_values"] = {"a": A_TWO, "msgs": [f"m{n}" for n in range(21)]}
     second["channel_versions"] = {"a": "2", "msgs": "2"}
     c2 = saver.put(c1, second, {"source": "loop", "step": 2}, {"a": "2", "msgs": "2"})
     return c1["configurable"]["checkpoint_id"], c2["configurable"]["checkpoint_id"]
@@ -127,7 +131,7 @@ def test_clear_json_metadata_of_an_unencrypted_database_is_sealed_by_the_migrati
     with target.open(encryption=Encryption({"k1": K1})) as memory:
         found = _latest(memory, "old")
         assert found.metadata["step"] == 2
-        assert found.checkpoint["channel_values"]["a"] == "a two"
+        assert found.checkpoint["channel_values"]["a"] == A_TWO
         assert [c.metadata["step"] for c in memory.checkpointer.list(None)] == [2, 1]
 
 
@@ -147,7 +151,7 @@ def test_bodies_migrated_by_rekey_keep_their_versions_and_empty_channels(target:
     enc = Encryption({"k1": K1})
     with target.open(encryption=enc) as memory:
         found = _latest(memory, "old")
-        assert found.checkpoint["channel_values"]["a"] == "a two"
+        assert found.checkpoint["channel_values"]["a"] == A_TWO
         assert len(found.checkpoint["channel_values"]["msgs"]) == 21
     if raw.backend != "redis":
         rows = _sql(raw, "SELECT channel_versions FROM lgmp_checkpoints WHERE thread_key = ? "

@@ -34,6 +34,10 @@ pytestmark = pytest.mark.storage
 __all__ = ["target"]
 
 K1, K2 = os.urandom(32), os.urandom(32)
+BLOB = " (over 40 characters: stored as a blob, never inline)"
+"""Makes a seeded string a blob row on every backend (PostgreSQL keeps shorter scalars
+inline in the checkpoint row), for the attacks that move blobs."""
+A_ONE, A_TWO, B_ONE = "a one" + BLOB, "a two" + BLOB, "b one" + BLOB
 
 
 def _b64(key: bytes) -> str:
@@ -543,12 +547,12 @@ def _seed_swaps(memory: Any) -> tuple[str, str]:
     saver = memory.checkpointer
     msgs = [f"message {n}" for n in range(20)]
     first = empty_checkpoint()
-    first["channel_values"] = {"a": "a one", "b": "b one", "msgs": msgs}
+    first["channel_values"] = {"a": A_ONE, "b": B_ONE, "msgs": msgs}
     first["channel_versions"] = {"a": 1, "b": 1, "msgs": 1}
     config: Any = {"configurable": {"thread_id": "sw", "checkpoint_ns": ""}}
     c1 = saver.put(config, first, {"source": "loop", "step": 1}, {"a": 1, "b": 1, "msgs": 1})
     second = empty_checkpoint()
-    second["channel_values"] = {"a": "a two", "b": "b one", "msgs": [*msgs, "message 20"]}
+    second["channel_values"] = {"a": A_TWO, "b": B_ONE, "msgs": [*msgs, "message 20"]}
     second["channel_versions"] = {"a": 2, "b": 1, "msgs": 2}
     c2 = saver.put(c1, second, {"source": "loop", "step": 2}, {"a": 2, "msgs": 2})
     saver.put_writes(c2, [("a", "task a first"), ("b", "task a second")], "task-a")
@@ -579,7 +583,7 @@ def test_a_value_copied_over_another_of_the_same_thread_does_not_open(
     with target.open(encryption=enc) as memory:  # the unswapped thread reads back whole
         found = _latest(memory)
         values = found.checkpoint["channel_values"]
-        assert (values["a"], values["b"], len(values["msgs"])) == ("a two", "b one", 21)
+        assert (values["a"], values["b"], len(values["msgs"])) == (A_TWO, B_ONE, 21)
         assert sorted(found.pending_writes) == [
             ("task-a", "a", "task a first"),
             ("task-a", "b", "task a second"),
@@ -624,7 +628,7 @@ def test_a_fork_reads_the_blobs_it_shares_with_its_parent(target: Target) -> Non
         saver.put(parent.config, fork, {"source": "fork", "step": 2}, {"b": 3})
     with target.open(encryption=enc) as memory:
         values = _latest(memory).checkpoint["channel_values"]
-        assert (values["a"], values["b"], len(values["msgs"])) == ("a one", "b fork", 20)
+        assert (values["a"], values["b"], len(values["msgs"])) == (A_ONE, "b fork", 20)
 
 
 def test_a_title_or_transcript_line_of_another_thread_does_not_open(target: Target) -> None:
@@ -1101,13 +1105,13 @@ def test_rows_of_the_previous_release_open_only_when_migrating_and_rekey_binds_t
         with pytest.raises(EncryptionError, match="earlier release"):
             memory.checkpointer.threads.get("asks")
     with target.open(encryption=migrating) as memory:
-        assert _latest(memory).checkpoint["channel_values"]["a"] == "a two"
+        assert _latest(memory).checkpoint["channel_values"]["a"] == A_TWO
         report = rekey(memory, batch_size=3)
         assert report.rewritten > 0 and report.unreachable == 0
     with target.open(encryption=enc) as memory:
         found = _latest(memory)
         values = found.checkpoint["channel_values"]
-        assert (values["a"], values["b"], len(values["msgs"])) == ("a two", "b one", 21)
+        assert (values["a"], values["b"], len(values["msgs"])) == (A_TWO, B_ONE, 21)
         assert len(found.pending_writes) == 3
         record = memory.checkpointer.threads.get("asks")
         assert record is not None and record["status"] == "interrupted"

@@ -36,12 +36,14 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from ..encryption import (
+    SEALED_TYPE,
     Encryption,
     EncryptionError,
     Location,
     blob_at,
     checkpoint_at,
     item_at,
+    no_keys,
     write_at,
 )
 from ..errors import ValueTooLargeError, decoding
@@ -292,12 +294,17 @@ class CheckpointCodec:
     ) -> None:
         self.serde = serde
         self.encryption = encryption
-        """Seals every stored value (after compression); with it, nothing is inlined
-        and metadata is never stored as its JSON projection only."""
+        """Seals every stored value (after compression), values kept inline too (each at
+        its channel version); with it, metadata is never stored as its JSON projection
+        only."""
         self.metadata_keys: frozenset[str] | None = None
         """The metadata keys kept in the JSON projection (``None``: all)."""
         if encryption is not None:
-            inline = metadata_as_json = False
+            # Inline values stay inline (sealed): a backend that inlines (PostgreSQL)
+            # keeps an unchanged small value only in each checkpoint row, never as a
+            # blob, so a checkpoint written without it after one written with it (the
+            # first turn after encryption was turned on) lost the value.
+            metadata_as_json = False
             if encryption.metadata_keys is not None:
                 keep = encryption.metadata_keys | STRUCTURAL_METADATA | set(index_keys)
                 self.metadata_keys = frozenset(keep)
@@ -432,6 +439,9 @@ class CheckpointCodec:
         texts = {ch: version_text(v) for ch, v in versions.items()}
         versions_json: dict[str, Any] = dict(versions) if native else dict(texts)
         for channel, (typ, data) in inline.items():
+            if self.encryption is not None:
+                where = blob_at(tid, ns, channel, version_text(versions[channel]), user_id)
+                typ, data = self.encryption.seal_typed(typ, data, where)
             versions_json[channel] = _inline_entry(versions_json[channel], typ, data)
         return EncodedCheckpoint(
             checkpoint_id=checkpoint["id"],
@@ -557,6 +567,10 @@ class CheckpointCodec:
             if where is None:
                 raise AssertionError("an encrypted value read without its location")
             typ, data = self.encryption.open_typed(typ, data or b"", where)
+        elif typ == SEALED_TYPE:
+            # sealed, and this saver has no keys: refused (the serializer took it for
+            # corrupt data, which sends an operator looking for the wrong problem)
+            raise no_keys(where)
         return self.serde.loads_typed(decompress(typ, data or b""))
 
     def _load_item(self, thread_id: str, item_id: bytes, typ: str, data: bytes) -> Any:

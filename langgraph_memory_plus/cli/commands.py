@@ -741,15 +741,26 @@ def rekey(args: argparse.Namespace) -> int:
                 "examined": report.examined,
                 "rewritten": report.rewritten,
                 "unreachable": report.unreachable,
+                "unencrypted": report.unencrypted,
                 "parts": report.parts,
                 "seconds": round(report.seconds, 3),
             }
         )
-        return OK
+        return FOUND_PROBLEMS if report.unencrypted else OK
     print(
         f"rekeyed {report.rewritten} of {report.examined} rows in {report.seconds:.1f} s"
         + (f" ({report.unreachable} unreachable)" if report.unreachable else "")
     )
+    if report.unencrypted:
+        # Run over an unencrypted database without the migration mode, rekey moved
+        # nothing and, silent, looked like the migration done.
+        print(
+            f"{report.unencrypted} values are not encrypted (or sealed by an earlier "
+            "release) and were left: reads refuse them. Run rekey again with "
+            "LANGGRAPH_MEMORY_ENCRYPTION_ACCEPT_PLAINTEXT=1 to encrypt them.",
+            file=sys.stderr,
+        )
+        return FOUND_PROBLEMS
     return OK
 
 

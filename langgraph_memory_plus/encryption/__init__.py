@@ -344,7 +344,15 @@ class Encryption:
             found = self.tenant_keys.key_for(where.user_id)
             if found is not None:
                 kid, key = found
-                return kid, _check_key(kid, key)
+                key = _check_key(kid, key)
+                if kid in self.keys and self.keys[kid] != key:
+                    # Reads take the shared key of an id first: sealed with this one, the
+                    # value would never open again.
+                    raise InvalidConfigError(
+                        f"tenant key id {kid!r} is also a shared key's id: give tenant "
+                        "keys ids of their own"
+                    )
+                return kid, key
         return self.current, self.keys[self.current]
 
     def _read_key(self, key_id: str) -> bytes | None:
@@ -423,8 +431,10 @@ class Encryption:
         return TEXT_PREFIX + base64.b64encode(raw).decode("ascii")
 
     def open_text(self, text: str, where: Location) -> str:
-        if not text.startswith(TEXT_PREFIX):
-            # plaintext: refused unless migrating
+        if not text.startswith(TEXT_PREFIX) or (self.accept_plaintext and key_id_of(text) is None):
+            # plaintext: refused unless migrating. In the migration mode, text that only
+            # starts like an envelope (a title or message a user typed so) is plaintext:
+            # refused as a damaged envelope, it stopped the migration of every thread.
             return self.open(text.encode("utf-8", "surrogatepass"), where).decode(
                 "utf-8", "surrogatepass"
             )
@@ -486,6 +496,17 @@ def key_id_of(data: bytes | str) -> str | None:
         return None
 
 
+def no_keys(where: Location | None) -> EncryptionError:
+    """The error for a sealed value read where no encryption is configured (the keys
+    left out of one process's environment, or ``?encryption=off`` on an encrypted
+    database): refused, not returned as bytes nobody can use."""
+    return EncryptionError(
+        "encrypted data, but no encryption keys are configured (pass encryption=... or "
+        f"set {ENV_KEYS})",
+        **(where.where() if where is not None else {}),
+    )
+
+
 def new_key() -> bytes:
     """A fresh random 32-byte key (store it in your secret manager)."""
     return os.urandom(32)
@@ -509,5 +530,6 @@ __all__ = [
     "item_at",
     "key_id_of",
     "new_key",
+    "no_keys",
     "write_at",
 ]

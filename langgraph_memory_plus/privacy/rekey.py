@@ -68,7 +68,7 @@ from ..encryption import (
     write_at,
 )
 from ..errors import InvalidConfigError
-from ..store.base import SEALED_FIELD
+from ..store.base import SEALED_FIELD, sealed_text
 from ..store.namespaces import namespace_of, user_of_namespace
 from ..store.values import unescape_text
 from ..threads.core import INTERRUPT
@@ -94,6 +94,9 @@ class RekeyReport:
     examined: int = 0
     rewritten: int = 0
     unreachable: int = 0
+    unencrypted: int = 0
+    """Values left unencrypted, or sealed by the previous release, because the migration
+    mode is off: reads refuse them until a rekey in that mode seals them."""
     seconds: float = 0.0
     parts: dict[str, int] = dc_field(default_factory=dict)
     """Rows rewritten per table."""
@@ -123,8 +126,10 @@ def _tid(raw: Any) -> str | None:
 class _Resealer:
     """Decides, per value, whether it must move, and reseals it (no I/O)."""
 
-    def __init__(self, enc: Encryption, codec: Any = None) -> None:
+    def __init__(self, enc: Encryption, report: RekeyReport, codec: Any = None) -> None:
         self.enc = enc
+        self.report = report
+        """Counts the values left unencrypted (see ``RekeyReport.unencrypted``)."""
         self.codec = codec
         """The saver's codec: it seals metadata stored as its JSON projection only."""
         self.keep: frozenset[str] | None = getattr(codec, "metadata_keys", None)
@@ -142,6 +147,7 @@ class _Resealer:
     def _stale(self, sealed: bool, data: bytes | str, where: Location) -> bool:
         if not sealed or (where.at and is_legacy(data)):
             # plaintext, or bound to less than its location: opened in migration mode only
+            self.report.unencrypted += not self.enc.accept_plaintext
             return self.enc.accept_plaintext
         # Shared keys move to the key a write there would use now (the current one, or
         # the user's tenant key: per-tenant keys turned on over shared-key rows); a tenant
@@ -277,8 +283,8 @@ class _Sql:
                 ),
             ]
             if self.backend == "postgres":
-                # Small scalar values kept inline in the checkpoint row (written before
-                # encryption was on; an encrypting codec never inlines).
+                # Small scalar values kept inline in the checkpoint row (each sealed at
+                # its channel version, or plaintext written before encryption was on).
                 out.append(
                     _Part(
                         "inline_values",
@@ -469,12 +475,13 @@ def _reseal(
     (``valued``: a checkpoint's thread's stored values, see ``body_upgrade``)."""
     if part.kind == "store":
         value = _row_value(sql, values[0])
-        sealed = value.get(SEALED_FIELD) if isinstance(value, dict) and len(value) == 1 else None
+        sealed = sealed_text(value)
         where = res.store_location(namespace_of(key[0]), unescape_text(key[1]))
-        if isinstance(sealed, str):
+        if sealed is not None:
             new = res.text(sealed, where)
             return None if new is None else [_store_value(sql, {SEALED_FIELD: new}), values[1]]
         if not res.enc.accept_plaintext:
+            res.report.unencrypted += 1
             return None  # plaintext outside migration mode: reads refuse it; leave it
         text = values[0] if isinstance(values[0], str) else json.dumps(value, ensure_ascii=False)
         plain = ("1" if values[1] else "0") + text
@@ -748,7 +755,7 @@ def _rekey_redis(
 ) -> None:
     """The Redis saver's threads, ``batch_size`` threads per plan (a script per field)."""
     plans = saver._plans
-    res = _Resealer(saver.encryption, getattr(saver, "_codec", None))
+    res = _Resealer(saver.encryption, report, getattr(saver, "_codec", None))
     tags: list[str] = saver._run(plans._all_thread_keys())
     _redis_batches(
         saver._run, tags, lambda tag: _redis_thread(plans, res, tag), "threads",
@@ -799,11 +806,11 @@ def _redis_shard(plans: Any, res: _Resealer, path: bytes) -> Plan[Any, tuple[int
     rewritten = lost = 0
     for field, old in found.items():
         header, _, text = old.partition(b"\n")
-        value = json.loads(text)
-        sealed = value.get(SEALED_FIELD) if isinstance(value, dict) and len(value) == 1 else None
+        sealed = sealed_text(json.loads(text))
         namespace, key = split_id(field)
-        if not isinstance(sealed, str):
+        if sealed is None:
             lost += int(res.enc.accept_plaintext)
+            res.report.unencrypted += not res.enc.accept_plaintext
             continue
         moved = res.text(sealed, res.store_location(tuple(namespace), key))
         if moved is None:
@@ -820,7 +827,7 @@ def _rekey_redis_store(
     progress: Callable[[RekeyProgress], None] | None,
 ) -> None:
     plans = store._plans
-    res = _Resealer(store.encryption)
+    res = _Resealer(store.encryption, report)
 
     def shards() -> Plan[Any, list[bytes]]:
         from ..drivers.redis import Batch
@@ -901,7 +908,8 @@ def rekey(
         targets = [t for t in targets if t[0] is not redis_store]
     for obj, with_saver, with_store in targets:
         _, sql = _backend(obj)
-        res = _Resealer(obj.encryption, getattr(obj, "_codec", None) if with_saver else None)
+        codec = getattr(obj, "_codec", None) if with_saver else None
+        res = _Resealer(obj.encryption, report, codec)
         # In the migration mode, metadata stored only as its projection (PostgreSQL) is
         # plaintext that reads refuse once the mode is off: those rows are sealed too.
         projections = res.keep is not None or res.enc.accept_plaintext

@@ -42,7 +42,7 @@ from langgraph.store.base import (
 
 from ..drivers.bridge import AsyncBridge, SyncBridge
 from ..drivers.plan import Plan, adrive, drive
-from ..encryption import Encryption, Location
+from ..encryption import Encryption, Location, key_id_of
 from ..errors import ConflictError, InvalidConfigError, ValueTooLargeError, decoding
 from ..observability import events as ev
 from ..observability.core import Listener, Observable
@@ -234,6 +234,17 @@ class StoreOptions(TypedDict, total=False):
 
 SEALED_FIELD = "lgmp_sealed"
 """The only field of a stored value when encryption is on: the sealed JSON text."""
+
+
+def sealed_text(value: Any) -> str | None:
+    """The envelope of a stored value sealed by an encrypting store (``{SEALED_FIELD:
+    envelope}``), or ``None`` for plaintext: a user's own value of that one field that
+    holds no envelope too (read as sealed in the migration mode, it failed to open, and
+    the migration's rekey sealed its text in place of the value)."""
+    sealed = value.get(SEALED_FIELD) if isinstance(value, dict) and len(value) == 1 else None
+    return sealed if isinstance(sealed, str) and key_id_of(sealed) is not None else None
+
+
 SEARCH_ALL = 1 << 30
 """The page an encrypted search asks its backend for: every match under the prefix
 (filters and pages are applied after decryption)."""
@@ -366,9 +377,8 @@ class StoreBase(Observable, BaseStore, ABC):
         if enc is None or item is None:
             return item
         where = self._location(item.namespace, item.key)
-        value = item.value
-        sealed = value.get(SEALED_FIELD) if isinstance(value, dict) and len(value) == 1 else None
-        if not isinstance(sealed, str):
+        sealed = sealed_text(item.value)
+        if sealed is None:
             enc.plaintext(where)  # raises unless migrating
             return item
         plain = enc.open_text(sealed, where)
