@@ -250,5 +250,6 @@ def test_pool_options_from_url() -> None:
     with pytest.raises(InvalidConfigError, match="pool_timeout"):
         from_url("redis://h/0?pool_timeout=-1")
     with pytest.raises(InvalidConfigError, match="does not apply"):
-        from_url("sqlite:///x.db", pool_timeout=3)
+        from_url("postgresql://h/db", pool_timeout=3)  # psycopg's pool has its own
+    assert from_url("sqlite:///x.db?pool_timeout=3").backend == "sqlite"
     assert from_url("redis://h/0?pool_timeout=2&pool_max_size=5").backend == "redis"
