@@ -177,6 +177,18 @@ def execute_outside(conn: sqlite3.Connection, sql: str, params: Any = ()) -> Non
         pause = min(pause * 2, 0.05)
 
 
+def _seconds(name: str, value: object, *, finite: bool = False) -> float:
+    """A non-negative number of seconds (``finite``: not infinity either), as a float."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not value >= 0
+        or (finite and value == math.inf)
+    ):
+        raise InvalidConfigError(f"{name} must be a non-negative number of seconds, got {value!r}")
+    return float(value)
+
+
 class SqlitePool:
     """The connections of one process to one SQLite database, opened on first use.
 
@@ -208,28 +220,12 @@ class SqlitePool:
             )
         if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1:
             raise InvalidConfigError(f"pool_max_size must be a positive integer, got {max_size!r}")
-        if (
-            isinstance(busy_timeout, bool)
-            or not isinstance(busy_timeout, (int, float))
-            or not busy_timeout >= 0
-        ):
-            raise InvalidConfigError(
-                f"busy_timeout must be a non-negative number of seconds, got {busy_timeout!r}"
-            )
         self.path = database_path(path)
         # "" is a private temporary database per connection, as ":memory:" is.
         self.in_memory = self.path in (MEMORY, "")
         self.max_size = 1 if self.in_memory else max_size
-        self.busy_timeout = float(busy_timeout)
-        if (
-            isinstance(pool_timeout, bool)
-            or not isinstance(pool_timeout, (int, float))
-            or not 0 <= pool_timeout < math.inf
-        ):
-            raise InvalidConfigError(
-                f"pool_timeout must be a non-negative number of seconds, got {pool_timeout!r}"
-            )
-        self.pool_timeout = float(pool_timeout)
+        self.busy_timeout = _seconds("busy_timeout", busy_timeout)
+        self.pool_timeout = _seconds("pool_timeout", pool_timeout, finite=True)
         self.synchronous: Synchronous = synchronous
         self.write_lock = threading.Lock() if self.in_memory else _write_lock(self.path)
         # Borrowed and idle connections are counted under one lock; a borrower waits on
