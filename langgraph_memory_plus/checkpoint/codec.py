@@ -440,7 +440,7 @@ class CheckpointCodec:
         versions_json: dict[str, Any] = dict(versions) if native else dict(texts)
         for channel, (typ, data) in inline.items():
             if self.encryption is not None:
-                where = blob_at(tid, ns, channel, version_text(versions[channel]), user_id)
+                where = blob_at(tid, ns, channel, texts[channel], user_id)
                 typ, data = self.encryption.seal_typed(typ, data, where)
             versions_json[channel] = _inline_entry(versions_json[channel], typ, data)
         return EncodedCheckpoint(

@@ -640,7 +640,6 @@ class RedisRunner:
         _check_client(client, (redis.Redis, redis.cluster.RedisCluster), owner)
         self.client = cast(SyncClient, client)
         self._scripts = {name: self.client.register_script(src) for name, src in scripts.items()}
-        self._sources = [script.script for script in self._scripts.values()]
         self._by_sha = {self._scripts[name].sha: src for name, src in scripts.items()}
         self._contact = _FirstContact(client)
         # per node client (one on a single node): its wire, None for a single-connection
@@ -663,7 +662,7 @@ class RedisRunner:
         and the commands they refused are sent again, in their order."""
         replies = self._raw(client, commands)
         if _missing(replies):
-            for source in self._sources:
+            for source in self._by_sha.values():
                 client.script_load(source)
             again = _by_source(commands, replies, self._by_sha)
             more = iter(self._raw(client, again))
@@ -739,7 +738,6 @@ class AsyncRedisRunner:
         _check_client(client, (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster), owner)
         self.client = cast(AsyncClient, client)
         self._scripts = {name: self.client.register_script(src) for name, src in scripts.items()}
-        self._sources = [script.script for script in self._scripts.values()]
         self._by_sha = {self._scripts[name].sha: src for name, src in scripts.items()}
         self._contact = _FirstContact(client)
         plain = isinstance(client, redis.asyncio.Redis) and client.connection is None
@@ -755,7 +753,7 @@ class AsyncRedisRunner:
         """:meth:`RedisRunner._send` (a cluster's pipeline routes each command)."""
         replies = await self._raw(commands)
         if _missing(replies):
-            for source in self._sources:
+            for source in self._by_sha.values():
                 await self.client.script_load(source)
             again = _by_source(commands, replies, self._by_sha)
             more = iter(await self._raw(again))
