@@ -637,6 +637,38 @@ def test_expiry_sweep_racing_decisions_one_outcome(
         assert len(runs(runs_file)) == approved
 
 
+def test_decided_between_record_lookup_and_queue_scan_is_found(
+    backend: str,
+    saver_factory: Any,
+    open_store: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same decision sent twice by id alone (a retry, a second tab): the first call
+    found no record yet, the other's record and resume land before its queue scan, so the
+    thread no longer waits. It is that decision, not "no such approval" (CI found this
+    once in the sweep race above)."""
+    runs_file = tmp_path / "runs"
+    with saver_factory() as saver, open_store() as store:
+        agent = booking_agent(saver, runs_file)
+        user, thread = f"u-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+        approval_id = _interrupt(agent, thread, user, "LH1")
+        other = Approvals(saver, store)
+        scan = queue_module.Approvals._scan
+        interleaved: list[str] = []
+
+        def scan_after_the_other(self: Any, *args: Any) -> Any:
+            if self is not other and not interleaved:
+                interleaved.append(other.decide(approval_id, "approve", by="r", graph=agent).status)
+            return (yield from scan(self, *args))
+
+        monkeypatch.setattr(queue_module.Approvals, "_scan", scan_after_the_other)
+        decided = Approvals(saver, store).decide(approval_id, "approve", by="r", graph=agent)
+        assert interleaved == ["approved"]
+        assert decided.status == "approved"
+        assert len(runs(runs_file)) == 1
+
+
 def test_same_edit_sent_twice_with_tuples_is_the_same_decision(
     backend: str, saver_factory: Any, open_store: Any, tmp_path: Path
 ) -> None:

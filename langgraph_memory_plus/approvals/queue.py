@@ -484,6 +484,11 @@ class Approvals:
         found, _ = yield from self._locate(approval, thread_id)
         return found
 
+    def _recorded_thread(self, approval_id: str) -> Plan[_Cmd, str | None]:
+        """The thread a decision record names, if the approval has one."""
+        (items,) = yield _Batch([SearchOp(self.namespace, {"approval_id": approval_id}, 1, 0)])
+        return str(items[0].value.get("thread_id")) if items else None
+
     def _locate(
         self, approval: Approval | str, thread_id: str | None
     ) -> Plan[_Cmd, tuple[Approval, _Stored | None]]:
@@ -495,9 +500,7 @@ class Approvals:
         if isinstance(approval, Approval):
             thread_id = approval.thread_id
         if thread_id is None:  # a record names its thread; else look through the queue
-            (items,) = yield _Batch([SearchOp(self.namespace, {"approval_id": approval_id}, 1, 0)])
-            if items:
-                thread_id = str(items[0].value.get("thread_id"))
+            thread_id = yield from self._recorded_thread(approval_id)
         if thread_id is None:
             start, more = 0, True
             while more:
@@ -508,6 +511,8 @@ class Approvals:
                         thread_id = found.thread_id
                         more = False
                         break
+        if thread_id is None:  # decided meanwhile: its record is written before the resume
+            thread_id = yield from self._recorded_thread(approval_id)
         if thread_id is None:
             raise ApprovalNotFoundError(f"no pending approval or decision with id {approval_id!r}")
         # The thread first: a decision is recorded before its resume moves the thread on,
