@@ -115,11 +115,11 @@ def found(how: str, result: Any) -> dict[str, list[Any]]:
 SHAPES = {"pages-only": (False, 2 * PAGE_SIZE), "known-tail": (True, PAGE_SIZE + 10)}
 
 
-def setup_thread(writer: Any, thread_id: str, n: int) -> dict[str, list[Any]]:
+def setup_thread(writer: Any, thread_id: str, n: int, tag: str = "") -> dict[str, list[Any]]:
     """A checkpoint holding the list's tail, then its child holding the whole list of
-    ``n`` messages; their lists by checkpoint id."""
-    tail = messages("tail", max(n % PAGE_SIZE, 2))
-    whole = messages("page", n - n % PAGE_SIZE) + tail[: n % PAGE_SIZE]
+    ``n`` messages (texts and ids prefixed by ``tag``); their lists by checkpoint id."""
+    tail = messages(f"{tag}tail", max(n % PAGE_SIZE, 2))
+    whole = messages(f"{tag}page", n - n % PAGE_SIZE) + tail[: n % PAGE_SIZE]
     first = writer.put(cfg(thread_id), checkpoint_of(tail, "1"), META, {"messages": "1"})
     second = writer.put(first, checkpoint_of(whole, "2"), META, {"messages": "2"})
     return {
@@ -244,3 +244,79 @@ def test_a_list_missing_a_stored_page_is_corrupt_not_shorter(
             reader.get_tuple(cfg(thread_id))
         with pytest.raises(CorruptDataError, match="list items"):
             list(reader.list(cfg(thread_id)))
+
+
+class Races(Race):
+    """Runs ``again()`` before each of the read's first ``times`` list-items fetches."""
+
+    def __init__(self, saver: Any, storage: Any, monkeypatch: Any, times: int) -> None:
+        super().__init__(saver, storage, monkeypatch)
+        self.left = times
+        self.again: Callable[[], None] = lambda: None
+        self.ran = 0
+
+    def around(self, plan: Plan[Any, Any]) -> Plan[Any, Any]:
+        try:
+            command = next(plan)
+            while True:
+                if self.left and any(command is m for m in self.marked):
+                    self.left -= 1
+                    self.ran += 1
+                    self.again()
+                try:
+                    result = yield command
+                except Exception as exc:
+                    command = plan.throw(exc)
+                else:
+                    command = plan.send(result)
+        except StopIteration as done:
+            return done.value
+
+
+@pytest.mark.parametrize("how", ["get_tuple", "list"])
+def test_a_read_losing_the_race_five_times_in_a_row_still_reads_whole(
+    saver_factory: Any, storage: Any, monkeypatch: Any, how: str
+) -> None:
+    """A thread deleted and written anew between each of five reads' checkpoint and its
+    items (a loaded machine, a writer and a deleter at work): every failure is another
+    checkpoint, so the read goes on and returns the state it then finds, whole. It used
+    to give up after 3 reads with "corrupt stored data" (CI, 5 runs in 6 under load)."""
+    with saver_factory(**small(storage)) as other, saver_factory(**small(storage)) as reader:
+        thread_id = f"races-{uuid6().hex[:12]}"
+        stored = setup_thread(other, thread_id, 2 * PAGE_SIZE)
+        race = Races(reader, storage, monkeypatch, times=5)
+
+        def again() -> None:
+            other.delete_thread(thread_id)
+            stored.update(setup_thread(other, thread_id, 2 * PAGE_SIZE, f"w{race.ran}-"))
+
+        race.again = again
+        result = reader._run(race.around(read_plan(reader, how, thread_id)))
+        assert race.ran >= (1 if storage.kind == "sqlite" else 5)  # SQLite: one transaction
+        assert found(how, result), "the thread was written again: the read finds it"
+        check(how, result, stored)
+
+
+def test_stored_damage_is_raised_after_three_alike_reads(
+    saver_factory: Any, storage: Any, monkeypatch: Any
+) -> None:
+    """Damage that is really stored fails every read the same way: raised after three
+    reads, not read twelve times."""
+    from langgraph_memory_plus.errors import CorruptDataError
+
+    with saver_factory(**small(storage)) as writer:
+        thread_id = f"dmg-{uuid6().hex[:12]}"
+        setup_thread(writer, thread_id, 3 * PAGE_SIZE + 5)
+        drop_a_middle_page(storage, writer, thread_id)
+    with saver_factory(**small(storage)) as reader:
+        reads = [0]
+        get_tuple = reader._plans.get_tuple
+
+        def counted(*args: Any) -> Any:
+            reads[0] += 1
+            return get_tuple(*args)
+
+        monkeypatch.setattr(reader._plans, "get_tuple", counted)
+        with pytest.raises(CorruptDataError, match="list items"):
+            reader.get_tuple(cfg(thread_id))
+        assert reads[0] == 3

@@ -517,7 +517,11 @@ class CheckpointCodec:
         for channel, typ, data in blobs:
             if typ == LIST_TYPE and data is not None:
                 key = (tk, checkpoint_ns, channel)
-                where = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
+                where = {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": checkpoint_ns,
+                    "checkpoint_id": checkpoint_id,
+                }
                 with decoding(f"the list items of channel {channel!r}", **where):
                     request = ListRequest(key, ListRef.decode(data), {})
                     lists[channel] = yield from resolve_list(

@@ -84,6 +84,7 @@ must not be taken for the old run's."""
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 LIST_PAGE_SIZE = 100
 READ_ATTEMPTS = 3
+READ_ATTEMPTS_RACING = 12
 OWNERS_CACHED = 4096
 """Threads whose owner a saver remembers (per-tenant keys: see ``_user_of``)."""
 
@@ -416,13 +417,19 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         leaves the read with a checkpoint whose items are gone: every backend reports a
         missing item, page or spine (``lists.resolve_list``), never a shorter list. Read
         again, it finds the thread gone (``None``) or its new state. Damage that is really
-        stored fails every attempt and is raised.
+        stored fails the same way every time: raised after :data:`READ_ATTEMPTS` alike
+        failures in a row. A failure unlike the one before means the data changed
+        meanwhile (a thread deleted and written again while a loaded machine reads it):
+        read again, up to :data:`READ_ATTEMPTS_RACING` reads in all.
         """
-        for attempt in range(1, READ_ATTEMPTS + 1):
+        last, alike = "", 0
+        for attempt in range(1, READ_ATTEMPTS_RACING + 1):
             try:
                 return (yield from read())
-            except CorruptDataError:
-                if attempt == READ_ATTEMPTS:
+            except CorruptDataError as exc:
+                alike = alike + 1 if str(exc) == last else 1
+                last = str(exc)
+                if alike == READ_ATTEMPTS or attempt == READ_ATTEMPTS_RACING:
                     raise
         raise AssertionError("unreachable")
 
