@@ -39,6 +39,7 @@ import json
 import os
 import sqlite3
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -1037,6 +1038,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 )
                 for metric, value in measured.items():
                     samples[str(t)][target.name].setdefault(metric, []).append(value)
+                print(f"round {round_no + 1} {target.name} @T={t}: {measured}", file=sys.stderr)
     savers = {
         length: {
             name: {metric: statistics.median(values) for metric, values in metrics.items()}
