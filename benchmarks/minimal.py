@@ -38,7 +38,8 @@ import sqlite3
 import statistics
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -644,15 +645,21 @@ def _turn(graph: Any, thread_id: str, turn: int = 1) -> None:
 
 
 def short_threads(
-    target: tg.Target, env: tg.Env, warmup: int, turns: int, length: int = 1
+    target: tg.Target,
+    env: tg.Env,
+    warmup: int,
+    turns: int,
+    length: int = 1,
+    opener: Callable[[tg.Target, tg.Env], AbstractContextManager[tuple[Any, str]]] = open_saver,
 ) -> dict[str, float]:
     """Turn p50 (ms) and client CPU per turn (ms) @T=``length``: fresh threads of
     ``length`` turns, every turn timed, until ``turns`` turns are timed (at T=1 every
     turn is on a new thread), as the chat section's turn p50 @T.
 
     Afterwards one of the threads gets one more turn and is read back (its messages,
-    kinds and ids), so a saver that loses data cannot post a time."""
-    with open_saver(target, env) as (saver, marker):
+    kinds and ids), so a saver that loses data cannot post a time. ``opener``: how
+    ``target`` is opened (``benchmarks.ladder`` passes its own)."""
+    with opener(target, env) as (saver, marker):
         graph = wl.chat_graph().compile(checkpointer=saver)
         for i in range(warmup):
             _turn(graph, f"{marker}-warm{i}")

@@ -1,0 +1,1078 @@
+"""What each of our default features costs on a short turn, written by hand at its cheapest::
+
+    python -m benchmarks.ladder [--pg URL] [--redis URL] [--turns 1,10,50] [--turns-sample 300]
+        [--rounds 3] [--warmup 30] [--json PATH]
+
+Issue 39 asks for a short turn of at most 1.15x a featureless saver (``benchmarks.minimal``)
+with every feature on. This module asks whether that is reachable at all: starting from each
+featureless saver (SQLite, PostgreSQL, Redis) it adds our default features one rung at a
+time, cumulatively, each in the cheapest correct form one can write by hand for that
+backend, with nothing of our architecture (plans, drivers, codecs, list memory) in the way:
+
+1. ``blobs``: the channel values as per-channel blobs, only the channels a put changed
+   written (as LangGraph's official savers do), the checkpoint without its values;
+2. ``+compression``: every stored value through ``checkpoint/compression.py`` (raw deflate
+   with the preset dictionary, kept when >= 10% smaller, nothing under 48 bytes);
+3. ``+thread index``: one row (hash) per thread kept current by every put in the put's own
+   transaction (or script): updated_at, latest checkpoint id, status idle/interrupted,
+   metadata, the title of the first human message, the checkpoint count;
+4. ``+TTL, tombstones``: an expiry on the thread refreshed by every write and checked by it
+   (an expired thread's data goes first), and "deletion is final" (a write to a deleted
+   thread is refused unless it continues a live checkpoint): one read of the thread's row
+   inside every write's transaction (PostgreSQL: a PL/pgSQL function the write's single
+   statement selects from; Redis: a Lua script per write).
+
+Delta message lists (the messages channel stored as its new items only) are not a rung:
+not written (time). Each rung is a real saver: the conversation is read back after the
+timed turns (``wl._check_conversation``), as in ``benchmarks.minimal``, whose measurement
+(``short_threads``: fresh T-turn threads, every turn timed, client CPU per turn) and rotated
+rounds this module reuses, with InMemorySaver, the featureless savers and ours in the same
+run. A rung's increment over the one below it is what that feature costs, at its cheapest,
+on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sqlite3
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redis
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+)
+from psycopg_pool import ConnectionPool
+
+from langgraph_memory_plus.checkpoint import compression
+from langgraph_memory_plus.checkpoint.config import checkpoint_config
+from langgraph_memory_plus.threads.core import INTERRUPT, title_of
+
+from . import minimal as mn
+from . import targets as tg
+
+LADDER = "ladder"
+RUNGS = ("blobs", "+compression", "+thread index", "+TTL, tombstones")
+TTL_SECONDS = 30 * 24 * 3600.0  # any expiry: the cost is the same
+
+
+def _rung_targets(backend: str, short: str) -> list[tg.Target]:
+    return [
+        tg.Target(f"ladder {short} {level}: {name}", f"lad_{short.lower()}{level}", LADDER, backend)
+        for level, name in enumerate(RUNGS, start=1)
+    ]
+
+
+BACKENDS = [
+    ("SQLite", mn.MIN_SQLITE, _rung_targets("sqlite", "SQLite"), tg.OURS_SQLITE),
+    ("PG", mn.MIN_PG, _rung_targets("postgres", "PG"), tg.OURS_PG),
+    ("Redis", mn.MIN_REDIS, _rung_targets("redis", "Redis"), tg.OURS_REDIS),
+]
+SAVERS = [tg.MEMORY_SAVER] + [
+    t for _, featureless, rungs, ours in BACKENDS for t in [featureless, *rungs, ours]
+]
+
+Record = tuple[str, bytes]
+
+
+class Refused(RuntimeError):
+    """A write to a deleted thread that does not continue a live checkpoint."""
+
+
+# ---------------------------------------------------------------------------------------------
+# what the rungs share
+
+
+class _Ladder(mn._Minimal):
+    """The rungs' encoding: the checkpoint without its channel values, its metadata apart
+    (the thread index reuses the encoded bytes), one blob per changed channel; values
+    compressed from rung 2."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def _value(self, record: Record) -> Record:
+        return compression.compress(*record) if self.level >= 2 else record
+
+    def _load(self, kind: str, value: bytes) -> Any:
+        return self.serde.loads_typed(compression.decompress(kind, value))
+
+    def _encode_put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> tuple[Record, bytes, list[tuple[str, str, str, bytes]], str | None]:
+        """(checkpoint record, packed metadata, blobs as (channel, version, type, value),
+        title or None) of a put; the title only when the messages changed."""
+        values = checkpoint["channel_values"]
+        stripped = {**checkpoint, "channel_values": {}}
+        record = self._value(self.serde.dumps_typed(stripped))
+        meta = mn._pack(
+            self._value(
+                self.serde.dumps_typed(get_serializable_checkpoint_metadata(config, metadata))
+            )
+        )
+        blobs = []
+        for channel, version in new_versions.items():
+            if channel in values:
+                kind, value = self._value(self.serde.dumps_typed(values[channel]))
+            else:
+                kind, value = "empty", b""
+            blobs.append((channel, str(version), kind, value))
+        title = None
+        if self.level >= 3 and "messages" in new_versions:
+            title = title_of(values.get("messages"))
+        return record, meta, blobs, title
+
+    def _write_rows(self, writes: Sequence[tuple[str, Any]]) -> list[tuple[int, str, Record]]:
+        return [(idx, ch, self._value(rec)) for idx, ch, rec in super()._write_rows(writes)]
+
+    def _assemble(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        record: Record,
+        meta: bytes,
+        parent: str | None,
+        blobs: Sequence[tuple[str, str, bytes]],
+        writes: Sequence[tuple[str, str, str, Record]],
+    ) -> CheckpointTuple:
+        """The tuple of a stored checkpoint; ``blobs`` as (channel, type, value), ``writes``
+        as (task_path, task_id, channel, record) in ``writes_sort_key`` order."""
+        checkpoint = self._load(*record)
+        checkpoint["channel_values"] = {
+            channel: self._load(kind, value) for channel, kind, value in blobs if kind != "empty"
+        }
+        return CheckpointTuple(
+            config=checkpoint_config(thread_id, ns, checkpoint_id),
+            checkpoint=checkpoint,
+            metadata=self._load(*mn._unpack(meta)),
+            parent_config=checkpoint_config(thread_id, ns, parent) if parent else None,
+            pending_writes=[(task, ch, self._load(*rec)) for _, task, ch, rec in writes],
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# SQLite
+
+_SQLITE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS checkpoints (
+    thread_id TEXT, checkpoint_ns TEXT, checkpoint_id TEXT, parent_id TEXT, type TEXT,
+    value BLOB, meta BLOB, PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id));
+CREATE TABLE IF NOT EXISTS blobs (
+    thread_id TEXT, checkpoint_ns TEXT, channel TEXT, version TEXT, type TEXT, value BLOB,
+    PRIMARY KEY (thread_id, checkpoint_ns, channel, version));
+CREATE TABLE IF NOT EXISTS writes (
+    thread_id TEXT, checkpoint_ns TEXT, checkpoint_id TEXT, task_id TEXT,
+    idx INTEGER, task_path TEXT, channel TEXT, type TEXT, value BLOB,
+    PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx));
+CREATE TABLE IF NOT EXISTS threads (
+    thread_id TEXT PRIMARY KEY, created_at REAL, updated_at REAL, checkpoint_id TEXT,
+    status TEXT, metadata BLOB, title TEXT, checkpoints INTEGER, expires_at REAL,
+    interrupted_at TEXT, deleted INTEGER NOT NULL DEFAULT 0);
+"""
+
+# The thread row of a root put; the title of the first put that had one stays. LangGraph
+# may run a checkpoint's put_writes before its put (other executor threads), so an
+# interrupt is recorded as the checkpoint it belongs to (interrupted_at) and both calls
+# work the status out from it: interrupted while the latest checkpoint is that one.
+_SQLITE_INDEX = """
+INSERT INTO threads (thread_id, created_at, updated_at, checkpoint_id, status, metadata,
+    title, checkpoints, expires_at)
+VALUES (?, ?, ?, ?, 'idle', ?, ?, 1, ?)
+ON CONFLICT (thread_id) DO UPDATE SET created_at = coalesce(threads.created_at,
+    excluded.created_at), updated_at = excluded.updated_at,
+    checkpoint_id = excluded.checkpoint_id, status = CASE WHEN
+    threads.interrupted_at = excluded.checkpoint_id THEN 'interrupted' ELSE 'idle' END,
+    metadata = excluded.metadata, title = coalesce(threads.title, excluded.title),
+    checkpoints = threads.checkpoints + 1, expires_at = excluded.expires_at
+"""
+
+# put_writes with an interrupt (rungs 3-4): see above
+_SQLITE_INTERRUPT = """
+INSERT INTO threads (thread_id, checkpoints, interrupted_at) VALUES (?, 0, ?)
+ON CONFLICT (thread_id) DO UPDATE SET interrupted_at = excluded.interrupted_at,
+    status = CASE WHEN threads.checkpoint_id = excluded.interrupted_at THEN 'interrupted'
+    ELSE threads.status END
+"""
+
+
+class LadderSqliteSaver(_Ladder):
+    """``MinimalSqliteSaver``'s connection and transactions, with the rungs' tables."""
+
+    def __init__(self, path: str, level: int) -> None:
+        super().__init__(level)
+        self.lock = threading.Lock()
+        self.conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.executescript(_SQLITE_SCHEMA)
+
+    def close(self) -> None:
+        with self.lock:
+            self.conn.close()
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self.lock:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+
+    def _purge(self, conn: sqlite3.Connection, thread_id: str) -> None:
+        for table in ("checkpoints", "blobs", "writes"):
+            conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+
+    def _admit(self, conn: sqlite3.Connection, thread_id: str, ns: str, parent: str | None) -> None:
+        """Rung 4, inside the write's transaction: purge an expired thread; refuse a write
+        to a deleted one unless ``parent`` is a live checkpoint of it."""
+        row = conn.execute(
+            "SELECT expires_at, deleted FROM threads WHERE thread_id = ?", (thread_id,)
+        ).fetchone()
+        if row is None:
+            return
+        expires_at, deleted = row
+        if deleted and (
+            parent is None
+            or conn.execute(
+                "SELECT 1 FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+                "AND checkpoint_id = ?",
+                (thread_id, ns, parent),
+            ).fetchone()
+            is None
+        ):
+            raise Refused(f"thread {thread_id!r} was deleted")
+        if expires_at is not None and expires_at < time.time():
+            self._purge(conn, thread_id)
+            conn.execute(
+                "UPDATE threads SET title = NULL, checkpoints = 0 WHERE thread_id = ?",
+                (thread_id,),
+            )
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id, ns, parent = mn._where(config)
+        (kind, value), meta, blobs, title = self._encode_put(
+            config, checkpoint, metadata, new_versions
+        )
+        now = time.time()
+        with self._write() as conn:
+            if self.level >= 4:
+                self._admit(conn, thread_id, ns, parent)
+            if blobs:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO blobs VALUES (?, ?, ?, ?, ?, ?)",
+                    [(thread_id, ns, *blob) for blob in blobs],
+                )
+            conn.execute(
+                "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (thread_id, ns, checkpoint["id"], parent, kind, value, meta),
+            )
+            if self.level >= 3 and not ns:
+                expires = now + TTL_SECONDS if self.level >= 4 else None
+                conn.execute(
+                    _SQLITE_INDEX, (thread_id, now, now, checkpoint["id"], meta, title, expires)
+                )
+        return self._next_config(config, checkpoint)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        thread_id, ns, checkpoint_id = mn._where(config)
+        rows = self._write_records(config, writes, task_id, task_path)
+        with self._write() as conn:
+            if self.level >= 4:
+                self._admit(conn, thread_id, ns, checkpoint_id)
+                conn.execute(
+                    "UPDATE threads SET expires_at = ? WHERE thread_id = ?",
+                    (time.time() + TTL_SECONDS, thread_id),
+                )
+            conn.executemany(
+                "INSERT OR REPLACE INTO writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
+            )
+            if self.level >= 3 and any(channel == INTERRUPT for channel, _ in writes):
+                conn.execute(_SQLITE_INTERRUPT, (thread_id, checkpoint_id))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """The thread's data goes; from rung 4 its row stays as a tombstone."""
+        with self._write() as conn:
+            self._purge(conn, thread_id)
+            if self.level >= 4:
+                conn.execute(
+                    "INSERT INTO threads (thread_id, deleted) VALUES (?, 1) "
+                    "ON CONFLICT (thread_id) DO UPDATE SET deleted = 1",
+                    (thread_id,),
+                )
+            else:
+                conn.execute("DELETE FROM threads WHERE thread_id = ?", (thread_id,))
+
+    def _tuple_of(self, row: Sequence[Any]) -> CheckpointTuple:
+        """The tuple of a checkpoint row; called under the lock."""
+        thread_id, ns, checkpoint_id, parent, kind, value, meta = row
+        versions = self._load(kind, value)["channel_versions"]
+        blobs: list[Any] = []
+        if versions:
+            pairs = ", ".join(["(?, ?)"] * len(versions))
+            params: list[Any] = [thread_id, ns]
+            for channel, version in versions.items():
+                params += [channel, str(version)]
+            blobs = self.conn.execute(
+                "SELECT channel, type, value FROM blobs WHERE thread_id = ? AND "
+                f"checkpoint_ns = ? AND (channel, version) IN (VALUES {pairs})",
+                params,
+            ).fetchall()
+        writes = self.conn.execute(
+            "SELECT task_path, task_id, channel, type, value FROM writes "
+            "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? "
+            "ORDER BY task_path, task_id, idx",
+            (thread_id, ns, checkpoint_id),
+        ).fetchall()
+        return self._assemble(
+            thread_id,
+            ns,
+            checkpoint_id,
+            (kind, value),
+            meta,
+            parent,
+            blobs,
+            [(p, t, c, (k, v)) for p, t, c, k, v in writes],
+        )
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread_id, ns, checkpoint_id = mn._where(config)
+        select = "SELECT * FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+        with self.lock:
+            if checkpoint_id is None:
+                row = self.conn.execute(
+                    select + "ORDER BY checkpoint_id DESC LIMIT 1", (thread_id, ns)
+                ).fetchone()
+            else:
+                row = self.conn.execute(
+                    select + "AND checkpoint_id = ?", (thread_id, ns, checkpoint_id)
+                ).fetchone()
+            return None if row is None else self._tuple_of(row)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        sql = "SELECT * FROM checkpoints"
+        clauses, params = self._clauses(config, before, "?")
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        with self.lock:
+            rows = self.conn.execute(sql + " ORDER BY checkpoint_id DESC", params).fetchall()
+
+        def tuples() -> Iterator[CheckpointTuple]:
+            for row in rows:
+                with self.lock:
+                    tup = self._tuple_of(row)
+                yield tup
+
+        yield from self._first(tuples(), filter, limit)
+
+
+# ---------------------------------------------------------------------------------------------
+# PostgreSQL
+
+_PG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS checkpoints (
+    thread_id text, checkpoint_ns text, checkpoint_id text, parent_id text, type text,
+    value bytea, meta bytea, versions jsonb,
+    PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id));
+CREATE TABLE IF NOT EXISTS blobs (
+    thread_id text, checkpoint_ns text, channel text, version text, type text, value bytea,
+    PRIMARY KEY (thread_id, checkpoint_ns, channel, version));
+CREATE TABLE IF NOT EXISTS writes (
+    thread_id text, checkpoint_ns text, checkpoint_id text, task_id text, idx integer,
+    task_path text, channel text, type text, value bytea,
+    PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx));
+CREATE TABLE IF NOT EXISTS threads (
+    thread_id text PRIMARY KEY, created_at double precision, updated_at double precision,
+    checkpoint_id text, status text, metadata bytea, title text, checkpoints integer,
+    expires_at double precision, interrupted_at text, deleted boolean NOT NULL DEFAULT false);
+-- rung 4: evaluated before a write's statements (they select from it): locks the thread's
+-- row, refuses a write to a deleted thread that does not continue a live checkpoint, and
+-- purges an expired thread's data (true then). The write's own statement updates the row:
+-- a row changed in here could not be upserted by it.
+CREATE OR REPLACE FUNCTION ladder_admit(t text, ns text, parent text, now double precision)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE r record;
+BEGIN
+    SELECT expires_at, deleted INTO r FROM threads WHERE thread_id = t FOR UPDATE;
+    IF NOT FOUND THEN RETURN false; END IF;
+    IF r.deleted AND NOT EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = t
+            AND checkpoint_ns = ns AND checkpoint_id = parent) THEN
+        RAISE EXCEPTION 'thread % was deleted', t USING ERRCODE = 'P0001';
+    END IF;
+    IF r.expires_at < now THEN
+        DELETE FROM checkpoints WHERE thread_id = t;
+        DELETE FROM blobs WHERE thread_id = t;
+        DELETE FROM writes WHERE thread_id = t;
+        RETURN true;
+    END IF;
+    RETURN false;
+END $$;
+"""
+
+
+def _pg_put(level: int, root: bool) -> str:
+    """A put of rung ``level`` as one statement (atomic without BEGIN/COMMIT; measured
+    cheaper in client CPU than BEGIN, executemany, INSERT, COMMIT in one pipeline): the
+    blobs as arrays, the checkpoint, the root namespace's thread row (rung 3), all selecting
+    from rung 4's admission so that it runs first."""
+    admit = level >= 4
+    sql = "WITH a AS (SELECT ladder_admit(%s, %s, %s, %s) AS purged)," if admit else "WITH"
+    sql += """ b AS (INSERT INTO blobs SELECT %s, %s, u.*
+    FROM unnest(%s::text[], %s::text[], %s::text[], %s::bytea[]) AS u""" + (", a" if admit else "")
+    sql += " ON CONFLICT DO NOTHING)"
+    if level >= 3 and root:
+        sql += """, t AS (INSERT INTO threads (thread_id, created_at, updated_at, checkpoint_id,
+        status, metadata, title, checkpoints, expires_at)
+    SELECT %s, %s, %s, %s, 'idle', %s, %s, 1, %s""" + (" FROM a" if admit else "")
+        sql += """
+    ON CONFLICT (thread_id) DO UPDATE SET updated_at = excluded.updated_at,
+        created_at = coalesce(threads.created_at, excluded.created_at),
+        checkpoint_id = excluded.checkpoint_id, status = CASE WHEN
+        threads.interrupted_at = excluded.checkpoint_id THEN 'interrupted' ELSE 'idle' END,
+        metadata = excluded.metadata, title = coalesce(threads.title, excluded.title),
+        checkpoints = threads.checkpoints + 1, expires_at = excluded.expires_at)"""
+        if admit:  # after a purge the thread starts again
+            sql = sql.replace(
+                "coalesce(threads.title, excluded.title)",
+                "CASE WHEN (SELECT purged FROM a) THEN excluded.title "
+                "ELSE coalesce(threads.title, excluded.title) END",
+            ).replace(
+                "threads.checkpoints + 1",
+                "CASE WHEN (SELECT purged FROM a) THEN 1 ELSE threads.checkpoints + 1 END",
+            )
+    sql += """
+INSERT INTO checkpoints SELECT %s, %s, %s, %s, %s, %s, %s, %s::jsonb""" + (
+        " FROM a" if admit else ""
+    )
+    return (
+        sql
+        + """
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET type = excluded.type,
+    value = excluded.value, meta = excluded.meta, versions = excluded.versions"""
+    )
+
+
+_PG_PUT = {(level, root): _pg_put(level, root) for level in (1, 2, 3, 4) for root in (True, False)}
+
+
+def _pg_put_writes(admit: bool) -> str:
+    """put_writes as one statement (rung 4, or an interrupt on rung 3): the writes as arrays
+    and the thread's row upserted (as ``_SQLITE_INTERRUPT``); on rung 4 after the admission,
+    with the thread's expiry refreshed (and its title and count cleared after a purge)."""
+    status = """interrupted_at = coalesce(excluded.interrupted_at, threads.interrupted_at),
+    status = CASE WHEN threads.checkpoint_id = excluded.interrupted_at THEN 'interrupted'
+        ELSE threads.status END"""
+    if admit:
+        sql = f"""WITH a AS (SELECT ladder_admit(%s, %s, %s, %s) AS purged),
+s AS (INSERT INTO threads (thread_id, checkpoints, expires_at, interrupted_at)
+    SELECT %s, 0, %s, CASE WHEN %s THEN %s END FROM a
+    ON CONFLICT (thread_id) DO UPDATE SET expires_at = excluded.expires_at, {status},
+    title = CASE WHEN (SELECT purged FROM a) THEN NULL ELSE threads.title END,
+    checkpoints = CASE WHEN (SELECT purged FROM a) THEN 0 ELSE threads.checkpoints END)"""
+    else:
+        sql = f"""WITH s AS (INSERT INTO threads (thread_id, checkpoints, interrupted_at)
+    VALUES (%s, 0, %s) ON CONFLICT (thread_id) DO UPDATE SET {status})"""
+    return (
+        sql
+        + """
+INSERT INTO writes SELECT %s, %s, %s, %s, u.idx, %s, u.channel, u.type, u.value
+FROM unnest(%s::integer[], %s::text[], %s::text[], %s::bytea[])
+    AS u(idx, channel, type, value)"""
+        + (", a" if admit else "")
+        + """
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+DO UPDATE SET task_path = excluded.task_path, channel = excluded.channel,
+    type = excluded.type, value = excluded.value"""
+    )
+
+
+_PG_WRITES_ADMIT = _pg_put_writes(True)
+_PG_WRITES_INTERRUPT = _pg_put_writes(False)
+
+# the checkpoint, its blobs (those its channel_versions name) and its writes: one statement
+_PG_SELECT = """
+SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_id, c.type, c.value, c.meta,
+       b.channels, b.types, b.vals, w.paths, w.tasks, w.channels, w.types, w.vals
+FROM checkpoints c
+LEFT JOIN LATERAL (
+    SELECT array_agg(bl.channel) AS channels, array_agg(bl.type) AS types,
+           array_agg(bl.value) AS vals
+    FROM jsonb_each_text(c.versions) v
+    JOIN blobs bl ON bl.thread_id = c.thread_id AND bl.checkpoint_ns = c.checkpoint_ns
+        AND bl.channel = v.key AND bl.version = v.value
+) b ON true
+LEFT JOIN LATERAL (
+    SELECT array_agg(task_path ORDER BY task_path, task_id, idx) AS paths,
+           array_agg(task_id ORDER BY task_path, task_id, idx) AS tasks,
+           array_agg(channel ORDER BY task_path, task_id, idx) AS channels,
+           array_agg(type ORDER BY task_path, task_id, idx) AS types,
+           array_agg(value ORDER BY task_path, task_id, idx) AS vals
+    FROM writes
+    WHERE thread_id = c.thread_id AND checkpoint_ns = c.checkpoint_ns
+      AND checkpoint_id = c.checkpoint_id
+) w ON true
+"""
+
+
+class LadderPostgresSaver(_Ladder):
+    """``MinimalPostgresSaver``'s pool; a put is one statement (one round trip, no
+    BEGIN/COMMIT), ``put_writes`` the featureless saver's ``executemany`` or, with an
+    admission or an interrupt to record, one statement."""
+
+    def __init__(self, url: str, level: int, max_size: int = 4) -> None:
+        super().__init__(level)
+        self.pool = ConnectionPool(
+            url,
+            min_size=2,
+            max_size=max_size,
+            kwargs={"autocommit": True, "prepare_threshold": 0},
+            open=True,
+        )
+        with self.pool.connection() as conn:
+            conn.execute(_PG_SCHEMA, prepare=False)
+
+    def close(self) -> None:
+        self.pool.close()
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection (autocommit: a write is one statement); ``ladder_admit``'s
+        refusal raised as :class:`Refused`."""
+        try:
+            with self.pool.connection() as conn:
+                yield conn
+        except psycopg.errors.RaiseException as error:
+            raise Refused(str(error)) from error
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id, ns, parent = mn._where(config)
+        (kind, value), meta, blobs, title = self._encode_put(
+            config, checkpoint, metadata, new_versions
+        )
+        versions = json.dumps({ch: str(v) for ch, v in checkpoint["channel_versions"].items()})
+        now = time.time()
+        root = not ns
+        params: list[Any] = [thread_id, ns, parent, now] if self.level >= 4 else []
+        params += [thread_id, ns, *(list(column) for column in zip(*blobs, strict=True))]
+        if not blobs:
+            params += [[], [], [], []]
+        if self.level >= 3 and root:
+            expires = now + TTL_SECONDS if self.level >= 4 else None
+            params += [thread_id, now, now, checkpoint["id"], meta, title, expires]
+        params += [thread_id, ns, checkpoint["id"], parent, kind, value, meta, versions]
+        with self._connection() as conn:
+            conn.execute(_PG_PUT[self.level, root], params)
+        return self._next_config(config, checkpoint)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        thread_id, ns, checkpoint_id = mn._where(config)
+        rows = self._write_records(config, writes, task_id, task_path)
+        interrupted = self.level >= 3 and any(channel == INTERRUPT for channel, _ in writes)
+        if self.level < 4 and not interrupted:  # as the featureless saver's
+            with self.pool.connection() as conn, conn.cursor() as cur:
+                cur.executemany(mn._PG_PUT_WRITES, rows)
+            return
+        if self.level >= 4:
+            now = time.time()
+            params: list[Any] = [thread_id, ns, checkpoint_id, now]
+            params += [thread_id, now + TTL_SECONDS, interrupted, checkpoint_id]
+        else:
+            params = [thread_id, checkpoint_id]
+        params += [thread_id, ns, checkpoint_id, task_id, task_path]
+        idxs, channels, kinds, values = ([r[i] for r in rows] for i in (4, 6, 7, 8))
+        params += [idxs, channels, kinds, values]
+        sql = _PG_WRITES_ADMIT if self.level >= 4 else _PG_WRITES_INTERRUPT
+        with self._connection() as conn:
+            conn.execute(sql, params)
+
+    def delete_thread(self, thread_id: str) -> None:
+        with self.pool.connection() as conn, conn.transaction():
+            for table in ("checkpoints", "blobs", "writes"):
+                conn.execute(f"DELETE FROM {table} WHERE thread_id = %s", (thread_id,))
+            if self.level >= 4:
+                conn.execute(
+                    "INSERT INTO threads (thread_id, deleted) VALUES (%s, true) "
+                    "ON CONFLICT (thread_id) DO UPDATE SET deleted = true",
+                    (thread_id,),
+                )
+            else:
+                conn.execute("DELETE FROM threads WHERE thread_id = %s", (thread_id,))
+
+    def _from_row(self, row: Sequence[Any]) -> CheckpointTuple:
+        (thread_id, ns, checkpoint_id, parent, kind, value, meta) = row[:7]
+        b_channels, b_types, b_vals, paths, tasks, channels, types, vals = row[7:]
+        blobs = [
+            (c, k, bytes(v))
+            for c, k, v in zip(b_channels or [], b_types or [], b_vals or [], strict=True)
+        ]
+        writes = [
+            (p, t, c, (k, bytes(v)))
+            for p, t, c, k, v in zip(
+                paths or [], tasks or [], channels or [], types or [], vals or [], strict=True
+            )
+        ]
+        return self._assemble(
+            thread_id, ns, checkpoint_id, (kind, bytes(value)), bytes(meta), parent, blobs, writes
+        )
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread_id, ns, checkpoint_id = mn._where(config)
+        where = "WHERE c.thread_id = %s AND c.checkpoint_ns = %s "
+        with self.pool.connection() as conn:
+            if checkpoint_id is None:
+                row = conn.execute(
+                    _PG_SELECT + where + "ORDER BY c.checkpoint_id DESC LIMIT 1", (thread_id, ns)
+                ).fetchone()
+            else:
+                row = conn.execute(
+                    _PG_SELECT + where + "AND c.checkpoint_id = %s", (thread_id, ns, checkpoint_id)
+                ).fetchone()
+        return None if row is None else self._from_row(row)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        clauses, params = self._clauses(config, before, "%s", "c.")
+        sql = _PG_SELECT + (" WHERE " + " AND ".join(clauses) if clauses else "")
+        with self.pool.connection() as conn:
+            rows = conn.execute(sql + " ORDER BY c.checkpoint_id DESC", params).fetchall()
+        yield from self._first(map(self._from_row, rows), filter, limit)
+
+
+# ---------------------------------------------------------------------------------------------
+# Redis
+#
+# Per (thread, ns) under ``base``: ``base:ids`` (sorted set of checkpoint ids), ``base:cp:<id>``
+# (hash: v = checkpoint, m = metadata, p = parent id or "", b = JSON list of its blob fields),
+# ``base:blobs`` (hash: "<channel>\x1f<version>" -> blob), ``base:w:<id>`` (hash of writes,
+# as the minimal saver's). The thread's index row is the hash ``<prefix>:thread:<thread_id>``.
+
+# ARGV: base, checkpoint id or "" for the latest
+_READ = """
+local base = ARGV[1]
+local id = ARGV[2]
+if id == '' then
+    local ids = redis.call('ZREVRANGEBYLEX', base .. ':ids', '+', '-', 'LIMIT', 0, 1)
+    if #ids == 0 then return false end
+    id = ids[1]
+end
+local cp = redis.call('HMGET', base .. ':cp:' .. id, 'v', 'm', 'p', 'b')
+if not cp[1] then return false end
+local fields = cjson.decode(cp[4])
+local vals = {}
+if #fields > 0 then vals = redis.call('HMGET', base .. ':blobs', unpack(fields)) end
+return {id, cp[1], cp[2], cp[3], cp[4], vals, redis.call('HGETALL', base .. ':w:' .. id)}
+"""
+
+# What the write scripts share: ARGV[1] base, ARGV[2] the thread's hash, ARGV[3] now,
+# ARGV[4] the checkpoint the write continues ("" for none), ARGV[5] "1" to admit (rung 4:
+# refuse a write to a deleted thread unless it continues a live checkpoint, purge an
+# expired thread's data first), ARGV[6] the new expiry ("" without TTL).
+_ADMIT = """
+local base, thread, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
+if ARGV[5] == '1' then
+    local t = redis.call('HMGET', thread, 'expires', 'deleted')
+    if t[2] == '1' and (ARGV[4] == ''
+            or redis.call('EXISTS', base .. ':cp:' .. ARGV[4]) == 0) then
+        return redis.error_reply('REFUSED thread was deleted')
+    end
+    if t[1] and tonumber(t[1]) < now then
+        for _, id in ipairs(redis.call('ZRANGE', base .. ':ids', 0, -1)) do
+            redis.call('DEL', base .. ':cp:' .. id, base .. ':w:' .. id)
+        end
+        redis.call('DEL', base .. ':ids', base .. ':blobs')
+        redis.call('HDEL', thread, 'title', 'count')
+    end
+end
+if ARGV[6] ~= '' then redis.call('HSET', thread, 'expires', ARGV[6]) end
+"""
+
+# rungs 3-4. ARGV[7..]: id, v, m, b, root ("1" or ""), title, n blob pairs, pairs...
+# The status as _SQLITE_INDEX works it out (put_writes may come before its put).
+_PUT = (
+    _ADMIT
+    + """
+local id = ARGV[7]
+redis.call('HSET', base .. ':cp:' .. id, 'v', ARGV[8], 'm', ARGV[9], 'p', ARGV[4], 'b', ARGV[10])
+redis.call('ZADD', base .. ':ids', 0, id)
+local n = tonumber(ARGV[13])
+if n > 0 then redis.call('HSET', base .. ':blobs', unpack(ARGV, 14, 13 + 2 * n)) end
+if ARGV[11] == '1' then
+    local status = 'idle'
+    if redis.call('HGET', thread, 'interrupted') == id then status = 'interrupted' end
+    redis.call('HSET', thread, 'updated', ARGV[3], 'checkpoint', id, 'status', status,
+        'metadata', ARGV[9])
+    redis.call('HSETNX', thread, 'created', ARGV[3])
+    if ARGV[12] ~= '' then redis.call('HSETNX', thread, 'title', ARGV[12]) end
+    redis.call('HINCRBY', thread, 'count', 1)
+end
+return 1
+"""
+)
+
+# rung 4, or an interrupt on rung 3. ARGV[7]: "1" if the writes hold an interrupt;
+# ARGV[8..]: field, value, ...
+_PUT_WRITES = (
+    _ADMIT
+    + """
+if #ARGV > 7 then redis.call('HSET', base .. ':w:' .. ARGV[4], unpack(ARGV, 8)) end
+if ARGV[7] == '1' then
+    redis.call('HSET', thread, 'interrupted', ARGV[4])
+    if redis.call('HGET', thread, 'checkpoint') == ARGV[4] then
+        redis.call('HSET', thread, 'status', 'interrupted')
+    end
+end
+return 1
+"""
+)
+
+
+class LadderRedisSaver(_Ladder):
+    """``MinimalRedisSaver``'s client: a put is one pipelined round trip (rungs 1-2) or one
+    script call (from rung 3: the thread's hash with it, atomically); ``put_writes`` one
+    ``HSET``, or one script call on rung 4 (and for an interrupt on rung 3); a read of a
+    checkpoint with its blobs and writes is one script call. Single-node Redis only."""
+
+    def __init__(self, url: str, prefix: str, level: int) -> None:
+        super().__init__(level)
+        self.client = redis.Redis.from_url(url)
+        self.prefix = prefix
+        self.read = self.client.register_script(_READ)
+        self.put_script = self.client.register_script(_PUT)
+        self.writes_script = self.client.register_script(_PUT_WRITES)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _base(self, thread_id: str, ns: str) -> str:
+        return f"{self.prefix}:{thread_id}:{ns}"
+
+    def _thread(self, thread_id: str) -> str:
+        return f"{self.prefix}:thread:{thread_id}"
+
+    def _shared(self, thread_id: str, ns: str, continues: str | None) -> list[Any]:
+        """The write scripts' ARGV[1..6]."""
+        now = time.time()
+        admit = self.level >= 4
+        expires = now + TTL_SECONDS if admit else ""
+        base, thread = self._base(thread_id, ns), self._thread(thread_id)
+        return [base, thread, now, continues or "", "1" if admit else "", expires]
+
+    def _script(self, script: Any, args: list[Any]) -> None:
+        try:
+            script(args=args)
+        except redis.ResponseError as error:
+            if str(error).startswith("REFUSED"):
+                raise Refused(str(error)) from error
+            raise
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id, ns, parent = mn._where(config)
+        record, meta, blobs, title = self._encode_put(config, checkpoint, metadata, new_versions)
+        base, cid = self._base(thread_id, ns), checkpoint["id"]
+        fields = json.dumps([f"{ch}\x1f{v}" for ch, v in checkpoint["channel_versions"].items()])
+        pairs: list[Any] = []
+        for channel, version, kind, value in blobs:
+            pairs += [f"{channel}\x1f{version}", mn._pack((kind, value))]
+        if self.level >= 3:
+            args = self._shared(thread_id, ns, parent)
+            args += [cid, mn._pack(record), meta, fields, "" if ns else "1", title or ""]
+            self._script(self.put_script, [*args, len(blobs), *pairs])
+            return self._next_config(config, checkpoint)
+        pipe = self.client.pipeline(transaction=False)
+        cp = {"v": mn._pack(record), "m": meta, "p": parent or "", "b": fields}
+        pipe.hset(f"{base}:cp:{cid}", mapping=cp)  # type: ignore[arg-type]
+        pipe.zadd(f"{base}:ids", {cid: 0})
+        if pairs:
+            pipe.hset(f"{base}:blobs", items=pairs)
+        pipe.execute()
+        return self._next_config(config, checkpoint)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        thread_id, ns, checkpoint_id = mn._where(config)
+        pairs: list[Any] = []
+        for idx, channel, record in self._write_rows(writes):
+            pairs += [json.dumps([task_path, task_id, idx, channel]), mn._pack(record)]
+        interrupted = self.level >= 3 and any(channel == INTERRUPT for channel, _ in writes)
+        if self.level >= 4 or interrupted:
+            args = self._shared(thread_id, ns, checkpoint_id)
+            self._script(self.writes_script, [*args, "1" if interrupted else "", *pairs])
+        elif pairs:
+            key = f"{self._base(thread_id, ns)}:w:{checkpoint_id}"
+            self.client.hset(key, items=pairs)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """The root namespace's data goes (the one the chat graph writes); from rung 4 the
+        thread's hash stays as a tombstone."""
+        base = self._base(thread_id, "")
+        members: list[bytes] = self.client.zrange(f"{base}:ids", 0, -1)  # type: ignore[assignment]
+        ids = [mn._text(i) for i in members]
+        pipe = self.client.pipeline(transaction=True)
+        for cid in ids:
+            pipe.delete(f"{base}:cp:{cid}", f"{base}:w:{cid}")
+        pipe.delete(f"{base}:ids", f"{base}:blobs")
+        if self.level >= 4:
+            pipe.hset(self._thread(thread_id), "deleted", "1")
+        else:
+            pipe.delete(self._thread(thread_id))
+        pipe.execute()
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread_id, ns, checkpoint_id = mn._where(config)
+        reply = self.read(args=[self._base(thread_id, ns), checkpoint_id or ""])
+        if not reply:
+            return None
+        cid, value, meta, parent, fields, vals, flat = reply
+        blobs = []
+        for field, packed in zip(json.loads(fields), vals, strict=True):
+            if packed is not None:
+                kind, data = mn._unpack(packed)
+                blobs.append((field.partition("\x1f")[0], kind, data))
+        writes = sorted(
+            (json.loads(field), packed) for field, packed in zip(flat[::2], flat[1::2], strict=True)
+        )
+        return self._assemble(
+            thread_id,
+            ns,
+            mn._text(cid),
+            mn._unpack(value),
+            meta,
+            mn._text(parent) or None,
+            blobs,
+            [(p, t, c, mn._unpack(packed)) for (p, t, _, c), packed in writes],
+        )
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """One thread's checkpoints, newest first (``config`` required, as the minimal
+        saver's)."""
+        if config is None:
+            raise ValueError("the ladder Redis saver lists one thread's checkpoints only")
+        thread_id, ns, checkpoint_id = mn._where(config)
+        if checkpoint_id is not None:
+            found = [checkpoint_id]
+        else:
+            before_id = get_checkpoint_id(before) if before is not None else None
+            top = f"({before_id}" if before_id else "+"
+            ids = self.client.zrevrangebylex(f"{self._base(thread_id, ns)}:ids", top, "-")
+            found = [mn._text(i) for i in ids]
+        tuples = (self.get_tuple(checkpoint_config(thread_id, ns, one)) for one in found)
+        yield from self._first((t for t in tuples if t is not None), filter, limit)
+
+
+# ---------------------------------------------------------------------------------------------
+# opening and measuring
+
+
+def level_of(target: tg.Target) -> int:
+    """The rung of a ladder target (1-4)."""
+    return int(target.slug[-1])
+
+
+@contextlib.contextmanager
+def open_saver(target: tg.Target, env: tg.Env) -> Iterator[tuple[Any, str]]:
+    """(saver, marker) on fresh storage, removed afterwards; anything not on the ladder
+    through ``minimal.open_saver``."""
+    if target.family != LADDER:
+        with mn.open_saver(target, env) as opened:
+            yield opened
+        return
+    storage = tg.make_storage(target, env)
+    try:
+        assert storage.url is not None
+        level = level_of(target)
+        saver: LadderSqliteSaver | LadderPostgresSaver | LadderRedisSaver
+        if target.backend == "sqlite":
+            saver = LadderSqliteSaver(storage.url, level)
+        elif target.backend == "postgres":
+            saver = LadderPostgresSaver(storage.url, level)
+        else:
+            saver = LadderRedisSaver(storage.url, storage.marker, level)
+        try:
+            yield saver, storage.marker
+        finally:
+            saver.close()
+    finally:
+        storage.close()
+
+
+def _table(savers: dict[str, dict[str, dict[str, float]]]) -> str:
+    """Markdown: per backend and T, the featureless saver, each rung and ours, with ratios
+    to the featureless saver and each step's CPU increment over the one above it."""
+    lines = [
+        "| backend | saver | @T | turn p50 ms | cpu ms/turn | p50 / featureless "
+        "| cpu / featureless | cpu step ms |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for backend, featureless, rungs, ours in BACKENDS:
+        for length, by_saver in savers.items():
+            base = by_saver[featureless.name]
+            previous = base["cpu ms/turn"]
+            for target in [featureless, *rungs, ours]:
+                m = by_saver[target.name]
+                step = m["cpu ms/turn"] - previous if target is not featureless else 0.0
+                if target is not ours:
+                    previous = m["cpu ms/turn"]
+                lines.append(
+                    f"| {backend} | {target.name} | {length} | {m['turn p50 ms']:.3f} | "
+                    f"{m['cpu ms/turn']:.3f} | {m['turn p50 ms'] / base['turn p50 ms']:.3f}x | "
+                    f"{m['cpu ms/turn'] / base['cpu ms/turn']:.3f}x | {step:+.3f} |"
+                )
+    memory = [
+        f"| InMemorySaver | @T={length} | {by[tg.MEMORY_SAVER.name]['turn p50 ms']:.3f} ms | "
+        f"{by[tg.MEMORY_SAVER.name]['cpu ms/turn']:.3f} ms cpu |"
+        for length, by in savers.items()
+    ]
+    return "\n".join([*lines, "", *memory])
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.ladder",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/test")
+    p.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    p.add_argument("--turns", default="1,10,50", help="thread lengths T, e.g. 1,10")
+    p.add_argument("--turns-sample", type=int, default=300, help="timed turns per unit")
+    p.add_argument("--warmup", type=int, default=30, help="untimed turns per unit first")
+    p.add_argument("--rounds", type=int, default=3, help="medians over this many rounds")
+    p.add_argument("--json", type=Path, help="write the numbers here")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    tg.check_pg_url(args.pg)
+    tg.check_redis_url(args.redis)
+    lengths = [int(t) for t in str(args.turns).split(",") if t.strip()]
+    env = tg.Env(pg=args.pg, redis=args.redis)
+    load_before = os.getloadavg()
+    samples: dict[str, dict[str, dict[str, list[float]]]] = {
+        str(t): {s.name: {} for s in SAVERS} for t in lengths
+    }
+    for round_no in range(args.rounds):
+        shift = round_no % len(SAVERS)
+        for target in SAVERS[shift:] + SAVERS[:shift]:
+            for t in lengths:
+                measured = mn.short_threads(
+                    target, env, args.warmup, args.turns_sample, t, opener=open_saver
+                )
+                for metric, value in measured.items():
+                    samples[str(t)][target.name].setdefault(metric, []).append(value)
+                print(f"round {round_no + 1} {target.name} @T={t}: {measured}", file=sys.stderr)
+    savers = {
+        length: {
+            name: {metric: statistics.median(values) for metric, values in metrics.items()}
+            for name, metrics in by_saver.items()
+        }
+        for length, by_saver in samples.items()
+    }
+    out: dict[str, Any] = {
+        "meta": {
+            "run_id": env.run_id,
+            "rounds": args.rounds,
+            "turns": lengths,
+            "turns_sample": args.turns_sample,
+            "warmup": args.warmup,
+            "load average before": list(load_before),
+            "load average after": list(os.getloadavg()),
+            "cpus": os.cpu_count(),
+        },
+        "savers": {
+            length: {name: {**m, "samples": samples[length][name]} for name, m in by.items()}
+            for length, by in savers.items()
+        },
+    }
+    print(
+        f"turns @T={','.join(map(str, lengths))} (fresh T-turn threads): {args.turns_sample} "
+        f"timed per saver and T after {args.warmup} warm-up turns, median of {args.rounds} "
+        f"rounds; load average {' '.join(f'{x:.2f}' for x in load_before)} -> "
+        f"{' '.join(f'{x:.2f}' for x in out['meta']['load average after'])}"
+    )
+    print(_table(savers))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+    return out
+
+
+if __name__ == "__main__":
+    main()
