@@ -71,6 +71,7 @@ from test_postgres_saver import (
 
 from langgraph_memory_plus import AsyncRedisSaver, PostgresSaver, RedisSaver
 from langgraph_memory_plus.checkpoint.redis.plans import KINDS, RedisCheckpointPlans
+from langgraph_memory_plus.drivers.redis import _AsyncWire, _plain, async_client_from_url
 from langgraph_memory_plus.errors import (
     InvalidConfigError,
     MemoryConnectionError,
@@ -1801,3 +1802,28 @@ async def test_filtered_list_reads_only_what_matches(
         assert len(found) == 5
         # the matches' bodies and a few replies' worth, not the whole thread's
         assert sent < 20 * len(body) * len(found), sent
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+async def test_async_exchange_drops_a_connection_whose_reply_came_late(
+    redis_url: str, protocol: int
+) -> None:
+    """The async runner's exchange runs under one socket timeout, not redis-py's per
+    write and per reply, on RESP2 and RESP3 alike: a reply that does not come in time
+    ends the call as redis-py's path does (``TimeoutError``, after the client's retries)
+    and drops the connection, so the late reply is never read as the next call's."""
+    client = async_client_from_url(
+        redis_url, protocol=protocol, socket_timeout=0.3, pool_max_size=1
+    )
+    key = f"lgmp-test-late-{uuid.uuid4().hex}".encode()
+    try:
+        wire = _AsyncWire(client)
+        conn = await client.connection_pool.get_connection()
+        assert _plain(conn)  # the path under test
+        await client.connection_pool.release(conn)
+        with pytest.raises(redis.TimeoutError):
+            await wire.send([("BLPOP", key, 1)])
+        # on a connection kept, this would read the BLPOP's late empty reply
+        assert await wire.send([("ECHO", b"next"), ("EXISTS", key)]) == [b"next", 0]
+    finally:
+        await client.aclose()
