@@ -594,7 +594,7 @@ def test_first_writes_of_new_threads_racing_each_other_all_land(
 ) -> None:
     """A new thread's first step: its put and a ``put_writes`` of the same checkpoint
     race from two savers (PostgreSQL's write that meets the other's fresh thread row now
-    sends its statement again instead of taking a locked path; SQLite's put reads once
+    waits for it within its one statement instead of taking a locked path; SQLite's put reads once
     before writing; Redis sends ``TIX_ADD`` in the put's round trip). Every write lands
     once: the checkpoint with all its writes, counted once by the thread index."""
     from langgraph._internal._constants import INTERRUPT

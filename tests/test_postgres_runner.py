@@ -35,45 +35,63 @@ def _wait_for_lock_wait(conn: psycopg.Connection[Any], table: str) -> None:
     raise AssertionError("the write never waited on the other insert")
 
 
-def test_a_write_meeting_a_thread_row_inserted_meanwhile_opens_no_transaction(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("call", ["put", "put_writes"])
+def test_a_write_meeting_a_thread_row_inserted_meanwhile_sends_one_statement(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, call: str
 ) -> None:
     """A new thread's first step writes its checkpoint and its task writes at once. The
-    write whose snapshot predates the other's new thread row finds no row and declined
-    its fast statement; it then took the locked path (BEGIN, upsert, COMMIT): three more
-    round trips on the first turn of every thread. It sends its statement again instead,
-    which now sees the row, and its writes are stored."""
-    from langgraph.checkpoint.base.id import uuid6
+    write whose snapshot predates the other's new thread row found no row and declined
+    its fast statement; it took the locked path (BEGIN, upsert, COMMIT), later sent the
+    statement again: extra round trips on the first turn of every thread. It now waits
+    for the other's row within its one statement and writes. The thread index row it
+    creates carries the thread's expiry (the statement's snapshot has no thread row to
+    read it from)."""
+    from langgraph.checkpoint.base import empty_checkpoint
 
     from langgraph_memory_plus.checkpoint.config import thread_key
     from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
+    from langgraph_memory_plus.drivers import postgres as runner_module
 
     opened: list[bool] = []
+    sent: list[str] = []
     transaction = psycopg.Connection.transaction
+    execute = runner_module._execute
 
     def counted(self: psycopg.Connection[Any], *args: Any, **kwargs: Any) -> Any:
         opened.append(True)
         return transaction(self, *args, **kwargs)
 
+    def counting(cur: Any, query: Query) -> Any:
+        sent.append(query.sql)
+        return execute(cur, query)
+
     thread_id = f"race-{time.monotonic_ns()}"
     tk = thread_key(thread_id)
-    config: Any = {
-        "configurable": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": uuid6().hex}
-    }
+    checkpoint = empty_checkpoint()
+    config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
     failed: list[BaseException] = []
 
     def write() -> None:
         try:
-            saver.put_writes(config, [("ch", 1)], "task-1")
+            if call == "put":
+                saver.put(config, checkpoint, {"source": "input", "step": -1}, {})
+            else:
+                at = {"configurable": {**config["configurable"], "checkpoint_id": checkpoint["id"]}}
+                saver.put_writes(at, [("ch", 1)], "task-1")
         except BaseException as exc:  # reported below
             failed.append(exc)
 
-    with PostgresSaver.from_conn_string(pg_url) as saver, psycopg.connect(pg_url) as other:
+    with (
+        PostgresSaver.from_conn_string(pg_url, ttl={"default_ttl": 60}) as saver,
+        psycopg.connect(pg_url) as other,
+    ):
         saver.setup()
         monkeypatch.setattr(psycopg.Connection, "transaction", counted)
+        monkeypatch.setattr(runner_module, "_execute", counting)
         # another writer's row, not committed yet: the saver's insert waits for it
         other.execute(
-            "INSERT INTO public.lgmp_threads (thread_key, thread_id) VALUES (%s, %s)",
+            "INSERT INTO public.lgmp_threads (thread_key, thread_id, expires_at) "
+            "VALUES (%s, %s, now() + interval '1 hour')",
             (tk, thread_id.encode()),
         )
         writer = threading.Thread(target=write)
@@ -84,13 +102,21 @@ def test_a_write_meeting_a_thread_row_inserted_meanwhile_opens_no_transaction(
         writer.join(20)
         monkeypatch.undo()
         assert not failed and not writer.is_alive()
+        table = "lgmp_checkpoints" if call == "put" else "lgmp_task_writes"
         stored = other.execute(
-            "SELECT count(*) FROM public.lgmp_task_writes WHERE thread_key = %s", (tk,)
+            f"SELECT count(*) FROM public.{table} WHERE thread_key = %s", (tk,)
         ).fetchone()
+        expiry = other.execute(
+            "SELECT i.expires_at = t.expires_at FROM public.lgmp_thread_index i "
+            "JOIN public.lgmp_threads t USING (thread_key) WHERE thread_key = %s",
+            (tk,),
+        ).fetchall()
         other.commit()
         saver.delete_thread(thread_id)
     assert opened == []
+    assert len(sent) == 1
     assert stored == (1,)
+    assert expiry == ([(True,)] if call == "put" else [])
 
 
 def test_compact_sql_removes_layout_but_keeps_literals_identifiers_and_bodies() -> None:

@@ -238,9 +238,12 @@ class PostgresThreadIndex:
         self._tx = f"{s}.{TRANSCRIPTS}"
         self._visible = visible
         self.index_keys = tuple(index_keys)
+        # A new index row's expiry: the write statement's ``thread`` CTE holds the thread
+        # row as the statement found, created or locked it, with a row a racing writer
+        # created after the statement's snapshot, which a read of the table would miss.
+        expiry = "(SELECT expires_at FROM thread LIMIT 1)"
         # Whether this put is of the thread's newest root checkpoint (ids sort by time);
         # NULL (not a root checkpoint) counts as not.
-        expiry = EXPIRY_OF.format(th=self._th, tk="%(tk)s")
         newer = "%(ix_latest)s::text >= coalesce(i.latest_id, '')"  # in CASE: NULL is false
         fresh = "%(ix_latest)s::text > coalesce(i.latest_id, '')"
         self._owned = self._owned_metadata()

@@ -114,20 +114,6 @@ def _write_rows(
     ]
 
 
-def _raced(row: tuple[Any, ...], fenced: bool) -> bool:
-    """Whether a fast write declined only because its thread row was new to it.
-
-    Its snapshot had no row, yet another writer's insert won: a concurrent first write of
-    a new thread (a step's put beside its put_writes, as every new thread's first turn
-    has). Nothing was written; with no row there is no tombstone nor expiry to act on.
-    Told from the tail alone (no column of its own, which took the put statement over
-    psycopg's 4 KB query cache): ``ok`` is empty although the row seen, if any, is live,
-    unexpired and (fenced) the claim holds, so no row was seen.
-    """
-    count, live_after, was_expired, _, _, *held = row
-    return not count and live_after is None and not was_expired and (not fenced or held[0])
-
-
 def _ambiguous(value: Any) -> bool:
     """Whether ``value`` holds a boolean or a number equal to 0 or 1 anywhere: Python
     takes ``True == 1 == 1.0``, ``jsonb`` containment tells ``true`` from ``1``."""
@@ -192,7 +178,7 @@ class PostgresCheckpointPlans:
             ON CONFLICT (thread_key) DO UPDATE SET
                 thread_id = EXCLUDED.thread_id,
                 expires_at = EXCLUDED.expires_at
-            RETURNING t.live_after, t.refused, coalesce((
+            RETURNING t.live_after, t.refused, t.expires_at, coalesce((
                 SELECT o.expires_at <= now() FROM {self._th} o WHERE o.thread_key = t.thread_key
             ), false) AS was_expired"""
         self._put_payload = f"""
@@ -604,26 +590,27 @@ class PostgresCheckpointPlans:
             return f"""thread AS ({self._upsert_thread}), {self._fence_cte("thread")},
                 ok AS (SELECT 1 FROM thread WHERE EXISTS (SELECT 1 FROM fence))"""
         cur = f"""cur AS (
-                SELECT t.live_after, t.refused,
-                    coalesce(t.expires_at <= now(), false) AS was_expired
+                SELECT t.live_after, t.refused, t.expires_at
                 FROM {self._th} t WHERE t.thread_key = %(tk)s FOR KEY SHARE
             )"""
-        values = "VALUES (%(tk)s, %(tid)s, now() + make_interval(secs => %(ttl)s))"
-        head, gate = "", ""
+        head, gate = cur, ""
         if fenced:
-            head = f"{cur}, {self._fence_cte('cur')}, "
-            values = """SELECT %(tk)s, %(tid)s, now() + make_interval(secs => %(ttl)s)
-                WHERE EXISTS (SELECT 1 FROM fence)"""
+            head = f"{cur}, {self._fence_cte('cur')}"
             gate = " AND EXISTS (SELECT 1 FROM fence)"
+        # ``ins`` runs only when the snapshot holds no row. A racing writer's new row (a
+        # step's put beside its put_writes on a new thread) is then a conflict: DO UPDATE
+        # waits for its commit and returns it, as committed, with a row lock held for
+        # this statement only; DO NOTHING returned nothing and the write declined.
         return f"""
-            {head}ins AS (
-                INSERT INTO {self._th} (thread_key, thread_id, expires_at)
-                {values}
-                ON CONFLICT (thread_key) DO NOTHING
-                RETURNING NULL::text AS live_after, NULL::text[] AS refused,
-                    false AS was_expired
-            ), {"" if fenced else cur + ", "}thread AS (
-                SELECT * FROM ins UNION ALL SELECT * FROM cur
+            {head}, ins AS (
+                INSERT INTO {self._th} AS t (thread_key, thread_id, expires_at)
+                SELECT %(tk)s, %(tid)s, now() + make_interval(secs => %(ttl)s)
+                WHERE NOT EXISTS (SELECT FROM cur){gate}
+                ON CONFLICT (thread_key) DO UPDATE SET expires_at = t.expires_at
+                RETURNING live_after, refused, expires_at
+            ), thread AS (
+                SELECT *, t.expires_at <= now() IS TRUE AS was_expired
+                FROM (SELECT * FROM ins UNION ALL SELECT * FROM cur) t
             ), ok AS (
                 SELECT 1 FROM thread WHERE live_after IS NULL AND NOT was_expired{gate} LIMIT 1
             ), touch AS (
@@ -681,11 +668,14 @@ class PostgresCheckpointPlans:
         standalone (autocommit, one round trip) unless ``more``: then the caller's
         statements that follow (retention) must commit with it or not at all, so it
         opens the plan's transaction instead.
-        It declines (writes nothing) when the thread is new to a racing writer, deleted
-        or expired; then the locked path runs in a transaction and reports the tombstone
-        (``live_after`` and the ``refused`` ids) and whether the thread had expired, for
-        the caller to act on. Returns (fast path taken, live_after, refused, was_expired,
-        whether the payload's ``done`` CTE returned a row).
+        A new thread's row that a racing writer inserted meanwhile is waited for and
+        taken as it committed (see :meth:`_thread_ctes`): the first step of every new
+        thread, whose put and put_writes both create the row, costs no more round trips.
+        It declines (writes nothing) when the thread is deleted or expired; then the
+        locked path runs in a transaction and reports the tombstone (``live_after`` and
+        the ``refused`` ids) and whether the thread had expired, for the caller to act on.
+        Returns (fast path taken, live_after, refused, was_expired, whether the payload's
+        ``done`` CTE returned a row).
 
         ``fence`` (thread id, claim): the statements write only if the claim holds (see
         :meth:`_thread_ctes`), and a claim that does not hold raises ``FencedWriteError``:
@@ -694,14 +684,9 @@ class PostgresCheckpointPlans:
         fenced = fence is not None
         if fence is not None:
             params = {**params, "f_owner": fence[1].owner, "f_token": fence[1].token}
-        fast = Query(
+        rows: Rows = yield Query(
             self._write_sql(payload, done, True, fenced), params, fetch=True, standalone=not more
         )
-        rows: Rows = yield fast
-        if _raced(rows[0], fenced):
-            # The row is committed now: the same statement again sees it, in one round
-            # trip instead of the locked path's three (BEGIN, the upsert, COMMIT).
-            rows = yield fast
         if rows[0][0]:
             return True, None, [], False, bool(rows[0][3])
         if fence is not None and not rows[0][5]:
