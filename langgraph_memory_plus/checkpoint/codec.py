@@ -589,7 +589,7 @@ class CheckpointCodec:
         return self.decode_tuple(stored, metadata, lists)
 
     def _load_at(
-        self, typ: str, data: bytes | None, at: Location, what: str, /, **where: object
+        self, typ: str, data: bytes | None, at: Location | None, what: str, /, **where: object
     ) -> Any:
         with decoding(what, **where):
             return self._load(typ, data, at)
@@ -615,7 +615,9 @@ class CheckpointCodec:
                 self._load_at(
                     typ,
                     data,
-                    write_at(thread_id, checkpoint_ns, checkpoint_id, task_id, idx, ch, path),
+                    write_at(thread_id, checkpoint_ns, checkpoint_id, task_id, idx, ch, path)
+                    if self.encryption is not None or typ == SEALED_TYPE
+                    else None,
                     f"the pending write of task {task_id!r} to channel {ch!r}",
                     **where,
                 ),
@@ -646,7 +648,10 @@ class CheckpointCodec:
         where = _where(stored)
         tid, ns, cid = stored.thread_id, stored.checkpoint_ns, stored.checkpoint_id
         with decoding("the checkpoint", **where):
-            body = self._load(*stored.checkpoint, checkpoint_at(tid, ns, cid, "checkpoint"))
+            at = None
+            if self.encryption is not None or stored.checkpoint[0] == SEALED_TYPE:
+                at = checkpoint_at(tid, ns, cid, "checkpoint")
+            body = self._load(*stored.checkpoint, at)
             body.setdefault("id", stored.checkpoint_id)
             empty = body.pop(EMPTY_CHANNELS, None)
             if "channel_versions" not in body:
@@ -654,7 +659,10 @@ class CheckpointCodec:
             inline = inline_values(stored.channel_versions)
         versions = body["channel_versions"]
 
-        def blob(ch: str) -> Location:
+        def blob(ch: str, typ: str = SEALED_TYPE) -> Location | None:
+            # Only opening a sealed value, or refusing one, reads where it is stored.
+            if self.encryption is None and typ != SEALED_TYPE:
+                return None
             return blob_at(tid, ns, ch, version_text(versions.get(ch, "")))
 
         if empty is not None:
@@ -666,17 +674,17 @@ class CheckpointCodec:
                 raise EncryptionError(
                     "a channel stored as empty or missing where the sealed checkpoint "
                     "has a value (edited in the database)",
-                    **blob(missing[0]).where(),
+                    **blob_at(tid, ns, missing[0], version_text(versions[missing[0]])).where(),
                 )
         values = {
             ch: lists[ch]
             if typ == LIST_TYPE and lists
-            else self._load_at(typ, data, blob(ch), f"channel {ch!r}", **where)
+            else self._load_at(typ, data, blob(ch, typ), f"channel {ch!r}", **where)
             for ch, typ, data in stored.blobs
             if typ != EMPTY
         }
         for ch, typed in inline.items():
-            values[ch] = self._load_at(*typed, blob(ch), f"channel {ch!r}", **where)
+            values[ch] = self._load_at(*typed, blob(ch, typed[0]), f"channel {ch!r}", **where)
         body["channel_values"] = values
         parent = (
             checkpoint_config(stored.thread_id, stored.checkpoint_ns, stored.parent_id)
