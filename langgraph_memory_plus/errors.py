@@ -7,8 +7,7 @@ carries connection strings or stored values, so they are safe to log.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
+from typing import Literal
 
 
 class MemoryPlusError(Exception):
@@ -128,16 +127,27 @@ _DECODE_ERRORS = (
 )
 
 
-@contextmanager
-def decoding(what: str, /, **where: object) -> Iterator[None]:
+class decoding:  # lower case: used as the function it was, ``with decoding(...)``
     """Turn a decoding failure inside the block into :class:`CorruptDataError` naming
-    ``what`` and ``where``, with the original as its cause."""
-    try:
-        yield
-    except MemoryPlusError:  # already ours: an option checked inside a plan, or nested
-        raise
-    except _DECODE_ERRORS as exc:
-        raise CorruptDataError(what, **where) from exc
+    ``what`` and ``where``, with the original as its cause.
+
+    A class, not a ``@contextmanager`` generator: a read enters one per value decoded,
+    and a generator's setup costs several times these two method calls."""
+
+    __slots__ = ("what", "where")
+
+    def __init__(self, what: str, /, **where: object) -> None:
+        self.what = what
+        self.where = where
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> Literal[False]:
+        # already ours (an option checked inside a plan, or nested): passed on as it is
+        if exc is None or isinstance(exc, MemoryPlusError) or not isinstance(exc, _DECODE_ERRORS):
+            return False
+        raise CorruptDataError(self.what, **self.where) from exc
 
 
 class MemoryConnectionError(MemoryPlusError, ConnectionError):

@@ -375,27 +375,29 @@ class CheckpointCodec:
         tk = target.thread_key
         inline = self._inlined(values, checkpoint["channel_versions"])
         for channel, version in new_versions.items():
-            vtext = version_text(version)
+            vtext = version if type(version) is str else version_text(version)
             value = values.get(channel, _ABSENT)
-            key = (tk, target.checkpoint_ns, channel)
-            chunked_value = worth_chunking(value)
-            if not chunked_value:
+            key = (tk, ns, channel)
+            if not worth_chunking(value):
                 # The channel no longer holds the remembered list, so retention may soon
-                # delete items only it used: a later list must not refer to them.
-                self.memory.forget(key)
-            if channel in inline:
-                continue
-            what = f"channel {channel!r}"
-            written = self.memory.take_written(key)
-            if value is _ABSENT:
-                blobs.append(EncodedBlob(channel, vtext, EMPTY, None))
-            elif chunked_value:
+                # delete items only it used: a later list must not refer to them. The
+                # objects a task returned for it are of no use either (one lock for both).
+                self.memory.forget(key, written=channel not in inline)
+                if channel in inline:
+                    continue
+                if value is _ABSENT:
+                    blobs.append(EncodedBlob(channel, vtext, EMPTY, None))
+                else:
+                    dumped = self._dump(value, f"channel {channel!r}")
+                    typ, data = self._packed_at(dumped, blob_at, tid, ns, channel, vtext, user_id)
+                    blobs.append(EncodedBlob(channel, vtext, typ, data))
+            else:
                 chunked = chunk_list(
                     tk,
                     value,
                     self.memory.base(key, value, parent_id),
-                    partial(self._dump, what=what),
-                    written,
+                    partial(self._dump, what=f"channel {channel!r}"),
+                    self.memory.take_written(key),
                     None if self.encryption is None else self.encryption.item_id_key(tk, user_id),
                 )
                 blobs.append(EncodedBlob(channel, vtext, LIST_TYPE, chunked.ref.encode()))
@@ -411,10 +413,6 @@ class CheckpointCodec:
                     chunked.items = packed
                 nodes.update(chunked.nodes)
                 lists[key] = chunked
-            else:
-                dumped = self._dump(value, what)
-                typ, data = self._packed_at(dumped, blob_at, tid, ns, channel, vtext, user_id)
-                blobs.append(EncodedBlob(channel, vtext, typ, data))
         # The id is stored beside the body (it is the record's key).
         body.pop("id", None)
         # Versions are stored beside the checkpoint anyway (blobs are looked up by them),
@@ -422,7 +420,7 @@ class CheckpointCodec:
         # Sealed, it keeps them: blobs open at the versions it names, so versions edited
         # in the clear column (an older blob named) do not roll a value back.
         versions = checkpoint["channel_versions"]
-        native = all(_native_version(v) for v in versions.values())
+        native = all(map(_native_version, versions.values()))
         if native and self.encryption is None:
             body.pop("channel_versions", None)
         elif self.encryption is not None:
@@ -436,7 +434,7 @@ class CheckpointCodec:
             | {ch for ch, value in values.items() if isinstance(value, _DeltaSnapshot)}
         )
         run_id = meta.get("run_id")
-        texts = {ch: version_text(v) for ch, v in versions.items()}
+        texts = {ch: v if type(v) is str else version_text(v) for ch, v in versions.items()}
         versions_json: dict[str, Any] = dict(versions) if native else dict(texts)
         for channel, (typ, data) in inline.items():
             if self.encryption is not None:
@@ -454,8 +452,8 @@ class CheckpointCodec:
             else self._packed_at(
                 self._dump(meta, "metadata"), checkpoint_at, tid, ns, cid, "metadata", user_id
             ),
-            metadata_json=json_safe(
-                dict(meta)
+            metadata_json=json_safe(  # a new dict: ``meta`` is LangGraph's copy already
+                meta
                 if self.metadata_keys is None
                 else {k: v for k, v in meta.items() if k in self.metadata_keys}
             ),
@@ -595,7 +593,7 @@ class CheckpointCodec:
         return self.decode_tuple(stored, metadata, lists)
 
     def _load_at(
-        self, typ: str, data: bytes | None, at: Location, what: str, /, **where: object
+        self, typ: str, data: bytes | None, at: Location | None, what: str, /, **where: object
     ) -> Any:
         with decoding(what, **where):
             return self._load(typ, data, at)
@@ -621,7 +619,9 @@ class CheckpointCodec:
                 self._load_at(
                     typ,
                     data,
-                    write_at(thread_id, checkpoint_ns, checkpoint_id, task_id, idx, ch, path),
+                    write_at(thread_id, checkpoint_ns, checkpoint_id, task_id, idx, ch, path)
+                    if self.encryption is not None or typ == SEALED_TYPE
+                    else None,
                     f"the pending write of task {task_id!r} to channel {ch!r}",
                     **where,
                 ),
@@ -652,7 +652,10 @@ class CheckpointCodec:
         where = _where(stored)
         tid, ns, cid = stored.thread_id, stored.checkpoint_ns, stored.checkpoint_id
         with decoding("the checkpoint", **where):
-            body = self._load(*stored.checkpoint, checkpoint_at(tid, ns, cid, "checkpoint"))
+            at = None
+            if self.encryption is not None or stored.checkpoint[0] == SEALED_TYPE:
+                at = checkpoint_at(tid, ns, cid, "checkpoint")
+            body = self._load(*stored.checkpoint, at)
             body.setdefault("id", stored.checkpoint_id)
             empty = body.pop(EMPTY_CHANNELS, None)
             if "channel_versions" not in body:
@@ -660,7 +663,10 @@ class CheckpointCodec:
             inline = inline_values(stored.channel_versions)
         versions = body["channel_versions"]
 
-        def blob(ch: str) -> Location:
+        def blob(ch: str, typ: str = SEALED_TYPE) -> Location | None:
+            # Only opening a sealed value, or refusing one, reads where it is stored.
+            if self.encryption is None and typ != SEALED_TYPE:
+                return None
             return blob_at(tid, ns, ch, version_text(versions.get(ch, "")))
 
         if empty is not None:
@@ -672,17 +678,17 @@ class CheckpointCodec:
                 raise EncryptionError(
                     "a channel stored as empty or missing where the sealed checkpoint "
                     "has a value (edited in the database)",
-                    **blob(missing[0]).where(),
+                    **blob_at(tid, ns, missing[0], version_text(versions[missing[0]])).where(),
                 )
         values = {
             ch: lists[ch]
             if typ == LIST_TYPE and lists
-            else self._load_at(typ, data, blob(ch), f"channel {ch!r}", **where)
+            else self._load_at(typ, data, blob(ch, typ), f"channel {ch!r}", **where)
             for ch, typ, data in stored.blobs
             if typ != EMPTY
         }
         for ch, typed in inline.items():
-            values[ch] = self._load_at(*typed, blob(ch), f"channel {ch!r}", **where)
+            values[ch] = self._load_at(*typed, blob(ch, typed[0]), f"channel {ch!r}", **where)
         body["channel_values"] = values
         parent = (
             checkpoint_config(stored.thread_id, stored.checkpoint_ns, stored.parent_id)

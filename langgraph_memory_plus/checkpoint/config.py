@@ -213,12 +213,20 @@ def read_target(config: Any, what: str = "config") -> Target:
             f"{what}['configurable']['thread_id'] is required: the checkpointer stores state "
             "per thread, e.g. graph.invoke(inputs, {'configurable': {'thread_id': '1'}})"
         )
-    thread_id = _text(raw_thread, "thread_id", what)
+    # str, the common case, without a call (every saver call parses its config)
+    thread_id = raw_thread if type(raw_thread) is str else _text(raw_thread, "thread_id", what)
     ns = configurable.get("checkpoint_ns")
-    checkpoint_ns = "" if ns is None else _text(ns, "checkpoint_ns", what)
+    if type(ns) is str:
+        checkpoint_ns = ns
+    else:
+        checkpoint_ns = "" if ns is None else _text(ns, "checkpoint_ns", what)
     raw_id = configurable.get("checkpoint_id")
-    checkpoint_id = None if raw_id in (None, "") else _text(raw_id, "checkpoint_id", what)
-    return Target(thread_id, checkpoint_ns, checkpoint_id, _root_id(configurable, checkpoint_ns))
+    if type(raw_id) is str:
+        checkpoint_id = raw_id or None
+    else:
+        checkpoint_id = None if raw_id in (None, "") else _text(raw_id, "checkpoint_id", what)
+    root = None if checkpoint_ns == "" else _root_id(configurable, checkpoint_ns)
+    return Target(thread_id, checkpoint_ns, checkpoint_id, root)
 
 
 def _root_id(configurable: Mapping[str, Any], checkpoint_ns: str) -> str | None:

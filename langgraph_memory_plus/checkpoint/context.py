@@ -66,30 +66,41 @@ def run_value(
     ``None`` when no place names it. Places that name it must agree (compared as the
     index stores values); a user id (``user``) is checked by :func:`check_user_id`.
     """
-    found: list[tuple[str, Any]] = []
-    for where, value in (
-        (f"config['configurable'][{key!r}]", (configurable or {}).get(key)),
-        (f"config['metadata'][{key!r}]", (metadata or {}).get(key)),
-        (f"the runtime context's {key}", context_value(context, key)),
-    ):
+    given = (
+        (configurable or {}).get(key),
+        (metadata or {}).get(key),
+        context_value(context, key),
+    )
+    found: list[tuple[int, Any]] = []
+    for place, value in enumerate(given):
         if value is None or (user and value == ""):
             # "": no user (the LangGraph server passes it for an unauthenticated run)
             continue
-        if user:
-            value = check_user_id(value, where)
-        found.append((where, value))
+        if user and (type(value) is not str or "\x00" in value):  # plain text passes
+            value = check_user_id(value, _where(place, key))
+        found.append((place, value))
     if not found:
         return None
-    first_where, first = found[0]
-    for where, value in found[1:]:
+    first_place, first = found[0]
+    for place, value in found[1:]:
         # 5 and "5" are one user (erasure of "5" covers both forms)
         same = str(value) == str(first) if user else index_value(value) == index_value(first)
         if not same:
             raise InvalidConfigError(
-                f"{first_where} and {where} name different users: pass the user in one "
-                "place (or the same one in both)"
+                f"{_where(first_place, key)} and {_where(place, key)} name different users: "
+                "pass the user in one place (or the same one in both)"
             )
     return first
+
+
+def _where(place: int, key: str) -> str:
+    """Where :func:`run_value` found ``key`` (its ``place``-th place), for an error: built
+    only when one is raised (a put asks for the user of every call)."""
+    if place == 0:
+        return f"config['configurable'][{key!r}]"
+    if place == 1:
+        return f"config['metadata'][{key!r}]"
+    return f"the runtime context's {key}"
 
 
 def config_value(config: RunnableConfig | None, key: str, user: bool = True) -> Any:

@@ -797,10 +797,13 @@ class ListMemory:
 
     # -- forgetting --------------------------------------------------------------------
 
-    def forget(self, key: MemoKey) -> None:
-        """Forget one channel's lists."""
+    def forget(self, key: MemoKey, written: bool = False) -> None:
+        """Forget one channel's lists, and with ``written`` the objects tasks returned for
+        it (see :meth:`note_written`)."""
         with self._lock:
             self._drop(key)
+            if written:
+                self._written.pop(key, None)
 
     def forget_lists(self, thread_key: bytes) -> None:
         """Forget a thread's lists: their items may be deleted (retention, prune)."""

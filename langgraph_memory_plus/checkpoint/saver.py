@@ -979,15 +979,17 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
 
 
 _DIGITS36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+_PAIRS36 = tuple(a + b for a in _DIGITS36 for b in _DIGITS36)
+"""Every two base-36 digits, by value: a version takes half the divisions."""
 
 
 def _base36(n: int, width: int) -> str:
     """``n`` in base 36, zero-padded: fixed-width strings sort as their numbers."""
     digits = []
     while n:
-        n, r = divmod(n, 36)
-        digits.append(_DIGITS36[r])
-    return "".join(reversed(digits)).rjust(width, "0")
+        n, r = divmod(n, 1296)
+        digits.append(_PAIRS36[r])
+    return "".join(reversed(digits)).lstrip("0").rjust(width, "0")
 
 
 class SyncDriver(SyncBridge, CheckpointSaverBase, ABC):
