@@ -395,6 +395,26 @@ def test_writes_the_one_statement_path_does_not_admit_take_the_full_path(tmp_pat
         assert not list(saver.list(None))
 
 
+def test_writes_on_a_callers_connection_in_legacy_transaction_mode_are_committed(
+    tmp_path: Path,
+) -> None:
+    """A caller's connection opened with ``sqlite3``'s default ``isolation_level`` begins
+    a transaction of its own before a write sent outside ``BEGIN``: the one-statement
+    ``put_writes`` is for connections in autocommit mode only, so these writes are
+    committed and the connection is left outside any transaction, as before."""
+    path = tmp_path / "legacy.db"
+    conn = sqlite3.connect(path, check_same_thread=False)
+    try:
+        saver = SqliteSaver(conn)
+        config = saver.put(cfg("t"), make_checkpoint({"a": 1}), {"step": 0}, {"a": 1})
+        saver.put_writes(config, [("a", 5)], "task-1")
+        assert not conn.in_transaction
+        with closing(sqlite3.connect(path)) as other:
+            assert other.execute("SELECT count(*) FROM lgmp_writes").fetchone() == (1,)
+    finally:
+        conn.close()
+
+
 def test_interrupt_writes_stored_before_their_checkpoint_give_its_status(tmp_path: Path) -> None:
     """LangGraph may store a step's writes before its checkpoint: the put, which reads
     them only when its first read says there are some, still takes the status from them;

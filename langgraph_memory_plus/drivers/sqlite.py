@@ -87,7 +87,8 @@ class Query:
     statement it runs without ``BEGIN``/``COMMIT`` (one statement is its own snapshot, and
     is atomic), and what follows opens a transaction as usual. An ``alone`` write (not
     ``fetch`` nor ``many``) queues on the process's write mutex for itself, and answers
-    its row count.
+    its row count; on a caller's connection outside autocommit mode (``isolation_level``
+    not ``None``) it opens its transaction as any write does.
     """
 
     sql: str
@@ -391,11 +392,13 @@ class _Transaction:
             if self.state == "none" and not self.nested:
                 execute_outside(self.conn, query.sql, query.params)
             return None
-        if query.alone and self.state == "none" and not self.nested:
-            if query.write:
-                return self._alone_write(query)
-        else:
+        if not (query.alone and self.state == "none" and not self.nested):
             self._begin(query.write)
+        elif query.write:
+            if self.conn.isolation_level is None:
+                return self._alone_write(query)
+            # sqlite3 would open a transaction of its own before the write, and leave it open
+            self._begin(True)
         if query.many:
             cursor = self.conn.executemany(query.sql, cast(Any, query.params))
         else:
