@@ -336,8 +336,9 @@ def test_a_read_looks_up_each_blob_by_its_key(tmp_path: Path) -> None:
 def test_a_turn_sends_one_read_per_write_and_one_statement_per_read(tmp_path: Path) -> None:
     """A put is one transaction: one read (its thread's row, whether the checkpoint is
     known, its parent's delta seeds, whether interrupt or error writes came first), then
-    one ``INSERT`` per table whatever the number of rows. A ``put_writes`` is one read and
-    one ``INSERT``; ``get_tuple`` one statement with no transaction around it. A put used
+    one ``INSERT`` per table whatever the number of rows. A ``put_writes`` to a named thread
+    without expiry or tombstone is one ``INSERT`` that reads the thread's row itself, outside
+    ``BEGIN``/``COMMIT``; ``get_tuple`` one statement with no transaction around it. A put used
     to read four times, a row was a statement, and a read was five statements."""
     conn = sqlite3.connect(tmp_path / "n.db", check_same_thread=False, isolation_level=None)
     seen: list[str] = []
@@ -358,7 +359,8 @@ def test_a_turn_sends_one_read_per_write_and_one_statement_per_read(tmp_path: Pa
     assert sent("BEGIN IMMEDIATE") == 1 and sent("COMMIT") == 1, seen
     seen.clear()
     saver.put_writes(config, [("a", 3), ("b", "y"), ("c", [3])], "task-1")
-    assert sent("SELECT") == 1 and sent("INSERT INTO LGMP_WRITES") == 1, seen
+    # the thread's row needs no decision: one INSERT ... SELECT, atomic without BEGIN
+    assert len(set(seen)) == 1 and sent("INSERT INTO LGMP_WRITES") == 1, seen
     seen.clear()
     found = saver.get_tuple(cfg("t"))
     assert len(seen) == 1 and not sent("BEGIN"), seen
@@ -370,6 +372,47 @@ def test_a_turn_sends_one_read_per_write_and_one_statement_per_read(tmp_path: Pa
     record = saver.threads.get("t")
     assert record is not None and record["size"]["checkpoints"] == 2
     conn.close()
+
+
+def test_writes_the_one_statement_path_does_not_admit_take_the_full_path(tmp_path: Path) -> None:
+    """``put_writes`` stores in one ``INSERT ... SELECT`` only when the thread's row needs
+    no decision. Writes to a thread without a row (they create it), writes sent again
+    (nothing new stored), and writes of a run that outlived its thread's deletion (refused)
+    take the full path, with the same outcome as before that statement existed."""
+    with SqliteSaver.from_conn_string(tmp_path / "w.db") as saver:
+        first = make_checkpoint({"a": 1})
+        early = cfg("t", "", first["id"])
+        saver.put_writes(early, [("a", 5)], "task-1")  # no thread row yet
+        saver.put_writes(early, [("a", 5)], "task-1")  # the same write again
+        config = saver.put(cfg("t"), first, {"step": 0}, {"a": 1})
+        found = saver.get_tuple(config)
+        assert found is not None and [(w[1], w[2]) for w in found.pending_writes or []] == [
+            ("a", 5)
+        ]
+        saver.delete_thread("t")
+        saver.put_writes(config, [("a", 6)], "task-2")  # the deleted run's: refused
+        assert saver.get_tuple(cfg("t")) is None and saver.threads.get("t") is None
+        assert not list(saver.list(None))
+
+
+def test_writes_on_a_callers_connection_in_legacy_transaction_mode_are_committed(
+    tmp_path: Path,
+) -> None:
+    """A caller's connection opened with ``sqlite3``'s default ``isolation_level`` begins
+    a transaction of its own before a write sent outside ``BEGIN``: the one-statement
+    ``put_writes`` is for connections in autocommit mode only, so these writes are
+    committed and the connection is left outside any transaction, as before."""
+    path = tmp_path / "legacy.db"
+    conn = sqlite3.connect(path, check_same_thread=False)
+    try:
+        saver = SqliteSaver(conn)
+        config = saver.put(cfg("t"), make_checkpoint({"a": 1}), {"step": 0}, {"a": 1})
+        saver.put_writes(config, [("a", 5)], "task-1")
+        assert not conn.in_transaction
+        with closing(sqlite3.connect(path)) as other:
+            assert other.execute("SELECT count(*) FROM lgmp_writes").fetchone() == (1,)
+    finally:
+        conn.close()
 
 
 def test_interrupt_writes_stored_before_their_checkpoint_give_its_status(tmp_path: Path) -> None:

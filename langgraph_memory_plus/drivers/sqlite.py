@@ -82,10 +82,13 @@ class Query:
     another writer in between (see the module docstring). ``many``: ``params`` is a
     sequence of parameter sets for ``executemany``. ``outside``: a statement SQLite refuses
     inside a transaction (``PRAGMA journal_mode``); it is sent only as a plan's first
-    statement and skipped inside a caller's own open transaction. ``alone``: a read whose
-    answer needs no snapshot shared with the plan's later statements; as a plan's first
-    statement it runs without ``BEGIN``/``COMMIT`` (one statement is its own snapshot),
-    and what follows opens a transaction as usual.
+    statement and skipped inside a caller's own open transaction. ``alone``: a statement
+    that needs no transaction shared with the plan's later statements; as a plan's first
+    statement it runs without ``BEGIN``/``COMMIT`` (one statement is its own snapshot, and
+    is atomic), and what follows opens a transaction as usual. An ``alone`` write (not
+    ``fetch`` nor ``many``) queues on the process's write mutex for itself, and answers
+    its row count; on a caller's connection outside autocommit mode (``isolation_level``
+    not ``None``) it opens its transaction as any write does.
     """
 
     sql: str
@@ -391,11 +394,25 @@ class _Transaction:
             return None
         if not (query.alone and self.state == "none" and not self.nested):
             self._begin(query.write)
+        elif query.write:
+            if self.conn.isolation_level is None:
+                return self._alone_write(query)
+            # sqlite3 would open a transaction of its own before the write, and leave it open
+            self._begin(True)
         if query.many:
             cursor = self.conn.executemany(query.sql, cast(Any, query.params))
         else:
             cursor = self.conn.execute(query.sql, query.params)
         return cursor.fetchall() if query.fetch else cursor.rowcount
+
+    def _alone_write(self, query: Query) -> Any:
+        """A write that is atomic by itself, in autocommit: its own transaction without
+        ``BEGIN IMMEDIATE``/``COMMIT``. It queues on the process's write mutex as they do;
+        SQLite takes the write lock when the statement starts, before it reads."""
+        if self.write_lock is None:
+            return self.conn.execute(query.sql, query.params).rowcount
+        with self.write_lock:
+            return self.conn.execute(query.sql, query.params).rowcount
 
     def _begin(self, write: bool) -> None:
         if self.state in ("write", "nested") or (self.state == "read" and not write):

@@ -93,6 +93,25 @@ ADMIT_PUT = ADMIT.format(
     {PENDING}"""
 )
 
+# Pending writes in: a rewrite of a special write (negative idx) replaces it, others stay.
+WRITES_INSERT = (
+    """INSERT INTO lgmp_writes (thread_key, checkpoint_ns, checkpoint_id, task_id, idx,
+        task_path, channel, type, blob)""",
+    """ON CONFLICT (thread_key, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
+        task_path = excluded.task_path, channel = excluded.channel,
+        type = excluded.type, blob = excluded.blob
+    WHERE excluded.idx < 0""",
+)
+# What ADMIT_WRITES reads, as the condition of an INSERT ... SELECT (the thread key is its
+# last parameter): the thread is there, named, without expiry and never deleted, so
+# :meth:`SqliteCheckpointPlans._admit` would neither refuse nor write.
+WRITES_ADMITTED = (
+    f"{WRITES_INSERT[0]} SELECT * FROM (",
+    f""") WHERE EXISTS (SELECT 1 FROM lgmp_threads WHERE thread_key = ?
+    AND thread_id IS NOT NULL AND expires_at IS NULL AND live_after IS NULL)
+    {WRITES_INSERT[1]}""",
+)
+
 VISIBLE = "t.thread_id IS NOT NULL AND (t.expires_at IS NULL OR t.expires_at > :now)"
 THREAD_TABLES = (
     "lgmp_checkpoints",
@@ -820,6 +839,25 @@ class SqliteCheckpointPlans:
         _no_nul(ns, "checkpoint_ns")
         if fence is not None:
             yield from self._fence_check(target, fence)
+        task_id, path = writes[0].task_id, writes[0].task_path
+        rows = [(tk, ns, cid, task_id, w.idx, path, w.channel, w.type, w.data) for w in writes]
+        if (
+            self.settings.ttl_seconds is None
+            and len(rows) * len(rows[0]) < MAX_PARAMS
+            and not writes_of_interest(writes)
+        ):
+            # The common case in one statement, atomic by itself: a named thread without
+            # expiry or tombstone needs no decision and no write to its row. Nothing
+            # stored (not admitted, or every row already there): the full path decides.
+            head, tail = WRITES_ADMITTED
+            stored = yield Query(
+                _values_sql(head, len(rows[0]), len(rows), tail),
+                [*(x for r in rows for x in r), tk],
+                write=True,
+                alone=True,
+            )
+            if stored:
+                return
         first: Rows = yield Query(ADMIT_WRITES, {"tk": tk}, fetch=True, write=True)
         expired = yield from self._admit(
             target,
@@ -830,16 +868,7 @@ class SqliteCheckpointPlans:
         )
         if expired is None:
             return
-        task_id, path = writes[0].task_id, writes[0].task_path
-        yield from _insert_rows(
-            """INSERT INTO lgmp_writes (thread_key, checkpoint_ns, checkpoint_id, task_id, idx,
-                task_path, channel, type, blob)""",
-            """ON CONFLICT (thread_key, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
-                task_path = excluded.task_path, channel = excluded.channel,
-                type = excluded.type, blob = excluded.blob
-            WHERE excluded.idx < 0""",
-            [(tk, ns, cid, task_id, w.idx, path, w.channel, w.type, w.data) for w in writes],
-        )
+        yield from _insert_rows(*WRITES_INSERT, rows)
         if writes_of_interest(writes):
             yield from self.threads.writes(tk, _id_bytes(target.thread_id), ns, cid)
         if expired:
