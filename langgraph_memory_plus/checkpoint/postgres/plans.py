@@ -594,9 +594,15 @@ class PostgresCheckpointPlans:
                 FROM {self._th} t WHERE t.thread_key = %(tk)s FOR KEY SHARE
             )"""
         head, gate = cur, ""
+        conflict = "DO UPDATE SET expires_at = t.expires_at"
         if fenced:
             head = f"{cur}, {self._fence_cte('cur')}"
             gate = " AND EXISTS (SELECT 1 FROM fence)"
+            # Fenced, the fence row is share-locked before ``ins``: locking a thread
+            # row there (DO UPDATE) would take the two crosswise against delete_thread
+            # (thread row, then fence row), a deadlock. DO NOTHING locks nothing; the
+            # write declines and the locked path takes them in order.
+            conflict = "DO NOTHING"
         # ``ins`` runs only when the snapshot holds no row. A racing writer's new row (a
         # step's put beside its put_writes on a new thread) is then a conflict: DO UPDATE
         # waits for its commit and returns it, as committed, with a row lock held for
@@ -606,7 +612,7 @@ class PostgresCheckpointPlans:
                 INSERT INTO {self._th} AS t (thread_key, thread_id, expires_at)
                 SELECT %(tk)s, %(tid)s, now() + make_interval(secs => %(ttl)s)
                 WHERE NOT EXISTS (SELECT FROM cur){gate}
-                ON CONFLICT (thread_key) DO UPDATE SET expires_at = t.expires_at
+                ON CONFLICT (thread_key) {conflict}
                 RETURNING live_after, refused, expires_at
             ), thread AS (
                 SELECT *, t.expires_at <= now() IS TRUE AS was_expired
@@ -671,6 +677,7 @@ class PostgresCheckpointPlans:
         A new thread's row that a racing writer inserted meanwhile is waited for and
         taken as it committed (see :meth:`_thread_ctes`): the first step of every new
         thread, whose put and put_writes both create the row, costs no more round trips.
+        Fenced, it is not (the locks would be taken crosswise): the write declines.
         It declines (writes nothing) when the thread is deleted or expired; then the
         locked path runs in a transaction and reports the tombstone (``live_after`` and
         the ``refused`` ids) and whether the thread had expired, for the caller to act on.

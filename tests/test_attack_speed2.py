@@ -1,0 +1,352 @@
+"""Attacks on issue 39's second speed pass, by someone who did not write it.
+
+The pass changed how a PostgreSQL write meets a racing writer's new thread row (it now
+waits for it inside its one statement, ``ON CONFLICT DO UPDATE``), how the sync
+PostgreSQL runner borrows its connection, how the async Redis runner exchanges a script
+call, and several shared micro-cuts (``decoding``, base-36 versions, the run's user
+check, reads retrying while failures differ). These tests interleave what the changes
+were not written for: a deletion between a fenced write's snapshot and its insert,
+interrupts and killed backends on a pool of one, cancelled Redis calls whose replies
+come late, and the shared helpers against their former definitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+
+pytestmark = pytest.mark.storage
+
+
+def _wait_for_lock_wait(conn: psycopg.Connection[Any], like: str) -> None:
+    """Until a backend of this database waits on a lock in a statement matching ``like``."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND pid <> pg_backend_pid() AND datname = current_database() AND query LIKE %s",
+            (like,),
+        ).fetchone()
+        if row and row[0]:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"no statement like {like!r} ever waited on a lock")
+
+
+# -- PostgreSQL: a fenced write of a new thread racing delete_thread ---------------------
+
+
+def test_pg_fenced_first_write_racing_delete_thread_is_refused_not_deadlocked(
+    pg_url: str,
+) -> None:
+    """A fenced write of a new thread whose snapshot missed the thread row (another
+    writer's, committed meanwhile) while ``delete_thread`` holds that row: the write
+    must end refused (``FencedWriteError``: deletion is final and removes the fence) and
+    the deletion must succeed. Locks are promised thread row first, fence row second,
+    as ``delete_thread`` takes them; a write that waits for the row inside its statement
+    after share-locking the fence takes them crosswise."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from langgraph_memory_plus.checkpoint.config import thread_key
+    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
+    from langgraph_memory_plus.errors import FencedWriteError
+
+    thread_id = f"fence-race-{uuid.uuid4().hex}"
+    tk = thread_key(thread_id)
+    checkpoint = empty_checkpoint()
+    outcome: dict[str, BaseException | None] = {}
+
+    with (
+        PostgresSaver.from_conn_string(pg_url, pool_max_size=3) as saver,
+        psycopg.connect(pg_url) as holder,
+        psycopg.connect(pg_url, autocommit=True) as other,
+    ):
+        saver.setup()
+        lease = saver.fence.acquire(thread_id, owner="w1")
+        config = lease.config(
+            {
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": "",
+                    "checkpoint_id": checkpoint["id"],
+                }
+            }
+        )
+
+        def write() -> None:
+            try:
+                saver.put_writes(config, [("ch", 1)], "task-1")
+                outcome["write"] = None
+            except BaseException as exc:  # reported below
+                outcome["write"] = exc
+
+        def delete() -> None:
+            try:
+                saver.delete_thread(thread_id)
+                outcome["delete"] = None
+            except BaseException as exc:  # reported below
+                outcome["delete"] = exc
+
+        # A renew of the fence in flight: the write's statement (snapshot taken, no
+        # thread row in it) waits at the fence row.
+        holder.execute(
+            "SELECT 1 FROM public.lgmp_fences WHERE thread_key = %s FOR NO KEY UPDATE", (tk,)
+        )
+        writer = threading.Thread(target=write)
+        writer.start()
+        _wait_for_lock_wait(other, "WITH cur AS%")
+        # Another writer's first put of the thread commits its row meanwhile.
+        other.execute(
+            "INSERT INTO public.lgmp_threads (thread_key, thread_id, expires_at) "
+            "VALUES (%s, %s, NULL)",
+            (tk, thread_id.encode()),
+        )
+        # delete_thread locks the thread row, then waits for the fence row.
+        deleter = threading.Thread(target=delete)
+        deleter.start()
+        _wait_for_lock_wait(other, "%DELETE FROM%lgmp_fences%")
+        holder.rollback()
+        writer.join(30)
+        deleter.join(30)
+        assert not writer.is_alive() and not deleter.is_alive()
+        stored = other.execute(
+            "SELECT count(*) FROM public.lgmp_task_writes WHERE thread_key = %s", (tk,)
+        ).fetchone()
+    assert outcome["delete"] is None, repr(outcome["delete"])
+    assert isinstance(outcome["write"], FencedWriteError), repr(outcome["write"])
+    assert stored == (0,)
+
+
+# -- PostgreSQL sync runner: the pool connection after failures ---------------------------
+
+
+def _rows_table(table: str) -> tuple[Any, Any]:
+    """Plans on ``table``: a write then ``last`` (one transaction), and a count."""
+    from langgraph_memory_plus.drivers.postgres import Query
+
+    def write_then(last: str, then: BaseException | None = None) -> Any:
+        yield Query(f"INSERT INTO {table} VALUES (1)")
+        yield Query(last, fetch=True)
+        if then is not None:
+            raise then
+
+    def count() -> Any:
+        rows = yield Query(f"SELECT count(*) FROM {table}", fetch=True)
+        return rows[0][0]
+
+    return write_then, count
+
+
+def test_pg_sync_runner_returns_its_one_connection_clean_after_every_kind_of_failure(
+    pg_url: str,
+) -> None:
+    """The sync runner borrows and returns the pool connection itself now: after a
+    statement error inside a transaction, a ``KeyboardInterrupt`` (raised by the plan, and
+    delivered while a statement runs), a ``BaseException`` of the plan's and the server
+    killing the backend mid-statement, the pool of one lends a connection at once, idle,
+    with nothing of the failed plans committed; fifty failures leak nothing."""
+    import _thread
+
+    from langgraph_memory_plus.drivers.postgres import PgRunner, open_pool
+
+    table = f"lgmp_a392_{uuid.uuid4().hex[:10]}"
+    with (
+        open_pool(pg_url, min_size=1, max_size=1, prepare_threshold=0) as pool,
+        psycopg.connect(pg_url, autocommit=True) as other,
+    ):
+        pool.timeout = 5.0
+        runner = PgRunner(pool, pipeline=False, owner="test")
+        other.execute(f"CREATE TABLE {table} (x int)")
+        write_then, count = _rows_table(table)
+        try:
+            for _ in range(50):
+                with pytest.raises(psycopg.errors.DivisionByZero):
+                    runner.run(write_then("SELECT 1 / 0"))
+            assert runner.run(count()) == 0
+            for exc in (KeyboardInterrupt(), SystemExit(3), GeneratorExit()):
+                with pytest.raises(type(exc)):
+                    runner.run(write_then("SELECT 1", exc))
+                assert runner.run(count()) == 0
+            # Ctrl-C while the server runs the statement
+            timer = threading.Timer(0.5, _thread.interrupt_main)
+            timer.start()
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    runner.run(write_then("SELECT pg_sleep(20)"))
+            finally:
+                timer.cancel()
+            assert runner.run(count()) == 0
+
+            # the server ends the backend mid-statement
+            def kill() -> None:
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    row = other.execute(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND query LIKE 'SELECT pg_sleep(19)%'"
+                        " AND pid <> pg_backend_pid()"
+                    ).fetchone()
+                    if row and row[0]:
+                        return
+                    time.sleep(0.05)
+
+            killer = threading.Thread(target=kill)
+            killer.start()
+            with pytest.raises(Exception) as failed:
+                runner.run(write_then("SELECT pg_sleep(19)"))
+            killer.join(15)
+            assert not isinstance(failed.value, AssertionError)
+            started = time.monotonic()
+            assert runner.run(count()) == 0
+            assert time.monotonic() - started < 4.0  # not the pool's timeout
+            with pool.connection() as conn:
+                assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            runner.run(write_then("SELECT 1"))
+            assert runner.run(count()) == 1
+        finally:
+            other.execute(f"DROP TABLE {table}")
+
+
+# -- async Redis: a reply that comes late, a call cancelled while it waits -----------------
+
+
+class _SlowProxy:
+    """A loopback TCP proxy to a Redis server whose replies wait ``delay`` seconds."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.upstream = (host, port)
+        self.delay = 0.0
+        self.server: asyncio.AbstractServer | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, slow: bool) -> None:
+            with contextlib.suppress(Exception):
+                while data := await src.read(65536):
+                    if slow and self.delay:
+                        await asyncio.sleep(self.delay)
+                    dst.write(data)
+                    await dst.drain()
+            with contextlib.suppress(Exception):
+                dst.close()
+
+        for task in (
+            asyncio.ensure_future(pump(reader, up_writer, False)),
+            asyncio.ensure_future(pump(up_reader, writer, True)),
+        ):
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+async def _proxy(redis_url: str) -> tuple[_SlowProxy, str]:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(redis_url)
+    proxy = _SlowProxy(parts.hostname or "127.0.0.1", parts.port or 6379)
+    port = await proxy.start()
+    return proxy, f"redis://127.0.0.1:{port}{parts.path or '/0'}"
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+async def test_async_redis_call_cancelled_while_its_reply_is_late_leaves_no_stale_reply(
+    redis_url: str, protocol: int
+) -> None:
+    """``task.cancel()`` and ``asyncio.wait_for`` around a call whose reply is on its way:
+    the next call on the pool's only connection reads its own reply, not the cancelled
+    call's; a reply later than the socket timeout ends as ``TimeoutError``."""
+    import redis
+
+    from langgraph_memory_plus.drivers.redis import _AsyncWire, _plain, async_client_from_url
+
+    proxy, url = await _proxy(redis_url)
+    client = async_client_from_url(url, protocol=protocol, socket_timeout=1.0, pool_max_size=1)
+    try:
+        wire = _AsyncWire(client)
+        conn = await client.connection_pool.get_connection()
+        assert _plain(conn)
+        await client.connection_pool.release(conn)
+        assert await wire.send([("ECHO", b"warm")]) == [b"warm"]
+        for round_ in range(3):
+            proxy.delay = 0.4
+            call = asyncio.ensure_future(wire.send([("ECHO", b"cancelled"), ("ECHO", b"too")]))
+            await asyncio.sleep(0.1)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(wire.send([("ECHO", b"timed out")]), 0.1)
+            proxy.delay = 0.0
+            await asyncio.sleep(0.5)  # the late replies arrive meanwhile
+            assert await wire.send([("ECHO", f"next {round_}".encode())]) == [
+                f"next {round_}".encode()
+            ]
+        proxy.delay = 1.5  # past the socket timeout, every retry
+        with pytest.raises(redis.TimeoutError):
+            await wire.send([("ECHO", b"late")])
+        proxy.delay = 0.0
+        await asyncio.sleep(1.6)
+        assert await wire.send([("ECHO", b"after")]) == [b"after"]
+    finally:
+        await client.aclose()
+        await proxy.stop()
+
+
+async def test_async_redis_saver_read_after_a_cancelled_put_is_its_own(redis_url: str) -> None:
+    """The saver's calls are scripts: a put cancelled while its reply is late, then a read
+    on the same (only) connection, returns the read's checkpoint and the put either
+    happened whole or not at all."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from langgraph_memory_plus import AsyncRedisSaver
+
+    proxy, url = await _proxy(redis_url)
+    prefix = f"lgmp-a392-{uuid.uuid4().hex[:10]}"
+    try:
+        async with AsyncRedisSaver.from_conn_string(
+            url, key_prefix=prefix, pool_max_size=1
+        ) as saver:
+            await saver.setup()
+            cfg: Any = {"configurable": {"thread_id": "t/一.x", "checkpoint_ns": ""}}
+            first = empty_checkpoint()
+            first["channel_values"] = {"a": "one"}
+            first["channel_versions"] = {"a": 1}
+            saved = await saver.aput(cfg, first, {"step": 0}, {"a": 1})
+            for n in range(3):
+                second = empty_checkpoint()
+                second["channel_values"] = {"a": f"two {n}"}
+                second["channel_versions"] = {"a": 2 + n}
+                proxy.delay = 0.3
+                with pytest.raises(asyncio.TimeoutError):
+                    await asyncio.wait_for(
+                        saver.aput(saved, second, {"step": 1 + n}, {"a": 2 + n}), 0.1
+                    )
+                proxy.delay = 0.0
+                got = await saver.aget_tuple(cfg)
+                assert got is not None
+                assert got.checkpoint["id"] in (first["id"], second["id"])
+                want = "one" if got.checkpoint["id"] == first["id"] else f"two {n}"
+                assert got.checkpoint["channel_values"] == {"a": want}
+                listed = [c.checkpoint["id"] async for c in saver.alist(cfg)]
+                assert first["id"] in listed
+    finally:
+        await proxy.stop()
