@@ -350,3 +350,151 @@ async def test_async_redis_saver_read_after_a_cancelled_put_is_its_own(redis_url
                 assert first["id"] in listed
     finally:
         await proxy.stop()
+
+
+# -- PostgreSQL: what a new thread's first write meets ------------------------------------
+
+
+@pytest.mark.parametrize("fenced", [False, True])
+@pytest.mark.parametrize("other_row", ["tombstone", "rolled back", "expired"])
+def test_pg_first_write_waiting_on_a_racing_thread_row_acts_on_the_row_as_committed(
+    pg_url: str, other_row: str, fenced: bool
+) -> None:
+    """The write whose snapshot has no thread row waits for another transaction's insert
+    of it. Whatever that insert turns out to be, the write acts on it as committed: a
+    tombstone (a deletion's row) refuses a put continuing the deleted run (deletion is
+    final), a rolled-back insert
+    leaves the write to create the row (with its expiry, and the index row's), an expired
+    row is a thread that expired (purged and revived)."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from langgraph_memory_plus.checkpoint.config import thread_key
+    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
+
+    thread_id = f"first-{other_row}-{uuid.uuid4().hex}"
+    tk = thread_key(thread_id)
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"a": "v"}
+    checkpoint["channel_versions"] = {"a": 1}
+    failed: list[BaseException] = []
+    with (
+        PostgresSaver.from_conn_string(pg_url, ttl={"default_ttl": 60}, pool_max_size=2) as saver,
+        psycopg.connect(pg_url) as other,
+        psycopg.connect(pg_url, autocommit=True) as look,
+    ):
+        saver.setup()
+        config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        if other_row == "tombstone":  # a run of the deleted thread going on: a parent
+            config["configurable"]["checkpoint_id"] = empty_checkpoint()["id"]
+        if fenced:
+            config = saver.fence.acquire(thread_id, owner="w1").config(config)
+
+        def write() -> None:
+            try:
+                saver.put(config, checkpoint, {"source": "input", "step": -1}, {"a": 1})
+            except BaseException as exc:  # reported below
+                failed.append(exc)
+
+        if other_row == "tombstone":
+            other.execute(
+                "INSERT INTO public.lgmp_threads (thread_key, thread_id, expires_at, "
+                "deleted_at, live_after) VALUES (%s, NULL, NULL, now(), %s)",
+                (tk, "z" * 32),
+            )
+        else:
+            expiry = (
+                "now() - interval '1 hour'"
+                if other_row == "expired"
+                else "now() + interval '1 hour'"
+            )
+            other.execute(
+                "INSERT INTO public.lgmp_threads (thread_key, thread_id, expires_at) "
+                f"VALUES (%s, %s, {expiry})",
+                (tk, thread_id.encode()),
+            )
+        writer = threading.Thread(target=write)
+        writer.start()
+        _wait_for_lock_wait(look, "%lgmp_threads%")
+        if other_row == "rolled back":
+            other.rollback()
+        else:
+            other.commit()
+        writer.join(20)
+        assert not writer.is_alive() and not failed, failed
+        stored = look.execute(
+            "SELECT count(*) FROM public.lgmp_checkpoints WHERE thread_key = %s", (tk,)
+        ).fetchone()
+        rows = look.execute(
+            "SELECT t.thread_id IS NOT NULL, t.expires_at > now(), i.expires_at = t.expires_at,"
+            " i.checkpoints FROM public.lgmp_threads t "
+            "LEFT JOIN public.lgmp_thread_index i USING (thread_key) WHERE thread_key = %s",
+            (tk,),
+        ).fetchall()
+        got = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+        listed = saver.threads.count()
+        saver.delete_thread(thread_id)
+    if other_row == "tombstone":
+        assert stored == (0,) and got is None
+        assert rows[0][0] is False
+    else:
+        assert stored == (1,)
+        assert got is not None and got.checkpoint["channel_values"] == {"a": "v"}
+        assert rows == [(True, True, True, 1)]
+        assert listed >= 1
+
+
+@pytest.mark.parametrize("fenced", [False, True])
+def test_pg_many_new_threads_first_step_put_and_writes_side_by_side(
+    pg_url: str, fenced: bool
+) -> None:
+    """Every new thread's first step: its put and its put_writes at once, on many fresh
+    threads from several workers. Each thread ends with its checkpoint, its writes, one
+    index row counting one checkpoint and carrying the thread's expiry."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from langgraph_memory_plus.checkpoint.config import thread_key
+    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
+
+    run = uuid.uuid4().hex[:8]
+    ids = [f"fan-{run}-{n}" for n in range(24)]
+    with (
+        PostgresSaver.from_conn_string(pg_url, ttl={"default_ttl": 60}, pool_max_size=4) as saver,
+        psycopg.connect(pg_url, autocommit=True) as look,
+    ):
+        saver.setup()
+
+        def step(thread_id: str) -> list[Any]:
+            config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+            if fenced:
+                config = saver.fence.acquire(thread_id, owner="w").config(config)
+            checkpoint = empty_checkpoint()
+            at = {"configurable": {**config["configurable"], "checkpoint_id": checkpoint["id"]}}
+            with ThreadPoolExecutor(2) as two:
+                both = [
+                    two.submit(saver.put, config, checkpoint, {"source": "loop", "step": 0}, {}),
+                    two.submit(saver.put_writes, at, [("ch", 1)], "task-1"),
+                ]
+                return [f.result() for f in both]
+
+        with ThreadPoolExecutor(3) as pool:
+            list(pool.map(step, ids))
+        tks = [thread_key(t) for t in ids]
+        rows = look.execute(
+            "SELECT count(*) FILTER (WHERE i.expires_at = t.expires_at AND i.checkpoints = 1"
+            " AND t.expires_at > now()), count(*) FROM public.lgmp_threads t "
+            "JOIN public.lgmp_thread_index i USING (thread_key) WHERE thread_key = ANY(%s)",
+            (tks,),
+        ).fetchone()
+        writes = look.execute(
+            "SELECT count(DISTINCT thread_key) FROM public.lgmp_task_writes "
+            "WHERE thread_key = ANY(%s)",
+            (tks,),
+        ).fetchone()
+        for thread_id in ids:
+            got = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+            assert got is not None and got.pending_writes == [("task-1", "ch", 1)]
+            saver.delete_thread(thread_id)
+    assert rows == (len(ids), len(ids))
+    assert writes == (len(ids),)
