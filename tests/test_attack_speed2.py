@@ -498,3 +498,135 @@ def test_pg_many_new_threads_first_step_put_and_writes_side_by_side(
             saver.delete_thread(thread_id)
     assert rows == (len(ids), len(ids))
     assert writes == (len(ids),)
+
+
+async def test_async_redis_script_error_replies_are_the_sync_savers(redis_url: str) -> None:
+    """Each of a thread's keys holding the wrong type (``WRONGTYPE`` inside the scripts):
+    the async saver's put and read fail as the sync saver's (whose exchange did not
+    change), with the same error class and text, and work again once the key is back."""
+    import redis as redis_py
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from langgraph_memory_plus import AsyncRedisSaver, RedisSaver
+
+    prefix = f"lgmp-a392-{uuid.uuid4().hex[:10]}"
+    admin = redis_py.Redis.from_url(redis_url)
+    cfg: Any = {"configurable": {"thread_id": "线程/a.b", "checkpoint_ns": ""}}
+
+    def outcome(call: Any) -> Any:
+        try:
+            call()
+        except Exception as exc:
+            return type(exc), str(exc)
+        return "ok"
+
+    async def aoutcome(call: Any) -> Any:
+        try:
+            await call()
+        except Exception as exc:
+            return type(exc), str(exc)
+        return "ok"
+
+    try:
+        with RedisSaver.from_conn_string(redis_url, key_prefix=prefix) as sync:
+            sync.setup()
+            sync.put(cfg, empty_checkpoint(), {}, {})
+            keys = sorted(admin.scan_iter(match=f"{prefix}*"))
+            assert keys
+            async with AsyncRedisSaver.from_conn_string(redis_url, key_prefix=prefix) as saver:
+                for key in keys:
+                    dumped = admin.dump(key)
+                    admin.delete(key)
+                    admin.set(key, b"x")
+                    want = [
+                        outcome(lambda: sync.put(cfg, empty_checkpoint(), {}, {})),
+                        outcome(lambda: sync.get_tuple(cfg)),
+                    ]
+                    got = [
+                        await aoutcome(lambda: saver.aput(cfg, empty_checkpoint(), {}, {})),
+                        await aoutcome(lambda: saver.aget_tuple(cfg)),
+                    ]
+                    assert got == want, key
+                    admin.delete(key)
+                    admin.restore(key, 0, dumped)
+                    assert await saver.aget_tuple(cfg) is not None
+    finally:
+        for key in admin.scan_iter(match=f"{prefix}*"):
+            admin.delete(key)
+        admin.close()
+
+
+def test_pg_first_write_waiting_on_a_killed_writers_row_goes_on(pg_url: str) -> None:
+    """The other writer of a new thread is a process killed (SIGKILL) while its
+    transaction holds the new thread row: the write waiting for that row inside its
+    statement goes on once the server drops the dead session, and stores the thread
+    whole (its row, expiry and index row)."""
+    import signal
+    import subprocess
+    import sys
+
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from langgraph_memory_plus.checkpoint.config import thread_key
+    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
+
+    thread_id = f"killed-{uuid.uuid4().hex}"
+    tk = thread_key(thread_id)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time, psycopg\n"
+            "conn = psycopg.connect(sys.argv[1])\n"
+            "conn.execute('INSERT INTO public.lgmp_threads (thread_key, thread_id, expires_at)"
+            " VALUES (%s, %s, now() + interval \\'1 day\\')', (bytes.fromhex(sys.argv[2]),"
+            " sys.argv[3].encode()))\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(120)\n",
+            pg_url,
+            tk.hex(),
+            thread_id,
+        ],
+        stdout=subprocess.PIPE,
+    )
+    failed: list[BaseException] = []
+    try:
+        with (
+            PostgresSaver.from_conn_string(
+                pg_url, ttl={"default_ttl": 60}, pool_max_size=2
+            ) as saver,
+            psycopg.connect(pg_url, autocommit=True) as look,
+        ):
+            saver.setup()
+            assert child.stdout is not None and child.stdout.readline().strip() == b"ready"
+            checkpoint = empty_checkpoint()
+            config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+
+            def write() -> None:
+                try:
+                    saver.put(config, checkpoint, {"source": "input", "step": -1}, {})
+                except BaseException as exc:  # reported below
+                    failed.append(exc)
+
+            writer = threading.Thread(target=write)
+            writer.start()
+            _wait_for_lock_wait(look, "%lgmp_threads%")
+            child.send_signal(signal.SIGKILL)
+            child.wait(10)
+            writer.join(30)
+            assert not writer.is_alive() and not failed, failed
+            rows = look.execute(
+                # the saver's expiry (60 minutes), not the dead writer's (a day)
+                "SELECT t.expires_at > now() + interval '30 minutes', "
+                "t.expires_at < now() + interval '2 hours', i.expires_at = t.expires_at, "
+                "i.checkpoints FROM public.lgmp_threads t JOIN public.lgmp_thread_index i "
+                "USING (thread_key) WHERE thread_key = %s",
+                (tk,),
+            ).fetchall()
+            assert saver.get_tuple(config) is not None
+            saver.delete_thread(thread_id)
+        assert rows == [(True, True, True, 1)]
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
