@@ -630,3 +630,84 @@ def test_pg_first_write_waiting_on_a_killed_writers_row_goes_on(pg_url: str) -> 
         if child.poll() is None:
             child.kill()
             child.wait(10)
+
+
+# -- shared path: decoding, the run's user -------------------------------------------------
+
+
+@pytest.mark.parametrize("read", ["get_tuple", "list"])
+def test_pg_driver_error_inside_a_list_read_passes_through_unchanged(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, read: str
+) -> None:
+    """``decoding`` is a class now; a driver error thrown into the plan while it resolves
+    a list's items (inside ``with decoding(...)``) still reaches the caller as itself,
+    once: not ``CorruptDataError``, and not read again as a race with deletion."""
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
+    from langgraph_memory_plus.drivers import postgres as runner_module
+
+    execute = runner_module._execute
+    failed: list[str] = []
+
+    def failing(cur: Any, query: Any) -> Any:
+        if "WITH pages AS" in query.sql:  # a list's items (``_fetch_list``)
+            failed.append(query.sql)
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return execute(cur, query)
+
+    thread_id = f"driver-{uuid.uuid4().hex}"
+    config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    with PostgresSaver.from_conn_string(pg_url, pool_max_size=2) as saver:
+        saver.setup()
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"messages": [HumanMessage(f"m{n}") for n in range(60)]}
+        checkpoint["channel_versions"] = {"messages": 1}
+        saver.put(config, checkpoint, {}, {"messages": 1})
+    # another process's saver: it knows none of the list's items
+    with PostgresSaver.from_conn_string(pg_url, pool_max_size=2) as saver:
+        monkeypatch.setattr(runner_module, "_execute", failing)
+        with pytest.raises(psycopg.OperationalError) as raised:
+            if read == "get_tuple":
+                saver.get_tuple(config)
+            else:
+                list(saver.list(config))
+        monkeypatch.undo()
+        assert "corrupt" not in str(raised.value)
+        assert len(failed) == 1
+        got = saver.get_tuple(config)
+        assert got is not None and len(got.checkpoint["channel_values"]["messages"]) == 60
+        saver.delete_thread(thread_id)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["a\x00b", b"bytes", 1.5, True, ["u"], {"u": 1}, object()],
+    ids=["nul", "bytes", "float", "bool", "list", "dict", "object"],
+)
+@pytest.mark.parametrize("place", ["configurable", "metadata", "context"])
+def test_run_user_id_refused_as_check_user_id_refuses_it(value: Any, place: str) -> None:
+    """``run_value`` skips the check for plain text without a NUL: every other id is
+    refused in every place it can be given, with ``check_user_id``'s message naming
+    that place; a ``str`` subclass holding a NUL too."""
+    from langgraph_memory_plus.checkpoint.context import run_value
+    from langgraph_memory_plus.errors import InvalidConfigError
+    from langgraph_memory_plus.threads.core import check_user_id
+
+    where = {
+        "configurable": "config['configurable']['user_id']",
+        "metadata": "config['metadata']['user_id']",
+        "context": "the runtime context's user_id",
+    }[place]
+    with pytest.raises(InvalidConfigError) as expected:
+        check_user_id(value, where)
+    with pytest.raises(InvalidConfigError) as raised:
+        run_value("user_id", **{place: {"user_id": value}})
+    assert str(raised.value) == str(expected.value)
+
+    class Text(str):
+        pass
+
+    with pytest.raises(InvalidConfigError):
+        run_value("user_id", **{place: {"user_id": Text("x\x00y")}})
