@@ -711,3 +711,52 @@ def test_run_user_id_refused_as_check_user_id_refuses_it(value: Any, place: str)
 
     with pytest.raises(InvalidConfigError):
         run_value("user_id", **{place: {"user_id": Text("x\x00y")}})
+
+
+@pytest.mark.parametrize("autocommit", [True, False])
+def test_pg_sync_runner_on_one_connection_leaves_it_idle_after_failures(
+    pg_url: str, autocommit: bool
+) -> None:
+    """The runner on a single ``Connection`` (not a pool), autocommit or not: a statement
+    error inside the plan's transaction, a ``KeyboardInterrupt`` of the plan's and one
+    delivered while the server runs a statement, and a failing standalone statement each
+    leave the connection idle with nothing committed."""
+    import _thread
+
+    from langgraph_memory_plus.drivers.postgres import PgRunner, Query
+
+    table = f"lgmp_a392_{uuid.uuid4().hex[:10]}"
+    write_then, count = _rows_table(table)
+
+    def standalone_fails() -> Any:
+        yield Query("SELECT 1 / 0", fetch=True, standalone=True)
+
+    with (
+        psycopg.connect(pg_url, autocommit=True) as other,
+        psycopg.connect(pg_url, autocommit=autocommit) as conn,
+    ):
+        other.execute(f"CREATE TABLE {table} (x int)")
+        runner = PgRunner(conn, pipeline=False, owner="test")
+        idle = psycopg.pq.TransactionStatus.IDLE
+        try:
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                runner.run(write_then("SELECT 1 / 0"))
+            assert conn.info.transaction_status == idle and runner.run(count()) == 0
+            with pytest.raises(KeyboardInterrupt):
+                runner.run(write_then("SELECT 1", KeyboardInterrupt()))
+            assert conn.info.transaction_status == idle and runner.run(count()) == 0
+            with pytest.raises(psycopg.errors.DivisionByZero):
+                runner.run(standalone_fails())
+            assert conn.info.transaction_status == idle and runner.run(count()) == 0
+            timer = threading.Timer(0.5, _thread.interrupt_main)
+            timer.start()
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    runner.run(write_then("SELECT pg_sleep(20)"))
+            finally:
+                timer.cancel()
+            assert conn.info.transaction_status == idle and runner.run(count()) == 0
+            runner.run(write_then("SELECT 1"))
+            assert conn.info.transaction_status == idle and runner.run(count()) == 1
+        finally:
+            other.execute(f"DROP TABLE {table}")
