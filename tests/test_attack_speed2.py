@@ -334,7 +334,9 @@ async def test_async_redis_call_cancelled_while_its_reply_is_late_leaves_no_stal
         await proxy.stop()
 
 
-async def test_async_redis_saver_read_after_a_cancelled_put_is_its_own(redis_url: str) -> None:
+async def test_async_redis_saver_read_after_a_cancelled_put_is_its_own(
+    redis_url: str, redis_prefix: str
+) -> None:
     """The saver's calls are scripts: a put cancelled while its reply is late, then a read
     on the same (only) connection, returns the read's checkpoint and the put either
     happened whole or not at all."""
@@ -343,7 +345,7 @@ async def test_async_redis_saver_read_after_a_cancelled_put_is_its_own(redis_url
     from langgraph_memory_plus import AsyncRedisSaver
 
     proxy, url = await _proxy(redis_url)
-    prefix = f"lgmp-a392-{uuid.uuid4().hex[:10]}"
+    prefix = f"{redis_prefix}-a392-{uuid.uuid4().hex[:10]}"  # removed by the fixture
     try:
         async with AsyncRedisSaver.from_conn_string(
             url, key_prefix=prefix, pool_max_size=1
