@@ -114,6 +114,16 @@ def _write_rows(
     ]
 
 
+def _raced(row: tuple[Any, ...]) -> bool:
+    """Whether a fenced fast write declined only because its thread row was new to it:
+    its snapshot had no row and another writer's insert won (``ins`` does not wait for
+    that row when fenced, see :meth:`PostgresCheckpointPlans._thread_ctes`). Nothing
+    was written; with no row there is no tombstone nor expiry to act on, and the claim
+    holds. Told from the tail alone: ``ok`` is empty although no row was seen."""
+    count, live_after, was_expired, _, _, held = row
+    return not count and live_after is None and not was_expired and bool(held)
+
+
 def _ambiguous(value: Any) -> bool:
     """Whether ``value`` holds a boolean or a number equal to 0 or 1 anywhere: Python
     takes ``True == 1 == 1.0``, ``jsonb`` containment tells ``true`` from ``1``."""
@@ -594,9 +604,15 @@ class PostgresCheckpointPlans:
                 FROM {self._th} t WHERE t.thread_key = %(tk)s FOR KEY SHARE
             )"""
         head, gate = cur, ""
+        conflict = "DO UPDATE SET expires_at = t.expires_at"
         if fenced:
             head = f"{cur}, {self._fence_cte('cur')}"
             gate = " AND EXISTS (SELECT 1 FROM fence)"
+            # Fenced, the fence row is share-locked before ``ins``: locking a thread
+            # row there (DO UPDATE) would take the two crosswise against delete_thread
+            # (thread row, then fence row), a deadlock. DO NOTHING locks nothing; the
+            # write declines and is sent again (see :meth:`_write`).
+            conflict = "DO NOTHING"
         # ``ins`` runs only when the snapshot holds no row. A racing writer's new row (a
         # step's put beside its put_writes on a new thread) is then a conflict: DO UPDATE
         # waits for its commit and returns it, as committed, with a row lock held for
@@ -606,7 +622,7 @@ class PostgresCheckpointPlans:
                 INSERT INTO {self._th} AS t (thread_key, thread_id, expires_at)
                 SELECT %(tk)s, %(tid)s, now() + make_interval(secs => %(ttl)s)
                 WHERE NOT EXISTS (SELECT FROM cur){gate}
-                ON CONFLICT (thread_key) DO UPDATE SET expires_at = t.expires_at
+                ON CONFLICT (thread_key) {conflict}
                 RETURNING live_after, refused, expires_at
             ), thread AS (
                 SELECT *, t.expires_at <= now() IS TRUE AS was_expired
@@ -671,6 +687,8 @@ class PostgresCheckpointPlans:
         A new thread's row that a racing writer inserted meanwhile is waited for and
         taken as it committed (see :meth:`_thread_ctes`): the first step of every new
         thread, whose put and put_writes both create the row, costs no more round trips.
+        Fenced, it is not (the locks would be taken crosswise): the write declines and
+        sends its statement once more, which sees the row.
         It declines (writes nothing) when the thread is deleted or expired; then the
         locked path runs in a transaction and reports the tombstone (``live_after`` and
         the ``refused`` ids) and whether the thread had expired, for the caller to act on.
@@ -684,9 +702,14 @@ class PostgresCheckpointPlans:
         fenced = fence is not None
         if fence is not None:
             params = {**params, "f_owner": fence[1].owner, "f_token": fence[1].token}
-        rows: Rows = yield Query(
+        fast = Query(
             self._write_sql(payload, done, True, fenced), params, fetch=True, standalone=not more
         )
+        rows: Rows = yield fast
+        if fenced and _raced(rows[0]):
+            # The row is committed now: the same statement again sees it (thread row
+            # locked first, then the fence), one round trip instead of the locked path's.
+            rows = yield fast
         if rows[0][0]:
             return True, None, [], False, bool(rows[0][3])
         if fence is not None and not rows[0][5]:
