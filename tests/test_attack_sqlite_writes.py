@@ -37,6 +37,7 @@ from langgraph_memory_plus.checkpoint.config import thread_key
 from langgraph_memory_plus.checkpoint.sqlite import AsyncSqliteSaver, SqliteSaver
 from langgraph_memory_plus.checkpoint.sqlite.plans import MAX_PARAMS
 from langgraph_memory_plus.encryption import Encryption, EncryptionError
+from langgraph_memory_plus.errors import PoolTimeoutError
 
 WAIT_SECONDS = 60.0
 ROOT = Path(__file__).resolve().parents[1]
@@ -395,6 +396,86 @@ def test_threads_writing_and_deleting_one_thread_leave_nothing_behind(tmp_path: 
     assert raw(path, "SELECT count(DISTINCT task_id) FROM lgmp_writes")[0][0] == len(tasks)
 
 
+def test_a_call_is_not_starved_by_as_many_writers_as_connections(tmp_path: Path) -> None:
+    """Writer threads as many as the pool's connections, each writing in a loop (a step's
+    Send tasks), hold every connection while they queue for the write mutex: another
+    call waits its turn and gets a connection. The pool used to leave a returned
+    connection idle, the thread that returned it took it back at once, and the other
+    call failed with ``PoolTimeoutError`` however short the writes."""
+    done = threading.Event()
+    errors: list[BaseException] = []
+    with SqliteSaver.from_conn_string(
+        tmp_path / "fair.db", pool_max_size=4, pool_timeout=10
+    ) as saver:
+        config = saver.put(cfg("t"), make_checkpoint({"a": 1}), {"step": 0}, {"a": 1})
+
+        def writer(k: int) -> None:
+            try:
+                i = 0
+                while not done.is_set():
+                    i += 1
+                    saver.put_writes(config, [("a", i)], f"w{k}-{i}")
+            except BaseException as exc:
+                errors.append(exc)
+
+        workers = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+        for w in workers:
+            w.start()
+        try:
+            time.sleep(0.2)
+            for n in range(3):
+                saver.delete_thread(f"other-{n}")
+                assert saver.get_tuple(config) is not None
+        finally:
+            done.set()
+            for w in workers:
+                w.join()
+        assert not errors, errors
+
+
+def test_a_pool_serves_waiting_borrowers_in_turn(tmp_path: Path) -> None:
+    """Borrowers waiting on a full pool get connections in the order they came, and a
+    thread that returns one and asks again at once queues behind them; one that gives
+    up (timeout) leaves the line without taking a connection from the others."""
+    from langgraph_memory_plus.drivers.sqlite import SqlitePool
+
+    with SqlitePool(tmp_path / "turns.db", max_size=1, pool_timeout=WAIT_SECONDS) as pool:
+        held = pool.acquire()
+        order: list[str] = []
+
+        def borrow(name: str) -> None:
+            conn = pool.acquire()
+            order.append(name)
+            pool.release(conn)
+
+        def queued(n: int) -> None:
+            deadline = time.monotonic() + WAIT_SECONDS
+            while len(pool._line) < n and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert len(pool._line) == n
+
+        waiters = []
+        for n, name in enumerate("abc", start=1):
+            waiters.append(threading.Thread(target=borrow, args=(name,)))
+            waiters[-1].start()
+            queued(n)
+        pool.release(held)
+        order.append("returned")
+        borrow("again")  # the returning thread asks again: after a, b and c
+        for w in waiters:
+            w.join()
+        assert order[-1] == "again" and sorted(order[:-1]) == ["a", "b", "c", "returned"]
+        assert [x for x in order if x in "abc"] == ["a", "b", "c"]
+        quick = SqlitePool(tmp_path / "turns.db", max_size=1, pool_timeout=0.05)
+        with quick:
+            kept = quick.acquire()
+            with pytest.raises(PoolTimeoutError):
+                quick.acquire()
+            assert not quick._line
+            quick.release(kept)
+            quick.release(quick.acquire())
+
+
 async def test_many_concurrent_async_writes_match_in_memory(tmp_path: Path) -> None:
     """Hundreds of gathered ``aput_writes`` (tasks of a step, each sent twice, a subgraph
     among them) on the async saver's worker threads: InMemorySaver's pending writes."""
@@ -612,3 +693,24 @@ def test_a_write_to_a_trimmed_checkpoint_is_collected_by_the_next_trim(tmp_path:
         saver.put(second, make_checkpoint({"a": 3}), {"step": 2}, {"a": 3})
         saver.prune(["t"])
     assert invariants(path) == []
+
+
+def test_nul_in_a_namespace_is_refused_before_any_statement(tmp_path: Path) -> None:
+    """A namespace with NUL is refused on write (SQLite's JSON functions would cut it),
+    on the one-statement path as on the full one: no statement is sent, nothing stored."""
+    from langgraph_memory_plus.errors import InvalidConfigError
+
+    path = tmp_path / "nul.db"
+    conn, seen = traced(path)
+    try:
+        saver = SqliteSaver(conn)
+        config = saver.put(cfg("t"), make_checkpoint({"a": 1}), {"step": 0}, {"a": 1})
+        bad = {"configurable": {**config["configurable"], "checkpoint_ns": "sub\x00x"}}
+        for writes in ([("a", 1)], [("__interrupt__", 1)]):
+            seen.clear()
+            with pytest.raises(InvalidConfigError, match="NUL"):
+                saver.put_writes(bad, writes, "task")
+            assert seen == [] and not conn.in_transaction
+        assert raw(path, "SELECT count(*) FROM lgmp_writes") == [(0,)]
+    finally:
+        conn.close()
