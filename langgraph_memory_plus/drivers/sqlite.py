@@ -44,6 +44,7 @@ import sqlite3
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
@@ -192,6 +193,17 @@ def _seconds(name: str, value: object, *, finite: bool = False) -> float:
     return float(value)
 
 
+@dataclass
+class _Turn:
+    """A borrower waiting for a connection: ``served`` once it has one (``conn``) or a
+    place to open one (``conn`` is ``None``). ``wake`` (on the pool's lock) wakes it
+    alone: waking every waiter at each return cost each of them a turn of the lock."""
+
+    wake: threading.Condition
+    conn: sqlite3.Connection | None = None
+    served: bool = False
+
+
 class SqlitePool:
     """The connections of one process to one SQLite database, opened on first use.
 
@@ -231,13 +243,16 @@ class SqlitePool:
         self.pool_timeout = _seconds("pool_timeout", pool_timeout, finite=True)
         self.synchronous: Synchronous = synchronous
         self.write_lock = threading.Lock() if self.in_memory else _write_lock(self.path)
-        # Borrowed and idle connections are counted under one lock; a borrower waits on
-        # the condition only when all ``max_size`` are out (a semaphore cost a Python-level
-        # condition per borrow and per return).
+        # Borrowed and idle connections are counted under one lock; a borrower waits (on
+        # a condition of its own) only when all ``max_size`` are out (a semaphore cost a
+        # Python-level condition per borrow and per return). Waiting borrowers queue: a connection
+        # returned (or a place freed) goes to the first of them, never to a thread that
+        # comes later. Left idle, it went to the thread that had just returned it and
+        # borrowed again at once (a loop of writes), and the waiters starved until
+        # pool_timeout.
         self._lock = threading.Lock()
-        self._returned = threading.Condition(self._lock)
-        self._waiting = 0
-        self._open_count = 0  # opened and not closed: idle or borrowed
+        self._line: deque[_Turn] = deque()
+        self._open_count = 0  # opened and not closed: idle, handed over or borrowed
         self._idle: list[sqlite3.Connection] = []
         self._closed = False
         # Worker pools of the runners on this pool (weakly: a runner dropped early lets
@@ -279,50 +294,83 @@ class SqlitePool:
         """Borrow a connection; hand it back with :meth:`release` (what :meth:`connection`
         does, without a generator per call: runners borrow one per plan).
         :class:`PoolTimeoutError` if none comes free within ``pool_timeout`` seconds."""
-        deadline: float | None = None
         with self._lock:
-            while True:
-                if self._closed:
-                    raise InvalidConfigError(f"{self!r} is closed")
-                if self._idle:
-                    return self._idle.pop()
-                if self._open_count < self.max_size:
-                    self._open_count += 1
-                    break
-                # Every connection is out (a plan that hangs, a caller holding one): wait
-                # at most pool_timeout in all, then say so, rather than hang.
-                if deadline is None:
-                    deadline = time.monotonic() + self.pool_timeout
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise PoolTimeoutError(self.max_size, self.pool_timeout, "SQLite")
-                self._waiting += 1
-                try:
-                    self._returned.wait(left)
-                finally:
-                    self._waiting -= 1
+            if self._closed:
+                raise InvalidConfigError(f"{self!r} is closed")
+            if self._line:  # others wait already: behind them
+                conn = self._wait_turn()
+            elif self._idle:
+                return self._idle.pop()
+            elif self._open_count < self.max_size:
+                self._open_count += 1
+                conn = None
+            else:  # every connection is out
+                conn = self._wait_turn()
+            if conn is not None:
+                return conn
         try:
             return self._open()
         except BaseException:
             self._forget_one()
             raise
 
+    def _wait_turn(self) -> sqlite3.Connection | None:
+        """Queue (under the lock) until a returned connection is handed over, or a freed
+        place (then ``None``: open one). Every connection is out (a plan that hangs, a
+        caller holding one): wait at most pool_timeout in all, then say so, rather than
+        hang."""
+        deadline = time.monotonic() + self.pool_timeout
+        turn = _Turn(threading.Condition(self._lock))
+        self._line.append(turn)
+        try:
+            while not turn.served:
+                if self._closed:
+                    raise InvalidConfigError(f"{self!r} is closed")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise PoolTimeoutError(self.max_size, self.pool_timeout, "SQLite")
+                turn.wake.wait(left)
+        except BaseException:
+            if not turn.served:
+                self._line.remove(turn)
+            else:  # served as it gave up (an interrupt): what it got is not lost
+                self._pass_on(turn.conn)
+            raise
+        return turn.conn
+
+    def _pass_on(self, conn: sqlite3.Connection | None) -> None:
+        """(Under the lock.) A connection, or a place (``None``), that no borrower keeps:
+        the next waiter's, else idle; once the pool is closed, closed and forgotten."""
+        if self._serve_next(conn):
+            return
+        if conn is not None and not self._closed:
+            self._idle.append(conn)
+            return
+        self._open_count -= 1
+        if conn is not None:
+            conn.close()
+
+    def _serve_next(self, conn: sqlite3.Connection | None) -> bool:
+        """Give the first waiting borrower ``conn`` (``None``: a place to open one);
+        whether one was waiting (none is, once the pool is closed)."""
+        if self._closed or not self._line:
+            return False
+        turn = self._line.popleft()
+        turn.conn, turn.served = conn, True
+        turn.wake.notify()
+        return True
+
     def _forget_one(self) -> None:
         """A connection was closed (or never opened): its place is free."""
         with self._lock:
-            self._open_count -= 1
-            if self._waiting:
-                self._returned.notify()
+            self._pass_on(None)  # a waiter takes the place over
 
     def release(self, conn: sqlite3.Connection) -> None:
         """Take back a borrowed connection (closed if the pool is, or if it is still in a
         transaction)."""
         with self._lock:
-            keep = not self._closed and not conn.in_transaction
-            if keep:
-                self._idle.append(conn)
-                if self._waiting:
-                    self._returned.notify()
+            if not self._closed and not conn.in_transaction:
+                self._pass_on(conn)
                 return
         try:
             conn.close()
@@ -347,7 +395,8 @@ class SqlitePool:
             self._closed = True
             idle, self._idle = self._idle, []
             self._open_count -= len(idle)
-            self._returned.notify_all()  # waiting borrowers learn it is closed
+            for turn in self._line:  # waiting borrowers learn it is closed
+                turn.wake.notify()
             workers, self._workers = self._workers, []
         for conn in idle:
             conn.close()
