@@ -75,13 +75,18 @@ class Race:
 
         monkeypatch.setattr(saver._plans, name, marking)
 
+    def on_marked(self) -> None:
+        """Before a marked command: the deletion, once."""
+        if self.delete is not None:
+            delete, self.delete = self.delete, None
+            delete()
+
     def around(self, plan: Plan[Any, Any]) -> Plan[Any, Any]:
         try:
             command = next(plan)
             while True:
-                if self.delete is not None and any(command is m for m in self.marked):
-                    delete, self.delete = self.delete, None
-                    delete()
+                if any(command is m for m in self.marked):
+                    self.on_marked()
                 try:
                     result = yield command
                 except Exception as exc:
@@ -255,22 +260,11 @@ class Races(Race):
         self.again: Callable[[], None] = lambda: None
         self.ran = 0
 
-    def around(self, plan: Plan[Any, Any]) -> Plan[Any, Any]:
-        try:
-            command = next(plan)
-            while True:
-                if self.left and any(command is m for m in self.marked):
-                    self.left -= 1
-                    self.ran += 1
-                    self.again()
-                try:
-                    result = yield command
-                except Exception as exc:
-                    command = plan.throw(exc)
-                else:
-                    command = plan.send(result)
-        except StopIteration as done:
-            return done.value
+    def on_marked(self) -> None:
+        if self.left:
+            self.left -= 1
+            self.ran += 1
+            self.again()
 
 
 @pytest.mark.parametrize("how", ["get_tuple", "list"])
