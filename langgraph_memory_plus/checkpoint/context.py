@@ -76,8 +76,11 @@ def run_value(
         if value is None or (user and value == ""):
             # "": no user (the LangGraph server passes it for an unauthenticated run)
             continue
-        if user and (type(value) is not str or "\x00" in value):  # plain text passes
-            value = check_user_id(value, _where(place, key))
+        if user:
+            try:
+                value = check_user_id(value)
+            except InvalidConfigError:  # refused again, now naming where it was found
+                value = check_user_id(value, _where(place, key))
         found.append((place, value))
     if not found:
         return None
