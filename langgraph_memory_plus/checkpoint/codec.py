@@ -562,6 +562,11 @@ class CheckpointCodec:
             encoded.append(EncodedWrite(task_id, stored_idx, channel, typ, data, task_path))
         return encoded
 
+    def _located(self, typ: str) -> bool:
+        """Whether loading a value of ``typ`` reads where it was stored: to open it, or to
+        refuse a sealed one without keys (else its location need not be built)."""
+        return self.encryption is not None or typ == SEALED_TYPE
+
     def _load(self, typ: str, data: bytes | None, where: Location | None = None) -> Any:
         """A stored value (opened first when encryption is on: ``where`` is where it must
         have been sealed)."""
@@ -620,7 +625,7 @@ class CheckpointCodec:
                     typ,
                     data,
                     write_at(thread_id, checkpoint_ns, checkpoint_id, task_id, idx, ch, path)
-                    if self.encryption is not None or typ == SEALED_TYPE
+                    if self._located(typ)
                     else None,
                     f"the pending write of task {task_id!r} to channel {ch!r}",
                     **where,
@@ -653,7 +658,7 @@ class CheckpointCodec:
         tid, ns, cid = stored.thread_id, stored.checkpoint_ns, stored.checkpoint_id
         with decoding("the checkpoint", **where):
             at = None
-            if self.encryption is not None or stored.checkpoint[0] == SEALED_TYPE:
+            if self._located(stored.checkpoint[0]):
                 at = checkpoint_at(tid, ns, cid, "checkpoint")
             body = self._load(*stored.checkpoint, at)
             body.setdefault("id", stored.checkpoint_id)
@@ -664,8 +669,7 @@ class CheckpointCodec:
         versions = body["channel_versions"]
 
         def blob(ch: str, typ: str = SEALED_TYPE) -> Location | None:
-            # Only opening a sealed value, or refusing one, reads where it is stored.
-            if self.encryption is None and typ != SEALED_TYPE:
+            if not self._located(typ):
                 return None
             return blob_at(tid, ns, ch, version_text(versions.get(ch, "")))
 
