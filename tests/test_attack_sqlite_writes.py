@@ -674,27 +674,6 @@ def test_writes_racing_erase_user_leave_nothing_of_the_user(tmp_path: Path) -> N
     assert named == [(1,)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="keep_last/prune only delete the writes of the checkpoints they delete: a write "
-    "that lands after its checkpoint was trimmed stays stored, unreadable, until the thread "
-    "is deleted (either put_writes path; PostgreSQL's trim is the same)",
-)
-def test_a_write_to_a_trimmed_checkpoint_is_collected_by_the_next_trim(tmp_path: Path) -> None:
-    """keep_last racing a late write: a task's writes to a checkpoint retention already
-    deleted are never read again (get_tuple of it is None); the next trim or prune should
-    take them, as it takes every other write older than what it keeps."""
-    path = tmp_path / "trim.db"
-    with SqliteSaver.from_conn_string(path, keep_last=1) as saver:
-        first = saver.put(cfg("t"), make_checkpoint({"a": 1}), {"step": 0}, {"a": 1})
-        second = saver.put(first, make_checkpoint({"a": 2}), {"step": 1}, {"a": 2})
-        saver.put_writes(first, [("a", 5)], "late")  # the trimmed checkpoint's
-        assert saver.get_tuple(first) is None
-        saver.put(second, make_checkpoint({"a": 3}), {"step": 2}, {"a": 3})
-        saver.prune(["t"])
-    assert invariants(path) == []
-
-
 def test_nul_in_a_namespace_is_refused_before_any_statement(tmp_path: Path) -> None:
     """A namespace with NUL is refused on write (SQLite's JSON functions would cut it),
     on the one-statement path as on the full one: no statement is sent, nothing stored."""

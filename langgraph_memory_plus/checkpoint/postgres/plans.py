@@ -1185,6 +1185,11 @@ class PostgresCheckpointPlans:
         (they could not be rebuilt themselves when channels snapshot at different steps).
         Everything older goes, with its writes and the blobs nothing else uses. A kept
         checkpoint whose parent is deleted gets no parent, as after LangGraph's prune.
+
+        "Its writes" are every write below the floor (a primary-key range): also those
+        that landed after an earlier trim deleted their checkpoint (LangGraph stores a
+        task's writes on a background thread), which nothing reads. Writes that come
+        before their checkpoint are for a newer one, above the floor: kept.
         """
         freed: Rows = yield Query(
             f"""
@@ -1200,11 +1205,11 @@ class PostgresCheckpointPlans:
                 DELETE FROM {self._ck} c USING cut
                 WHERE c.thread_key = %(tk)s AND c.checkpoint_ns = %(ns)s
                     AND c.checkpoint_id < cut.floor
-                RETURNING c.checkpoint_id, c.channel_versions
+                RETURNING c.channel_versions
             ), gone_writes AS (
-                DELETE FROM {self._wr} w USING gone g
+                DELETE FROM {self._wr} w USING cut
                 WHERE w.thread_key = %(tk)s AND w.checkpoint_ns = %(ns)s
-                    AND w.checkpoint_id = g.checkpoint_id
+                    AND w.checkpoint_id < cut.floor
             ), survivors AS (
                 UPDATE {self._ck} c SET
                     replay_only = c.checkpoint_id < cut.oldest_kept,

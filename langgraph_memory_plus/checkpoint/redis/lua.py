@@ -359,13 +359,19 @@ end
 
 -- Keep the newest `keep` checkpoints of a namespace. Older ones that a kept checkpoint's
 -- DeltaChannel replay reads (back to its seeds) move to the replay index: replay reads
--- them, get and list never return them. Everything older goes, as in the PostgreSQL saver.
-local function trim(ns, keep)
+-- them, get and list never return them. Everything older goes, as in the PostgreSQL saver,
+-- with every write below the floor: also writes that landed after an earlier trim deleted
+-- their checkpoint (LangGraph stores a task's writes on a background thread), which
+-- nothing reads. Writes that come before their checkpoint are for a newer one: kept. A
+-- put's trim does nothing while the namespace holds at most `keep` checkpoints; `sweep`
+-- (prune) takes the writes below the floor even then (a late write after a run's last put).
+local function trim(ns, keep, sweep)
   local members = members_of(ns)
-  if #members <= keep then return end
-  local _, oldest_kept = split_member(members[keep])
+  if #members == 0 or (#members <= keep and not sweep) then return end
+  local last = math.min(keep, #members)
+  local _, oldest_kept = split_member(members[last])
   local floor = oldest_kept
-  for i = 1, keep do
+  for i = 1, last do
     local meta = read_meta(members[i])
     if meta then
       for _, seed in pairs(meta.seeds) do
@@ -383,8 +389,14 @@ local function trim(ns, keep)
       redis.call('ZADD', K_REPLAY, 0, members[i])
     end
   end
-  local stale = redis.call('ZRANGEBYLEX', K_REPLAY, '[' .. ns .. '\0', '(' .. ns .. '\0' .. floor)
+  local below = '(' .. ns .. '\0' .. floor
+  local stale = redis.call('ZRANGEBYLEX', K_REPLAY, '[' .. ns .. '\0', below)
   for _, m in ipairs(stale) do doomed[#doomed + 1] = m end
+  -- (ns NUL id NUL task sorts below ns NUL floor exactly when id < floor)
+  for _, f in ipairs(redis.call('ZRANGEBYLEX', K_WIDX, '[' .. ns .. '\0', below)) do
+    redis.call('HDEL', K_WRITES, f)
+    redis.call('ZREM', K_WIDX, f)
+  end
   if #doomed == 0 then return end
   drop(doomed, {[ns] = true})
   for _, key in ipairs({K_IDX, K_REPLAY}) do
@@ -729,7 +741,7 @@ for _, m in ipairs(redis.call('ZRANGE', K_IDX, 0, -1)) do
   local ns = split_member(m)
   if not seen[ns] then
     seen[ns] = true
-    trim(ns, 1)
+    trim(ns, 1, true)
   end
 end
 rec_refresh()

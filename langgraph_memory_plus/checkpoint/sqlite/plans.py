@@ -999,7 +999,9 @@ class SqliteCheckpointPlans:
             params,
         )
 
-    def _trim(self, tk: bytes, checkpoint_ns: str, keep: int) -> Plan[Query, None]:
+    def _trim(
+        self, tk: bytes, checkpoint_ns: str, keep: int, sweep: bool = False
+    ) -> Plan[Query, None]:
         """Keep the newest ``keep`` checkpoints of one thread namespace.
 
         As on PostgreSQL: a ``DeltaChannel`` value is rebuilt by replaying writes back to
@@ -1008,6 +1010,14 @@ class SqliteCheckpointPlans:
         stored as ``replay_only``: read by delta replay, never returned by
         ``get_tuple``/``list``. Everything older goes, with its writes and the blobs
         nothing else uses. A kept checkpoint whose parent is deleted gets no parent.
+
+        "Its writes" are every write below the floor: also those that landed after an
+        earlier trim deleted their checkpoint (LangGraph stores a task's writes on a
+        background thread), which nothing reads. A put's trim takes them when it deletes
+        checkpoints (once the window is full, nearly every put), so a put below its
+        window sends no statement more; ``sweep`` (prune) takes them in any case, for a
+        late write after a run's last put. Writes that come before their checkpoint are
+        for a newer one, above the floor: kept.
         """
         where = "thread_key = :tk AND checkpoint_ns = :ns"
         kept: Rows = yield Query(
@@ -1027,13 +1037,9 @@ class SqliteCheckpointPlans:
             params,
             fetch=True,
         )
+        if gone or sweep:  # one range of the primary key
+            yield Query(f"DELETE FROM lgmp_writes WHERE {where} AND checkpoint_id < :floor", params)
         if gone:
-            yield Query(
-                f"""DELETE FROM lgmp_writes WHERE {where} AND checkpoint_id IN (
-                    SELECT checkpoint_id FROM lgmp_checkpoints
-                    WHERE {where} AND checkpoint_id < :floor)""",
-                params,
-            )
             yield Query(
                 f"DELETE FROM lgmp_checkpoints WHERE {where} AND checkpoint_id < :floor", params
             )
@@ -1155,7 +1161,7 @@ class SqliteCheckpointPlans:
                 write=True,
             )
             for (ns,) in namespaces:
-                yield from self._trim(tk, ns, 1)
+                yield from self._trim(tk, ns, 1, sweep=True)
         yield from self.threads.refresh(tks)
 
     def sweep_expired(self, batch_size: int) -> Plan[Query, tuple[int, bool]]:
