@@ -204,6 +204,16 @@ def _text(value: Any, key: str, what: str) -> str:
     raise InvalidConfigError(f"{what}['configurable']['{key}'] must be a string, got {value!r}")
 
 
+def _no_nul(value: str, key: str, what: str) -> None:
+    """Namespaces and checkpoint ids are stored as text on every backend (PostgreSQL
+    refuses NUL in text, SQLite's JSON functions cut at it): NUL is refused before any
+    statement, alike everywhere. A thread id may hold NUL: it is stored as bytes."""
+    if "\x00" in value:
+        raise InvalidConfigError(
+            f"{key} must not contain NUL characters: {value[:80]!r} (in {what}['configurable'])"
+        )
+
+
 def read_target(config: Any, what: str = "config") -> Target:
     """Parse a config that must name a thread; the error says which key is missing."""
     configurable = _configurable(config, what)
@@ -225,6 +235,9 @@ def read_target(config: Any, what: str = "config") -> Target:
         checkpoint_id = raw_id or None
     else:
         checkpoint_id = None if raw_id in (None, "") else _text(raw_id, "checkpoint_id", what)
+    _no_nul(checkpoint_ns, "checkpoint_ns", what)
+    if checkpoint_id is not None:
+        _no_nul(checkpoint_id, "checkpoint_id", what)
     root = None if checkpoint_ns == "" else _root_id(configurable, checkpoint_ns)
     return Target(thread_id, checkpoint_ns, checkpoint_id, root)
 
@@ -282,6 +295,8 @@ class ListQuery:
         if before is not None:
             raw = _configurable(before, "before").get("checkpoint_id")
             before_id = None if raw in (None, "") else _text(raw, "checkpoint_id", "before")
+            if before_id is not None:
+                _no_nul(before_id, "checkpoint_id", "before")
         if filter is not None and not isinstance(filter, Mapping):
             raise InvalidConfigError(f"filter must be a dict, got {type(filter).__name__}")
         check_unicode(filter, "filter")
