@@ -87,6 +87,26 @@ def test_a_late_write_to_a_run_deleted_by_delete_for_runs_is_collected(
         assert orphans(storage, saver, tid) == set()
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="delete_for_runs (the LangGraph server's rollback) leaves no tombstone: a put the "
+    "deleted run still had on its way (LangGraph stores checkpoints in the background) is "
+    "stored as the thread's latest checkpoint, its parent gone; a deleted thread refuses "
+    "such a put (live_after), a deleted run does not",
+)
+def test_a_late_put_of_a_run_deleted_by_delete_for_runs_is_refused(
+    saver_factory: SaverFactory, storage: Storage
+) -> None:
+    tid = f"runs-{uuid.uuid4().hex}"
+    with saver_factory(**_small(storage)) as saver:
+        first = _run_of(saver, tid, "r1", cfg(tid), 1)
+        second = _run_of(saver, tid, "r2", first, 2)
+        saver.delete_for_runs(["r2"])
+        _run_of(saver, tid, "r2", second, 3)
+        found = saver.get_tuple(cfg(tid))
+        assert found is not None and found.config == first
+
+
 def test_a_late_write_to_a_deleted_run_goes_with_the_next_trim_past_it(
     saver_factory: SaverFactory, storage: Storage
 ) -> None:
@@ -108,7 +128,9 @@ def test_a_late_write_to_a_deleted_run_goes_with_the_next_trim_past_it(
 
 
 @pytest.mark.parametrize(
-    "tid_head", ["plain", "a.b/c", "线程", "tab\tand space"], ids=["plain", "dots", "cjk", "space"]
+    "tid_head",
+    ["plain", "a.b/c", "线程", "tab\tand space", "nul\x00{tag}"],
+    ids=["plain", "dots", "cjk", "space", "nul-braces"],
 )
 def test_late_writes_of_a_trimmed_checkpoint_change_neither_status_nor_other_namespaces(
     saver_factory: SaverFactory, storage: Storage, tid_head: str
@@ -169,7 +191,7 @@ def _gated() -> Any:
 def _scenario(app: Any, tid: str, back: int, prune: Any) -> list[Any]:
     """Turns (each interrupted, then resumed), ``prune(status)`` after each half, then a
     fork from the listed checkpoint ``back`` steps back (``update_state``), run on and
-    resumed."""
+    resumed, then a turn, and a run again from ``back`` steps back (time travel)."""
     config = {"configurable": {"thread_id": tid}}
     seen: list[Any] = []
     for turn in range(3):
@@ -186,7 +208,16 @@ def _scenario(app: Any, tid: str, back: int, prune: Any) -> list[Any]:
     app.invoke(Command(resume="f"), config)
     seen.append(app.get_state(config).values)
     app.invoke({"messages": [human("again", "ha")]}, config)
+    seen.append(app.get_state(config).values)
     app.invoke(Command(resume="z"), config)
+    seen.append(app.get_state(config).values)
+    for step in list(app.get_state_history(config))[: back + 1]:
+        seen.append(step.values)
+    old = list(app.get_state_history(config))[back]
+    app.invoke(None, old.config)  # time travel: run again from there
+    prune("interrupted" if app.get_state(config).next else "idle")
+    seen.append(app.get_state(config).values)
+    app.invoke(Command(resume="t"), config)
     seen.append(app.get_state(config).values)
     return seen
 
