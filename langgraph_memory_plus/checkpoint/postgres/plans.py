@@ -778,7 +778,9 @@ class PostgresCheckpointPlans:
             if (yield from self._refused(params, live_after, refused, encoded.parent_id, target)):
                 return
             if was_expired:
-                yield from self._purge_before(target.thread_key, encoded.checkpoint_id)
+                yield from self._purge_expired(
+                    target.thread_key, target.checkpoint_ns, encoded.checkpoint_id
+                )
                 yield from self.threads.revived(target.thread_key, record)
         if keep is not None:
             yield from self._trim(target.thread_key, target.checkpoint_ns, keep)
@@ -813,7 +815,10 @@ class PostgresCheckpointPlans:
             if (yield from self._refused(params, live_after, refused, must_exist, target)):
                 return
             if was_expired:
-                yield from self._purge_before(target.thread_key, target.checkpoint_id)
+                yield from self._purge_expired(
+                    target.thread_key, target.checkpoint_ns, target.checkpoint_id
+                )
+                yield from self.threads.refresh([target.thread_key])
         if not stored:
             yield from self._merge_writes(params, new)
 
@@ -1045,12 +1050,18 @@ class PostgresCheckpointPlans:
             yield self.threads.refused_lines(params)
         yield from self.threads.refresh([params["tk"]])
 
-    def _purge_before(self, tk: bytes, checkpoint_id: str) -> Plan[Query, None]:
-        """Drop what an expired thread held before a write revived it."""
+    def _purge_expired(
+        self, tk: bytes, checkpoint_ns: str, checkpoint_id: str
+    ) -> Plan[Query, None]:
+        """Drop what an expired thread held when a write revived it: all but the rows of
+        the written checkpoint. Not only what sorts before it: a late write (LangGraph
+        stores a task's writes in the background) names a checkpoint older than those
+        the thread held, which would otherwise be returned again, expired as they are."""
         for table in (self._wr, self._ck):
             yield Query(
-                f"DELETE FROM {table} WHERE thread_key = %s AND checkpoint_id < %s",
-                (tk, checkpoint_id),
+                f"DELETE FROM {table} WHERE thread_key = %s "
+                "AND NOT (checkpoint_ns = %s AND checkpoint_id = %s)",
+                (tk, checkpoint_ns, checkpoint_id),
             )
         lists: Rows = yield Query(
             f"""DELETE FROM {self._bl} b WHERE b.thread_key = %s AND NOT EXISTS (

@@ -822,7 +822,7 @@ class SqliteCheckpointPlans:
             metadata_text=metadata_text if record.metadata is encoded.metadata_json else None,
         )
         if expired:
-            yield from self._purge_before(tk, encoded.checkpoint_id)
+            yield from self._purge_expired(tk, ns, encoded.checkpoint_id)
             yield from self.threads.revived(tk, record)
         if self.settings.keep_last is not None:
             yield from self._trim(tk, ns, self.settings.keep_last)
@@ -872,7 +872,7 @@ class SqliteCheckpointPlans:
         if writes_of_interest(writes):
             yield from self.threads.writes(tk, _id_bytes(target.thread_id), ns, cid)
         if expired:
-            yield from self._purge_before(tk, cid)
+            yield from self._purge_expired(tk, ns, cid)
             yield from self.threads.refresh([tk])
 
     # -- the fence (see ..fence) ------------------------------------------------------
@@ -935,12 +935,18 @@ class SqliteCheckpointPlans:
     def fence_state(self, thread_id: str) -> Plan[Query, FenceState | None]:
         return (yield from self._fence_row(thread_key(thread_id), False))
 
-    def _purge_before(self, tk: bytes, checkpoint_id: str) -> Plan[Query, None]:
-        """Drop what an expired thread held before a write revived it."""
+    def _purge_expired(
+        self, tk: bytes, checkpoint_ns: str, checkpoint_id: str
+    ) -> Plan[Query, None]:
+        """Drop what an expired thread held when a write revived it: all but the rows of
+        the written checkpoint. Not only what sorts before it: a late write (LangGraph
+        stores a task's writes in the background) names a checkpoint older than those
+        the thread held, which would otherwise be returned again, expired as they are."""
         for table in ("lgmp_writes", "lgmp_checkpoints"):
             yield Query(
-                f"DELETE FROM {table} WHERE thread_key = ? AND checkpoint_id < ?",
-                (tk, checkpoint_id),
+                f"DELETE FROM {table} WHERE thread_key = ? "
+                "AND NOT (checkpoint_ns = ? AND checkpoint_id = ?)",
+                (tk, checkpoint_ns, checkpoint_id),
             )
         unused = """thread_key = :tk AND (checkpoint_ns, channel, version) NOT IN (
             SELECT c.checkpoint_ns, v.key, v.value
