@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
+from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.graph import END, START, StateGraph
@@ -199,7 +200,17 @@ def test_delta_lists(
     with ladder.open_saver(target, env) as (saver, marker):
         chat = f"{marker}-chat"
         config: RunnableConfig = {"configurable": {"thread_id": chat}}
-        graph = _chat(saver, chat, 12)
+        graph = _chat(saver, chat, 11)
+        # a turn serializes its two new messages only
+        dump = saver.serde.dumps_typed
+        dumped: list[Any] = []
+        monkeypatch.setattr(saver.serde, "dumps_typed", lambda v: dumped.append(v) or dump(v))
+        graph.invoke({"messages": [workloads.user_message(12)]}, config)
+        monkeypatch.undo()
+        assert [v.id for v in dumped if isinstance(v, BaseMessage)] == [
+            workloads.user_message_id(12),
+            workloads.model_message_id(23),
+        ]
         # each message stored once, as an item; the blobs name them
         assert _items(saver) == 24
         assert (
@@ -236,7 +247,7 @@ def test_delta_lists(
         tup = saver.get_tuple(config)
         assert tup is not None
         messages = tup.checkpoint["channel_values"]["messages"]
-        messages[0].content = "edited"
+        messages[5].content = "edited"
         messages[3].additional_kwargs["note"] = "deep"
         saver.put_writes(tup.config, [("messages", [messages[3]])], "task")
         version = saver.get_next_version(tup.checkpoint["channel_versions"]["messages"], None)
@@ -252,7 +263,7 @@ def test_delta_lists(
             latest = fresh.get_tuple(config)
         assert latest is not None
         stored = latest.checkpoint["channel_values"]["messages"]
-        assert stored[0].content == "edited" and stored[3].additional_kwargs["note"] == "deep"
+        assert stored[5].content == "edited" and stored[3].additional_kwargs["note"] == "deep"
         assert [m.id for m in stored] == [m.id for m in forked]
 
         # a put that builds on messages read before the thread expired stores them all
