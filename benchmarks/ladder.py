@@ -1,7 +1,7 @@
 """What each of our default features costs on a short turn, written by hand at its cheapest::
 
     python -m benchmarks.ladder [--pg URL] [--redis URL] [--turns 1,10,50] [--turns-sample 300]
-        [--rounds 3] [--warmup 30] [--json PATH]
+        [--rounds 3] [--warmup 30] [--json PATH] [--calls SLUGS]
 
 Issue 39 asks for a short turn of at most 1.15x a featureless saver (``benchmarks.minimal``)
 with every feature on. This module asks whether that is reachable at all: starting from each
@@ -20,15 +20,28 @@ backend, with nothing of our architecture (plans, drivers, codecs, list memory) 
    (an expired thread's data goes first), and "deletion is final" (a write to a deleted
    thread is refused unless it continues a live checkpoint): one read of the thread's row
    inside every write's transaction (PostgreSQL: a PL/pgSQL function the write's single
-   statement selects from; Redis: a Lua script per write).
+   statement selects from; Redis: a Lua script per write);
+5. ``+delta lists`` (SQLite and Redis): a list of objects (the ``messages``) stored as
+   items, one per element, keyed by the hash of its bytes, written in the put's transaction
+   (script) only when new; the channel's blob is the item ids in order, from which a read
+   rebuilds the list (new objects every read). A put serializes only the elements the saver
+   has not stored or handed out unchanged (see :class:`_Ladder`): a turn writes its new
+   messages, not the conversation. Not on PostgreSQL: ours is already at or below rung 4
+   there (``results/2026-12-06-issue39-third-pass.md``), so a rung 5 could not explain any
+   of its cost.
 
-Delta message lists (the messages channel stored as its new items only) are not a rung:
-not written (time). Each rung is a real saver: the conversation is read back after the
-timed turns (``wl._check_conversation``), as in ``benchmarks.minimal``, whose measurement
-(``short_threads``: fresh T-turn threads, every turn timed, client CPU per turn) and rotated
-rounds this module reuses, with InMemorySaver, the featureless savers and ours in the same
-run. A rung's increment over the one below it is what that feature costs, at its cheapest,
-on this machine.
+Not rungs: metadata as JSON columns for SQL filters, the ``run_id`` index, the thread
+index's key columns and covering indexes, the status index, idempotent re-put detection
+and the pending-write status in a put's admission read. Each rung is a real saver: the
+conversation is read back after the timed turns (``wl._check_conversation``), as in
+``benchmarks.minimal``, whose measurement (``short_threads``: fresh T-turn threads, every
+turn timed, client CPU per turn) and rotated rounds this module reuses, with InMemorySaver,
+the featureless savers and ours in the same run. A rung's increment over the one below it
+is what that feature costs, at its cheapest, on this machine.
+
+``--calls min_sqlite,lad_sqlite5,ours_sqlite`` measures instead where those savers' turns
+spend CPU: inside ``put``, ``put_writes`` and ``get_tuple`` (thread CPU summed over the
+calls) and outside them (:func:`call_split`).
 """
 
 from __future__ import annotations
@@ -69,6 +82,7 @@ from langgraph_memory_plus.threads.core import INTERRUPT, title_of
 
 from . import minimal as mn
 from . import targets as tg
+from . import workloads as wl
 
 LADDER = "ladder"
 RUNGS = ("blobs", "+compression", "+thread index", "+TTL, tombstones", "+delta lists")
@@ -1261,6 +1275,80 @@ def _table(savers: dict[str, dict[str, dict[str, float]]]) -> str:
     return "\n".join([*lines, "", *memory])
 
 
+CALLS = ("put", "put_writes", "get_tuple")
+
+
+def call_split(
+    target: tg.Target, env: tg.Env, warmup: int, turns: int, length: int = 1
+) -> dict[str, float]:
+    """Where a turn's CPU goes, per saver call, ms per turn: the process CPU of the timed
+    turns (``turn``), the thread CPU spent inside each of the saver's ``put``,
+    ``put_writes`` and ``get_tuple`` (a sync saver runs every call on the calling thread;
+    a call made inside another counts once, in the outer one), and the rest (``outside``:
+    LangGraph's runtime, its executor threads, the collector). Threads as in
+    ``minimal.short_threads``; the conversation is checked afterwards."""
+    spent = dict.fromkeys(CALLS, 0.0)
+    calls = dict.fromkeys(CALLS, 0)
+    lock = threading.Lock()
+    inside = threading.local()
+    counting = False
+
+    def timed(name: str, method: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if getattr(inside, "busy", False):
+                return method(*args, **kwargs)
+            inside.busy = True
+            started = time.thread_time()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                inside.busy = False
+                if counting:
+                    with lock:
+                        spent[name] += time.thread_time() - started
+                        calls[name] += 1
+
+        return call
+
+    with open_saver(target, env) as (saver, marker):
+        for name in CALLS:
+            setattr(saver, name, timed(name, getattr(saver, name)))
+        graph = wl.chat_graph().compile(checkpointer=saver)
+        for i in range(warmup):
+            mn._turn(graph, f"{marker}-warm{i}")
+        counting, done, thread = True, 0, 0
+        cpu = time.process_time()
+        while done < turns:
+            for turn in range(1, length + 1):
+                mn._turn(graph, f"{marker}-t{thread}", turn)
+                done += 1
+            thread += 1
+        cpu = time.process_time() - cpu
+        counting = False
+        mn._turn(graph, f"{marker}-t0", length + 1)
+        config: RunnableConfig = {"configurable": {"thread_id": f"{marker}-t0"}}
+        wl._check_conversation(dict(graph.get_state(config).values), length + 1, target.name)
+    out = {"turn": cpu / done * 1000.0}
+    out |= {name: spent[name] / done * 1000.0 for name in CALLS}
+    out["outside"] = out["turn"] - sum(out[name] for name in CALLS)
+    out |= {f"{name} calls": calls[name] / done for name in CALLS}
+    return out
+
+
+def _calls_table(split: dict[str, dict[str, dict[str, float]]]) -> str:
+    """Markdown: per T and saver, ms of CPU per turn in each call and outside them."""
+    lines = [
+        "| saver | @T | turn | put | put_writes | get_tuple | outside | calls/turn |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for length, by_saver in split.items():
+        for name, m in by_saver.items():
+            counts = "/".join(f"{m[f'{c} calls']:g}" for c in CALLS)
+            cells = " | ".join(f"{m[c]:.3f}" for c in ("turn", *CALLS, "outside"))
+            lines.append(f"| {name} | {length} | {cells} | {counts} |")
+    return "\n".join(lines)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.ladder",
@@ -1274,6 +1362,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=30, help="untimed turns per unit first")
     p.add_argument("--rounds", type=int, default=3, help="medians over this many rounds")
     p.add_argument("--json", type=Path, help="write the numbers here")
+    p.add_argument(
+        "--calls",
+        metavar="SLUGS",
+        help="instead: CPU per turn inside each saver call (put, put_writes, get_tuple) "
+        "for these savers, e.g. min_sqlite,lad_sqlite4,lad_sqlite5,ours_sqlite",
+    )
     return p.parse_args(argv)
 
 
@@ -1284,20 +1378,27 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     lengths = [int(t) for t in str(args.turns).split(",") if t.strip()]
     env = tg.Env(pg=args.pg, redis=args.redis)
     load_before = os.getloadavg()
+    savers = SAVERS
+    if args.calls:
+        by_slug = {t.slug: t for t in SAVERS}
+        savers = [by_slug[slug.strip()] for slug in args.calls.split(",") if slug.strip()]
     samples: dict[str, dict[str, dict[str, list[float]]]] = {
-        str(t): {s.name: {} for s in SAVERS} for t in lengths
+        str(t): {s.name: {} for s in savers} for t in lengths
     }
     for round_no in range(args.rounds):
-        shift = round_no % len(SAVERS)
-        for target in SAVERS[shift:] + SAVERS[:shift]:
+        shift = round_no % len(savers)
+        for target in savers[shift:] + savers[:shift]:
             for t in lengths:
-                measured = mn.short_threads(
-                    target, env, args.warmup, args.turns_sample, t, opener=open_saver
-                )
+                if args.calls:
+                    measured = call_split(target, env, args.warmup, args.turns_sample, t)
+                else:
+                    measured = mn.short_threads(
+                        target, env, args.warmup, args.turns_sample, t, opener=open_saver
+                    )
                 for metric, value in measured.items():
                     samples[str(t)][target.name].setdefault(metric, []).append(value)
                 print(f"round {round_no + 1} {target.name} @T={t}: {measured}", file=sys.stderr)
-    savers = {
+    medians = {
         length: {
             name: {metric: statistics.median(values) for metric, values in metrics.items()}
             for name, metrics in by_saver.items()
@@ -1317,7 +1418,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         },
         "savers": {
             length: {name: {**m, "samples": samples[length][name]} for name, m in by.items()}
-            for length, by in savers.items()
+            for length, by in medians.items()
         },
     }
     print(
@@ -1326,7 +1427,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         f"rounds; load average {' '.join(f'{x:.2f}' for x in load_before)} -> "
         f"{' '.join(f'{x:.2f}' for x in out['meta']['load average after'])}"
     )
-    print(_table(savers))
+    print(_calls_table(medians) if args.calls else _table(medians))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
     return out

@@ -306,3 +306,24 @@ def test_ladder_run_reports_every_saver(
     for target in ladder.SAVERS[1:]:
         assert f"| {target.name} | 1 |" in printed
     assert_nothing_left(pg_url, redis_url, report["meta"]["run_id"])
+
+
+def test_call_split_reports_each_call(
+    pg_url: str, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = ladder.main(
+        ["--pg", pg_url, "--redis", redis_url, "--turns", "1", "--turns-sample", "4",
+         "--warmup", "1", "--rounds", "1", "--calls", "min_sqlite,lad_sqlite5"]
+    )  # fmt: skip
+    printed = capsys.readouterr().out
+    savers = report["savers"]["1"]
+    assert set(savers) == {"minimal SqliteSaver", "ladder SQLite 5: +delta lists"}
+    for name, split in savers.items():
+        # a T=1 turn of the chat graph: four puts, three put_writes, one read
+        calls = [split[f"{call} calls"] for call in ladder.CALLS]
+        assert calls == [4, 3, 1]
+        assert all(split[call] > 0 for call in ladder.CALLS)
+        parts = sum(split[part] for part in (*ladder.CALLS, "outside"))
+        assert math.isclose(split["turn"], parts)
+        assert f"| {name} | 1 |" in printed
+    assert_nothing_left(pg_url, redis_url, report["meta"]["run_id"])
