@@ -90,17 +90,16 @@ DELTA = 5  # the rung that stores lists as their new items
 TTL_SECONDS = 30 * 24 * 3600.0  # any expiry: the cost is the same
 
 
-def _rung_targets(backend: str, short: str, top: int = len(RUNGS)) -> list[tg.Target]:
+def _rung_targets(backend: str, short: str) -> list[tg.Target]:
     return [
         tg.Target(f"ladder {short} {level}: {name}", f"lad_{short.lower()}{level}", LADDER, backend)
-        for level, name in enumerate(RUNGS[:top], start=1)
+        for level, name in enumerate(RUNGS, start=1)
     ]
 
 
 BACKENDS = [
     ("SQLite", mn.MIN_SQLITE, _rung_targets("sqlite", "SQLite"), tg.OURS_SQLITE),
-    # no delta lists on PostgreSQL: ours is at or below rung 4 there already
-    ("PG", mn.MIN_PG, _rung_targets("postgres", "PG", DELTA - 1), tg.OURS_PG),
+    ("PG", mn.MIN_PG, _rung_targets("postgres", "PG"), tg.OURS_PG),
     ("Redis", mn.MIN_REDIS, _rung_targets("redis", "Redis"), tg.OURS_REDIS),
 ]
 SAVERS = [tg.MEMORY_SAVER] + [
@@ -646,6 +645,9 @@ CREATE TABLE IF NOT EXISTS writes (
     thread_id text, checkpoint_ns text, checkpoint_id text, task_id text, idx integer,
     task_path text, channel text, type text, value bytea,
     PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx));
+CREATE TABLE IF NOT EXISTS items (
+    thread_id text, checkpoint_ns text, id bytea, type text, value bytea,
+    PRIMARY KEY (thread_id, checkpoint_ns, id));
 CREATE TABLE IF NOT EXISTS threads (
     thread_id text PRIMARY KEY, created_at double precision, updated_at double precision,
     checkpoint_id text, status text, metadata bytea, title text, checkpoints integer,
@@ -653,8 +655,11 @@ CREATE TABLE IF NOT EXISTS threads (
 -- rung 4: evaluated before a write's statements (they select from it): locks the thread's
 -- row, refuses a write to a deleted thread that does not continue a live checkpoint, and
 -- purges an expired thread's data (true then). The write's own statement updates the row:
--- a row changed in here could not be upserted by it.
-CREATE OR REPLACE FUNCTION ladder_admit(t text, ns text, parent text, now double precision)
+-- a row changed in here could not be upserted by it. With ``reuses`` (rung 5: this saver
+-- remembers list items of the thread) an expired thread fails the statement instead, purge
+-- and all: the client forgets what it remembers and sends every item again.
+CREATE OR REPLACE FUNCTION ladder_admit(t text, ns text, parent text, now double precision,
+    reuses boolean)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE r record;
 BEGIN
@@ -665,7 +670,9 @@ BEGIN
         RAISE EXCEPTION 'thread % was deleted', t USING ERRCODE = 'P0001';
     END IF;
     IF r.expires_at < now THEN
+        IF reuses THEN RAISE EXCEPTION 'ladder: thread % expired', t; END IF;
         DELETE FROM checkpoints WHERE thread_id = t;
+        DELETE FROM items WHERE thread_id = t;
         DELETE FROM blobs WHERE thread_id = t;
         DELETE FROM writes WHERE thread_id = t;
         RETURN true;
@@ -681,10 +688,13 @@ def _pg_put(level: int, root: bool) -> str:
     blobs as arrays, the checkpoint, the root namespace's thread row (rung 3), all selecting
     from rung 4's admission so that it runs first."""
     admit = level >= 4
-    sql = "WITH a AS (SELECT ladder_admit(%s, %s, %s, %s) AS purged)," if admit else "WITH"
+    sql = "WITH a AS (SELECT ladder_admit(%s, %s, %s, %s, %s) AS purged)," if admit else "WITH"
     sql += """ b AS (INSERT INTO blobs SELECT %s, %s, u.*
     FROM unnest(%s::text[], %s::text[], %s::text[], %s::bytea[]) AS u""" + (", a" if admit else "")
     sql += " ON CONFLICT DO NOTHING)"
+    if level >= DELTA:
+        sql += """, i AS (INSERT INTO items SELECT %s, %s, u.*
+    FROM unnest(%s::bytea[], %s::text[], %s::bytea[]) AS u, a ON CONFLICT DO NOTHING)"""
     if level >= 3 and root:
         sql += """, t AS (INSERT INTO threads (thread_id, created_at, updated_at, checkpoint_id,
         status, metadata, title, checkpoints, expires_at)
@@ -717,7 +727,11 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET type = exclu
     )
 
 
-_PG_PUT = {(level, root): _pg_put(level, root) for level in (1, 2, 3, 4) for root in (True, False)}
+_PG_PUT = {
+    (level, root): _pg_put(level, root)
+    for level in range(1, len(RUNGS) + 1)
+    for root in (True, False)
+}
 
 
 def _pg_put_writes(admit: bool) -> str:
@@ -728,7 +742,7 @@ def _pg_put_writes(admit: bool) -> str:
     status = CASE WHEN threads.checkpoint_id = excluded.interrupted_at THEN 'interrupted'
         ELSE threads.status END"""
     if admit:
-        sql = f"""WITH a AS (SELECT ladder_admit(%s, %s, %s, %s) AS purged),
+        sql = f"""WITH a AS (SELECT ladder_admit(%s, %s, %s, %s, %s) AS purged),
 s AS (INSERT INTO threads (thread_id, checkpoints, expires_at, interrupted_at)
     SELECT %s, 0, %s, CASE WHEN %s THEN %s END FROM a
     ON CONFLICT (thread_id) DO UPDATE SET expires_at = excluded.expires_at, {status},
@@ -778,6 +792,26 @@ LEFT JOIN LATERAL (
 ) w ON true
 """
 
+# rung 5: the items of the checkpoint's lists too (each once), from the ids in their blobs
+_PG_SELECT_LISTS = (
+    _PG_SELECT.replace("w.types, w.vals\n", "w.types, w.vals, li.ids, li.types, li.vals\n")
+    + """LEFT JOIN LATERAL (
+    SELECT array_agg(it.id) AS ids, array_agg(it.type) AS types, array_agg(it.value) AS vals
+    FROM items it
+    WHERE it.thread_id = c.thread_id AND it.checkpoint_ns = c.checkpoint_ns AND it.id IN (
+        SELECT substring(bl.value FROM g * 16 + 1 FOR 16)
+        FROM jsonb_each_text(c.versions) v
+        JOIN blobs bl ON bl.thread_id = c.thread_id AND bl.checkpoint_ns = c.checkpoint_ns
+            AND bl.channel = v.key AND bl.version = v.value AND bl.type = 'ladder:list'
+        CROSS JOIN generate_series(0, length(bl.value) / 16 - 1) g)
+) li ON true
+"""
+)
+
+
+class _Expired(RuntimeError):
+    """A rung-5 write found its thread expired: nothing was written (see ``ladder_admit``)."""
+
 
 class LadderPostgresSaver(_Ladder):
     """``MinimalPostgresSaver``'s pool; a put is one statement (one round trip, no
@@ -795,6 +829,7 @@ class LadderPostgresSaver(_Ladder):
         )
         with self.pool.connection() as conn:
             conn.execute(_PG_SCHEMA, prepare=False)
+        self.select = _PG_SELECT_LISTS if level >= DELTA else _PG_SELECT
 
     def close(self) -> None:
         self.pool.close()
@@ -807,6 +842,8 @@ class LadderPostgresSaver(_Ladder):
             with self.pool.connection() as conn:
                 yield conn
         except psycopg.errors.RaiseException as error:
+            if str(error).startswith("ladder: thread"):
+                raise _Expired(str(error)) from error
             raise Refused(str(error)) from error
 
     def put(
@@ -816,23 +853,46 @@ class LadderPostgresSaver(_Ladder):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        try:
+            return self._put(config, checkpoint, metadata, new_versions, True)
+        except _Expired:  # its items went with the thread: forget them, send them all
+            self._forget(mn._where(config)[0])
+            return self._put(config, checkpoint, metadata, new_versions, False)
+
+    def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        memo: bool,
+    ) -> RunnableConfig:
+        """A put; ``memo``: whether list elements stored before may keep their items (then
+        an expired thread raises :class:`_Expired`, nothing written)."""
         thread_id, ns, parent = mn._where(config)
-        (kind, value), meta, blobs, title, _, _ = self._encode_put(
-            config, checkpoint, metadata, new_versions
+        (kind, value), meta, blobs, title, items, views = self._encode_put(
+            config, checkpoint, metadata, new_versions, memo
         )
         versions = json.dumps({ch: str(v) for ch, v in checkpoint["channel_versions"].items()})
         now = time.time()
         root = not ns
-        params: list[Any] = [thread_id, ns, parent, now] if self.level >= 4 else []
+        params: list[Any] = []
+        if self.level >= 4:
+            params += [thread_id, ns, parent, now, memo and self.level >= DELTA]
         params += [thread_id, ns, *(list(column) for column in zip(*blobs, strict=True))]
         if not blobs:
             params += [[], [], [], []]
+        if self.level >= DELTA:
+            params += [thread_id, ns, *(list(column) for column in zip(*items, strict=True))]
+            if not items:
+                params += [[], [], []]
         if self.level >= 3 and root:
             expires = now + TTL_SECONDS if self.level >= 4 else None
             params += [thread_id, now, now, checkpoint["id"], meta, title, expires]
         params += [thread_id, ns, checkpoint["id"], parent, kind, value, meta, versions]
         with self._connection() as conn:
             conn.execute(_PG_PUT[self.level, root], params)
+        self._stored(views)
         return self._next_config(config, checkpoint)
 
     def put_writes(
@@ -845,13 +905,35 @@ class LadderPostgresSaver(_Ladder):
         thread_id, ns, checkpoint_id = mn._where(config)
         rows = self._write_records(config, writes, task_id, task_path)
         interrupted = self.level >= 3 and any(channel == INTERRUPT for channel, _ in writes)
+        self._note_written(config, writes)
         if self.level < 4 and not interrupted:  # as the featureless saver's
             with self.pool.connection() as conn, conn.cursor() as cur:
                 cur.executemany(mn._PG_PUT_WRITES, rows)
             return
+        try:
+            self._put_writes(thread_id, ns, checkpoint_id, task_id, task_path, rows, interrupted)
+        except _Expired:  # what this saver remembers of the thread went with it
+            self._forget(thread_id)
+            self._put_writes(
+                thread_id, ns, checkpoint_id, task_id, task_path, rows, interrupted, False
+            )
+
+    def _put_writes(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str | None,
+        task_id: str,
+        task_path: str,
+        rows: Sequence[Sequence[Any]],
+        interrupted: bool,
+        memo: bool = True,
+    ) -> None:
+        """put_writes as one statement (rung 4 up, or an interrupt on rung 3); ``memo`` as
+        :meth:`_put`'s."""
         if self.level >= 4:
             now = time.time()
-            params: list[Any] = [thread_id, ns, checkpoint_id, now]
+            params: list[Any] = [thread_id, ns, checkpoint_id, now, memo and self.level >= DELTA]
             params += [thread_id, now + TTL_SECONDS, interrupted, checkpoint_id]
         else:
             params = [thread_id, checkpoint_id]
@@ -864,7 +946,7 @@ class LadderPostgresSaver(_Ladder):
 
     def delete_thread(self, thread_id: str) -> None:
         with self.pool.connection() as conn, conn.transaction():
-            for table in ("checkpoints", "blobs", "writes"):
+            for table in ("checkpoints", "blobs", "writes", "items"):
                 conn.execute(f"DELETE FROM {table} WHERE thread_id = %s", (thread_id,))
             if self.level >= 4:
                 conn.execute(
@@ -874,10 +956,16 @@ class LadderPostgresSaver(_Ladder):
                 )
             else:
                 conn.execute("DELETE FROM threads WHERE thread_id = %s", (thread_id,))
+        self._forget(thread_id)
 
     def _from_row(self, row: Sequence[Any]) -> CheckpointTuple:
         (thread_id, ns, checkpoint_id, parent, kind, value, meta) = row[:7]
-        b_channels, b_types, b_vals, paths, tasks, channels, types, vals = row[7:]
+        b_channels, b_types, b_vals, paths, tasks, channels, types, vals = row[7:15]
+        items: dict[bytes, Record] = {}
+        if len(row) > 15:  # rung 5
+            i_ids, i_types, i_vals = row[15:]
+            for iid, k, v in zip(i_ids or [], i_types or [], i_vals or [], strict=True):
+                items[bytes(iid)] = (k, bytes(v))
         blobs = [
             (c, k, bytes(v))
             for c, k, v in zip(b_channels or [], b_types or [], b_vals or [], strict=True)
@@ -889,7 +977,15 @@ class LadderPostgresSaver(_Ladder):
             )
         ]
         return self._assemble(
-            thread_id, ns, checkpoint_id, (kind, bytes(value)), bytes(meta), parent, blobs, writes
+            thread_id,
+            ns,
+            checkpoint_id,
+            (kind, bytes(value)),
+            bytes(meta),
+            parent,
+            blobs,
+            writes,
+            items,
         )
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -898,11 +994,12 @@ class LadderPostgresSaver(_Ladder):
         with self.pool.connection() as conn:
             if checkpoint_id is None:
                 row = conn.execute(
-                    _PG_SELECT + where + "ORDER BY c.checkpoint_id DESC LIMIT 1", (thread_id, ns)
+                    self.select + where + "ORDER BY c.checkpoint_id DESC LIMIT 1", (thread_id, ns)
                 ).fetchone()
             else:
                 row = conn.execute(
-                    _PG_SELECT + where + "AND c.checkpoint_id = %s", (thread_id, ns, checkpoint_id)
+                    self.select + where + "AND c.checkpoint_id = %s",
+                    (thread_id, ns, checkpoint_id),
                 ).fetchone()
         return None if row is None else self._from_row(row)
 
@@ -915,7 +1012,7 @@ class LadderPostgresSaver(_Ladder):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         clauses, params = self._clauses(config, before, "%s", "c.")
-        sql = _PG_SELECT + (" WHERE " + " AND ".join(clauses) if clauses else "")
+        sql = self.select + (" WHERE " + " AND ".join(clauses) if clauses else "")
         with self.pool.connection() as conn:
             rows = conn.execute(sql + " ORDER BY c.checkpoint_id DESC", params).fetchall()
         yield from self._first(map(self._from_row, rows), filter, limit)

@@ -188,6 +188,9 @@ def _items(saver: Any) -> int:
     """How many list items ``saver``'s storage holds."""
     if isinstance(saver, ladder.LadderSqliteSaver):
         return int(saver.conn.execute("SELECT count(*) FROM items").fetchone()[0])
+    if isinstance(saver, ladder.LadderPostgresSaver):
+        with saver.pool.connection() as conn:
+            return int((conn.execute("SELECT count(*) FROM items").fetchone() or (0,))[0])
     keys = saver.client.scan_iter(f"{saver.prefix}:*:items")
     return sum(int(saver.client.hlen(key)) for key in keys)
 
