@@ -21,14 +21,13 @@ backend, with nothing of our architecture (plans, drivers, codecs, list memory) 
    thread is refused unless it continues a live checkpoint): one read of the thread's row
    inside every write's transaction (PostgreSQL: a PL/pgSQL function the write's single
    statement selects from; Redis: a Lua script per write);
-5. ``+delta lists`` (SQLite and Redis): a list of objects (the ``messages``) stored as
-   items, one per element, keyed by the hash of its bytes, written in the put's transaction
-   (script) only when new; the channel's blob is the item ids in order, from which a read
-   rebuilds the list (new objects every read). A put serializes only the elements the saver
-   has not stored or handed out unchanged (see :class:`_Ladder`): a turn writes its new
-   messages, not the conversation. Not on PostgreSQL: ours is already at or below rung 4
-   there (``results/2026-12-06-issue39-third-pass.md``), so a rung 5 could not explain any
-   of its cost.
+5. ``+delta lists``: a list of objects (the ``messages``) stored as items, one per
+   element, keyed by the hash of its bytes, written in the put's transaction (statement,
+   script) only when new; the channel's blob is the item ids in order, from which a read
+   (the same statement or script) rebuilds the list, new objects every read. A put
+   serializes only the elements the saver has not stored or handed out unchanged (see
+   :class:`_Ladder`): a turn writes its new messages, not the conversation. After an
+   expiry purged the thread, a put that kept items stores them all again.
 
 Not rungs: metadata as JSON columns for SQL filters, the ``run_id`` index, the thread
 index's key columns and covering indexes, the status index, idempotent re-put detection
