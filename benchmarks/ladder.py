@@ -1,7 +1,7 @@
 """What each of our default features costs on a short turn, written by hand at its cheapest::
 
     python -m benchmarks.ladder [--pg URL] [--redis URL] [--turns 1,10,50] [--turns-sample 300]
-        [--rounds 3] [--warmup 30] [--json PATH]
+        [--rounds 3] [--warmup 30] [--json PATH] [--calls SLUGS]
 
 Issue 39 asks for a short turn of at most 1.15x a featureless saver (``benchmarks.minimal``)
 with every feature on. This module asks whether that is reachable at all: starting from each
@@ -20,31 +20,47 @@ backend, with nothing of our architecture (plans, drivers, codecs, list memory) 
    (an expired thread's data goes first), and "deletion is final" (a write to a deleted
    thread is refused unless it continues a live checkpoint): one read of the thread's row
    inside every write's transaction (PostgreSQL: a PL/pgSQL function the write's single
-   statement selects from; Redis: a Lua script per write).
+   statement selects from; Redis: a Lua script per write);
+5. ``+delta lists``: a list of objects (the ``messages``) stored as items, one per
+   element, keyed by the hash of its bytes, written in the put's transaction (statement,
+   script) only when new; the channel's blob is the item ids in order, from which a read
+   (the same statement or script) rebuilds the list, new objects every read. A put
+   serializes only the elements the saver has not stored or handed out unchanged (see
+   :class:`_Ladder`): a turn writes its new messages, not the conversation. After an
+   expiry purged the thread, a put that kept items stores them all again.
 
-Delta message lists (the messages channel stored as its new items only) are not a rung:
-not written (time). Each rung is a real saver: the conversation is read back after the
-timed turns (``wl._check_conversation``), as in ``benchmarks.minimal``, whose measurement
-(``short_threads``: fresh T-turn threads, every turn timed, client CPU per turn) and rotated
-rounds this module reuses, with InMemorySaver, the featureless savers and ours in the same
-run. A rung's increment over the one below it is what that feature costs, at its cheapest,
-on this machine.
+Not rungs: metadata as JSON columns for SQL filters, the ``run_id`` index, the thread
+index's key columns and covering indexes, the status index, idempotent re-put detection
+and the pending-write status in a put's admission read. Each rung is a real saver: the
+conversation is read back after the timed turns (``wl._check_conversation``), as in
+``benchmarks.minimal``, whose measurement (``short_threads``: fresh T-turn threads, every
+turn timed, client CPU per turn) and rotated rounds this module reuses, with InMemorySaver,
+the featureless savers and ours in the same run. A rung's increment over the one below it
+is what that feature costs, at its cheapest, on this machine.
+
+``--calls min_sqlite,lad_sqlite5,ours_sqlite`` measures instead where those savers' turns
+spend CPU: inside ``put``, ``put_writes`` and ``get_tuple`` (thread CPU summed over the
+calls) and outside them (:func:`call_split`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
+import operator
 import os
 import sqlite3
 import statistics
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import redis
@@ -65,9 +81,11 @@ from langgraph_memory_plus.threads.core import INTERRUPT, title_of
 
 from . import minimal as mn
 from . import targets as tg
+from . import workloads as wl
 
 LADDER = "ladder"
-RUNGS = ("blobs", "+compression", "+thread index", "+TTL, tombstones")
+RUNGS = ("blobs", "+compression", "+thread index", "+TTL, tombstones", "+delta lists")
+DELTA = 5  # the rung that stores lists as their new items
 TTL_SECONDS = 30 * 24 * 3600.0  # any expiry: the cost is the same
 
 
@@ -88,6 +106,14 @@ SAVERS = [tg.MEMORY_SAVER] + [
 ]
 
 Record = tuple[str, bytes]
+Item = tuple[bytes, str, bytes]  # (item id, type, value) of a list element (rung 5)
+MemoKey = tuple[str, str, str]  # (thread_id, checkpoint_ns, channel)
+
+LIST = "ladder:list"
+"""Blob type of a list stored as items (rung 5): the blob is its item ids, in order."""
+ID_SIZE = 16
+MEMO_LISTS = 1024  # lists remembered per saver, least recently stored or read dropped
+_SCALARS = (type(None), bool, int, float, str, bytes)
 
 
 class Refused(RuntimeError):
@@ -98,14 +124,84 @@ class Refused(RuntimeError):
 # what the rungs share
 
 
+def _is_list(value: Any) -> bool:
+    """Whether rung 5 stores a channel value as items: a non-empty list of objects (a chat's
+    messages); lists of scalars are stored whole, as on the rungs below."""
+    return type(value) is list and bool(value) and type(value[0]) not in _SCALARS
+
+
+_dict_values: Callable[[Any], Iterable[Any]] = dict.values
+
+
+def _fields(objects: Sequence[Any]) -> list[tuple[Any, ...] | None]:
+    """Each object's field objects (held, so that their identities stay unique), None for
+    an object without a ``__dict__``: such an element is serialized at every put."""
+    try:
+        return list(map(tuple, map(_dict_values, map(vars, objects))))
+    except TypeError:
+        return [tuple(vars(o).values()) if hasattr(o, "__dict__") else None for o in objects]
+
+
+def _fields_kept(values: Sequence[Any], then: Sequence[tuple[Any, ...] | None]) -> int:
+    """How many leading ``values`` still hold the very field objects ``then`` recorded (no
+    field reassigned since); one pass in C when none was."""
+    try:
+        now = list(map(vars, values))
+    except TypeError:  # an element without a __dict__
+        now = []
+    if now and None not in then:
+        kept = cast(Sequence[tuple[Any, ...]], then)
+        if list(map(len, now)) == list(map(len, kept)) and all(
+            map(
+                operator.is_,
+                chain.from_iterable(map(_dict_values, now)),
+                chain.from_iterable(kept),
+            )
+        ):
+            return len(values)
+    for i, (value, old) in enumerate(zip(values, then, strict=True)):
+        fields = tuple(vars(value).values()) if hasattr(value, "__dict__") else None
+        if old is None or fields is None or len(fields) != len(old):
+            return i
+        if not all(map(operator.is_, fields, old)):
+            return i
+    return len(values)
+
+
+@dataclass
+class _View:
+    """A list this saver stored or handed out (rung 5): its objects, their item ids and
+    field objects. A put recognizes an element of it by identity."""
+
+    objects: list[Any]
+    ids: list[bytes]
+    fields: list[tuple[Any, ...] | None]
+
+
 class _Ladder(mn._Minimal):
     """The rungs' encoding: the checkpoint without its channel values, its metadata apart
     (the thread index reuses the encoded bytes), one blob per changed channel; values
-    compressed from rung 2."""
+    compressed from rung 2.
+
+    Rung 5 stores a list of objects (the messages) as items, one per element, each id the
+    BLAKE2b hash of its serialized bytes (so a fork or an edit never overwrites an item
+    another checkpoint uses; items are shared within a thread, never deleted but with it),
+    and the channel's blob is only the item ids in order. A put serializes only elements it
+    has not seen: per (thread, namespace, channel) the saver remembers the last list it
+    stored or handed out (:class:`_View`), and an element keeps its item if it is the same
+    object at the same position of that list's leading run, its fields are the same objects
+    as then, and no task returned it since (``put_writes``: a node may have edited what it
+    returns at any depth). Reads build new objects from the items, every time. These are
+    the rules of our list memory (``checkpoint/lists.py``) without its pages, spine, views
+    per checkpoint, byte budget or templates: the blob holds all ids (16 bytes a message),
+    not a spine and at most 16."""
 
     def __init__(self, level: int) -> None:
         super().__init__()
         self.level = level
+        self._memo: dict[MemoKey, _View] = {}
+        self._written: dict[MemoKey, dict[int, Any]] = {}
+        self._memo_lock = threading.Lock()
 
     def _value(self, record: Record) -> Record:
         return compression.compress(*record) if self.level >= 2 else record
@@ -113,15 +209,92 @@ class _Ladder(mn._Minimal):
     def _load(self, kind: str, value: bytes) -> Any:
         return self.serde.loads_typed(compression.decompress(kind, value))
 
+    # -- rung 5's memory of lists -------------------------------------------------------
+
+    def _remember(self, key: MemoKey, view: _View) -> None:
+        with self._memo_lock:
+            self._memo.pop(key, None)
+            self._memo[key] = view
+            if len(self._memo) > MEMO_LISTS:
+                del self._memo[next(iter(self._memo))]
+
+    def _forget(self, thread_id: str) -> None:
+        """Forget a thread's lists: its items are gone (deleted, expired)."""
+        with self._memo_lock:
+            for key in [k for k in self._memo if k[0] == thread_id]:
+                del self._memo[key]
+            for key in [k for k in self._written if k[0] == thread_id]:
+                del self._written[key]
+
+    def _note_written(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]]) -> None:
+        """Remember the objects tasks returned for a remembered list, until its next put."""
+        if self.level < DELTA:
+            return
+        thread_id, ns, _ = mn._where(config)
+        for channel, value in writes:
+            key = (thread_id, ns, channel)
+            if key in self._memo:
+                objects = value if isinstance(value, list) else [value]
+                with self._memo_lock:
+                    self._written.setdefault(key, {}).update((id(o), o) for o in objects)
+
+    def _chunk(
+        self, key: MemoKey, values: list[Any], memo: bool
+    ) -> tuple[bytes, list[Item], _View]:
+        """(blob, new items, view) of a list: the elements the remembered view holds
+        unchanged keep their ids, the rest are serialized and hashed."""
+        with self._memo_lock:
+            view = self._memo.get(key) if memo else None
+            written = self._written.pop(key, None)
+        same = 0
+        if view is not None:
+            flags = list(map(operator.is_, values, view.objects))
+            same = flags.index(False) if False in flags else len(flags)
+            same = _fields_kept(values[:same], view.fields[:same])
+            if written and same:
+                positions = dict(zip(map(id, values[:same]), range(same), strict=True))
+                same = min([same, *(positions.get(i, same) for i in written)])
+        ids = view.ids[:same] if view is not None else []
+        items: list[Item] = []
+        for value in values[same:]:
+            kind, data = self.serde.dumps_typed(value)
+            h = hashlib.blake2b(kind.encode() + b"\0", digest_size=ID_SIZE)
+            h.update(data)
+            iid = h.digest()
+            ids.append(iid)
+            items.append((iid, *self._value((kind, data))))
+        fields = (view.fields[:same] if view is not None else []) + _fields(values[same:])
+        return b"".join(ids), items, _View(list(values), ids, fields)
+
+    def _rebuild(self, key: MemoKey, blob: bytes, items: Mapping[bytes, Record]) -> list[Any]:
+        """A list from its blob and items: new objects, remembered as the list handed out."""
+        ids = [blob[i : i + ID_SIZE] for i in range(0, len(blob), ID_SIZE)]
+        objects = [self._load(*items[iid]) for iid in ids]
+        # a copy: the caller may change the list it is given
+        self._remember(key, _View(list(objects), ids, _fields(objects)))
+        return objects
+
+    # -- encoding -----------------------------------------------------------------------
+
     def _encode_put(
         self,
         config: RunnableConfig,
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> tuple[Record, bytes, list[tuple[str, str, str, bytes]], str | None]:
+        memo: bool = True,
+    ) -> tuple[
+        Record,
+        bytes,
+        list[tuple[str, str, str, bytes]],
+        str | None,
+        list[Item],
+        list[tuple[MemoKey, _View]],
+    ]:
         """(checkpoint record, packed metadata, blobs as (channel, version, type, value),
-        title or None) of a put; the title only when the messages changed."""
+        title or None, new list items, views to remember once stored) of a put; the title
+        only when the messages changed. ``memo=False``: every element serialized (after
+        an expiry purged the thread's items)."""
         values = checkpoint["channel_values"]
         stripped = {**checkpoint, "channel_values": {}}
         record = self._value(self.serde.dumps_typed(stripped))
@@ -130,17 +303,30 @@ class _Ladder(mn._Minimal):
                 self.serde.dumps_typed(get_serializable_checkpoint_metadata(config, metadata))
             )
         )
+        thread_id, ns, _ = mn._where(config)
         blobs = []
+        items: list[Item] = []
+        views: list[tuple[MemoKey, _View]] = []
         for channel, version in new_versions.items():
-            if channel in values:
-                kind, value = self._value(self.serde.dumps_typed(values[channel]))
-            else:
+            if channel not in values:
                 kind, value = "empty", b""
+            elif self.level >= DELTA and _is_list(values[channel]):
+                key = (thread_id, ns, channel)
+                kind, (value, new, view) = LIST, self._chunk(key, values[channel], memo)
+                items += new
+                views.append((key, view))
+            else:
+                kind, value = self._value(self.serde.dumps_typed(values[channel]))
             blobs.append((channel, str(version), kind, value))
         title = None
         if self.level >= 3 and "messages" in new_versions:
             title = title_of(values.get("messages"))
-        return record, meta, blobs, title
+        return record, meta, blobs, title, items, views
+
+    def _stored(self, views: Sequence[tuple[MemoKey, _View]]) -> None:
+        """A put's lists are stored: the next put builds on them."""
+        for key, view in views:
+            self._remember(key, view)
 
     def _write_rows(self, writes: Sequence[tuple[str, Any]]) -> list[tuple[int, str, Record]]:
         return [(idx, ch, self._value(rec)) for idx, ch, rec in super()._write_rows(writes)]
@@ -155,12 +341,20 @@ class _Ladder(mn._Minimal):
         parent: str | None,
         blobs: Sequence[tuple[str, str, bytes]],
         writes: Sequence[tuple[str, str, str, Record]],
+        items: Mapping[bytes, Record] | None = None,
     ) -> CheckpointTuple:
         """The tuple of a stored checkpoint; ``blobs`` as (channel, type, value), ``writes``
-        as (task_path, task_id, channel, record) in ``writes_sort_key`` order."""
+        as (task_path, task_id, channel, record) in ``writes_sort_key`` order, ``items``
+        the list items the blobs name (rung 5)."""
         checkpoint = self._load(*record)
         checkpoint["channel_values"] = {
-            channel: self._load(kind, value) for channel, kind, value in blobs if kind != "empty"
+            channel: (
+                self._rebuild((thread_id, ns, channel), value, items or {})
+                if kind == LIST
+                else self._load(kind, value)
+            )
+            for channel, kind, value in blobs
+            if kind != "empty"
         }
         return CheckpointTuple(
             config=checkpoint_config(thread_id, ns, checkpoint_id),
@@ -185,6 +379,9 @@ CREATE TABLE IF NOT EXISTS writes (
     thread_id TEXT, checkpoint_ns TEXT, checkpoint_id TEXT, task_id TEXT,
     idx INTEGER, task_path TEXT, channel TEXT, type TEXT, value BLOB,
     PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx));
+CREATE TABLE IF NOT EXISTS items (
+    thread_id TEXT, checkpoint_ns TEXT, id BLOB, type TEXT, value BLOB,
+    PRIMARY KEY (thread_id, checkpoint_ns, id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS threads (
     thread_id TEXT PRIMARY KEY, created_at REAL, updated_at REAL, checkpoint_id TEXT,
     status TEXT, metadata BLOB, title TEXT, checkpoints INTEGER, expires_at REAL,
@@ -243,17 +440,19 @@ class LadderSqliteSaver(_Ladder):
             self.conn.execute("COMMIT")
 
     def _purge(self, conn: sqlite3.Connection, thread_id: str) -> None:
-        for table in ("checkpoints", "blobs", "writes"):
+        tables = ("checkpoints", "blobs", "writes", "items")
+        for table in tables if self.level >= DELTA else tables[:3]:
             conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+        self._forget(thread_id)
 
-    def _admit(self, conn: sqlite3.Connection, thread_id: str, ns: str, parent: str | None) -> None:
-        """Rung 4, inside the write's transaction: purge an expired thread; refuse a write
-        to a deleted one unless ``parent`` is a live checkpoint of it."""
+    def _admit(self, conn: sqlite3.Connection, thread_id: str, ns: str, parent: str | None) -> bool:
+        """Rung 4, inside the write's transaction: purge an expired thread (True then);
+        refuse a write to a deleted one unless ``parent`` is a live checkpoint of it."""
         row = conn.execute(
             "SELECT expires_at, deleted FROM threads WHERE thread_id = ?", (thread_id,)
         ).fetchone()
         if row is None:
-            return
+            return False
         expires_at, deleted = row
         if deleted and (
             parent is None
@@ -271,6 +470,8 @@ class LadderSqliteSaver(_Ladder):
                 "UPDATE threads SET title = NULL, checkpoints = 0 WHERE thread_id = ?",
                 (thread_id,),
             )
+            return True
+        return False
 
     def put(
         self,
@@ -280,17 +481,22 @@ class LadderSqliteSaver(_Ladder):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         thread_id, ns, parent = mn._where(config)
-        (kind, value), meta, blobs, title = self._encode_put(
-            config, checkpoint, metadata, new_versions
-        )
+        encoded = self._encode_put(config, checkpoint, metadata, new_versions)
         now = time.time()
         with self._write() as conn:
-            if self.level >= 4:
-                self._admit(conn, thread_id, ns, parent)
+            if self.level >= 4 and self._admit(conn, thread_id, ns, parent) and encoded[5]:
+                # the thread expired: the items its lists kept are gone, store them all
+                encoded = self._encode_put(config, checkpoint, metadata, new_versions, False)
+            (kind, value), meta, blobs, title, items, views = encoded
             if blobs:
                 conn.executemany(
                     "INSERT OR REPLACE INTO blobs VALUES (?, ?, ?, ?, ?, ?)",
                     [(thread_id, ns, *blob) for blob in blobs],
+                )
+            if items:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO items VALUES (?, ?, ?, ?, ?)",
+                    [(thread_id, ns, *item) for item in items],
                 )
             conn.execute(
                 "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -301,6 +507,7 @@ class LadderSqliteSaver(_Ladder):
                 conn.execute(
                     _SQLITE_INDEX, (thread_id, now, now, checkpoint["id"], meta, title, expires)
                 )
+        self._stored(views)
         return self._next_config(config, checkpoint)
 
     def put_writes(
@@ -312,6 +519,7 @@ class LadderSqliteSaver(_Ladder):
     ) -> None:
         thread_id, ns, checkpoint_id = mn._where(config)
         rows = self._write_records(config, writes, task_id, task_path)
+        self._note_written(config, writes)
         with self._write() as conn:
             if self.level >= 4:
                 self._admit(conn, thread_id, ns, checkpoint_id)
@@ -359,6 +567,18 @@ class LadderSqliteSaver(_Ladder):
             "ORDER BY task_path, task_id, idx",
             (thread_id, ns, checkpoint_id),
         ).fetchall()
+        items: dict[bytes, Record] = {}
+        wanted = sorted({v[i : i + ID_SIZE] for _, k, v in blobs if k == LIST
+                         for i in range(0, len(v), ID_SIZE)})  # fmt: skip
+        for start in range(0, len(wanted), 900):  # under SQLite's bound on parameters
+            batch = wanted[start : start + 900]
+            marks = ", ".join(["?"] * len(batch))
+            for iid, k, v in self.conn.execute(
+                "SELECT id, type, value FROM items WHERE thread_id = ? AND checkpoint_ns = ? "
+                f"AND id IN ({marks})",
+                [thread_id, ns, *batch],
+            ):
+                items[iid] = (k, v)
         return self._assemble(
             thread_id,
             ns,
@@ -368,6 +588,7 @@ class LadderSqliteSaver(_Ladder):
             parent,
             blobs,
             [(p, t, c, (k, v)) for p, t, c, k, v in writes],
+            items,
         )
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -423,6 +644,9 @@ CREATE TABLE IF NOT EXISTS writes (
     thread_id text, checkpoint_ns text, checkpoint_id text, task_id text, idx integer,
     task_path text, channel text, type text, value bytea,
     PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx));
+CREATE TABLE IF NOT EXISTS items (
+    thread_id text, checkpoint_ns text, id bytea, type text, value bytea,
+    PRIMARY KEY (thread_id, checkpoint_ns, id));
 CREATE TABLE IF NOT EXISTS threads (
     thread_id text PRIMARY KEY, created_at double precision, updated_at double precision,
     checkpoint_id text, status text, metadata bytea, title text, checkpoints integer,
@@ -430,8 +654,11 @@ CREATE TABLE IF NOT EXISTS threads (
 -- rung 4: evaluated before a write's statements (they select from it): locks the thread's
 -- row, refuses a write to a deleted thread that does not continue a live checkpoint, and
 -- purges an expired thread's data (true then). The write's own statement updates the row:
--- a row changed in here could not be upserted by it.
-CREATE OR REPLACE FUNCTION ladder_admit(t text, ns text, parent text, now double precision)
+-- a row changed in here could not be upserted by it. With ``reuses`` (rung 5: this saver
+-- remembers list items of the thread) an expired thread fails the statement instead, purge
+-- and all: the client forgets what it remembers and sends every item again.
+CREATE OR REPLACE FUNCTION ladder_admit(t text, ns text, parent text, now double precision,
+    reuses boolean)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE r record;
 BEGIN
@@ -442,7 +669,9 @@ BEGIN
         RAISE EXCEPTION 'thread % was deleted', t USING ERRCODE = 'P0001';
     END IF;
     IF r.expires_at < now THEN
+        IF reuses THEN RAISE EXCEPTION 'ladder: thread % expired', t; END IF;
         DELETE FROM checkpoints WHERE thread_id = t;
+        DELETE FROM items WHERE thread_id = t;
         DELETE FROM blobs WHERE thread_id = t;
         DELETE FROM writes WHERE thread_id = t;
         RETURN true;
@@ -458,10 +687,13 @@ def _pg_put(level: int, root: bool) -> str:
     blobs as arrays, the checkpoint, the root namespace's thread row (rung 3), all selecting
     from rung 4's admission so that it runs first."""
     admit = level >= 4
-    sql = "WITH a AS (SELECT ladder_admit(%s, %s, %s, %s) AS purged)," if admit else "WITH"
+    sql = "WITH a AS (SELECT ladder_admit(%s, %s, %s, %s, %s) AS purged)," if admit else "WITH"
     sql += """ b AS (INSERT INTO blobs SELECT %s, %s, u.*
     FROM unnest(%s::text[], %s::text[], %s::text[], %s::bytea[]) AS u""" + (", a" if admit else "")
     sql += " ON CONFLICT DO NOTHING)"
+    if level >= DELTA:
+        sql += """, i AS (INSERT INTO items SELECT %s, %s, u.*
+    FROM unnest(%s::bytea[], %s::text[], %s::bytea[]) AS u, a ON CONFLICT DO NOTHING)"""
     if level >= 3 and root:
         sql += """, t AS (INSERT INTO threads (thread_id, created_at, updated_at, checkpoint_id,
         status, metadata, title, checkpoints, expires_at)
@@ -494,7 +726,11 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET type = exclu
     )
 
 
-_PG_PUT = {(level, root): _pg_put(level, root) for level in (1, 2, 3, 4) for root in (True, False)}
+_PG_PUT = {
+    (level, root): _pg_put(level, root)
+    for level in range(1, len(RUNGS) + 1)
+    for root in (True, False)
+}
 
 
 def _pg_put_writes(admit: bool) -> str:
@@ -505,7 +741,7 @@ def _pg_put_writes(admit: bool) -> str:
     status = CASE WHEN threads.checkpoint_id = excluded.interrupted_at THEN 'interrupted'
         ELSE threads.status END"""
     if admit:
-        sql = f"""WITH a AS (SELECT ladder_admit(%s, %s, %s, %s) AS purged),
+        sql = f"""WITH a AS (SELECT ladder_admit(%s, %s, %s, %s, %s) AS purged),
 s AS (INSERT INTO threads (thread_id, checkpoints, expires_at, interrupted_at)
     SELECT %s, 0, %s, CASE WHEN %s THEN %s END FROM a
     ON CONFLICT (thread_id) DO UPDATE SET expires_at = excluded.expires_at, {status},
@@ -555,6 +791,26 @@ LEFT JOIN LATERAL (
 ) w ON true
 """
 
+# rung 5: the items of the checkpoint's lists too (each once), from the ids in their blobs
+_PG_SELECT_LISTS = (
+    _PG_SELECT.replace("w.types, w.vals\n", "w.types, w.vals, li.ids, li.types, li.vals\n")
+    + """LEFT JOIN LATERAL (
+    SELECT array_agg(it.id) AS ids, array_agg(it.type) AS types, array_agg(it.value) AS vals
+    FROM items it
+    WHERE it.thread_id = c.thread_id AND it.checkpoint_ns = c.checkpoint_ns AND it.id IN (
+        SELECT substring(bl.value FROM g * 16 + 1 FOR 16)
+        FROM jsonb_each_text(c.versions) v
+        JOIN blobs bl ON bl.thread_id = c.thread_id AND bl.checkpoint_ns = c.checkpoint_ns
+            AND bl.channel = v.key AND bl.version = v.value AND bl.type = 'ladder:list'
+        CROSS JOIN generate_series(0, length(bl.value) / 16 - 1) g)
+) li ON true
+"""
+)
+
+
+class _Expired(RuntimeError):
+    """A rung-5 write found its thread expired: nothing was written (see ``ladder_admit``)."""
+
 
 class LadderPostgresSaver(_Ladder):
     """``MinimalPostgresSaver``'s pool; a put is one statement (one round trip, no
@@ -572,6 +828,7 @@ class LadderPostgresSaver(_Ladder):
         )
         with self.pool.connection() as conn:
             conn.execute(_PG_SCHEMA, prepare=False)
+        self.select = _PG_SELECT_LISTS if level >= DELTA else _PG_SELECT
 
     def close(self) -> None:
         self.pool.close()
@@ -584,6 +841,8 @@ class LadderPostgresSaver(_Ladder):
             with self.pool.connection() as conn:
                 yield conn
         except psycopg.errors.RaiseException as error:
+            if str(error).startswith("ladder: thread"):
+                raise _Expired(str(error)) from error
             raise Refused(str(error)) from error
 
     def put(
@@ -593,23 +852,46 @@ class LadderPostgresSaver(_Ladder):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        try:
+            return self._put(config, checkpoint, metadata, new_versions, True)
+        except _Expired:  # its items went with the thread: forget them, send them all
+            self._forget(mn._where(config)[0])
+            return self._put(config, checkpoint, metadata, new_versions, False)
+
+    def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        memo: bool,
+    ) -> RunnableConfig:
+        """A put; ``memo``: whether list elements stored before may keep their items (then
+        an expired thread raises :class:`_Expired`, nothing written)."""
         thread_id, ns, parent = mn._where(config)
-        (kind, value), meta, blobs, title = self._encode_put(
-            config, checkpoint, metadata, new_versions
+        (kind, value), meta, blobs, title, items, views = self._encode_put(
+            config, checkpoint, metadata, new_versions, memo
         )
         versions = json.dumps({ch: str(v) for ch, v in checkpoint["channel_versions"].items()})
         now = time.time()
         root = not ns
-        params: list[Any] = [thread_id, ns, parent, now] if self.level >= 4 else []
+        params: list[Any] = []
+        if self.level >= 4:
+            params += [thread_id, ns, parent, now, memo and self.level >= DELTA]
         params += [thread_id, ns, *(list(column) for column in zip(*blobs, strict=True))]
         if not blobs:
             params += [[], [], [], []]
+        if self.level >= DELTA:
+            params += [thread_id, ns, *(list(column) for column in zip(*items, strict=True))]
+            if not items:
+                params += [[], [], []]
         if self.level >= 3 and root:
             expires = now + TTL_SECONDS if self.level >= 4 else None
             params += [thread_id, now, now, checkpoint["id"], meta, title, expires]
         params += [thread_id, ns, checkpoint["id"], parent, kind, value, meta, versions]
         with self._connection() as conn:
             conn.execute(_PG_PUT[self.level, root], params)
+        self._stored(views)
         return self._next_config(config, checkpoint)
 
     def put_writes(
@@ -622,13 +904,35 @@ class LadderPostgresSaver(_Ladder):
         thread_id, ns, checkpoint_id = mn._where(config)
         rows = self._write_records(config, writes, task_id, task_path)
         interrupted = self.level >= 3 and any(channel == INTERRUPT for channel, _ in writes)
+        self._note_written(config, writes)
         if self.level < 4 and not interrupted:  # as the featureless saver's
             with self.pool.connection() as conn, conn.cursor() as cur:
                 cur.executemany(mn._PG_PUT_WRITES, rows)
             return
+        try:
+            self._put_writes(thread_id, ns, checkpoint_id, task_id, task_path, rows, interrupted)
+        except _Expired:  # what this saver remembers of the thread went with it
+            self._forget(thread_id)
+            self._put_writes(
+                thread_id, ns, checkpoint_id, task_id, task_path, rows, interrupted, False
+            )
+
+    def _put_writes(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str | None,
+        task_id: str,
+        task_path: str,
+        rows: Sequence[Sequence[Any]],
+        interrupted: bool,
+        memo: bool = True,
+    ) -> None:
+        """put_writes as one statement (rung 4 up, or an interrupt on rung 3); ``memo`` as
+        :meth:`_put`'s."""
         if self.level >= 4:
             now = time.time()
-            params: list[Any] = [thread_id, ns, checkpoint_id, now]
+            params: list[Any] = [thread_id, ns, checkpoint_id, now, memo and self.level >= DELTA]
             params += [thread_id, now + TTL_SECONDS, interrupted, checkpoint_id]
         else:
             params = [thread_id, checkpoint_id]
@@ -641,7 +945,7 @@ class LadderPostgresSaver(_Ladder):
 
     def delete_thread(self, thread_id: str) -> None:
         with self.pool.connection() as conn, conn.transaction():
-            for table in ("checkpoints", "blobs", "writes"):
+            for table in ("checkpoints", "blobs", "writes", "items"):
                 conn.execute(f"DELETE FROM {table} WHERE thread_id = %s", (thread_id,))
             if self.level >= 4:
                 conn.execute(
@@ -651,10 +955,16 @@ class LadderPostgresSaver(_Ladder):
                 )
             else:
                 conn.execute("DELETE FROM threads WHERE thread_id = %s", (thread_id,))
+        self._forget(thread_id)
 
     def _from_row(self, row: Sequence[Any]) -> CheckpointTuple:
         (thread_id, ns, checkpoint_id, parent, kind, value, meta) = row[:7]
-        b_channels, b_types, b_vals, paths, tasks, channels, types, vals = row[7:]
+        b_channels, b_types, b_vals, paths, tasks, channels, types, vals = row[7:15]
+        items: dict[bytes, Record] = {}
+        if len(row) > 15:  # rung 5
+            i_ids, i_types, i_vals = row[15:]
+            for iid, k, v in zip(i_ids or [], i_types or [], i_vals or [], strict=True):
+                items[bytes(iid)] = (k, bytes(v))
         blobs = [
             (c, k, bytes(v))
             for c, k, v in zip(b_channels or [], b_types or [], b_vals or [], strict=True)
@@ -666,7 +976,15 @@ class LadderPostgresSaver(_Ladder):
             )
         ]
         return self._assemble(
-            thread_id, ns, checkpoint_id, (kind, bytes(value)), bytes(meta), parent, blobs, writes
+            thread_id,
+            ns,
+            checkpoint_id,
+            (kind, bytes(value)),
+            bytes(meta),
+            parent,
+            blobs,
+            writes,
+            items,
         )
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -675,11 +993,12 @@ class LadderPostgresSaver(_Ladder):
         with self.pool.connection() as conn:
             if checkpoint_id is None:
                 row = conn.execute(
-                    _PG_SELECT + where + "ORDER BY c.checkpoint_id DESC LIMIT 1", (thread_id, ns)
+                    self.select + where + "ORDER BY c.checkpoint_id DESC LIMIT 1", (thread_id, ns)
                 ).fetchone()
             else:
                 row = conn.execute(
-                    _PG_SELECT + where + "AND c.checkpoint_id = %s", (thread_id, ns, checkpoint_id)
+                    self.select + where + "AND c.checkpoint_id = %s",
+                    (thread_id, ns, checkpoint_id),
                 ).fetchone()
         return None if row is None else self._from_row(row)
 
@@ -692,7 +1011,7 @@ class LadderPostgresSaver(_Ladder):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         clauses, params = self._clauses(config, before, "%s", "c.")
-        sql = _PG_SELECT + (" WHERE " + " AND ".join(clauses) if clauses else "")
+        sql = self.select + (" WHERE " + " AND ".join(clauses) if clauses else "")
         with self.pool.connection() as conn:
             rows = conn.execute(sql + " ORDER BY c.checkpoint_id DESC", params).fetchall()
         yield from self._first(map(self._from_row, rows), filter, limit)
@@ -704,7 +1023,9 @@ class LadderPostgresSaver(_Ladder):
 # Per (thread, ns) under ``base``: ``base:ids`` (sorted set of checkpoint ids), ``base:cp:<id>``
 # (hash: v = checkpoint, m = metadata, p = parent id or "", b = JSON list of its blob fields),
 # ``base:blobs`` (hash: "<channel>\x1f<version>" -> blob), ``base:w:<id>`` (hash of writes,
-# as the minimal saver's). The thread's index row is the hash ``<prefix>:thread:<thread_id>``.
+# as the minimal saver's), ``base:items`` (hash: item id -> list item, rung 5; a list's blob
+# is "ladder:list|" and its item ids). The thread's index row is the hash
+# ``<prefix>:thread:<thread_id>``.
 
 # ARGV: base, checkpoint id or "" for the latest
 _READ = """
@@ -720,15 +1041,27 @@ if not cp[1] then return false end
 local fields = cjson.decode(cp[4])
 local vals = {}
 if #fields > 0 then vals = redis.call('HMGET', base .. ':blobs', unpack(fields)) end
-return {id, cp[1], cp[2], cp[3], cp[4], vals, redis.call('HGETALL', base .. ':w:' .. id)}
+local items = {}
+for _, v in ipairs(vals) do
+    if v and string.sub(v, 1, 12) == 'ladder:list|' then
+        local ids = {}
+        for i = 13, #v, 16 do ids[#ids + 1] = string.sub(v, i, i + 15) end
+        for _, item in ipairs(redis.call('HMGET', base .. ':items', unpack(ids))) do
+            items[#items + 1] = item
+        end
+    end
+end
+return {id, cp[1], cp[2], cp[3], cp[4], vals, redis.call('HGETALL', base .. ':w:' .. id), items}
 """
 
 # What the write scripts share: ARGV[1] base, ARGV[2] the thread's hash, ARGV[3] now,
 # ARGV[4] the checkpoint the write continues ("" for none), ARGV[5] "1" to admit (rung 4:
 # refuse a write to a deleted thread unless it continues a live checkpoint, purge an
-# expired thread's data first), ARGV[6] the new expiry ("" without TTL).
+# expired thread's data first; ``purged`` says it did), ARGV[6] the new expiry ("" without
+# TTL).
 _ADMIT = """
 local base, thread, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local purged = false
 if ARGV[5] == '1' then
     local t = redis.call('HMGET', thread, 'expires', 'deleted')
     if t[2] == '1' and (ARGV[4] == ''
@@ -739,23 +1072,31 @@ if ARGV[5] == '1' then
         for _, id in ipairs(redis.call('ZRANGE', base .. ':ids', 0, -1)) do
             redis.call('DEL', base .. ':cp:' .. id, base .. ':w:' .. id)
         end
-        redis.call('DEL', base .. ':ids', base .. ':blobs')
+        redis.call('DEL', base .. ':ids', base .. ':blobs', base .. ':items')
         redis.call('HDEL', thread, 'title', 'count')
+        purged = true
     end
 end
 if ARGV[6] ~= '' then redis.call('HSET', thread, 'expires', ARGV[6]) end
 """
 
-# rungs 3-4. ARGV[7..]: id, v, m, b, root ("1" or ""), title, n blob pairs, pairs...
-# The status as _SQLITE_INDEX works it out (put_writes may come before its put).
+# rungs 3-5. ARGV[7..]: id, v, m, b, root ("1" or ""), title, n blob pairs, pairs..., then
+# "1" if the put's lists keep items stored before, k item pairs, pairs... (rung 5). Such a
+# put on a thread that expired is not written (3 returned: its items went with the thread,
+# the client sends them all again); 2 if the thread expired and the put is written. The
+# status as _SQLITE_INDEX works it out (put_writes may come before its put).
 _PUT = (
     _ADMIT
     + """
+local n = tonumber(ARGV[13])
+local at = 14 + 2 * n
+if purged and ARGV[at] == '1' then return 3 end
 local id = ARGV[7]
 redis.call('HSET', base .. ':cp:' .. id, 'v', ARGV[8], 'm', ARGV[9], 'p', ARGV[4], 'b', ARGV[10])
 redis.call('ZADD', base .. ':ids', 0, id)
-local n = tonumber(ARGV[13])
 if n > 0 then redis.call('HSET', base .. ':blobs', unpack(ARGV, 14, 13 + 2 * n)) end
+local k = tonumber(ARGV[at + 1])
+if k > 0 then redis.call('HSET', base .. ':items', unpack(ARGV, at + 2, at + 1 + 2 * k)) end
 if ARGV[11] == '1' then
     local status = 'idle'
     if redis.call('HGET', thread, 'interrupted') == id then status = 'interrupted' end
@@ -765,12 +1106,13 @@ if ARGV[11] == '1' then
     if ARGV[12] ~= '' then redis.call('HSETNX', thread, 'title', ARGV[12]) end
     redis.call('HINCRBY', thread, 'count', 1)
 end
+if purged then return 2 end
 return 1
 """
 )
 
 # rung 4, or an interrupt on rung 3. ARGV[7]: "1" if the writes hold an interrupt;
-# ARGV[8..]: field, value, ...
+# ARGV[8..]: field, value, ... 2 returned if the thread expired (its items went with it).
 _PUT_WRITES = (
     _ADMIT
     + """
@@ -781,6 +1123,7 @@ if ARGV[7] == '1' then
         redis.call('HSET', thread, 'status', 'interrupted')
     end
 end
+if purged then return 2 end
 return 1
 """
 )
@@ -817,9 +1160,9 @@ class LadderRedisSaver(_Ladder):
         base, thread = self._base(thread_id, ns), self._thread(thread_id)
         return [base, thread, now, continues or "", "1" if admit else "", expires]
 
-    def _script(self, script: Any, args: list[Any]) -> None:
+    def _script(self, script: Any, args: list[Any]) -> int:
         try:
-            script(args=args)
+            return int(script(args=args))
         except redis.ResponseError as error:
             if str(error).startswith("REFUSED"):
                 raise Refused(str(error)) from error
@@ -833,16 +1176,31 @@ class LadderRedisSaver(_Ladder):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         thread_id, ns, parent = mn._where(config)
-        record, meta, blobs, title = self._encode_put(config, checkpoint, metadata, new_versions)
-        base, cid = self._base(thread_id, ns), checkpoint["id"]
-        fields = json.dumps([f"{ch}\x1f{v}" for ch, v in checkpoint["channel_versions"].items()])
-        pairs: list[Any] = []
-        for channel, version, kind, value in blobs:
-            pairs += [f"{channel}\x1f{version}", mn._pack((kind, value))]
-        if self.level >= 3:
+        memo = True
+        while True:  # twice if the thread expired and the put kept items stored before
+            encoded = self._encode_put(config, checkpoint, metadata, new_versions, memo)
+            record, meta, blobs, title, items, views = encoded
+            base, cid = self._base(thread_id, ns), checkpoint["id"]
+            fields = json.dumps(
+                [f"{ch}\x1f{v}" for ch, v in checkpoint["channel_versions"].items()]
+            )
+            pairs: list[Any] = []
+            for channel, version, kind, value in blobs:
+                pairs += [f"{channel}\x1f{version}", mn._pack((kind, value))]
+            if self.level < 3:
+                break
             args = self._shared(thread_id, ns, parent)
             args += [cid, mn._pack(record), meta, fields, "" if ns else "1", title or ""]
-            self._script(self.put_script, [*args, len(blobs), *pairs])
+            args += [len(blobs), *pairs, "1" if memo and views else "", len(items)]
+            for iid, kind, value in items:
+                args += [iid, mn._pack((kind, value))]
+            done = self._script(self.put_script, args)
+            if done > 1:  # the thread had expired: what this saver remembers of it is gone
+                self._forget(thread_id)
+            if done == 3:
+                memo = False
+                continue
+            self._stored(views)
             return self._next_config(config, checkpoint)
         pipe = self.client.pipeline(transaction=False)
         cp = {"v": mn._pack(record), "m": meta, "p": parent or "", "b": fields}
@@ -865,9 +1223,11 @@ class LadderRedisSaver(_Ladder):
         for idx, channel, record in self._write_rows(writes):
             pairs += [json.dumps([task_path, task_id, idx, channel]), mn._pack(record)]
         interrupted = self.level >= 3 and any(channel == INTERRUPT for channel, _ in writes)
+        self._note_written(config, writes)
         if self.level >= 4 or interrupted:
             args = self._shared(thread_id, ns, checkpoint_id)
-            self._script(self.writes_script, [*args, "1" if interrupted else "", *pairs])
+            if self._script(self.writes_script, [*args, "1" if interrupted else "", *pairs]) == 2:
+                self._forget(thread_id)
         elif pairs:
             key = f"{self._base(thread_id, ns)}:w:{checkpoint_id}"
             self.client.hset(key, items=pairs)
@@ -881,24 +1241,31 @@ class LadderRedisSaver(_Ladder):
         pipe = self.client.pipeline(transaction=True)
         for cid in ids:
             pipe.delete(f"{base}:cp:{cid}", f"{base}:w:{cid}")
-        pipe.delete(f"{base}:ids", f"{base}:blobs")
+        pipe.delete(f"{base}:ids", f"{base}:blobs", f"{base}:items")
         if self.level >= 4:
             pipe.hset(self._thread(thread_id), "deleted", "1")
         else:
             pipe.delete(self._thread(thread_id))
         pipe.execute()
+        self._forget(thread_id)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id, ns, checkpoint_id = mn._where(config)
         reply = self.read(args=[self._base(thread_id, ns), checkpoint_id or ""])
         if not reply:
             return None
-        cid, value, meta, parent, fields, vals, flat = reply
+        cid, value, meta, parent, fields, vals, flat, found = reply
         blobs = []
+        items: dict[bytes, Record] = {}
+        at = 0  # the items of the lists, in the order of their blobs and ids
         for field, packed in zip(json.loads(fields), vals, strict=True):
             if packed is not None:
                 kind, data = mn._unpack(packed)
                 blobs.append((field.partition("\x1f")[0], kind, data))
+                for i in range(0, len(data), ID_SIZE) if kind == LIST else ():
+                    if found[at] is not None:
+                        items[data[i : i + ID_SIZE]] = mn._unpack(found[at])
+                    at += 1
         writes = sorted(
             (json.loads(field), packed) for field, packed in zip(flat[::2], flat[1::2], strict=True)
         )
@@ -911,6 +1278,7 @@ class LadderRedisSaver(_Ladder):
             mn._text(parent) or None,
             blobs,
             [(p, t, c, mn._unpack(packed)) for (p, t, _, c), packed in writes],
+            items,
         )
 
     def list(
@@ -942,7 +1310,7 @@ class LadderRedisSaver(_Ladder):
 
 
 def level_of(target: tg.Target) -> int:
-    """The rung of a ladder target (1-4)."""
+    """The rung of a ladder target (1-5)."""
     return int(target.slug[-1])
 
 
@@ -1003,6 +1371,80 @@ def _table(savers: dict[str, dict[str, dict[str, float]]]) -> str:
     return "\n".join([*lines, "", *memory])
 
 
+CALLS = ("put", "put_writes", "get_tuple")
+
+
+def call_split(
+    target: tg.Target, env: tg.Env, warmup: int, turns: int, length: int = 1
+) -> dict[str, float]:
+    """Where a turn's CPU goes, per saver call, ms per turn: the process CPU of the timed
+    turns (``turn``), the thread CPU spent inside each of the saver's ``put``,
+    ``put_writes`` and ``get_tuple`` (a sync saver runs every call on the calling thread;
+    a call made inside another counts once, in the outer one), and the rest (``outside``:
+    LangGraph's runtime, its executor threads, the collector). Threads as in
+    ``minimal.short_threads``; the conversation is checked afterwards."""
+    spent = dict.fromkeys(CALLS, 0.0)
+    calls = dict.fromkeys(CALLS, 0)
+    lock = threading.Lock()
+    inside = threading.local()
+    counting = False
+
+    def timed(name: str, method: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if getattr(inside, "busy", False):
+                return method(*args, **kwargs)
+            inside.busy = True
+            started = time.thread_time()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                inside.busy = False
+                if counting:
+                    with lock:
+                        spent[name] += time.thread_time() - started
+                        calls[name] += 1
+
+        return call
+
+    with open_saver(target, env) as (saver, marker):
+        for name in CALLS:
+            setattr(saver, name, timed(name, getattr(saver, name)))
+        graph = wl.chat_graph().compile(checkpointer=saver)
+        for i in range(warmup):
+            mn._turn(graph, f"{marker}-warm{i}")
+        counting, done, thread = True, 0, 0
+        cpu = time.process_time()
+        while done < turns:
+            for turn in range(1, length + 1):
+                mn._turn(graph, f"{marker}-t{thread}", turn)
+                done += 1
+            thread += 1
+        cpu = time.process_time() - cpu
+        counting = False
+        mn._turn(graph, f"{marker}-t0", length + 1)
+        config: RunnableConfig = {"configurable": {"thread_id": f"{marker}-t0"}}
+        wl._check_conversation(dict(graph.get_state(config).values), length + 1, target.name)
+    out = {"turn": cpu / done * 1000.0}
+    out |= {name: spent[name] / done * 1000.0 for name in CALLS}
+    out["outside"] = out["turn"] - sum(out[name] for name in CALLS)
+    out |= {f"{name} calls": calls[name] / done for name in CALLS}
+    return out
+
+
+def _calls_table(split: dict[str, dict[str, dict[str, float]]]) -> str:
+    """Markdown: per T and saver, ms of CPU per turn in each call and outside them."""
+    lines = [
+        "| saver | @T | turn | put | put_writes | get_tuple | outside | calls/turn |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for length, by_saver in split.items():
+        for name, m in by_saver.items():
+            counts = "/".join(f"{m[f'{c} calls']:g}" for c in CALLS)
+            cells = " | ".join(f"{m[c]:.3f}" for c in ("turn", *CALLS, "outside"))
+            lines.append(f"| {name} | {length} | {cells} | {counts} |")
+    return "\n".join(lines)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.ladder",
@@ -1016,6 +1458,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=30, help="untimed turns per unit first")
     p.add_argument("--rounds", type=int, default=3, help="medians over this many rounds")
     p.add_argument("--json", type=Path, help="write the numbers here")
+    p.add_argument(
+        "--calls",
+        metavar="SLUGS",
+        help="instead: CPU per turn inside each saver call (put, put_writes, get_tuple) "
+        "for these savers, e.g. min_sqlite,lad_sqlite4,lad_sqlite5,ours_sqlite",
+    )
     return p.parse_args(argv)
 
 
@@ -1026,20 +1474,27 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     lengths = [int(t) for t in str(args.turns).split(",") if t.strip()]
     env = tg.Env(pg=args.pg, redis=args.redis)
     load_before = os.getloadavg()
+    savers = SAVERS
+    if args.calls:
+        by_slug = {t.slug: t for t in SAVERS}
+        savers = [by_slug[slug.strip()] for slug in args.calls.split(",") if slug.strip()]
     samples: dict[str, dict[str, dict[str, list[float]]]] = {
-        str(t): {s.name: {} for s in SAVERS} for t in lengths
+        str(t): {s.name: {} for s in savers} for t in lengths
     }
     for round_no in range(args.rounds):
-        shift = round_no % len(SAVERS)
-        for target in SAVERS[shift:] + SAVERS[:shift]:
+        shift = round_no % len(savers)
+        for target in savers[shift:] + savers[:shift]:
             for t in lengths:
-                measured = mn.short_threads(
-                    target, env, args.warmup, args.turns_sample, t, opener=open_saver
-                )
+                if args.calls:
+                    measured = call_split(target, env, args.warmup, args.turns_sample, t)
+                else:
+                    measured = mn.short_threads(
+                        target, env, args.warmup, args.turns_sample, t, opener=open_saver
+                    )
                 for metric, value in measured.items():
                     samples[str(t)][target.name].setdefault(metric, []).append(value)
                 print(f"round {round_no + 1} {target.name} @T={t}: {measured}", file=sys.stderr)
-    savers = {
+    medians = {
         length: {
             name: {metric: statistics.median(values) for metric, values in metrics.items()}
             for name, metrics in by_saver.items()
@@ -1059,7 +1514,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         },
         "savers": {
             length: {name: {**m, "samples": samples[length][name]} for name, m in by.items()}
-            for length, by in savers.items()
+            for length, by in medians.items()
         },
     }
     print(
@@ -1068,7 +1523,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         f"rounds; load average {' '.join(f'{x:.2f}' for x in load_before)} -> "
         f"{' '.join(f'{x:.2f}' for x in out['meta']['load average after'])}"
     )
-    print(_table(savers))
+    print(_calls_table(medians) if args.calls else _table(medians))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
     return out

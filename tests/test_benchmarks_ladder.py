@@ -3,19 +3,24 @@
 Not a benchmark: nothing here depends on speed. It proves that every rung of the feature
 ladder reads back what the chat graph wrote (so its time is that of a saver that stores it),
 that the features the rungs add do what they stand for (the thread index's row and status,
-rung 4's tombstone and expiry), and that one run reports every saver and leaves nothing
-behind.
+rung 4's tombstone and expiry, rung 5's lists stored as new items only, read back whole
+after many turns, forks, edits and an expiry), and that one run reports every saver and
+leaves nothing behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
+from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base.id import uuid6
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
@@ -32,7 +37,8 @@ pytestmark = pytest.mark.storage
 
 RUNGS = [t for _, _, rungs, _ in ladder.BACKENDS for t in rungs]
 INDEXED = [t for t in RUNGS if ladder.level_of(t) >= 3]
-FENCED = [t for t in RUNGS if ladder.level_of(t) == 4]
+FENCED = [t for t in RUNGS if ladder.level_of(t) >= 4]
+DELTA = [t for t in RUNGS if ladder.level_of(t) >= ladder.DELTA]
 
 
 def _chat(saver: Any, thread_id: str, turns: int) -> Any:
@@ -99,9 +105,7 @@ def _asking() -> StateGraph:
     return builder
 
 
-@pytest.mark.parametrize(
-    "target", [t for t in RUNGS if ladder.level_of(t) >= 3], ids=lambda t: t.slug
-)
+@pytest.mark.parametrize("target", INDEXED, ids=lambda t: t.slug)
 def test_thread_index_row(target: tg.Target, pg_url: str, redis_url: str) -> None:
     env = tg.Env(pg=pg_url, redis=redis_url)
     with ladder.open_saver(target, env) as (saver, marker):
@@ -123,9 +127,7 @@ def test_thread_index_row(target: tg.Target, pg_url: str, redis_url: str) -> Non
         assert _thread_row(saver, f"{marker}-asked")[1] == "idle"
 
 
-@pytest.mark.parametrize(
-    "target", [t for t in RUNGS if ladder.level_of(t) == 4], ids=lambda t: t.slug
-)
+@pytest.mark.parametrize("target", FENCED, ids=lambda t: t.slug)
 def test_tombstone_and_expiry(
     target: tg.Target, pg_url: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -149,6 +151,147 @@ def test_tombstone_and_expiry(
         checkpoints = list(saver.list({"configurable": {"thread_id": old}}))
         assert len(checkpoints) == 4  # one fresh turn's, the expired turn's are gone
         assert _thread_row(saver, old)[3] == 4
+        # the fresh turn's messages only (the expired ones went with the purge), read back
+        # whole by a saver that remembers nothing
+        with _reopened(saver, target, marker) as fresh:
+            latest = fresh.get_tuple({"configurable": {"thread_id": old}})
+        assert latest is not None
+        assert [m.id for m in latest.checkpoint["channel_values"]["messages"]] == [
+            workloads.user_message_id(1),
+            workloads.model_message_id(1),
+        ]
+
+
+@contextlib.contextmanager
+def _reopened(saver: Any, target: tg.Target, marker: str) -> Iterator[Any]:
+    """A second saver on ``saver``'s storage: it remembers nothing, so what it reads is
+    what is stored."""
+    level = ladder.level_of(target)
+    other: Any
+    if isinstance(saver, ladder.LadderSqliteSaver):
+        path = saver.conn.execute("PRAGMA database_list").fetchone()[2]
+        other = ladder.LadderSqliteSaver(path, level)
+    elif isinstance(saver, ladder.LadderPostgresSaver):
+        other = ladder.LadderPostgresSaver(saver.pool.conninfo, level, max_size=2)
+    else:
+        url = saver.client.connection_pool.connection_kwargs
+        other = ladder.LadderRedisSaver(
+            f"redis://{url['host']}:{url['port']}/{url.get('db', 0)}", saver.prefix, level
+        )
+    try:
+        yield other
+    finally:
+        other.close()
+
+
+def _items(saver: Any) -> int:
+    """How many list items ``saver``'s storage holds."""
+    if isinstance(saver, ladder.LadderSqliteSaver):
+        return int(saver.conn.execute("SELECT count(*) FROM items").fetchone()[0])
+    if isinstance(saver, ladder.LadderPostgresSaver):
+        with saver.pool.connection() as conn:
+            return int((conn.execute("SELECT count(*) FROM items").fetchone() or (0,))[0])
+    keys = saver.client.scan_iter(f"{saver.prefix}:*:items")
+    return sum(int(saver.client.hlen(key)) for key in keys)
+
+
+@pytest.mark.parametrize("target", DELTA, ids=lambda t: t.slug)
+def test_delta_lists(
+    target: tg.Target, pg_url: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = tg.Env(pg=pg_url, redis=redis_url)
+    with ladder.open_saver(target, env) as (saver, marker):
+        chat = f"{marker}-chat"
+        config: RunnableConfig = {"configurable": {"thread_id": chat}}
+        graph = _chat(saver, chat, 11)
+        # a turn serializes its two new messages only
+        dump = saver.serde.dumps_typed
+        dumped: list[Any] = []
+        monkeypatch.setattr(saver.serde, "dumps_typed", lambda v: dumped.append(v) or dump(v))
+        graph.invoke({"messages": [workloads.user_message(12)]}, config)
+        monkeypatch.undo()
+        assert [v.id for v in dumped if isinstance(v, BaseMessage)] == [
+            workloads.user_message_id(12),
+            workloads.model_message_id(23),
+        ]
+        # each message stored once, as an item; the blobs name them
+        assert _items(saver) == 24
+        assert (
+            len(workloads._check_conversation(dict(graph.get_state(config).values), 12, chat)) == 24
+        )
+        with _reopened(saver, target, marker) as fresh:
+            reread = fresh.get_tuple(config)
+            assert reread is not None
+            values = dict(reread.checkpoint["channel_values"])
+            whole = [m.id for m in workloads._check_conversation(values, 12, chat)]
+            # every checkpoint of the history reads back its own part of the conversation
+            for tup in fresh.list(config):
+                values = tup.checkpoint["channel_values"]
+                ids = [m.id for m in values.get("messages", [])]
+                assert ids == whole[: len(ids)]
+                assert 0 <= len(ids) - 2 * values.get("turns", 0) <= 2
+        # reads never share objects
+        first, second = saver.get_tuple(config), saver.get_tuple(config)
+        assert first is not None and second is not None
+        one, two = (t.checkpoint["channel_values"]["messages"] for t in (first, second))
+        assert one == two and not any(a is b for a, b in zip(one, two, strict=True))
+
+        # a fork from turn 3: the new branch holds turns 1-3 and its own, the old one stays
+        history = list(graph.get_state_history(config))
+        third = next(h for h in history if h.values.get("turns") == 3 and not h.next)
+        graph.invoke({"messages": [workloads.user_message(4)]}, third.config)
+        forked = graph.get_state(config).values["messages"]
+        assert [m.id for m in forked][:6] == [m.id for m in third.values["messages"]]
+        assert len(forked) == 8 and len(graph.get_state(history[0].config).values["messages"]) == 24
+
+        # edits of messages read back, a field reassigned and one changed deep inside a
+        # message a task returned (put_writes), are stored: those elements are serialized
+        # again, the rest keep their items
+        tup = saver.get_tuple(config)
+        assert tup is not None
+        messages = tup.checkpoint["channel_values"]["messages"]
+        messages[5].content = "edited"
+        messages[3].additional_kwargs["note"] = "deep"
+        saver.put_writes(tup.config, [("messages", [messages[3]])], "task")
+        version = saver.get_next_version(tup.checkpoint["channel_versions"]["messages"], None)
+        checkpoint = {
+            **tup.checkpoint,
+            "id": str(uuid6(clock_seq=-2)),
+            "channel_versions": {**tup.checkpoint["channel_versions"], "messages": version},
+        }
+        before = _items(saver)
+        saver.put(tup.config, checkpoint, {"source": "update", "step": 99}, {"messages": version})
+        assert _items(saver) == before + 2
+        with _reopened(saver, target, marker) as fresh:
+            latest = fresh.get_tuple(config)
+        assert latest is not None
+        stored = latest.checkpoint["channel_values"]["messages"]
+        assert stored[5].content == "edited" and stored[3].additional_kwargs["note"] == "deep"
+        assert [m.id for m in stored] == [m.id for m in forked]
+
+        # a put that builds on messages read before the thread expired stores them all
+        # again: the purge took their items
+        monkeypatch.setattr(ladder, "TTL_SECONDS", -1.0)
+        saver.put_writes(latest.config, [("turns", 1)], "expiring")
+        monkeypatch.setattr(ladder, "TTL_SECONDS", 3600.0)
+        tup = saver.get_tuple(config)
+        assert tup is not None
+        messages = [*tup.checkpoint["channel_values"]["messages"], workloads.user_message(9)]
+        version = saver.get_next_version(tup.checkpoint["channel_versions"]["messages"], None)
+        checkpoint = {
+            **tup.checkpoint,
+            "id": str(uuid6(clock_seq=-2)),
+            "channel_values": {**tup.checkpoint["channel_values"], "messages": messages},
+            "channel_versions": {**tup.checkpoint["channel_versions"], "messages": version},
+        }
+        saver.put(tup.config, checkpoint, {"source": "update", "step": 100}, {"messages": version})
+        assert _items(saver) == 9
+        with _reopened(saver, target, marker) as fresh:
+            latest = fresh.get_tuple(config)
+        assert latest is not None
+        assert [m.id for m in latest.checkpoint["channel_values"]["messages"]] == [
+            m.id for m in messages
+        ]
 
 
 def test_ladder_run_reports_every_saver(
@@ -165,4 +308,25 @@ def test_ladder_run_reports_every_saver(
         assert math.isfinite(metrics["cpu ms/turn"]) and metrics["turn p50 ms"] > 0
     for target in ladder.SAVERS[1:]:
         assert f"| {target.name} | 1 |" in printed
+    assert_nothing_left(pg_url, redis_url, report["meta"]["run_id"])
+
+
+def test_call_split_reports_each_call(
+    pg_url: str, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = ladder.main(
+        ["--pg", pg_url, "--redis", redis_url, "--turns", "1", "--turns-sample", "4",
+         "--warmup", "1", "--rounds", "1", "--calls", "min_sqlite,lad_sqlite5"]
+    )  # fmt: skip
+    printed = capsys.readouterr().out
+    savers = report["savers"]["1"]
+    assert set(savers) == {"minimal SqliteSaver", "ladder SQLite 5: +delta lists"}
+    for name, split in savers.items():
+        # a T=1 turn of the chat graph: four puts, three put_writes, one read
+        calls = [split[f"{call} calls"] for call in ladder.CALLS]
+        assert calls == [4, 3, 1]
+        assert all(split[call] > 0 for call in ladder.CALLS)
+        parts = sum(split[part] for part in (*ladder.CALLS, "outside"))
+        assert math.isclose(split["turn"], parts)
+        assert f"| {name} | 1 |" in printed
     assert_nothing_left(pg_url, redis_url, report["meta"]["run_id"])
