@@ -1151,3 +1151,54 @@ def test_the_field_index_holds_each_items_tokens_and_the_migration_builds_the_sa
         assert rows() == expected
         store.delete_namespace(("users", "u1"))
         assert rows() == {("kind", "fact", "users.u2", "b")}
+
+
+def test_a_put_stores_native_versions_only_when_they_differ_from_their_text(
+    tmp_path: Path,
+) -> None:
+    """Issue 39's put compares the version maps before dumping the second one: text
+    versions store no second copy (the column stays NULL), integer versions still do, and
+    both read back exactly as written."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    path = tmp_path / "v.db"
+    with SqliteSaver.from_conn_string(str(path)) as saver:
+        saver.setup()
+        for tid, version in (("text", "00000000000000000000000000000001.0"), ("int", 1)):
+            checkpoint = empty_checkpoint()
+            checkpoint["channel_values"] = {"a": "x"}
+            checkpoint["channel_versions"] = {"a": version}
+            config: Any = {"configurable": {"thread_id": tid, "checkpoint_ns": ""}}
+            saver.put(config, checkpoint, {}, {"a": version})
+            got = saver.get_tuple(config)
+            assert got is not None and got.checkpoint["channel_versions"] == {"a": version}
+    with closing(sqlite3.connect(path)) as conn:
+        stored = dict(
+            conn.execute(
+                "SELECT t.thread_id, c.versions_json FROM lgmp_checkpoints c "
+                "JOIN lgmp_threads t ON t.thread_key = c.thread_key"
+            ).fetchall()
+        )
+    assert stored == {b"text": None, b"int": '{"a": 1}'}
+
+
+def test_delta_seeds_are_skipped_only_with_nothing_to_inherit_or_seed() -> None:
+    """The put's shortcut (issue 39): no parent seeds and no ``DeltaChannel`` give no
+    seeds; a parent's seeds are still carried to a child that marks no delta channel."""
+    from langgraph_memory_plus.checkpoint.codec import EncodedCheckpoint
+    from langgraph_memory_plus.checkpoint.sqlite.plans import SqliteCheckpointPlans
+
+    plain = EncodedCheckpoint(
+        checkpoint_id="2",
+        parent_id="1",
+        checkpoint=("msgpack", b""),
+        metadata=("msgpack", b""),
+        metadata_json={},
+        run_id=None,
+        channel_versions={"d": "2", "b": "2"},
+        versions_json={"d": "2", "b": "2"},
+        blobs=[],
+        valued_channels=["b"],
+    )
+    assert SqliteCheckpointPlans._delta_seeds(plain, None) is None
+    assert SqliteCheckpointPlans._delta_seeds(plain, '{"d": "1"}') == '{"d": "1"}'

@@ -711,6 +711,8 @@ class SqliteCheckpointPlans:
     def _delta_seeds(encoded: EncodedCheckpoint, parent_seeds: str | None) -> str | None:
         """Per ``DeltaChannel``, the checkpoint holding its last snapshot (see :meth:`_trim`),
         from the parent's (``parent_seeds``, as stored)."""
+        if not parent_seeds and not encoded.delta_channels:
+            return None  # most puts: nothing to inherit, nothing to seed
         inherited: dict[str, str] = json.loads(parent_seeds) if parent_seeds else {}
         channels = set(encoded.delta_channels) | {
             ch for ch in inherited if ch in encoded.versions_json
@@ -775,7 +777,9 @@ class SqliteCheckpointPlans:
         seeds = self._delta_seeds(encoded, parent_seeds)
         versions = json.dumps(encoded.channel_versions)
         metadata_text = json.dumps(encoded.metadata_json)
-        native = json.dumps(encoded.versions_json)
+        # equal maps (built in the same order) dump to the same text: store no second copy
+        same = encoded.versions_json == encoded.channel_versions
+        native = None if same else json.dumps(encoded.versions_json)
         yield Query(
             """
             INSERT INTO lgmp_checkpoints (thread_key, checkpoint_ns, checkpoint_id,
@@ -806,7 +810,7 @@ class SqliteCheckpointPlans:
                 "m_blob": encoded.metadata[1],
                 "m_json": metadata_text,
                 "versions": versions,
-                "native": None if native == versions else native,
+                "native": native,
                 "seeds": seeds,
             },
         )
