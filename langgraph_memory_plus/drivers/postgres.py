@@ -79,6 +79,9 @@ class Query:
 
 _UNDO_POINT = "lgmp_undo"
 _SAVEPOINT = f"SAVEPOINT {_UNDO_POINT}"
+# A savepoint set in the caller's own transaction (no runner transaction to release it)
+# would otherwise stay open there: a subtransaction per write, a name shadowed.
+_RELEASE = f"RELEASE SAVEPOINT {_UNDO_POINT}"
 
 UNDO = Query(f"ROLLBACK TO SAVEPOINT {_UNDO_POINT}")
 """Take back the plan's last ``undoable`` statement if it ran inside a transaction; a
@@ -170,6 +173,30 @@ async def _aexecute_undoable(
         await conn.execute(_SAVEPOINT)
         await cur.execute(compact_sql(query.sql), query.params)
     return await cur.fetchall() if query.fetch else None
+
+
+def _undo(conn: Connection[Any]) -> None:
+    """:data:`UNDO`, the savepoint released with it, pipelined: one round trip.
+    ``ROLLBACK TO`` keeps the savepoint, and the statement sent again sets another of
+    the same name; only the newest would be released at the end (see ``_RELEASE``)."""
+    if not capabilities.has_pipeline():
+        conn.execute(UNDO.sql)
+        conn.execute(_RELEASE)
+        return
+    with conn.pipeline():
+        conn.execute(UNDO.sql)
+        conn.execute(_RELEASE)
+
+
+async def _aundo(conn: AsyncConnection[Any]) -> None:
+    """Async :func:`_undo`."""
+    if not capabilities.has_pipeline():
+        await conn.execute(UNDO.sql)
+        await conn.execute(_RELEASE)
+        return
+    async with conn.pipeline():
+        await conn.execute(UNDO.sql)
+        await conn.execute(_RELEASE)
 
 
 def _pipelined(query: Query) -> Sequence[Query]:
@@ -546,7 +573,10 @@ class PgRunner:
 
             def execute(query: Query) -> Rows | None:
                 nonlocal transaction, saved
-                if query is UNDO and not saved:
+                if query is UNDO:
+                    if saved:
+                        saved = False
+                        _undo(conn)
                     return None
                 if transaction is None and not (query.standalone and conn.autocommit):
                     transaction = ExitStack()
@@ -564,6 +594,8 @@ class PgRunner:
                 raise
             if transaction is not None:
                 transaction.close()
+            elif saved:
+                conn.execute(_RELEASE)
         return result
 
     def _pipelined(self, conn: Connection[Any], plan: Plan[Query, R]) -> R:
@@ -652,7 +684,10 @@ class AsyncPgRunner:
 
         async def execute(query: Query) -> Rows | None:
             nonlocal transaction, saved
-            if query is UNDO and not saved:
+            if query is UNDO:
+                if saved:
+                    saved = False
+                    await _aundo(conn)
                 return None
             if transaction is None and not (query.standalone and conn.autocommit):
                 transaction = AsyncExitStack()
@@ -672,6 +707,8 @@ class AsyncPgRunner:
             await cur.close()
         if transaction is not None:
             await transaction.aclose()
+        elif saved:
+            await conn.execute(_RELEASE)
         return result
 
     async def _pipelined(self, conn: AsyncConnection[Any], plan: Plan[Query, R]) -> R:
