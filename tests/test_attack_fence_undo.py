@@ -112,3 +112,49 @@ def test_pg_runner_undo_then_retry_in_a_callers_transaction_leaves_no_savepoint_
             return await _ano_undo_savepoint(aconn)
 
     assert asyncio.run(arun())
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_pg_refused_fenced_put_in_a_callers_transaction_leaves_no_savepoint_open(
+    pg_url: str, mode: str
+) -> None:
+    """A fenced ``put`` refused (the lease superseded) in the caller's own transaction on
+    an autocommit connection: the caller catches ``FencedWriteError`` and goes on. The
+    refusal's locked statement opens the runner's savepoint after ours, and closing it
+    released only its own: ours stayed open in the caller's transaction."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from langgraph_memory_plus.checkpoint.postgres import AsyncPostgresSaver, PostgresSaver
+    from langgraph_memory_plus.errors import FencedWriteError
+
+    thread_id = f"fence-undo-{uuid.uuid4().hex}"
+    checkpoint = empty_checkpoint()
+    metadata: Any = {"source": "loop", "step": 0}
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        saver = PostgresSaver(conn)
+        saver.setup()  # its schema check done: put is one standalone statement
+        lease = saver.fence.acquire(thread_id, owner="w1")
+        config = lease.config({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+        saver.fence.acquire(thread_id, owner="w2", force=True)
+        try:
+            if mode == "sync":
+                with conn.transaction():
+                    with pytest.raises(FencedWriteError):
+                        saver.put(config, checkpoint, metadata, {})
+                    assert _no_undo_savepoint(conn)
+            else:
+
+                async def awrite() -> bool:
+                    async with await psycopg.AsyncConnection.connect(
+                        pg_url, autocommit=True
+                    ) as aconn:
+                        asaver = AsyncPostgresSaver(aconn)
+                        await asaver.setup()
+                        async with aconn.transaction():
+                            with pytest.raises(FencedWriteError):
+                                await asaver.aput(config, checkpoint, metadata, {})
+                            return await _ano_undo_savepoint(aconn)
+
+                assert asyncio.run(awrite())
+        finally:
+            saver.delete_thread(thread_id)

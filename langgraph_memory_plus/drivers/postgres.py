@@ -569,13 +569,15 @@ class PgRunner:
             return self._pipelined(conn, plan)
         transaction: ExitStack | None = None
         saved = False  # an undoable statement set its savepoint
+        loose = False  # one in the caller's transaction: nothing of ours would release it
         with conn.cursor(row_factory=tuple_row, binary=True) as cur:
 
             def execute(query: Query) -> Rows | None:
-                nonlocal transaction, saved
+                nonlocal transaction, saved, loose
                 if query is UNDO:
                     if saved:
                         saved = False
+                        loose = loose and transaction is not None
                         _undo(conn)
                     return None
                 if transaction is None and not (query.standalone and conn.autocommit):
@@ -583,6 +585,7 @@ class PgRunner:
                     transaction.enter_context(conn.transaction())
                 if query.undoable and conn.info.transaction_status == TransactionStatus.INTRANS:
                     saved = True
+                    loose = loose or transaction is None
                     return _execute_undoable(conn, cur, query)
                 return _execute(cur, query)
 
@@ -591,10 +594,12 @@ class PgRunner:
             except BaseException:
                 if transaction is not None:
                     transaction.__exit__(*sys.exc_info())
+                if loose and conn.info.transaction_status == TransactionStatus.INTRANS:
+                    conn.execute(_RELEASE)  # a Python error: the caller's transaction goes on
                 raise
             if transaction is not None:
                 transaction.close()
-            elif saved:
+            if loose:
                 conn.execute(_RELEASE)
         return result
 
@@ -681,12 +686,14 @@ class AsyncPgRunner:
         cur = conn.cursor(row_factory=tuple_row, binary=True)
         transaction: AsyncExitStack | None = None
         saved = False  # an undoable statement set its savepoint
+        loose = False  # one in the caller's transaction: nothing of ours would release it
 
         async def execute(query: Query) -> Rows | None:
-            nonlocal transaction, saved
+            nonlocal transaction, saved, loose
             if query is UNDO:
                 if saved:
                     saved = False
+                    loose = loose and transaction is not None
                     await _aundo(conn)
                 return None
             if transaction is None and not (query.standalone and conn.autocommit):
@@ -694,6 +701,7 @@ class AsyncPgRunner:
                 await transaction.enter_async_context(conn.transaction())
             if query.undoable and conn.info.transaction_status == TransactionStatus.INTRANS:
                 saved = True
+                loose = loose or transaction is None
                 return await _aexecute_undoable(conn, cur, query)
             return await _aexecute(cur, query)
 
@@ -702,12 +710,14 @@ class AsyncPgRunner:
         except BaseException:
             if transaction is not None:
                 await transaction.__aexit__(*sys.exc_info())
+            if loose and conn.info.transaction_status == TransactionStatus.INTRANS:
+                await conn.execute(_RELEASE)  # a Python error: the caller's transaction goes on
             raise
         finally:
             await cur.close()
         if transaction is not None:
             await transaction.aclose()
-        elif saved:
+        if loose:
             await conn.execute(_RELEASE)
         return result
 
