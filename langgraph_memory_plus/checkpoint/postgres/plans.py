@@ -1065,9 +1065,7 @@ class PostgresCheckpointPlans:
         self, tk: bytes, checkpoint_ns: str, checkpoint_id: str
     ) -> Plan[Query, None]:
         """Drop what an expired thread held when a write revived it: all but the rows of
-        the written checkpoint. Not only what sorts before it: a late write (LangGraph
-        stores a task's writes in the background) names a checkpoint older than those
-        the thread held, which would otherwise be returned again, expired as they are."""
+        the written checkpoint (why not only older ones: the SQLite plan's docstring)."""
         for table in (self._wr, self._ck):
             yield Query(
                 f"DELETE FROM {table} WHERE thread_key = %s "
