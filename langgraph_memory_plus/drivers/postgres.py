@@ -79,9 +79,6 @@ class Query:
 
 _UNDO_POINT = "lgmp_undo"
 _SAVEPOINT = f"SAVEPOINT {_UNDO_POINT}"
-# A savepoint set in the caller's own transaction (no runner transaction to release it)
-# would otherwise stay open there: a subtransaction per write, a name shadowed.
-_RELEASE = f"RELEASE SAVEPOINT {_UNDO_POINT}"
 
 UNDO = Query(f"ROLLBACK TO SAVEPOINT {_UNDO_POINT}")
 """Take back the plan's last ``undoable`` statement if it ran inside a transaction; a
@@ -173,30 +170,6 @@ async def _aexecute_undoable(
         await conn.execute(_SAVEPOINT)
         await cur.execute(compact_sql(query.sql), query.params)
     return await cur.fetchall() if query.fetch else None
-
-
-def _undo(conn: Connection[Any]) -> None:
-    """:data:`UNDO`, the savepoint released with it, pipelined: one round trip.
-    ``ROLLBACK TO`` keeps the savepoint, and the statement sent again sets another of
-    the same name; only the newest would be released at the end (see ``_RELEASE``)."""
-    if not capabilities.has_pipeline():
-        conn.execute(UNDO.sql)
-        conn.execute(_RELEASE)
-        return
-    with conn.pipeline():
-        conn.execute(UNDO.sql)
-        conn.execute(_RELEASE)
-
-
-async def _aundo(conn: AsyncConnection[Any]) -> None:
-    """Async :func:`_undo`."""
-    if not capabilities.has_pipeline():
-        await conn.execute(UNDO.sql)
-        await conn.execute(_RELEASE)
-        return
-    async with conn.pipeline():
-        await conn.execute(UNDO.sql)
-        await conn.execute(_RELEASE)
 
 
 def _pipelined(query: Query) -> Sequence[Query]:
@@ -569,23 +542,17 @@ class PgRunner:
             return self._pipelined(conn, plan)
         transaction: ExitStack | None = None
         saved = False  # an undoable statement set its savepoint
-        loose = False  # one in the caller's transaction: nothing of ours would release it
         with conn.cursor(row_factory=tuple_row, binary=True) as cur:
 
             def execute(query: Query) -> Rows | None:
-                nonlocal transaction, saved, loose
-                if query is UNDO:
-                    if saved:
-                        saved = False
-                        loose = loose and transaction is not None
-                        _undo(conn)
+                nonlocal transaction, saved
+                if query is UNDO and not saved:
                     return None
                 if transaction is None and not (query.standalone and conn.autocommit):
                     transaction = ExitStack()
                     transaction.enter_context(conn.transaction())
                 if query.undoable and conn.info.transaction_status == TransactionStatus.INTRANS:
                     saved = True
-                    loose = loose or transaction is None
                     return _execute_undoable(conn, cur, query)
                 return _execute(cur, query)
 
@@ -594,13 +561,9 @@ class PgRunner:
             except BaseException:
                 if transaction is not None:
                     transaction.__exit__(*sys.exc_info())
-                if loose and conn.info.transaction_status == TransactionStatus.INTRANS:
-                    conn.execute(_RELEASE)  # a Python error: the caller's transaction goes on
                 raise
             if transaction is not None:
                 transaction.close()
-            if loose:
-                conn.execute(_RELEASE)
         return result
 
     def _pipelined(self, conn: Connection[Any], plan: Plan[Query, R]) -> R:
@@ -686,22 +649,16 @@ class AsyncPgRunner:
         cur = conn.cursor(row_factory=tuple_row, binary=True)
         transaction: AsyncExitStack | None = None
         saved = False  # an undoable statement set its savepoint
-        loose = False  # one in the caller's transaction: nothing of ours would release it
 
         async def execute(query: Query) -> Rows | None:
-            nonlocal transaction, saved, loose
-            if query is UNDO:
-                if saved:
-                    saved = False
-                    loose = loose and transaction is not None
-                    await _aundo(conn)
+            nonlocal transaction, saved
+            if query is UNDO and not saved:
                 return None
             if transaction is None and not (query.standalone and conn.autocommit):
                 transaction = AsyncExitStack()
                 await transaction.enter_async_context(conn.transaction())
             if query.undoable and conn.info.transaction_status == TransactionStatus.INTRANS:
                 saved = True
-                loose = loose or transaction is None
                 return await _aexecute_undoable(conn, cur, query)
             return await _aexecute(cur, query)
 
@@ -710,15 +667,11 @@ class AsyncPgRunner:
         except BaseException:
             if transaction is not None:
                 await transaction.__aexit__(*sys.exc_info())
-            if loose and conn.info.transaction_status == TransactionStatus.INTRANS:
-                await conn.execute(_RELEASE)  # a Python error: the caller's transaction goes on
             raise
         finally:
             await cur.close()
         if transaction is not None:
             await transaction.aclose()
-        if loose:
-            await conn.execute(_RELEASE)
         return result
 
     async def _pipelined(self, conn: AsyncConnection[Any], plan: Plan[Query, R]) -> R:
