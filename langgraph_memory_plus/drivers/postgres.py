@@ -7,8 +7,7 @@ transaction (``conn.transaction()``, a savepoint when the caller's connection is
 inside one), except a leading statement marked standalone, which an autocommit
 connection runs on its own: the common single-statement write then costs one round
 trip. Results come back as tuples in binary format whatever row factory
-the caller's connection uses. A statement marked undoable gets a savepoint just before
-it when it runs inside a transaction, so the plan can take it back, locks included.
+the caller's connection uses.
 
 In pipeline mode each statement runs on a cursor of its own: psycopg hands a result to
 the cursor that sent it whenever the result arrives, possibly while a later statement is
@@ -31,11 +30,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol, TypeVar
 
-from psycopg import AsyncConnection, AsyncCursor, Connection, Cursor, OperationalError, capabilities
+from psycopg import AsyncConnection, AsyncCursor, Connection, Cursor, OperationalError
 from psycopg import ProgrammingError as _ProgrammingError
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.pq import Conninfo, TransactionStatus
+from psycopg.pq import Conninfo
 from psycopg.rows import TupleRow, tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
@@ -70,19 +69,6 @@ class Query:
     standalone: bool = False
     script: tuple[str, ...] = ()
     """The statements of a :func:`script` (``sql`` is them joined)."""
-    undoable: bool = False
-    """Run inside a transaction, the statement gets a savepoint just before it, in the
-    same round trip, and the plan can take it back with :data:`UNDO`, the row locks it
-    took included (a lock is otherwise held to the transaction's end). Run alone it
-    committed alone, and :data:`UNDO` does nothing. Not for a script."""
-
-
-_UNDO_POINT = "lgmp_undo"
-_SAVEPOINT = f"SAVEPOINT {_UNDO_POINT}"
-
-UNDO = Query(f"ROLLBACK TO SAVEPOINT {_UNDO_POINT}")
-"""Take back the plan's last ``undoable`` statement if it ran inside a transaction; a
-runner sends it only then (it is this very object, compared by identity)."""
 
 
 def script(statements: Sequence[str], *, fetch: bool = False) -> Query:
@@ -144,31 +130,6 @@ async def _aexecute(cur: AsyncCursor[TupleRow], query: Query) -> Rows | None:
                 pass
             return await text.fetchall() if query.fetch else None
     await cur.execute(compact_sql(query.sql), query.params)
-    return await cur.fetchall() if query.fetch else None
-
-
-def _execute_undoable(conn: Connection[Any], cur: Cursor[TupleRow], query: Query) -> Rows | None:
-    """``query`` after a savepoint (see ``Query.undoable``), pipelined: one round trip.
-    The savepoint goes on a cursor of its own (see the module docstring)."""
-    if not capabilities.has_pipeline():  # libpq before 14: a round trip of its own
-        conn.execute(_SAVEPOINT)
-        return _execute(cur, query)
-    with conn.pipeline():
-        conn.execute(_SAVEPOINT)
-        cur.execute(compact_sql(query.sql), query.params)
-    return cur.fetchall() if query.fetch else None
-
-
-async def _aexecute_undoable(
-    conn: AsyncConnection[Any], cur: AsyncCursor[TupleRow], query: Query
-) -> Rows | None:
-    """Async :func:`_execute_undoable`."""
-    if not capabilities.has_pipeline():
-        await conn.execute(_SAVEPOINT)
-        return await _aexecute(cur, query)
-    async with conn.pipeline():
-        await conn.execute(_SAVEPOINT)
-        await cur.execute(compact_sql(query.sql), query.params)
     return await cur.fetchall() if query.fetch else None
 
 
@@ -541,19 +502,13 @@ class PgRunner:
         if self.pipeline:
             return self._pipelined(conn, plan)
         transaction: ExitStack | None = None
-        saved = False  # an undoable statement set its savepoint
         with conn.cursor(row_factory=tuple_row, binary=True) as cur:
 
             def execute(query: Query) -> Rows | None:
-                nonlocal transaction, saved
-                if query is UNDO and not saved:
-                    return None
+                nonlocal transaction
                 if transaction is None and not (query.standalone and conn.autocommit):
                     transaction = ExitStack()
                     transaction.enter_context(conn.transaction())
-                if query.undoable and conn.info.transaction_status == TransactionStatus.INTRANS:
-                    saved = True
-                    return _execute_undoable(conn, cur, query)
                 return _execute(cur, query)
 
             try:
@@ -572,15 +527,8 @@ class PgRunner:
         with ExitStack() as stack:
             stack.enter_context(conn.pipeline())
             stack.enter_context(conn.transaction())
-            saved = False
 
             def execute(query: Query) -> Rows | None:
-                nonlocal saved
-                if query is UNDO and not saved:
-                    return None
-                if query.undoable:  # queued before it: no round trip of its own
-                    stack.enter_context(conn.cursor()).execute(_SAVEPOINT)
-                    saved = True
                 rows: Rows | None = None
                 for one in _pipelined(query):  # a cursor per statement (see the module docstring)
                     own = stack.enter_context(conn.cursor(row_factory=tuple_row, binary=True))
@@ -648,18 +596,12 @@ class AsyncPgRunner:
             return await self._pipelined(conn, plan)
         cur = conn.cursor(row_factory=tuple_row, binary=True)
         transaction: AsyncExitStack | None = None
-        saved = False  # an undoable statement set its savepoint
 
         async def execute(query: Query) -> Rows | None:
-            nonlocal transaction, saved
-            if query is UNDO and not saved:
-                return None
+            nonlocal transaction
             if transaction is None and not (query.standalone and conn.autocommit):
                 transaction = AsyncExitStack()
                 await transaction.enter_async_context(conn.transaction())
-            if query.undoable and conn.info.transaction_status == TransactionStatus.INTRANS:
-                saved = True
-                return await _aexecute_undoable(conn, cur, query)
             return await _aexecute(cur, query)
 
         try:
@@ -680,16 +622,8 @@ class AsyncPgRunner:
         async with AsyncExitStack() as stack:
             await stack.enter_async_context(conn.pipeline())
             await stack.enter_async_context(conn.transaction())
-            saved = False
 
             async def execute(query: Query) -> Rows | None:
-                nonlocal saved
-                if query is UNDO and not saved:
-                    return None
-                if query.undoable:  # queued before it: no round trip of its own
-                    mark = await stack.enter_async_context(conn.cursor())
-                    await mark.execute(_SAVEPOINT)
-                    saved = True
                 rows: Rows | None = None
                 for one in _pipelined(query):  # a cursor per statement (see the module docstring)
                     own = conn.cursor(row_factory=tuple_row, binary=True)

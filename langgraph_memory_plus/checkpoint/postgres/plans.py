@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 from ...drivers.migrations import SchemaVersion, advisory_lock_id, migrate, recorded_version
 from ...drivers.pgarrays import ByteaArray, TextArray
 from ...drivers.plan import Plan
-from ...drivers.postgres import UNDO, Query, Rows, compact_sql
+from ...drivers.postgres import Query, Rows, compact_sql
 from ...errors import FencedWriteError, ValueTooLargeError
 from ...threads.core import RecordInput, owner_digest, writes_of_interest
 from ...threads.postgres import EXPIRY_MIGRATION, STATUS_MIGRATION, PostgresThreadIndex
@@ -688,9 +688,7 @@ class PostgresCheckpointPlans:
         taken as it committed (see :meth:`_thread_ctes`): the first step of every new
         thread, whose put and put_writes both create the row, costs no more round trips.
         Fenced, it is not (the locks would be taken crosswise): the write declines and
-        sends its statement once more, which sees the row; inside a transaction the
-        declined statement is undone first (:data:`UNDO`), its share lock of the fence
-        row with it, so the second one waits for the thread row holding no fence.
+        sends its statement once more, which sees the row.
         It declines (writes nothing) when the thread is deleted or expired; then the
         locked path runs in a transaction and reports the tombstone (``live_after`` and
         the ``refused`` ids) and whether the thread had expired, for the caller to act on.
@@ -705,21 +703,12 @@ class PostgresCheckpointPlans:
         if fence is not None:
             params = {**params, "f_owner": fence[1].owner, "f_token": fence[1].token}
         fast = Query(
-            self._write_sql(payload, done, True, fenced),
-            params,
-            fetch=True,
-            standalone=not more,
-            undoable=fenced,
+            self._write_sql(payload, done, True, fenced), params, fetch=True, standalone=not more
         )
         rows: Rows = yield fast
         if fenced and _raced(rows[0]):
             # The row is committed now: the same statement again sees it (thread row
             # locked first, then the fence), one round trip instead of the locked path's.
-            # Inside a transaction (retention's trim, a user's erasure check, pipeline
-            # mode) the declined statement still holds the fence row share-locked, and
-            # delete_thread may hold the thread row while it waits for the fence row:
-            # undone first, so the statement sent again waits holding no fence.
-            yield UNDO
             rows = yield fast
         if rows[0][0]:
             return True, None, [], False, bool(rows[0][3])
