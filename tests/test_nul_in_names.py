@@ -46,6 +46,17 @@ def test_nul_in_a_namespace_or_checkpoint_id_is_refused_alike(
         assert list(saver.list(_cfg("t-nul"))) == []  # nothing was stored
 
 
+def test_nul_in_the_id_of_a_stored_checkpoint_is_refused_alike(saver_factory: Any) -> None:
+    """The id a put stores is the checkpoint's own (``checkpoint["id"]``), not the
+    config's: refused alike too (SQLite stored it, PostgreSQL raised ``DataError``)."""
+    with saver_factory() as saver:
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = "1f0\x00x"
+        with pytest.raises(InvalidConfigError, match="checkpoint_id must not contain NUL"):
+            saver.put(_cfg("t-nul-id"), checkpoint, {"step": 0}, {})
+        assert saver.get_tuple(_cfg("t-nul-id")) is None
+
+
 def test_nul_in_a_thread_id_round_trips(saver_factory: Any) -> None:
     with saver_factory() as saver:
         config = saver.put(_cfg("a\x00b"), empty_checkpoint(), {"step": 0}, {})

@@ -48,7 +48,7 @@ from ..encryption import (
 )
 from ..errors import ValueTooLargeError, decoding
 from .compression import compress, decompress
-from .config import Target, checkpoint_config, thread_key
+from .config import Target, check_no_nul, checkpoint_config, thread_key
 from .lists import (
     LIST_TYPE,
     ChunkedList,
@@ -365,6 +365,7 @@ class CheckpointCodec:
         user_id: str | None = None,
     ) -> EncodedCheckpoint:
         tid, ns, cid = target.thread_id, target.checkpoint_ns, checkpoint["id"]
+        check_no_nul(cid, "checkpoint_id", "the checkpoint's id")
         parent_id = config["configurable"].get("checkpoint_id") or None
         body: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = body.pop("channel_values", None) or {}

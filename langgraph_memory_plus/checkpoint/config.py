@@ -204,14 +204,19 @@ def _text(value: Any, key: str, what: str) -> str:
     raise InvalidConfigError(f"{what}['configurable']['{key}'] must be a string, got {value!r}")
 
 
-def _no_nul(value: str, key: str, what: str) -> None:
+def check_no_nul(value: str, key: str, where: str) -> None:
     """Namespaces and checkpoint ids are stored as text on every backend (PostgreSQL
     refuses NUL in text, SQLite's JSON functions cut at it): NUL is refused before any
-    statement, alike everywhere. A thread id may hold NUL: it is stored as bytes."""
+    statement, alike everywhere, wherever the id comes from (a config, or the checkpoint
+    a put stores). A thread id may hold NUL: it is stored as bytes."""
     if "\x00" in value:
         raise InvalidConfigError(
-            f"{key} must not contain NUL characters: {value[:80]!r} (in {what}['configurable'])"
+            f"{key} must not contain NUL characters: {value[:80]!r} (in {where})"
         )
+
+
+def _no_nul(value: str, key: str, what: str) -> None:
+    check_no_nul(value, key, f"{what}['configurable']")
 
 
 def read_target(config: Any, what: str = "config") -> Target:
