@@ -42,109 +42,167 @@ def _wait_for_lock_wait(conn: psycopg.Connection[Any], like: str) -> None:
 
 # -- PostgreSQL: a fenced write of a new thread racing delete_thread ---------------------
 
+_RACE_CALLS = [
+    "put_writes",
+    "put",
+    # the write's statements share a transaction: a fence lock taken by the first
+    # would be held while the next waits for the thread row
+    "put with retention",
+    "put with a user",
+    "put_writes with a user",
+    "put in pipeline mode",
+    "put_writes in pipeline mode",
+    "aput with retention",
+    "aput_writes with a user",
+    "put_writes on a connection outside autocommit",
+    # the other takers of both locks: prune's deletion, and sweep_expired (on an
+    # expired row, in a schema of its own: it sweeps every expired thread it sees)
+    "put with retention, pruned",
+    "put, swept",
+    "put with retention, swept",
+]
+
 
 @pytest.mark.parametrize(
-    "call",
-    [
-        "put_writes",
-        "put",
-        pytest.param(
-            "put with retention",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="with keep_last the put's statements share one transaction: the "
-                "declined first statement keeps the fence row share-locked while the next "
-                "waits for the thread row delete_thread holds (also on 18cb9b6)",
-            ),
-        ),
-    ],
+    ("call", "deleted"),
+    [(call, True) for call in _RACE_CALLS]
+    + [(call, False) for call in _RACE_CALLS if not call.endswith("swept")],
 )
-def test_pg_fenced_first_write_racing_delete_thread_is_refused_not_deadlocked(
-    pg_url: str, call: str
+def test_pg_fenced_first_write_racing_a_new_thread_row_holds_no_fence_while_it_waits(
+    pg_url: str, call: str, deleted: bool
 ) -> None:
-    """A fenced write of a new thread whose snapshot missed the thread row (another
-    writer's, committed meanwhile) while ``delete_thread`` holds that row: the write
-    must end refused (``FencedWriteError``: deletion is final and removes the fence) and
-    the deletion must succeed. Locks are promised thread row first, fence row second,
-    as ``delete_thread`` takes them; a write that waits for the row inside its statement
-    after share-locking the fence takes them crosswise."""
+    """A fenced write of a new thread whose snapshot missed the thread row another
+    writer is inserting waits for that row holding no lock of the fence row: a
+    deletion (thread row first, fence row second, as ``delete_thread``, ``prune`` and
+    ``sweep_expired`` take them) is never blocked by it, so the two cannot deadlock,
+    whatever statements share the write's transaction (retention's trim, a user's
+    erasure check, pipeline mode, a caller's transaction, async). Deleted meanwhile,
+    nothing of the write stays and the deletion succeeds; kept, the write lands once
+    the other row commits (it is not declined and lost). ``sweep_expired`` is no
+    deletion: the write revives the thread, before or after the sweep.
+
+    Before (one statement that share-locked the fence, then declined on the conflict
+    and was sent again): the fence row was locked while the write waited, and in a
+    transaction ``DeadlockDetected`` after 1 s (10 of 13 of these variants)."""
     from langgraph.checkpoint.base import empty_checkpoint
 
     from langgraph_memory_plus.checkpoint.config import thread_key
-    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
+    from langgraph_memory_plus.checkpoint.postgres import AsyncPostgresSaver, PostgresSaver
     from langgraph_memory_plus.errors import FencedWriteError
 
     thread_id = f"fence-race-{uuid.uuid4().hex}"
     tk = thread_key(thread_id)
     checkpoint = empty_checkpoint()
     outcome: dict[str, BaseException | None] = {}
-
+    swept = call.endswith("swept")
+    schema = f"lgmp_fence_sweep_{uuid.uuid4().hex[:8]}" if swept else "public"
+    options: dict[str, Any] = {
+        "pool_max_size": 3,
+        "keep_last": 2 if "retention" in call else None,
+        "pipeline": "pipeline" in call,
+        "schema": schema,
+    }
     with (
-        PostgresSaver.from_conn_string(
-            pg_url, pool_max_size=3, keep_last=2 if call == "put with retention" else None
-        ) as saver,
-        psycopg.connect(pg_url) as holder,
+        PostgresSaver.from_conn_string(pg_url, **options) as saver,
+        psycopg.connect(pg_url) as racer,
+        psycopg.connect(pg_url) as probe,
         psycopg.connect(pg_url, autocommit=True) as other,
+        contextlib.ExitStack() as cleanup,
     ):
+        if swept:
+            cleanup.callback(other.execute, f'DROP SCHEMA "{schema}" CASCADE')
         saver.setup()
         lease = saver.fence.acquire(thread_id, owner="w1")
-        config = lease.config(
-            {
-                "configurable": {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": "",
-                    "checkpoint_id": checkpoint["id"],
-                }
-            }
-        )
+        configurable = {
+            "thread_id": thread_id,
+            "checkpoint_ns": "",
+            "checkpoint_id": checkpoint["id"],
+        }
+        if "user" in call:  # the erasure check opens the write's transaction
+            configurable["user_id"] = "u1"
+        config = lease.config({"configurable": configurable})
+        metadata: Any = {"source": "loop", "step": 0}
+
+        async def awrite() -> None:
+            async with AsyncPostgresSaver.from_conn_string(pg_url, **options) as asaver:
+                if call.startswith("aput_writes"):
+                    await asaver.aput_writes(config, [("ch", 1)], "task-1")
+                else:
+                    await asaver.aput(config, checkpoint, metadata, {})
 
         def write() -> None:
             try:
-                if call == "put_writes":
+                if call.startswith("a"):
+                    asyncio.run(awrite())
+                elif call.endswith("outside autocommit"):  # every call in a transaction
+                    with psycopg.connect(pg_url) as own:
+                        PostgresSaver(own).put_writes(config, [("ch", 1)], "task-1")
+                elif call.startswith("put_writes"):
                     saver.put_writes(config, [("ch", 1)], "task-1")
                 else:
-                    saver.put(config, checkpoint, {"source": "loop", "step": 0}, {})
+                    saver.put(config, checkpoint, metadata, {})
                 outcome["write"] = None
             except BaseException as exc:  # reported below
                 outcome["write"] = exc
 
         def delete() -> None:
             try:
-                saver.delete_thread(thread_id)
+                if call.endswith("pruned"):
+                    saver.prune([thread_id], strategy="delete")
+                elif swept:
+                    saver.sweep_expired()
+                else:
+                    saver.delete_thread(thread_id)
                 outcome["delete"] = None
             except BaseException as exc:  # reported below
                 outcome["delete"] = exc
 
-        # A renew of the fence in flight: the write's statement (snapshot taken, no
-        # thread row in it) waits at the fence row.
-        holder.execute(
-            "SELECT 1 FROM public.lgmp_fences WHERE thread_key = %s FOR NO KEY UPDATE", (tk,)
+        # Another writer's first write of the thread inserts its row, not committed yet
+        # (expired already, for sweep_expired).
+        racer.execute(
+            f'INSERT INTO "{schema}".lgmp_threads (thread_key, thread_id, expires_at) '
+            "VALUES (%s, %s, CASE WHEN %s THEN now() - interval '1 second' END)",
+            (tk, thread_id.encode(), swept),
         )
-        writer = threading.Thread(target=write)
+        writer = threading.Thread(target=write, daemon=True)
         writer.start()
         _wait_for_lock_wait(other, "WITH cur AS%")
-        # Another writer's first put of the thread commits its row meanwhile.
-        other.execute(
-            "INSERT INTO public.lgmp_threads (thread_key, thread_id, expires_at) "
-            "VALUES (%s, %s, NULL)",
-            (tk, thread_id.encode()),
+        # The write waits for that row: it must hold no lock of the fence row.
+        probe.execute("SET lock_timeout = '1s'")
+        probe.execute(
+            f'SELECT 1 FROM "{schema}".lgmp_fences WHERE thread_key = %s FOR UPDATE NOWAIT',
+            (tk,),
         )
-        # delete_thread locks the thread row, then waits for the fence row.
-        deleter = threading.Thread(target=delete)
-        deleter.start()
-        _wait_for_lock_wait(other, "%DELETE FROM%lgmp_fences%")
-        holder.rollback()
+        probe.rollback()
+        if deleted:
+            racer.commit()
+            deleter = threading.Thread(target=delete, daemon=True)
+            deleter.start()
+            deleter.join(30)
+            assert not deleter.is_alive()
+        else:
+            racer.commit()
         writer.join(30)
-        deleter.join(30)
-        assert not writer.is_alive() and not deleter.is_alive()
+        assert not writer.is_alive()
         stored = other.execute(
-            "SELECT (SELECT count(*) FROM public.lgmp_task_writes WHERE thread_key = %s)"
-            " + (SELECT count(*) FROM public.lgmp_checkpoints WHERE thread_key = %s)",
+            f'SELECT (SELECT count(*) FROM "{schema}".lgmp_task_writes WHERE thread_key = %s)'
+            f' + (SELECT count(*) FROM "{schema}".lgmp_checkpoints WHERE thread_key = %s)',
             (tk, tk),
         ).fetchone()
-    assert outcome["delete"] is None, repr(outcome["delete"])
-    assert isinstance(outcome["write"], FencedWriteError), repr(outcome["write"])
-    assert stored == (0,)
+    if swept:
+        assert outcome["delete"] is None, repr(outcome["delete"])
+        assert outcome["write"] is None, repr(outcome["write"])
+        assert stored == (1,)
+    elif deleted:
+        assert outcome["delete"] is None, repr(outcome["delete"])
+        # refused, or written before the deletion took it
+        assert outcome["write"] is None or isinstance(outcome["write"], FencedWriteError), repr(
+            outcome["write"]
+        )
+        assert stored == (0,)
+    else:
+        assert outcome["write"] is None, repr(outcome["write"])
+        assert stored == (1,)
 
 
 # -- PostgreSQL sync runner: the pool connection after failures ---------------------------
@@ -788,12 +846,13 @@ def test_pg_sync_runner_on_one_connection_leaves_it_idle_after_failures(
 
 
 @pytest.mark.parametrize("call", ["put", "put_writes"])
-def test_pg_fenced_write_meeting_a_new_thread_row_sends_its_statement_twice(
+def test_pg_fenced_write_meeting_a_new_thread_row_waits_for_it_in_its_one_statement(
     pg_url: str, monkeypatch: pytest.MonkeyPatch, call: str
 ) -> None:
-    """Fenced, a write does not wait for a racing writer's new thread row inside its
-    statement (see the deadlock above); it sends the statement once more, which sees the
-    row: two round trips, no transaction, and its rows are stored."""
+    """Fenced, a write waits for a racing writer's new thread row inside its statement,
+    as an unfenced one does (it holds no fence lock meanwhile, see the race above): one
+    round trip, no transaction, and its rows are stored. (It used to decline and send
+    the statement again: two round trips.)"""
     from langgraph.checkpoint.base import empty_checkpoint
 
     from langgraph_memory_plus.checkpoint.config import thread_key
@@ -861,5 +920,5 @@ def test_pg_fenced_write_meeting_a_new_thread_row_sends_its_statement_twice(
         ).fetchone()
         saver.delete_thread(thread_id)
     assert stored == (1,)
-    assert len(sent) == 2 and sent[0] == sent[1]
+    assert len(sent) == 1
     assert opened == []

@@ -114,16 +114,6 @@ def _write_rows(
     ]
 
 
-def _raced(row: tuple[Any, ...]) -> bool:
-    """Whether a fenced fast write declined only because its thread row was new to it:
-    its snapshot had no row and another writer's insert won (``ins`` does not wait for
-    that row when fenced, see :meth:`PostgresCheckpointPlans._thread_ctes`). Nothing
-    was written; with no row there is no tombstone nor expiry to act on, and the claim
-    holds. Told from the tail alone: ``ok`` is empty although no row was seen."""
-    count, live_after, was_expired, _, _, held = row
-    return not count and live_after is None and not was_expired and bool(held)
-
-
 def _ambiguous(value: Any) -> bool:
     """Whether ``value`` holds a boolean or a number equal to 0 or 1 anywhere: Python
     takes ``True == 1 == 1.0``, ``jsonb`` containment tells ``true`` from ``1``."""
@@ -587,48 +577,49 @@ class PostgresCheckpointPlans:
     def _thread_ctes(self, fast: bool, fenced: bool = False) -> str:
         """The ``thread`` and ``ok`` CTEs that open a write statement; see :meth:`_write`.
 
-        ``fenced``: ``ok`` (and a new thread's row) also needs the write's owner and
-        number to be the thread's: ``fence`` share-locks the fence row until the
-        statement commits, so a takeover waits for it, and a write that waited behind a
-        takeover reads the new owner. Locks are taken thread row first, fence row second
-        (``fence`` evaluates ``cur``, or the upsert, first), as ``delete_thread`` takes
-        them, so the two never wait on each other crosswise.
+        ``fenced``: ``ok`` also needs the write's owner and number to be the thread's:
+        ``fence`` share-locks the fence row until the statement commits, so a takeover
+        waits for it, and a write that waited behind a takeover reads the new owner.
+        Locks are taken thread row first, fence row second, as ``delete_thread`` takes
+        them, and only with the thread row held (``fence`` reads ``thread`` first): a
+        write that holds the fence never waits for the thread row, so the two never
+        wait on each other crosswise, in a transaction of many statements neither. A new
+        thread's row is inserted only if ``claim`` (the fence row as the snapshot has
+        it, unlocked) holds; ``fence`` then checks it again, locked.
         """
         if not fast:
             if not fenced:
                 return f"thread AS ({self._upsert_thread}), ok AS (SELECT 1 FROM thread)"
-            return f"""thread AS ({self._upsert_thread}), {self._fence_cte("thread")},
+            return f"""thread AS ({self._upsert_thread}), {self._fence_cte()},
                 ok AS (SELECT 1 FROM thread WHERE EXISTS (SELECT 1 FROM fence))"""
         cur = f"""cur AS (
                 SELECT t.live_after, t.refused, t.expires_at
                 FROM {self._th} t WHERE t.thread_key = %(tk)s FOR KEY SHARE
             )"""
-        head, gate = cur, ""
-        conflict = "DO UPDATE SET expires_at = t.expires_at"
+        head, gate, fence, held = cur, "", "", ""
         if fenced:
-            head = f"{cur}, {self._fence_cte('cur')}"
-            gate = " AND EXISTS (SELECT 1 FROM fence)"
-            # Fenced, the fence row is share-locked before ``ins``: locking a thread
-            # row there (DO UPDATE) would take the two crosswise against delete_thread
-            # (thread row, then fence row), a deadlock. DO NOTHING locks nothing; the
-            # write declines and is sent again (see :meth:`_write`).
-            conflict = "DO NOTHING"
+            head = f"""{cur}, claim AS (
+                SELECT 1 FROM {self._fe} WHERE thread_key = %(tk)s AND owner = %(f_owner)s
+                    AND token = %(f_token)s
+            )"""
+            gate, held = " AND EXISTS (SELECT 1 FROM claim)", " AND EXISTS (SELECT 1 FROM fence)"
+            fence = f", {self._fence_cte()}"
         # ``ins`` runs only when the snapshot holds no row. A racing writer's new row (a
         # step's put beside its put_writes on a new thread) is then a conflict: DO UPDATE
-        # waits for its commit and returns it, as committed, with a row lock held for
-        # this statement only; DO NOTHING returned nothing and the write declined.
+        # waits for its commit and returns it, as committed, locked (to the end of the
+        # statement's transaction). Fenced, it holds no fence lock while it waits.
         return f"""
             {head}, ins AS (
                 INSERT INTO {self._th} AS t (thread_key, thread_id, expires_at)
                 SELECT %(tk)s, %(tid)s, now() + make_interval(secs => %(ttl)s)
                 WHERE NOT EXISTS (SELECT FROM cur){gate}
-                ON CONFLICT (thread_key) {conflict}
+                ON CONFLICT (thread_key) DO UPDATE SET expires_at = t.expires_at
                 RETURNING live_after, refused, expires_at
             ), thread AS (
                 SELECT *, t.expires_at <= now() IS TRUE AS was_expired
                 FROM (SELECT * FROM ins UNION ALL SELECT * FROM cur) t
-            ), ok AS (
-                SELECT 1 FROM thread WHERE live_after IS NULL AND NOT was_expired{gate} LIMIT 1
+            ){fence}, ok AS (
+                SELECT 1 FROM thread WHERE live_after IS NULL AND NOT was_expired{held} LIMIT 1
             ), touch AS (
                 -- SKIP LOCKED: a writer holding the row is refreshing the expiry itself,
                 -- and waiting for it, with the thread index's row held (this statement's
@@ -659,11 +650,12 @@ class PostgresCheckpointPlans:
             self._writes_sql[key] = sql
         return sql
 
-    def _fence_cte(self, after: str) -> str:
-        """The write's claim, checked once ``after`` (the thread row's CTE) has run."""
+    def _fence_cte(self) -> str:
+        """The write's claim, share-locked once ``thread`` has run and only if it holds a
+        row (the test is a one-time filter below the lock: nothing is locked without)."""
         return f"""fence AS (
                 SELECT 1 FROM {self._fe} WHERE thread_key = %(tk)s AND owner = %(f_owner)s
-                    AND token = %(f_token)s AND (SELECT count(*) FROM {after}) >= 0
+                    AND token = %(f_token)s AND EXISTS (SELECT 1 FROM thread)
                 FOR SHARE
             )"""
 
@@ -686,9 +678,8 @@ class PostgresCheckpointPlans:
         opens the plan's transaction instead.
         A new thread's row that a racing writer inserted meanwhile is waited for and
         taken as it committed (see :meth:`_thread_ctes`): the first step of every new
-        thread, whose put and put_writes both create the row, costs no more round trips.
-        Fenced, it is not (the locks would be taken crosswise): the write declines and
-        sends its statement once more, which sees the row.
+        thread, whose put and put_writes both create the row, costs no more round trips,
+        fenced or not.
         It declines (writes nothing) when the thread is deleted or expired; then the
         locked path runs in a transaction and reports the tombstone (``live_after`` and
         the ``refused`` ids) and whether the thread had expired, for the caller to act on.
@@ -706,10 +697,6 @@ class PostgresCheckpointPlans:
             self._write_sql(payload, done, True, fenced), params, fetch=True, standalone=not more
         )
         rows: Rows = yield fast
-        if fenced and _raced(rows[0]):
-            # The row is committed now: the same statement again sees it (thread row
-            # locked first, then the fence), one round trip instead of the locked path's.
-            rows = yield fast
         if rows[0][0]:
             return True, None, [], False, bool(rows[0][3])
         if fence is not None and not rows[0][5]:
