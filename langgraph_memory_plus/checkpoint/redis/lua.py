@@ -286,16 +286,18 @@ end
 
 -- Delete checkpoints with their writes, then the blobs no remaining checkpoint of
 -- their namespaces refers to.
-local function drop(doomed, namespaces)
+local function drop(doomed, namespaces, writes_gone)
   local freed = {}
   for _, m in ipairs(doomed) do
     local meta = read_meta(m)
     if meta then
       for _, f in ipairs(meta.blobs) do freed[f] = true end
     end
-    for _, f in ipairs(write_fields(m)) do
-      redis.call('HDEL', K_WRITES, f)
-      redis.call('ZREM', K_WIDX, f)
+    if not writes_gone then
+      for _, f in ipairs(write_fields(m)) do
+        redis.call('HDEL', K_WRITES, f)
+        redis.call('ZREM', K_WIDX, f)
+      end
     end
     redis.call('HINCRBY', K_REC, 'b', -redis.call('HSTRLEN', K_CK, m))
     redis.call('HDEL', K_REC, 'm' .. m)
@@ -392,13 +394,15 @@ local function trim(ns, keep, sweep)
   local below = '(' .. ns .. '\0' .. floor
   local stale = redis.call('ZRANGEBYLEX', K_REPLAY, '[' .. ns .. '\0', below)
   for _, m in ipairs(stale) do doomed[#doomed + 1] = m end
-  -- (ns NUL id NUL task sorts below ns NUL floor exactly when id < floor)
-  for _, f in ipairs(redis.call('ZRANGEBYLEX', K_WIDX, '[' .. ns .. '\0', below)) do
-    redis.call('HDEL', K_WRITES, f)
-    redis.call('ZREM', K_WIDX, f)
+  -- (ns NUL id NUL task sorts below ns NUL floor exactly when id < floor); the doomed
+  -- checkpoints' writes are among them, so drop need not look them up again
+  local gone = redis.call('ZRANGEBYLEX', K_WIDX, '[' .. ns .. '\0', below)
+  for i = 1, #gone, 1000 do
+    redis.call('HDEL', K_WRITES, unpack(gone, i, math.min(i + 999, #gone)))
   end
+  if #gone > 0 then redis.call('ZREMRANGEBYLEX', K_WIDX, '[' .. ns .. '\0', below) end
   if #doomed == 0 then return end
-  drop(doomed, {[ns] = true})
+  drop(doomed, {[ns] = true}, true)
   for _, key in ipairs({K_IDX, K_REPLAY}) do
     for _, m in ipairs(members_of(ns, key)) do
       local meta = read_meta(m)
