@@ -32,9 +32,10 @@ from typing import Any, Protocol, TypeVar
 
 from psycopg import AsyncConnection, AsyncCursor, Connection, Cursor, OperationalError
 from psycopg import ProgrammingError as _ProgrammingError
+from psycopg import _queries as pg_queries
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.pq import Conninfo
+from psycopg.pq import Conninfo, Format
 from psycopg.rows import TupleRow, tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
@@ -111,26 +112,111 @@ def compact_sql(sql: str) -> str:
     return _SQL_TOKENS.sub(keep, sql).strip()
 
 
-def _execute(cur: Cursor[TupleRow], query: Query) -> Rows | None:
+@lru_cache(maxsize=1024)
+def _converted(sql: str, encoding: str) -> Any:
+    """psycopg's conversion of ``sql``'s placeholders (``%(name)s`` to ``$1``...)."""
+    return pg_queries._query2pg_nocache(sql.encode(encoding), encoding)
+
+
+class _Statements(pg_queries.PostgresQuery):
+    """psycopg's query conversion, cached for every statement of ours whatever its length.
+
+    psycopg caches it only for queries of up to 4 KB and converts a longer one again at
+    every execution (its cache is meant for application queries of unbounded variety):
+    the checkpoint put is 4,088 bytes in schema ``public``, so a schema name of 9
+    characters or more, or transcripts on, cost ~90 us a put (a tenth of its client
+    CPU). Ours are a fixed set per saver, so all are cached, in a cache of their own.
+    """
+
+    def convert(self, query: Any, vars: Any) -> None:
+        if vars is None or type(query) is not str:
+            super().convert(query, vars)
+            return
+        self.query, self._want_formats, self._order, self._parts = _converted(
+            query, self._tx.encoding
+        )
+        self.dump(vars)
+
+
+# psycopg's hook for a cursor's query class (psycopg's RawCursor uses it too); where a
+# psycopg release lacks it, the connection's own cursors (psycopg's own caching) serve.
+_CACHING = hasattr(Cursor, "_query_cls") and hasattr(pg_queries, "_query2pg_nocache")
+
+
+@lru_cache(maxsize=64)
+def _caching(factory: type[Any]) -> type[Any] | None:
+    """The connection's cursor class with our statements' conversion cached: a subclass,
+    so a factory of the application's (a tracing or logging cursor) still sees every
+    statement. ``None`` for a cursor that converts queries its own way (client-side
+    binding, raw ``$1`` queries)."""
+    if not _CACHING or getattr(factory, "_query_cls", None) is not pg_queries.PostgresQuery:
+        return None
+    return type(factory.__name__, (factory,), {"_query_cls": _Statements, "__slots__": ()})
+
+
+def _cursor(conn: Connection[Any]) -> Cursor[TupleRow]:
+    """A binary, tuple-row cursor of the connection's class that converts our statements
+    once (see _Statements)."""
+    factory: Any = conn.cursor_factory
+    caching = _caching(factory) if isinstance(factory, type) else None
+    if caching is None:
+        return conn.cursor(row_factory=tuple_row, binary=True)
+    cur: Cursor[TupleRow] = caching(conn, row_factory=tuple_row)
+    cur.format = Format.BINARY
+    return cur
+
+
+def _acursor(conn: AsyncConnection[Any]) -> AsyncCursor[TupleRow]:
+    """Async :func:`_cursor`."""
+    factory: Any = conn.cursor_factory
+    caching = _caching(factory) if isinstance(factory, type) else None
+    if caching is None:
+        return conn.cursor(row_factory=tuple_row, binary=True)
+    cur: AsyncCursor[TupleRow] = caching(conn, row_factory=tuple_row)
+    cur.format = Format.BINARY
+    return cur
+
+
+def _execute(cur: Cursor[TupleRow], query: Query, prepare: bool | None = None) -> Rows | None:
     if query.script:  # a text cursor: binary results need the extended protocol
         with cur.connection.cursor(row_factory=tuple_row) as text:
             text.execute(query.sql, prepare=False)
             while text.nextset():  # the last statement's rows
                 pass
             return text.fetchall() if query.fetch else None
-    cur.execute(compact_sql(query.sql), query.params)
+    cur.execute(compact_sql(query.sql), query.params, prepare=prepare)
     return cur.fetchall() if query.fetch else None
 
 
-async def _aexecute(cur: AsyncCursor[TupleRow], query: Query) -> Rows | None:
+async def _aexecute(
+    cur: AsyncCursor[TupleRow], query: Query, prepare: bool | None = None
+) -> Rows | None:
     if query.script:
         async with cur.connection.cursor(row_factory=tuple_row) as text:
             await text.execute(query.sql, prepare=False)
             while text.nextset():
                 pass
             return await text.fetchall() if query.fetch else None
-    await cur.execute(compact_sql(query.sql), query.params)
+    await cur.execute(compact_sql(query.sql), query.params, prepare=prepare)
     return await cur.fetchall() if query.fetch else None
+
+
+_DISCARDING = re.compile(r"\s*(?:ALTER|DROP)\b", re.IGNORECASE)
+
+
+def _discards(sql: str) -> bool:
+    """Whether ``sql`` (a migration's ``ALTER``/``DROP``) makes psycopg forget its prepared
+    statements and deallocate them all on the server.
+
+    In pipeline mode psycopg reads that from the result, possibly only when a later
+    statement is fetched or the pipeline syncs, and sends its ``DEALLOCATE ALL`` with
+    the next statement, after that statement's own prepare: the statement is then gone
+    on the server while psycopg still uses it (``InvalidSqlStatementName`` at its next
+    execution: the second put after ``setup()`` migrated a schema, with
+    ``pipeline=True``). So after such a statement a pipelined plan prepares nothing, and
+    before it commits syncs and sends one unprepared statement, which carries the
+    deallocation while nothing new is prepared."""
+    return _DISCARDING.match(sql) is not None
 
 
 def _pipelined(query: Query) -> Sequence[Query]:
@@ -502,7 +588,7 @@ class PgRunner:
         if self.pipeline:
             return self._pipelined(conn, plan)
         transaction: ExitStack | None = None
-        with conn.cursor(row_factory=tuple_row, binary=True) as cur:
+        with _cursor(conn) as cur:
 
             def execute(query: Query) -> Rows | None:
                 nonlocal transaction
@@ -525,17 +611,24 @@ class PgRunner:
         # In pipeline mode the statements are batched anyway; the whole plan runs in one
         # transaction opened first (psycopg pipelines want BEGIN before cursors).
         with ExitStack() as stack:
-            stack.enter_context(conn.pipeline())
+            pipeline = stack.enter_context(conn.pipeline())
             stack.enter_context(conn.transaction())
+            discarded = False  # see _discards
 
             def execute(query: Query) -> Rows | None:
+                nonlocal discarded
                 rows: Rows | None = None
                 for one in _pipelined(query):  # a cursor per statement (see the module docstring)
-                    own = stack.enter_context(conn.cursor(row_factory=tuple_row, binary=True))
-                    rows = _execute(own, one)
+                    discarded = discarded or _discards(one.sql)
+                    own = stack.enter_context(_cursor(conn))
+                    rows = _execute(own, one, prepare=False if discarded else None)
                 return rows
 
-            return drive(plan, execute)
+            result = drive(plan, execute)
+            if discarded:
+                pipeline.sync()
+                stack.enter_context(_cursor(conn)).execute("SELECT 1", prepare=False)
+            return result
 
 
 class AsyncPgRunner:
@@ -594,7 +687,7 @@ class AsyncPgRunner:
         pgarrays.ready(conn)
         if self.pipeline:
             return await self._pipelined(conn, plan)
-        cur = conn.cursor(row_factory=tuple_row, binary=True)
+        cur = _acursor(conn)
         transaction: AsyncExitStack | None = None
 
         async def execute(query: Query) -> Rows | None:
@@ -620,14 +713,22 @@ class AsyncPgRunner:
         # In pipeline mode the statements are batched anyway; the whole plan runs in one
         # transaction opened first (psycopg pipelines want BEGIN before cursors).
         async with AsyncExitStack() as stack:
-            await stack.enter_async_context(conn.pipeline())
+            pipeline = await stack.enter_async_context(conn.pipeline())
             await stack.enter_async_context(conn.transaction())
+            discarded = False  # see _discards
 
             async def execute(query: Query) -> Rows | None:
+                nonlocal discarded
                 rows: Rows | None = None
                 for one in _pipelined(query):  # a cursor per statement (see the module docstring)
-                    own = conn.cursor(row_factory=tuple_row, binary=True)
-                    rows = await _aexecute(await stack.enter_async_context(own), one)
+                    discarded = discarded or _discards(one.sql)
+                    own = await stack.enter_async_context(_acursor(conn))
+                    rows = await _aexecute(own, one, prepare=False if discarded else None)
                 return rows
 
-            return await adrive(plan, execute)
+            result = await adrive(plan, execute)
+            if discarded:
+                await pipeline.sync()
+                mark = await stack.enter_async_context(_acursor(conn))
+                await mark.execute("SELECT 1", prepare=False)
+            return result

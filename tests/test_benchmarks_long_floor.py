@@ -1,0 +1,73 @@
+"""A smoke run of ``benchmarks/long_floor.py``: the two floors are savers of the chat
+conversation (so their times are those of a turn that keeps it), the fresh one's reads
+share no object, and one run reports every saver's figures over each official saver's.
+Nothing here depends on speed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from langchain_core.runnables import RunnableConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # benchmarks/ is not installed; it lives beside tests/
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import long_floor, workloads  # noqa: E402
+
+pytestmark = pytest.mark.storage
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["no storage", "fresh objects"])
+def test_the_floors_keep_the_conversation_and_only_fresh_reads_share_nothing(
+    fresh: bool,
+) -> None:
+    saver = long_floor.FreshObjectsSaver() if fresh else long_floor.NoStorageSaver()
+    graph = workloads.chat_graph().compile(checkpointer=saver)
+    config: RunnableConfig = {"configurable": {"thread_id": "floor"}}
+    for turn in (1, 2, 3):
+        graph.invoke({"messages": [workloads.user_message(turn)]}, config)
+    first = graph.get_state(config).values["messages"]
+    second = graph.get_state(config).values["messages"]
+    workloads._check_conversation(dict(graph.get_state(config).values), 3, "floor")
+    assert [m.id for m in first] == [m.id for m in second]
+    shared = [
+        a is b or a.response_metadata is b.response_metadata
+        for a, b in zip(first, second, strict=True)
+    ]
+    assert not any(shared) if fresh else all(a is b for a, b in zip(first, second, strict=True))
+    if fresh:
+        first[0].content = "edited"
+        assert graph.get_state(config).values["messages"][0].content != "edited"
+
+
+def test_one_run_reports_every_saver_against_each_official(
+    pg_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "floor.json"
+    result = long_floor.main(
+        [
+            "--pg", pg_url, "--redis", redis_url, "--turns", "6",
+            "--savers", "ours_sqlite,off_sqlite", "--json", str(out),
+        ]
+    )  # fmt: skip
+    written = json.loads(out.read_text())
+    assert (
+        written["savers"].keys()
+        == result["savers"].keys()
+        == {
+            long_floor.NO_STORAGE,
+            long_floor.FRESH,
+            "ours_sqlite",
+            "off_sqlite",
+        }
+    )
+    for name, ratios in written["ratios"].items():
+        r = ratios["/ off_sqlite"]
+        assert r["turn p50"] > 0 and r["turn cpu p50"] > 0, name
+    assert written["ratios"]["off_sqlite"]["/ off_sqlite"]["turn p50"] == 1.0
+    with pytest.raises(SystemExit):
+        long_floor.main(["--pg", pg_url, "--redis", redis_url, "--savers", "nope"])
