@@ -166,7 +166,7 @@ def test_pg_fenced_first_write_racing_a_new_thread_row_holds_no_fence_while_it_w
         )
         writer = threading.Thread(target=write, daemon=True)
         writer.start()
-        _wait_for_lock_wait(other, "WITH cur AS%")
+        _wait_for_lock_wait(other, "WITH %")
         # The write waits for that row: it must hold no lock of the fence row.
         probe.execute("SET lock_timeout = '1s'")
         probe.execute(
@@ -846,13 +846,14 @@ def test_pg_sync_runner_on_one_connection_leaves_it_idle_after_failures(
 
 
 @pytest.mark.parametrize("call", ["put", "put_writes"])
-def test_pg_fenced_write_meeting_a_new_thread_row_waits_for_it_in_its_one_statement(
+def test_pg_fenced_first_write_of_a_new_thread_takes_the_locked_path(
     pg_url: str, monkeypatch: pytest.MonkeyPatch, call: str
 ) -> None:
-    """Fenced, a write waits for a racing writer's new thread row inside its statement,
-    as an unfenced one does (it holds no fence lock meanwhile, see the race above): one
-    round trip, no transaction, and its rows are stored. (It used to decline and send
-    the statement again: two round trips.)"""
+    """Fenced, the fast statement inserts no thread row (a refusal after it would leave
+    the row committed, see tests/test_attack_fence_order.py): a new thread's first write,
+    here racing another writer's new row, declines and takes the locked path, which waits
+    for that row in a transaction holding no fence lock meanwhile (see the race above):
+    two statements, one transaction, and its rows are stored."""
     from langgraph.checkpoint.base import empty_checkpoint
 
     from langgraph_memory_plus.checkpoint.config import thread_key
@@ -920,5 +921,5 @@ def test_pg_fenced_write_meeting_a_new_thread_row_waits_for_it_in_its_one_statem
         ).fetchone()
         saver.delete_thread(thread_id)
     assert stored == (1,)
-    assert len(sent) == 1
-    assert opened == []
+    assert len(sent) == 2 and sent[0] != sent[1]
+    assert opened == [True]

@@ -583,9 +583,12 @@ class PostgresCheckpointPlans:
         Locks are taken thread row first, fence row second, as ``delete_thread`` takes
         them, and only with the thread row held (``fence`` reads ``thread`` first): a
         write that holds the fence never waits for the thread row, so the two never
-        wait on each other crosswise, in a transaction of many statements neither. A new
-        thread's row is inserted only if ``claim`` (the fence row as the snapshot has
-        it, unlocked) holds; ``fence`` then checks it again, locked.
+        wait on each other crosswise, in a transaction of many statements neither.
+        Fenced, the fast statement inserts no thread row: a row inserted on the claim as
+        read, before the locked check refused it (a takeover or a deletion committed in
+        between), would stay, committed with the statement. It declines instead, telling
+        from ``claim`` (the fence row as the snapshot has it) whether the claim may hold,
+        and the locked path inserts the row in a transaction a refusal rolls back.
         """
         if not fast:
             if not fenced:
@@ -602,12 +605,12 @@ class PostgresCheckpointPlans:
                 SELECT 1 FROM {self._fe} WHERE thread_key = %(tk)s AND owner = %(f_owner)s
                     AND token = %(f_token)s
             )"""
-            gate, held = " AND EXISTS (SELECT 1 FROM claim)", " AND EXISTS (SELECT 1 FROM fence)"
+            gate, held = " AND false", " AND EXISTS (SELECT 1 FROM fence)"
             fence = f", {self._fence_cte()}"
-        # ``ins`` runs only when the snapshot holds no row. A racing writer's new row (a
-        # step's put beside its put_writes on a new thread) is then a conflict: DO UPDATE
-        # waits for its commit and returns it, as committed, locked (to the end of the
-        # statement's transaction). Fenced, it holds no fence lock while it waits.
+        # ``ins`` runs only when the snapshot holds no row (and never fenced, see above).
+        # A racing writer's new row (a step's put beside its put_writes on a new thread)
+        # is then a conflict: DO UPDATE waits for its commit and returns it, as
+        # committed, locked (to the end of the statement's transaction).
         return f"""
             {head}, ins AS (
                 INSERT INTO {self._th} AS t (thread_key, thread_id, expires_at)
@@ -641,7 +644,12 @@ class PostgresCheckpointPlans:
         key = (payload, done, fast, fenced)
         sql = self._writes_sql.get(key)
         if sql is None:
+            # fenced: whether the claim held, locked with the thread row, or as read
+            # when there is no row (the fast statement then declines, see _thread_ctes)
             held = ", EXISTS (SELECT 1 FROM fence)" if fenced else ""
+            if fenced and fast:
+                held = """, CASE WHEN EXISTS (SELECT 1 FROM thread)
+                    THEN EXISTS (SELECT 1 FROM fence) ELSE EXISTS (SELECT 1 FROM claim) END"""
             tail = f"""
                 SELECT (SELECT count(*) FROM ok), (SELECT live_after FROM thread LIMIT 1),
                        coalesce((SELECT bool_or(was_expired) FROM thread), false),
@@ -678,8 +686,9 @@ class PostgresCheckpointPlans:
         opens the plan's transaction instead.
         A new thread's row that a racing writer inserted meanwhile is waited for and
         taken as it committed (see :meth:`_thread_ctes`): the first step of every new
-        thread, whose put and put_writes both create the row, costs no more round trips,
-        fenced or not.
+        thread, whose put and put_writes both create the row, costs no more round trips.
+        Fenced, a new thread's first write takes the locked path (one statement more, in
+        a transaction): a refusal leaves no row behind.
         It declines (writes nothing) when the thread is deleted or expired; then the
         locked path runs in a transaction and reports the tombstone (``live_after`` and
         the ``refused`` ids) and whether the thread had expired, for the caller to act on.
@@ -825,6 +834,18 @@ class PostgresCheckpointPlans:
             fetch=True,
         )
 
+    @property
+    def _thread_first(self) -> str:
+        """The thread row, key-share locked before a statement of the fence locks the
+        fence row: thread row first, fence row second, as a write and a deletion take
+        them. Alone in its statement the order would not matter; in a caller's
+        transaction the fence row stays locked to its commit, and a write of the thread
+        that follows there would wait for the thread row with the fence row held,
+        crosswise against ``delete_thread`` (thread row held, waiting for the fence)."""
+        return f"""thread AS (
+                SELECT 1 FROM {self._th} WHERE thread_key = %(tk)s FOR KEY SHARE
+            )"""
+
     def fence_take(
         self, thread_id: str, owner: str, lease_s: float, force: bool, run: bool = False
     ) -> Plan[Query, tuple[FenceState | None, FenceState]]:
@@ -838,13 +859,15 @@ class PostgresCheckpointPlans:
         """
         tk = thread_key(thread_id)
         # set_config(..., true) lasts until the statement's own transaction commits
-        lazy = "FROM (SELECT set_config('synchronous_commit', 'off', true)) AS lazy" if run else ""
+        lazy = ", (SELECT set_config('synchronous_commit', 'off', true)) AS lazy" if run else ""
         rows: Rows = yield Query(
             f"""
+            WITH {self._thread_first}
             INSERT INTO {self._fe} AS f (thread_key, owner, token, expires_at)
             SELECT %(tk)s, %(owner)s,
                 (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
-                now() + make_interval(secs => %(lease)s) {lazy}
+                now() + make_interval(secs => %(lease)s)
+            FROM (SELECT count(*) FROM thread) AS held {lazy}
             ON CONFLICT (thread_key) DO UPDATE SET
                 owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at,
                 token = CASE WHEN f.owner = EXCLUDED.owner THEN f.token
@@ -869,8 +892,10 @@ class PostgresCheckpointPlans:
     ) -> Plan[Query, FenceState | None]:
         tk = thread_key(thread_id)
         rows: Rows = yield Query(
-            f"""UPDATE {self._fe} SET expires_at = now() + make_interval(secs => %(lease)s)
+            f"""WITH {self._thread_first}
+            UPDATE {self._fe} SET expires_at = now() + make_interval(secs => %(lease)s)
             WHERE thread_key = %(tk)s AND owner = %(owner)s AND token = %(token)s
+                AND (SELECT count(*) FROM thread) >= 0
             RETURNING owner, token, extract(epoch FROM expires_at)::float8""",
             {"tk": tk, "owner": owner, "token": token, "lease": lease_s},
             fetch=True,
@@ -883,8 +908,11 @@ class PostgresCheckpointPlans:
 
     def fence_release(self, thread_id: str, owner: str, token: int) -> Plan[Query, bool]:
         rows: Rows = yield Query(
-            f"""UPDATE {self._fe} SET owner = NULL, expires_at = NULL
-            WHERE thread_key = %(tk)s AND owner = %(owner)s AND token = %(token)s RETURNING 1""",
+            f"""WITH {self._thread_first}
+            UPDATE {self._fe} SET owner = NULL, expires_at = NULL
+            WHERE thread_key = %(tk)s AND owner = %(owner)s AND token = %(token)s
+                AND (SELECT count(*) FROM thread) >= 0
+            RETURNING 1""",
             {"tk": thread_key(thread_id), "owner": owner, "token": token},
             fetch=True,
             standalone=True,
