@@ -27,18 +27,33 @@ backend, with nothing of our architecture (plans, drivers, codecs, list memory) 
    (the same statement or script) rebuilds the list, new objects every read. A put
    serializes only the elements the saver has not stored or handed out unchanged (see
    :class:`_Ladder`): a turn writes its new messages, not the conversation. After an
-   expiry purged the thread, a put that kept items stores them all again.
+   expiry purged the thread, a put that kept items stores them all again;
+6. ``+filters, index keys``: what else our savers store and index by default, per
+   backend as ours does it. The checkpoint's metadata as JSON that ``list(filter=...)``
+   is narrowed on in the store (SQLite: a text column beside the packed bytes,
+   ``json_extract``; PostgreSQL: ``jsonb``, the packed bytes left empty when the JSON
+   is exact; Redis: a field of the checkpoint's hash, judged by a script); the run id
+   in a column with a partial index (SQL; ours keeps none on Redis); the thread index's
+   row with its metadata as JSON, the user key's value (``user_id``, our default
+   ``index_keys``) as a column (PostgreSQL: generated) and covering indexes by user, by
+   user and status, by status and by ``updated_at`` (Redis: sorted sets of all threads
+   and of each user's, updated in the put's script), the owner kept when a checkpoint's
+   metadata lacks the key; a re-put of a stored checkpoint not counted again; and on
+   SQLite and Redis, as ours, the status read from the checkpoint's interrupt writes in
+   the put's first read (PostgreSQL's put keeps rung 3's record, as ours keeps its own).
 
-Not rungs: metadata as JSON columns for SQL filters, the ``run_id`` index, the thread
-index's key columns and covering indexes, the status index, idempotent re-put detection
-and the pending-write status in a put's admission read. Each rung is a real saver: the
-conversation is read back after the timed turns (``wl._check_conversation``), as in
-``benchmarks.minimal``, whose measurement (``short_threads``: fresh T-turn threads, every
-turn timed, client CPU per turn) and rotated rounds this module reuses, with InMemorySaver,
-the featureless savers and ours in the same run. A rung's increment over the one below it
-is what that feature costs, at its cheapest, on this machine.
+Not rungs (what ours does beyond rung 6): the index row's interrupt values, ``error``
+status and byte count, the ``DeltaChannel`` seeds in a put's read, the fence, erasure
+holds, transcripts (off by default), and our plans/drivers/codec/list pages themselves.
 
-``--calls min_sqlite,lad_sqlite5,ours_sqlite`` measures instead where those savers' turns
+Each rung is a real saver: the conversation is read back after the timed turns
+(``wl._check_conversation``), as in ``benchmarks.minimal``, whose measurement
+(``short_threads``: fresh T-turn threads, every turn timed, client CPU per turn) and
+rotated rounds this module reuses, with InMemorySaver, the featureless savers and ours in
+the same run. A rung's increment over the one below it is what that feature costs, at its
+cheapest, on this machine.
+
+``--calls min_sqlite,lad_sqlite6,ours_sqlite`` measures instead where those savers' turns
 spend CPU: inside ``put``, ``put_writes`` and ``get_tuple`` (thread CPU summed over the
 calls) and outside them (:func:`call_split`).
 """
@@ -1672,7 +1687,7 @@ class LadderRedisSaver(_Ladder):
 
 
 def level_of(target: tg.Target) -> int:
-    """The rung of a ladder target (1-5)."""
+    """The rung of a ladder target (1-6)."""
     return int(target.slug[-1])
 
 
@@ -1824,7 +1839,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--calls",
         metavar="SLUGS",
         help="instead: CPU per turn inside each saver call (put, put_writes, get_tuple) "
-        "for these savers, e.g. min_sqlite,lad_sqlite4,lad_sqlite5,ours_sqlite",
+        "for these savers, e.g. min_sqlite,lad_sqlite5,lad_sqlite6,ours_sqlite",
     )
     return p.parse_args(argv)
 
