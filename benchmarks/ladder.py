@@ -27,18 +27,33 @@ backend, with nothing of our architecture (plans, drivers, codecs, list memory) 
    (the same statement or script) rebuilds the list, new objects every read. A put
    serializes only the elements the saver has not stored or handed out unchanged (see
    :class:`_Ladder`): a turn writes its new messages, not the conversation. After an
-   expiry purged the thread, a put that kept items stores them all again.
+   expiry purged the thread, a put that kept items stores them all again;
+6. ``+filters, index keys``: what else our savers store and index by default, per
+   backend as ours does it. The checkpoint's metadata as JSON that ``list(filter=...)``
+   is narrowed on in the store (SQLite: a text column beside the packed bytes,
+   ``json_extract``; PostgreSQL: ``jsonb``, the packed bytes left empty when the JSON
+   is exact; Redis: a field of the checkpoint's hash, judged by a script); the run id
+   in a column with a partial index (SQL; ours keeps none on Redis); the thread index's
+   row with its metadata as JSON, the user key's value (``user_id``, our default
+   ``index_keys``) as a column (PostgreSQL: generated) and covering indexes by user, by
+   user and status, by status and by ``updated_at`` (Redis: sorted sets of all threads
+   and of each user's, updated in the put's script), the owner kept when a checkpoint's
+   metadata lacks the key; a re-put of a stored checkpoint not counted again; and on
+   SQLite and Redis, as ours, the status read from the checkpoint's interrupt writes in
+   the put's first read (PostgreSQL's put keeps rung 3's record, as ours keeps its own).
 
-Not rungs: metadata as JSON columns for SQL filters, the ``run_id`` index, the thread
-index's key columns and covering indexes, the status index, idempotent re-put detection
-and the pending-write status in a put's admission read. Each rung is a real saver: the
-conversation is read back after the timed turns (``wl._check_conversation``), as in
-``benchmarks.minimal``, whose measurement (``short_threads``: fresh T-turn threads, every
-turn timed, client CPU per turn) and rotated rounds this module reuses, with InMemorySaver,
-the featureless savers and ours in the same run. A rung's increment over the one below it
-is what that feature costs, at its cheapest, on this machine.
+Not rungs (what ours does beyond rung 6): the index row's interrupt values, ``error``
+status and byte count, the ``DeltaChannel`` seeds in a put's read, the fence, erasure
+holds, transcripts (off by default), and our plans/drivers/codec/list pages themselves.
 
-``--calls min_sqlite,lad_sqlite5,ours_sqlite`` measures instead where those savers' turns
+Each rung is a real saver: the conversation is read back after the timed turns
+(``wl._check_conversation``), as in ``benchmarks.minimal``, whose measurement
+(``short_threads``: fresh T-turn threads, every turn timed, client CPU per turn) and
+rotated rounds this module reuses, with InMemorySaver, the featureless savers and ours in
+the same run. A rung's increment over the one below it is what that feature costs, at its
+cheapest, on this machine.
+
+``--calls min_sqlite,lad_sqlite6,ours_sqlite`` measures instead where those savers' turns
 spend CPU: inside ``put``, ``put_writes`` and ``get_tuple`` (thread CPU summed over the
 calls) and outside them (:func:`call_split`).
 """
@@ -49,6 +64,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import math
 import operator
 import os
 import sqlite3
@@ -60,7 +76,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import psycopg
 import redis
@@ -84,8 +100,17 @@ from . import targets as tg
 from . import workloads as wl
 
 LADDER = "ladder"
-RUNGS = ("blobs", "+compression", "+thread index", "+TTL, tombstones", "+delta lists")
+RUNGS = (
+    "blobs",
+    "+compression",
+    "+thread index",
+    "+TTL, tombstones",
+    "+delta lists",
+    "+filters, index keys",
+)
 DELTA = 5  # the rung that stores lists as their new items
+FILTERS = 6  # the rung with metadata for filters, the run_id and thread index keys
+USER_KEY = "user_id"  # the metadata key our thread index indexes by default
 TTL_SECONDS = 30 * 24 * 3600.0  # any expiry: the cost is the same
 
 
@@ -168,6 +193,73 @@ def _fields_kept(values: Sequence[Any], then: Sequence[tuple[Any, ...] | None]) 
     return len(values)
 
 
+class Filters(NamedTuple):
+    """What rung 6 stores of a checkpoint's metadata besides its packed bytes: the JSON
+    text a store can filter on, whether that JSON comes back equal (PostgreSQL then keeps
+    only it), the run id (its own indexed column) and the user key's value (the thread
+    index's key column; None when the metadata has none)."""
+
+    text: str
+    exact: bool
+    run_id: str | None
+    user: Any
+
+
+def _json_exact(value: Any) -> bool:
+    """Whether ``value`` comes back from JSON (``jsonb``) equal and of the same types."""
+    kind = type(value)
+    if value is None or kind is bool or kind is int:
+        return True
+    if kind is str:
+        return "\x00" not in value
+    if kind is float:
+        r = repr(value)
+        return math.isfinite(value) and "e" not in r and not r.startswith("-0.0")
+    if kind is dict:
+        return all(type(k) is str and "\x00" not in k and _json_exact(v) for k, v in value.items())
+    if kind is list:
+        return all(map(_json_exact, value))
+    return False
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-able stand-in of ``value`` for filtering (exact matching is done on the
+    decoded metadata): text without NUL (``jsonb`` refuses it), finite numbers, else repr."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, Mapping):
+        return {_plain(str(k)): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return _plain(repr(value))
+
+
+def _filters(metadata: Mapping[str, Any]) -> Filters:
+    exact = _json_exact(metadata)
+    text = json.dumps(metadata if exact else _plain(metadata), separators=(",", ":"))
+    run_id = metadata.get("run_id")
+    return Filters(text, exact, run_id if type(run_id) is str else None, metadata.get(USER_KEY))
+
+
+def _narrowing(filter: Mapping[str, Any] | None) -> list[tuple[str, Any]]:
+    """The (key, value) pairs of a ``list`` filter a store can narrow by: text and
+    numbers (the stored JSON's value compares equal in SQL); the rest is left to the
+    exact check on the decoded metadata."""
+    out: list[tuple[str, Any]] = []
+    for key, value in (filter or {}).items():
+        if type(key) is not str or not _json_exact(key) or '"' in key or "\\" in key:
+            continue  # (SQLite's JSON path quotes the key)
+        if type(value) is str and _json_exact(value):
+            out.append((key, value))
+        elif type(value) in (bool, int) and -(2**53) < value < 2**53:
+            out.append((key, int(value)))
+    return out
+
+
 @dataclass
 class _View:
     """A list this saver stored or handed out (rung 5): its objects, their item ids and
@@ -195,6 +287,9 @@ class _Ladder(mn._Minimal):
     the rules of our list memory (``checkpoint/lists.py``) without its pages, spine, views
     per checkpoint, byte budget or templates: the blob holds all ids (16 bytes a message),
     not a spine and at most 16."""
+
+    json_metadata = False
+    """Rung 6: metadata whose JSON is exact is stored as JSON only (PostgreSQL's form)."""
 
     def __init__(self, level: int) -> None:
         super().__init__()
@@ -290,19 +385,23 @@ class _Ladder(mn._Minimal):
         str | None,
         list[Item],
         list[tuple[MemoKey, _View]],
+        Filters | None,
     ]:
         """(checkpoint record, packed metadata, blobs as (channel, version, type, value),
-        title or None, new list items, views to remember once stored) of a put; the title
-        only when the messages changed. ``memo=False``: every element serialized (after
-        an expiry purged the thread's items)."""
+        title or None, new list items, views to remember once stored, rung 6's
+        :class:`Filters` or None) of a put; the title only when the messages changed.
+        ``memo=False``: every element serialized (after an expiry purged the thread's
+        items). With :attr:`json_metadata` (PostgreSQL), metadata whose JSON comes back
+        exact is not packed (``b""``): the JSON column holds it."""
         values = checkpoint["channel_values"]
         stripped = {**checkpoint, "channel_values": {}}
         record = self._value(self.serde.dumps_typed(stripped))
-        meta = mn._pack(
-            self._value(
-                self.serde.dumps_typed(get_serializable_checkpoint_metadata(config, metadata))
-            )
-        )
+        serial = get_serializable_checkpoint_metadata(config, metadata)
+        filters = _filters(serial) if self.level >= FILTERS else None
+        if filters is not None and filters.exact and self.json_metadata:
+            meta = b""
+        else:
+            meta = mn._pack(self._value(self.serde.dumps_typed(serial)))
         thread_id, ns, _ = mn._where(config)
         blobs = []
         items: list[Item] = []
@@ -321,7 +420,7 @@ class _Ladder(mn._Minimal):
         title = None
         if self.level >= 3 and "messages" in new_versions:
             title = title_of(values.get("messages"))
-        return record, meta, blobs, title, items, views
+        return record, meta, blobs, title, items, views, filters
 
     def _stored(self, views: Sequence[tuple[MemoKey, _View]]) -> None:
         """A put's lists are stored: the next put builds on them."""
@@ -337,7 +436,7 @@ class _Ladder(mn._Minimal):
         ns: str,
         checkpoint_id: str,
         record: Record,
-        meta: bytes,
+        meta: bytes | dict[str, Any],
         parent: str | None,
         blobs: Sequence[tuple[str, str, bytes]],
         writes: Sequence[tuple[str, str, str, Record]],
@@ -345,7 +444,8 @@ class _Ladder(mn._Minimal):
     ) -> CheckpointTuple:
         """The tuple of a stored checkpoint; ``blobs`` as (channel, type, value), ``writes``
         as (task_path, task_id, channel, record) in ``writes_sort_key`` order, ``items``
-        the list items the blobs name (rung 5)."""
+        the list items the blobs name (rung 5); ``meta`` packed, or (rung 6 on PostgreSQL)
+        the JSON column's value, decoded."""
         checkpoint = self._load(*record)
         checkpoint["channel_values"] = {
             channel: (
@@ -359,7 +459,9 @@ class _Ladder(mn._Minimal):
         return CheckpointTuple(
             config=checkpoint_config(thread_id, ns, checkpoint_id),
             checkpoint=checkpoint,
-            metadata=self._load(*mn._unpack(meta)),
+            metadata=cast(CheckpointMetadata, meta)
+            if isinstance(meta, dict)
+            else self._load(*mn._unpack(meta)),
             parent_config=checkpoint_config(thread_id, ns, parent) if parent else None,
             pending_writes=[(task, ch, self._load(*rec)) for _, task, ch, rec in writes],
         )
@@ -404,6 +506,62 @@ ON CONFLICT (thread_id) DO UPDATE SET created_at = coalesce(threads.created_at,
     checkpoints = threads.checkpoints + 1, expires_at = excluded.expires_at
 """
 
+# Rung 6: the metadata as JSON beside its packed bytes (list(filter=...) narrows on it in
+# SQL), the run id in a column with a partial index (a run's checkpoints), and the thread
+# index as ours has it by default: metadata as JSON, the user key's value in a column, and
+# covering indexes by updated_at, by status, by user and by user and status.
+_SQLITE_FILTERS = """
+ALTER TABLE checkpoints ADD COLUMN run_id TEXT;
+ALTER TABLE checkpoints ADD COLUMN meta_json TEXT;
+CREATE INDEX IF NOT EXISTS checkpoints_run_id ON checkpoints (run_id) WHERE run_id IS NOT NULL;
+ALTER TABLE threads ADD COLUMN user_id;
+CREATE INDEX IF NOT EXISTS threads_updated ON threads (updated_at, thread_id, expires_at);
+CREATE INDEX IF NOT EXISTS threads_status
+    ON threads (status, updated_at, thread_id, expires_at);
+CREATE INDEX IF NOT EXISTS threads_user ON threads (user_id, updated_at, thread_id, expires_at);
+CREATE INDEX IF NOT EXISTS threads_user_status
+    ON threads (user_id, status, updated_at, thread_id, expires_at);
+"""
+
+# Rung 6's admission: rung 4's row, whether the checkpoint is stored already (a re-put does
+# not count again) and whether it has interrupt writes (its status, if they came first).
+_SQLITE_ADMIT = f"""
+SELECT t.expires_at, t.deleted,
+    EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = :t AND checkpoint_ns = :ns
+        AND checkpoint_id = :id),
+    EXISTS (SELECT 1 FROM writes WHERE thread_id = :t AND checkpoint_ns = :ns
+        AND checkpoint_id = :id AND channel = '{INTERRUPT}')
+FROM (SELECT 1) LEFT JOIN threads t ON t.thread_id = :t
+"""
+
+# Rung 6's thread row: status from the admission, counted unless a re-put, the user key's
+# column, and the owner kept when a checkpoint's metadata lacks the key (as ours does).
+_SQLITE_INDEX_FILTERS = f"""
+INSERT INTO threads (thread_id, created_at, updated_at, checkpoint_id, status, metadata,
+    title, checkpoints, expires_at, user_id)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (thread_id) DO UPDATE SET created_at = coalesce(threads.created_at,
+    excluded.created_at), updated_at = excluded.updated_at,
+    checkpoint_id = excluded.checkpoint_id, status = excluded.status,
+    metadata = CASE WHEN excluded.user_id IS NULL AND threads.user_id IS NOT NULL
+        THEN json_set(excluded.metadata, '$.{USER_KEY}', threads.metadata -> '$.{USER_KEY}')
+        ELSE excluded.metadata END,
+    user_id = coalesce(excluded.user_id, threads.user_id),
+    title = coalesce(threads.title, excluded.title),
+    checkpoints = threads.checkpoints + excluded.checkpoints, expires_at = excluded.expires_at
+"""
+_SQLITE_COLUMNS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, type, value, meta"
+
+
+def _sql_value(value: Any) -> Any:
+    """The user key's value as SQLite's ``json_extract`` gives it (the column's value)."""
+    if value is None or type(value) in (str, int, float):
+        return value
+    if type(value) is bool:
+        return int(value)
+    return json.dumps(_plain(value), separators=(",", ":"))
+
+
 # put_writes with an interrupt (rungs 3-4): see above
 _SQLITE_INTERRUPT = """
 INSERT INTO threads (thread_id, checkpoints, interrupted_at) VALUES (?, 0, ?)
@@ -423,6 +581,10 @@ class LadderSqliteSaver(_Ladder):
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.executescript(_SQLITE_SCHEMA)
+        if level >= FILTERS and not any(
+            row[1] == "meta_json" for row in self.conn.execute("PRAGMA table_info(checkpoints)")
+        ):
+            self.conn.executescript(_SQLITE_FILTERS)
 
     def close(self) -> None:
         with self.lock:
@@ -445,12 +607,21 @@ class LadderSqliteSaver(_Ladder):
             conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
         self._forget(thread_id)
 
-    def _admit(self, conn: sqlite3.Connection, thread_id: str, ns: str, parent: str | None) -> bool:
+    def _admit(
+        self,
+        conn: sqlite3.Connection,
+        thread_id: str,
+        ns: str,
+        parent: str | None,
+        row: Sequence[Any] | None = None,
+    ) -> bool:
         """Rung 4, inside the write's transaction: purge an expired thread (True then);
-        refuse a write to a deleted one unless ``parent`` is a live checkpoint of it."""
-        row = conn.execute(
-            "SELECT expires_at, deleted FROM threads WHERE thread_id = ?", (thread_id,)
-        ).fetchone()
+        refuse a write to a deleted one unless ``parent`` is a live checkpoint of it.
+        ``row``: the thread's (expires_at, deleted) as rung 6's admission read them."""
+        if row is None:
+            row = conn.execute(
+                "SELECT expires_at, deleted FROM threads WHERE thread_id = ?", (thread_id,)
+            ).fetchone()
         if row is None:
             return False
         expires_at, deleted = row
@@ -483,11 +654,24 @@ class LadderSqliteSaver(_Ladder):
         thread_id, ns, parent = mn._where(config)
         encoded = self._encode_put(config, checkpoint, metadata, new_versions)
         now = time.time()
+        cid = checkpoint["id"]
+        known = interrupted = False
         with self._write() as conn:
-            if self.level >= 4 and self._admit(conn, thread_id, ns, parent) and encoded[5]:
-                # the thread expired: the items its lists kept are gone, store them all
-                encoded = self._encode_put(config, checkpoint, metadata, new_versions, False)
-            (kind, value), meta, blobs, title, items, views = encoded
+            first = None
+            if self.level >= FILTERS:
+                first = conn.execute(
+                    _SQLITE_ADMIT, {"t": thread_id, "ns": ns, "id": cid}
+                ).fetchone()
+                known, interrupted = bool(first[2]), bool(first[3])
+            purged = self.level >= 4 and self._admit(
+                conn, thread_id, ns, parent, None if first is None else first[:2]
+            )
+            if purged:
+                known = interrupted = False
+                if encoded[5]:
+                    # the thread expired: the items its lists kept are gone, store them all
+                    encoded = self._encode_put(config, checkpoint, metadata, new_versions, False)
+            (kind, value), meta, blobs, title, items, views, filters = encoded
             if blobs:
                 conn.executemany(
                     "INSERT OR REPLACE INTO blobs VALUES (?, ?, ?, ?, ?, ?)",
@@ -498,11 +682,24 @@ class LadderSqliteSaver(_Ladder):
                     "INSERT OR IGNORE INTO items VALUES (?, ?, ?, ?, ?)",
                     [(thread_id, ns, *item) for item in items],
                 )
-            conn.execute(
-                "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (thread_id, ns, checkpoint["id"], parent, kind, value, meta),
-            )
-            if self.level >= 3 and not ns:
+            if filters is not None:
+                conn.execute(
+                    "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (thread_id, ns, cid, parent, kind, value, meta, filters.run_id, filters.text),
+                )
+                if not ns:
+                    status = "interrupted" if interrupted else "idle"
+                    row = (thread_id, now, now, cid, status, filters.text, title, int(not known))
+                    conn.execute(
+                        _SQLITE_INDEX_FILTERS,
+                        (*row, now + TTL_SECONDS, _sql_value(filters.user)),
+                    )
+            else:
+                conn.execute(
+                    "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (thread_id, ns, cid, parent, kind, value, meta),
+                )
+            if self.level >= 3 and filters is None and not ns:
                 expires = now + TTL_SECONDS if self.level >= 4 else None
                 conn.execute(
                     _SQLITE_INDEX, (thread_id, now, now, checkpoint["id"], meta, title, expires)
@@ -593,7 +790,8 @@ class LadderSqliteSaver(_Ladder):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id, ns, checkpoint_id = mn._where(config)
-        select = "SELECT * FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? "
+        select = f"SELECT {_SQLITE_COLUMNS} FROM checkpoints "
+        select += "WHERE thread_id = ? AND checkpoint_ns = ? "
         with self.lock:
             if checkpoint_id is None:
                 row = self.conn.execute(
@@ -613,8 +811,16 @@ class LadderSqliteSaver(_Ladder):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        sql = "SELECT * FROM checkpoints"
+        sql = f"SELECT {_SQLITE_COLUMNS} FROM checkpoints"
         clauses, params = self._clauses(config, before, "?")
+        if self.level >= FILTERS:  # narrowed in SQL, then checked exactly (self._first)
+            for key, value in _narrowing(filter):
+                if key == "run_id" and type(value) is str:
+                    clauses.append("run_id = ?")  # the run_id index
+                else:
+                    clauses.append("json_extract(meta_json, ?) = ?")
+                    params.append(f'$."{key}"')
+                params.append(value)
         if clauses:
             sql += " WHERE " + " AND ".join(clauses)
         with self.lock:
@@ -726,11 +932,80 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET type = exclu
     )
 
 
+def _pg_put_filters(root: bool) -> str:
+    """Rung 6's put: rung 5's statement with the checkpoint's run id and metadata JSON
+    (``jsonb``; the packed metadata empty when the JSON is exact), and in the root
+    namespace the thread row upserted last, from the checkpoint insert's ``RETURNING``: a
+    re-put of a stored checkpoint (an update, ``xmax <> 0``) does not count again. The row's
+    metadata is ``jsonb`` with the user key's generated column (see ``_PG_FILTERS``); a
+    checkpoint whose metadata lacks the key leaves the thread its owner's (as ours)."""
+    sql = (
+        _pg_put(DELTA, False)
+        .replace("%s, %s::jsonb FROM a", "%s, %s::jsonb, %s, %s::jsonb FROM a")
+        .replace(
+            "versions = excluded.versions",
+            "versions = excluded.versions, run_id = excluded.run_id,"
+            " meta_json = excluded.meta_json",
+        )
+    )
+    if not root:
+        return sql
+    head, _, insert = sql.partition("\nINSERT INTO checkpoints")
+    return (
+        head
+        + ", c AS (INSERT INTO checkpoints"
+        + insert
+        + f"""
+    RETURNING (xmax = 0) AS fresh)
+INSERT INTO threads (thread_id, created_at, updated_at, checkpoint_id, status, metadata,
+    title, checkpoints, expires_at)
+SELECT %s, %s, %s, %s, 'idle', %s::jsonb, %s, c.fresh::int, %s FROM c
+ON CONFLICT (thread_id) DO UPDATE SET updated_at = excluded.updated_at,
+    created_at = coalesce(threads.created_at, excluded.created_at),
+    checkpoint_id = excluded.checkpoint_id, status = CASE WHEN
+    threads.interrupted_at = excluded.checkpoint_id THEN 'interrupted' ELSE 'idle' END,
+    metadata = CASE WHEN threads.metadata ? '{USER_KEY}'
+            AND NOT excluded.metadata ? '{USER_KEY}'
+        THEN jsonb_build_object('{USER_KEY}', threads.metadata -> '{USER_KEY}')
+            || excluded.metadata
+        ELSE excluded.metadata END,
+    title = CASE WHEN (SELECT purged FROM a) THEN excluded.title
+        ELSE coalesce(threads.title, excluded.title) END,
+    checkpoints = CASE WHEN (SELECT purged FROM a) THEN 1
+        ELSE threads.checkpoints + excluded.checkpoints END,
+    expires_at = excluded.expires_at"""
+    )
+
+
 _PG_PUT = {
-    (level, root): _pg_put(level, root)
+    (level, root): _pg_put(level, root) if level < FILTERS else _pg_put_filters(root)
     for level in range(1, len(RUNGS) + 1)
     for root in (True, False)
 }
+
+# Rung 6's columns and indexes (see _SQLITE_FILTERS): the thread row's metadata as jsonb
+# with the user key's value as a generated column, the covering indexes ours has.
+_PG_FILTERS = f"""
+ALTER TABLE checkpoints ADD COLUMN IF NOT EXISTS run_id text,
+    ADD COLUMN IF NOT EXISTS meta_json jsonb;
+CREATE INDEX IF NOT EXISTS checkpoints_run_id ON checkpoints (run_id) WHERE run_id IS NOT NULL;
+DO $$ BEGIN
+    IF (SELECT atttypid FROM pg_attribute WHERE attrelid = 'threads'::regclass
+            AND attname = 'metadata') = 'bytea'::regtype THEN
+        ALTER TABLE threads ALTER COLUMN metadata TYPE jsonb USING NULL;
+    END IF;
+END $$;
+ALTER TABLE threads ADD COLUMN IF NOT EXISTS user_id jsonb
+    GENERATED ALWAYS AS (metadata -> '{USER_KEY}') STORED;
+CREATE INDEX IF NOT EXISTS threads_updated ON threads (updated_at, thread_id)
+    INCLUDE (expires_at);
+CREATE INDEX IF NOT EXISTS threads_status ON threads (status, updated_at, thread_id)
+    INCLUDE (expires_at);
+CREATE INDEX IF NOT EXISTS threads_user ON threads (user_id, updated_at, thread_id)
+    INCLUDE (expires_at);
+CREATE INDEX IF NOT EXISTS threads_user_status
+    ON threads (user_id, status, updated_at, thread_id) INCLUDE (expires_at);
+"""
 
 
 def _pg_put_writes(admit: bool) -> str:
@@ -817,6 +1092,8 @@ class LadderPostgresSaver(_Ladder):
     BEGIN/COMMIT), ``put_writes`` the featureless saver's ``executemany`` or, with an
     admission or an interrupt to record, one statement."""
 
+    json_metadata = True
+
     def __init__(self, url: str, level: int, max_size: int = 4) -> None:
         super().__init__(level)
         self.pool = ConnectionPool(
@@ -828,7 +1105,14 @@ class LadderPostgresSaver(_Ladder):
         )
         with self.pool.connection() as conn:
             conn.execute(_PG_SCHEMA, prepare=False)
+            if level >= FILTERS:
+                conn.execute(_PG_FILTERS, prepare=False)
         self.select = _PG_SELECT_LISTS if level >= DELTA else _PG_SELECT
+        if level >= FILTERS:  # the JSON column, when it holds the metadata alone
+            self.select = self.select.replace(
+                "\nFROM checkpoints c\n",
+                ", CASE WHEN length(c.meta) = 0 THEN c.meta_json END\nFROM checkpoints c\n",
+            )
 
     def close(self) -> None:
         self.pool.close()
@@ -869,7 +1153,7 @@ class LadderPostgresSaver(_Ladder):
         """A put; ``memo``: whether list elements stored before may keep their items (then
         an expired thread raises :class:`_Expired`, nothing written)."""
         thread_id, ns, parent = mn._where(config)
-        (kind, value), meta, blobs, title, items, views = self._encode_put(
+        (kind, value), meta, blobs, title, items, views, filters = self._encode_put(
             config, checkpoint, metadata, new_versions, memo
         )
         versions = json.dumps({ch: str(v) for ch, v in checkpoint["channel_versions"].items()})
@@ -885,10 +1169,16 @@ class LadderPostgresSaver(_Ladder):
             params += [thread_id, ns, *(list(column) for column in zip(*items, strict=True))]
             if not items:
                 params += [[], [], []]
-        if self.level >= 3 and root:
-            expires = now + TTL_SECONDS if self.level >= 4 else None
-            params += [thread_id, now, now, checkpoint["id"], meta, title, expires]
-        params += [thread_id, ns, checkpoint["id"], parent, kind, value, meta, versions]
+        expires = now + TTL_SECONDS if self.level >= 4 else None
+        if filters is not None:
+            params += [thread_id, ns, checkpoint["id"], parent, kind, value, meta, versions]
+            params += [filters.run_id, filters.text]
+            if root:
+                params += [thread_id, now, now, checkpoint["id"], filters.text, title, expires]
+        else:
+            if self.level >= 3 and root:
+                params += [thread_id, now, now, checkpoint["id"], meta, title, expires]
+            params += [thread_id, ns, checkpoint["id"], parent, kind, value, meta, versions]
         with self._connection() as conn:
             conn.execute(_PG_PUT[self.level, root], params)
         self._stored(views)
@@ -958,6 +1248,9 @@ class LadderPostgresSaver(_Ladder):
         self._forget(thread_id)
 
     def _from_row(self, row: Sequence[Any]) -> CheckpointTuple:
+        json_meta = None
+        if self.level >= FILTERS:  # the metadata's JSON, when it has no packed bytes
+            json_meta, row = row[-1], row[:-1]
         (thread_id, ns, checkpoint_id, parent, kind, value, meta) = row[:7]
         b_channels, b_types, b_vals, paths, tasks, channels, types, vals = row[7:15]
         items: dict[bytes, Record] = {}
@@ -980,7 +1273,7 @@ class LadderPostgresSaver(_Ladder):
             ns,
             checkpoint_id,
             (kind, bytes(value)),
-            bytes(meta),
+            json_meta if json_meta is not None else bytes(meta),
             parent,
             blobs,
             writes,
@@ -1011,6 +1304,16 @@ class LadderPostgresSaver(_Ladder):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         clauses, params = self._clauses(config, before, "%s", "c.")
+        if self.level >= FILTERS:  # narrowed in SQL, then checked exactly (self._first)
+            for key, value in _narrowing(filter):
+                if type(value) is not str:
+                    continue  # jsonb's 1 is not true: numbers only in Python
+                if key == "run_id":
+                    clauses.append("c.run_id = %s")  # the run_id index
+                    params.append(value)
+                else:
+                    clauses.append("c.meta_json @> %s::jsonb")
+                    params.append(json.dumps({key: value}))
         sql = self.select + (" WHERE " + " AND ".join(clauses) if clauses else "")
         with self.pool.connection() as conn:
             rows = conn.execute(sql + " ORDER BY c.checkpoint_id DESC", params).fetchall()
@@ -1092,24 +1395,80 @@ local n = tonumber(ARGV[13])
 local at = 14 + 2 * n
 if purged and ARGV[at] == '1' then return 3 end
 local id = ARGV[7]
-redis.call('HSET', base .. ':cp:' .. id, 'v', ARGV[8], 'm', ARGV[9], 'p', ARGV[4], 'b', ARGV[10])
-redis.call('ZADD', base .. ':ids', 0, id)
-if n > 0 then redis.call('HSET', base .. ':blobs', unpack(ARGV, 14, 13 + 2 * n)) end
 local k = tonumber(ARGV[at + 1])
+local e = at + 2 + 2 * k
+local six = #ARGV >= e
+local cp = base .. ':cp:' .. id
+if six then
+    redis.call('HSET', cp, 'v', ARGV[8], 'm', ARGV[9], 'p', ARGV[4], 'b', ARGV[10], 'j', ARGV[e])
+else
+    redis.call('HSET', cp, 'v', ARGV[8], 'm', ARGV[9], 'p', ARGV[4], 'b', ARGV[10])
+end
+local added = redis.call('ZADD', base .. ':ids', 0, id)
+if n > 0 then redis.call('HSET', base .. ':blobs', unpack(ARGV, 14, 13 + 2 * n)) end
 if k > 0 then redis.call('HSET', base .. ':items', unpack(ARGV, at + 2, at + 1 + 2 * k)) end
 if ARGV[11] == '1' then
-    local status = 'idle'
-    if redis.call('HGET', thread, 'interrupted') == id then status = 'interrupted' end
+    local status, meta = 'idle', ARGV[9]
+    if not six then
+        if redis.call('HGET', thread, 'interrupted') == id then status = 'interrupted' end
+    else
+        -- rung 6: the status from the checkpoint's pending writes, read here; a re-put of
+        -- a stored checkpoint does not count again; the metadata as JSON, the user key's
+        -- value kept from the thread when the checkpoint's lacks it, the thread in the
+        -- index's sets (all threads; the user's) scored by the time of the write
+        for _, f in ipairs(redis.call('HKEYS', base .. ':w:' .. id)) do
+            if string.find(f, '"__interrupt__"', 1, true) then status = 'interrupted' end
+        end
+        meta = ARGV[e]
+        local user, tix, tid = ARGV[e + 1], ARGV[e + 2], ARGV[e + 3]
+        local old = redis.call('HGET', thread, 'user')
+        if user == '' and old then
+            user = old
+            if meta == '{}' then meta = '{"user_id":' .. old .. '}'
+            else meta = string.sub(meta, 1, -2) .. ',"user_id":' .. old .. '}' end
+        end
+        if old and old ~= user then redis.call('ZREM', tix .. ':user:' .. old, tid) end
+        redis.call('ZADD', tix .. ':all', ARGV[3], tid)
+        if user ~= '' then
+            redis.call('HSET', thread, 'user', user)
+            redis.call('ZADD', tix .. ':user:' .. user, ARGV[3], tid)
+        end
+    end
     redis.call('HSET', thread, 'updated', ARGV[3], 'checkpoint', id, 'status', status,
-        'metadata', ARGV[9])
+        'metadata', meta)
     redis.call('HSETNX', thread, 'created', ARGV[3])
     if ARGV[12] ~= '' then redis.call('HSETNX', thread, 'title', ARGV[12]) end
-    redis.call('HINCRBY', thread, 'count', 1)
+    if purged or not six then added = 1 end
+    redis.call('HINCRBY', thread, 'count', added)
 end
 if purged then return 2 end
 return 1
 """
 )
+
+# rung 6: ``list(filter=...)`` judged in Redis. ARGV: base, the newest id to look at ("+"
+# or "(<id>" for all before it), then key, value pairs (text values only: the rest is left
+# to the exact check on the decoded metadata). The ids of the matching checkpoints, newest
+# first.
+_FILTER = """
+local base = ARGV[1]
+local out = {}
+for _, id in ipairs(redis.call('ZREVRANGEBYLEX', base .. ':ids', ARGV[2], '-')) do
+    local j = redis.call('HGET', base .. ':cp:' .. id, 'j')
+    local ok = j ~= false
+    if ok then
+        local m = cjson.decode(j)
+        for i = 3, #ARGV, 2 do
+            if m[ARGV[i]] ~= ARGV[i + 1] then
+                ok = false
+                break
+            end
+        end
+    end
+    if ok then out[#out + 1] = id end
+end
+return out
+"""
 
 # rung 4, or an interrupt on rung 3. ARGV[7]: "1" if the writes hold an interrupt;
 # ARGV[8..]: field, value, ... 2 returned if the thread expired (its items went with it).
@@ -1142,6 +1501,7 @@ class LadderRedisSaver(_Ladder):
         self.read = self.client.register_script(_READ)
         self.put_script = self.client.register_script(_PUT)
         self.writes_script = self.client.register_script(_PUT_WRITES)
+        self.filter_script = self.client.register_script(_FILTER)
 
     def close(self) -> None:
         self.client.close()
@@ -1151,6 +1511,10 @@ class LadderRedisSaver(_Ladder):
 
     def _thread(self, thread_id: str) -> str:
         return f"{self.prefix}:thread:{thread_id}"
+
+    def _tix(self) -> str:
+        """Rung 6: the prefix of the thread index's sorted sets (``:all``, ``:user:<JSON>``)."""
+        return f"{self.prefix}:tix"
 
     def _shared(self, thread_id: str, ns: str, continues: str | None) -> list[Any]:
         """The write scripts' ARGV[1..6]."""
@@ -1179,7 +1543,7 @@ class LadderRedisSaver(_Ladder):
         memo = True
         while True:  # twice if the thread expired and the put kept items stored before
             encoded = self._encode_put(config, checkpoint, metadata, new_versions, memo)
-            record, meta, blobs, title, items, views = encoded
+            record, meta, blobs, title, items, views, filters = encoded
             base, cid = self._base(thread_id, ns), checkpoint["id"]
             fields = json.dumps(
                 [f"{ch}\x1f{v}" for ch, v in checkpoint["channel_versions"].items()]
@@ -1194,6 +1558,9 @@ class LadderRedisSaver(_Ladder):
             args += [len(blobs), *pairs, "1" if memo and views else "", len(items)]
             for iid, kind, value in items:
                 args += [iid, mn._pack((kind, value))]
+            if filters is not None:
+                user = "" if filters.user is None else json.dumps(_plain(filters.user))
+                args += [filters.text, user, self._tix(), thread_id]
             done = self._script(self.put_script, args)
             if done > 1:  # the thread had expired: what this saver remembers of it is gone
                 self._forget(thread_id)
@@ -1242,6 +1609,11 @@ class LadderRedisSaver(_Ladder):
         for cid in ids:
             pipe.delete(f"{base}:cp:{cid}", f"{base}:w:{cid}")
         pipe.delete(f"{base}:ids", f"{base}:blobs", f"{base}:items")
+        if self.level >= FILTERS:  # out of the thread index's sets
+            pipe.zrem(f"{self._tix()}:all", thread_id)
+            user = self.client.hget(self._thread(thread_id), "user")
+            if user is not None:
+                pipe.zrem(f"{self._tix()}:user:{mn._text(user)}", thread_id)
         if self.level >= 4:
             pipe.hset(self._thread(thread_id), "deleted", "1")
         else:
@@ -1299,7 +1671,12 @@ class LadderRedisSaver(_Ladder):
         else:
             before_id = get_checkpoint_id(before) if before is not None else None
             top = f"({before_id}" if before_id else "+"
-            ids = self.client.zrevrangebylex(f"{self._base(thread_id, ns)}:ids", top, "-")
+            texts = [kv for kv in _narrowing(filter) if type(kv[1]) is str]
+            if self.level >= FILTERS and texts:  # judged in Redis, then exactly (self._first)
+                args = [self._base(thread_id, ns), top, *chain.from_iterable(texts)]
+                ids = self.filter_script(args=args)
+            else:
+                ids = self.client.zrevrangebylex(f"{self._base(thread_id, ns)}:ids", top, "-")
             found = [mn._text(i) for i in ids]
         tuples = (self.get_tuple(checkpoint_config(thread_id, ns, one)) for one in found)
         yield from self._first((t for t in tuples if t is not None), filter, limit)
@@ -1310,7 +1687,7 @@ class LadderRedisSaver(_Ladder):
 
 
 def level_of(target: tg.Target) -> int:
-    """The rung of a ladder target (1-5)."""
+    """The rung of a ladder target (1-6)."""
     return int(target.slug[-1])
 
 
@@ -1462,7 +1839,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--calls",
         metavar="SLUGS",
         help="instead: CPU per turn inside each saver call (put, put_writes, get_tuple) "
-        "for these savers, e.g. min_sqlite,lad_sqlite4,lad_sqlite5,ours_sqlite",
+        "for these savers, e.g. min_sqlite,lad_sqlite5,lad_sqlite6,ours_sqlite",
     )
     return p.parse_args(argv)
 

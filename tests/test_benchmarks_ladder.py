@@ -4,16 +4,19 @@ Not a benchmark: nothing here depends on speed. It proves that every rung of the
 ladder reads back what the chat graph wrote (so its time is that of a saver that stores it),
 that the features the rungs add do what they stand for (the thread index's row and status,
 rung 4's tombstone and expiry, rung 5's lists stored as new items only, read back whole
-after many turns, forks, edits and an expiry), and that one run reports every saver and
-leaves nothing behind.
+after many turns, forks, edits and an expiry, rung 6's filters answered by the store, its
+thread index keys and indexes used, a re-put counted once and the status read from the
+pending writes), and that one run reports every saver and leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import sys
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -23,6 +26,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
+
+from langgraph_memory_plus.threads.core import INTERRUPT
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # benchmarks/ is not installed; it lives beside tests/
@@ -39,6 +44,7 @@ RUNGS = [t for _, _, rungs, _ in ladder.BACKENDS for t in rungs]
 INDEXED = [t for t in RUNGS if ladder.level_of(t) >= 3]
 FENCED = [t for t in RUNGS if ladder.level_of(t) >= 4]
 DELTA = [t for t in RUNGS if ladder.level_of(t) >= ladder.DELTA]
+FILTERED = [t for t in RUNGS if ladder.level_of(t) >= ladder.FILTERS]
 
 
 def _chat(saver: Any, thread_id: str, turns: int) -> Any:
@@ -292,6 +298,197 @@ def test_delta_lists(
         assert [m.id for m in latest.checkpoint["channel_values"]["messages"]] == [
             m.id for m in messages
         ]
+
+
+def _user_turns(saver: Any, thread_id: str, users: list[str | None], run: str = "") -> Any:
+    """One chat turn per user (metadata ``user_id``; None: none), run ids ``run<turn>``."""
+    graph = workloads.chat_graph().compile(checkpointer=saver)
+    for turn, user in enumerate(users, start=1):
+        metadata: dict[str, Any] = {"run_id": f"{run}{turn}"}
+        if user is not None:
+            metadata["user_id"] = user
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id}, "metadata": metadata}
+        graph.invoke({"messages": [workloads.user_message(turn)]}, config)
+    return graph
+
+
+@pytest.mark.parametrize("target", FILTERED, ids=lambda t: t.slug)
+def test_filters_answered_by_the_store(
+    target: tg.Target, pg_url: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rung 6 narrows ``list(filter=...)`` in the store: with the saver's exact check in
+    Python turned off, a filter still returns only the matching checkpoints (a rung that
+    filtered in Python alone returns them all)."""
+    env = tg.Env(pg=pg_url, redis=redis_url)
+    with ladder.open_saver(target, env) as (saver, marker):
+        chat = f"{marker}-chat"
+        _user_turns(saver, chat, ["alice", "bob"], run=f"{marker}-run")
+        config: RunnableConfig = {"configurable": {"thread_id": chat}}
+        every = list(saver.list(config))
+        alice = [t for t in every if t.metadata.get("user_id") == "alice"]
+        assert len(every) == 8 and len(alice) == 4
+        exact = ladder.mn._Minimal._first
+        monkeypatch.setattr(saver, "_first", lambda tuples, _, limit: exact(tuples, None, limit))
+        found = list(saver.list(config, filter={"user_id": "alice"}))
+        assert [t.config for t in found] == [t.config for t in alice]
+        assert [t.metadata for t in found] == [t.metadata for t in alice]
+        assert list(saver.list(config, filter={"user_id": "carol"})) == []
+        if not isinstance(saver, ladder.LadderRedisSaver):  # across threads: the run_id index
+            run = list(saver.list(None, filter={"run_id": f"{marker}-run2"}))
+            assert [t.config for t in run] == [t.config for t in every if t not in alice]
+
+
+@pytest.mark.parametrize("target", FILTERED, ids=lambda t: t.slug)
+def test_metadata_kept_exactly(target: tg.Target, pg_url: str, redis_url: str) -> None:
+    """Metadata JSON cannot hold exactly comes back as it was put (PostgreSQL keeps the
+    packed bytes only for such metadata, and JSON alone for the rest)."""
+    env = tg.Env(pg=pg_url, redis=redis_url)
+    with ladder.open_saver(target, env) as (saver, marker):
+        chat = f"{marker}-chat"
+        _user_turns(saver, chat, ["alice"])
+        config: RunnableConfig = {"configurable": {"thread_id": chat}}
+        latest = saver.get_tuple(config)
+        assert latest is not None and latest.metadata["user_id"] == "alice"
+        odd = {"source": "update", "step": 9, "parents": {}, "x": 1e300}
+        odd["when"] = datetime(2026, 12, 6, tzinfo=timezone.utc)
+        checkpoint = {**latest.checkpoint, "id": str(uuid6(clock_seq=-2))}
+        stored = saver.put(latest.config, checkpoint, odd, {})  # type: ignore[arg-type]
+        back = saver.get_tuple(stored)
+        assert back is not None and back.metadata == odd
+        if isinstance(saver, ladder.LadderPostgresSaver):
+            with saver.pool.connection() as conn:
+                packed = conn.execute(
+                    "SELECT count(*) FILTER (WHERE length(meta) = 0), count(*) FROM checkpoints"
+                ).fetchone()
+            assert packed == (4, 5)  # JSON alone but for the odd one
+
+
+def _plans(saver: Any, sql: str, params: tuple[Any, ...]) -> str:
+    """The query plan of ``sql`` on ``saver``'s storage (PostgreSQL: no sequential scans,
+    as on a table of many threads)."""
+    if isinstance(saver, ladder.LadderSqliteSaver):
+        rows = saver.conn.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()
+        return "\n".join(str(r[-1]) for r in rows)
+    with saver.pool.connection() as conn, conn.transaction():
+        conn.execute("SET LOCAL enable_seqscan = off")
+        rows = conn.execute("EXPLAIN " + sql.replace("?", "%s"), params).fetchall()
+    return "\n".join(r[0] for r in rows)
+
+
+@pytest.mark.parametrize("target", FILTERED, ids=lambda t: t.slug)
+def test_thread_index_keys(target: tg.Target, pg_url: str, redis_url: str) -> None:
+    """Rung 6's thread index: the user key's value in its column (Redis: its sorted set)
+    with covering indexes by user, by user and status, by status and by time, which a
+    search by them reads; the owner stays when a turn's metadata lacks the key; the run
+    id's index."""
+    env = tg.Env(pg=pg_url, redis=redis_url)
+    with ladder.open_saver(target, env) as (saver, marker):
+        chat, other = f"{marker}-chat", f"{marker}-other"
+        _user_turns(saver, chat, ["alice", None])
+        _user_turns(saver, other, ["bob"])
+        if isinstance(saver, ladder.LadderRedisSaver):
+            tix = saver._tix()
+            assert saver.client.zrevrange(f"{tix}:all", 0, -1) == [other.encode(), chat.encode()]
+            assert saver.client.zrange(f'{tix}:user:"alice"', 0, -1) == [chat.encode()]
+            assert saver.client.zrange(f'{tix}:user:"bob"', 0, -1) == [other.encode()]
+            meta = saver.client.hget(saver._thread(chat), "metadata")
+            assert json.loads(meta)["user_id"] == "alice"  # kept: the turn had none
+            saver.delete_thread(other)
+            assert saver.client.zrange(f"{tix}:all", 0, -1) == [chat.encode()]
+            assert saver.client.zrange(f'{tix}:user:"bob"', 0, -1) == []
+            return
+        by_user = "SELECT thread_id FROM threads WHERE user_id = ? ORDER BY updated_at DESC"
+        pg = isinstance(saver, ladder.LadderPostgresSaver)
+        alice = json.dumps("alice") if pg else "alice"
+        if pg:
+            with saver.pool.connection() as conn:
+                rows = conn.execute(by_user.replace("?", "%s") + ", thread_id", (alice,))
+                found = [r[0] for r in rows.fetchall()]
+                meta = conn.execute(
+                    "SELECT metadata FROM threads WHERE thread_id = %s", (chat,)
+                ).fetchone()
+            assert meta is not None and meta[0]["user_id"] == "alice"
+        else:
+            found = [r[0] for r in saver.conn.execute(by_user, (alice,))]
+            meta = saver.conn.execute(
+                "SELECT metadata FROM threads WHERE thread_id = ?", (chat,)
+            ).fetchone()
+            assert json.loads(meta[0])["user_id"] == "alice"  # kept: the turn had none
+        assert found == [chat]
+        for sql, params, index in [
+            (by_user, (alice,), "threads_user"),
+            (
+                "SELECT thread_id FROM threads WHERE user_id = ? AND status = ? "
+                "ORDER BY updated_at DESC",
+                (alice, "interrupted"),
+                "threads_user_status",
+            ),
+            (
+                "SELECT thread_id FROM threads WHERE status = ? ORDER BY updated_at DESC",
+                ("interrupted",),
+                "threads_status",
+            ),
+            (
+                "SELECT thread_id FROM threads ORDER BY updated_at DESC LIMIT 10",
+                (),
+                "threads_updated",
+            ),
+            (
+                "SELECT checkpoint_id FROM checkpoints WHERE run_id = ?",
+                ("run1",),
+                "checkpoints_run_id",
+            ),
+        ]:
+            plan = _plans(saver, sql, params)
+            assert index in plan, plan
+            if "threads" in index:  # the index alone answers
+                assert ("Index Only Scan" if pg else "COVERING INDEX") in plan, plan
+
+
+@pytest.mark.parametrize("target", FILTERED, ids=lambda t: t.slug)
+def test_reput_counts_once(target: tg.Target, pg_url: str, redis_url: str) -> None:
+    """A put of a checkpoint the thread holds already (a retried put) does not count it
+    again in the thread index."""
+    env = tg.Env(pg=pg_url, redis=redis_url)
+    with ladder.open_saver(target, env) as (saver, marker):
+        chat = f"{marker}-chat"
+        _chat(saver, chat, 1)
+        latest = saver.get_tuple({"configurable": {"thread_id": chat}})
+        assert latest is not None and latest.parent_config is not None
+        assert _thread_row(saver, chat)[3] == 4
+        saver.put(latest.parent_config, latest.checkpoint, latest.metadata, {})
+        assert _thread_row(saver, chat)[3] == 4
+        again = saver.get_tuple(latest.config)
+        assert again is not None and again.checkpoint == latest.checkpoint
+
+
+@pytest.mark.parametrize(
+    "target",
+    [t for t in FILTERED if t.backend != "postgres"],
+    ids=lambda t: t.slug,
+)
+def test_status_read_from_pending_writes(target: tg.Target, pg_url: str, redis_url: str) -> None:
+    """On SQLite and Redis (as ours), a put reads its checkpoint's interrupt writes stored
+    before it for the thread's status, without rung 3's record of the interrupt."""
+    env = tg.Env(pg=pg_url, redis=redis_url)
+    with ladder.open_saver(target, env) as (saver, marker):
+        chat = f"{marker}-chat"
+        _chat(saver, chat, 1)
+        latest = saver.get_tuple({"configurable": {"thread_id": chat}})
+        assert latest is not None
+        checkpoint = {**latest.checkpoint, "id": str(uuid6(clock_seq=-2))}
+        written: RunnableConfig = {
+            "configurable": {"thread_id": chat, "checkpoint_ns": "",
+                             "checkpoint_id": checkpoint["id"]}
+        }  # fmt: skip
+        saver.put_writes(written, [(INTERRUPT, "?")], "task")
+        if isinstance(saver, ladder.LadderSqliteSaver):  # rung 3's record of it gone
+            saver.conn.execute("UPDATE threads SET interrupted_at = NULL")
+        else:
+            saver.client.hdel(saver._thread(chat), "interrupted")
+        saver.put(latest.config, checkpoint, latest.metadata, {})  # type: ignore[arg-type]
+        row = _thread_row(saver, chat)
+        assert row[:2] == (checkpoint["id"], "interrupted")
 
 
 def test_ladder_run_reports_every_saver(
