@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -121,7 +122,10 @@ def langgraph_dev(
     ``options``: ``LANGGRAPH_MEMORY_OPTIONS``. Stopped by its pid."""
     (workdir / "graph.py").write_text(textwrap.dedent(GRAPH))
     (workdir / "langgraph.json").write_text(json.dumps(CONFIG, indent=2))
-    port = _free_port(7271)
+    # A start of its own: concurrent runs (CI beside a developer's) that all took the first
+    # free port from 7271 started two servers on one port; the second failed to bind and its
+    # test talked to the other's server, on other storage (a run's checkpoint "missing").
+    port = _free_port(7271 + random.randrange(400))
     env = {
         **os.environ,
         "LANGGRAPH_MEMORY_URL": memory_url,
@@ -141,7 +145,7 @@ def langgraph_dev(
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT
-        while not _ready(base):
+        while not (_ready(base) and _listens(server.pid, port)):
             if server.poll() is not None or time.monotonic() > deadline:
                 tail = log_path.read_text(errors="replace")[-3000:]
                 pytest.fail(f"langgraph dev did not start (exit {server.poll()}):\n{tail}")
@@ -154,6 +158,33 @@ def langgraph_dev(
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def _listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds the listening socket on ``port``: another test's
+    server there answers ``/ok`` too (Linux's /proc; elsewhere assumed)."""
+    fds = Path(f"/proc/{pid}/fd")
+    if not fds.is_dir():
+        return True
+    inodes = set()
+    for fd in fds.iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            listening = fields[3] == "0A"
+            if listening and int(fields[1].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
+                return True
+    return False
 
 
 def _ready(base: str) -> bool:

@@ -80,9 +80,16 @@ def migrate(
     is a constant of the caller. Call it only when :func:`recorded_version` (and the
     caller's own catalog checks) found something to do.
     """
+    # Each component locks only its own setups; creating the schema is every component's,
+    # and two concurrent CREATE SCHEMA IF NOT EXISTS of a new schema collide (the second
+    # fails with UniqueViolation on pg_namespace: a saver's and a store's setup() started
+    # together on a new schema, every time). A missing schema's creators take turns.
+    schema_lock = advisory_lock_id("schema", quoted_schema)
     lock_and_read = script(
         (
             f"SELECT pg_advisory_xact_lock({int(lock_id)})",
+            f"SELECT pg_advisory_xact_lock({int(schema_lock)}) "
+            f"WHERE to_regnamespace('{quoted_schema}') IS NULL",
             f"CREATE SCHEMA IF NOT EXISTS {quoted_schema}",
             f"CREATE TABLE IF NOT EXISTS {quoted_schema}.{table} "
             "(v integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())",

@@ -90,6 +90,16 @@ _SQL_TOKENS = re.compile(
 _DELIMITERS = frozenset("(),;")
 
 
+class _Sql(str):
+    """The text of one of our statements (what :func:`compact_sql` returns): only these
+    have their conversion cached (see :class:`_Statements`). A cursor class of the
+    application's that rewrites what it is given (a tracer appending a comment with the
+    span's id) passes on plain ``str``, different at every execution, which psycopg's
+    own bounded caching serves instead."""
+
+    __slots__ = ()
+
+
 @lru_cache(maxsize=512)
 def compact_sql(sql: str) -> str:
     """``sql`` with its layout whitespace and comments removed.
@@ -109,7 +119,7 @@ def compact_sql(sql: str) -> str:
         after = sql[token.end()] if token.end() < len(sql) else ""
         return "" if before in _DELIMITERS or after in _DELIMITERS else " "
 
-    return _SQL_TOKENS.sub(keep, sql).strip()
+    return _Sql(_SQL_TOKENS.sub(keep, sql).strip())
 
 
 @lru_cache(maxsize=1024)
@@ -125,11 +135,14 @@ class _Statements(pg_queries.PostgresQuery):
     every execution (its cache is meant for application queries of unbounded variety):
     the checkpoint put is 4,088 bytes in schema ``public``, so a schema name of 9
     characters or more, or transcripts on, cost ~90 us a put (a tenth of its client
-    CPU). Ours are a fixed set per saver, so all are cached, in a cache of their own.
+    CPU). Ours are a fixed set per saver, so all are cached, in a cache of their own;
+    only ours (:class:`_Sql`): text a cursor class of the application's made of them
+    (OpenTelemetry's sqlcommenter appends the span's id to every statement) is unique at
+    every execution, and cached here it held 1,024 of them, ~25 MB, for no hit.
     """
 
     def convert(self, query: Any, vars: Any) -> None:
-        if vars is None or type(query) is not str:
+        if vars is None or type(query) is not _Sql:
             super().convert(query, vars)
             return
         self.query, self._want_formats, self._order, self._parts = _converted(
@@ -154,12 +167,43 @@ def _caching(factory: type[Any]) -> type[Any] | None:
     return type(factory.__name__, (factory,), {"_query_cls": _Statements, "__slots__": ()})
 
 
+# Cursor classes whose queries our statements cannot be: client-side binding has no binary
+# results, a raw cursor takes $1 placeholders. Where psycopg lacks them, nothing is refused.
+_OWN_CONVERSION = tuple(
+    (cls, how)
+    for cls, how in (
+        (getattr(pg_queries, "PostgresClientQuery", None), "binds parameters client-side"),
+        (getattr(pg_queries, "PostgresRawQuery", None), "takes raw $1 placeholders"),
+    )
+    if isinstance(cls, type)
+)
+
+
+def _refuse(factory: Any) -> None:
+    """:class:`InvalidConfigError` for a connection whose cursor class converts queries in a
+    way our statements cannot run with (psycopg's ``ClientCursor``, ``RawCursor``): every
+    call failed with psycopg's own error instead ("client-side cursors don't support
+    binary results", or a syntax error at ``%s``), which named neither the cursor class
+    nor the remedy."""
+    query_cls = getattr(factory, "_query_cls", None)
+    for cls, how in _OWN_CONVERSION:
+        if isinstance(query_cls, type) and issubclass(query_cls, cls):
+            raise InvalidConfigError(
+                f"the connection's cursor_factory {factory.__name__} {how}; "
+                "langgraph-memory-plus sends %s-style statements bound server-side with "
+                "binary results: make the connection's (or the pool's kwargs') "
+                "cursor_factory psycopg.Cursor (psycopg.AsyncCursor for async) or a "
+                "subclass of it"
+            )
+
+
 def _cursor(conn: Connection[Any]) -> Cursor[TupleRow]:
     """A binary, tuple-row cursor of the connection's class that converts our statements
     once (see _Statements)."""
     factory: Any = conn.cursor_factory
     caching = _caching(factory) if isinstance(factory, type) else None
     if caching is None:
+        _refuse(factory)
         return conn.cursor(row_factory=tuple_row, binary=True)
     cur: Cursor[TupleRow] = caching(conn, row_factory=tuple_row)
     cur.format = Format.BINARY
@@ -171,6 +215,7 @@ def _acursor(conn: AsyncConnection[Any]) -> AsyncCursor[TupleRow]:
     factory: Any = conn.cursor_factory
     caching = _caching(factory) if isinstance(factory, type) else None
     if caching is None:
+        _refuse(factory)
         return conn.cursor(row_factory=tuple_row, binary=True)
     cur: AsyncCursor[TupleRow] = caching(conn, row_factory=tuple_row)
     cur.format = Format.BINARY
@@ -217,6 +262,17 @@ def _discards(sql: str) -> bool:
     before it commits syncs and sends one unprepared statement, which carries the
     deallocation while nothing new is prepared."""
     return _DISCARDING.match(sql) is not None
+
+
+def _flush_pending(conn: Connection[Any] | AsyncConnection[Any]) -> bool:
+    """Whether psycopg read a discarding result (see :func:`_discards`) in a fetch or a sync
+    and holds its ``DEALLOCATE ALL`` for the end of the next ``execute``, after that
+    statement's own prepare: the next statement must then not be prepared.
+
+    :func:`_discards` reads our SQL, which cannot tell every such statement (an ``ALTER``
+    after a comment, which psycopg knows by its result's ``ALTER TABLE`` tag): this reads
+    psycopg's own bookkeeping, where it has it."""
+    return bool(getattr(getattr(conn, "_prepared", None), "_to_flush", None))
 
 
 def _pipelined(query: Query) -> Sequence[Query]:
@@ -621,14 +677,18 @@ class PgRunner:
                 for one in _pipelined(query):  # a cursor per statement (see the module docstring)
                     discarded = discarded or _discards(one.sql)
                     own = stack.enter_context(_cursor(conn))
-                    rows = _execute(own, one, prepare=False if discarded else None)
+                    unprepared = discarded or _flush_pending(conn)
+                    rows = _execute(own, one, prepare=False if unprepared else None)
                 return rows
 
             result = drive(plan, execute)
             if discarded:
                 pipeline.sync()
                 stack.enter_context(_cursor(conn)).execute("SELECT 1", prepare=False)
-            return result
+        if _flush_pending(conn):  # a discard read only at the commit: send it now
+            with _cursor(conn) as cur:
+                cur.execute("SELECT 1", prepare=False)
+        return result
 
 
 class AsyncPgRunner:
@@ -723,7 +783,8 @@ class AsyncPgRunner:
                 for one in _pipelined(query):  # a cursor per statement (see the module docstring)
                     discarded = discarded or _discards(one.sql)
                     own = await stack.enter_async_context(_acursor(conn))
-                    rows = await _aexecute(own, one, prepare=False if discarded else None)
+                    unprepared = discarded or _flush_pending(conn)
+                    rows = await _aexecute(own, one, prepare=False if unprepared else None)
                 return rows
 
             result = await adrive(plan, execute)
@@ -731,4 +792,7 @@ class AsyncPgRunner:
                 await pipeline.sync()
                 mark = await stack.enter_async_context(_acursor(conn))
                 await mark.execute("SELECT 1", prepare=False)
-            return result
+        if _flush_pending(conn):  # a discard read only at the commit: send it now
+            async with _acursor(conn) as cur:
+                await cur.execute("SELECT 1", prepare=False)
+        return result
