@@ -72,25 +72,32 @@ def _counting(table: str) -> Any:
 LEADS = ["", "-- why\n", "/* why */ ", "\n  -- why\n  "]
 
 
+@pytest.mark.parametrize("autocommit", [True, False], ids=["autocommit", "transaction"])
 @pytest.mark.parametrize("lead", LEADS, ids=["bare", "line-comment", "block-comment", "layout"])
 def test_a_pipelined_alter_after_a_comment_leaves_no_statement_deallocated(
-    pg_url: str, lead: str
+    pg_url: str, lead: str, autocommit: bool
 ) -> None:
     """``_discards`` matched ``ALTER``/``DROP`` at the start of our SQL only: an ``ALTER``
     after a comment (psycopg knows it by its result's ``ALTER TABLE`` tag) was missed, the
     next statement prepared before psycopg's held-back ``DEALLOCATE ALL``, and the next
     plan failed: ``InvalidSqlStatementName: prepared statement "_pg3_4" does not exist``
-    (3 of 3 comment forms failed before the fix; the bare one passed)."""
+    (3 of 3 comment forms failed before the fix; the bare one passed). On a caller's
+    connection outside autocommit, the statement that carries the deallocation after the
+    commit leaves no transaction open."""
     table = f"lgmp_adrv_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(pg_url, autocommit=True, prepare_threshold=0) as conn:
         conn.execute(f"CREATE TABLE {table} (a int)")
+        conn.autocommit = autocommit
         try:
             runner = PgRunner(conn, pipeline=True, owner="test")
             for _ in range(3):
                 assert runner.run(_altering(table, lead)) == [(0,)]
+                assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
                 _consistent(conn)
                 assert runner.run(_counting(table)) == [(0,)]
         finally:
+            conn.rollback()
+            conn.autocommit = True
             conn.execute(f"DROP TABLE {table}")
 
 

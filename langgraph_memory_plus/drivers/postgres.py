@@ -35,7 +35,7 @@ from psycopg import ProgrammingError as _ProgrammingError
 from psycopg import _queries as pg_queries
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.pq import Conninfo, Format
+from psycopg.pq import Conninfo, Format, TransactionStatus
 from psycopg.rows import TupleRow, tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
@@ -686,8 +686,11 @@ class PgRunner:
                 pipeline.sync()
                 stack.enter_context(_cursor(conn)).execute("SELECT 1", prepare=False)
         if _flush_pending(conn):  # a discard read only at the commit: send it now
+            idle = conn.info.transaction_status == TransactionStatus.IDLE
             with _cursor(conn) as cur:
                 cur.execute("SELECT 1", prepare=False)
+            if idle and not conn.autocommit:  # opened by the SELECT: leave none open
+                conn.rollback()
         return result
 
 
@@ -793,6 +796,9 @@ class AsyncPgRunner:
                 mark = await stack.enter_async_context(_acursor(conn))
                 await mark.execute("SELECT 1", prepare=False)
         if _flush_pending(conn):  # a discard read only at the commit: send it now
+            idle = conn.info.transaction_status == TransactionStatus.IDLE
             async with _acursor(conn) as cur:
                 await cur.execute("SELECT 1", prepare=False)
+            if idle and not conn.autocommit:  # opened by the SELECT: leave none open
+                await conn.rollback()
         return result
