@@ -1255,6 +1255,20 @@ class PostgresCheckpointPlans:
     # -- deletion and maintenance -----------------------------------------------------
 
     def _delete_threads(self, tks: list[bytes]) -> Plan[Query, None]:
+        # A fenced thread with no row yet (leased, not written) gets one here, the
+        # tombstone to be: a new thread's first fenced write inserts it, commits, and
+        # its step's next write (the put beside its put_writes) then holds it waiting
+        # for the fence row; the lock below, finding no row, would lock nothing, the
+        # fence's delete take the fence row and the tombstone's update wait for the
+        # thread row: crosswise (DeadlockDetected). The conflict waits for a racing
+        # insert's commit, so the lock below, a statement later, finds its row.
+        yield Query(
+            f"""INSERT INTO {self._th} (thread_key)
+            SELECT f.thread_key FROM {self._fe} f WHERE f.thread_key = ANY(%s)
+            ORDER BY f.thread_key
+            ON CONFLICT (thread_key) DO NOTHING""",
+            (tks,),
+        )
         # Lock the thread rows first: a concurrent put holds the same lock, so it either
         # commits before (and is deleted here) or waits and meets the tombstone.
         yield Query(
