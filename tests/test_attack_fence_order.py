@@ -1,10 +1,11 @@
 """Attacks on the PostgreSQL fence's lock order (commit 5266ca1), by someone who did not
 write it.
 
-The change reads a fenced write's claim unlocked before it inserts a new thread's row and
-share-locks the fence row only with the thread row held. These tests interleave what it
-promises: a takeover or a deletion landing between the unlocked read and the locked
-check (the superseded write must leave nothing, not even the thread row), a fence taken
+The change share-locks the fence row only with the thread row held (its first version
+also inserted a new thread's row on the claim as read, unlocked; since aa545a9 a new
+thread's first fenced write takes the locked path). These tests interleave what it
+promises: a takeover or a deletion landing before the locked check (the superseded
+write must leave nothing, not even the thread row), a fence taken
 or renewed in a caller's transaction before a write of it (thread row first, fence row
 second, everywhere), and many callers mixing fenced writes with takeovers, deletions,
 prunes, sweeps and erasures.
@@ -24,23 +25,9 @@ from typing import Any
 import psycopg
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
+from test_attack_speed2 import _wait_for_lock_wait
 
 pytestmark = pytest.mark.storage
-
-
-def _wait_for_lock_wait(conn: psycopg.Connection[Any], like: str) -> None:
-    """Until a backend of this database waits on a lock in a statement matching ``like``."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND pid <> pg_backend_pid() AND datname = current_database() AND query LIKE %s",
-            (like,),
-        ).fetchone()
-        if row and row[0]:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"no statement like {like!r} ever waited on a lock")
 
 
 @contextlib.contextmanager
