@@ -312,6 +312,107 @@ def test_large_builds_pause_the_collector_only_while_they_run() -> None:
         gc.enable()
 
 
+def _long_templates(n: int) -> tuple[list[Any], list[Any]]:
+    from langgraph_memory_plus.checkpoint.lists import Template
+
+    originals = [
+        AIMessage(f"m{i}", id=f"a{i}", response_metadata={"usage": {"n": i}}) for i in range(n)
+    ]
+    return originals, [Template.of(m) for m in originals]
+
+
+class _Cycle:
+    """Cyclic garbage: only a full or young collection frees it, never reference counts."""
+
+    def __init__(self, ballast: int) -> None:
+        self.me = self
+        self.ballast = [{"k": i} for i in range(ballast)]
+
+
+@pytest.mark.skipif(
+    not __import__("langgraph_memory_plus.checkpoint.lists", fromlist=["x"]).PROMOTES,
+    reason="the promotion is CPython 3.10-3.13's (other interpreters re-enable plainly)",
+)
+def test_a_large_build_promotes_its_objects_without_a_young_collection() -> None:
+    """A pause ends by moving the young generations to the oldest unwalked (issue 39):
+    the built objects are there, no young collection ran for them, and the collector is
+    on again."""
+    from langgraph_memory_plus.checkpoint.lists import PAUSE_GC_FROM, build_all
+
+    originals, templates = _long_templates(PAUSE_GC_FROM)
+    young: list[int] = []
+
+    def seen(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start" and info["generation"] < 2:
+            young.append(info["generation"])
+
+    gc.collect()
+    gc.callbacks.append(seen)
+    try:
+        out = build_all(templates)
+        count = gc.get_count()[0]
+    finally:
+        gc.callbacks.remove(seen)
+    assert out == originals and gc.isenabled()
+    assert not young and count < 50, (young, count)
+    oldest = {id(o) for o in gc.get_objects(2)}
+    assert all(id(m) in oldest and id(m.__dict__) in oldest for m in out)
+
+
+@pytest.mark.skipif(
+    not __import__("langgraph_memory_plus.checkpoint.lists", fromlist=["x"]).PROMOTES,
+    reason="the promotion is CPython 3.10-3.13's (other interpreters re-enable plainly)",
+)
+def test_cyclic_garbage_promoted_by_builds_is_freed_within_a_quarter_of_the_heap() -> None:
+    """Promoted cyclic garbage (made by other code between builds) waits for a full
+    collection, which the builds run once the heap grew by a quarter: with no explicit
+    collection by anyone, the first cycle is freed before the garbage made after it
+    passes half the heap's size at the start (never without bound)."""
+    import sys
+    import weakref
+
+    from langgraph_memory_plus.checkpoint.lists import PAUSE_GC_FROM, build_all
+
+    _, templates = _long_templates(PAUSE_GC_FROM)
+    gc.collect()
+    start = sys.getallocatedblocks()
+    thresholds = gc.get_threshold()
+    # Python's own collections off (the builds' promotions take everything young):
+    # only the builds' full collections can free the cycles.
+    gc.set_threshold(0)
+    try:
+        first = _Cycle(100)
+        alive = weakref.ref(first)
+        del first
+        made = 0
+        while alive() is not None and made < start:
+            build_all(templates)
+            _Cycle(1000)
+            made += 1000
+        assert alive() is None, f"not freed after {made} blocks of garbage ({start} at start)"
+        assert made < start // 2 + 20_000
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.collect()
+
+
+def test_a_build_leaves_objects_the_application_froze_frozen() -> None:
+    """An application that froze its objects (a pre-fork server) keeps them frozen: a
+    build re-enables the collector plainly instead of promoting."""
+    from langgraph_memory_plus.checkpoint.lists import PAUSE_GC_FROM, build_all
+
+    originals, templates = _long_templates(PAUSE_GC_FROM)
+    gc.collect()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        assert build_all(templates) == originals
+        assert gc.get_freeze_count() >= frozen and gc.isenabled()
+    finally:
+        gc.unfreeze()
+
+
 def test_fresh_all_keeps_order_across_batches_and_undecoded_items() -> None:
     """A long list read at a chat's turn mixes items with a template (built together in
     batches of ``BUILD_BATCH``) and items not decoded yet or without one (decoded one by

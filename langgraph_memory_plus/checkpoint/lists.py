@@ -46,6 +46,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import operator
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -54,7 +55,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import chain, compress, repeat
-from typing import Any
+from typing import Any, cast
 
 import ormsgpack
 from pydantic import BaseModel
@@ -372,17 +373,73 @@ _pausing = 0  # builds under way with the collector paused
 _paused_here = False  # whether those builds disabled it (it was enabled before them)
 _collected_at = 0.0  # when the pause began or last collected (time.monotonic)
 
+PROMOTES = (
+    sys.implementation.name == "cpython"
+    and sys.version_info < (3, 14)
+    and getattr(sys, "_is_gil_enabled", lambda: True)()
+)
+"""Whether a pause ends by promoting the young generations (:func:`_settle`): on the
+generational collectors of CPython 3.10-3.13 with the GIL, whose rules it follows."""
+GROWTH_FOR_FULL = 1.25
+"""A full collection runs when a promotion finds the interpreter's allocated blocks grown
+by this factor since the last one (:func:`_settle`)."""
 
-def _catch_up() -> None:
+_baseline = 0  # allocated blocks after the last full collection; 0: not known yet
+_watching = False  # whether :func:`_full_collection_seen` is among gc.callbacks
+
+
+def _full_collection_seen(phase: str, info: dict[str, Any]) -> None:
+    """Take the heap's size after every full collection (a gc callback)."""
+    global _baseline
+    if phase == "stop" and info.get("generation") == 2:
+        _baseline = sys.getallocatedblocks()
+
+
+def _settle() -> int | None:
+    """End a pause without walking what it built: move the young generations into the
+    oldest, unwalked, and run a full collection once the heap has grown by a quarter.
+
+    A build's objects are never garbage when it ends (the caller and the read's view hold
+    them), so the young collection that follows a pause, and the middle generation's walk
+    later, only cost: at T=1000 in a chat process 1.0-1.7 ms and 0.3 ms of a 6-8 ms read
+    (``benchmarks/results/2026-12-06-issue39-long-threads-2.md``). ``gc.freeze()`` then
+    ``gc.unfreeze()`` moves every tracked object of the young generations to the oldest
+    without looking at them. Objects freed by reference counting leave it as from any
+    generation; cyclic garbage among the promoted (other threads' too) waits for a full
+    collection. CPython runs one when the objects that reached the oldest generation
+    since the last pass a quarter of it, and these are not in its count; so one runs here
+    when the interpreter's allocated blocks (``sys.getallocatedblocks``: ~0.1 ms, a count
+    per arena) have grown
+    by :data:`GROWTH_FOR_FULL` since the last full collection: garbage held back is at
+    most about a quarter of the heap, as in the oldest generation anyway. Left alone
+    (plain re-enabling) when the application froze objects itself (a pre-fork server):
+    ``unfreeze`` would thaw them. Returns the generation to collect now, if any (run by
+    the caller outside the pause's lock: finalizers run during a collection)."""
+    global _baseline, _watching
+    if not PROMOTES or gc.get_freeze_count():
+        return None
+    if not _watching:
+        gc.callbacks.append(_full_collection_seen)
+        _watching = True
+    gc.freeze()
+    gc.unfreeze()
+    blocks = sys.getallocatedblocks()
+    if not _baseline:
+        _baseline = blocks
+    elif blocks > _baseline * GROWTH_FOR_FULL:
+        return 2  # the callback takes the new baseline
+    return None
+
+
+def _catch_up() -> int:
     """The collection the collector would have run by now, chosen as it chooses one:
     the oldest generation whose count passed its threshold (the counts grow while it is
     paused, and an explicit collection resets them as an automatic one does)."""
     counts, thresholds = gc.get_count(), gc.get_threshold()
     for generation in (2, 1):
         if thresholds[generation] and counts[generation] > thresholds[generation]:
-            gc.collect(generation)
-            return
-    gc.collect(0)
+            return generation
+    return 0
 
 
 @contextmanager
@@ -394,9 +451,9 @@ def _collector_paused(size: int) -> Iterator[None]:
     one, until the whole heap is walked again: in a process holding a long thread (the
     graph's state, the views here) that walking cost more than the building (a read of
     600 messages: 4.0 ms of CPU, 2.25 ms with the collector off). Paused, the batch is
-    walked once, by the next young collection. The usual advice for bulk msgpack
-    unpacking; here only while builds are under way, counted across threads, and never
-    touching a collector someone else disabled.
+    not walked at all: the last build to end promotes it (:func:`_settle`). The usual
+    advice for bulk msgpack unpacking; here only while builds are under way, counted
+    across threads, and never touching a collector someone else disabled.
 
     Builds of many threads overlap without a gap under load (a dozen readers of long
     threads): a pause that lasted until the count fell to zero kept the collector off
@@ -417,15 +474,20 @@ def _collector_paused(size: int) -> Iterator[None]:
     try:
         yield
     finally:
+        collect = None
         with _pause_lock:
             _pausing -= 1
             if _paused_here:
                 if _pausing == 0:
                     _paused_here = False
+                    collect = _settle()
                     gc.enable()
                 elif time.monotonic() - _collected_at > PAUSE_GC_AT_MOST:
-                    _catch_up()
+                    collect = _catch_up()
                     _collected_at = time.monotonic()
+        if collect is not None:
+            # Outside the lock: a finalizer the collection runs may build a list too.
+            gc.collect(collect)
 
 
 def build_all(templates: Sequence[Template]) -> list[Any]:
@@ -734,6 +796,27 @@ class ListMemory:
             channel = self._channels.get(key)
             return dict(channel.items) if channel is not None else {}
 
+    def recall(
+        self, key: MemoKey, ref: ListRef
+    ) -> tuple[ListVersion | None, bool, list[_Known] | None]:
+        """The version stored under ``ref`` (:meth:`find`, else :meth:`derive`), whether it
+        was derived, and its items in order: None unless every one is known here.
+
+        A turn's read of a long list finds everything here; this answers it without
+        copying the channel's items or building a set of the version's ids (two passes
+        over the whole list a read, issue 39)."""
+        version = self.find(key, ref)
+        derived = version is None
+        if derived:
+            version = self.derive(key, ref)
+        if version is None:
+            return None, False, None
+        with self._lock:
+            channel = self._channels.get(key)
+            found = list(map(channel.items.get, version.item_ids)) if channel else [None]
+        # ``_Known`` has no length or truth of its own: ``all`` is false only for a None.
+        return version, derived, cast("list[_Known]", found) if all(found) else None
+
     def remember(
         self,
         key: MemoKey,
@@ -742,10 +825,13 @@ class ListMemory:
         view: ListView | None = None,
         keep: bool = True,
     ) -> None:
-        """Remember a version that is stored, the items it uses and, optionally, a view.
+        """Remember a version that is stored, items it uses and, optionally, a view.
 
-        ``keep=False`` for a version :meth:`derive` made: the one it came from covers it,
-        so reading a thread's history by id leaves the remembered versions as they were.
+        ``items`` are the version's items to add (new, or fetched): those it shares with
+        remembered versions are here already, and one evicted meanwhile is fetched by the
+        read that needs it. ``keep=False`` for a version :meth:`derive` made: the one it
+        came from covers it, so reading a thread's history by id leaves the remembered
+        versions as they were.
         """
         with self._lock:
             channel = self._channels.get(key)
@@ -768,9 +854,9 @@ class ListMemory:
                 channel.views.append(view)
                 del channel.views[: -self.views_per_list]
             before = len(channel.items)
-            new = set(version.item_ids).difference(channel.items)
-            for iid in new.intersection(items) if new else ():
-                channel.add_item(iid, items[iid])
+            for iid, known in items.items():
+                if iid not in channel.items:
+                    channel.add_item(iid, known)
             longest = max(len(v.item_ids) for v in channel.versions.values())
             if len(channel.items) > 2 * longest + PAGE_SIZE:
                 # Items no remembered version uses any more (trimmed, replaced).
@@ -933,13 +1019,9 @@ def remember_stored(
     if view is None:
         return
     view.at.add(checkpoint_id)
+    # The reused items are known already, unless evicted meanwhile: then a read
+    # fetches them.
     items = {iid: _Known(typed) for iid, typed in chunked.items.items()}
-    if len(items) < len(view.version.item_ids):
-        # The reused items are known already, unless evicted meanwhile: then a read
-        # fetches them. Those of this put win (a merge in C, not a loop per item).
-        known = memory.known(key)
-        known.update(items)
-        items = known
     memory.remember(key, view.version, items, view)
 
 
@@ -1012,13 +1094,11 @@ def resolve_list(
     checkpoint recognizes (``get_tuple``, which starts a step); history pages leave none.
     """
     key = request.key
-    known = memory.known(key)
-    version = memory.find(key, request.ref)
-    derived = version is None
-    if derived:
-        version = memory.derive(key, request.ref)
-    if version is None or not known.keys() >= set(version.item_ids):
+    version, derived, items = memory.recall(key, request.ref)
+    fetched: dict[bytes, _Known] = {}
+    if version is None or items is None:
         derived = False
+        known = memory.known(key)
         rows = parse((yield fetch(replace(request, known=known.keys()))))
         item_ids: list[bytes] = []
         for raw_id, typ, data in rows:
@@ -1026,7 +1106,7 @@ def resolve_list(
             if typ is None:
                 raise LookupError("a stored list refers to an item or page that is missing")
             if data is not None:
-                known[iid] = _Known((typ, bytes(data)))
+                fetched[iid] = _Known((typ, bytes(data)))
             item_ids.append(iid)
         _check_shape(request.ref, item_ids)
         full = len(item_ids) // PAGE_SIZE
@@ -1040,12 +1120,12 @@ def resolve_list(
             # store its own pages rather than refer to these.
             page_ids = []
         version = ListVersion(request.ref, item_ids, page_ids)
-    objects = _Known.fresh_all(
-        version.item_ids, list(map(known.__getitem__, version.item_ids)), load
-    )
+        known.update(fetched)
+        items = list(map(known.__getitem__, version.item_ids))
+    objects = _Known.fresh_all(version.item_ids, items, load)
     view = None
     if checkpoint_id is not None:
         prints = fingerprints_of(objects)
         view = ListView(version, list(objects), prints, {checkpoint_id}, read=True)
-    memory.remember(key, version, known, view, keep=not derived)
+    memory.remember(key, version, fetched, view, keep=not derived)
     return objects
