@@ -1,4 +1,4 @@
-"""A smoke run of ``benchmarks/long_floor.py``: the two floors are savers of the chat
+"""A smoke run of ``benchmarks/long_floor.py``: the three floors are savers of the chat
 conversation (so their times are those of a turn that keeps it), the fresh one's reads
 share no object, and one run reports every saver's figures over each official saver's.
 Nothing here depends on speed."""
@@ -21,11 +21,16 @@ from benchmarks import long_floor, workloads  # noqa: E402
 pytestmark = pytest.mark.storage
 
 
-@pytest.mark.parametrize("fresh", [False, True], ids=["no storage", "fresh objects"])
+@pytest.mark.parametrize("kind", ["no storage", "fresh objects", "fresh objects, C build"])
 def test_the_floors_keep_the_conversation_and_only_fresh_reads_share_nothing(
-    fresh: bool,
+    kind: str,
 ) -> None:
-    saver = long_floor.FreshObjectsSaver() if fresh else long_floor.NoStorageSaver()
+    saver = {
+        long_floor.NO_STORAGE: long_floor.NoStorageSaver,
+        long_floor.FRESH: long_floor.FreshObjectsSaver,
+        long_floor.FRESH_C: long_floor.TemplateSaver,
+    }[kind]()
+    fresh = kind != long_floor.NO_STORAGE
     graph = workloads.chat_graph().compile(checkpointer=saver)
     config: RunnableConfig = {"configurable": {"thread_id": "floor"}}
     for turn in (1, 2, 3):
@@ -42,6 +47,11 @@ def test_the_floors_keep_the_conversation_and_only_fresh_reads_share_nothing(
     if fresh:
         first[0].content = "edited"
         assert graph.get_state(config).values["messages"][0].content != "edited"
+    if kind == long_floor.FRESH_C:  # nested containers too (the Python floor shares them)
+        usage = [m.response_metadata.get("token_usage") for m in first]
+        again = [m.response_metadata.get("token_usage") for m in second]
+        assert any(usage)
+        assert not any(u is not None and u is v for u, v in zip(usage, again, strict=True))
 
 
 def test_one_run_reports_every_saver_against_each_official(
@@ -61,6 +71,7 @@ def test_one_run_reports_every_saver_against_each_official(
         == {
             long_floor.NO_STORAGE,
             long_floor.FRESH,
+            long_floor.FRESH_C,
             "ours_sqlite",
             "off_sqlite",
         }
