@@ -118,3 +118,26 @@ def test_a_small_list_memory_behaves_as_in_memory_saver(saver_factory: Any, cap:
     sequence = Sequence(BASE_SEED + 7919, factory)
     with _named(sequence):
         sequence.run()
+
+
+@pytest.mark.parametrize("written_count", [1, 3, 9, 20])
+def test_a_put_serializes_again_from_the_first_object_a_task_returned(written_count: int) -> None:
+    """``chunk_list`` keeps an element's item only before the first object a task
+    returned this step (few are scanned for, many looked up in an index, issue 39): the
+    same cut either way, whether the objects are old (anywhere, repeated), new or both."""
+    import random
+
+    from langgraph_memory_plus.checkpoint.lists import ListRef, ListVersion, ListView, _before_any
+
+    rng = random.Random(written_count)
+    for _ in range(200):
+        objects = [object() for _ in range(rng.randrange(1, 40))]
+        objects += rng.sample(objects, k=min(3, len(objects)))  # some twice
+        view = ListView(ListVersion(ListRef(None, []), [], []), objects, [None] * len(objects))
+        picked = [
+            rng.choice(objects) if rng.random() < 0.5 else object() for _ in range(written_count)
+        ]
+        written = {id(o): o for o in picked}
+        same = rng.randrange(0, len(objects) + 1)
+        expected = min([i for i, o in enumerate(objects[:same]) if id(o) in written], default=same)
+        assert _before_any(view, written, same) == expected

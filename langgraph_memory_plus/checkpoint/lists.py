@@ -943,11 +943,7 @@ def chunk_list(
         # returned, are not unchanged.
         same = unchanged_prefix(values[:same], base.fingerprints)
         if written:
-            positions = base.position_of()
-            for key in written:
-                position = positions.get(key)
-                if position is not None and position < same:
-                    same = position
+            same = _before_any(base, written, same)
     item_ids = base.version.item_ids[:same] if base is not None else []
     prints = base.fingerprints[:same] if base is not None else []
     if same < len(values):
@@ -1034,6 +1030,22 @@ def _same_prefix(values: Sequence[Any], objects: Sequence[Any]) -> int:
         return flags.index(False)
     except ValueError:
         return len(flags)
+
+
+def _before_any(base: ListView, written: Mapping[int, Any], same: int) -> int:
+    """``same`` cut to the first position, among the first ``same`` objects of ``base``,
+    of an object in ``written``. A task returns a message or two a step, mostly new ones:
+    one scan in C per object costs less than indexing the whole view by identity (the
+    index is built only for many)."""
+    if len(written) > 8:
+        positions = base.position_of()
+        return min(
+            (p for p in map(positions.get, written) if p is not None and p < same), default=same
+        )
+    for obj in written.values():
+        first = next(compress(range(same), map(operator.is_, base.objects, repeat(obj))), same)
+        same = min(same, first)
+    return same
 
 
 def _positions(objects: Sequence[Any]) -> dict[int, int]:
