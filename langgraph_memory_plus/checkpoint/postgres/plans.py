@@ -650,10 +650,16 @@ class PostgresCheckpointPlans:
             if fenced and fast:
                 held = """, CASE WHEN EXISTS (SELECT 1 FROM thread)
                     THEN EXISTS (SELECT 1 FROM fence) ELSE EXISTS (SELECT 1 FROM claim) END"""
-            tail = f"""
-                SELECT (SELECT count(*) FROM ok), (SELECT live_after FROM thread LIMIT 1),
+            if fast:
+                # only what the fast path reads: each column of a result costs the
+                # client a loader per execution, and a write is most of a turn's calls
+                tail = f"SELECT EXISTS (SELECT 1 FROM ok), EXISTS (SELECT 1 FROM {done}){held}"
+            else:
+                tail = f"""
+                SELECT EXISTS (SELECT 1 FROM ok), EXISTS (SELECT 1 FROM {done}){held},
+                       (SELECT live_after FROM thread LIMIT 1),
                        coalesce((SELECT bool_or(was_expired) FROM thread), false),
-                       EXISTS (SELECT 1 FROM {done}), (SELECT refused FROM thread LIMIT 1){held}"""
+                       (SELECT refused FROM thread LIMIT 1)"""
             sql = compact_sql(f"WITH {self._thread_ctes(fast, fenced)}, {payload} {tail}")
             self._writes_sql[key] = sql
         return sql
@@ -707,13 +713,14 @@ class PostgresCheckpointPlans:
         )
         rows: Rows = yield fast
         if rows[0][0]:
-            return True, None, [], False, bool(rows[0][3])
-        if fence is not None and not rows[0][5]:
+            return True, None, [], False, rows[0][1]
+        if fence is not None and not rows[0][2]:
             yield from self._refused_by_fence(*fence)
         rows = yield Query(self._write_sql(payload, done, False, fenced), params, fetch=True)
-        if fence is not None and not rows[0][5]:
+        if fence is not None and not rows[0][2]:
             yield from self._refused_by_fence(*fence)
-        return False, rows[0][1], list(rows[0][4] or ()), bool(rows[0][2]), bool(rows[0][3])
+        live_after, was_expired, refused = rows[0][-3:]
+        return False, live_after, list(refused or ()), was_expired, rows[0][1]
 
     def put(
         self,
