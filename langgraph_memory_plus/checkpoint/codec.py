@@ -88,6 +88,8 @@ _ABSENT = object()
 INLINE_MAX_BYTES = 48
 """Scalar channel values serialized to at most this many bytes are kept in the checkpoint
 record itself (on backends that opt in) instead of in a blob row of their own."""
+INLINE_MEMO_SIZE = 256
+"""Small scalars a codec remembers serialized (see ``CheckpointCodec._inline_memo``)."""
 
 _SCALARS = (type(None), bool, int, float, str)
 _INLINE_MAX_CHARS = 40
@@ -315,6 +317,11 @@ class CheckpointCodec:
         and its index entry cost far more than a ``None`` or a counter."""
         self.metadata_as_json = metadata_as_json
         """Store metadata whose JSON projection is exact only as that projection."""
+        self._inline_memo: dict[tuple[type, Any], Typed] = {}
+        """Small scalars as :meth:`_inlined` stored them, by type and value: every put
+        stores every one of them (a graph's counters and flags), changed or not, and
+        most are the same values put after put. The codec's serializer is fixed (a new
+        ``serde`` builds new codecs), so equal scalars serialize alike."""
         self.track_views = True
         """Whether the lists this codec reads are remembered as views a later put builds
         on (see :func:`.lists.resolve_list`): not for history pages, which no put uses."""
@@ -328,9 +335,19 @@ class CheckpointCodec:
         if not self.inline:
             return {}
         out = {}
+        memo = self._inline_memo
         for channel, value in values.items():
             if channel in versions and _small_scalar(value):
-                typed = compress(*self._dump(value, f"channel {channel!r}"))
+                # by type too: True == 1 == 1.0 are three values; floats not at all
+                # (-0.0 == 0.0)
+                key = (type(value), value)
+                typed = memo.get(key) if type(value) is not float else None
+                if typed is None:
+                    typed = compress(*self._dump(value, f"channel {channel!r}"))
+                    if type(value) is not float:
+                        if len(memo) >= INLINE_MEMO_SIZE:
+                            memo.clear()
+                        memo[key] = typed
                 if len(typed[1]) <= INLINE_MAX_BYTES:
                     out[channel] = typed
         return out
