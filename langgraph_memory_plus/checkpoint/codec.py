@@ -100,6 +100,9 @@ def version_text(version: str | int | float) -> str:
     return version if isinstance(version, str) else repr(version)
 
 
+_NATIVE_TYPES = frozenset((str, int))
+
+
 def _native_version(version: Any) -> bool:
     """Whether a version is stored as it is (str or int) rather than as its text."""
     kind = type(version)
@@ -120,7 +123,13 @@ def json_safe(value: Any) -> Any:
     if kind is str:
         return value.replace("\x00", "\\u0000") if "\x00" in value else value
     if kind is dict:
-        return {json_safe(str(k)): json_safe(v) for k, v in value.items()}
+        # text keys and plain values as they are, without a call each (see _json_plain)
+        return {
+            k if type(k) is str and "\x00" not in k else json_safe(str(k)): v
+            if _json_plain(v)
+            else json_safe(v)
+            for k, v in value.items()
+        }
     if value is None or kind is int or kind is bool:
         return value
     if isinstance(value, str):
@@ -134,6 +143,19 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     return repr(value).replace("\x00", "\\u0000")
+
+
+def _json_plain(value: Any) -> bool:
+    """A value :func:`json_safe` keeps as it is and :func:`json_exact` accepts, told
+    without a call of either: ``None``, a bool or int, ASCII text without NUL (most
+    metadata values)."""
+    kind = type(value)
+    return (
+        value is None
+        or kind is int
+        or kind is bool
+        or (kind is str and value.isascii() and "\x00" not in value)
+    )
 
 
 def _small_scalar(value: Any) -> bool:
@@ -184,7 +206,12 @@ def json_exact(value: Any) -> bool:
         r = repr(value)
         return math.isfinite(value) and "e" not in r and not r.startswith("-0.0")
     if kind is dict:
-        return all(type(k) is str and json_exact(k) and json_exact(v) for k, v in value.items())
+        for k, v in value.items():
+            if type(k) is not str or not json_exact(k):
+                return False
+            if not _json_plain(v) and not json_exact(v):
+                return False
+        return True
     if kind is list:
         return all(json_exact(v) for v in value)
     return False
@@ -438,7 +465,10 @@ class CheckpointCodec:
         # Sealed, it keeps them: blobs open at the versions it names, so versions edited
         # in the clear column (an older blob named) do not roll a value back.
         versions = checkpoint["channel_versions"]
-        native = all(map(_native_version, versions.values()))
+        # one pass over the types, not a call per version (str or int: the common case)
+        native = {type(v) for v in versions.values()} <= _NATIVE_TYPES or all(
+            map(_native_version, versions.values())
+        )
         if native and self.encryption is None:
             body.pop("channel_versions", None)
         elif self.encryption is not None:
