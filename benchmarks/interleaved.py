@@ -16,7 +16,7 @@ writes on executor threads), the thread CPU inside ``put``, ``put_writes`` and
 ``get_tuple`` per turn, and the paired medians (thread by thread) of B/A and of each to
 rung 6. The conversations are read back afterwards (``wl._check_conversation``). Run
 both orders (``--a X --b Y`` and ``--a Y --b X``) and average: the two copies are not
-placed alike in the process (B was ~2% slower than A with the same tree in both).
+placed alike in the process (the same tree as A and as B read up to ~2% apart).
 """
 
 from __future__ import annotations
