@@ -16,6 +16,7 @@ from langgraph_memory_plus.drivers.postgres import (
     _closed_by_server,
     compact_sql,
 )
+from langgraph_memory_plus.errors import SetupRequiredError
 
 pytestmark = pytest.mark.storage
 
@@ -303,3 +304,81 @@ async def test_async_pool_runner_rolls_back_failed_and_cancelled_plans(pg_url: s
         assert await runner.run(count()) == (2, 1)
         async with pool.connection() as conn:
             assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def _plans() -> tuple[Any, Any, Any]:
+    def write_then(last: str) -> Any:
+        yield Query("INSERT INTO lgmp_nac (x) VALUES (1)", standalone=True)
+        return (yield Query(last, fetch=True))
+
+    def count() -> Any:
+        rows = yield Query("SELECT count(*) FROM lgmp_nac", fetch=True, standalone=True)
+        return rows[0][0]
+
+    def missing() -> Any:
+        yield Query("SELECT * FROM lgmp_no_such_table", fetch=True, standalone=True)
+
+    return write_then, count, missing
+
+
+@pytest.mark.parametrize("autocommit", [True, False])
+def test_pool_runner_commits_or_rolls_back_by_the_connections_mode(
+    pg_url: str, autocommit: bool
+) -> None:
+    """The runner leaves ``with conn`` out on an autocommit connection (a plan commits its
+    own transaction); a pool of connections without autocommit still gets each plan
+    committed, or rolled back when it fails, and its connections back idle."""
+    from psycopg_pool import ConnectionPool
+
+    write_then, count, missing = _plans()
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("DROP TABLE IF EXISTS lgmp_nac")
+        admin.execute("CREATE TABLE lgmp_nac (x int)")
+        try:
+            with ConnectionPool(
+                pg_url, min_size=1, max_size=1, kwargs={"autocommit": autocommit}
+            ) as pool:
+                runner = PgRunner(pool, pipeline=False, owner="T")
+                assert runner.run(write_then("SELECT 1")) == [(1,)]
+                assert admin.execute("SELECT count(*) FROM lgmp_nac").fetchone() == (1,)
+                with pytest.raises(psycopg.errors.DivisionByZero):
+                    runner.run(write_then("SELECT 1 / 0"))
+                # autocommit: the standalone insert stood alone; otherwise one transaction
+                assert runner.run(count()) == (2 if autocommit else 1)
+                with pytest.raises(SetupRequiredError, match=r"T\.setup\(\)") as raised:
+                    runner.run(missing())
+                assert isinstance(raised.value.__cause__, psycopg.errors.UndefinedTable)
+                with pool.connection() as conn:
+                    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        finally:
+            admin.execute("DROP TABLE IF EXISTS lgmp_nac")
+
+
+@pytest.mark.parametrize("autocommit", [True, False])
+async def test_async_pool_runner_commits_or_rolls_back_by_the_connections_mode(
+    pg_url: str, autocommit: bool
+) -> None:
+    """Async :func:`test_pool_runner_commits_or_rolls_back_by_the_connections_mode`."""
+    from psycopg_pool import AsyncConnectionPool
+
+    write_then, count, missing = _plans()
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("DROP TABLE IF EXISTS lgmp_nac")
+        admin.execute("CREATE TABLE lgmp_nac (x int)")
+        try:
+            async with AsyncConnectionPool(
+                pg_url, min_size=1, max_size=1, kwargs={"autocommit": autocommit}, open=False
+            ) as pool:
+                runner = AsyncPgRunner(pool, pipeline=False, owner="T")
+                assert await runner.run(write_then("SELECT 1")) == [(1,)]
+                assert admin.execute("SELECT count(*) FROM lgmp_nac").fetchone() == (1,)
+                with pytest.raises(psycopg.errors.DivisionByZero):
+                    await runner.run(write_then("SELECT 1 / 0"))
+                assert await runner.run(count()) == (2 if autocommit else 1)
+                with pytest.raises(SetupRequiredError, match=r"T\.setup\(\)") as raised:
+                    await runner.run(missing())
+                assert isinstance(raised.value.__cause__, psycopg.errors.UndefinedTable)
+                async with pool.connection() as conn:
+                    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        finally:
+            admin.execute("DROP TABLE IF EXISTS lgmp_nac")

@@ -88,6 +88,8 @@ _ABSENT = object()
 INLINE_MAX_BYTES = 48
 """Scalar channel values serialized to at most this many bytes are kept in the checkpoint
 record itself (on backends that opt in) instead of in a blob row of their own."""
+INLINE_MEMO_SIZE = 256
+"""Small scalars a codec remembers serialized (see ``CheckpointCodec._inline_memo``)."""
 
 _SCALARS = (type(None), bool, int, float, str)
 _INLINE_MAX_CHARS = 40
@@ -96,6 +98,9 @@ _INLINE_MAX_CHARS = 40
 def version_text(version: str | int | float) -> str:
     """Channel versions as stored text: exact for the str/int/float versions LangGraph uses."""
     return version if isinstance(version, str) else repr(version)
+
+
+_NATIVE_TYPES = frozenset((str, int))
 
 
 def _native_version(version: Any) -> bool:
@@ -118,7 +123,13 @@ def json_safe(value: Any) -> Any:
     if kind is str:
         return value.replace("\x00", "\\u0000") if "\x00" in value else value
     if kind is dict:
-        return {json_safe(str(k)): json_safe(v) for k, v in value.items()}
+        # text keys and plain values as they are, without a call each (see _json_plain)
+        return {
+            k if type(k) is str and "\x00" not in k else json_safe(str(k)): v
+            if _json_plain(v)
+            else json_safe(v)
+            for k, v in value.items()
+        }
     if value is None or kind is int or kind is bool:
         return value
     if isinstance(value, str):
@@ -132,6 +143,19 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     return repr(value).replace("\x00", "\\u0000")
+
+
+def _json_plain(value: Any) -> bool:
+    """A value :func:`json_safe` keeps as it is and :func:`json_exact` accepts, told
+    without a call of either: ``None``, a bool or int, ASCII text without NUL (most
+    metadata values)."""
+    kind = type(value)
+    return (
+        value is None
+        or kind is int
+        or kind is bool
+        or (kind is str and value.isascii() and "\x00" not in value)
+    )
 
 
 def _small_scalar(value: Any) -> bool:
@@ -182,7 +206,12 @@ def json_exact(value: Any) -> bool:
         r = repr(value)
         return math.isfinite(value) and "e" not in r and not r.startswith("-0.0")
     if kind is dict:
-        return all(type(k) is str and json_exact(k) and json_exact(v) for k, v in value.items())
+        for k, v in value.items():
+            if type(k) is not str or not json_exact(k):
+                return False
+            if not _json_plain(v) and not json_exact(v):
+                return False
+        return True
     if kind is list:
         return all(json_exact(v) for v in value)
     return False
@@ -315,6 +344,11 @@ class CheckpointCodec:
         and its index entry cost far more than a ``None`` or a counter."""
         self.metadata_as_json = metadata_as_json
         """Store metadata whose JSON projection is exact only as that projection."""
+        self._inline_memo: dict[tuple[type, Any], Typed] = {}
+        """Small scalars as :meth:`_inlined` stored them, by type and value: every put
+        stores every one of them (a graph's counters and flags), changed or not, and
+        most are the same values put after put. The codec's serializer is fixed (a new
+        ``serde`` builds new codecs), so equal scalars serialize alike."""
         self.track_views = True
         """Whether the lists this codec reads are remembered as views a later put builds
         on (see :func:`.lists.resolve_list`): not for history pages, which no put uses."""
@@ -328,9 +362,19 @@ class CheckpointCodec:
         if not self.inline:
             return {}
         out = {}
+        memo = self._inline_memo
         for channel, value in values.items():
             if channel in versions and _small_scalar(value):
-                typed = compress(*self._dump(value, f"channel {channel!r}"))
+                # by type too: True == 1 == 1.0 are three values; floats not at all
+                # (-0.0 == 0.0)
+                key = (type(value), value)
+                typed = memo.get(key) if type(value) is not float else None
+                if typed is None:
+                    typed = compress(*self._dump(value, f"channel {channel!r}"))
+                    if type(value) is not float:
+                        if len(memo) >= INLINE_MEMO_SIZE:
+                            memo.clear()
+                        memo[key] = typed
                 if len(typed[1]) <= INLINE_MAX_BYTES:
                     out[channel] = typed
         return out
@@ -421,7 +465,10 @@ class CheckpointCodec:
         # Sealed, it keeps them: blobs open at the versions it names, so versions edited
         # in the clear column (an older blob named) do not roll a value back.
         versions = checkpoint["channel_versions"]
-        native = all(map(_native_version, versions.values()))
+        # one pass over the types, not a call per version (str or int: the common case)
+        native = {type(v) for v in versions.values()} <= _NATIVE_TYPES or all(
+            map(_native_version, versions.values())
+        )
         if native and self.encryption is None:
             body.pop("channel_versions", None)
         elif self.encryption is not None:

@@ -66,9 +66,11 @@ def run_value(
     ``None`` when no place names it. Places that name it must agree (compared as the
     index stores values); a user id (``user``) is checked by :func:`check_user_id`.
     """
+    # ``is None``, not ``or {}``: LangGraph's ``configurable`` is a ChainMap, whose truth
+    # test is a Python-level scan (every put and put_writes asks)
     given = (
-        (configurable or {}).get(key),
-        (metadata or {}).get(key),
+        None if configurable is None else configurable.get(key),
+        None if metadata is None else metadata.get(key),
         context_value(context, key),
     )
     found: list[tuple[int, Any]] = []
@@ -109,8 +111,8 @@ def _where(place: int, key: str) -> str:
 def config_value(config: RunnableConfig | None, key: str, user: bool = True) -> Any:
     """:func:`run_value` of a config as the saver receives it (its runtime context is
     ``configurable['__pregel_runtime']``)."""
-    configurable = (config or {}).get("configurable") or {}
-    context = getattr(configurable.get(RUNTIME), "context", None)
+    configurable = (config or {}).get("configurable")
+    context = None if configurable is None else getattr(configurable.get(RUNTIME), "context", None)
     return run_value(
         key,
         configurable=configurable,
@@ -216,8 +218,10 @@ class ContextKeysSaver(CheckpointSaverBase):
         if self.encryption is not None and self.encryption.tenant_keys is not None:
             config = with_context_keys(config, keys)
         plan = super()._put_writes_plan(config, target, writes, task_id, task_path, claim)
-        user = config_value(config, keys[0]) if keys else None
-        return _none(self._plans.unless_erased(index_value(user), plan, target.thread_id))
+        owner = index_value(config_value(config, keys[0])) if keys else None
+        if owner is None:  # no erasure hold to check: the write's plan as it is
+            return plan
+        return _none(self._plans.unless_erased(owner, plan, target.thread_id))
 
 
 def _none(plan: Plan[Any, Any]) -> Plan[Any, None]:

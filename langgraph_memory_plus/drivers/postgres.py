@@ -442,18 +442,16 @@ async def open_async_pool(
 _MISSING_SCHEMA = (pg_errors.UndefinedTable, pg_errors.UndefinedColumn, pg_errors.InvalidSchemaName)
 
 
-@contextmanager
-def _setup_hint(owner: str) -> Iterator[None]:
-    """A missing table, column or schema as :class:`SetupRequiredError` (the driver's error
-    as its cause): the usual reason is that ``setup()`` never ran, or ran on an older
-    version of the package."""
-    try:
-        yield
-    except _MISSING_SCHEMA as exc:
-        raise SetupRequiredError(
-            f"{owner}: the database has no tables of this version of langgraph-memory-plus "
-            f"({reason(exc)}); run {owner}.setup() once to create or migrate them"
-        ) from exc
+def _setup_required(owner: str, exc: Exception) -> SetupRequiredError:
+    """A missing table, column or schema (one of :data:`_MISSING_SCHEMA`) as
+    :class:`SetupRequiredError`, for the runner to raise with the driver's error as its
+    cause: the usual reason is that ``setup()`` never ran, or ran on an older version of
+    the package. (An ``except`` in ``run`` rather than a context manager: a short turn
+    runs eight plans.)"""
+    return SetupRequiredError(
+        f"{owner}: the database has no tables of this version of langgraph-memory-plus "
+        f"({reason(exc)}); run {owner}.setup() once to create or migrate them"
+    )
 
 
 class SchemaCheck(Protocol):
@@ -621,8 +619,10 @@ class PgRunner:
         return conn
 
     def run(self, plan: Plan[Query, R]) -> R:
-        with _setup_hint(self.owner):
+        try:
             return self._run(_checked(self.schema, self.owner, plan))
+        except _MISSING_SCHEMA as exc:
+            raise _setup_required(self.owner, exc) from exc
 
     def _run(self, plan: Plan[Query, R]) -> R:
         # getconn/putconn rather than pool.connection(), and no exit stack unless a
@@ -634,6 +634,8 @@ class PgRunner:
         pool = self.conn
         conn = self._getconn(pool)
         try:
+            if conn.autocommit:  # a plan commits (or rolls back) its own transaction
+                return self._on(conn, plan)
             with conn:  # commit or roll back, as pool.connection() does
                 return self._on(conn, plan)
         finally:
@@ -727,8 +729,10 @@ class AsyncPgRunner:
         return conn
 
     async def run(self, plan: Plan[Query, R]) -> R:
-        with _setup_hint(self.owner):
+        try:
             return await self._run(_checked(self.schema, self.owner, plan))
+        except _MISSING_SCHEMA as exc:
+            raise _setup_required(self.owner, exc) from exc
 
     async def _run(self, plan: Plan[Query, R]) -> R:
         # getconn/putconn rather than pool.connection(), and no exit stack unless a
@@ -741,6 +745,8 @@ class AsyncPgRunner:
         pool = self.conn
         conn = await self._getconn(pool)
         try:
+            if conn.autocommit:  # a plan commits (or rolls back) its own transaction
+                return await self._on(conn, plan)
             async with conn:  # commit or roll back, as pool.connection() does
                 return await self._on(conn, plan)
         finally:

@@ -247,11 +247,14 @@ class PostgresThreadIndex:
         newer = "%(ix_latest)s::text >= coalesce(i.latest_id, '')"  # in CASE: NULL is false
         fresh = "%(ix_latest)s::text > coalesce(i.latest_id, '')"
         self._owned = self._owned_metadata()
+        # A root checkpoint's metadata is the record's: the checkpoint's own ``m_json``
+        # parameter, sent (and serialized) once for both; a subgraph's leaves it empty.
+        metadata = "CASE WHEN %(ns)s = '' THEN %(m_json)s ELSE '{}'::jsonb END"
         self.put_cte = f"""
             ix AS (
                 INSERT INTO {self._ix} AS i (thread_key, thread_id, latest_id, metadata,
                     title, checkpoints, bytes, expires_at)
-                SELECT %(tk)s, %(tid)s, %(ix_latest)s, %(ix_meta)s, %(ix_title)s,
+                SELECT %(tk)s, %(tid)s, %(ix_latest)s, {metadata}, %(ix_title)s,
                     (SELECT count(*) FROM saved WHERE fresh), %(ix_bytes)s, {expiry}
                 FROM (SELECT 1 FROM saved LIMIT 1) s
                 ON CONFLICT (thread_key) DO UPDATE SET
@@ -394,9 +397,10 @@ class PostgresThreadIndex:
     # -- what the writes add to their statements ------------------------------------------
 
     def put_params(self, record: RecordInput, checkpoint_id: str) -> dict[str, Any]:
+        """The index's parameters of a checkpoint put; its metadata is the put's own
+        ``m_json`` (``record.metadata``, see :attr:`put_cte`), not sent twice."""
         params: dict[str, Any] = {
             "ix_latest": checkpoint_id if record.root else None,
-            "ix_meta": Jsonb(record.metadata if record.root else {}),
             "ix_title": record.title,
             "ix_bytes": record.bytes,
         }

@@ -1,0 +1,166 @@
+"""Ours from two source trees beside the ladder's rung 6, interleaved in one process::
+
+    python -m benchmarks.interleaved --a /path/to/tree-a --b /path/to/tree-b \\
+        [--pg URL] [--turns 10] [--threads 100] [--warmup 20]
+
+A before/after of a change to the PostgreSQL saver's short turn is a few percent of its
+CPU, and on a shared machine the load moves more than that between two runs, or between
+two units of one run. Here the package of each tree (``<tree>/langgraph_memory_plus``,
+whose imports are all relative) is copied under another name (``lgmp_a``, ``lgmp_b``) and
+imported beside the other, and the two ``PostgresSaver``\\ s and rung 6 of the feature
+ladder (:mod:`benchmarks.ladder`, PostgreSQL) run fresh threads of ``--turns`` turns in
+turn, the order rotated at every thread: a swing of the load falls on all three alike.
+
+Reported per saver: process CPU per turn (median and mean over its threads; LangGraph
+writes on executor threads), the thread CPU inside ``put``, ``put_writes`` and
+``get_tuple`` per turn, and the paired medians (thread by thread) of B/A and of each to
+rung 6. The conversations are read back afterwards (``wl._check_conversation``). Run
+both orders (``--a X --b Y`` and ``--a Y --b X``) and average: the two copies are not
+placed alike in the process (the same tree as A and as B read up to ~2% apart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from . import ladder as lad
+from . import minimal as mn
+from . import targets as tg
+from . import workloads as wl
+
+CALLS = ("put", "put_writes", "get_tuple")
+RUNG6 = lad._rung_targets("postgres", "PG")[lad.FILTERS - 1]
+
+
+def _copy_packages(trees: dict[str, str], into: str) -> None:
+    """``<tree>/langgraph_memory_plus`` of each tree as package ``name`` under ``into``."""
+    for name, tree in trees.items():
+        shutil.copytree(
+            os.path.join(tree, "langgraph_memory_plus"),
+            os.path.join(into, name),
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+    sys.path.insert(0, into)
+
+
+def _count_calls(saver: Any, spent: dict[str, float]) -> None:
+    """Thread CPU inside each of the saver's calls, into ``spent`` (a call made inside
+    another counts once, in the outer one)."""
+    inside = threading.local()
+    lock = threading.Lock()
+    for name in CALLS:
+        method = getattr(saver, name)
+
+        def call(*args: Any, _method: Any = method, _name: str = name, **kwargs: Any) -> Any:
+            if getattr(inside, "busy", False):
+                return _method(*args, **kwargs)
+            inside.busy = True
+            started = time.thread_time()
+            try:
+                return _method(*args, **kwargs)
+            finally:
+                inside.busy = False
+                with lock:
+                    spent[_name] += time.thread_time() - started
+
+        setattr(saver, name, call)
+
+
+def run(env: tg.Env, trees: dict[str, str], turns: int, threads: int, warmup: int) -> str:
+    """The interleaved run; its report as text."""
+    keys = ["rung6", *trees]
+    spent = {key: dict.fromkeys(CALLS, 0.0) for key in keys}
+    cpu: dict[str, list[float]] = {key: [] for key in keys}
+    with tempfile.TemporaryDirectory() as packages, contextlib.ExitStack() as stack:
+        _copy_packages({f"lgmp_{key.lower()}": tree for key, tree in trees.items()}, packages)
+        units = {"rung6": stack.enter_context(lad.open_saver(RUNG6, env))}
+        for key in trees:
+            package = importlib.import_module(f"lgmp_{key.lower()}")
+            storage = tg.make_storage(tg.OURS_PG, env)
+            stack.callback(storage.close)
+            assert storage.url is not None
+            saver = stack.enter_context(package.PostgresSaver.from_conn_string(storage.url))
+            saver.setup()
+            units[key] = (saver, storage.marker)
+        graphs = {}
+        for key, (saver, marker) in units.items():
+            graphs[key] = wl.chat_graph().compile(checkpointer=saver)
+            for i in range(warmup):
+                mn._turn(graphs[key], f"{marker}-warm{i}")
+            _count_calls(saver, spent[key])  # after the warm-up
+        load = os.getloadavg()[0]
+        for thread in range(threads):
+            shift = thread % len(keys)
+            for key in keys[shift:] + keys[:shift]:
+                marker = units[key][1]
+                started = time.process_time()
+                for turn in range(1, turns + 1):
+                    mn._turn(graphs[key], f"{marker}-t{thread}", turn)
+                cpu[key].append((time.process_time() - started) / turns * 1000.0)
+        load_after = os.getloadavg()[0]
+        for key, (_, marker) in units.items():
+            mn._turn(graphs[key], f"{marker}-t0", turns + 1)
+            config: Any = {"configurable": {"thread_id": f"{marker}-t0"}}
+            values = dict(graphs[key].get_state(config).values)
+            wl._check_conversation(values, turns + 1, key)
+    done = threads * turns
+    lines = [
+        f"T={turns}, {threads} threads per saver, load {load:.2f} -> {load_after:.2f}",
+        "| saver | cpu/turn p50 ms | mean ms | put ms | put_writes ms | get_tuple ms |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for key in keys:
+        calls = " | ".join(f"{spent[key][c] / done * 1000.0:.3f}" for c in CALLS)
+        lines.append(
+            f"| {key} | {statistics.median(cpu[key]):.3f} | {statistics.fmean(cpu[key]):.3f} "
+            f"| {calls} |"
+        )
+    a, b = cpu["A"], cpu["B"]
+    paired = {
+        "B/A": [y / x for x, y in zip(a, b, strict=True)],
+        "A/rung6": [x / r for x, r in zip(a, cpu["rung6"], strict=True)],
+        "B/rung6": [y / r for y, r in zip(b, cpu["rung6"], strict=True)],
+    }
+    lines.append(
+        "paired medians: " + ", ".join(f"{k} {statistics.median(v):.3f}" for k, v in paired.items())
+    )
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.interleaved",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--a", required=True, help="a source tree (holding langgraph_memory_plus/)")
+    p.add_argument("--b", required=True, help="the other tree")
+    p.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/test")
+    p.add_argument("--turns", type=int, default=10, help="turns per thread (T)")
+    p.add_argument("--threads", type=int, default=100, help="threads per saver")
+    p.add_argument("--warmup", type=int, default=20, help="untimed turns per saver first")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> str:
+    args = parse_args(argv)
+    tg.check_pg_url(args.pg)
+    env = tg.Env(pg=args.pg, redis="redis://127.0.0.1:6379/0")
+    report = run(env, {"A": args.a, "B": args.b}, args.turns, args.threads, args.warmup)
+    print(report)
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""A smoke run of ``benchmarks/interleaved.py``: two copies of this tree's package beside
+rung 6, each keeping its conversation, and nothing left behind. Not a benchmark: nothing
+here depends on speed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # benchmarks/ is not installed; it lives beside tests/
+    sys.path.insert(0, str(ROOT))
+
+from test_benchmarks_smoke import assert_nothing_left  # noqa: E402
+
+from benchmarks import interleaved  # noqa: E402
+from benchmarks import targets as tg  # noqa: E402
+
+pytestmark = pytest.mark.storage
+
+
+def test_interleaved_run_reports_both_trees_and_rung_6(pg_url: str, redis_url: str) -> None:
+    env = tg.Env(pg=pg_url, redis=redis_url)
+    report = interleaved.run(env, {"A": str(ROOT), "B": str(ROOT)}, turns=2, threads=3, warmup=1)
+    rows = [
+        line.split(" | ")[0].strip("| ") for line in report.splitlines() if line.startswith("| ")
+    ]
+    assert rows[1:] == ["rung6", "A", "B"]
+    assert "paired medians: B/A" in report
+    for name in ("lgmp_a", "lgmp_b"):  # the copies, not this tree's package, ran
+        assert sys.modules[name].__file__ != sys.modules["langgraph_memory_plus"].__file__
+    assert_nothing_left(pg_url, redis_url, env.run_id)
