@@ -464,14 +464,23 @@ def _collector_paused(size: int) -> Iterator[None]:
     if size < PAUSE_GC_FROM:
         yield
         return
+    sweep = False
     with _pause_lock:
         if _pausing == 0:
             _paused_here = gc.isenabled()
             if _paused_here:
                 gc.disable()
                 _collected_at = time.monotonic()
+                sweep = PROMOTES
         _pausing += 1
     try:
+        if sweep:
+            # The promotion at the end takes the young generations to the oldest
+            # unwalked: garbage in them now would wait for a full collection, which
+            # large buffers hardly bring nearer (their cycles are a few blocks).
+            # Walked now, before the build, they hold only what was made since the
+            # last pause or young collection. Outside the lock: finalizers run here.
+            gc.collect(1)
         yield
     finally:
         collect = None
