@@ -405,11 +405,12 @@ def _settle() -> int | None:
     (``benchmarks/results/2026-12-06-issue39-long-threads-2.md``). ``gc.freeze()`` then
     ``gc.unfreeze()`` moves every tracked object of the young generations to the oldest
     without looking at them. Objects freed by reference counting leave it as from any
-    generation; cyclic garbage among the promoted (other threads' too) waits for a full
-    collection. CPython runs one when the objects that reached the oldest generation
-    since the last pass a quarter of it, and these are not in its count; so one runs here
-    when the interpreter's allocated blocks (``sys.getallocatedblocks``: ~0.1 ms, a count
-    per arena) have grown
+    generation; cyclic garbage among the promoted (made during the pause: the first build
+    of a pause collects the young generations before it starts, see
+    :func:`_collector_paused`) waits for a full collection. CPython runs one when the
+    objects that reached the oldest generation since the last pass a quarter of it, and
+    these are not in its count; so one runs here when the interpreter's allocated blocks
+    (``sys.getallocatedblocks``: ~0.1 ms, a count per arena) have grown
     by :data:`GROWTH_FOR_FULL` since the last full collection: garbage held back is at
     most about a quarter of the heap, as in the oldest generation anyway. Left alone
     (plain re-enabling) when the application froze objects itself (a pre-fork server):
@@ -471,7 +472,8 @@ def _collector_paused(size: int) -> Iterator[None]:
             if _paused_here:
                 gc.disable()
                 _collected_at = time.monotonic()
-                sweep = PROMOTES
+                # Not when the application turned automatic collections off.
+                sweep = PROMOTES and gc.get_threshold()[0] > 0
         _pausing += 1
     try:
         if sweep:
