@@ -28,6 +28,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
+from langgraph.types import Send
 from typing_extensions import TypedDict
 
 from langgraph_memory_plus.checkpoint import lists
@@ -71,9 +72,12 @@ def _config() -> dict[str, Any]:
 
 
 def _long_chat(graph: Any, config: dict[str, Any], n: int = lists.PAUSE_GC_FROM + 44) -> None:
+    """A thread of ``n + 1`` messages, read once: the first read decodes the items one by
+    one, every later one builds them together with the collector paused."""
     graph.invoke(
         {"messages": [HumanMessage(f"q{i}", id=f"h{i}") for i in range(n)], "items": []}, config
     )
+    graph.get_state(config)
 
 
 class _Cycle:
@@ -141,10 +145,10 @@ def test_cycles_that_survived_a_young_collection_are_freed_as_by_the_middle_one(
 # -- the collector as the application left it --------------------------------------------
 
 
-def _on_c_event(event: str, function: Any, then: Any) -> Any:
+def _on_c_event(event: str, function: Any, then: Any, done: list[bool]) -> Any:
     """A profile function running ``then()`` once, at ``event`` of a call of ``function``
-    in this thread: what another thread of the application does at that very moment."""
-    done = []
+    in this thread (noted in ``done``): what another thread of the application does at
+    that very moment."""
 
     def profile(frame: Any, what: str, arg: Any) -> None:
         if what == event and arg is function and not done:
@@ -169,11 +173,13 @@ def test_a_collector_disabled_during_a_long_read_stays_disabled(
         _long_chat(graph, config)
         try:
             # The read's build has just paused the collector; the application turns it off.
-            sys.setprofile(_on_c_event("c_return", gc.disable, gc.disable))
+            done: list[bool] = []
+            sys.setprofile(_on_c_event("c_return", gc.disable, gc.disable, done))
             try:
                 graph.get_state(config)
             finally:
                 sys.setprofile(None)
+            assert done  # the read paused the collector
             still_off = not gc.isenabled()
         finally:
             gc.enable()
@@ -196,11 +202,13 @@ def test_objects_the_application_freezes_during_a_promotion_stay_frozen(
         graph = _graph(saver)
         _long_chat(graph, config)
         try:
-            sys.setprofile(_on_c_event("c_return", gc.get_freeze_count, gc.freeze))
+            done: list[bool] = []
+            sys.setprofile(_on_c_event("c_return", gc.get_freeze_count, gc.freeze, done))
             try:
                 graph.get_state(config)
             finally:
                 sys.setprofile(None)
+            assert done  # the read promoted
             frozen = gc.get_freeze_count()
         finally:
             gc.unfreeze()
@@ -523,3 +531,162 @@ def test_a_long_read_runs_no_young_collection_when_the_application_turned_them_o
             gc.set_threshold(*thresholds)
         saver.delete_thread(config["configurable"]["thread_id"])
     assert not young
+
+
+# -- retention, prune and copies of long threads ------------------------------------------
+
+
+def test_long_threads_under_retention_prune_and_copy_read_as_in_memory(
+    saver_factory: Any, storage: Any
+) -> None:
+    """``keep_last=2`` deleting the items of checkpoints it drops while long reads
+    remember them, an old checkpoint read by id then forked, ``prune`` and a copy that
+    is read and continued: every long read equals ``InMemorySaver``'s on the same turns."""
+    config = _config()
+    thread_id = config["configurable"]["thread_id"]
+    reference = _graph(InMemorySaver())
+    _long_chat(reference, config)
+    after = [_snapshot(reference.get_state(config))]
+    for turn in range(4):
+        _run_turns(reference, config, range(turn, turn + 1))
+        after.append(_snapshot(reference.get_state(config)))
+    with saver_factory(keep_last=2, **_small(storage)) as saver:
+        graph = _graph(saver)
+        _long_chat(graph, config)
+        _run_turns(graph, config, range(1))
+        assert _snapshot(graph.get_state(config)) == after[1]
+        kept = [s.config for s in graph.get_state_history(config)]
+        assert len(kept) == 2
+        oldest = kept[-1]
+        oldest_values = _snapshot(graph.get_state(oldest))
+        _run_turns(graph, config, range(1, 2))
+        # The oldest checkpoint read above is gone with its list's newest items.
+        assert _snapshot(graph.get_state(config)) == after[2]
+        gone = graph.get_state(oldest).values
+        assert not gone or _snapshot(graph.get_state(oldest)) == oldest_values
+        saver.prune([thread_id], strategy="keep_latest")
+        assert _snapshot(graph.get_state(config)) == after[2]
+        copy = {"configurable": {"thread_id": f"{thread_id}-copy"}}
+        saver.copy_thread(thread_id, f"{thread_id}-copy")
+        assert _snapshot(graph.get_state(copy)) == after[2]
+        for turn in range(2, 4):
+            _run_turns(graph, copy, range(turn, turn + 1))
+            assert _snapshot(graph.get_state(copy)) == after[turn + 1]
+        assert _snapshot(graph.get_state(config)) == after[2]
+    with saver_factory(**_small(storage)) as fresh:
+        graph = _graph(fresh)
+        assert _snapshot(graph.get_state(copy)) == after[4]
+        assert _snapshot(graph.get_state(config)) == after[2]
+        fresh.delete_thread(thread_id)
+        fresh.delete_thread(f"{thread_id}-copy")
+
+
+# -- subgraphs and Send with long lists ----------------------------------------------------
+
+
+class _Fan(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    results: Annotated[list[Any], operator.add]
+
+
+def _fan_graph(checkpointer: Any) -> Any:
+    """A subgraph answering on the long ``messages`` (its own namespace), then a fan-out
+    by ``Send`` whose payloads are long lists of dicts."""
+
+    def answer(state: _Fan) -> dict[str, Any]:
+        n = len(state["messages"])
+        return {"messages": [AIMessage(f"sub {n}", id=f"sub-{n}")]}
+
+    child = StateGraph(_Fan)
+    child.add_node("answer", answer)
+    child.add_edge(START, "answer")
+
+    def fan(state: _Fan) -> list[Send]:
+        n = len(state["messages"])
+        return [
+            Send("work", {"results": [{"w": w, "i": i, "t": "中\x00"} for i in range(n)]})
+            for w in range(3)
+        ]
+
+    def work(state: _Fan) -> dict[str, Any]:
+        return {"results": [{"len": len(state["results"]), "w": state["results"][0]["w"]}]}
+
+    parent = StateGraph(_Fan)
+    parent.add_node("child", child.compile())
+    parent.add_node("work", work)
+    parent.add_edge(START, "child")
+    parent.add_conditional_edges("child", fan, ["work"])
+    return parent.compile(checkpointer=checkpointer)
+
+
+def _all_checkpoints(saver: Any, thread_id: str) -> list[Any]:
+    """Every checkpoint of the thread, namespaces by node name, oldest first per
+    namespace (task ids in namespaces and checkpoint ids differ between savers)."""
+    out = []
+    for tup in saver.list({"configurable": {"thread_id": thread_id}}):
+        ns = "|".join(
+            p.split(":")[0] for p in tup.config["configurable"]["checkpoint_ns"].split("|")
+        )
+        values = tup.checkpoint["channel_values"]
+        out.append(
+            (
+                ns,
+                tup.metadata["step"],
+                [(m.id, m.content) for m in values.get("messages", [])],
+                sorted(map(repr, values.get("results", []))),
+            )
+        )
+    return sorted(out, key=repr)
+
+
+def test_subgraphs_and_sends_with_long_lists_store_what_in_memory_saver_stores(
+    saver_factory: Any, storage: Any
+) -> None:
+    config = _config()
+    thread_id = config["configurable"]["thread_id"]
+    start = {"messages": [HumanMessage(f"q{i}", id=f"h{i}") for i in range(300)]}
+    reference_saver = InMemorySaver()
+    _fan_graph(reference_saver).invoke(start, config, subgraphs=True)
+    expected = _all_checkpoints(reference_saver, thread_id)
+    assert any(ns == "child" for ns, *_ in expected)
+    with saver_factory(**_small(storage)) as saver:
+        graph = _fan_graph(saver)
+        graph.invoke(start, config, subgraphs=True)
+        assert _all_checkpoints(saver, thread_id) == expected
+        final = graph.get_state(config).values
+        assert len(final["messages"]) == 301 and len(final["results"]) == 3
+        saver.delete_thread(thread_id)
+
+
+@promotes
+def test_a_long_read_runs_one_full_collection_per_growth_after_gc_callbacks_are_cleared(
+    saver_factory: Any, storage: Any
+) -> None:
+    """An application (or a test harness) clearing ``gc.callbacks`` removed the hook that
+    takes the heap's size after each full collection: with the heap grown by a quarter,
+    every long read then ran a full collection (5 of 5), walking the whole heap each
+    time. The hook is put back when missing."""
+    config = _config()
+    full: list[int] = []
+
+    def seen(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start" and info["generation"] == 2:
+            full.append(1)
+
+    with saver_factory(**_small(storage)) as saver:
+        graph = _graph(saver)
+        _long_chat(graph, config)
+        graph.get_state(config)
+        gc.collect()  # the heap's size now is the last full collection's
+        saved = list(gc.callbacks)
+        gc.callbacks.clear()
+        try:
+            ballast = [[] for _ in range(sys.getallocatedblocks() // 2)]
+            gc.callbacks.append(seen)
+            for _ in range(5):
+                graph.get_state(config)
+        finally:
+            gc.callbacks[:] = saved
+            del ballast
+        saver.delete_thread(config["configurable"]["thread_id"])
+    assert len(full) <= 2, f"{len(full)} full collections in 5 reads"

@@ -385,7 +385,6 @@ GROWTH_FOR_FULL = 1.25
 by this factor since the last one (:func:`_settle`)."""
 
 _baseline = 0  # allocated blocks after the last full collection; 0: not known yet
-_watching = False  # whether :func:`_full_collection_seen` is among gc.callbacks
 
 
 def _full_collection_seen(phase: str, info: dict[str, Any]) -> None:
@@ -416,12 +415,13 @@ def _settle() -> int | None:
     (plain re-enabling) when the application froze objects itself (a pre-fork server):
     ``unfreeze`` would thaw them. Returns the generation to collect now, if any (run by
     the caller outside the pause's lock: finalizers run during a collection)."""
-    global _baseline, _watching
+    global _baseline
     if not PROMOTES or gc.get_freeze_count():
         return None
-    if not _watching:
+    if _full_collection_seen not in gc.callbacks:
+        # Added once, and again if the application cleared the callbacks: without it the
+        # baseline stays behind and every long read runs a full collection.
         gc.callbacks.append(_full_collection_seen)
-        _watching = True
     gc.freeze()
     gc.unfreeze()
     blocks = sys.getallocatedblocks()
