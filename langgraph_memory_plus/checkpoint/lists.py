@@ -385,7 +385,6 @@ GROWTH_FOR_FULL = 1.25
 by this factor since the last one (:func:`_settle`)."""
 
 _baseline = 0  # allocated blocks after the last full collection; 0: not known yet
-_watching = False  # whether :func:`_full_collection_seen` is among gc.callbacks
 
 
 def _full_collection_seen(phase: str, info: dict[str, Any]) -> None:
@@ -405,22 +404,24 @@ def _settle() -> int | None:
     (``benchmarks/results/2026-12-06-issue39-long-threads-2.md``). ``gc.freeze()`` then
     ``gc.unfreeze()`` moves every tracked object of the young generations to the oldest
     without looking at them. Objects freed by reference counting leave it as from any
-    generation; cyclic garbage among the promoted (other threads' too) waits for a full
-    collection. CPython runs one when the objects that reached the oldest generation
-    since the last pass a quarter of it, and these are not in its count; so one runs here
-    when the interpreter's allocated blocks (``sys.getallocatedblocks``: ~0.1 ms, a count
-    per arena) have grown
+    generation; cyclic garbage among the promoted (made during the pause: the first build
+    of a pause collects the young generations before it starts, see
+    :func:`_collector_paused`) waits for a full collection. CPython runs one when the
+    objects that reached the oldest generation since the last pass a quarter of it, and
+    these are not in its count; so one runs here when the interpreter's allocated blocks
+    (``sys.getallocatedblocks``: ~0.1 ms, a count per arena) have grown
     by :data:`GROWTH_FOR_FULL` since the last full collection: garbage held back is at
     most about a quarter of the heap, as in the oldest generation anyway. Left alone
     (plain re-enabling) when the application froze objects itself (a pre-fork server):
     ``unfreeze`` would thaw them. Returns the generation to collect now, if any (run by
     the caller outside the pause's lock: finalizers run during a collection)."""
-    global _baseline, _watching
+    global _baseline
     if not PROMOTES or gc.get_freeze_count():
         return None
-    if not _watching:
+    if _full_collection_seen not in gc.callbacks:
+        # Added once, and again if the application cleared the callbacks: without it the
+        # baseline stays behind and every long read runs a full collection.
         gc.callbacks.append(_full_collection_seen)
-        _watching = True
     gc.freeze()
     gc.unfreeze()
     blocks = sys.getallocatedblocks()
@@ -464,14 +465,24 @@ def _collector_paused(size: int) -> Iterator[None]:
     if size < PAUSE_GC_FROM:
         yield
         return
+    sweep = False
     with _pause_lock:
         if _pausing == 0:
             _paused_here = gc.isenabled()
             if _paused_here:
                 gc.disable()
                 _collected_at = time.monotonic()
+                # Not when the application turned automatic collections off.
+                sweep = PROMOTES and gc.get_threshold()[0] > 0
         _pausing += 1
     try:
+        if sweep:
+            # The promotion at the end takes the young generations to the oldest
+            # unwalked: garbage in them now would wait for a full collection, which
+            # large buffers hardly bring nearer (their cycles are a few blocks).
+            # Walked now, before the build, they hold only what was made since the
+            # last pause or young collection. Outside the lock: finalizers run here.
+            gc.collect(1)
         yield
     finally:
         collect = None
