@@ -507,3 +507,49 @@ async def test_pg_server_error_mid_write_returns_the_connection_clean_async(
     finally:
         logging.getLogger("psycopg").removeHandler(warnings)
     assert [m for m in warnings.messages if "returned connection" in m] == []
+
+
+# -- erasure: writes naming their user (three places) and writes naming none ----------
+
+
+@pytest.mark.parametrize("backend", ["postgres", "sqlite", "redis"], indirect=True)
+def test_erased_users_writes_are_dropped_wherever_the_user_is_named(saver_factory: Any) -> None:
+    """After ``erase_user``, pending writes of a run of the user are dropped whether the
+    run names the user in ``configurable``, in the config's ``metadata`` or in its
+    runtime context (LangGraph's ``ChainMap`` configurable included), while a write that
+    names no user (it skips the erasure check now) and a write of another user are
+    stored; the user's own thread is gone. Held before and after the fix."""
+    from collections import ChainMap
+    from types import SimpleNamespace
+
+    from langgraph_memory_plus.checkpoint.context import RUNTIME
+    from langgraph_memory_plus.erasure import erase_user
+
+    tag = uuid.uuid4().hex[:8]
+    user, other = f"张三.{tag}", f"other.{tag}"
+    mine, shared = f"pgshort-mine-{tag}", f"pgshort-shared-{tag}"
+    with saver_factory() as saver:
+        owned, unowned = empty_checkpoint(), empty_checkpoint()
+        saver.put(_cfg(mine) | {"metadata": {"user_id": user}}, owned, {"step": 0}, {})
+        saver.put(_cfg(shared), unowned, {"step": 0}, {})
+        assert erase_user(user, checkpointer=saver).thread_ids == [mine]
+        at = _cfg(shared, unowned["id"])["configurable"]
+        runs = {
+            "configurable": {"configurable": {**at, "user_id": user}},
+            "metadata": {"configurable": at, "metadata": {"user_id": user}},
+            "context": {
+                "configurable": ChainMap(
+                    {RUNTIME: SimpleNamespace(context={"user_id": user})}, dict(at)
+                )
+            },
+            "chain map": {"configurable": ChainMap({"user_id": user}, dict(at))},
+            "no user": {"configurable": at},
+            "another user": {"configurable": {**at, "user_id": other}},
+        }
+        for task, config in runs.items():
+            saver.put_writes(config, [("ch", task)], task)
+        found = saver.get_tuple(_cfg(shared))
+        assert found is not None
+        assert sorted(w[0] for w in found.pending_writes) == ["another user", "no user"]
+        assert saver.get_tuple(_cfg(mine)) is None
+        saver.delete_thread(shared)
