@@ -33,6 +33,7 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from ..encryption import (
@@ -344,11 +345,16 @@ class CheckpointCodec:
         and its index entry cost far more than a ``None`` or a counter."""
         self.metadata_as_json = metadata_as_json
         """Store metadata whose JSON projection is exact only as that projection."""
-        self._inline_memo: dict[tuple[type, Any], Typed] = {}
+        self._inline_memo: dict[tuple[type, Any], Typed] | None = (
+            {} if type(serde) is JsonPlusSerializer else None
+        )
         """Small scalars as :meth:`_inlined` stored them, by type and value: every put
         stores every one of them (a graph's counters and flags), changed or not, and
-        most are the same values put after put. The codec's serializer is fixed (a new
-        ``serde`` builds new codecs), so equal scalars serialize alike."""
+        most are the same values put after put. Only for LangGraph's own serializer
+        (``None`` otherwise), whose output for a scalar is a function of its type and
+        value: another ``serde`` may differ put after put (``EncryptedSerializer`` seals
+        each value with a fresh nonce; reused, equal secrets would be equal ciphertexts
+        at rest). The codec's serializer is fixed (a new ``serde`` builds new codecs)."""
         self.track_views = True
         """Whether the lists this codec reads are remembered as views a later put builds
         on (see :func:`.lists.resolve_list`): not for history pages, which no put uses."""
@@ -368,10 +374,10 @@ class CheckpointCodec:
                 # by type too: True == 1 == 1.0 are three values; floats not at all
                 # (-0.0 == 0.0)
                 key = (type(value), value)
-                typed = memo.get(key) if type(value) is not float else None
+                typed = None if memo is None or type(value) is float else memo.get(key)
                 if typed is None:
                     typed = compress(*self._dump(value, f"channel {channel!r}"))
-                    if type(value) is not float:
+                    if memo is not None and type(value) is not float:
                         if len(memo) >= INLINE_MEMO_SIZE:
                             memo.clear()
                         memo[key] = typed
