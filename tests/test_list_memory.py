@@ -141,3 +141,60 @@ def test_a_put_serializes_again_from_the_first_object_a_task_returned(written_co
         same = rng.randrange(0, len(objects) + 1)
         expected = min([i for i, o in enumerate(objects[:same]) if id(o) in written], default=same)
         assert _before_any(view, written, same) == expected
+
+
+_READ_IN_A_COLLECTION = """
+import gc, sys
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph_memory_plus import from_url
+
+with from_url({url!r}) as memory:
+    saver = memory.checkpointer
+    builder = StateGraph(MessagesState)
+    builder.add_node("n", lambda s: {{"messages": [AIMessage("a", id=f"a{{len(s['messages'])}}")]}})
+    builder.add_edge(START, "n")
+    graph = builder.compile(checkpointer=saver)
+    config = {{"configurable": {{"thread_id": "read-in-gc"}}}}
+    for i in range(150):
+        graph.invoke({{"messages": [HumanMessage(f"q{{i}}", id=f"h{{i}}")]}}, config)
+    inside, reads = [False], []
+
+    def count():
+        return len(saver.get_tuple(config).checkpoint["channel_values"]["messages"])
+
+    def read(phase, info):
+        if phase == "start" and not inside[0]:
+            inside[0] = True
+            try:
+                reads.append(count())
+            finally:
+                inside[0] = False
+
+    gc.callbacks.append(read)
+    gc.set_threshold(1)
+    try:
+        outer = [count() for _ in range(3)]
+    finally:
+        gc.set_threshold(700)
+        gc.callbacks.remove(read)
+    print(repr((outer, sorted(set(reads)), len(reads) > 10)))
+"""
+
+
+def test_a_read_from_inside_a_collection_during_a_read_does_not_deadlock(tmp_path: Path) -> None:
+    """A collection can start at any allocation, inside the list memory's lock too, and
+    what it runs (a ``__del__``, a weakref or gc callback) may read a thread through the
+    same saver in the same thread: with a plain lock that deadlocked (hung every run).
+    A gc callback stands in for the finalizer, a collection at every allocation for bad
+    luck; in a child process, so a deadlock fails by timeout instead of hanging."""
+    import ast
+    import subprocess
+    import sys
+
+    script = _READ_IN_A_COLLECTION.format(url=f"sqlite:///{tmp_path / 'memory.db'}")
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert ast.literal_eval(done.stdout.strip().splitlines()[-1]) == ([300, 300, 300], [300], True)

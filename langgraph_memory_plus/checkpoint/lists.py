@@ -707,7 +707,13 @@ class ListMemory:
         self.versions_per_list = versions_per_list
         self.views_per_list = views_per_list
         self.max_bytes = max_bytes
-        self._lock = threading.Lock()
+        # Re-entrant: a collection can start inside any allocation under it, and a
+        # finalizer it runs (``__del__``, a weakref callback, a gc callback) may read a
+        # thread through this saver, in this very thread: with a plain lock that
+        # deadlocked. Re-entered, such a read sees the memory between two statements of
+        # the outer call: at worst a version without its items yet (the read fetches
+        # them) or a byte estimate off for a channel the inner call dropped.
+        self._lock = threading.RLock()
         self._channels: OrderedDict[MemoKey, _Channel] = OrderedDict()
         # The keys of ``_channels`` by thread: a put looks only at its own thread's
         # channels, not at every thread's the memory holds (up to ``max_lists``).
