@@ -267,12 +267,16 @@ def test_postgres_keyword_conninfo_never_shows_the_password() -> None:
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 @pytest.mark.parametrize("wrong", ["port", "password"])
 def test_a_pool_of_your_own_that_cannot_connect_fails_with_the_reason(
-    flavour: str, wrong: str, password_pg_port: int
+    flavour: str, wrong: str, password_pg_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``PostgresSaver(pool)``: the first call reports the server's reason within seconds,
-    not ``PoolTimeout`` after the pool's 30 s."""
+    not ``PoolTimeout`` after the pool's 30 s.
+
+    The first borrow waits ``CONNECT_TIMEOUT`` (5 s) before asking the server itself; 1 s
+    here takes the same path, and the pool's 30 s would still trip ``HANG_GUARD``."""
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+    monkeypatch.setattr("langgraph_memory_plus.drivers.postgres.CONNECT_TIMEOUT", 1)
     port = closed_port() if wrong == "port" else password_pg_port
     url = f"postgresql://app:{QUOTED}@127.0.0.1:{port}/postgres"
     reason = "Connection refused" if wrong == "port" else "password authentication failed"
