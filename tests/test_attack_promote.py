@@ -662,10 +662,10 @@ def test_subgraphs_and_sends_with_long_lists_store_what_in_memory_saver_stores(
 def test_a_long_read_runs_one_full_collection_per_growth_after_gc_callbacks_are_cleared(
     saver_factory: Any, storage: Any
 ) -> None:
-    """An application (or a test harness) clearing ``gc.callbacks`` removed the hook that
-    takes the heap's size after each full collection: with the heap grown by a quarter,
-    every long read then ran a full collection (5 of 5), walking the whole heap each
-    time. The hook is put back when missing."""
+    """An application (or a test harness) clearing ``gc.callbacks`` removed the hook a
+    first version took the heap's size with after each full collection: with the heap
+    grown by a quarter, every long read then ran a full collection (5 of 5), walking the
+    whole heap each time. Full collections are now noticed from CPython's own count."""
     config = _config()
     full: list[int] = []
 

@@ -210,16 +210,18 @@ def test_delta_lists(
         chat = f"{marker}-chat"
         config: RunnableConfig = {"configurable": {"thread_id": chat}}
         graph = _chat(saver, chat, 11)
-        # a turn serializes its two new messages only
+        # a turn serializes its two new messages only (the user's may be serialized
+        # twice: LangGraph stores the input task's writes and the next checkpoint on
+        # executor threads, and when the writes come second the put after them takes
+        # the message as returned by a task, as the rules say; seen under load)
         dump = saver.serde.dumps_typed
         dumped: list[Any] = []
         monkeypatch.setattr(saver.serde, "dumps_typed", lambda v: dumped.append(v) or dump(v))
         graph.invoke({"messages": [workloads.user_message(12)]}, config)
         monkeypatch.undo()
-        assert [v.id for v in dumped if isinstance(v, BaseMessage)] == [
-            workloads.user_message_id(12),
-            workloads.model_message_id(23),
-        ]
+        ids = [v.id for v in dumped if isinstance(v, BaseMessage)]
+        new = [workloads.user_message_id(12), workloads.model_message_id(23)]
+        assert ids in (new, [new[0], *new]), ids
         # each message stored once, as an item; the blobs name them
         assert _items(saver) == 24
         assert (

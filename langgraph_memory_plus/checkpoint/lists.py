@@ -384,14 +384,8 @@ GROWTH_FOR_FULL = 1.25
 """A full collection runs when a promotion finds the interpreter's allocated blocks grown
 by this factor since the last one (:func:`_settle`)."""
 
-_baseline = 0  # allocated blocks after the last full collection; 0: not known yet
-
-
-def _full_collection_seen(phase: str, info: dict[str, Any]) -> None:
-    """Take the heap's size after every full collection (a gc callback)."""
-    global _baseline
-    if phase == "stop" and info.get("generation") == 2:
-        _baseline = sys.getallocatedblocks()
+_baseline = 0  # allocated blocks when a promotion first saw the last full collection
+_full_seen = -1  # CPython's count of full collections then
 
 
 def _settle() -> int | None:
@@ -409,26 +403,25 @@ def _settle() -> int | None:
     :func:`_collector_paused`) waits for a full collection. CPython runs one when the
     objects that reached the oldest generation since the last pass a quarter of it, and
     these are not in its count; so one runs here when the interpreter's allocated blocks
-    (``sys.getallocatedblocks``: ~0.1 ms, a count per arena) have grown
-    by :data:`GROWTH_FOR_FULL` since the last full collection: garbage held back is at
-    most about a quarter of the heap, as in the oldest generation anyway. Left alone
+    (``sys.getallocatedblocks``: ~0.1 ms, a count per arena) have grown by
+    :data:`GROWTH_FOR_FULL` since the first promotion after the last full collection
+    (CPython's count of them, ``gc.get_stats()``, tells one ran, whoever ran it; no gc
+    callback, which would run Python code in every collection of the process): garbage
+    held back is at most about a quarter of the heap, as in the oldest generation. Left alone
     (plain re-enabling) when the application froze objects itself (a pre-fork server):
     ``unfreeze`` would thaw them. Returns the generation to collect now, if any (run by
     the caller outside the pause's lock: finalizers run during a collection)."""
-    global _baseline
+    global _baseline, _full_seen
     if not PROMOTES or gc.get_freeze_count():
         return None
-    if _full_collection_seen not in gc.callbacks:
-        # Added once, and again if the application cleared the callbacks: without it the
-        # baseline stays behind and every long read runs a full collection.
-        gc.callbacks.append(_full_collection_seen)
     gc.freeze()
     gc.unfreeze()
     blocks = sys.getallocatedblocks()
-    if not _baseline:
-        _baseline = blocks
+    full = gc.get_stats()[2]["collections"]
+    if full != _full_seen:
+        _baseline, _full_seen = blocks, full  # a full collection ran since: start over
     elif blocks > _baseline * GROWTH_FOR_FULL:
-        return 2  # the callback takes the new baseline
+        return 2  # the next promotion sees it ran and starts over
     return None
 
 
