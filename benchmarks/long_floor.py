@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import statistics
@@ -307,7 +308,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if unknown:
         raise SystemExit(f"unknown savers {unknown}; known: {sorted(_TARGETS)}")
     load_before = os.getloadavg()
-    savers = {name: one_thread(name, env, args.turns) for name in names}
+    savers = {}
+    for name in names:
+        # Each saver from a clean heap: what the ones before it left (a floor keeps every
+        # checkpoint) is cyclic garbage a collection frees, and walks until it does.
+        gc.collect()
+        savers[name] = one_thread(name, env, args.turns)
     officials = [n for n in names if n.startswith("off_")]
     ratios = {
         name: {
