@@ -225,8 +225,23 @@ def _rows_table(table: str) -> tuple[Any, Any]:
     return write_then, count
 
 
+@pytest.fixture
+def ctrl_c() -> Any:
+    """``_thread.interrupt_main`` delivers a Ctrl-C only if Python handles SIGINT: a suite
+    started in the background of a shell without job control (``cmd &`` in a script)
+    inherits SIGINT ignored, and the interrupt is then dropped. Python's own handler for
+    the test's length, whatever the suite was started from."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_pg_sync_runner_returns_its_one_connection_clean_after_every_kind_of_failure(
-    pg_url: str,
+    pg_url: str, ctrl_c: None
 ) -> None:
     """The sync runner borrows and returns the pool connection itself now: after a
     statement error inside a transaction, a ``KeyboardInterrupt`` (raised by the plan, and
@@ -798,7 +813,7 @@ def test_run_user_id_refused_as_check_user_id_refuses_it(value: Any, place: str)
 
 @pytest.mark.parametrize("autocommit", [True, False])
 def test_pg_sync_runner_on_one_connection_leaves_it_idle_after_failures(
-    pg_url: str, autocommit: bool
+    pg_url: str, autocommit: bool, ctrl_c: None
 ) -> None:
     """The runner on a single ``Connection`` (not a pool), autocommit or not: a statement
     error inside the plan's transaction, a ``KeyboardInterrupt`` of the plan's and one
