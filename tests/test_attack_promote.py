@@ -21,6 +21,7 @@ import textwrap
 import threading
 import uuid
 import weakref
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import pytest
@@ -158,6 +159,35 @@ def _on_c_event(event: str, function: Any, then: Any, done: list[bool]) -> Any:
     return profile
 
 
+def _long_read_with(
+    saver_factory: Any,
+    storage: Any,
+    after: Callable[..., Any],
+    act: Callable[[], Any],
+    outcome: Callable[[], Any],
+    restore: Callable[[], Any],
+) -> Any:
+    """A long read during which, right after the package's own call of ``after`` (a C
+    function), the application calls ``act`` (standing in for another thread): the
+    hook must fire; ``outcome()`` as the read left it."""
+    config = _config()
+    with saver_factory(**_small(storage)) as saver:
+        graph = _graph(saver)
+        _long_chat(graph, config)
+        try:
+            done: list[bool] = []
+            sys.setprofile(_on_c_event("c_return", after, act, done))
+            try:
+                graph.get_state(config)
+            finally:
+                sys.setprofile(None)
+            assert done  # the hook fired
+            return outcome()
+        finally:
+            restore()
+            saver.delete_thread(config["configurable"]["thread_id"])
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="a collector the application disables while a long read is under way is "
@@ -167,23 +197,10 @@ def _on_c_event(event: str, function: Any, then: Any, done: list[bool]) -> Any:
 def test_a_collector_disabled_during_a_long_read_stays_disabled(
     saver_factory: Any, storage: Any
 ) -> None:
-    config = _config()
-    with saver_factory(**_small(storage)) as saver:
-        graph = _graph(saver)
-        _long_chat(graph, config)
-        try:
-            # The read's build has just paused the collector; the application turns it off.
-            done: list[bool] = []
-            sys.setprofile(_on_c_event("c_return", gc.disable, gc.disable, done))
-            try:
-                graph.get_state(config)
-            finally:
-                sys.setprofile(None)
-            assert done  # the read paused the collector
-            still_off = not gc.isenabled()
-        finally:
-            gc.enable()
-            saver.delete_thread(config["configurable"]["thread_id"])
+    # The read's build has just paused the collector; the application turns it off.
+    still_off = _long_read_with(
+        saver_factory, storage, gc.disable, gc.disable, lambda: not gc.isenabled(), gc.enable
+    )
     assert still_off
 
 
@@ -197,22 +214,10 @@ def test_a_collector_disabled_during_a_long_read_stays_disabled(
 def test_objects_the_application_freezes_during_a_promotion_stay_frozen(
     saver_factory: Any, storage: Any
 ) -> None:
-    config = _config()
-    with saver_factory(**_small(storage)) as saver:
-        graph = _graph(saver)
-        _long_chat(graph, config)
-        try:
-            done: list[bool] = []
-            sys.setprofile(_on_c_event("c_return", gc.get_freeze_count, gc.freeze, done))
-            try:
-                graph.get_state(config)
-            finally:
-                sys.setprofile(None)
-            assert done  # the read promoted
-            frozen = gc.get_freeze_count()
-        finally:
-            gc.unfreeze()
-            saver.delete_thread(config["configurable"]["thread_id"])
+    # The read is about to promote; the application freezes its objects.
+    frozen = _long_read_with(
+        saver_factory, storage, gc.get_freeze_count, gc.freeze, gc.get_freeze_count, gc.unfreeze
+    )
     assert frozen > 0
 
 
