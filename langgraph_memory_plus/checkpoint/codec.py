@@ -101,9 +101,6 @@ def version_text(version: str | int | float) -> str:
     return version if isinstance(version, str) else repr(version)
 
 
-_NATIVE_TYPES = frozenset((str, int))
-
-
 def _native_version(version: Any) -> bool:
     """Whether a version is stored as it is (str or int) rather than as its text."""
     kind = type(version)
@@ -471,10 +468,7 @@ class CheckpointCodec:
         # Sealed, it keeps them: blobs open at the versions it names, so versions edited
         # in the clear column (an older blob named) do not roll a value back.
         versions = checkpoint["channel_versions"]
-        # one pass over the types, not a call per version (str or int: the common case)
-        native = {type(v) for v in versions.values()} <= _NATIVE_TYPES or all(
-            map(_native_version, versions.values())
-        )
+        native = all(map(_native_version, versions.values()))
         if native and self.encryption is None:
             body.pop("channel_versions", None)
         elif self.encryption is not None:

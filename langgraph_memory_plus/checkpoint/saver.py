@@ -552,7 +552,7 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         that omits the user (a resume, a worker knowing only the thread id) is sealed with
         the owner's key, so dropping that key shreds it too.
         """
-        key = None if self.encryption is None else self._tenant_user_key()
+        key = self._tenant_user_key()
         if key is None:
             return None
         found = (config.get("configurable") or {}).get(key)
@@ -598,12 +598,11 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         return read()
 
     def _learn_owner(self, config: RunnableConfig, target: Target | None = None) -> None:
-        # without encryption there are no tenant keys (every write asks: no call then)
-        if self.encryption is not None and (plan := self._owner_plan(config, target)):
+        if (plan := self._owner_plan(config, target)) is not None:
             self._run(plan)
 
     async def _alearn_owner(self, config: RunnableConfig, target: Target | None = None) -> None:
-        if self.encryption is not None and (plan := self._owner_plan(config, target)):
+        if (plan := self._owner_plan(config, target)) is not None:
             await self._arun(plan)
 
     def _sealed(self, record: RecordInput, thread_id: str, user: str | None) -> RecordInput:

@@ -45,8 +45,7 @@ def pack(writes: Iterable[Write], path: str) -> bytes:
     out = []
     for idx, channel, typ, data, own in writes:
         head = b"%d" % idx if own == path else b"%d %s" % (idx, _utf8(own))
-        ch = channel.encode("utf-8", "surrogatepass")
-        ty = typ.encode("utf-8", "surrogatepass")
+        ch, ty = _utf8(channel), _utf8(typ)
         out.append(
             b"%d:%s%d:%s%d:%s%d:%s" % (len(head), head, len(ch), ch, len(ty), ty, len(data), data)
         )

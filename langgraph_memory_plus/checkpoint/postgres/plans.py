@@ -93,11 +93,16 @@ def _thread_id_text(raw: bytes) -> str:
     return bytes(raw).decode("utf-8", "surrogatepass")
 
 
-def _text(items: list[str]) -> TextArray | None:
+def _text(items: Sequence[str]) -> TextArray | None:
     """``items`` as a ``text[]`` parameter, an empty list as NULL: ``unnest`` and ``= ANY``
     read both alike, and NULL needs no array built, looked up a dumper for and packed
     (a put sends up to nine arrays, and four in ten of them are empty)."""
     return TextArray(items) if items else None
+
+
+def _bytea(items: Sequence[bytes | None]) -> ByteaArray | None:
+    """:func:`_text` for a ``bytea[]`` parameter."""
+    return ByteaArray(items) if items else None
 
 
 def _check_record(record: bytes, task_id: str) -> None:
@@ -757,31 +762,19 @@ class PostgresCheckpointPlans:
             versions=Jsonb(encoded.versions_json),
             delta=_text(encoded.delta_channels),
             valued=_text(encoded.valued_channels),
-        )
-        if stored:
-            params.update(
-                b_ch=TextArray([b.channel for b in stored]),
-                b_ver=TextArray([b.version for b in stored]),
-                b_ty=TextArray([b.type for b in stored]),
-                b_bl=ByteaArray([b.data for b in stored]),
-            )
-        else:
-            params.update(b_ch=None, b_ver=None, b_ty=None, b_bl=None)
-        if encoded.items or encoded.nodes:
+            b_ch=_text([b.channel for b in stored]),
+            b_ver=_text([b.version for b in stored]),
+            b_ty=_text([b.type for b in stored]),
+            b_bl=_bytea([b.data for b in stored]),
             # list pages and spines are rows of the items table too (type NODE_TYPE)
-            params.update(
-                i_id=ByteaArray([*encoded.items, *encoded.nodes]),
-                i_ty=TextArray(
-                    [typ for typ, _ in encoded.items.values()] + [NODE_TYPE] * len(encoded.nodes)
-                ),
-                i_bl=ByteaArray(
-                    [data for _, data in encoded.items.values()]
-                    + [b"".join(children) for children in encoded.nodes.values()]
-                ),
-            )
-        else:
-            params.update(i_id=None, i_ty=None, i_bl=None)
-        params.update(
+            i_id=_bytea([*encoded.items, *encoded.nodes]),
+            i_ty=_text(
+                [typ for typ, _ in encoded.items.values()] + [NODE_TYPE] * len(encoded.nodes)
+            ),
+            i_bl=_bytea(
+                [data for _, data in encoded.items.values()]
+                + [b"".join(children) for children in encoded.nodes.values()]
+            ),
             **self.threads.put_params(record, encoded.checkpoint_id),
         )
         # With retention the trim joins the put's transaction: a crash or a failed trim
