@@ -1,4 +1,5 @@
-"""Ours from two source trees beside the ladder's rung 6, interleaved in one process::
+"""Ours from two source trees beside the ladder's rung 6, the official and the featureless
+savers, interleaved in one process::
 
     python -m benchmarks.interleaved --a /path/to/tree-a --b /path/to/tree-b \\
         [--pg URL] [--turns 10] [--threads 100] [--warmup 20]
@@ -7,16 +8,19 @@ A before/after of a change to the PostgreSQL saver's short turn is a few percent
 CPU, and on a shared machine the load moves more than that between two runs, or between
 two units of one run. Here the package of each tree (``<tree>/langgraph_memory_plus``,
 whose imports are all relative) is copied under another name (``lgmp_a``, ``lgmp_b``) and
-imported beside the other, and the two ``PostgresSaver``\\ s and rung 6 of the feature
-ladder (:mod:`benchmarks.ladder`, PostgreSQL) run fresh threads of ``--turns`` turns in
-turn, the order rotated at every thread: a swing of the load falls on all three alike.
+imported beside the other, and the two ``PostgresSaver``\\ s, rung 6 of the feature
+ladder (:mod:`benchmarks.ladder`, PostgreSQL), LangGraph's own ``PostgresSaver`` and the
+featureless one of :mod:`benchmarks.minimal` run fresh threads of ``--turns`` turns in
+turn, the order rotated at every thread: a swing of the load falls on all five alike.
 
 Reported per saver: process CPU per turn (median and mean over its threads; LangGraph
 writes on executor threads), the thread CPU inside ``put``, ``put_writes`` and
-``get_tuple`` per turn, and the paired medians (thread by thread) of B/A and of each to
-rung 6. The conversations are read back afterwards (``wl._check_conversation``). Run
-both orders (``--a X --b Y`` and ``--a Y --b X``) and average: the two copies are not
-placed alike in the process (the same tree as A and as B read up to ~2% apart).
+``get_tuple`` per turn, the median over its threads of each thread's turn p50 (wall), and
+the paired medians (thread by thread, CPU and wall) of B/A, and of each to rung 6, to the
+official saver and to the featureless one. The conversations are read back afterwards
+(``wl._check_conversation``). Run both orders (``--a X --b Y`` and ``--a Y --b X``) and
+average: the two copies are not placed alike in the process (the same tree as A and as B
+read up to ~2% apart).
 """
 
 from __future__ import annotations
@@ -79,12 +83,17 @@ def _count_calls(saver: Any, spent: dict[str, float]) -> None:
 
 def run(env: tg.Env, trees: dict[str, str], turns: int, threads: int, warmup: int) -> str:
     """The interleaved run; its report as text."""
-    keys = ["rung6", *trees]
+    keys = ["featureless", "official", "rung6", *trees]
     spent = {key: dict.fromkeys(CALLS, 0.0) for key in keys}
     cpu: dict[str, list[float]] = {key: [] for key in keys}
+    wall: dict[str, list[float]] = {key: [] for key in keys}  # turn p50 per thread
     with tempfile.TemporaryDirectory() as packages, contextlib.ExitStack() as stack:
         _copy_packages({f"lgmp_{key.lower()}": tree for key, tree in trees.items()}, packages)
-        units = {"rung6": stack.enter_context(lad.open_saver(RUNG6, env))}
+        units = {
+            "featureless": stack.enter_context(mn.open_saver(mn.MIN_PG, env)),
+            "official": stack.enter_context(mn.open_saver(tg.OFF_PG, env)),
+            "rung6": stack.enter_context(lad.open_saver(RUNG6, env)),
+        }
         for key in trees:
             package = importlib.import_module(f"lgmp_{key.lower()}")
             storage = tg.make_storage(tg.OURS_PG, env)
@@ -105,9 +114,13 @@ def run(env: tg.Env, trees: dict[str, str], turns: int, threads: int, warmup: in
             for key in keys[shift:] + keys[:shift]:
                 marker = units[key][1]
                 started = time.process_time()
+                walls = []
                 for turn in range(1, turns + 1):
+                    begun = time.perf_counter()
                     mn._turn(graphs[key], f"{marker}-t{thread}", turn)
+                    walls.append(time.perf_counter() - begun)
                 cpu[key].append((time.process_time() - started) / turns * 1000.0)
+                wall[key].append(statistics.median(walls) * 1000.0)
         load_after = os.getloadavg()[0]
         for key, (_, marker) in units.items():
             mn._turn(graphs[key], f"{marker}-t0", turns + 1)
@@ -117,24 +130,29 @@ def run(env: tg.Env, trees: dict[str, str], turns: int, threads: int, warmup: in
     done = threads * turns
     lines = [
         f"T={turns}, {threads} threads per saver, load {load:.2f} -> {load_after:.2f}",
-        "| saver | cpu/turn p50 ms | mean ms | put ms | put_writes ms | get_tuple ms |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| saver | cpu/turn p50 ms | mean ms | turn p50 ms (wall) | put ms | put_writes ms "
+        "| get_tuple ms |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for key in keys:
         calls = " | ".join(f"{spent[key][c] / done * 1000.0:.3f}" for c in CALLS)
         lines.append(
             f"| {key} | {statistics.median(cpu[key]):.3f} | {statistics.fmean(cpu[key]):.3f} "
-            f"| {calls} |"
+            f"| {statistics.median(wall[key]):.3f} | {calls} |"
         )
-    a, b = cpu["A"], cpu["B"]
-    paired = {
-        "B/A": [y / x for x, y in zip(a, b, strict=True)],
-        "A/rung6": [x / r for x, r in zip(a, cpu["rung6"], strict=True)],
-        "B/rung6": [y / r for y, r in zip(b, cpu["rung6"], strict=True)],
-    }
-    lines.append(
-        "paired medians: " + ", ".join(f"{k} {statistics.median(v):.3f}" for k, v in paired.items())
-    )
+    pairs = [("B", "A"), ("A", "rung6"), ("B", "rung6")]
+    pairs += [("A", "official"), ("B", "official"), ("rung6", "official")]
+    pairs += [("A", "featureless"), ("B", "featureless"), ("rung6", "featureless")]
+    for label, measured in (("cpu", cpu), ("wall", wall)):
+        ratios = {
+            f"{x}/{y}": statistics.median(
+                [p / q for p, q in zip(measured[x], measured[y], strict=True)]
+            )
+            for x, y in pairs
+        }
+        lines.append(
+            f"paired medians ({label}): " + ", ".join(f"{k} {v:.3f}" for k, v in ratios.items())
+        )
     return "\n".join(lines)
 
 

@@ -22,7 +22,12 @@ chat workload, turn by turn, beside the savers named:
 - ``fresh objects, C build``: the same, each read building every message from a template
   made once per message, as ours does (``lists.build_all``: unpacked in C, the collector
   paused): the floor of a saver whose reads share nothing, nested containers included,
-  before it stores or reads a byte.
+  before it stores or reads a byte;
+- ``fresh objects, C build, checked puts``: the same, and each put keeps an element of
+  the last list only when its fields still hold the objects they held when it was read
+  or stored (a field reassigned in place must be stored anew, as LangGraph's savers do),
+  checked as ours checks it: the floor of a saver that stores only what is new and shares
+  nothing, before it stores a byte.
 
 Each turn's wall time and process CPU time are taken (client CPU, the executor threads
 LangGraph runs the saver's writes on included; a server's own is not in it). Reported
@@ -54,7 +59,13 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.memory import InMemorySaver
 
-from langgraph_memory_plus.checkpoint.lists import Template, build_all
+from langgraph_memory_plus.checkpoint.lists import (
+    Template,
+    _same_prefix,
+    build_all,
+    fingerprints_of,
+    unchanged_prefix,
+)
 
 from . import minimal as mn
 from . import targets as tg
@@ -63,6 +74,7 @@ from . import workloads as wl
 NO_STORAGE = "no storage"
 FRESH = "fresh objects"
 FRESH_C = "fresh objects, C build"
+FRESH_CHECKED = "fresh objects, C build, checked puts"
 DEFAULT_SAVERS = "ours_sqlite,off_sqlite,ours_pg,off_pg"
 _TARGETS = {
     t.slug: t for t in (tg.OURS_SQLITE, tg.OFF_SQLITE, tg.OURS_PG, tg.OFF_PG, tg.OURS_REDIS)
@@ -223,11 +235,7 @@ class TemplateSaver(NoStorageSaver):
         for channel, value in values.items():
             if isinstance(value, list) and value and isinstance(value[0], BaseMessage):
                 objects, templates = self._last.get(channel, ([], []))
-                same = 0
-                for now, then in zip(value, objects, strict=False):
-                    if now is not then:
-                        break
-                    same += 1
+                same = _same_prefix(value, objects)
                 made = templates[:same] + [Template.of(v) for v in value[same:]]
                 self._last[channel] = (list(value), made)
                 values[channel] = _Templates(made)
@@ -243,6 +251,42 @@ class TemplateSaver(NoStorageSaver):
         return {**checkpoint, "channel_values": values}
 
 
+class CheckedTemplateSaver(TemplateSaver):
+    """:class:`TemplateSaver` whose puts also check what they keep, as a correct saver must:
+    an element kept from the last list is one whose fields still hold the very objects
+    they held when it was read or stored (``lists.fingerprints_of`` at each read and put,
+    ``lists.unchanged_prefix`` at each put, as ours). A node or a reducer may reassign a
+    field of a message it was handed (``message.content = ...``) without returning it,
+    and LangGraph's savers store the list as it is at the put, so a saver that keeps the
+    old item there stores the old text. The floor of a saver that stores only what is new
+    and shares nothing, before it stores a byte."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._prints: dict[str, list[tuple[Any, ...] | None]] = {}
+
+    def _store(self, checkpoint: Checkpoint) -> Checkpoint:
+        values = dict(checkpoint["channel_values"])
+        for channel, value in values.items():
+            if isinstance(value, list) and value and isinstance(value[0], BaseMessage):
+                objects, templates = self._last.get(channel, ([], []))
+                same = _same_prefix(value, objects)
+                prints = self._prints.get(channel, [])
+                same = unchanged_prefix(value[:same], prints[:same])
+                made = templates[:same] + [Template.of(v) for v in value[same:]]
+                self._last[channel] = (list(value), made)
+                self._prints[channel] = prints[:same] + fingerprints_of(value[same:])
+                values[channel] = _Templates(made)
+        return {**checkpoint, "channel_values": values}
+
+    def _read(self, checkpoint: Checkpoint) -> Checkpoint:
+        read = super()._read(checkpoint)
+        for channel, value in checkpoint["channel_values"].items():
+            if isinstance(value, _Templates):
+                self._prints[channel] = fingerprints_of(self._last[channel][0])
+        return read
+
+
 class _Templates(list):  # type: ignore[type-arg]
     """A stored list value as its elements' templates (:class:`TemplateSaver`)."""
 
@@ -255,6 +299,8 @@ def _open(name: str, env: tg.Env) -> Iterator[tuple[BaseCheckpointSaver[Any], st
         yield FreshObjectsSaver(), "floor"
     elif name == FRESH_C:
         yield TemplateSaver(), "floor"
+    elif name == FRESH_CHECKED:
+        yield CheckedTemplateSaver(), "floor"
     else:
         with mn.open_saver(_TARGETS[name], env) as opened:
             yield opened
@@ -293,7 +339,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/test")
     p.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     p.add_argument("--turns", type=int, default=1000, help="the thread's length T")
-    p.add_argument("--savers", default=DEFAULT_SAVERS, help="slugs beside the two floors")
+    p.add_argument("--savers", default=DEFAULT_SAVERS, help="slugs beside the floors")
     p.add_argument("--json", type=Path, help="write the numbers here")
     return p.parse_args(argv)
 
@@ -303,8 +349,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     tg.check_pg_url(args.pg)
     tg.check_redis_url(args.redis)
     env = tg.Env(pg=args.pg, redis=args.redis)
-    names = [NO_STORAGE, FRESH, FRESH_C, *(s.strip() for s in args.savers.split(",") if s.strip())]
-    unknown = [n for n in names[3:] if n not in _TARGETS]
+    floors = [NO_STORAGE, FRESH, FRESH_C, FRESH_CHECKED]
+    names = [*floors, *(s.strip() for s in args.savers.split(",") if s.strip())]
+    unknown = [n for n in names[len(floors) :] if n not in _TARGETS]
     if unknown:
         raise SystemExit(f"unknown savers {unknown}; known: {sorted(_TARGETS)}")
     load_before = os.getloadavg()

@@ -1,5 +1,6 @@
 """A smoke run of ``benchmarks/interleaved.py``: two copies of this tree's package beside
-rung 6, each keeping its conversation, and nothing left behind. Not a benchmark: nothing
+rung 6, the official and the featureless savers, each keeping its conversation, every
+paired ratio reported, and nothing left behind. Not a benchmark: nothing
 here depends on speed."""
 
 from __future__ import annotations
@@ -21,14 +22,23 @@ from benchmarks import targets as tg  # noqa: E402
 pytestmark = pytest.mark.storage
 
 
-def test_interleaved_run_reports_both_trees_and_rung_6(pg_url: str, redis_url: str) -> None:
+def test_interleaved_run_reports_both_trees_rung_6_the_official_and_the_featureless(
+    pg_url: str, redis_url: str
+) -> None:
     env = tg.Env(pg=pg_url, redis=redis_url)
     report = interleaved.run(env, {"A": str(ROOT), "B": str(ROOT)}, turns=2, threads=3, warmup=1)
     rows = [
         line.split(" | ")[0].strip("| ") for line in report.splitlines() if line.startswith("| ")
     ]
-    assert rows[1:] == ["rung6", "A", "B"]
-    assert "paired medians: B/A" in report
+    assert rows[1:] == ["featureless", "official", "rung6", "A", "B"]
+    for label in ("cpu", "wall"):
+        line = next(x for x in report.splitlines() if x.startswith(f"paired medians ({label})"))
+        ratios = dict(part.rsplit(" ", 1) for part in line.split(": ", 1)[1].split(", "))
+        assert set(ratios) == {
+            "B/A", "A/rung6", "B/rung6", "A/official", "B/official", "rung6/official",
+            "A/featureless", "B/featureless", "rung6/featureless",
+        }  # fmt: skip
+        assert all(float(v) > 0 for v in ratios.values())
     for name in ("lgmp_a", "lgmp_b"):  # the copies, not this tree's package, ran
         assert sys.modules[name].__file__ != sys.modules["langgraph_memory_plus"].__file__
     assert_nothing_left(pg_url, redis_url, env.run_id)

@@ -1,4 +1,4 @@
-"""A smoke run of ``benchmarks/long_floor.py``: the three floors are savers of the chat
+"""A smoke run of ``benchmarks/long_floor.py``: the four floors are savers of the chat
 conversation (so their times are those of a turn that keeps it), the fresh one's reads
 share no object, and one run reports every saver's figures over each official saver's.
 Nothing here depends on speed."""
@@ -8,9 +8,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Annotated, Any, TypedDict
 
 import pytest
+from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # benchmarks/ is not installed; it lives beside tests/
@@ -21,7 +25,19 @@ from benchmarks import long_floor, workloads  # noqa: E402
 pytestmark = pytest.mark.storage
 
 
-@pytest.mark.parametrize("kind", ["no storage", "fresh objects", "fresh objects, C build"])
+class State(TypedDict):
+    messages: Annotated[list[Any], add_messages]
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "no storage",
+        "fresh objects",
+        "fresh objects, C build",
+        "fresh objects, C build, checked puts",
+    ],
+)
 def test_the_floors_keep_the_conversation_and_only_fresh_reads_share_nothing(
     kind: str,
 ) -> None:
@@ -29,6 +45,7 @@ def test_the_floors_keep_the_conversation_and_only_fresh_reads_share_nothing(
         long_floor.NO_STORAGE: long_floor.NoStorageSaver,
         long_floor.FRESH: long_floor.FreshObjectsSaver,
         long_floor.FRESH_C: long_floor.TemplateSaver,
+        long_floor.FRESH_CHECKED: long_floor.CheckedTemplateSaver,
     }[kind]()
     fresh = kind != long_floor.NO_STORAGE
     graph = workloads.chat_graph().compile(checkpointer=saver)
@@ -47,11 +64,42 @@ def test_the_floors_keep_the_conversation_and_only_fresh_reads_share_nothing(
     if fresh:
         first[0].content = "edited"
         assert graph.get_state(config).values["messages"][0].content != "edited"
-    if kind == long_floor.FRESH_C:  # nested containers too (the Python floor shares them)
+    # Nested containers too (the Python floor shares them).
+    if kind in (long_floor.FRESH_C, long_floor.FRESH_CHECKED):
         usage = [m.response_metadata.get("token_usage") for m in first]
         again = [m.response_metadata.get("token_usage") for m in second]
         assert any(usage)
         assert not any(u is not None and u is v for u, v in zip(usage, again, strict=True))
+
+
+def _edit_first_in_node(saver: object) -> list[str]:
+    """The text of the first message after a node reassigned it in place (returning only
+    a new message), read back: what LangGraph's savers store is the list at the put."""
+
+    def model(state: State) -> dict[str, Any]:
+        state["messages"][0].content = "edited in place"
+        return {"messages": [AIMessage("reply", id=f"a{len(state['messages'])}")]}
+
+    builder = StateGraph(State)
+    builder.add_node("model", model)
+    builder.add_edge(START, "model")
+    builder.add_edge("model", END)
+    graph = builder.compile(checkpointer=saver)  # type: ignore[arg-type]
+    config: RunnableConfig = {"configurable": {"thread_id": "edit"}}
+    graph.invoke({"messages": [workloads.user_message(1)]}, config)
+    graph.invoke({"messages": [workloads.user_message(2)]}, config)
+    return [str(m.content) for m in graph.get_state(config).values["messages"]]
+
+
+def test_only_the_checked_floor_stores_a_field_reassigned_in_place() -> None:
+    """What makes the checked floor a floor of correct savers: InMemorySaver keeps the
+    edit, the checked floor too, the unchecked C-build floor loses it."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    expected = _edit_first_in_node(InMemorySaver())
+    assert expected[0] == "edited in place"
+    assert _edit_first_in_node(long_floor.CheckedTemplateSaver()) == expected
+    assert _edit_first_in_node(long_floor.TemplateSaver())[0] != "edited in place"
 
 
 def test_one_run_reports_every_saver_against_each_official(
@@ -72,6 +120,7 @@ def test_one_run_reports_every_saver_against_each_official(
             long_floor.NO_STORAGE,
             long_floor.FRESH,
             long_floor.FRESH_C,
+            long_floor.FRESH_CHECKED,
             "ours_sqlite",
             "off_sqlite",
         }
