@@ -2,16 +2,19 @@
 savers, interleaved in one process::
 
     python -m benchmarks.interleaved --a /path/to/tree-a --b /path/to/tree-b \\
-        [--pg URL] [--turns 10] [--threads 100] [--warmup 20]
+        [--backend postgres|sqlite|redis] [--pg URL] [--redis URL] [--turns 10]
+        [--threads 100] [--warmup 20]
 
-A before/after of a change to the PostgreSQL saver's short turn is a few percent of its
-CPU, and on a shared machine the load moves more than that between two runs, or between
-two units of one run. Here the package of each tree (``<tree>/langgraph_memory_plus``,
-whose imports are all relative) is copied under another name (``lgmp_a``, ``lgmp_b``) and
-imported beside the other, and the two ``PostgresSaver``\\ s, rung 6 of the feature
-ladder (:mod:`benchmarks.ladder`, PostgreSQL), LangGraph's own ``PostgresSaver`` and the
-featureless one of :mod:`benchmarks.minimal` run fresh threads of ``--turns`` turns in
-turn, the order rotated at every thread: a swing of the load falls on all five alike.
+A before/after of a change to a saver's short turn is a few percent of its CPU, and on a
+shared machine the load moves more than that between two runs, or between two units of
+one run; so do the ratios of issue 39's short-turn goals (ours over the official and the
+featureless savers, and rung 6 over them: the bound). Here the package of each tree
+(``<tree>/langgraph_memory_plus``, whose imports are all relative) is copied under another
+name (``lgmp_a``, ``lgmp_b``) and imported beside the other, and the two savers of the
+backend, rung 6 of the feature ladder (:mod:`benchmarks.ladder`), LangGraph's own saver
+(SQLite, PostgreSQL; none runs on plain Redis) and the featureless one of
+:mod:`benchmarks.minimal` run fresh threads of ``--turns`` turns in turn, the order
+rotated at every thread: a swing of the load falls on all of them alike.
 
 Reported per saver: process CPU per turn (median and mean over its threads; LangGraph
 writes on executor threads), the thread CPU inside ``put``, ``put_writes`` and
@@ -44,12 +47,25 @@ from . import targets as tg
 from . import workloads as wl
 
 CALLS = ("put", "put_writes", "get_tuple")
-RUNG6 = lad._rung_targets("postgres", "PG")[lad.FILTERS - 1]
+# Per backend: our saver's class name, its target, the featureless saver, the official
+# one (Redis: none that runs on plain Redis) and the ladder's rung 6, as the ladder has them.
+_OFFICIAL = {"sqlite": tg.OFF_SQLITE, "postgres": tg.OFF_PG, "redis": None}
+_CLASS = {"sqlite": "SqliteSaver", "postgres": "PostgresSaver", "redis": "RedisSaver"}
+BACKENDS: dict[str, tuple[str, tg.Target, tg.Target, tg.Target | None, tg.Target]] = {
+    ours.backend: (_CLASS[ours.backend], ours, featureless, _OFFICIAL[ours.backend], rungs[5])
+    for _, featureless, rungs, ours in lad.BACKENDS
+}
 
 
 def _copy_packages(trees: dict[str, str], into: str) -> None:
-    """``<tree>/langgraph_memory_plus`` of each tree as package ``name`` under ``into``."""
+    """``<tree>/langgraph_memory_plus`` of each tree as package ``name`` under ``into``.
+
+    A copy imported by an earlier run in this process is dropped first: its directory is
+    gone, and a submodule it imports lazily (another backend's saver) would be looked for
+    there."""
     for name, tree in trees.items():
+        for loaded in [m for m in sys.modules if m == name or m.startswith(f"{name}.")]:
+            del sys.modules[loaded]
         shutil.copytree(
             os.path.join(tree, "langgraph_memory_plus"),
             os.path.join(into, name),
@@ -81,27 +97,44 @@ def _count_calls(saver: Any, spent: dict[str, float]) -> None:
         setattr(saver, name, call)
 
 
-def run(env: tg.Env, trees: dict[str, str], turns: int, threads: int, warmup: int) -> str:
+def _open_ours(package: Any, backend: str, stack: contextlib.ExitStack, env: tg.Env) -> Any:
+    """(saver, marker) of ``package``'s saver for ``backend`` on storage of its own."""
+    cls_name, target = BACKENDS[backend][:2]
+    storage = tg.make_storage(target, env)
+    stack.callback(storage.close)
+    assert storage.url is not None
+    cls = getattr(package, cls_name)
+    if backend == "redis":
+        saver = stack.enter_context(cls.from_conn_string(storage.url, key_prefix=storage.marker))
+    else:
+        saver = stack.enter_context(cls.from_conn_string(storage.url))
+    saver.setup()
+    return saver, storage.marker
+
+
+def run(
+    env: tg.Env,
+    trees: dict[str, str],
+    turns: int,
+    threads: int,
+    warmup: int,
+    backend: str = "postgres",
+) -> str:
     """The interleaved run; its report as text."""
-    keys = ["featureless", "official", "rung6", *trees]
+    _, _, featureless, official, rung6 = BACKENDS[backend]
+    keys = ["featureless", *(["official"] if official else []), "rung6", *trees]
     spent = {key: dict.fromkeys(CALLS, 0.0) for key in keys}
     cpu: dict[str, list[float]] = {key: [] for key in keys}
     wall: dict[str, list[float]] = {key: [] for key in keys}  # turn p50 per thread
     with tempfile.TemporaryDirectory() as packages, contextlib.ExitStack() as stack:
         _copy_packages({f"lgmp_{key.lower()}": tree for key, tree in trees.items()}, packages)
-        units = {
-            "featureless": stack.enter_context(mn.open_saver(mn.MIN_PG, env)),
-            "official": stack.enter_context(mn.open_saver(tg.OFF_PG, env)),
-            "rung6": stack.enter_context(lad.open_saver(RUNG6, env)),
-        }
+        units = {"featureless": stack.enter_context(mn.open_saver(featureless, env))}
+        if official is not None:
+            units["official"] = stack.enter_context(mn.open_saver(official, env))
+        units["rung6"] = stack.enter_context(lad.open_saver(rung6, env))
         for key in trees:
             package = importlib.import_module(f"lgmp_{key.lower()}")
-            storage = tg.make_storage(tg.OURS_PG, env)
-            stack.callback(storage.close)
-            assert storage.url is not None
-            saver = stack.enter_context(package.PostgresSaver.from_conn_string(storage.url))
-            saver.setup()
-            units[key] = (saver, storage.marker)
+            units[key] = _open_ours(package, backend, stack, env)
         graphs = {}
         for key, (saver, marker) in units.items():
             graphs[key] = wl.chat_graph().compile(checkpointer=saver)
@@ -129,7 +162,7 @@ def run(env: tg.Env, trees: dict[str, str], turns: int, threads: int, warmup: in
             wl._check_conversation(values, turns + 1, key)
     done = threads * turns
     lines = [
-        f"T={turns}, {threads} threads per saver, load {load:.2f} -> {load_after:.2f}",
+        f"{backend}, T={turns}, {threads} threads per saver, load {load:.2f} -> {load_after:.2f}",
         "| saver | cpu/turn p50 ms | mean ms | turn p50 ms (wall) | put ms | put_writes ms "
         "| get_tuple ms |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -141,7 +174,8 @@ def run(env: tg.Env, trees: dict[str, str], turns: int, threads: int, warmup: in
             f"| {statistics.median(wall[key]):.3f} | {calls} |"
         )
     pairs = [("B", "A"), ("A", "rung6"), ("B", "rung6")]
-    pairs += [("A", "official"), ("B", "official"), ("rung6", "official")]
+    if official is not None:
+        pairs += [("A", "official"), ("B", "official"), ("rung6", "official")]
     pairs += [("A", "featureless"), ("B", "featureless"), ("rung6", "featureless")]
     for label, measured in (("cpu", cpu), ("wall", wall)):
         ratios = {
@@ -164,7 +198,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--a", required=True, help="a source tree (holding langgraph_memory_plus/)")
     p.add_argument("--b", required=True, help="the other tree")
+    p.add_argument("--backend", choices=sorted(BACKENDS), default="postgres")
     p.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/test")
+    p.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     p.add_argument("--turns", type=int, default=10, help="turns per thread (T)")
     p.add_argument("--threads", type=int, default=100, help="threads per saver")
     p.add_argument("--warmup", type=int, default=20, help="untimed turns per saver first")
@@ -174,8 +210,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> str:
     args = parse_args(argv)
     tg.check_pg_url(args.pg)
-    env = tg.Env(pg=args.pg, redis="redis://127.0.0.1:6379/0")
-    report = run(env, {"A": args.a, "B": args.b}, args.turns, args.threads, args.warmup)
+    tg.check_redis_url(args.redis)
+    env = tg.Env(pg=args.pg, redis=args.redis)
+    report = run(
+        env, {"A": args.a, "B": args.b}, args.turns, args.threads, args.warmup, args.backend
+    )
     print(report)
     return report
 
