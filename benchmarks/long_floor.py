@@ -96,7 +96,8 @@ class NoStorageSaver(BaseCheckpointSaver[str]):
     def _read(self, checkpoint: Checkpoint) -> Checkpoint:
         return checkpoint
 
-    def _store(self, checkpoint: Checkpoint) -> Checkpoint:
+    def _store(self, checkpoint: Checkpoint, changed: ChannelVersions) -> Checkpoint:
+        """What is kept of ``checkpoint``; ``changed``: the channels the put wrote."""
         return checkpoint
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -139,7 +140,7 @@ class NoStorageSaver(BaseCheckpointSaver[str]):
         c = config["configurable"]
         thread_id, ns = c["thread_id"], c.get("checkpoint_ns", "")
         self.checkpoints.setdefault((thread_id, ns), []).append(
-            (self._store(checkpoint), metadata, c.get("checkpoint_id"))
+            (self._store(checkpoint, new_versions), metadata, c.get("checkpoint_id"))
         )
         return {
             "configurable": {
@@ -224,22 +225,31 @@ class TemplateSaver(NoStorageSaver):
     ours, the collector paused): the floor of a saver whose reads share nothing at all,
     nested containers included, before it stores or reads a byte. A put makes templates
     only for the elements after the longest prefix that is the very objects of the last
-    list it stored or read (no check of their fields, which ours makes)."""
+    list it stored or read (no check of their fields, which ours makes); a list the put
+    did not write keeps the templates it had (LangGraph's savers store only the channels
+    of ``new_versions``)."""
 
     def __init__(self) -> None:
         super().__init__()
         self._last: dict[str, tuple[list[Any], list[Template]]] = {}
 
-    def _store(self, checkpoint: Checkpoint) -> Checkpoint:
+    def _store(self, checkpoint: Checkpoint, changed: ChannelVersions) -> Checkpoint:
         values = dict(checkpoint["channel_values"])
         for channel, value in values.items():
             if isinstance(value, list) and value and isinstance(value[0], BaseMessage):
                 objects, templates = self._last.get(channel, ([], []))
-                same = _same_prefix(value, objects)
+                if channel not in changed and templates:
+                    values[channel] = _Templates(templates)
+                    continue
+                same = self._kept(channel, value, objects)
                 made = templates[:same] + [Template.of(v) for v in value[same:]]
                 self._last[channel] = (list(value), made)
                 values[channel] = _Templates(made)
         return {**checkpoint, "channel_values": values}
+
+    def _kept(self, channel: str, value: list[Any], objects: list[Any]) -> int:
+        """How many leading elements of ``value`` keep their templates."""
+        return _same_prefix(value, objects)
 
     def _read(self, checkpoint: Checkpoint) -> Checkpoint:
         values = dict(checkpoint["channel_values"])
@@ -265,19 +275,11 @@ class CheckedTemplateSaver(TemplateSaver):
         super().__init__()
         self._prints: dict[str, list[tuple[Any, ...] | None]] = {}
 
-    def _store(self, checkpoint: Checkpoint) -> Checkpoint:
-        values = dict(checkpoint["channel_values"])
-        for channel, value in values.items():
-            if isinstance(value, list) and value and isinstance(value[0], BaseMessage):
-                objects, templates = self._last.get(channel, ([], []))
-                same = _same_prefix(value, objects)
-                prints = self._prints.get(channel, [])
-                same = unchanged_prefix(value[:same], prints[:same])
-                made = templates[:same] + [Template.of(v) for v in value[same:]]
-                self._last[channel] = (list(value), made)
-                self._prints[channel] = prints[:same] + fingerprints_of(value[same:])
-                values[channel] = _Templates(made)
-        return {**checkpoint, "channel_values": values}
+    def _kept(self, channel: str, value: list[Any], objects: list[Any]) -> int:
+        prints = self._prints.get(channel, [])
+        same = unchanged_prefix(value, prints[: _same_prefix(value, objects)])
+        self._prints[channel] = prints[:same] + fingerprints_of(value[same:])
+        return same
 
     def _read(self, checkpoint: Checkpoint) -> Checkpoint:
         read = super()._read(checkpoint)
