@@ -75,6 +75,8 @@ NO_STORAGE = "no storage"
 FRESH = "fresh objects"
 FRESH_C = "fresh objects, C build"
 FRESH_CHECKED = "fresh objects, C build, checked puts"
+SHARED_LEAVES = "fresh containers, shared leaves, checked puts"
+TRACKED_LEAVES = "fresh containers, shared leaves, pydantic-tracked puts"
 DEFAULT_SAVERS = "ours_sqlite,off_sqlite,ours_pg,off_pg"
 _TARGETS = {
     t.slug: t for t in (tg.OURS_SQLITE, tg.OFF_SQLITE, tg.OURS_PG, tg.OFF_PG, tg.OURS_REDIS)
@@ -301,6 +303,14 @@ def _open(name: str, env: tg.Env) -> Iterator[tuple[BaseCheckpointSaver[Any], st
         yield TemplateSaver(), "floor"
     elif name == FRESH_CHECKED:
         yield CheckedTemplateSaver(), "floor"
+    elif name == SHARED_LEAVES:
+        from .shape_floor import SharedLeavesSaver
+
+        yield SharedLeavesSaver(), "floor"
+    elif name == TRACKED_LEAVES:
+        from .shape_floor import TrackedLeavesSaver
+
+        yield TrackedLeavesSaver(), "floor"
     else:
         with mn.open_saver(_TARGETS[name], env) as opened:
             yield opened
@@ -341,6 +351,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--turns", type=int, default=1000, help="the thread's length T")
     p.add_argument("--savers", default=DEFAULT_SAVERS, help="slugs beside the floors")
     p.add_argument("--json", type=Path, help="write the numbers here")
+    p.add_argument("--floors", default="", help="';'-separated floor names (default: all)")
     return p.parse_args(argv)
 
 
@@ -349,7 +360,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     tg.check_pg_url(args.pg)
     tg.check_redis_url(args.redis)
     env = tg.Env(pg=args.pg, redis=args.redis)
-    floors = [NO_STORAGE, FRESH, FRESH_C, FRESH_CHECKED]
+    floors = [NO_STORAGE, FRESH, FRESH_C, FRESH_CHECKED, SHARED_LEAVES, TRACKED_LEAVES]
+    if args.floors:
+        floors = [f for f in floors if f in args.floors.split(";")]
     names = [*floors, *(s.strip() for s in args.savers.split(",") if s.strip())]
     unknown = [n for n in names[len(floors) :] if n not in _TARGETS]
     if unknown:
