@@ -77,6 +77,7 @@ FRESH_C = "fresh objects, C build"
 FRESH_CHECKED = "fresh objects, C build, checked puts"
 SHARED_LEAVES = "fresh containers, shared leaves, checked puts"
 TRACKED_LEAVES = "fresh containers, shared leaves, pydantic-tracked puts"
+VERSIONED_LEAVES = "fresh containers, shared leaves, checked puts of changed channels"
 DEFAULT_SAVERS = "ours_sqlite,off_sqlite,ours_pg,off_pg"
 _TARGETS = {
     t.slug: t for t in (tg.OURS_SQLITE, tg.OFF_SQLITE, tg.OURS_PG, tg.OFF_PG, tg.OURS_REDIS)
@@ -311,6 +312,10 @@ def _open(name: str, env: tg.Env) -> Iterator[tuple[BaseCheckpointSaver[Any], st
         from .shape_floor import TrackedLeavesSaver
 
         yield TrackedLeavesSaver(), "floor"
+    elif name == VERSIONED_LEAVES:
+        from .shape_floor import VersionedLeavesSaver
+
+        yield VersionedLeavesSaver(), "floor"
     else:
         with mn.open_saver(_TARGETS[name], env) as opened:
             yield opened
@@ -360,7 +365,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     tg.check_pg_url(args.pg)
     tg.check_redis_url(args.redis)
     env = tg.Env(pg=args.pg, redis=args.redis)
-    floors = [NO_STORAGE, FRESH, FRESH_C, FRESH_CHECKED, SHARED_LEAVES, TRACKED_LEAVES]
+    floors = [
+        NO_STORAGE,
+        FRESH,
+        FRESH_C,
+        FRESH_CHECKED,
+        SHARED_LEAVES,
+        TRACKED_LEAVES,
+        VERSIONED_LEAVES,
+    ]
     if args.floors:
         floors = [f for f in floors if f in args.floors.split(";")]
     names = [*floors, *(s.strip() for s in args.savers.split(",") if s.strip())]

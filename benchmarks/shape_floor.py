@@ -304,3 +304,42 @@ class TrackedLeavesSaver(SharedLeavesSaver):
                 self._state[channel] = (list(built), list(value), len(built), [], [])
                 values[channel] = built
         return {**checkpoint, "channel_values": values}
+
+
+class VersionedLeavesSaver(SharedLeavesSaver):
+    """:class:`SharedLeavesSaver` that stores a channel only at a put whose
+    ``new_versions`` name it, as LangGraph's savers do (``InMemorySaver`` and the SQL
+    savers write a blob per changed channel and read an unchanged one from its version's
+    blob): a put that leaves ``messages`` at its version keeps the value stored for that
+    version, and checks nothing. A field reassigned in place is stored by the next put that
+    changes the channel, as by those savers; the chat's turn checks the list twice (input,
+    model) instead of at each of its four puts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._by_version: dict[tuple[str, Any], Any] = {}
+        self._new: dict[str, Any] = {}
+
+    def put(
+        self,
+        config: Any,
+        checkpoint: Checkpoint,
+        metadata: Any,
+        new_versions: Any,
+    ) -> Any:
+        self._new = new_versions
+        return super().put(config, checkpoint, metadata, new_versions)
+
+    def _store(self, checkpoint: Checkpoint) -> Checkpoint:
+        versions = checkpoint["channel_versions"]
+        values = dict(checkpoint["channel_values"])
+        kept = {}
+        for channel in list(values):
+            key = (channel, versions.get(channel))
+            if channel not in self._new and key in self._by_version:
+                kept[channel] = self._by_version[key]
+                del values[channel]
+        stored = super()._store({**checkpoint, "channel_values": values})
+        for channel, value in stored["channel_values"].items():
+            self._by_version[channel, versions.get(channel)] = value
+        return {**stored, "channel_values": {**stored["channel_values"], **kept}}

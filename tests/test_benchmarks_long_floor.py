@@ -21,7 +21,11 @@ if str(ROOT) not in sys.path:  # benchmarks/ is not installed; it lives beside t
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import long_floor, workloads  # noqa: E402
-from benchmarks.shape_floor import SharedLeavesSaver, TrackedLeavesSaver  # noqa: E402
+from benchmarks.shape_floor import (  # noqa: E402
+    SharedLeavesSaver,
+    TrackedLeavesSaver,
+    VersionedLeavesSaver,
+)
 
 pytestmark = pytest.mark.storage
 
@@ -38,6 +42,8 @@ class State(TypedDict):
         "fresh objects, C build",
         "fresh objects, C build, checked puts",
         "fresh containers, shared leaves, checked puts",
+        "fresh containers, shared leaves, pydantic-tracked puts",
+        "fresh containers, shared leaves, checked puts of changed channels",
     ],
 )
 def test_the_floors_keep_the_conversation_and_only_fresh_reads_share_nothing(
@@ -49,6 +55,8 @@ def test_the_floors_keep_the_conversation_and_only_fresh_reads_share_nothing(
         long_floor.FRESH_C: long_floor.TemplateSaver,
         long_floor.FRESH_CHECKED: long_floor.CheckedTemplateSaver,
         long_floor.SHARED_LEAVES: SharedLeavesSaver,
+        long_floor.TRACKED_LEAVES: TrackedLeavesSaver,
+        long_floor.VERSIONED_LEAVES: VersionedLeavesSaver,
     }[kind]()
     fresh = kind != long_floor.NO_STORAGE
     graph = workloads.chat_graph().compile(checkpointer=saver)
@@ -68,7 +76,7 @@ def test_the_floors_keep_the_conversation_and_only_fresh_reads_share_nothing(
         first[0].content = "edited"
         assert graph.get_state(config).values["messages"][0].content != "edited"
     # Nested containers too (the Python floor shares them).
-    if kind in (long_floor.FRESH_C, long_floor.FRESH_CHECKED, long_floor.SHARED_LEAVES):
+    if kind not in (long_floor.NO_STORAGE, long_floor.FRESH):
         usage = [m.response_metadata.get("token_usage") for m in first]
         again = [m.response_metadata.get("token_usage") for m in second]
         assert any(usage)
@@ -104,6 +112,7 @@ def test_only_the_checked_floor_stores_a_field_reassigned_in_place() -> None:
     assert _edit_first_in_node(long_floor.CheckedTemplateSaver()) == expected
     assert _edit_first_in_node(SharedLeavesSaver()) == expected
     assert _edit_first_in_node(TrackedLeavesSaver()) == expected
+    assert _edit_first_in_node(VersionedLeavesSaver()) == expected
     assert _edit_first_in_node(long_floor.TemplateSaver())[0] != "edited in place"
 
 
@@ -128,6 +137,7 @@ def test_one_run_reports_every_saver_against_each_official(
             long_floor.FRESH_CHECKED,
             long_floor.SHARED_LEAVES,
             long_floor.TRACKED_LEAVES,
+            long_floor.VERSIONED_LEAVES,
             "ours_sqlite",
             "off_sqlite",
         }
@@ -157,7 +167,7 @@ def _containers(value: Any, out: dict[int, Any]) -> None:
             _containers(part, out)
 
 
-@pytest.mark.parametrize("kind", [SharedLeavesSaver, TrackedLeavesSaver])
+@pytest.mark.parametrize("kind", [SharedLeavesSaver, TrackedLeavesSaver, VersionedLeavesSaver])
 def test_the_shared_leaves_floor_shares_no_container_at_any_depth(kind: type) -> None:
     """Two reads, and what the floor keeps, hold no mutable container in common; only
     immutable leaves (strings, numbers) are shared."""
