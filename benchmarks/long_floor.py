@@ -78,6 +78,7 @@ FRESH_CHECKED = "fresh objects, C build, checked puts"
 SHARED_LEAVES = "fresh containers, shared leaves, checked puts"
 TRACKED_LEAVES = "fresh containers, shared leaves, pydantic-tracked puts"
 VERSIONED_LEAVES = "fresh containers, shared leaves, checked puts of changed channels"
+LEAN_LEAVES = "the same, last two checkpoints kept in the heap"
 DEFAULT_SAVERS = "ours_sqlite,off_sqlite,ours_pg,off_pg"
 _TARGETS = {
     t.slug: t for t in (tg.OURS_SQLITE, tg.OFF_SQLITE, tg.OURS_PG, tg.OFF_PG, tg.OURS_REDIS)
@@ -316,6 +317,10 @@ def _open(name: str, env: tg.Env) -> Iterator[tuple[BaseCheckpointSaver[Any], st
         from .shape_floor import VersionedLeavesSaver
 
         yield VersionedLeavesSaver(), "floor"
+    elif name == LEAN_LEAVES:
+        from .shape_floor import LeanVersionedLeavesSaver
+
+        yield LeanVersionedLeavesSaver(), "floor"
     else:
         with mn.open_saver(_TARGETS[name], env) as opened:
             yield opened

@@ -343,3 +343,28 @@ class VersionedLeavesSaver(SharedLeavesSaver):
         for channel, value in stored["channel_values"].items():
             self._by_version[channel, versions.get(channel)] = value
         return {**stored, "channel_values": {**stored["channel_values"], **kept}}
+
+
+class LeanVersionedLeavesSaver(VersionedLeavesSaver):
+    """:class:`VersionedLeavesSaver` that keeps only a thread's last two checkpoints in the
+    heap. The floors keep every checkpoint as Python objects (lists of templates, tracked
+    by the cyclic collector), which a saver with storage keeps on disk or in a server: at
+    T=1000 that is ~4,000 lists of up to 2,000 templates that every full collection walks.
+    Enough for the chat workload, which reads only the latest checkpoint; not a saver of
+    history (``get_tuple`` of an older id finds nothing)."""
+
+    def put(
+        self,
+        config: Any,
+        checkpoint: Checkpoint,
+        metadata: Any,
+        new_versions: Any,
+    ) -> Any:
+        out = super().put(config, checkpoint, metadata, new_versions)
+        c = config["configurable"]
+        stored = self.checkpoints[c["thread_id"], c.get("checkpoint_ns", "")]
+        del stored[:-2]
+        live = {(ch, v) for cp, _, _ in stored for ch, v in cp["channel_versions"].items()}
+        for key in [k for k in self._by_version if k not in live]:
+            del self._by_version[key]
+        return out

@@ -22,6 +22,7 @@ if str(ROOT) not in sys.path:  # benchmarks/ is not installed; it lives beside t
 
 from benchmarks import long_floor, workloads  # noqa: E402
 from benchmarks.shape_floor import (  # noqa: E402
+    LeanVersionedLeavesSaver,
     SharedLeavesSaver,
     TrackedLeavesSaver,
     VersionedLeavesSaver,
@@ -44,6 +45,7 @@ class State(TypedDict):
         "fresh containers, shared leaves, checked puts",
         "fresh containers, shared leaves, pydantic-tracked puts",
         "fresh containers, shared leaves, checked puts of changed channels",
+        "the same, last two checkpoints kept in the heap",
     ],
 )
 def test_the_floors_keep_the_conversation_and_only_fresh_reads_share_nothing(
@@ -57,6 +59,7 @@ def test_the_floors_keep_the_conversation_and_only_fresh_reads_share_nothing(
         long_floor.SHARED_LEAVES: SharedLeavesSaver,
         long_floor.TRACKED_LEAVES: TrackedLeavesSaver,
         long_floor.VERSIONED_LEAVES: VersionedLeavesSaver,
+        long_floor.LEAN_LEAVES: LeanVersionedLeavesSaver,
     }[kind]()
     fresh = kind != long_floor.NO_STORAGE
     graph = workloads.chat_graph().compile(checkpointer=saver)
@@ -113,6 +116,7 @@ def test_only_the_checked_floor_stores_a_field_reassigned_in_place() -> None:
     assert _edit_first_in_node(SharedLeavesSaver()) == expected
     assert _edit_first_in_node(TrackedLeavesSaver()) == expected
     assert _edit_first_in_node(VersionedLeavesSaver()) == expected
+    assert _edit_first_in_node(LeanVersionedLeavesSaver()) == expected
     assert _edit_first_in_node(long_floor.TemplateSaver())[0] != "edited in place"
 
 
@@ -138,6 +142,7 @@ def test_one_run_reports_every_saver_against_each_official(
             long_floor.SHARED_LEAVES,
             long_floor.TRACKED_LEAVES,
             long_floor.VERSIONED_LEAVES,
+            long_floor.LEAN_LEAVES,
             "ours_sqlite",
             "off_sqlite",
         }
