@@ -378,6 +378,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         SHARED_LEAVES,
         TRACKED_LEAVES,
         VERSIONED_LEAVES,
+        LEAN_LEAVES,
     ]
     if args.floors:
         floors = [f for f in floors if f in args.floors.split(";")]
