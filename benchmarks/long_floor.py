@@ -27,7 +27,16 @@ chat workload, turn by turn, beside the savers named:
   the last list only when its fields still hold the objects they held when it was read
   or stored (a field reassigned in place must be stored anew, as LangGraph's savers do),
   checked as ours checks it: the floor of a saver that stores only what is new and shares
-  nothing, before it stores a byte.
+  nothing, before it stores a byte;
+- ``fresh containers, shared leaves, checked puts`` (:mod:`benchmarks.shape_floor`): the
+  same contract at less cost, reads copying only the containers around shared immutable
+  strings and numbers, puts comparing all fields in one ``list ==`` (equality where
+  identity differs: slightly less strict than ours).
+
+A template floor's put writes only the lists of ``new_versions`` (an unchanged list keeps
+its templates), as LangGraph's savers do. ``--floors "a;b"`` runs only the floors named;
+``python -m benchmarks.long_floor_paired`` runs savers and floors turn by turn in one
+process.
 
 Each turn's wall time and process CPU time are taken (client CPU, the executor threads
 LangGraph runs the saver's writes on included; a server's own is not in it). Reported
@@ -75,6 +84,7 @@ NO_STORAGE = "no storage"
 FRESH = "fresh objects"
 FRESH_C = "fresh objects, C build"
 FRESH_CHECKED = "fresh objects, C build, checked puts"
+SHARED_LEAVES = "fresh containers, shared leaves, checked puts"
 DEFAULT_SAVERS = "ours_sqlite,off_sqlite,ours_pg,off_pg"
 _TARGETS = {
     t.slug: t for t in (tg.OURS_SQLITE, tg.OFF_SQLITE, tg.OURS_PG, tg.OFF_PG, tg.OURS_REDIS)
@@ -303,6 +313,10 @@ def _open(name: str, env: tg.Env) -> Iterator[tuple[BaseCheckpointSaver[Any], st
         yield TemplateSaver(), "floor"
     elif name == FRESH_CHECKED:
         yield CheckedTemplateSaver(), "floor"
+    elif name == SHARED_LEAVES:
+        from .shape_floor import SharedLeavesSaver
+
+        yield SharedLeavesSaver(), "floor"
     else:
         with mn.open_saver(_TARGETS[name], env) as opened:
             yield opened
@@ -343,6 +357,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--turns", type=int, default=1000, help="the thread's length T")
     p.add_argument("--savers", default=DEFAULT_SAVERS, help="slugs beside the floors")
     p.add_argument("--json", type=Path, help="write the numbers here")
+    p.add_argument("--floors", default="", help="';'-separated floor names (default: all)")
     return p.parse_args(argv)
 
 
@@ -351,7 +366,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     tg.check_pg_url(args.pg)
     tg.check_redis_url(args.redis)
     env = tg.Env(pg=args.pg, redis=args.redis)
-    floors = [NO_STORAGE, FRESH, FRESH_C, FRESH_CHECKED]
+    floors = [
+        NO_STORAGE,
+        FRESH,
+        FRESH_C,
+        FRESH_CHECKED,
+        SHARED_LEAVES,
+    ]
+    if args.floors:
+        floors = [f for f in floors if f in args.floors.split(";")]
     names = [*floors, *(s.strip() for s in args.savers.split(",") if s.strip())]
     unknown = [n for n in names[len(floors) :] if n not in _TARGETS]
     if unknown:

@@ -21,6 +21,7 @@ if str(ROOT) not in sys.path:  # benchmarks/ is not installed; it lives beside t
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import long_floor, workloads  # noqa: E402
+from benchmarks.shape_floor import SharedLeavesSaver  # noqa: E402
 
 pytestmark = pytest.mark.storage
 
@@ -36,6 +37,7 @@ class State(TypedDict):
         "fresh objects",
         "fresh objects, C build",
         "fresh objects, C build, checked puts",
+        "fresh containers, shared leaves, checked puts",
     ],
 )
 def test_the_floors_keep_the_conversation_and_only_fresh_reads_share_nothing(
@@ -46,6 +48,7 @@ def test_the_floors_keep_the_conversation_and_only_fresh_reads_share_nothing(
         long_floor.FRESH: long_floor.FreshObjectsSaver,
         long_floor.FRESH_C: long_floor.TemplateSaver,
         long_floor.FRESH_CHECKED: long_floor.CheckedTemplateSaver,
+        long_floor.SHARED_LEAVES: SharedLeavesSaver,
     }[kind]()
     fresh = kind != long_floor.NO_STORAGE
     graph = workloads.chat_graph().compile(checkpointer=saver)
@@ -65,7 +68,7 @@ def test_the_floors_keep_the_conversation_and_only_fresh_reads_share_nothing(
         first[0].content = "edited"
         assert graph.get_state(config).values["messages"][0].content != "edited"
     # Nested containers too (the Python floor shares them).
-    if kind in (long_floor.FRESH_C, long_floor.FRESH_CHECKED):
+    if kind not in (long_floor.NO_STORAGE, long_floor.FRESH):
         usage = [m.response_metadata.get("token_usage") for m in first]
         again = [m.response_metadata.get("token_usage") for m in second]
         assert any(usage)
@@ -99,6 +102,7 @@ def test_only_the_checked_floor_stores_a_field_reassigned_in_place() -> None:
     expected = _edit_first_in_node(InMemorySaver())
     assert expected[0] == "edited in place"
     assert _edit_first_in_node(long_floor.CheckedTemplateSaver()) == expected
+    assert _edit_first_in_node(SharedLeavesSaver()) == expected
     assert _edit_first_in_node(long_floor.TemplateSaver())[0] != "edited in place"
 
 
@@ -121,6 +125,7 @@ def test_one_run_reports_every_saver_against_each_official(
             long_floor.FRESH,
             long_floor.FRESH_C,
             long_floor.FRESH_CHECKED,
+            long_floor.SHARED_LEAVES,
             "ours_sqlite",
             "off_sqlite",
         }
@@ -131,3 +136,56 @@ def test_one_run_reports_every_saver_against_each_official(
     assert written["ratios"]["off_sqlite"]["/ off_sqlite"]["turn p50"] == 1.0
     with pytest.raises(SystemExit):
         long_floor.main(["--pg", pg_url, "--redis", redis_url, "--savers", "nope"])
+
+
+def _containers(value: Any, out: dict[int, Any]) -> None:
+    """Every mutable container reachable from ``value`` (models' state included)."""
+    if isinstance(value, (dict, list, set)):
+        out[id(value)] = value
+        for inner in value.values() if isinstance(value, dict) else value:
+            _containers(inner, out)
+    elif hasattr(value, "__pydantic_fields_set__"):
+        out[id(value)] = value
+        for part in (
+            vars(value),
+            value.__pydantic_fields_set__,
+            value.__pydantic_extra__,
+            value.__pydantic_private__,
+        ):
+            _containers(part, out)
+
+
+def test_the_shared_leaves_floor_shares_no_container_at_any_depth() -> None:
+    """Two reads, and what the floor keeps, hold no mutable container in common; only
+    immutable leaves (strings, numbers) are shared."""
+    saver = SharedLeavesSaver()
+    graph = workloads.chat_graph().compile(checkpointer=saver)
+    config: RunnableConfig = {"configurable": {"thread_id": "deep"}}
+    for turn in (1, 2, 3):
+        graph.invoke({"messages": [workloads.user_message(turn)]}, config)
+    reads: list[dict[int, Any]] = []
+    for _ in range(2):
+        found: dict[int, Any] = {}
+        _containers(graph.get_state(config).values["messages"], found)
+        reads.append(found)
+    kept: dict[int, Any] = {}
+    for entry in saver._last.values():
+        templates = entry[1]
+        _containers([t.data for t in templates], kept)
+    assert len(reads[0]) > 6 * 10
+    assert not reads[0].keys() & reads[1].keys()
+    assert not (reads[0].keys() | reads[1].keys()) & kept.keys()
+
+
+def test_the_paired_runner_reports_each_saver_over_the_first() -> None:
+    """``benchmarks.long_floor_paired``: every saver's turn, turn by turn in one process,
+    over the first's (the first over itself is 1)."""
+    from benchmarks import long_floor_paired
+
+    names = [long_floor.FRESH_C, long_floor.FRESH_CHECKED, long_floor.SHARED_LEAVES]
+    out = long_floor_paired.main(["--turns", "4", "--savers", ";".join(names)])
+    assert list(out) == names
+    wall, cpu, ratio_wall, ratio_cpu, paired_wall, paired_cpu = out[names[0]]
+    assert wall > 0 and cpu > 0
+    assert ratio_wall == ratio_cpu == paired_wall == paired_cpu == 1.0
+    assert all(v > 0 for row in out.values() for v in row)
