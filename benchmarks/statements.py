@@ -16,8 +16,9 @@ official SQLite and PostgreSQL savers) and the featureless savers of
      ``SAVEPOINT``); *round trips*: each of those outside pipeline mode, and in pipeline
      mode (``executemany`` uses one) each ``Sync`` sent and each fetch that flushes the
      pipeline. Pool checks on borrow count too.
-   - SQLite: statements as reported by ``sqlite3``'s trace callback (trigger bodies
-     excluded), of which ``COMMIT``\\ s; no round trips (in-process).
+   - SQLite: statements as reported by ``sqlite3``'s trace callback, each run once
+     (trigger programs and an upsert's update path excluded), of which ``COMMIT``\\ s;
+     no round trips (in-process).
    - Redis (redis-py): *commands* sent (each command of a pipeline), of which *Lua
      calls* (``EVALSHA``/``EVAL``/``FCALL``), and *round trips* (packed sends: a pipeline
      is one), all read from the bytes each send puts on the wire.
@@ -156,17 +157,56 @@ def _install_psycopg() -> None:
     _patch(psycopg.Cursor, "executemany", counted_executemany)
 
 
+_TRACED = threading.local()
+
+
+class _CallCursor(sqlite3.Cursor):
+    """Marks where each statement the caller sends starts (see :func:`_install_sqlite`)."""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        _TRACED.previous = None
+        return super().execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
+        _TRACED.previous = None
+        return super().executemany(sql, parameters)
+
+
+class _CallConnection(sqlite3.Connection):
+    def cursor(self, factory: Any = _CallCursor) -> Any:
+        return super().cursor(factory)
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        return self.cursor().execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
+        return self.cursor().executemany(sql, parameters)
+
+
 def _install_sqlite() -> None:
+    """Count what SQLite's trace callback reports, once per statement run.
+
+    Here (Python 3.11, SQLite 3.40) the callback reports a trigger program, and an
+    upsert's update path, with the text of the statement that ran them (not a ``--``
+    comment, as the legacy trace did): our thread index's upsert, whose metadata
+    triggers keep its key columns, read as two statements a put. An event
+    equal to the one before it within one ``execute`` is that statement's own
+    sub-program; connections are opened with a factory that marks where each call
+    starts (an ``executemany``'s parameter sets differ, so each counts)."""
     connect = sqlite3.connect
 
     def trace(statement: str) -> None:
-        if statement.startswith("--"):  # a trigger's body
+        if statement.startswith("--"):  # a trigger's body, as older SQLite reported it
             return
+        if statement == getattr(_TRACED, "previous", None):
+            return
+        _TRACED.previous = statement
         COUNTS.add("sqlite statements")
         if statement.lstrip().upper().startswith(("COMMIT", "END")):
             COUNTS.add("sqlite commits")
 
     def counted_connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        kwargs.setdefault("factory", _CallConnection)
         conn = connect(*args, **kwargs)
         conn.set_trace_callback(trace)
         return conn

@@ -48,3 +48,36 @@ def _check(env: tg.Env) -> None:
     assert statements.component("/x/langgraph_memory_plus/checkpoint/codec.py", "f") == (
         "codec (ours)"
     )
+
+
+def test_a_sqlite_statement_counts_once_whatever_triggers_it_runs(tmp_path: Path) -> None:
+    """SQLite's trace callback reports a trigger program and an upsert's update path with
+    the text of the statement that ran them: each is still one statement (our thread
+    index's upsert read as two a put), while an ``executemany`` counts each parameter
+    set and a commit counts as one."""
+    import sqlite3
+
+    statements.install()
+    try:
+        conn = sqlite3.connect(str(tmp_path / "t.db"), isolation_level=None)
+        conn.execute("CREATE TABLE t (k PRIMARY KEY, v, w)")
+        conn.execute(
+            "CREATE TRIGGER tr AFTER UPDATE OF v ON t BEGIN "
+            "UPDATE t SET w = new.v WHERE k = new.k; END"
+        )
+        statements.COUNTS.take()
+        upsert = (
+            "INSERT INTO t AS i VALUES (?, ?, NULL) ON CONFLICT (k) DO UPDATE SET v = excluded.v"
+        )
+        conn.execute("BEGIN")
+        conn.execute(upsert, (1, "a"))
+        conn.execute(upsert, (1, "b"))  # the update path, and the trigger it fires
+        conn.execute(upsert, (1, "b"))  # the same statement again: counted again
+        conn.cursor().executemany(upsert, [(2, "x"), (3, "y"), (4, "z")])
+        conn.execute("COMMIT")
+        counted = statements.COUNTS.take()
+        conn.close()
+    finally:
+        statements.uninstall()
+    assert counted["sqlite statements"] == 1 + 3 + 3 + 1
+    assert counted["sqlite commits"] == 1
