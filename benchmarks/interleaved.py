@@ -52,7 +52,13 @@ CALLS = ("put", "put_writes", "get_tuple")
 _OFFICIAL = {"sqlite": tg.OFF_SQLITE, "postgres": tg.OFF_PG, "redis": None}
 _CLASS = {"sqlite": "SqliteSaver", "postgres": "PostgresSaver", "redis": "RedisSaver"}
 BACKENDS: dict[str, tuple[str, tg.Target, tg.Target, tg.Target | None, tg.Target]] = {
-    ours.backend: (_CLASS[ours.backend], ours, featureless, _OFFICIAL[ours.backend], rungs[5])
+    ours.backend: (
+        _CLASS[ours.backend],
+        ours,
+        featureless,
+        _OFFICIAL[ours.backend],
+        rungs[lad.FILTERS - 1],
+    )
     for _, featureless, rungs, ours in lad.BACKENDS
 }
 

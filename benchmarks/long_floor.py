@@ -366,15 +366,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     tg.check_pg_url(args.pg)
     tg.check_redis_url(args.redis)
     env = tg.Env(pg=args.pg, redis=args.redis)
-    floors = [
-        NO_STORAGE,
-        FRESH,
-        FRESH_C,
-        FRESH_CHECKED,
-        SHARED_LEAVES,
-    ]
+    floors = [NO_STORAGE, FRESH, FRESH_C, FRESH_CHECKED, SHARED_LEAVES]
     if args.floors:
-        floors = [f for f in floors if f in args.floors.split(";")]
+        wanted = [f.strip() for f in args.floors.split(";") if f.strip()]
+        if missing := [f for f in wanted if f not in floors]:
+            raise SystemExit(f"unknown floors {missing}; known: {floors}")
+        floors = [f for f in floors if f in wanted]
     names = [*floors, *(s.strip() for s in args.savers.split(",") if s.strip())]
     unknown = [n for n in names[len(floors) :] if n not in _TARGETS]
     if unknown:

@@ -1,6 +1,6 @@
 """``benchmarks.long_floor``'s savers on one thread each, turn by turn in one process::
 
-    python -m benchmarks.long_floor_paired --turns 1000 --savers "off_sqlite,fresh objects, ..."
+    python -m benchmarks.long_floor_paired --turns 1000 --savers "off_sqlite;fresh objects;..."
 
 Each turn runs once on every saver, in an order rotated every turn, so a load change on
 the shared machine reaches all of them alike. Reports turn p50 (wall, CPU), and the

@@ -136,6 +136,8 @@ def test_one_run_reports_every_saver_against_each_official(
     assert written["ratios"]["off_sqlite"]["/ off_sqlite"]["turn p50"] == 1.0
     with pytest.raises(SystemExit):
         long_floor.main(["--pg", pg_url, "--redis", redis_url, "--savers", "nope"])
+    with pytest.raises(SystemExit, match="unknown floors"):
+        long_floor.main(["--pg", pg_url, "--redis", redis_url, "--floors", "no storage;nope"])
 
 
 def _containers(value: Any, out: dict[int, Any]) -> None:
