@@ -107,6 +107,44 @@ def test_list_memory_option_is_checked_and_taken_by_from_url(tmp_path: Path) -> 
         from_url(f"sqlite:///{target}?list_memory_mib=lots")
 
 
+def test_the_estimate_of_each_view_adds_up_as_a_full_count_would(tmp_path: Path) -> None:
+    """A view's estimate goes on from its base's sums (issue 39: a turn's puts add up
+    only what they appended). Through appends, a message replaced in the middle, a fork
+    from an older checkpoint and reads of the state, every remembered view's estimate is
+    the full count of its elements, fields and items (nothing evicted here)."""
+    from langgraph_memory_plus.checkpoint import lists
+
+    def full(view: Any, sizes: Any) -> int:
+        ids = view.version.item_ids
+        fields = sum(map(len, filter(None, view.fingerprints)))
+        data = sum(sizes(i, 0) for i in ids)
+        return (
+            lists.ELEMENT_BYTES * len(ids)
+            + lists.FIELD_BYTES * fields
+            + data
+            + lists.ID_BYTES * len(view.objects)
+        )
+
+    with SqliteSaver.from_conn_string(str(tmp_path / "e.db")) as saver:
+        saver.setup()
+        graph = _chat().compile(checkpointer=saver)
+        config: Any = {"configurable": {"thread_id": "t"}}
+        for turn in range(12):
+            graph.invoke({"messages": [HumanMessage(f"q{turn}", id=f"h{turn}")]}, config)
+        state = graph.get_state(config)
+        # replace a message in the middle (same id: add_messages swaps it in place)
+        graph.update_state(config, {"messages": [HumanMessage("edited", id="h3")]})
+        graph.invoke({"messages": [HumanMessage("after the edit")]}, config)
+        graph.invoke({"messages": [HumanMessage("a fork")]}, state.config)
+        graph.get_state(config)
+        checked = 0
+        for channel in saver._lists._channels.values():
+            for view in channel.views:
+                assert channel.view_bytes[id(view)] == full(view, channel.sizes.get)
+                checked += 1
+        assert checked >= 4
+
+
 @pytest.mark.parametrize("cap", [0, 0.05])
 def test_a_small_list_memory_behaves_as_in_memory_saver(saver_factory: Any, cap: float) -> None:
     """The differential sequences (see test_checkpoint_differential) with lists forgotten

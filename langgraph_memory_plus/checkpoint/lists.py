@@ -54,7 +54,7 @@ from collections.abc import Callable, Collection, Generator, Iterable, Iterator,
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
-from itertools import chain, compress, repeat
+from itertools import chain, compress, islice, repeat
 from typing import Any, cast
 
 import ormsgpack
@@ -174,6 +174,10 @@ class ListVersion:
     spines: dict[bytes, int] = field(default_factory=dict, compare=False, repr=False)
     """The spine ids of this version's leading pages, to how many (see :meth:`prefixes`);
     filled the first time an older version is looked for in this one."""
+    data: list[tuple[int, int]] = field(default_factory=list, compare=False, repr=False)
+    """``(n, bytes)``: the serialized size of its first ``n`` items, as far as
+    :func:`_view_bytes` has added it up (a put's version starts from its base's: a
+    turn's put adds up only what it appended, not the whole list again)."""
 
     def prefixes(self, thread_key: bytes) -> dict[bytes, int]:
         """:func:`prefix_spines` of the pages, computed once. Empty when the pages are not
@@ -203,6 +207,9 @@ class ListView:
     """First position of each object by identity; built when first needed."""
     read: bool = False
     """Made by a read (what it handed out), not by a put."""
+    fields: tuple[int, int] = (0, 0)
+    """``(n, fields)``: how many fields the first ``n`` fingerprints hold, as far as
+    :func:`_view_bytes` has counted them (a put's view starts from its base's)."""
 
     def position_of(self) -> dict[int, int]:
         if self.positions is None:
@@ -622,15 +629,25 @@ ID_BYTES = 16
 
 
 def _view_bytes(view: ListView, sizes: Callable[[bytes, int], int]) -> int:
-    """The estimated size of what ``view`` keeps alive (see :data:`ELEMENT_BYTES`)."""
+    """The estimated size of what ``view`` keeps alive (see :data:`ELEMENT_BYTES`).
+
+    Its items' sizes and its fields are added up from where the view's version and the
+    view itself left off (a put's, from its base's sums): at T=1000 adding up every
+    element of a turn's three views again cost 0.8 ms a turn. An item's size is that of
+    its serialized bytes, which its id names, so a sum stays right when the channel later
+    drops the item (a view keeps its objects alive all the same)."""
     ids = view.version.item_ids
-    fields = sum(map(len, filter(None, view.fingerprints)))
-    return (
-        ELEMENT_BYTES * len(ids)
-        + FIELD_BYTES * fields
-        + sum(map(sizes, ids, repeat(0)))
-        + ID_BYTES * len(view.objects)
-    )
+    cell = view.version.data
+    counted, data = cell[-1] if cell else (0, 0)
+    if counted < len(ids):
+        data += sum(map(sizes, islice(ids, counted, None), repeat(0)))
+        cell.append((len(ids), data))
+        del cell[:-1]
+    counted, fields = view.fields
+    if counted < len(view.fingerprints):
+        fields += sum(map(len, filter(None, islice(view.fingerprints, counted, None))))
+        view.fields = (len(view.fingerprints), fields)
+    return ELEMENT_BYTES * len(ids) + FIELD_BYTES * fields + data + ID_BYTES * len(view.objects)
 
 
 def _version_bytes(version: ListVersion) -> int:
@@ -1007,6 +1024,10 @@ def chunk_list(
     out.ref = ListRef(spine, item_ids[full * PAGE_SIZE :])
     version = ListVersion(out.ref, item_ids, page_ids)
     out.view = ListView(version, list(values), prints)
+    if base is not None and same == len(base.fingerprints):
+        # The estimate's sums (_view_bytes) go on from the base's: same items, same prints.
+        out.view.fields = base.fields
+        version.data.extend(base.version.data[-1:])
     if base is not None and base.positions is not None and same == len(objects):
         # Appended to the base: extend its index instead of rebuilding it.
         positions = dict(base.positions)
