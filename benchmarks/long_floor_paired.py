@@ -1,6 +1,13 @@
 """``benchmarks.long_floor``'s savers on one thread each, turn by turn in one process::
 
     python -m benchmarks.long_floor_paired --turns 1000 --savers "off_sqlite;fresh objects;..."
+    python -m benchmarks.long_floor_paired --turns 1000 \
+        --savers "tree:/tmp/before:sqlite;tree:/work/main:sqlite"
+
+A saver ``tree:PATH:BACKEND`` is ours from the source tree ``PATH`` (its
+``langgraph_memory_plus`` imported under another name, as :mod:`benchmarks.interleaved`
+does), on ``sqlite``, ``postgres`` or ``redis``: the before/after of a change on a long
+thread.
 
 Each turn runs once on every saver, in an order rotated every turn, so a load change on
 the shared machine reaches all of them alike. Reports turn p50 (wall, CPU), and the
@@ -11,12 +18,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import importlib
 import os
 import statistics
+import tempfile
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from . import interleaved as il
 from . import long_floor as lf
 from . import minimal as mn
 from . import targets as tg
@@ -39,10 +49,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     load_before = os.getloadavg()
     wall: dict[str, list[float]] = {n: [] for n in names}
     cpu: dict[str, list[float]] = {n: [] for n in names}
+    trees = _trees(names)
     with contextlib.ExitStack() as stack:
         graphs = {}
         for i, name in enumerate(names):
-            saver, marker = stack.enter_context(lf._open(name, env))
+            if name in trees:
+                package, backend = trees[name]
+                saver, marker = il._open_ours(package, backend, stack, env)
+            else:
+                saver, marker = stack.enter_context(lf._open(name, env))
             graph = wl.chat_graph().compile(checkpointer=saver)
             mn._turn(graph, f"{marker}-{i}-warm")
             graphs[name] = (graph, f"{marker}-{i}-t0")
@@ -78,6 +93,26 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             f"{pw:.3f}x | {pc:.3f}x |"
         )
     return out
+
+
+def _trees(names: Sequence[str]) -> dict[str, tuple[Any, str]]:
+    """The ``tree:PATH:BACKEND`` savers among ``names``: each tree's package, imported under
+    a name of its own, and the backend."""
+    specs = {}
+    for name in names:
+        if name.startswith("tree:"):
+            path, _, backend = name[len("tree:") :].rpartition(":")
+            if backend not in il.BACKENDS or not path:
+                raise SystemExit(f"{name!r}: want tree:PATH:{'|'.join(il.BACKENDS)}")
+            specs[name] = (path, backend)
+    if not specs:
+        return {}
+    packages = {f"lgmp_t{i}": path for i, (path, _) in enumerate(specs.values())}
+    il._copy_packages(packages, tempfile.mkdtemp(prefix="lgmp-trees-"))
+    return {
+        name: (importlib.import_module(package), backend)
+        for (name, (_, backend)), package in zip(specs.items(), packages, strict=True)
+    }
 
 
 if __name__ == "__main__":

@@ -191,3 +191,17 @@ def test_the_paired_runner_reports_each_saver_over_the_first() -> None:
     assert wall > 0 and cpu > 0
     assert ratio_wall == ratio_cpu == paired_wall == paired_cpu == 1.0
     assert all(v > 0 for row in out.values() for v in row)
+
+
+def test_the_paired_runner_takes_ours_from_source_trees() -> None:
+    """``tree:PATH:BACKEND`` runs ours from a source tree beside the others (the
+    before/after of a change on a long thread); a malformed one is refused by name."""
+    from benchmarks import long_floor_paired
+
+    root = str(Path(__file__).resolve().parents[1])
+    names = [f"tree:{root}:sqlite", long_floor.FRESH_C]
+    out = long_floor_paired.main(["--turns", "3", "--savers", ";".join(names)])
+    assert list(out) == names
+    assert all(v > 0 for row in out.values() for v in row)
+    with pytest.raises(SystemExit, match="tree:PATH"):
+        long_floor_paired.main(["--turns", "1", "--savers", f"tree:{root}:mysql"])
