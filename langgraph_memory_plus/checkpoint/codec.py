@@ -457,7 +457,9 @@ class CheckpointCodec:
                 items.update(packed)
                 if self.encryption is not None:
                     # The list memory keeps items as stored: a later read opens them
-                    # like fetched ones (plaintext there would be refused).
+                    # like fetched ones (plaintext there would be refused). It counts
+                    # them at their serialized size, not the sealed one.
+                    chunked.sizes = {iid: len(data) for iid, (_, data) in chunked.items.items()}
                     chunked.items = packed
                 nodes.update(chunked.nodes)
                 lists[key] = chunked
@@ -570,13 +572,15 @@ class CheckpointCodec:
                 }
                 with decoding(f"the list items of channel {channel!r}", **where):
                     request = ListRequest(key, ListRef.decode(data), {})
+                    sizes: dict[bytes, int] = {}
                     lists[channel] = yield from resolve_list(
                         request,
                         self.memory,
                         fetch,
-                        partial(self._load_item, thread_id),
+                        partial(self._load_item, thread_id, sizes),
                         parse,
                         at,
+                        sizes,
                     )
         return lists
 
@@ -618,6 +622,10 @@ class CheckpointCodec:
     def _load(self, typ: str, data: bytes | None, where: Location | None = None) -> Any:
         """A stored value (opened first when encryption is on: ``where`` is where it must
         have been sealed)."""
+        return self.serde.loads_typed(self._opened(typ, data, where))
+
+    def _opened(self, typ: str, data: bytes | None, where: Location | None = None) -> Typed:
+        """A stored value as the serializer made it: opened, then decompressed."""
         if self.encryption is not None and typ not in (EMPTY, LIST_TYPE):
             if where is None:
                 raise AssertionError("an encrypted value read without its location")
@@ -626,10 +634,17 @@ class CheckpointCodec:
             # sealed, and this saver has no keys: refused (the serializer took it for
             # corrupt data, which sends an operator looking for the wrong problem)
             raise no_keys(where)
-        return self.serde.loads_typed(decompress(typ, data or b""))
+        return decompress(typ, data or b"")
 
-    def _load_item(self, thread_id: str, item_id: bytes, typ: str, data: bytes) -> Any:
-        return self._load(typ, data, item_at(thread_id, item_id))
+    def _load_item(
+        self, thread_id: str, sizes: dict[bytes, int], item_id: bytes, typ: str, data: bytes
+    ) -> Any:
+        """A stored list item; its serialized size goes in ``sizes`` (what the list memory
+        counts for it: stored compressed, or sealed, it is a few times smaller than what
+        the objects read from it hold)."""
+        typed = self._opened(typ, data, item_at(thread_id, item_id))
+        sizes[item_id] = len(typed[1])
+        return self.serde.loads_typed(typed)
 
     def decode_stored(
         self,

@@ -261,6 +261,9 @@ class ChunkedList:
     items: dict[bytes, Typed] = field(default_factory=dict)
     nodes: dict[bytes, list[bytes]] = field(default_factory=dict)
     view: ListView | None = None
+    sizes: dict[bytes, int] = field(default_factory=dict)
+    """The serialized size of those of ``items`` kept otherwise (sealed): what the list
+    memory counts for them (:attr:`_Known.size`)."""
 
 
 class _NotPlain(Exception):
@@ -338,12 +341,30 @@ class Template:
             _pack(vars(value))
             + (_NIL if extra is None else _pack(extra))
             + (_NIL if private is None else _pack(private)),
-            frozenset(value.__pydantic_fields_set__),
+            _shared_fields_set(value.__pydantic_fields_set__),
         )
 
     def build(self) -> Any:
         """A new object equal to the one the template was made from."""
         return build_all([self])[0]
+
+
+_FIELDS_SETS: dict[frozenset[str], frozenset[str]] = {}
+FIELDS_SETS_AT_MOST = 4096
+"""Distinct fields-sets shared between templates (a model class has a few)."""
+
+
+def _shared_fields_set(names: set[str]) -> frozenset[str]:
+    """``names`` as a frozenset shared by the templates that have the same: one per item
+    held ~600 bytes (tracemalloc), as much as a short message's data, and no estimate
+    counted it (a restarted saver reading its chats held 1.3 times its estimate)."""
+    fields_set = frozenset(names)
+    shared = _FIELDS_SETS.get(fields_set)
+    if shared is not None:
+        return shared
+    if len(_FIELDS_SETS) < FIELDS_SETS_AT_MOST:
+        _FIELDS_SETS[fields_set] = fields_set
+    return fields_set
 
 
 def _array_header(n: int) -> bytes:
@@ -560,9 +581,9 @@ class _Known:
 
     __slots__ = ("size", "state")
 
-    def __init__(self, typed: Typed) -> None:
+    def __init__(self, typed: Typed, size: int | None = None) -> None:
         self.state: tuple[Any, Typed | None] = (None, typed)
-        self.size = len(typed[1])
+        self.size = len(typed[1]) if size is None else size
 
     @staticmethod
     def fresh_all(
@@ -609,8 +630,8 @@ MemoKey = tuple[bytes, str, str]  # thread key, namespace, channel
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 """What a saver's list memory may hold by default (its estimate, see :class:`ListMemory`).
 
-A chat message costs about 5.5 KiB here (its item, and the objects and fingerprints
-of the up to four views that hold it), so 64 MiB keeps some 12,000 messages: the recent
+A chat message costs about 6 KiB here (its item, and the objects and fingerprints
+of the up to four views that hold it), so 64 MiB keeps some 11,000 messages: the recent
 lists of a hundred busy threads of a hundred messages each, more than a web worker serves
 at once. Past it the least recently used lists go; a list not remembered is read from
 storage, and its next put serializes it again, so the cap trades speed, never behaviour.
@@ -621,37 +642,63 @@ The former caps (1,024 lists, 200,000 items) allowed about 1 GiB."""
 # its entry, id, _Known and state, beside its serialized data. A view's element: the
 # object and its __dict__, the fingerprint tuple, per field and besides, and the element's
 # data once more (its strings). A version: a slot per item id. (Views also kept a tuple of
-# ids per element until issue 39: 40 bytes a field, 56 an element less since.)
+# ids per element until issue 39: 40 bytes a field, 56 an element less since.) An element
+# read back from storage (decoded by the serializer, validated by pydantic) holds about 100
+# bytes more than one a graph made: ELEMENT_BYTES was 344. An item's data is its serialized
+# size, not the stored one (compressed, or sealed: a few times smaller).
 ITEM_BYTES = 320
-ELEMENT_BYTES = 344
+ELEMENT_BYTES = 448
 FIELD_BYTES = 100
 ID_BYTES = 16
+# Besides, what a channel, a view and a version hold whatever their length: the objects
+# and containers themselves (a ListView, its sets and lists; a ListVersion, its ref and
+# lists; the channel's dicts). Uncounted, a saver that had read two dozen short chats back
+# from storage held 1.1 times its estimate (tests/test_attack_estimate.py).
+CHANNEL_BYTES = 2048
+VIEW_BYTES = 2048
+VERSION_BYTES = 1024
 
 
-def _view_bytes(view: ListView, sizes: Callable[[bytes, int], int]) -> int:
-    """The estimated size of what ``view`` keeps alive (see :data:`ELEMENT_BYTES`).
+def _view_bytes(view: ListView, sizes: Callable[[bytes], int | None]) -> tuple[int, bool]:
+    """The estimated size of what ``view`` keeps alive (see :data:`ELEMENT_BYTES`), and
+    whether every item it counted is known (``sizes`` gives None for one that is not).
 
     Its items' sizes and its fields are added up from where the view's version and the
     view itself left off (a put's, from its base's sums): at T=1000 adding up every
     element of a turn's three views again cost 0.8 ms a turn. An item's size is that of
     its serialized bytes, which its id names, so a sum stays right when the channel later
-    drops the item (a view keeps its objects alive all the same)."""
+    drops the item (a view keeps its objects alive all the same). A sum is kept only up to
+    the first item not known here (evicted, or a put's channel dropped and made again since
+    its base was looked up): counted as 0 meanwhile, it is added when the item is back
+    (:meth:`_Channel.recount`), and a put going on from the sum does not carry the 0 on."""
     ids = view.version.item_ids
     cell = view.version.data
     counted, data = cell[-1] if cell else (0, 0)
+    complete = True
     if counted < len(ids):
-        data += sum(map(sizes, islice(ids, counted, None), repeat(0)))
-        cell.append((len(ids), data))
-        del cell[:-1]
+        more = list(map(sizes, islice(ids, counted, None)))
+        try:
+            known = more.index(None)
+        except ValueError:
+            known = len(more)
+        if known:
+            data += sum(cast("list[int]", more[:known]))
+            cell.append((counted + known, data))
+            del cell[:-1]
+        if known < len(more):
+            complete = False
+            data += sum(filter(None, more[known:]))
     counted, fields = view.fields
     if counted < len(view.fingerprints):
         fields += sum(map(len, filter(None, islice(view.fingerprints, counted, None))))
         view.fields = (len(view.fingerprints), fields)
-    return ELEMENT_BYTES * len(ids) + FIELD_BYTES * fields + data + ID_BYTES * len(view.objects)
+    total = ELEMENT_BYTES * len(ids) + FIELD_BYTES * fields + data + ID_BYTES * len(view.objects)
+    return total, complete
 
 
 def _version_bytes(version: ListVersion) -> int:
-    return ID_BYTES * (len(version.item_ids) + len(version.page_ids) + len(version.ref.tail))
+    ids = len(version.item_ids) + len(version.page_ids) + len(version.ref.tail)
+    return VERSION_BYTES + ID_BYTES * ids
 
 
 @dataclass
@@ -664,6 +711,8 @@ class _Channel:
     item_bytes: int = 0
     view_bytes: dict[int, int] = field(default_factory=dict)
     """The estimate of each view, by ``id`` of the view."""
+    partial: set[int] = field(default_factory=set)
+    """Views (by ``id``) counted while some of their items were not known here."""
     total: int = 0
     """The estimate of everything the channel keeps."""
 
@@ -677,13 +726,31 @@ class _Channel:
         self.sizes = {i: n for i, n in self.sizes.items() if i in used}
         self.item_bytes = ITEM_BYTES * len(self.sizes) + sum(self.sizes.values())
 
+    def count(self, view: ListView) -> None:
+        """Estimate ``view`` (:func:`_view_bytes`)."""
+        self.view_bytes[id(view)], complete = _view_bytes(view, self.sizes.get)
+        if complete:
+            self.partial.discard(id(view))
+        else:
+            self.partial.add(id(view))
+
+    def recount(self) -> None:
+        """Estimate again the views counted without some of their items (after items were
+        added: a read fetched them, or a put stored them again)."""
+        for view in self.views:
+            if id(view) in self.partial:
+                self.count(view)
+
     def measure(self) -> int:
         """Bring :attr:`total` up to date; the change."""
         live = {id(v) for v in self.views}
         self.view_bytes = {k: n for k, n in self.view_bytes.items() if k in live}
+        self.partial &= live
         before = self.total
         self.total = (
-            self.item_bytes
+            CHANNEL_BYTES
+            + self.item_bytes
+            + VIEW_BYTES * len(self.views)
             + sum(self.view_bytes.values())
             + sum(map(_version_bytes, self.versions.values()))
         )
@@ -881,15 +948,19 @@ class ListMemory:
                 channel.views.append(view)
                 del channel.views[: -self.views_per_list]
             before = len(channel.items)
+            added = False
             for iid, known in items.items():
                 if iid not in channel.items:
                     channel.add_item(iid, known)
+                    added = True
             longest = max(len(v.item_ids) for v in channel.versions.values())
             if len(channel.items) > 2 * longest + PAGE_SIZE:
                 # Items no remembered version uses any more (trimmed, replaced).
                 channel.keep_items({iid for v in channel.versions.values() for iid in v.item_ids})
+            if added and channel.partial:
+                channel.recount()
             if view is not None:
-                channel.view_bytes[id(view)] = _view_bytes(view, channel.sizes.get)
+                channel.count(view)
             self._items += len(channel.items) - before
             self.bytes += channel.measure()
             self._channels.move_to_end(key)
@@ -1048,7 +1119,8 @@ def remember_stored(
     view.at.add(checkpoint_id)
     # The reused items are known already, unless evicted meanwhile: then a read
     # fetches them.
-    items = {iid: _Known(typed) for iid, typed in chunked.items.items()}
+    sizes = chunked.sizes
+    items = {iid: _Known(typed, sizes.get(iid)) for iid, typed in chunked.items.items()}
     memory.remember(key, view.version, items, view)
 
 
@@ -1127,6 +1199,7 @@ def resolve_list(
     load: Callable[[bytes, str, bytes], Any],
     parse: Callable[[Any], Iterable[ItemRow]],
     checkpoint_id: str | None = None,
+    sizes: Mapping[bytes, int] | None = None,
 ) -> Generator[Any, Any, list[Any]]:
     """Rebuild a stored list (a plan step) as new objects: from memory when the version
     (remembered, or derived from a longer one: :meth:`ListMemory.derive`) and its items
@@ -1135,6 +1208,8 @@ def resolve_list(
 
     With the ``checkpoint_id`` read, the objects handed out become a view a put on that
     checkpoint recognizes (``get_tuple``, which starts a step); history pages leave none.
+    ``sizes``, if given, is where ``load`` puts the serialized size of each item it
+    decodes: what a fetched item counts in the memory instead of its stored size.
     """
     key = request.key
     version, derived, items = memory.recall(key, request.ref)
@@ -1166,6 +1241,12 @@ def resolve_list(
         known.update(fetched)
         items = list(map(known.__getitem__, version.item_ids))
     objects = _Known.fresh_all(version.item_ids, items, load)
+    if sizes:
+        # Fetched items are stored compressed (or sealed): counted at the size ``load``
+        # found them to have as serialized, which a put of them counts too. They are
+        # this read's own until remembered.
+        for iid, known_item in fetched.items():
+            known_item.size = sizes.get(iid, known_item.size)
     view = None
     if checkpoint_id is not None:
         prints = fingerprints_of(objects)
