@@ -33,7 +33,6 @@ import os
 import threading
 import tracemalloc
 import uuid
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any
@@ -42,6 +41,7 @@ import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
+from test_list_memory import _chat, _fill_and_measure, traced  # noqa: F401 (a fixture)
 from typing_extensions import TypedDict
 
 from langgraph_memory_plus.checkpoint import lists
@@ -63,17 +63,6 @@ class Chat(TypedDict):
 class Mixed(TypedDict, total=False):
     messages: Annotated[list[AnyMessage], add_messages]
     bag: list[Any]  # replaced whole: dicts, strings, tuples, objects without __dict__
-
-
-def _chat() -> Any:
-    def model(state: Chat) -> dict[str, Any]:
-        n = len(state["messages"])
-        return {"messages": [AIMessage(f"answer {n} " + "x" * 1500)]}
-
-    b = StateGraph(Chat)
-    b.add_node("model", model)
-    b.add_edge(START, "model")
-    return b
 
 
 def _full(view: Any, sizes: Any) -> int:
@@ -110,17 +99,13 @@ def _dump(value: Any) -> tuple[str, bytes]:
 KEY = (b"k" * 16, "", "bag")
 
 
-def test_a_sum_cached_with_items_missing_is_not_carried_on_once_they_are_back() -> None:
-    """A put's base is looked up before its ``remember``; meanwhile the channel may be
-    dropped (another channel's put over the cap, a concurrent reader's) and made again.
-    The put's version then counts the items it reuses as 0; a read or put that brings
-    them back into the channel must not leave that view, or a put going on from it,
-    short of the full count."""
-    memory = ListMemory()
+def _dropped_then_back(memory: ListMemory) -> tuple[list[Any], Any]:
+    """Two items stored; a put that prepends one finds its base, then the channel is
+    dropped before it is remembered (its reused items are then counted as 0), then a read
+    elsewhere stores the two items in the channel again. The put's values and its list."""
     a, b = {"a": "x" * 300}, {"b": "y" * 300}
     first = chunk_list(KEY[0], [a, b], None, _dump)
     remember_stored(memory, KEY, first, "c0")
-    # the next step prepends: the base is found, then the channel is dropped
     values = [{"c": "z" * 200}, a, b]
     base = memory.base(KEY, values, "c0")
     assert base is not None
@@ -128,9 +113,19 @@ def test_a_sum_cached_with_items_missing_is_not_carried_on_once_they_are_back() 
     second = chunk_list(KEY[0], values, base, _dump)
     remember_stored(memory, KEY, second, "c1")
     assert _wrong_estimates(memory) == []  # a and b are not in the channel: counted 0
-    # a read elsewhere (or another put) stores a and b in the channel again
     again = chunk_list(KEY[0], [dict(a), dict(b)], None, _dump)
     remember_stored(memory, KEY, again, "cx")
+    return values, second
+
+
+def test_a_sum_cached_with_items_missing_is_not_carried_on_once_they_are_back() -> None:
+    """A put's base is looked up before its ``remember``; meanwhile the channel may be
+    dropped (another channel's put over the cap, a concurrent reader's) and made again.
+    The put's version then counts the items it reuses as 0; a read or put that brings
+    them back into the channel must not leave that view, or a put going on from it,
+    short of the full count."""
+    memory = ListMemory()
+    values, second = _dropped_then_back(memory)
     # the next step appends to what the second put was given
     values = [*values, {"d": "w" * 100}]
     base = memory.base(KEY, values, "c1")
@@ -147,16 +142,7 @@ def test_a_view_counted_without_its_items_is_recounted_when_they_come_back() -> 
     """Before 8b9e06e too: a view's estimate was taken once, at its ``remember``; items
     it counted as 0 that came back later left it short."""
     memory = ListMemory()
-    a, b = {"a": "x" * 300}, {"b": "y" * 300}
-    first = chunk_list(KEY[0], [a, b], None, _dump)
-    remember_stored(memory, KEY, first, "c0")
-    values = [{"c": "z" * 200}, a, b]
-    base = memory.base(KEY, values, "c0")
-    memory.forget(KEY)
-    second = chunk_list(KEY[0], values, base, _dump)
-    remember_stored(memory, KEY, second, "c1")
-    again = chunk_list(KEY[0], [dict(a), dict(b)], None, _dump)
-    remember_stored(memory, KEY, again, "cx")
+    _dropped_then_back(memory)
     assert _wrong_estimates(memory) == []
     assert memory.bytes == sum(c.total for c in memory._channels.values())
 
@@ -181,15 +167,6 @@ def _held(memory: Any) -> tuple[int, int]:
     memory.clear()
     gc.collect()
     return held - tracemalloc.get_traced_memory()[0], estimate
-
-
-@pytest.fixture
-def traced() -> Iterator[None]:
-    tracemalloc.start()
-    try:
-        yield
-    finally:
-        tracemalloc.stop()
 
 
 @pytest.mark.usefixtures("traced")
@@ -219,19 +196,9 @@ def test_a_saver_reading_stored_chats_stays_within_its_cap_by_tracemalloc(
 def test_an_encrypted_saver_stays_within_its_cap_by_tracemalloc(tmp_path: Path) -> None:
     """With encryption a put's items are kept as stored (compressed, then sealed): they
     counted that size, not the message's. 656 KB held under a cap of 0.5 MiB."""
-    with SqliteSaver.from_conn_string(
-        str(tmp_path / "e.db"), list_memory_mib=0.5, encryption=Encryption({"k1": os.urandom(32)})
-    ) as saver:
-        saver.setup()
-        graph = _chat().compile(checkpointer=saver)
-        for t in range(24):
-            config: Any = {"configurable": {"thread_id": f"t{t}"}}
-            for turn in range(6):
-                graph.invoke({"messages": [HumanMessage(f"question {turn} " + "y" * 150)]}, config)
-                if turn % 3 == 0:
-                    graph.get_state(config)
-        del graph
-        held, estimate = _held(saver._lists)
+    held, estimate, _ = _fill_and_measure(
+        tmp_path / "e.db", list_memory_mib=0.5, encryption=Encryption({"k1": os.urandom(32)})
+    )
     print(f"encrypted: {held} bytes held, estimated {estimate}")
     assert estimate <= MIB // 2
     assert held <= estimate
