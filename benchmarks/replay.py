@@ -12,8 +12,10 @@ while its ``get_tuple``, ``put`` and ``put_writes`` calls are recorded; then tho
 are made again, one thread id per replayed turn, ``--turns`` times in one thread with
 nothing else running: process CPU per turn and per kind of call, the storage work alone,
 steady from run to run. Only a thread's first turn replays exactly (a later turn's puts
-build on what earlier reads handed out). The CPU is this process's: on PostgreSQL and
-Redis the server's work is not in it.
+build on what earlier reads handed out). On PostgreSQL and Redis the server's CPU per
+turn is reported beside the client's where it can be read: Redis's own count
+(``INFO cpu``), and for PostgreSQL the client backends' user and system time in
+``/proc`` (the server on this machine; in 10 ms ticks, so over hundreds of turns).
 
 On SQLite every statement's CPU inside ``sqlite3`` is added up by its text as well, in a
 second run with connections opened by a timing factory (a Python call around each
@@ -31,8 +33,11 @@ import re
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
+
+import psycopg
+import redis
 
 from . import interleaved as il
 from . import ladder as lad
@@ -143,9 +148,57 @@ def _record(saver: Any, marker: str) -> list[tuple[str, tuple[Any, ...], dict[st
     return calls
 
 
-def replay_saver(target: tg.Target, env: tg.Env, turns: int) -> dict[str, Any]:
-    """CPU per replayed turn, in all and per kind of call (microseconds), and the calls a
-    turn makes; the first tenth of the turns warms up and is not counted."""
+ServerCpu = Callable[[], "float | None"]
+"""Reads the server's CPU seconds so far, or None where they cannot be read."""
+
+
+@contextlib.contextmanager
+def server_cpu(backend: str, env: tg.Env) -> Iterator[ServerCpu]:
+    """A reader of the backend server's CPU (see the module docstring); none on SQLite,
+    which runs in this process."""
+    if backend == "redis":
+        client = redis.Redis.from_url(env.redis)
+        try:
+
+            def redis_cpu() -> float | None:
+                info = client.info("cpu")
+                return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+            yield redis_cpu
+        finally:
+            client.close()
+    elif backend == "postgres":
+        with psycopg.connect(env.pg, autocommit=True) as conn:
+            tick = os.sysconf("SC_CLK_TCK")
+
+            def pg_cpu() -> float | None:
+                rows = conn.execute(
+                    "SELECT pid FROM pg_stat_activity "
+                    "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+                ).fetchall()
+                ticks = 0
+                for (pid,) in rows:
+                    try:
+                        with open(f"/proc/{pid}/stat") as stat:
+                            fields = stat.read().rsplit(")", 1)[1].split()
+                    except FileNotFoundError:
+                        continue  # gone meanwhile
+                    except OSError:
+                        return None  # another host's, or not ours to read
+                    ticks += int(fields[11]) + int(fields[12])  # utime, stime
+                return ticks / tick
+
+            yield pg_cpu
+    else:
+        yield lambda: None
+
+
+def replay_saver(
+    target: tg.Target, env: tg.Env, turns: int, server: ServerCpu = lambda: None
+) -> dict[str, Any]:
+    """CPU per replayed turn, in all and per kind of call (microseconds), the server's
+    (``server``, microseconds; None if unread) and the calls a turn makes; the first tenth
+    of the turns warms up and is not counted."""
     with lad.open_saver(target, env) as (saver, marker):
         calls = _record(saver, marker)
         warm = max(1, turns // 10)
@@ -153,6 +206,7 @@ def replay_saver(target: tg.Target, env: tg.Env, turns: int) -> dict[str, Any]:
         _SQL_SPENT.clear()
         _SQL_RUNS.clear()
         total = 0
+        server_before: float | None = None
         for n in range(warm + turns):
             thread = f"{marker}-r{n}"
             if n == warm:
@@ -160,6 +214,7 @@ def replay_saver(target: tg.Target, env: tg.Env, turns: int) -> dict[str, Any]:
                 _SQL_SPENT.clear()
                 _SQL_RUNS.clear()
                 total = 0
+                server_before = server()
             for name, args, kwargs in calls:
                 config = _renamed(args[0], thread)
                 started = time.process_time_ns()
@@ -167,12 +222,16 @@ def replay_saver(target: tg.Target, env: tg.Env, turns: int) -> dict[str, Any]:
                 took = time.process_time_ns() - started
                 spent[name] += took
                 total += took
+        server_after = server()
         # the last replayed turn reads back what it stored
         got = saver.get_tuple({"configurable": {"thread_id": thread}})
         assert got is not None and len(got.checkpoint["channel_values"]["messages"]) == 2
     return {
         "calls per turn": len(calls),
         "us/turn": total / turns / 1e3,
+        "server us/turn": None
+        if server_before is None or server_after is None
+        else (server_after - server_before) / turns * 1e6,
         **{name: spent[name] / turns / 1e3 for name in CALLS},
         "sql": {k: (v / turns / 1e3, _SQL_RUNS[k] / turns) for k, v in _SQL_SPENT.items()},
     }
@@ -194,9 +253,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
     savers = {"featureless": featureless, "official": official, "rung6": rung6, "ours": ours}
     load = os.getloadavg()[0]
     out: dict[str, dict[str, Any]] = {}
-    for label, target in savers.items():
-        if target is not None:
-            out[label] = replay_saver(target, env, args.turns)
+    with server_cpu(args.backend, env) as server:
+        for label, target in savers.items():
+            if target is not None:
+                out[label] = replay_saver(target, env, args.turns, server)
     if args.backend == "sqlite":
         # Again with every statement timed: the timing's own cost (a Python call around
         # each statement) is in these, so they are read as parts, not added to the above.
@@ -212,13 +272,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
     )
     ref_label = "official" if "official" in out else "featureless"
     ref = out[ref_label]["us/turn"]
-    print(f"| saver | CPU us/turn | x {ref_label} | get_tuple | put | put_writes |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(
+        f"| saver | CPU us/turn | x {ref_label} | get_tuple | put | put_writes "
+        "| server CPU us/turn | client + server |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for label, row in out.items():
+        server_us = row["server us/turn"]
+        both = "-" if server_us is None else f"{row['us/turn'] + server_us:.0f}"
         print(
             f"| {label} | {row['us/turn']:.0f} | {row['us/turn'] / ref:.2f}x | "
             + " | ".join(f"{row[name]:.0f}" for name in CALLS)
-            + " |"
+            + f" | {'-' if server_us is None else f'{server_us:.0f}'} | {both} |"
         )
     if args.backend == "sqlite":
         for label, row in out.items():

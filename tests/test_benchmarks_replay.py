@@ -17,6 +17,7 @@ def test_sqlite_replay_reports_every_saver_and_the_engine_by_statement() -> None
     assert list(out) == ["featureless", "official", "rung6", "ours"]
     for label, row in out.items():
         assert row["us/turn"] > 0, label
+        assert row["server us/turn"] is None, label  # SQLite runs in this process
         assert row["calls per turn"] >= 8, label  # a get_tuple, four puts, writes
         assert sum(row[name] for name in replay.CALLS) == pytest.approx(row["us/turn"])
         # the engine's time is timed on every saver's connections, and is part of it
@@ -28,11 +29,16 @@ def test_sqlite_replay_reports_every_saver_and_the_engine_by_statement() -> None
 
 
 @pytest.mark.parametrize("backend", ["postgres", "redis"])
-def test_server_backends_replay_without_engine_timing(backend: str) -> None:
-    out = replay.main(["--backend", backend, "--turns", "5"])
+def test_server_backends_replay_with_the_server_s_cpu(backend: str) -> None:
+    """The server's CPU is read beside the client's (Redis's own count; PostgreSQL's
+    client backends in /proc, 10 ms ticks: enough turns for ours to show some)."""
+    out = replay.main(["--backend", backend, "--turns", "60"])
     assert "ours" in out and "rung6" in out and "featureless" in out
     assert ("official" in out) == (backend == "postgres")
     assert all(row["sql"] == {} for row in out.values())
+    assert all(row["server us/turn"] is not None for row in out.values())
+    assert all(row["server us/turn"] >= 0 for row in out.values())
+    assert out["ours"]["server us/turn"] > 0
 
 
 def test_a_replayed_call_changes_the_thread_id_alone() -> None:
