@@ -17,13 +17,14 @@ backend, rung 6 of the feature ladder (:mod:`benchmarks.ladder`), LangGraph's ow
 rotated at every thread: a swing of the load falls on all of them alike.
 
 Reported per saver: process CPU per turn (median and mean over its threads; LangGraph
-writes on executor threads), the thread CPU inside ``put``, ``put_writes`` and
-``get_tuple`` per turn, the median over its threads of each thread's turn p50 (wall), and
-the paired medians (thread by thread, CPU and wall) of B/A, and of each to rung 6, to the
-official saver and to the featureless one. The conversations are read back afterwards
-(``wl._check_conversation``). Run both orders (``--a X --b Y`` and ``--a Y --b X``) and
-average: the two copies are not placed alike in the process (the same tree as A and as B
-read up to ~2% apart).
+writes on executor threads), on PostgreSQL and Redis the server's CPU per turn beside it
+(``targets.server_cpu``: summed over the run, a mean), the thread CPU inside ``put``,
+``put_writes`` and ``get_tuple`` per turn, the median over its threads of each thread's
+turn p50 (wall), and the paired medians (thread by thread, CPU and wall) of B/A, and of
+each to rung 6, to the official saver and to the featureless one. The conversations are
+read back afterwards (``wl._check_conversation``). Run both orders (``--a X --b Y`` and
+``--a Y --b X``) and average: the two copies are not placed alike in the process (the
+same tree as A and as B read up to ~2% apart).
 """
 
 from __future__ import annotations
@@ -132,7 +133,12 @@ def run(
     spent = {key: dict.fromkeys(CALLS, 0.0) for key in keys}
     cpu: dict[str, list[float]] = {key: [] for key in keys}
     wall: dict[str, list[float]] = {key: [] for key in keys}  # turn p50 per thread
-    with tempfile.TemporaryDirectory() as packages, contextlib.ExitStack() as stack:
+    server_spent: dict[str, float | None] = dict.fromkeys(keys, 0.0)  # seconds, all threads
+    with (
+        tempfile.TemporaryDirectory() as packages,
+        contextlib.ExitStack() as stack,
+        tg.server_cpu(backend, env) as server,
+    ):
         _copy_packages({f"lgmp_{key.lower()}": tree for key, tree in trees.items()}, packages)
         units = {"featureless": stack.enter_context(mn.open_saver(featureless, env))}
         if official is not None:
@@ -152,6 +158,7 @@ def run(
             shift = thread % len(keys)
             for key in keys[shift:] + keys[:shift]:
                 marker = units[key][1]
+                server_before = server()
                 started = time.process_time()
                 walls = []
                 for turn in range(1, turns + 1):
@@ -160,6 +167,11 @@ def run(
                     walls.append(time.perf_counter() - begun)
                 cpu[key].append((time.process_time() - started) / turns * 1000.0)
                 wall[key].append(statistics.median(walls) * 1000.0)
+                server_after, so_far = server(), server_spent[key]
+                if server_before is None or server_after is None or so_far is None:
+                    server_spent[key] = None
+                else:
+                    server_spent[key] = so_far + server_after - server_before
         load_after = os.getloadavg()[0]
         for key, (_, marker) in units.items():
             mn._turn(graphs[key], f"{marker}-t0", turns + 1)
@@ -178,6 +190,21 @@ def run(
         lines.append(
             f"| {key} | {statistics.median(cpu[key]):.3f} | {statistics.fmean(cpu[key]):.3f} "
             f"| {statistics.median(wall[key]):.3f} | {calls} |"
+        )
+    if all(v is not None for v in server_spent.values()):
+        # Summed over every thread (a unit's server time is read in 10 ms ticks on
+        # PostgreSQL): means per turn, beside the process's own mean.
+        both = {
+            key: statistics.fmean(cpu[key]) + (server_spent[key] or 0.0) / done * 1000.0
+            for key in keys
+        }
+        lines.append(
+            "server CPU per turn, mean ms: "
+            + ", ".join(f"{key} {(server_spent[key] or 0.0) / done * 1000.0:.3f}" for key in keys)
+        )
+        lines.append(
+            "client + server CPU per turn, mean ms: "
+            + ", ".join(f"{key} {both[key]:.3f}" for key in keys)
         )
     pairs = [("B", "A"), ("A", "rung6"), ("B", "rung6")]
     if official is not None:

@@ -33,11 +33,8 @@ import re
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
-
-import psycopg
-import redis
 
 from . import interleaved as il
 from . import ladder as lad
@@ -148,53 +145,8 @@ def _record(saver: Any, marker: str) -> list[tuple[str, tuple[Any, ...], dict[st
     return calls
 
 
-ServerCpu = Callable[[], "float | None"]
-"""Reads the server's CPU seconds so far, or None where they cannot be read."""
-
-
-@contextlib.contextmanager
-def server_cpu(backend: str, env: tg.Env) -> Iterator[ServerCpu]:
-    """A reader of the backend server's CPU (see the module docstring); none on SQLite,
-    which runs in this process."""
-    if backend == "redis":
-        client = redis.Redis.from_url(env.redis)
-        try:
-
-            def redis_cpu() -> float | None:
-                info = client.info("cpu")
-                return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
-
-            yield redis_cpu
-        finally:
-            client.close()
-    elif backend == "postgres":
-        with psycopg.connect(env.pg, autocommit=True) as conn:
-            tick = os.sysconf("SC_CLK_TCK")
-
-            def pg_cpu() -> float | None:
-                rows = conn.execute(
-                    "SELECT pid FROM pg_stat_activity "
-                    "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
-                ).fetchall()
-                ticks = 0
-                for (pid,) in rows:
-                    try:
-                        with open(f"/proc/{pid}/stat") as stat:
-                            fields = stat.read().rsplit(")", 1)[1].split()
-                    except FileNotFoundError:
-                        continue  # gone meanwhile
-                    except OSError:
-                        return None  # another host's, or not ours to read
-                    ticks += int(fields[11]) + int(fields[12])  # utime, stime
-                return ticks / tick
-
-            yield pg_cpu
-    else:
-        yield lambda: None
-
-
 def replay_saver(
-    target: tg.Target, env: tg.Env, turns: int, server: ServerCpu = lambda: None
+    target: tg.Target, env: tg.Env, turns: int, server: tg.ServerCpu = lambda: None
 ) -> dict[str, Any]:
     """CPU per replayed turn, in all and per kind of call (microseconds), the server's
     (``server``, microseconds; None if unread) and the calls a turn makes; the first tenth
@@ -253,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
     savers = {"featureless": featureless, "official": official, "rung6": rung6, "ours": ours}
     load = os.getloadavg()[0]
     out: dict[str, dict[str, Any]] = {}
-    with server_cpu(args.backend, env) as server:
+    with tg.server_cpu(args.backend, env) as server:
         for label, target in savers.items():
             if target is not None:
                 out[label] = replay_saver(target, env, args.turns, server)

@@ -22,13 +22,14 @@ import contextlib
 import dataclasses
 import ipaddress
 import itertools
+import os
 import shutil
 import socket
 import sqlite3
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -620,3 +621,50 @@ def server_versions(env: Env) -> dict[str, str]:
                 client.close()
     out["host"] = socket.gethostname()
     return out
+
+
+ServerCpu = Callable[[], "float | None"]
+"""Reads the server's CPU seconds so far, or None where they cannot be read."""
+
+
+@contextlib.contextmanager
+def server_cpu(backend: str, env: Env) -> Iterator[ServerCpu]:
+    """A reader of the backend server's CPU seconds so far, where it can be read: Redis's
+    own count (``INFO cpu``), and for PostgreSQL the user and system time of its client
+    backends in ``/proc`` (a server on this machine; 10 ms ticks). None on SQLite, which
+    runs in the caller's process, and where ``/proc`` is not readable."""
+    if backend == "redis":
+        client = redis.Redis.from_url(env.redis)
+        try:
+
+            def redis_cpu() -> float | None:
+                info = client.info("cpu")
+                return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+            yield redis_cpu
+        finally:
+            client.close()
+    elif backend == "postgres":
+        with psycopg.connect(env.pg, autocommit=True) as conn:
+            tick = os.sysconf("SC_CLK_TCK")
+
+            def pg_cpu() -> float | None:
+                rows = conn.execute(
+                    "SELECT pid FROM pg_stat_activity "
+                    "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+                ).fetchall()
+                ticks = 0
+                for (pid,) in rows:
+                    try:
+                        with open(f"/proc/{pid}/stat") as stat:
+                            fields = stat.read().rsplit(")", 1)[1].split()
+                    except FileNotFoundError:
+                        continue  # gone meanwhile
+                    except OSError:
+                        return None  # another host's, or not ours to read
+                    ticks += int(fields[11]) + int(fields[12])  # utime, stime
+                return ticks / tick
+
+            yield pg_cpu
+    else:
+        yield lambda: None

@@ -44,6 +44,14 @@ def test_interleaved_run_reports_both_trees_rung_6_the_official_and_the_featurel
         ratios = dict(part.rsplit(" ", 1) for part in line.split(": ", 1)[1].split(", "))
         assert set(ratios) == expected
         assert all(float(v) > 0 for v in ratios.values())
+    # the server's CPU beside the client's, where there is a server to read
+    server = [x for x in report.splitlines() if x.startswith("server CPU per turn")]
+    both = [x for x in report.splitlines() if x.startswith("client + server CPU per turn")]
+    assert len(server) == len(both) == (backend != "sqlite")
+    for line in server + both:
+        means = dict(part.rsplit(" ", 1) for part in line.split(": ", 1)[1].split(", "))
+        assert set(means) == set(rows[1:])
+        assert all(float(v) >= 0 for v in means.values())
     for name in ("lgmp_a", "lgmp_b"):  # the copies, not this tree's package, ran
         assert sys.modules[name].__file__ != sys.modules["langgraph_memory_plus"].__file__
     assert_nothing_left(pg_url, redis_url, env.run_id)
