@@ -41,10 +41,9 @@ import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
-from test_list_memory import _chat, _fill_and_measure, traced  # noqa: F401 (a fixture)
+from test_list_memory import _chat, _fill_and_measure, _full, traced  # noqa: F401 (a fixture)
 from typing_extensions import TypedDict
 
-from langgraph_memory_plus.checkpoint import lists
 from langgraph_memory_plus.checkpoint.lists import (
     ListMemory,
     chunk_list,
@@ -63,17 +62,6 @@ class Chat(TypedDict):
 class Mixed(TypedDict, total=False):
     messages: Annotated[list[AnyMessage], add_messages]
     bag: list[Any]  # replaced whole: dicts, strings, tuples, objects without __dict__
-
-
-def _full(view: Any, sizes: Any) -> int:
-    """What adding up every element of ``view`` gives now (the estimate before 8b9e06e)."""
-    ids = view.version.item_ids
-    return (
-        lists.ELEMENT_BYTES * len(ids)
-        + lists.FIELD_BYTES * sum(map(len, filter(None, view.fingerprints)))
-        + sum(sizes(i, 0) for i in ids)
-        + lists.ID_BYTES * len(view.objects)
-    )
 
 
 def _wrong_estimates(saver: Any) -> list[tuple[str, int, int, int]]:

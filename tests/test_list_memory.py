@@ -24,6 +24,7 @@ from test_checkpoint_differential import BASE_SEED, Sequence, _named
 from typing_extensions import TypedDict
 
 from langgraph_memory_plus import from_url
+from langgraph_memory_plus.checkpoint import lists
 from langgraph_memory_plus.checkpoint.lists import DEFAULT_MAX_BYTES
 from langgraph_memory_plus.checkpoint.sqlite import SqliteSaver
 from langgraph_memory_plus.errors import InvalidConfigError
@@ -107,24 +108,23 @@ def test_list_memory_option_is_checked_and_taken_by_from_url(tmp_path: Path) -> 
         from_url(f"sqlite:///{target}?list_memory_mib=lots")
 
 
+def _full(view: Any, sizes: Any) -> int:
+    """A view's estimate added up over every element at once (as it was before the
+    estimate went on from the sums of the view it was built on)."""
+    ids = view.version.item_ids
+    return (
+        lists.ELEMENT_BYTES * len(ids)
+        + lists.FIELD_BYTES * sum(map(len, filter(None, view.fingerprints)))
+        + sum(sizes(i, 0) for i in ids)
+        + lists.ID_BYTES * len(view.objects)
+    )
+
+
 def test_the_estimate_of_each_view_adds_up_as_a_full_count_would(tmp_path: Path) -> None:
     """A view's estimate goes on from its base's sums (issue 39: a turn's puts add up
     only what they appended). Through appends, a message replaced in the middle, a fork
     from an older checkpoint and reads of the state, every remembered view's estimate is
     the full count of its elements, fields and items (nothing evicted here)."""
-    from langgraph_memory_plus.checkpoint import lists
-
-    def full(view: Any, sizes: Any) -> int:
-        ids = view.version.item_ids
-        fields = sum(map(len, filter(None, view.fingerprints)))
-        data = sum(sizes(i, 0) for i in ids)
-        return (
-            lists.ELEMENT_BYTES * len(ids)
-            + lists.FIELD_BYTES * fields
-            + data
-            + lists.ID_BYTES * len(view.objects)
-        )
-
     with SqliteSaver.from_conn_string(str(tmp_path / "e.db")) as saver:
         saver.setup()
         graph = _chat().compile(checkpointer=saver)
@@ -140,7 +140,7 @@ def test_the_estimate_of_each_view_adds_up_as_a_full_count_would(tmp_path: Path)
         checked = 0
         for channel in saver._lists._channels.values():
             for view in channel.views:
-                assert channel.view_bytes[id(view)] == full(view, channel.sizes.get)
+                assert channel.view_bytes[id(view)] == _full(view, channel.sizes.get)
                 checked += 1
         assert checked >= 4
 
@@ -186,6 +186,7 @@ import gc, sys
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph_memory_plus import from_url
+from langgraph_memory_plus.checkpoint import lists
 
 with from_url({url!r}) as memory:
     saver = memory.checkpointer

@@ -683,8 +683,7 @@ def _view_bytes(view: ListView, sizes: Callable[[bytes], int | None]) -> tuple[i
             known = len(more)
         if known:
             data += sum(cast("list[int]", more[:known]))
-            cell.append((counted + known, data))
-            del cell[:-1]
+            cell[:] = [(counted + known, data)]
         if known < len(more):
             complete = False
             data += sum(filter(None, more[known:]))
