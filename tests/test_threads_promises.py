@@ -341,3 +341,92 @@ def test_an_empty_user_id_in_a_run_is_no_user(saver_factory: Any) -> None:
         assert saver.get_tuple({"configurable": {"thread_id": thread_id}}) is not None
         record = saver.threads.get(thread_id)
         assert record is not None
+
+
+@pytest.mark.parametrize("backend", ["redis", "redis-cluster"], indirect=True)
+def test_a_run_starting_as_its_thread_is_deleted_leaves_no_index_entry(
+    saver_factory: Any,
+) -> None:
+    """Redis: a deletion that read the thread's index record in a step of its own, then
+    deleted, left the entries of a new run's first checkpoint that landed in between in
+    the index's sets (the record it read was missing: no set to clean). Erasure met it
+    (CI, a run's first put deleting its thread as its user was erased): the user's id in
+    three sets. The delete script now returns the record it deletes."""
+    from langgraph_memory_plus.drivers import redis as driver
+    from langgraph_memory_plus.drivers.redis import Batch, Eval, Scan
+
+    thread = f"landing-{uuid.uuid4().hex[:8]}"
+    with saver_factory() as saver, saver_factory() as other:
+        graph = _graph().compile(checkpointer=other)
+        run = driver.RedisRunner._execute
+        landed: list[bool] = []
+
+        def execute(self: Any, command: Any) -> Any:
+            if isinstance(command, Eval) and command.script == "delete" and not landed:
+                landed.append(True)  # the run's first checkpoints land just before
+                worker = threading.Thread(target=_say, args=(graph, thread, "lana", 1))
+                worker.start()
+                worker.join()
+            return run(self, command)
+
+        def entries() -> Any:
+            prefix = saver._plans.threads.prefix
+            keys = yield Scan(f"{prefix}:{{{prefix}:tix}}:*".encode())
+            scores = yield Batch([("ZSCORE", key, thread.encode()) for key in keys])
+            return sorted(k for k, s in zip(keys, scores, strict=True) if s is not None)
+
+        driver.RedisRunner._execute = execute  # type: ignore[method-assign]
+        try:
+            saver.delete_thread(thread)
+        finally:
+            driver.RedisRunner._execute = run  # type: ignore[method-assign]
+        assert landed
+        assert saver.get_tuple({"configurable": {"thread_id": thread}}) is None
+        assert saver._run(entries()) == []
+        assert saver.threads.sessions("lana") == []
+
+
+@pytest.mark.parametrize("backend", ["redis", "redis-cluster"], indirect=True)
+@pytest.mark.parametrize("read", ["sessions", "count", "count_idle"])
+def test_a_read_between_a_writes_two_steps_leaves_the_thread_in_its_sets(
+    saver_factory: Any, read: str
+) -> None:
+    """Redis: a put adds the thread to the index's sets, then writes the thread and its
+    record. A read in between met entries without a record and removed them as stale: the
+    new thread was missing from its user's sessions for the rest of its run (its later
+    puts reuse that first step). Entries ahead of their record are now a write in flight
+    for ``IN_FLIGHT_MS``: not listed, not removed."""
+    from langgraph_memory_plus.drivers import redis as driver
+    from langgraph_memory_plus.drivers.redis import Batch
+
+    thread = f"flight-{uuid.uuid4().hex[:8]}"
+    reads = {
+        "sessions": lambda s: len(s.threads.sessions("fay")),
+        "count": lambda s: s.threads.count(metadata={"user_id": "fay"}),
+        "count_idle": lambda s: s.threads.count(metadata={"user_id": "fay"}, status="idle"),
+    }
+    with saver_factory() as saver, saver_factory() as other:
+        graph = _graph().compile(checkpointer=saver)
+        run = driver.RedisRunner._execute
+        seen: list[int] = []
+
+        def execute(self: Any, command: Any) -> Any:
+            then = command.then if isinstance(command, Batch) else None
+            if then is not None and then.script == "put" and not seen:
+                run(self, Batch(command.commands))  # step 1 alone, then a reader
+                worker = threading.Thread(target=lambda: seen.append(reads[read](other)))
+                worker.start()
+                worker.join()
+                return run(self, then)
+            return run(self, command)
+
+        driver.RedisRunner._execute = execute  # type: ignore[method-assign]
+        try:
+            _say(graph, thread, "fay", 1)
+        finally:
+            driver.RedisRunner._execute = run  # type: ignore[method-assign]
+        assert seen == [0]  # not yet there
+        assert [t["thread_id"] for t in saver.threads.sessions("fay")] == [thread]
+        assert saver.threads.count(metadata={"user_id": "fay"}) == 1
+        assert saver.threads.count(metadata={"user_id": "fay"}, status="idle") == 1
+        saver.delete_thread(thread)

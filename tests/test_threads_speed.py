@@ -214,7 +214,10 @@ def test_sql_counts_and_pages_by_user_read_the_index_alone(
 
 def test_redis_count_leaves_out_and_mends_stale_entries(saver_factory: Any, storage: Any) -> None:
     """Entries a crash left in a user's set (a deleted thread's, one never written) are
-    not counted, and the count removes them."""
+    not counted, and the count removes them; one of a write in flight (newer than
+    ``IN_FLIGHT_MS``) is not counted and stays."""
+    from langgraph_memory_plus.threads.redis import IN_FLIGHT_MS
+
     if storage.kind != "redis":
         return
     tag = uuid.uuid4().hex[:8]
@@ -227,11 +230,15 @@ def test_redis_count_leaves_out_and_mends_stale_entries(saver_factory: Any, stor
         key = index.set_key("user_id", index_value(user))
         ghosts = [f"gone-{tag}".encode(), f"r2-{tag}".encode()]
         saver.delete_thread(f"r2-{tag}")
-        _run(saver, Batch([("ZADD", key, int(time.time() * 1000), g) for g in ghosts]))
+        crashed = int(time.time() * 1000) - IN_FLIGHT_MS - 1000
+        _run(saver, Batch([("ZADD", key, crashed, g) for g in ghosts]))
+        flying = f"flying-{tag}".encode()
+        _run(saver, Batch([("ZADD", key, int(time.time() * 1000), flying)]))
         assert saver.threads.count(metadata={"user_id": user}) == 1
-        scores = _run(saver, Batch([("ZSCORE", key, g) for g in ghosts]))
-        assert scores == [None, None]
+        scores = _run(saver, Batch([("ZSCORE", key, g) for g in [*ghosts, flying]]))
+        assert scores[:2] == [None, None] and scores[2] is not None
         assert saver.threads.count(metadata={"user_id": user}) == 1
+        assert [r["thread_id"] for r in saver.threads.sessions(user)] == [f"r1-{tag}"]
 
 
 def test_the_thread_written_last_comes_first_even_within_a_second(saver_factory: Any) -> None:

@@ -28,9 +28,11 @@ of the two steps and from reading the records back:
    thread missing from its sets.
 2. Every read verifies the entries it returns against the records (exists, not expired,
    still has that metadata value) and heals what it finds: stale entries are removed,
-   scores that disagree with ``u`` are corrected, and the read is taken again. A
-   deleted thread's entries are removed right after the delete (and by the next read if
-   that removal is lost).
+   scores that disagree with ``u`` are corrected, and the read is taken again. An entry
+   newer than its record (or without one) and under ``IN_FLIGHT_MS`` old is a write
+   between its two steps: neither listed nor removed (removed, its thread would be
+   missing from the set once the write lands). A deleted thread's entries are removed
+   right after the delete (and by the next read if that removal is lost).
 
 **A run's later steps reuse its first step 1.** A thread's sets are the same for every
 put of a run (same user, root checkpoints idle), and on a cluster step 1 is a round trip
@@ -77,6 +79,9 @@ MAX_HEAL_ROUNDS = 3
 BATCH = 500
 REUSE_MS = 1000
 """How long a put's step 1 serves the run's later puts (see the module docstring)."""
+IN_FLIGHT_MS = 30_000
+"""How long an entry ahead of its record is taken for a write between its two steps
+(afterwards: for one that crashed there, and removed as stale)."""
 REUSE_ENTRIES = 4096
 """Threads remembered per saver for that (the oldest are forgotten first)."""
 PUT_TS_ARG = 11
@@ -241,15 +246,18 @@ return n
 
 
 # On one node only (its keys are in many slots): KEYS[1] a set of the index, KEYS[2..]
-# the records of its members ARGV[4..]; ARGV[1..3]: the status ('' any), the indexed key
-# and the value (a string) the records must have. Counts the members whose record says
-# so, removes the others and sets scores to ``u``, in one atomic step. Reply: the count,
-# then the members whose metadata it cannot read (the caller checks them).
+# the records of its members ARGV[5..]; ARGV[1..4]: the status ('' any), the indexed key
+# and the value (a string) the records must have, the time (ms) before which an entry
+# ahead of its record is stale. Counts the members whose record says so, removes the
+# others but those of writes in flight (see the module docstring) and sets scores to
+# ``u``, in one atomic step. Reply: the count, how many it removed, then the members
+# whose metadata it cannot read (the caller checks them).
 COUNT_ONE_NODE = r"""
 local set, status, key, want = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
-local reply = {0}
+local stale_before = tonumber(ARGV[4])
+local reply = {0, 0}
 for i = 2, #KEYS do
-  local member = ARGV[i + 2]
+  local member = ARGV[i + 3]
   local r = redis.call('HMGET', KEYS[i], 'u', 'm', 's')
   local ok = r[1] and (status == '' or (r[3] or 'idle') == status)
   local sure = true
@@ -269,7 +277,11 @@ for i = 2, #KEYS do
       redis.call('ZADD', set, 'XX', r[1], member)
     end
   else
-    redis.call('ZREM', set, member)
+    local score = tonumber(redis.call('ZSCORE', set, member))
+    local ahead = score and score >= stale_before and ((not r[1]) or score > tonumber(r[1]))
+    if score and not ahead then
+      reply[2] = reply[2] + redis.call('ZREM', set, member)
+    end
   end
 end
 return reply
@@ -403,11 +415,19 @@ def _entries(raw: list[Any]) -> list[tuple[str, int]]:
     return [(m.decode("utf-8", "surrogatepass"), int(float(score))) for m, score in raw]
 
 
+def _in_flight(score: int, updated: int | None, stale_before: int) -> bool:
+    """Whether an index entry that its record (``u``: ``updated``, ``None`` if there is
+    none) does not account for is a write between its two steps: newer than the record
+    and than ``stale_before`` (see the module docstring)."""
+    return score >= stale_before and (updated is None or score > updated)
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _record(values: Sequence[bytes | None]) -> StoredRecord | None:
+def record_of(values: Sequence[bytes | None]) -> StoredRecord | None:
+    """A record from its :data:`FIELDS` as read (``None``: no record)."""
     tid, created, updated, meta, status, ints, title, n, size, latest = values
     if tid is None or updated is None:
         return None
@@ -741,10 +761,6 @@ class RedisThreadIndex:
             *(key for status in statuses for key in self._status_keys(status, indexed)),
         ]
 
-    def before_delete(self, thread_ids: Sequence[str]) -> Plan[Command, list[StoredRecord | None]]:
-        """The records of threads about to be deleted: which sets to clean after."""
-        return (yield from self._records(list(thread_ids)))
-
     def forget(self, records: Sequence[StoredRecord | None]) -> Plan[Command, None]:
         """After deletions: the threads' entries go (a lost removal heals on read)."""
         commands: list[tuple[Any, ...]] = [
@@ -822,7 +838,7 @@ class RedisThreadIndex:
         for start in range(0, len(thread_ids), BATCH):
             chunk = thread_ids[start : start + BATCH]
             replies = yield Batch([("HMGET", self._record_key(t), *FIELDS) for t in chunk])
-            out.extend(_record(r) for r in replies)
+            out.extend(record_of(r) for r in replies)
         return out
 
     def _belongs(self, record: StoredRecord | None, query: ThreadQuery) -> bool:
@@ -849,12 +865,16 @@ class RedisThreadIndex:
     ) -> tuple[list[Command], int]:
         """Commands that mend a set's entries (and how many they may remove): an entry
         whose record is gone or disagrees goes, unless a write moved its score since it
-        was read (that write is putting the thread back in); a score is set to ``u``."""
+        was read (that write is putting the thread back in) or it is a write's in flight
+        (:func:`_in_flight`); a score is set to ``u``."""
         gone: list[bytes | int] = []
         scores: list[tuple[Any, ...]] = []
+        stale_before = now_ms() - IN_FLIGHT_MS
         for (tid, score), record in zip(entries, records, strict=True):
             if not self._belongs(record, query):
-                gone += [_utf8(tid), score]
+                updated = None if record is None else int(record.updated_at * 1000)
+                if not _in_flight(score, updated, stale_before):
+                    gone += [_utf8(tid), score]
             elif record is not None and int(record.updated_at * 1000) != score:
                 scores.append(("ZADD", key, "XX", int(record.updated_at * 1000), _utf8(tid)))
         fixes: list[Command] = [Eval("zrem_if", [key], gone)] if gone else []
@@ -884,7 +904,8 @@ class RedisThreadIndex:
             records = yield from self._records([t for t, _ in entries])
             fixes, removed = self._heal(key, entries, records, query)
             if not fixes:
-                return [r for r in records if r is not None][query.offset - start :]
+                shown = [r for r in records if r is not None and self._belongs(r, query)]
+                return shown[query.offset - start :]
             for fix in fixes:  # noqa: UP028 (a list iterator takes no replies)
                 yield fix
             idle_rounds = 0 if removed else idle_rounds + 1
@@ -947,9 +968,11 @@ class RedisThreadIndex:
             )
             gone: list[bytes | int] = []
             scores: list[tuple[Any, ...]] = []
+            stale_before = now_ms() - IN_FLIGHT_MS
             for (tid, score), (updated, meta, status) in zip(entries, replies, strict=True):
                 if updated is None or not self._holds(meta, status, query):
-                    gone += [_utf8(tid), score]
+                    if not _in_flight(score, updated and int(updated), stale_before):
+                        gone += [_utf8(tid), score]
                     continue
                 found += 1
                 if int(updated) != score:
@@ -986,19 +1009,18 @@ class RedisThreadIndex:
             reply = yield Eval(
                 "tix_count",
                 [key, *(self._record_key(t) for t in tids)],
-                [_utf8(query.status or ""), name, want, *members],
+                [_utf8(query.status or ""), name, want, now_ms() - IN_FLIGHT_MS, *members],
             )
             found += int(reply[0])
-            if len(reply) > 1:  # metadata the script could not read: as the pipelined check
-                unsure = [m.decode("utf-8", "surrogatepass") for m in reply[1:]]
+            if len(reply) > 2:  # metadata the script could not read: as the pipelined check
+                unsure = [m.decode("utf-8", "surrogatepass") for m in reply[2:]]
                 fields = yield Batch(
                     [("HMGET", self._record_key(t), *COUNT_FIELDS) for t in unsure]
                 )
                 found += sum(1 for f in fields if f[0] and self._holds(f[1], f[2], query))
             if len(members) < COUNT_BATCH:
                 return found
-            # the script removed the entries it did not count (and only those)
-            start += COUNT_BATCH - (len(members) - int(reply[0]) - (len(reply) - 1))
+            start += COUNT_BATCH - int(reply[1])
 
     @staticmethod
     def _holds(meta: bytes | None, status: bytes | None, query: ThreadQuery) -> bool:

@@ -712,10 +712,14 @@ end
 return out
 """
 
-# ARGV: tombstone ttl_ms, the deletion's checkpoint id. Leaves only the thread hash,
-# holding the newest of the deleted checkpoint ids and the deletion's, so late writes to
-# the deleted history are refused (see checkpoint.config.deletion_id).
+# ARGV: tombstone ttl_ms, the deletion's checkpoint id, then the index record's fields to
+# return. Leaves only the thread hash, holding the newest of the deleted checkpoint ids
+# and the deletion's, so late writes to the deleted history are refused (see
+# checkpoint.config.deletion_id). Reply: the deleted record's fields, read in this step:
+# the index sets its thread leaves (a write landing between a separate read and this
+# delete would leave its entries behind).
 DELETE = r"""
+local deleted = redis.call('HMGET', K_REC, unpack(ARGV, 3))
 local newest = redis.call('HGET', K_THREAD, 'live_after') or ''
 local held = newest ~= '' or redis.call('EXISTS', K_THREAD) == 1
 for _, key in ipairs({K_IDX, K_REPLAY}) do
@@ -736,7 +740,7 @@ if held or newest ~= '' then
   redis.call('HSET', K_THREAD, 'live_after', newest, 'until', until_ms)
   redis.call('PEXPIREAT', K_THREAD, until_ms)
 end
-return 1
+return deleted
 """
 
 PRUNE_LATEST = r"""

@@ -47,7 +47,7 @@ from ...drivers.plan import Plan
 from ...drivers.redis import Batch, Eval, Scan, glob_escape
 from ...errors import FencedWriteError, InvalidConfigError, ValueTooLargeError, decoding
 from ...threads.core import ERROR, RecordInput, ReindexBatch, checkpoint_time, writes_of_interest
-from ...threads.redis import RedisThreadIndex, now_ms
+from ...threads.redis import FIELDS, RedisThreadIndex, now_ms, record_of
 from .. import task_writes
 from ..codec import (
     EMPTY,
@@ -772,11 +772,10 @@ class RedisCheckpointPlans:
         return ReindexBatch(len(chunk), indexed, (tags, end) if end < len(tags) else None)
 
     def delete_thread(self, thread_id: str) -> Plan[Command, None]:
-        records = yield from self.threads.before_delete([thread_id])
         # The fence goes too (the script deletes every key it is given): deletion is final.
         keys = [*self.keys(thread_id), self.fence_key(thread_id)]
-        yield Eval("delete", keys, [TOMBSTONE_MS, deletion_id()])
-        yield from self.threads.forget(records)
+        deleted = yield Eval("delete", keys, [TOMBSTONE_MS, deletion_id(), *FIELDS])
+        yield from self.threads.forget([record_of(deleted)])
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> Plan[Command, None]:
         if not run_ids:
