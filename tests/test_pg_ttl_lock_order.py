@@ -3,17 +3,22 @@ row, as every other PostgreSQL path does.
 
 The write statement's ``touch`` (the expiry's refresh, ``FOR NO KEY UPDATE SKIP LOCKED``)
 ran after the payload had taken the index row (``ix``). SKIP LOCKED skips a row another
-transaction holds, but not always a newer version of it: when the version the statement's
+transaction holds, but not a newer version of it: when the version the statement's
 snapshot sees was updated since, PostgreSQL may follow the update chain and wait, SKIP
 LOCKED or not, for whoever updates the newest version ("while locking updated version
-(1,29) of tuple in relation lgmp_threads"). That one (a revival's upsert, a refresh,
-another write's refresh) holds the thread row and waits for the index row, in the
-trigger that copies the expiry or in its own ``ix``: ``DeadlockDetected``. Under load it
-failed ``test_runs_whose_thread_expires_as_they_write_never_deadlock`` in CI; with a
-12 ms TTL, 3-4 of 80 runs deadlocked under load here. Whether PostgreSQL waits depends
-on a commit landing in a few microseconds of its own, so no interleaving of statements
-forces it; what the test pins is the order itself: a put held at the index row (a
-connection of the test holds it) already holds the thread row, refreshed.
+(1,29) of tuple in relation lgmp_threads"). That one (a revival's upsert, a refresh, the
+index refresh after a revival) holds the thread row and waits for the index row: in the
+trigger that copies the expiry, in its own ``ix``, or in ``refresh``'s insert:
+``DeadlockDetected``; it failed once in CI, in
+``test_runs_whose_thread_expires_as_they_write_never_deadlock``. Whether PostgreSQL
+walks the chain depends on commits landing during the put's own row lock, which
+statements of a test cannot step (a first attempt holding rows to stop a put between two
+refreshes did not deadlock), so:
+
+- the order itself is pinned: a put stopped where it takes the index row (a connection
+  of the test holds it) already holds the thread row, refreshed;
+- and the race is run: two runs at once with a 12 ms TTL (2-4 runs failed in each of 3
+  tries before the fix, with no other load on the machine).
 """
 
 from __future__ import annotations
@@ -140,3 +145,48 @@ def test_pg_a_put_refreshing_the_expiry_holds_the_thread_row_before_the_index_ro
     assert not errors, repr(errors[0])
     assert free == [], "the put waited for the index row without the thread row"
     assert expiry == (True,)  # refreshed
+
+
+def test_pg_runs_whose_thread_expires_every_few_milliseconds_never_deadlock(
+    pg_url: str,
+) -> None:
+    """Two runs at once (a step of two ``Send`` workers and a subgraph with its own
+    subgraph), each on thread ids of its own, with a 12 ms TTL: nearly every write
+    refreshes or revives the thread while the run's other writes go on. Before the fix
+    2 to 4 runs failed with ``DeadlockDetected`` in each of 3 tries (no other load on
+    the machine); none in 5 after. About 6 s."""
+    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
+    from tests.test_deletion_final import build, cfg, inputs
+
+    errors: list[BaseException] = []
+    done = [0, 0]
+    deadline = time.monotonic() + 6.0
+    with (
+        _schema(pg_url) as (schema, _other),
+        PostgresSaver.from_conn_string(
+            pg_url, schema=schema, pool_max_size=6, ttl={"default_ttl": 0.0002}
+        ) as saver,
+    ):
+        saver.setup()
+        graph = build(None, is_async=False).compile(checkpointer=saver)
+
+        def runs(worker: int) -> None:
+            for k in range(40):
+                if time.monotonic() > deadline:
+                    return
+                thread_id = f"blink-{worker}-{k}-{uuid.uuid4().hex[:6]}"
+                try:
+                    graph.invoke(inputs("a"), cfg(thread_id))
+                    graph.invoke(inputs("b"), cfg(thread_id))
+                except Exception as exc:  # every failure is reported
+                    errors.append(exc)
+                done[worker] += 1
+
+        workers = [threading.Thread(target=runs, args=(w,), daemon=True) for w in range(2)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(60)
+            assert not w.is_alive()
+    assert not errors, f"{len(errors)} runs failed, first: {errors[0]!r}"
+    assert min(done) >= 5
