@@ -619,6 +619,16 @@ class PostgresCheckpointPlans:
             )"""
             gate, held = " AND false", " AND EXISTS (SELECT 1 FROM fence)"
             fence = f", {self._fence_cte()}"
+        # ``touch`` (the expiry's refresh) runs before the payload locks any row: every
+        # payload CTE reads ``ok``, which reads ``touch``'s count first. So the thread row
+        # is locked before the thread index's row, as on every other path (the slow
+        # statement's upsert, a read's refresh, a deletion, the sweep: their expiry
+        # trigger updates the index row with the thread row held). SKIP LOCKED alone did
+        # not keep that order: when the row version the statement's snapshot sees was
+        # updated since, PostgreSQL follows the update chain and waits for whoever
+        # updates the newest version, SKIP LOCKED or not; with the index row held by the
+        # payload (``ix``), against a revival or a refresh holding the thread row and
+        # waiting for that index row: DeadlockDetected (tests/test_pg_ttl_lock_order.py).
         # ``ins`` runs only when the snapshot holds no row (and never fenced, see above).
         # A racing writer's new row (a step's put beside its put_writes on a new thread)
         # is then a conflict: DO UPDATE waits for its commit and returns it, as
@@ -633,20 +643,23 @@ class PostgresCheckpointPlans:
             ), thread AS (
                 SELECT *, t.expires_at <= now() IS TRUE AS was_expired
                 FROM (SELECT * FROM ins UNION ALL SELECT * FROM cur) t
-            ){fence}, ok AS (
+            ){fence}, allowed AS (
                 SELECT 1 FROM thread WHERE live_after IS NULL AND NOT was_expired{held} LIMIT 1
             ), touch AS (
-                -- SKIP LOCKED: a writer holding the row is refreshing the expiry itself,
-                -- and waiting for it, with the thread index's row held (this statement's
-                -- payload), deadlocked against its own wait for that index row.
+                -- SKIP LOCKED: a writer holding the row is refreshing the expiry itself;
+                -- this one need not queue behind it.
                 UPDATE {self._th} t SET expires_at = now() + make_interval(secs => %(ttl)s)
                 WHERE t.thread_key IN (
                     SELECT l.thread_key FROM {self._th} l
-                    WHERE l.thread_key = %(tk)s AND EXISTS (SELECT 1 FROM ok)
+                    WHERE l.thread_key = %(tk)s AND EXISTS (SELECT 1 FROM allowed)
                         AND NOT EXISTS (SELECT 1 FROM ins)
                         AND ((l.expires_at IS NULL) <> (%(ttl)s::float8 IS NULL)
                              OR l.expires_at < now() + make_interval(secs => %(ttl)s - %(slack)s))
                     FOR NO KEY UPDATE SKIP LOCKED)
+                RETURNING 1
+            ), ok AS (
+                -- touch first (see above): every payload CTE reads ok
+                SELECT 1 FROM allowed WHERE (SELECT count(*) FROM touch) >= 0
             )"""
 
     def _write_sql(self, payload: str, done: str, fast: bool, fenced: bool) -> str:
