@@ -91,9 +91,10 @@ def _u_ms(saver: Any, thread_id: str) -> int:
 
 
 @REDIS
+@pytest.mark.parametrize("order", ["desc", "asc"])
 @pytest.mark.parametrize("status", [None, "idle"])
 def test_pages_around_a_write_in_flight_are_full_and_skip_nothing(
-    saver_factory: Any, status: str | None
+    saver_factory: Any, status: str | None, order: str
 ) -> None:
     """Five threads of a user and one entry of a write in flight (newest: at the top of
     a newest-first page). Pages of two must list the five once each, in full pages."""
@@ -103,7 +104,12 @@ def test_pages_around_a_write_in_flight_are_full_and_skip_nothing(
         for i in range(5):
             _say(graph, f"{user}-t{i}", user)
         _ghost(saver, f"{user}-ghost", _user_sets(saver, user), _now_ms() + 1000)
-        query: dict[str, Any] = {"metadata": {"user_id": user}, "status": status}
+        _ghost(saver, f"{user}-older", _user_sets(saver, user), _now_ms() - 20_000)
+        query: dict[str, Any] = {
+            "metadata": {"user_id": user},
+            "status": status,
+            "sort_order": order,
+        }
         full = [t["thread_id"] for t in saver.threads.search(**query, limit=10)]
         assert len(full) == 5
         pages = [
