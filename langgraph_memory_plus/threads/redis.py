@@ -87,6 +87,8 @@ REUSE_ENTRIES = 4096
 PUT_TS_ARG = 11
 """Where the put script's arguments hold the write's time; the reused step 1's time (or
 empty) follows it (see ``checkpoint/redis/lua.py``)."""
+WRITES_TS_ARG = 8
+"""Where the pending writes script's arguments hold the write's time."""
 
 # Lua shared by the checkpoint scripts (after their PRELUDE, which defines K_REC and the
 # helpers used here). Interrupts and errors are found in the latest root checkpoint's
@@ -278,7 +280,7 @@ for i = 2, #KEYS do
     end
   else
     local score = tonumber(redis.call('ZSCORE', set, member))
-    local ahead = score and score >= stale_before and ((not r[1]) or score > tonumber(r[1]))
+    local ahead = score and score >= stale_before and ((not r[1]) or score >= tonumber(r[1]))
     if score and not ahead then
       reply[2] = reply[2] + redis.call('ZREM', set, member)
     end
@@ -417,9 +419,10 @@ def _entries(raw: list[Any]) -> list[tuple[str, int]]:
 
 def _in_flight(score: int, updated: int | None, stale_before: int) -> bool:
     """Whether an index entry that its record (``u``: ``updated``, ``None`` if there is
-    none) does not account for is a write between its two steps: newer than the record
-    and than ``stale_before`` (see the module docstring)."""
-    return score >= stale_before and (updated is None or score > updated)
+    none) does not account for is a write between its two steps: not older than the
+    record (a write in the record's millisecond has its time) and newer than
+    ``stale_before`` (see the module docstring)."""
+    return score >= stale_before and (updated is None or score >= updated)
 
 
 def now_ms() -> int:
@@ -674,16 +677,20 @@ class RedisThreadIndex:
         if reused:
             reply = yield write
             if reply != 3:
-                if reply != 0:
+                if reply == 1:
                     self._remember(thread_id, ns, checkpoint_id, None, ts)
+                else:
+                    self._runs.pop((thread_id, ns), None)
                 return reply
             # the record moved since that step 1: this put makes one of its own
             args[PUT_TS_ARG : PUT_TS_ARG + 2] = [ts := now_ms(), b""]
             write = Eval(write.script, write.keys, args)
         reply = yield self.intent(thread_id, record, ts, write)
-        if reply != 0:
+        if reply == 1:
             keys = frozenset(self._intent_keys(record))
             self._remember(thread_id, ns, checkpoint_id, keys, ts)
+        else:  # refused, or not idle: reads may remove the idle entries this step 1 made
+            self._runs.pop((thread_id, ns), None)
         return reply
 
     def _remember(
@@ -722,10 +729,20 @@ class RedisThreadIndex:
         its record's metadata says (read first: the writes do not carry metadata). When
         the writes come before their thread's first checkpoint (LangGraph runs them side
         by side) the record has no metadata yet: the thread then enters its values' sets
-        after the script, as its record says by then, and a put that finds its thread
-        not idle does so too (see ``put``).
+        after the script, as its record says by then (every stored write does that, see
+        below), and a put that finds its thread not idle does so too (see ``put``).
+        The write's time is after the record's (a write in the same millisecond would
+        leave it unchanged, and a run's next put would take its step 1 as still valid).
         """
-        [meta] = yield Batch([("HGET", self._record_key(thread_id), b"m")])
+        [(meta, updated)] = yield Batch([("HMGET", self._record_key(thread_id), b"m", b"u")])
+        if updated is not None and int(updated) >= ts:
+            # the last write's millisecond, or a clock behind its writer's: the record's
+            # time must move (a run's put that reuses its step 1 would be taken, and an
+            # entry not newer than its record is removed by a read as one left behind)
+            ts = int(updated) + 1
+            args = list(then.args)
+            args[WRITES_TS_ARG] = ts
+            then = Eval(then.script, then.keys, args)
         metadata = json.loads(meta) if meta else {}
         indexed = {
             k: form
@@ -734,16 +751,24 @@ class RedisThreadIndex:
         }
         keys = [self.all_key, *self._status_keys(status, indexed)]
         reply = yield Batch(self._adds(keys, thread_id, ts).commands, then)
-        if not meta and reply == 1:  # the metadata may have come meanwhile: as it says now
+        if reply == 1:
+            # as the record says now: its metadata may have come meanwhile, and a read
+            # between the two steps removes the entries if a concurrent write (a put of
+            # the same run) left the record newer than them
             yield from self.adopt(thread_id)
+        elif reply == 0:  # refused (the thread was deleted): the entries added go again
+            yield from self._refused_keys(thread_id, keys)
         return reply
 
     def refused(self, thread_id: str, record: RecordInput | None) -> Plan[Command, None]:
         """After a write the script refused (its thread was deleted, e.g. by erasure):
         the entries step 1 added go again, unless the thread lives (a fresh run)."""
+        yield from self._refused_keys(thread_id, self._intent_keys(record))
+
+    def _refused_keys(self, thread_id: str, keys: Sequence[bytes]) -> Plan[Command, None]:
+        """The entries a refused write's step 1 added to ``keys`` go, unless the thread lives."""
         [stored] = yield from self._records([thread_id])
         if stored is None:
-            keys = self._intent_keys(record)
             yield Batch([("ZREM", key, _utf8(thread_id)) for key in keys])
 
     def _keys_of(self, record: StoredRecord, every_status: bool = False) -> list[bytes]:
@@ -890,28 +915,44 @@ class RedisThreadIndex:
         so a page's position is exact, and read again as long as a round removes
         entries. Each left-behind entry is removed once, so reads stay O(log n + offset
         + limit) amortized.
+
+        Entries of writes in flight (:func:`_in_flight`) stay in the set unlisted: the
+        page reads as many more as it met, and positions count only listed entries. Such
+        entries are recent (under ``IN_FLIGHT_MS``); a read from ``offset`` is taken from
+        the start instead when recent entries come before ``offset`` (``ZCOUNT``).
         """
         key = self._set_of(query)
         desc = query.sort_order == "desc"
+        order = ("REV",) if desc else ()
         start = 0 if query.status is not None else query.offset
-        idle_rounds = 0
+        idle_rounds, extra = 0, 0
         while True:
-            stop = query.offset + query.limit - 1
-            [raw] = yield Batch(
-                [("ZRANGE", key, start, stop, *(("REV",) if desc else ()), "WITHSCORES")]
-            )
+            stop = query.offset + query.limit - 1 + extra
+            commands: list[tuple[Any, ...]] = [("ZRANGE", key, start, stop, *order, "WITHSCORES")]
+            if start > 0:  # where recent entries (maybe unlisted) are: before start?
+                commands += [("ZCOUNT", key, now_ms() - IN_FLIGHT_MS, "+inf"), ("ZCARD", key)]
+            raw, *sizes = yield Batch(commands)
+            if sizes:
+                recent, card = int(sizes[0]), int(sizes[1])
+                if recent and (desc or card - recent < start):
+                    start = 0
+                    continue
             entries = _entries(raw)
             records = yield from self._records([t for t, _ in entries])
             fixes, removed = self._heal(key, entries, records, query)
             if not fixes:
                 shown = [r for r in records if r is not None and self._belongs(r, query)]
-                return shown[query.offset - start :]
+                unlisted = len(entries) - len(shown)
+                if unlisted > extra and len(entries) == stop - start + 1:
+                    extra = unlisted  # writes in flight: read as many more
+                    continue
+                return shown[query.offset - start :][: query.limit]
             for fix in fixes:  # noqa: UP028 (a list iterator takes no replies)
                 yield fix
             idle_rounds = 0 if removed else idle_rounds + 1
             if idle_rounds >= MAX_HEAL_ROUNDS:  # scores moving under writes: settle here
                 found = [r for r in records if r is not None and self._belongs(r, query)]
-                return query.page(found) if start == 0 else found
+                return query.page(found) if start == 0 else found[: query.limit]
 
     def _all(self, query: ThreadQuery) -> Plan[Command, list[StoredRecord]]:
         """Every candidate of the query's set (or its ids), verified and healed."""

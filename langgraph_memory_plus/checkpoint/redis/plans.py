@@ -689,7 +689,7 @@ class RedisCheckpointPlans:
             yield from self._refused_by_fence(target.thread_id, fence)
         if isinstance(reply, list):  # merged with an earlier call's writes: too large
             raise ValueTooLargeError(what, int(reply[0]), self.max_value_bytes)
-        if flagged and reply == 0:
+        if flagged and reply == 0 and target.checkpoint_ns != "":  # a root's: writes_intent
             yield from self.threads.refused(target.thread_id, None)
 
     def delta_history(
