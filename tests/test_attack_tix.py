@@ -233,6 +233,32 @@ def test_a_thread_moved_to_another_user_then_deleted_leaves_no_entry(
         assert _entries(saver, thread) == []
 
 
+@REDIS
+def test_erasure_leaves_none_of_the_users_sets_holding_a_thread_id(saver_factory: Any) -> None:
+    """What the erased user's own sets hold after their threads are deleted: the entry of
+    a thread that moved to another user and was deleted (its deletion cleaned only its
+    last user's sets), and one a writer that crashed between its two steps left (hidden
+    for ``IN_FLIGHT_MS``, so no read removes it). Erasure drops the user's sets whole."""
+    tag = uuid.uuid4().hex[:6]
+    gus, bea, moved, crashed = f"gus-{tag}", f"bea-{tag}", f"mv-{tag}", f"gus-crash-{tag}"
+    with saver_factory() as saver:
+        graph = _graph().compile(checkpointer=saver)
+        _say(graph, moved, gus)
+        _say(graph, moved, bea, n=2)
+        saver.delete_thread(moved)
+        _ghost(saver, crashed, _user_sets(saver, gus)[1:2], _now_ms())
+        kept = f"gus-kept-{tag}"
+        _say(graph, kept, gus)
+        sets = _user_sets(saver, gus)
+        mine = [sets[1], sets[3]]  # the user's own: by user, by user and status
+        assert sets[1] in _entries(saver, moved) and sets[1] in _entries(saver, crashed)
+        report = erase_user(gus, checkpointer=saver, tombstone_hours=None)
+        assert report.thread_ids == [kept]
+        for tid in (moved, crashed, kept):
+            held = [k for k in _entries(saver, tid) if k in mine]
+            assert held == [], (tid, held)
+
+
 # -- 1: a thread stays in its sets ---------------------------------------------------------
 
 

@@ -318,6 +318,8 @@ def _erase(
             tell("threads", counts["threads"])
             if dry_run:
                 offset += len(page)
+        if not dry_run:  # what the user's own index entries still hold (Redis: sets)
+            yield _Index("drop_owner_sets", (owner,))
         # Lines of the user's threads deleted earlier (transcripts outlive threads).
         while True:
             n: int = yield _Index(

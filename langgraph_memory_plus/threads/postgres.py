@@ -462,6 +462,11 @@ class PostgresThreadIndex:
         rows: Rows = yield Query(sql, (tks, owner, owner), fetch=True, standalone=True)
         return int(rows[0][0])
 
+    def drop_owner_sets(self, owner: str) -> Plan[Query, None]:
+        """Erasure: nothing to drop here (the index is rows, deleted with their threads)."""
+        return
+        yield
+
     def drop_owned_transcripts(
         self, owner: str, limit: int, dry: bool, listed: Sequence[str] = ()
     ) -> Plan[Query, int]:

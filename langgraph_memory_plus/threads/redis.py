@@ -554,6 +554,21 @@ class RedisThreadIndex:
                     total += int(n)
         return total
 
+    def drop_owner_sets(self, owner: str) -> Plan[Command, None]:
+        """Erasure, once the user's threads are deleted: the user's own sets go whole.
+        What they still hold is no thread of the user's: a write in flight (its run is
+        refused by the erasure's hold and deletes its thread), an entry a crashed write
+        left, or a thread that moved to another user and was deleted since (its
+        deletion cleans only its last user's sets). Any of them is the erased user's
+        thread id, hidden from reads for ``IN_FLIGHT_MS`` or until a read meets it."""
+        if not self.index_keys:
+            return
+        key = self.index_keys[0]
+        indexed = (key, owner)
+        statuses = ("idle", "interrupted", "error")
+        sets = [self.set_key(key, owner), *(self.status_key(s, indexed) for s in statuses)]
+        yield Batch([("DEL", name) for name in sets])
+
     def copy_transcript(self, source: str, target: str) -> Plan[Command, None]:
         """``copy_thread``: the source's transcript lines the target lacks (by message
         id), in their order, and its owner unless the target has one. Idempotent

@@ -590,6 +590,11 @@ class SqliteThreadIndex:
         deleted: int = yield Query(f"DELETE {where}", tks, write=True)
         return deleted
 
+    def drop_owner_sets(self, owner: str) -> Plan[Query, None]:
+        """Erasure: nothing to drop here (the index is rows, deleted with their threads)."""
+        return
+        yield
+
     def drop_owned_transcripts(
         self, owner: str, limit: int, dry: bool, listed: Sequence[str] = ()
     ) -> Plan[Query, int]:
