@@ -20,9 +20,11 @@ def test_sqlite_replay_reports_every_saver_and_the_engine_by_statement() -> None
         assert row["server us/turn"] is None, label  # SQLite runs in this process
         assert row["calls per turn"] >= 8, label  # a get_tuple, four puts, writes
         assert sum(row[name] for name in replay.CALLS) == pytest.approx(row["us/turn"])
-        # the engine's time is timed on every saver's connections, and is part of it
+        # the engine's time is timed on every saver's connections, and is part of that
+        # run's total (not of the untimed run's: on a busy machine the two runs differ by
+        # more than the calls around the engine cost the featureless saver)
         inside = sum(us for us, _ in row["sql"].values())
-        assert 0 < inside < row["us/turn"], label
+        assert 0 < inside < row["us/turn timed"], label
     # ours sends BEGIN IMMEDIATE/COMMIT around each put; the official commits by method
     assert any(kind.startswith("COMMIT") for kind in out["ours"]["sql"])
     assert "commit()" in out["official"]["sql"]
