@@ -235,11 +235,14 @@ end
 
 # On one set key; ARGV: member, score pairs. Removes each member still at the score
 # a read saw (a write since moved it up: it is putting the thread back). Reply: removed.
+# A read parses scores as whole milliseconds (``_entries``): a score is compared so
+# (truncated), or an entry with a fraction (not written by this package) would stay.
 ZREM_IF = r"""
 local n = 0
 for i = 1, #ARGV, 2 do
-  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if score and tonumber(score) == tonumber(ARGV[i + 1]) then
+  local score = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[i]))
+  if score then score = score >= 0 and math.floor(score) or math.ceil(score) end
+  if score and score == tonumber(ARGV[i + 1]) then
     n = n + redis.call('ZREM', KEYS[1], ARGV[i])
   end
 end
@@ -813,10 +816,21 @@ class RedisThreadIndex:
             yield Batch(commands)
 
     def adopt(self, thread_id: str) -> Plan[Command, None]:
-        """After a copy or refresh: the thread's entries as its record says."""
+        """After a copy or refresh: the thread's entries as its record says.
+
+        A deletion between the record's read and the add (erasure, as a run's interrupt
+        is stored) may have removed the entries before they were added: the record is
+        looked for again, and if it is gone the entries added go (each only while still
+        at the score added: a fresh run's step 1 since moved it up)."""
         [record] = yield from self._records([thread_id])
-        if record is not None:
-            yield self._adds(self._keys_of(record), thread_id, int(record.updated_at * 1000))
+        if record is None:
+            return
+        keys, score = self._keys_of(record), int(record.updated_at * 1000)
+        yield self._adds(keys, thread_id, score)
+        [still] = yield Batch([("EXISTS", self._record_key(thread_id))])
+        if not still:
+            for key in keys:
+                yield Eval("zrem_if", [key], [_utf8(thread_id), score])
 
     # -- the former layout ----------------------------------------------------------------
 
@@ -932,7 +946,8 @@ class RedisThreadIndex:
         + limit) amortized.
 
         Entries of writes in flight (:func:`_in_flight`) stay in the set unlisted: the
-        page reads as many more as it met, and positions count only listed entries. Such
+        page reads as many more as it met (at least doubling its read: linear in a run
+        of them), and positions count only listed entries. Such
         entries are recent (under ``IN_FLIGHT_MS``); a read from ``offset`` is taken from
         the start instead when recent entries come before ``offset`` (``ZCOUNT``).
         """
@@ -959,7 +974,10 @@ class RedisThreadIndex:
                 shown = [r for r in records if r is not None and self._belongs(r, query)]
                 unlisted = len(entries) - len(shown)
                 if unlisted > extra and len(entries) == stop - start + 1:
-                    extra = unlisted  # writes in flight: read as many more
+                    # writes in flight: read as many more, at least twice as many as the
+                    # last round (a run of unlisted entries costs O(its length), not its
+                    # square: each round reads the window again from ``start``)
+                    extra = max(unlisted, 2 * extra)
                     continue
                 return shown[query.offset - start :][: query.limit]
             for fix in fixes:  # noqa: UP028 (a list iterator takes no replies)
