@@ -252,7 +252,7 @@ def test_erasure_leaves_none_of_the_users_sets_holding_a_thread_id(saver_factory
         sets = _user_sets(saver, gus)
         mine = [sets[1], sets[3]]  # the user's own: by user, by user and status
         assert sets[1] in _entries(saver, moved) and sets[1] in _entries(saver, crashed)
-        report = erase_user(gus, checkpointer=saver, tombstone_hours=None)
+        report = erase_user(gus, checkpointer=saver)  # with its hold (see erasure)
         assert report.thread_ids == [kept]
         for tid in (moved, crashed, kept):
             held = [k for k in _entries(saver, tid) if k in mine]

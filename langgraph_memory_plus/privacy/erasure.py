@@ -318,7 +318,10 @@ def _erase(
             tell("threads", counts["threads"])
             if dry_run:
                 offset += len(page)
-        if not dry_run:  # what the user's own index entries still hold (Redis: sets)
+        if not dry_run and saver_hold is not None:
+            # What the user's own index entries still hold (Redis: sets). Only under the
+            # hold: without it a run of the user's may have written a thread since the
+            # last page, which must stay findable (by sessions, by the next erasure).
             yield _Index("drop_owner_sets", (owner,))
         # Lines of the user's threads deleted earlier (transcripts outlive threads).
         while True:
