@@ -184,15 +184,27 @@ class PostgresCheckpointPlans:
         self.version = SchemaVersion(s, "lgmp_checkpoint_migrations", CHECKPOINT_MIGRATIONS)
         # The thread row a write creates or refreshes. It is also the lock that orders a
         # write against delete_thread; it returns the tombstone left by a deletion.
-        self._upsert_thread = f"""
-            INSERT INTO {self._th} AS t (thread_key, thread_id, expires_at)
-            VALUES (%(tk)s, %(tid)s, now() + make_interval(secs => %(ttl)s))
-            ON CONFLICT (thread_key) DO UPDATE SET
-                thread_id = EXCLUDED.thread_id,
-                expires_at = EXCLUDED.expires_at
-            RETURNING t.live_after, t.refused, t.expires_at, coalesce((
-                SELECT o.expires_at <= now() FROM {self._th} o WHERE o.thread_key = t.thread_key
-            ), false) AS was_expired"""
+        # ``was_expired`` is read from the row as locked (``prior``, run first: the insert
+        # reads its count), not as the statement's snapshot has it: a write that waited
+        # for the row behind another writer's revival (a step's put beside its tasks'
+        # put_writes) would find the pre-revival row there, expired, and revive the
+        # thread again, purging the reviver's new checkpoint and what later steps stored,
+        # and refreshing the index from what was left (tests/test_pg_revive_race.py).
+        # In READ COMMITTED a locking read waits for the row's writer and returns the
+        # row as it committed. Same lock as the upsert's (no key is updated), same order.
+        self._upsert_thread_ctes = f"""prior AS (
+                SELECT o.expires_at <= now() AS was_expired FROM {self._th} o
+                WHERE o.thread_key = %(tk)s FOR NO KEY UPDATE
+            ), thread AS (
+                INSERT INTO {self._th} AS t (thread_key, thread_id, expires_at)
+                SELECT %(tk)s, %(tid)s, now() + make_interval(secs => %(ttl)s)
+                WHERE (SELECT count(*) FROM prior) >= 0
+                ON CONFLICT (thread_key) DO UPDATE SET
+                    thread_id = EXCLUDED.thread_id,
+                    expires_at = EXCLUDED.expires_at
+                RETURNING t.live_after, t.refused, t.expires_at,
+                    coalesce((SELECT p.was_expired FROM prior p), false) AS was_expired
+            )"""
         self._put_payload = f"""
             parent AS (
                 SELECT p.delta_seeds FROM {self._ck} p
@@ -604,8 +616,8 @@ class PostgresCheckpointPlans:
         """
         if not fast:
             if not fenced:
-                return f"thread AS ({self._upsert_thread}), ok AS (SELECT 1 FROM thread)"
-            return f"""thread AS ({self._upsert_thread}), {self._fence_cte()},
+                return f"{self._upsert_thread_ctes}, ok AS (SELECT 1 FROM thread)"
+            return f"""{self._upsert_thread_ctes}, {self._fence_cte()},
                 ok AS (SELECT 1 FROM thread WHERE EXISTS (SELECT 1 FROM fence))"""
         cur = f"""cur AS (
                 SELECT t.live_after, t.refused, t.expires_at
