@@ -422,6 +422,16 @@ class PostgresThreadIndex:
             "ix_int": Jsonb(interrupts_json(raw.interrupts)),
         }
 
+    def lock(self, tks: Sequence[bytes]) -> Query:
+        """Lock the rows of ``tks`` (in key order) before removing checkpoints of theirs:
+        a put with retention holds its row (its statement's ``ix``) before its trim
+        deletes checkpoints, so a trim of another caller takes them in that order too."""
+        return Query(
+            f"SELECT 1 FROM {self._ix} WHERE thread_key = ANY(%s) "
+            "ORDER BY thread_key FOR NO KEY UPDATE",
+            (sorted(tks),),
+        )
+
     def delete_cte(self, tks_param: str) -> str:
         return f"DELETE FROM {self._ix} WHERE thread_key = ANY({tks_param})"
 

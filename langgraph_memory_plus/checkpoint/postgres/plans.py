@@ -1378,6 +1378,17 @@ class PostgresCheckpointPlans:
             "dst_id": dst_id,
             "ttl": self.settings.ttl_seconds,
         }
+        # An expired target's history is not revived by the copy: it goes first, with
+        # the target's row locked (the copy's upsert takes the same lock, a statement
+        # later), as a write's revival purges it (tests/test_attack_pgrev.py).
+        expired: Rows = yield Query(
+            f"SELECT expires_at <= now() FROM {self._th} WHERE thread_key = %s FOR NO KEY UPDATE",
+            (dst,),
+            fetch=True,
+        )
+        if expired and expired[0][0]:
+            for table in (self._wr, self._ck, self._bl, self._it):
+                yield Query(f"DELETE FROM {table} WHERE thread_key = %s", (dst,))
         yield Query(
             f"""
             WITH source AS (
@@ -1426,6 +1437,17 @@ class PostgresCheckpointPlans:
             return
         tks = sorted({thread_key(t) for t in thread_ids})
         if keep_latest:
+            # In a put's order (its trim with keep_last): the thread rows, then the index
+            # rows, then the checkpoints; trimming first and refreshing the index after
+            # waited crosswise against such a put (DeadlockDetected,
+            # tests/test_attack_pgrev.py). Key share: a write's own lock, a deletion's
+            # waits for it.
+            yield Query(
+                f"SELECT 1 FROM {self._th} WHERE thread_key = ANY(%s) "
+                "ORDER BY thread_key FOR KEY SHARE",
+                (tks,),
+            )
+            yield self.threads.lock(tks)
             namespaces: Rows = yield Query(
                 f"SELECT DISTINCT thread_key, checkpoint_ns FROM {self._ck} "
                 "WHERE thread_key = ANY(%s)",
