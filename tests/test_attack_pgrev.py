@@ -913,7 +913,9 @@ def test_pg_a_subgraph_reviving_its_thread_mid_run_leaves_the_run_readable(pg_ur
 
 
 @pytest.mark.xfail(
-    strict=True,
+    # A stress reproducer (3 of 3 runs failed here, 1 to 3 errors each): a quiet run may
+    # meet none, so an unexpected pass must not fail the suite. Strict once fixed.
+    strict=False,
     reason="runs sharing thread ids with a 15 ms TTL: one run's revival purges what another "
     "run is reading or writing (its thread expired mid-run); reads raise CorruptDataError "
     "(list items gone under a checkpoint read), mostly once, sometimes for good "
