@@ -2,32 +2,19 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from datetime import datetime, timezone
 from typing import Any
 
-import psycopg
 import pytest
 from chat_support import chat_graph, run_config
 from langchain_core.messages import HumanMessage
-from langgraph.checkpoint.base import Checkpoint
-from langgraph.checkpoint.base.id import uuid6
+from pg_race_support import checkpoint as _checkpoint
+from pg_race_support import schema as _schema
+from pg_race_support import waiting_for_a_lock as _waiting_for_a_lock
 
 pytestmark = pytest.mark.storage
-
-
-@contextlib.contextmanager
-def _schema(pg_url: str) -> Iterator[tuple[str, psycopg.Connection[Any]]]:
-    schema = f"lgmp_revive_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(pg_url, autocommit=True) as other:
-        try:
-            yield schema, other
-        finally:
-            other.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def _say(graph: Any, tid: str, user: str, text: str) -> None:
@@ -61,7 +48,7 @@ def test_pg_threads_revived_by_racing_writes_stay_listed_and_whole(
 
     monkeypatch.setattr(PostgresCheckpointPlans, "_purge_expired", counted_purge)
     with (
-        _schema(pg_url) as (schema, _other),
+        _schema(pg_url, "lgmp_revive") as (schema, _other),
         PostgresSaver.from_conn_string(
             pg_url, schema=schema, pool_max_size=8, ttl={"default_ttl": ttl / 60}
         ) as saver,
@@ -100,32 +87,6 @@ def test_pg_threads_revived_by_racing_writes_stay_listed_and_whole(
     assert sorted(purged.values()) == [1] * workers * rounds, "revived more than once"
 
 
-def _checkpoint(value: str, version: str) -> Checkpoint:
-    return Checkpoint(
-        v=4,
-        id=str(uuid6(clock_seq=-1)),
-        ts=datetime.now(timezone.utc).isoformat(),
-        channel_values={"a": value},
-        channel_versions={"a": version},
-        versions_seen={},
-        updated_channels=None,
-    )
-
-
-def _waiting_for_a_lock(other: psycopg.Connection[Any], n: int) -> None:
-    """Until ``n`` backends of this database wait for a lock."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        row = other.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock'"
-        ).fetchone()
-        if row and row[0] >= n:
-            return
-        time.sleep(0.02)
-    raise AssertionError("no write ever waited for the reviver's lock")
-
-
 def test_pg_a_write_that_waited_behind_a_revival_does_not_revive_again(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -158,7 +119,7 @@ def test_pg_a_write_that_waited_behind_a_revival_does_not_revive_again(
     monkeypatch.setattr(PostgresCheckpointPlans, "_purge_expired", stopped_purge)
     errors: list[BaseException] = []
     with (
-        _schema(pg_url) as (schema, other),
+        _schema(pg_url, "lgmp_revive") as (schema, other),
         PostgresSaver.from_conn_string(
             pg_url, schema=schema, pool_max_size=4, ttl={"default_ttl": 1.0}
         ) as saver,
