@@ -51,7 +51,7 @@ def _entries(saver: Any, thread_id: str) -> list[bytes]:
     return list(saver._run(plan()))
 
 
-def _user_sets(saver: Any, user: str, status: str = "idle") -> list[bytes]:
+def _user_sets(saver: Any, user: Any, status: str = "idle") -> list[bytes]:
     """The sets a thread of ``user`` in ``status`` is in."""
     from langgraph_memory_plus.threads.core import index_value
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from chat_support import chat_graph, run_config
 from langchain_core.messages import HumanMessage
+from test_attack_tix import _now_ms, _user_sets
 
 REDIS = pytest.mark.parametrize("backend", ["redis", "redis-cluster"], indirect=True)
 
@@ -29,25 +30,6 @@ def _say(graph: Any, thread_id: str, user: Any, text: str = "hi", n: int = 1) ->
         {"messages": [HumanMessage(f"{text} {n}", id=f"{thread_id}-{n}")]},
         run_config(thread_id, user),
     )
-
-
-def _now_ms() -> int:
-    from langgraph_memory_plus.threads.redis import now_ms
-
-    return now_ms()
-
-
-def _user_sets(saver: Any, user: Any, status: str = "idle") -> list[bytes]:
-    from langgraph_memory_plus.threads.core import index_value
-
-    tix = saver._plans.threads
-    form = index_value(user)
-    return [
-        tix.all_key,
-        tix.set_key("user_id", form),
-        tix.status_key(status),
-        tix.status_key(status, ("user_id", form)),
-    ]
 
 
 def _ghosts(saver: Any, thread_ids: list[str], keys: list[bytes], score: float) -> None:
