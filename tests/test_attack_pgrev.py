@@ -532,47 +532,26 @@ def test_pg_two_runs_at_once_on_an_expired_thread_revive_it_once(
     assert sorted(purged.values()) == [1] * len(tids), "revived more than once"
 
 
-@pytest.mark.xfail(
+_DELETED_STAYS_SLOW = pytest.mark.xfail(
     strict=True,
     reason="a thread deleted once keeps its tombstone bound (live_after) for good, and the "
     "fast statement declines on any live_after: every later write of the id, live again "
     "with a new run, takes the locked path (a transaction of 2+ statements) forever",
 )
-def test_pg_a_thread_id_reused_after_deletion_gets_the_fast_path_back(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
+
+
+@pytest.mark.parametrize(
+    "how", [pytest.param("deleted", marks=_DELETED_STAYS_SLOW), pytest.param("expired")]
+)
+def test_pg_a_thread_live_again_gets_the_fast_path_back(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
+    """A thread id written again after its deletion, or after its expiry (a revival):
+    its writes are one statement each again."""
     from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
 
     seen = _counting(monkeypatch)
-    tid = f"reuse-{uuid.uuid4().hex[:8]}"
-    with (
-        _schema(pg_url, "lgmp_apgrev") as (schema, _other),
-        PostgresSaver.from_conn_string(
-            pg_url, schema=schema, pool_max_size=2, ttl={"default_ttl": 60.0}
-        ) as saver,
-    ):
-        saver.setup()
-        saver.put(_cfg(tid), _checkpoint("a", "1"), {"user_id": "u"}, {"a": "1"})
-        saver.delete_thread(tid)
-        cfg = saver.put(_cfg(tid), _checkpoint("b", "1"), {"user_id": "u"}, {"a": "1"})
-        assert saver.get_tuple(_cfg(tid)) is not None  # live again
-        seen.clear()
-        for k in range(3):
-            saver.put_writes(cfg, [("a", f"w{k}")], f"task-{k}")
-            cfg = saver.put(
-                cfg, _checkpoint(f"v{k}", str(k + 2)), {"user_id": "u"}, {"a": str(k + 2)}
-            )
-    assert seen == [[True]] * 6
-
-
-def test_pg_a_revived_thread_gets_the_fast_path_back(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """After an expired thread's revival, its writes are one statement each again."""
-    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
-
-    seen = _counting(monkeypatch)
-    tid = f"back-{uuid.uuid4().hex[:8]}"
+    tid = f"{how}-{uuid.uuid4().hex[:8]}"
     with (
         _schema(pg_url, "lgmp_apgrev") as (schema, other),
         PostgresSaver.from_conn_string(
@@ -581,8 +560,12 @@ def test_pg_a_revived_thread_gets_the_fast_path_back(
     ):
         saver.setup()
         saver.put(_cfg(tid), _checkpoint("a", "1"), {"user_id": "u"}, {"a": "1"})
-        _expire(other, schema, tid)
+        if how == "deleted":
+            saver.delete_thread(tid)
+        else:
+            _expire(other, schema, tid)
         cfg = saver.put(_cfg(tid), _checkpoint("b", "1"), {"user_id": "u"}, {"a": "1"})
+        assert saver.get_tuple(_cfg(tid)) is not None  # live again
         seen.clear()
         for k in range(3):
             saver.put_writes(cfg, [("a", f"w{k}")], f"task-{k}")
@@ -590,8 +573,8 @@ def test_pg_a_revived_thread_gets_the_fast_path_back(
                 cfg, _checkpoint(f"v{k}", str(k + 2)), {"user_id": "u"}, {"a": str(k + 2)}
             )
         listed = len(list(saver.list(_cfg(tid))))
+    assert listed == 4  # the new run's: nothing of the deleted or expired history
     assert seen == [[True]] * 6
-    assert listed == 4
 
 
 @pytest.mark.parametrize("other_op", ["sweep", "erase", "prune", "copy_from", "copy_onto"])
