@@ -859,10 +859,11 @@ def test_pg_a_subgraph_reviving_its_thread_mid_run_leaves_the_run_readable(pg_ur
     # A stress reproducer (3 of 3 runs failed here, 1 to 3 errors each): a quiet run may
     # meet none, so an unexpected pass must not fail the suite. Strict once fixed.
     strict=False,
-    reason="runs sharing thread ids with a 15 ms TTL: one run's revival purges what another "
-    "run is reading or writing (its thread expired mid-run); reads raise CorruptDataError "
-    "(list items gone under a checkpoint read), mostly once, sometimes for good "
-    "(the latest checkpoint refers to purged items)",
+    reason="a write reviving the expired thread (a subgraph's first put, another run's) purges "
+    "every checkpoint but its own with their items; a run still going then puts on the "
+    "purged parent, naming its blobs and list items without storing them: every later read "
+    "raises CorruptDataError (the fix found, not landed: a put whose parent is gone is "
+    "stored whole; see CHANGELOG)",
 )
 def test_pg_runs_sharing_ids_with_ms_ttl_never_read_corrupt_data(pg_url: str) -> None:
     """Three async runs (Send workers, nested subgraphs) over three shared thread ids,
