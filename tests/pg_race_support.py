@@ -89,3 +89,19 @@ def xid(conn: psycopg.Connection[Any]) -> int:
     row = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
     assert row is not None
     return int(row[0])
+
+
+@contextlib.contextmanager
+def saver_in_schema(
+    pg_url: str, prefix: str, **options: Any
+) -> Iterator[tuple[Any, str, psycopg.Connection[Any]]]:
+    """A set-up ``PostgresSaver`` in a schema of the test's own (:func:`schema`), the
+    schema's name and the autocommit connection."""
+    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
+
+    with (
+        schema(pg_url, prefix) as (name, other),
+        PostgresSaver.from_conn_string(pg_url, schema=name, **options) as saver,
+    ):
+        saver.setup()
+        yield saver, name, other

@@ -15,6 +15,7 @@ from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
 from pg_race_support import checkpoint as _checkpoint
 from pg_race_support import config as _cfg
+from pg_race_support import saver_in_schema as _saver_in_schema
 from pg_race_support import schema as _schema
 from pg_race_support import waiting_for_a_lock as _waiting_for_a_lock
 
@@ -65,17 +66,14 @@ def test_pg_copy_onto_an_expired_thread_brings_back_none_of_its_history(pg_url: 
     """copy_thread onto an expired target upserted the target's row (a fresh expiry)
     without purging its expired history: the expired checkpoints were listed again
     beside the copied ones (fixed: the copy purges an expired target first)."""
-    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
 
     tag = uuid.uuid4().hex[:8]
     src, dst = f"src-{tag}", f"dst-{tag}"
-    with (
-        _schema(pg_url, "lgmp_apgrev") as (schema, other),
-        PostgresSaver.from_conn_string(
-            pg_url, schema=schema, pool_max_size=2, ttl={"default_ttl": 1.0}
-        ) as saver,
+    with _saver_in_schema(pg_url, "lgmp_apgrev", pool_max_size=2, ttl={"default_ttl": 1.0}) as (
+        saver,
+        schema,
+        other,
     ):
-        saver.setup()
         old = saver.put(_cfg(dst), _checkpoint("old", "1"), {"user_id": "u-old"}, {"a": "1"})
         _expire(other, schema, dst)
         assert saver.get_tuple(_cfg(dst)) is None
@@ -125,19 +123,16 @@ def test_pg_put_writes_revives_first_and_the_put_that_waited_is_kept_and_listed(
     the expired thread (stopped before its purge, thread row held), the put of the same
     checkpoint waits for the row. After: the checkpoint with its pending write, listed
     for the run's user, one purge, none of the expired history."""
-    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
 
     entered, go, purges = _stopping_purge(monkeypatch)
     tag = uuid.uuid4().hex[:8]
     tid, user = f"rev2-{tag}", f"ru2-{tag}"
     errors: list[BaseException] = []
-    with (
-        _schema(pg_url, "lgmp_apgrev") as (schema, other),
-        PostgresSaver.from_conn_string(
-            pg_url, schema=schema, pool_max_size=3, ttl={"default_ttl": 1.0}
-        ) as saver,
+    with _saver_in_schema(pg_url, "lgmp_apgrev", pool_max_size=3, ttl={"default_ttl": 1.0}) as (
+        saver,
+        schema,
+        other,
     ):
-        saver.setup()
         old = saver.put(
             _cfg(tid), _checkpoint("old", "1"), {"user_id": user, "step": 0}, {"a": "1"}
         )
@@ -186,19 +181,16 @@ def test_pg_a_deletion_that_waited_behind_a_revival_stays_final(
     """An expired thread revived by a run's first put (stopped before its purge, row
     held) while delete_thread waits for the row: once both commit, nothing of the old or
     the reviving run is there, and the run's next writes are refused."""
-    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
 
     entered, go, _purges = _stopping_purge(monkeypatch)
     tag = uuid.uuid4().hex[:8]
     tid, user = f"rev3-{tag}", f"ru3-{tag}"
     errors: list[BaseException] = []
-    with (
-        _schema(pg_url, "lgmp_apgrev") as (schema, other),
-        PostgresSaver.from_conn_string(
-            pg_url, schema=schema, pool_max_size=3, ttl={"default_ttl": 1.0}
-        ) as saver,
+    with _saver_in_schema(pg_url, "lgmp_apgrev", pool_max_size=3, ttl={"default_ttl": 1.0}) as (
+        saver,
+        schema,
+        other,
     ):
-        saver.setup()
         saver.put(_cfg(tid), _checkpoint("old", "1"), {"user_id": user, "step": 0}, {"a": "1"})
         _expire(other, schema, tid)
         first = _checkpoint("new", "2")
@@ -234,17 +226,14 @@ def test_pg_a_write_on_a_live_thread_is_one_statement_also_when_it_refreshes(
     live thread, whether the expiry needs its refresh (touch) or not, and the refresh
     lands."""
     from langgraph_memory_plus.checkpoint.config import thread_key
-    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
 
     seen = _counting(monkeypatch)
     tid = f"fast-{uuid.uuid4().hex[:8]}"
-    with (
-        _schema(pg_url, "lgmp_apgrev") as (schema, other),
-        PostgresSaver.from_conn_string(
-            pg_url, schema=schema, pool_max_size=2, ttl={"default_ttl": 60.0}
-        ) as saver,
+    with _saver_in_schema(pg_url, "lgmp_apgrev", pool_max_size=2, ttl={"default_ttl": 60.0}) as (
+        saver,
+        schema,
+        other,
     ):
-        saver.setup()
         cfg = saver.put(_cfg(tid), _checkpoint("a", "1"), {"user_id": "u"}, {"a": "1"})
         seen.clear()
         for k in range(3):
@@ -385,7 +374,6 @@ def test_pg_fenced_runs_with_ms_ttl_and_retention_beside_maintenance_never_deadl
     20 ms TTL and keep_last=2, while another caller deletes, sweeps, prunes, copies
     and erases users on the same ids: refusals only (a fence lost to a deletion, an
     erased user's dropped write), never DeadlockDetected, never a hang. About 8 s."""
-    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
     from langgraph_memory_plus.errors import ConflictError
     from langgraph_memory_plus.privacy.erasure import erase_user
     from tests.test_deletion_final import build, cfg, inputs
@@ -394,13 +382,13 @@ def test_pg_fenced_runs_with_ms_ttl_and_retention_beside_maintenance_never_deadl
     unexpected: list[BaseException] = []
     runs, tried = [0], [0]
     stop = time.monotonic() + 7.0
-    with (
-        _schema(pg_url, "lgmp_apgrev") as (schema, _other),
-        PostgresSaver.from_conn_string(
-            pg_url, schema=schema, pool_max_size=6, ttl={"default_ttl": 0.02 / 60}, keep_last=2
-        ) as saver,
+    with _saver_in_schema(
+        pg_url, "lgmp_apgrev", pool_max_size=6, ttl={"default_ttl": 0.02 / 60}, keep_last=2
+    ) as (
+        saver,
+        _schema_name,
+        _other,
     ):
-        saver.setup()
         graph = build(None, is_async=False).compile(checkpointer=saver)
 
         def runner(w: int) -> None:
@@ -471,7 +459,6 @@ def test_pg_two_runs_at_once_on_an_expired_thread_revive_it_once(
     from chat_support import chat_graph, run_config
     from langchain_core.messages import HumanMessage
 
-    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
     from langgraph_memory_plus.checkpoint.postgres.plans import PostgresCheckpointPlans
 
     ttl = 0.5
@@ -484,13 +471,13 @@ def test_pg_two_runs_at_once_on_an_expired_thread_revive_it_once(
 
     monkeypatch.setattr(PostgresCheckpointPlans, "_purge_expired", counted)
     problems: list[str] = []
-    with (
-        _schema(pg_url, "lgmp_apgrev") as (schema, _other),
-        PostgresSaver.from_conn_string(
-            pg_url, schema=schema, pool_max_size=5, ttl={"default_ttl": ttl / 60}
-        ) as saver,
+    with _saver_in_schema(
+        pg_url, "lgmp_apgrev", pool_max_size=5, ttl={"default_ttl": ttl / 60}
+    ) as (
+        saver,
+        _schema_name,
+        _other,
     ):
-        saver.setup()
         graph = chat_graph(str.upper).compile(checkpointer=saver)
         tids = [f"two-{k}-{uuid.uuid4().hex[:6]}" for k in range(6)]
         before: dict[str, str] = {}
@@ -549,17 +536,14 @@ def test_pg_a_thread_live_again_gets_the_fast_path_back(
 ) -> None:
     """A thread id written again after its deletion, or after its expiry (a revival):
     its writes are one statement each again."""
-    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
 
     seen = _counting(monkeypatch)
     tid = f"{how}-{uuid.uuid4().hex[:8]}"
-    with (
-        _schema(pg_url, "lgmp_apgrev") as (schema, other),
-        PostgresSaver.from_conn_string(
-            pg_url, schema=schema, pool_max_size=2, ttl={"default_ttl": 60.0}
-        ) as saver,
+    with _saver_in_schema(pg_url, "lgmp_apgrev", pool_max_size=2, ttl={"default_ttl": 60.0}) as (
+        saver,
+        schema,
+        other,
     ):
-        saver.setup()
         saver.put(_cfg(tid), _checkpoint("a", "1"), {"user_id": "u"}, {"a": "1"})
         if how == "deleted":
             saver.delete_thread(tid)
@@ -586,20 +570,17 @@ def test_pg_maintenance_beside_a_revival_in_progress_waits_or_skips_and_keeps_it
     erases the user, prunes, or copies the thread (from or onto it): no deadlock, no
     hang; afterwards the revived thread holds the revival's checkpoint only (erasure:
     nothing), listed for its user."""
-    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
     from langgraph_memory_plus.privacy.erasure import erase_user
 
     entered, go, _purges = _stopping_purge(monkeypatch)
     tag = uuid.uuid4().hex[:8]
     tid, user, spare = f"mnt-{tag}", f"mu-{tag}", f"spare-{tag}"
     errors: list[BaseException] = []
-    with (
-        _schema(pg_url, "lgmp_apgrev") as (schema, other),
-        PostgresSaver.from_conn_string(
-            pg_url, schema=schema, pool_max_size=3, ttl={"default_ttl": 1.0}
-        ) as saver,
+    with _saver_in_schema(pg_url, "lgmp_apgrev", pool_max_size=3, ttl={"default_ttl": 1.0}) as (
+        saver,
+        schema,
+        other,
     ):
-        saver.setup()
         saver.put(_cfg(tid), _checkpoint("old", "1"), {"user_id": user}, {"a": "1"})
         saver.put(_cfg(spare), _checkpoint("spare", "1"), {"user_id": "other"}, {"a": "1"})
         _expire(other, schema, tid)
@@ -708,19 +689,18 @@ def test_pg_prune_beside_puts_with_retention_never_deadlocks(pg_url: str) -> Non
     """prune (keep_latest) trims a thread's checkpoints, then refreshes its index row;
     a put with keep_last takes the index row (its statement's ix), then trims. Puts of
     one thread in a loop beside prunes of it: no DeadlockDetected. About 4 s."""
-    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
 
     tid = f"prune-{uuid.uuid4().hex[:8]}"
     unexpected: list[BaseException] = []
     stop = time.monotonic() + 4.0
     done = [0, 0]
-    with (
-        _schema(pg_url, "lgmp_apgrev") as (schema, _other),
-        PostgresSaver.from_conn_string(
-            pg_url, schema=schema, pool_max_size=4, ttl={"default_ttl": 60.0}, keep_last=2
-        ) as saver,
+    with _saver_in_schema(
+        pg_url, "lgmp_apgrev", pool_max_size=4, ttl={"default_ttl": 60.0}, keep_last=2
+    ) as (
+        saver,
+        _schema_name,
+        _other,
     ):
-        saver.setup()
         first = saver.put(_cfg(tid), _checkpoint("a", "1"), {"user_id": "u"}, {"a": "1"})
 
         def puts() -> None:
@@ -782,19 +762,17 @@ def test_pg_a_run_outlived_by_its_threads_expiry_never_leaves_a_corrupt_checkpoi
     drops of B, the thread's latest checkpoint stays readable."""
     from langchain_core.messages import HumanMessage
 
-    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
-
     ttl = 0.4
     tid = f"outlived-{uuid.uuid4().hex[:8]}"
     config = {"configurable": {"thread_id": tid, "user_id": "u"}}
     errors: list[BaseException] = []
-    with (
-        _schema(pg_url, "lgmp_apgrev") as (schema, _other),
-        PostgresSaver.from_conn_string(
-            pg_url, schema=schema, pool_max_size=3, ttl={"default_ttl": ttl / 60}
-        ) as saver,
+    with _saver_in_schema(
+        pg_url, "lgmp_apgrev", pool_max_size=3, ttl={"default_ttl": ttl / 60}
+    ) as (
+        saver,
+        _schema_name,
+        _other,
     ):
-        saver.setup()
         graph = _slow_chat(ttl).compile(checkpointer=saver)
         many = [HumanMessage(f"m{k}", id=f"m{k}") for k in range(40)]
         slow_run = _in_thread(
@@ -820,8 +798,6 @@ def test_pg_a_subgraph_reviving_its_thread_mid_run_leaves_the_run_readable(pg_ur
     from langchain_core.messages import AIMessage, HumanMessage
     from langgraph.graph import END, START, StateGraph
 
-    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
-
     ttl = 0.4
 
     def slow(state: S) -> dict[str, Any]:
@@ -842,13 +818,13 @@ def test_pg_a_subgraph_reviving_its_thread_mid_run_leaves_the_run_readable(pg_ur
     b.add_edge("last", END)
     tid = f"midrun-{uuid.uuid4().hex[:8]}"
     config = {"configurable": {"thread_id": tid, "user_id": "u"}}
-    with (
-        _schema(pg_url, "lgmp_apgrev") as (schema, _other),
-        PostgresSaver.from_conn_string(
-            pg_url, schema=schema, pool_max_size=3, ttl={"default_ttl": ttl / 60}
-        ) as saver,
+    with _saver_in_schema(
+        pg_url, "lgmp_apgrev", pool_max_size=3, ttl={"default_ttl": ttl / 60}
+    ) as (
+        saver,
+        _schema_name,
+        _other,
     ):
-        saver.setup()
         graph = b.compile(checkpointer=saver)
         graph.invoke({"messages": [HumanMessage("hi", id="hi")]}, config)
         state = graph.get_state(config)

@@ -11,7 +11,7 @@ import pytest
 from chat_support import chat_graph, run_config
 from langchain_core.messages import HumanMessage
 from pg_race_support import checkpoint as _checkpoint
-from pg_race_support import schema as _schema
+from pg_race_support import saver_in_schema as _saver_in_schema
 from pg_race_support import waiting_for_a_lock as _waiting_for_a_lock
 
 pytestmark = pytest.mark.storage
@@ -33,7 +33,6 @@ def test_pg_threads_revived_by_racing_writes_stay_listed_and_whole(
     purged again (2 or 3 purges in about half the revivals here; the lost rows and the
     missing index row need a write of a later step to land in between, which only a
     loaded machine did, see the deterministic test below). About 4 s."""
-    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
     from langgraph_memory_plus.checkpoint.postgres.plans import PostgresCheckpointPlans
 
     ttl = 0.3
@@ -47,13 +46,13 @@ def test_pg_threads_revived_by_racing_writes_stay_listed_and_whole(
         return (yield from purge(self, tk, ns, checkpoint_id))
 
     monkeypatch.setattr(PostgresCheckpointPlans, "_purge_expired", counted_purge)
-    with (
-        _schema(pg_url, "lgmp_revive") as (schema, _other),
-        PostgresSaver.from_conn_string(
-            pg_url, schema=schema, pool_max_size=8, ttl={"default_ttl": ttl / 60}
-        ) as saver,
+    with _saver_in_schema(
+        pg_url, "lgmp_revive", pool_max_size=8, ttl={"default_ttl": ttl / 60}
+    ) as (
+        saver,
+        _schema_name,
+        _other,
     ):
-        saver.setup()
         graph = chat_graph(str.upper).compile(checkpointer=saver)
 
         def run(w: int) -> None:
@@ -99,7 +98,6 @@ def test_pg_a_write_that_waited_behind_a_revival_does_not_revive_again(
     (the reviver's new checkpoint with them), and refreshed the index from what was left
     (nothing: the index row deleted, the thread unlisted though it has checkpoints)."""
     from langgraph_memory_plus.checkpoint.config import thread_key
-    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
     from langgraph_memory_plus.checkpoint.postgres.plans import PostgresCheckpointPlans
 
     tag = uuid.uuid4().hex[:8]
@@ -118,13 +116,11 @@ def test_pg_a_write_that_waited_behind_a_revival_does_not_revive_again(
 
     monkeypatch.setattr(PostgresCheckpointPlans, "_purge_expired", stopped_purge)
     errors: list[BaseException] = []
-    with (
-        _schema(pg_url, "lgmp_revive") as (schema, other),
-        PostgresSaver.from_conn_string(
-            pg_url, schema=schema, pool_max_size=4, ttl={"default_ttl": 1.0}
-        ) as saver,
+    with _saver_in_schema(pg_url, "lgmp_revive", pool_max_size=4, ttl={"default_ttl": 1.0}) as (
+        saver,
+        schema,
+        other,
     ):
-        saver.setup()
         s = f'"{schema}"'
         cfg = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
         meta = {"user_id": user, "step": 0}

@@ -32,6 +32,7 @@ import pytest
 from pg_race_support import blocked_by as _blocked_by
 from pg_race_support import checkpoint as _checkpoint
 from pg_race_support import config as _cfg
+from pg_race_support import saver_in_schema as _saver_in_schema
 from pg_race_support import schema as _schema
 from pg_race_support import xid as _xid
 
@@ -107,19 +108,18 @@ def test_pg_runs_whose_thread_expires_every_few_milliseconds_never_deadlock(
     refreshes or revives the thread while the run's other writes go on. Before the fix
     2 to 4 runs failed with ``DeadlockDetected`` in each of 3 tries (no other load on
     the machine); none in 5 after. About 6 s."""
-    from langgraph_memory_plus.checkpoint.postgres import PostgresSaver
     from tests.test_deletion_final import build, cfg, inputs
 
     errors: list[BaseException] = []
     done = [0, 0]
     deadline = time.monotonic() + 6.0
-    with (
-        _schema(pg_url, "lgmp_ttl_order") as (schema, _other),
-        PostgresSaver.from_conn_string(
-            pg_url, schema=schema, pool_max_size=6, ttl={"default_ttl": 0.0002}
-        ) as saver,
+    with _saver_in_schema(
+        pg_url, "lgmp_ttl_order", pool_max_size=6, ttl={"default_ttl": 0.0002}
+    ) as (
+        saver,
+        _schema_name,
+        _other,
     ):
-        saver.setup()
         graph = build(None, is_async=False).compile(checkpointer=saver)
 
         def runs(worker: int) -> None:
