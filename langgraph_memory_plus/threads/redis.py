@@ -60,11 +60,11 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, get_args
 
 from ..drivers.plan import Plan
 from ..drivers.redis import Batch, Eval, Scan, glob_escape
-from .core import RecordInput, ReindexBatch, StoredRecord, ThreadQuery, index_value
+from .core import RecordInput, ReindexBatch, Status, StoredRecord, ThreadQuery, index_value
 
 Command = Eval | Scan | Batch
 logger = logging.getLogger("langgraph_memory_plus.threads")
@@ -79,6 +79,8 @@ MAX_HEAL_ROUNDS = 3
 BATCH = 500
 REUSE_MS = 1000
 """How long a put's step 1 serves the run's later puts (see the module docstring)."""
+STORED_STATUSES: tuple[str, ...] = get_args(Status)
+"""The statuses a record can have: each has its sets."""
 IN_FLIGHT_MS = 30_000
 """How long an entry ahead of its record is taken for a write between its two steps
 (afterwards: for one that crashed there, and removed as stale)."""
@@ -568,8 +570,7 @@ class RedisThreadIndex:
             return
         key = self.index_keys[0]
         indexed = (key, owner)
-        statuses = ("idle", "interrupted", "error")
-        sets = [self.set_key(key, owner), *(self.status_key(s, indexed) for s in statuses)]
+        sets = [self.set_key(key, owner), *(self.status_key(s, indexed) for s in STORED_STATUSES)]
         yield Batch([("DEL", name) for name in sets])
 
     def copy_transcript(self, source: str, target: str) -> Plan[Command, None]:
@@ -797,7 +798,7 @@ class RedisThreadIndex:
             for k in self.index_keys
             if k in record.metadata and (form := index_value(record.metadata[k])) is not None
         }
-        statuses = ("idle", "interrupted", "error") if every_status else (record.status,)
+        statuses = STORED_STATUSES if every_status else (record.status,)
         return [
             self.all_key,
             *(self.set_key(k, form) for k, form in indexed.items()),
@@ -925,12 +926,12 @@ class RedisThreadIndex:
         scores: list[tuple[Any, ...]] = []
         stale_before = now_ms() - IN_FLIGHT_MS
         for (tid, score), record in zip(entries, records, strict=True):
+            updated = None if record is None else int(record.updated_at * 1000)
             if not self._belongs(record, query):
-                updated = None if record is None else int(record.updated_at * 1000)
                 if not _in_flight(score, updated, stale_before):
                     gone += [_utf8(tid), score]
-            elif record is not None and int(record.updated_at * 1000) != score:
-                scores.append(("ZADD", key, "XX", int(record.updated_at * 1000), _utf8(tid)))
+            elif updated is not None and updated != score:
+                scores.append(("ZADD", key, "XX", updated, _utf8(tid)))
         fixes: list[Command] = [Eval("zrem_if", [key], gone)] if gone else []
         if scores:
             fixes.append(Batch(scores))
@@ -970,8 +971,8 @@ class RedisThreadIndex:
             entries = _entries(raw)
             records = yield from self._records([t for t, _ in entries])
             fixes, removed = self._heal(key, entries, records, query)
+            shown = [r for r in records if r is not None and self._belongs(r, query)]
             if not fixes:
-                shown = [r for r in records if r is not None and self._belongs(r, query)]
                 unlisted = len(entries) - len(shown)
                 if unlisted > extra and len(entries) == stop - start + 1:
                     # writes in flight: read as many more, at least twice as many as the
@@ -984,8 +985,7 @@ class RedisThreadIndex:
                 yield fix
             idle_rounds = 0 if removed else idle_rounds + 1
             if idle_rounds >= MAX_HEAL_ROUNDS:  # scores moving under writes: settle here
-                found = [r for r in records if r is not None and self._belongs(r, query)]
-                return query.page(found) if start == 0 else found[: query.limit]
+                return query.page(shown) if start == 0 else shown[: query.limit]
 
     def _all(self, query: ThreadQuery) -> Plan[Command, list[StoredRecord]]:
         """Every candidate of the query's set (or its ids), verified and healed."""

@@ -180,6 +180,8 @@ class PostgresCheckpointPlans:
         self._wr = f"{s}.lgmp_task_writes"
         self._it = f"{s}.lgmp_items"
         self._fe = f"{s}.lgmp_fences"
+        # What a thread's history is stored in, by thread key and namespace.
+        self._history = (self._wr, self._ck, self._bl, self._it)
         self._s = s
         self.version = SchemaVersion(s, "lgmp_checkpoint_migrations", CHECKPOINT_MIGRATIONS)
         # The thread row a write creates or refreshes. It is also the lock that orders a
@@ -1082,7 +1084,7 @@ class PostgresCheckpointPlans:
         )
         if dead:
             namespaces = [ns for (ns,) in dead]
-            for table in (self._wr, self._ck, self._bl, self._it):
+            for table in self._history:
                 yield Query(
                     f"DELETE FROM {table} WHERE thread_key = %(tk)s "
                     "AND checkpoint_ns = ANY(%(dead)s)",
@@ -1387,7 +1389,7 @@ class PostgresCheckpointPlans:
             fetch=True,
         )
         if expired and expired[0][0]:
-            for table in (self._wr, self._ck, self._bl, self._it):
+            for table in self._history:
                 yield Query(f"DELETE FROM {table} WHERE thread_key = %s", (dst,))
         yield Query(
             f"""
