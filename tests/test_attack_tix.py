@@ -18,6 +18,7 @@ import pytest
 from chat_support import chat_graph, run_config
 from langchain_core.messages import HumanMessage
 from langgraph.types import Interrupt
+from test_threads_promises import _between_steps
 
 from langgraph_memory_plus.privacy.erasure import erase_user
 from langgraph_memory_plus.threads.redis import REUSE_MS
@@ -273,7 +274,6 @@ def test_an_interrupt_in_the_same_millisecond_as_the_last_write_stays_in_its_set
     removes it; the thread is then interrupted and missing from its status's sets."""
     from langgraph_memory_plus.checkpoint.redis import plans
     from langgraph_memory_plus.drivers import redis as driver
-    from langgraph_memory_plus.drivers.redis import Batch
 
     user = f"ms-{uuid.uuid4().hex[:6]}"
     thread = f"{user}-t"
@@ -287,17 +287,7 @@ def test_an_interrupt_in_the_same_millisecond_as_the_last_write_stays_in_its_set
         # the write's time is its record's: the same millisecond as the run's last write
         monkeypatch.setattr(plans, "now_ms", lambda: _u_ms(other, thread))
         run = driver.RedisRunner._execute
-        seen: list[int] = []
-
-        def execute(self: Any, command: Any) -> Any:
-            then = command.then if isinstance(command, Batch) else None
-            if then is not None and then.script == "put_writes" and not seen:
-                run(self, Batch(command.commands))  # step 1 alone, then a reader
-                worker = threading.Thread(target=lambda: seen.append(reads[read](other)))
-                worker.start()
-                worker.join()
-                return run(self, then)
-            return run(self, command)
+        execute, seen = _between_steps("put_writes", lambda: reads[read](other))
 
         driver.RedisRunner._execute = execute  # type: ignore[method-assign]
         try:
@@ -351,27 +341,6 @@ def test_a_nul_in_a_thread_id_is_refused_or_kept_whole(saver_factory: Any) -> No
         assert [t["thread_id"] for t in saver.threads.sessions(user)] == [thread]
         saver.delete_thread(thread)
         assert _entries(saver, thread) == []
-
-
-def _between_steps(script: str, read: Any) -> tuple[Any, list[Any]]:
-    """An ``_execute`` that runs ``read()`` between step 1 and the ``script`` write (once)."""
-    from langgraph_memory_plus.drivers import redis as driver
-    from langgraph_memory_plus.drivers.redis import Batch
-
-    run = driver.RedisRunner._execute
-    seen: list[Any] = []
-
-    def execute(self: Any, command: Any) -> Any:
-        then = command.then if isinstance(command, Batch) else None
-        if then is not None and then.script == script and not seen:
-            run(self, Batch(command.commands))
-            worker = threading.Thread(target=lambda: seen.append(read()))
-            worker.start()
-            worker.join()
-            return run(self, then)
-        return run(self, command)
-
-    return execute, seen
 
 
 @REDIS
@@ -584,23 +553,11 @@ def test_an_interrupt_overtaken_by_a_put_of_its_run_stays_in_its_sets(
         graph = _graph().compile(checkpointer=saver)
         _say(graph, thread, user)
         record_key = saver._plans.threads._record_key(thread)
-        run = driver.RedisRunner._execute
-        seen: list[int] = []
-
-        def execute(self: Any, command: Any) -> Any:
-            then = command.then if isinstance(command, Batch) else None
-            if then is not None and then.script == "put_writes" and not seen:
-                run(self, Batch([("HSET", record_key, "u", _now_ms() + 50)]))  # the put
-                run(self, Batch(command.commands))
-                worker = threading.Thread(
-                    target=lambda: seen.append(
-                        other.threads.count(status="interrupted", metadata={"user_id": user})
-                    )
-                )
-                worker.start()
-                worker.join()
-                return run(self, then)
-            return run(self, command)
+        execute, seen = _between_steps(
+            "put_writes",
+            lambda: other.threads.count(status="interrupted", metadata={"user_id": user}),
+            before=lambda: Batch([("HSET", record_key, "u", _now_ms() + 50)]),  # the put
+        )
 
         monkeypatch.setattr(driver.RedisRunner, "_execute", execute)
         _say(graph, thread, user, text="ask", n=2)

@@ -386,6 +386,30 @@ def test_a_run_starting_as_its_thread_is_deleted_leaves_no_index_entry(
         assert saver.threads.sessions("lana") == []
 
 
+def _between_steps(script: str, read: Any, before: Any = None) -> tuple[Any, list[Any]]:
+    """Redis: an ``_execute`` that runs ``read()`` between step 1 of the ``script`` write
+    and the write itself (once), after the command ``before()``, if given, ahead of both."""
+    from langgraph_memory_plus.drivers import redis as driver
+    from langgraph_memory_plus.drivers.redis import Batch
+
+    run = driver.RedisRunner._execute
+    seen: list[Any] = []
+
+    def execute(self: Any, command: Any) -> Any:
+        then = command.then if isinstance(command, Batch) else None
+        if then is not None and then.script == script and not seen:
+            if before is not None:
+                run(self, before())
+            run(self, Batch(command.commands))  # step 1 alone, then the read
+            worker = threading.Thread(target=lambda: seen.append(read()))
+            worker.start()
+            worker.join()
+            return run(self, then)
+        return run(self, command)
+
+    return execute, seen
+
+
 @pytest.mark.parametrize("backend", ["redis", "redis-cluster"], indirect=True)
 @pytest.mark.parametrize("read", ["sessions", "count", "count_idle"])
 def test_a_read_between_a_writes_two_steps_leaves_the_thread_in_its_sets(
@@ -397,7 +421,6 @@ def test_a_read_between_a_writes_two_steps_leaves_the_thread_in_its_sets(
     puts reuse that first step). Entries ahead of their record are now a write in flight
     for ``IN_FLIGHT_MS``: not listed, not removed."""
     from langgraph_memory_plus.drivers import redis as driver
-    from langgraph_memory_plus.drivers.redis import Batch
 
     thread = f"flight-{uuid.uuid4().hex[:8]}"
     reads = {
@@ -408,18 +431,7 @@ def test_a_read_between_a_writes_two_steps_leaves_the_thread_in_its_sets(
     with saver_factory() as saver, saver_factory() as other:
         graph = _graph().compile(checkpointer=saver)
         run = driver.RedisRunner._execute
-        seen: list[int] = []
-
-        def execute(self: Any, command: Any) -> Any:
-            then = command.then if isinstance(command, Batch) else None
-            if then is not None and then.script == "put" and not seen:
-                run(self, Batch(command.commands))  # step 1 alone, then a reader
-                worker = threading.Thread(target=lambda: seen.append(reads[read](other)))
-                worker.start()
-                worker.join()
-                return run(self, then)
-            return run(self, command)
-
+        execute, seen = _between_steps("put", lambda: reads[read](other))
         driver.RedisRunner._execute = execute  # type: ignore[method-assign]
         try:
             _say(graph, thread, "fay", 1)
