@@ -832,20 +832,11 @@ def test_pg_a_subgraph_reviving_its_thread_mid_run_leaves_the_run_readable(pg_ur
     assert texts[-1:] == ["last"]
 
 
-@pytest.mark.xfail(
-    # A stress reproducer (3 of 3 runs failed here, 1 to 3 errors each): a quiet run may
-    # meet none, so an unexpected pass must not fail the suite. Strict once fixed.
-    strict=False,
-    reason="a write reviving the expired thread (a subgraph's first put, another run's) purges "
-    "every checkpoint but its own with their items; a run still going then puts on the "
-    "purged parent, naming its blobs and list items without storing them: every later read "
-    "raises CorruptDataError (the fix found, not landed: a put whose parent is gone is "
-    "stored whole; see CHANGELOG)",
-)
 def test_pg_runs_sharing_ids_with_ms_ttl_never_read_corrupt_data(pg_url: str) -> None:
     """Three async runs (Send workers, nested subgraphs) over three shared thread ids,
     15 ms TTL: runs may lose what expired, but never meet CorruptDataError. Stops at the
-    first one (within 6 s: 1 to 3 in each 6 s here)."""
+    first one (before puts on a purged parent were stored whole: 1 to 3 in each 6 s
+    here; tests/test_revival_parent_gone.py has the other backends and the cause)."""
     import asyncio
 
     from langgraph_memory_plus.checkpoint.postgres import AsyncPostgresSaver

@@ -272,6 +272,10 @@ class EncodedCheckpoint:
     """The list channels, to remember once the checkpoint is stored."""
     changed: frozenset[str] = frozenset()
     """The channels with a new version here (``new_versions``)."""
+    refers: bool = False
+    """Whether it names rows it does not store: the blobs of channels it left unchanged,
+    the items of a list version it built on. Those are its parent's, so it may be stored
+    only while its parent is (see ``put``'s ``whole`` in ``..saver``)."""
 
 
 @dataclass(frozen=True)
@@ -410,7 +414,12 @@ class CheckpointCodec:
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
         user_id: str | None = None,
+        whole: bool = False,
     ) -> EncodedCheckpoint:
+        """``whole``: every channel's value stored, no list built on a stored one, so
+        the checkpoint names no row it does not store (``refers`` is false): for a put
+        whose parent went meanwhile (an expired thread revived by another write, which
+        purged it), the parent's rows with it."""
         tid, ns, cid = target.thread_id, target.checkpoint_ns, checkpoint["id"]
         check_no_nul(cid, "checkpoint_id", "the checkpoint's id")
         parent_id = config["configurable"].get("checkpoint_id") or None
@@ -422,6 +431,11 @@ class CheckpointCodec:
         lists: dict[MemoKey, ChunkedList] = {}
         tk = target.thread_key
         inline = self._inlined(values, checkpoint["channel_versions"])
+        if whole:
+            new_versions = checkpoint["channel_versions"]
+        refers = any(
+            ch not in new_versions and ch not in inline for ch in checkpoint["channel_versions"]
+        )
         for channel, version in new_versions.items():
             vtext = version if type(version) is str else version_text(version)
             value = values.get(channel, _ABSENT)
@@ -440,10 +454,12 @@ class CheckpointCodec:
                     typ, data = self._packed_at(dumped, blob_at, tid, ns, channel, vtext, user_id)
                     blobs.append(EncodedBlob(channel, vtext, typ, data))
             else:
+                base = None if whole else self.memory.base(key, value, parent_id)
+                refers = refers or base is not None
                 chunked = chunk_list(
                     tk,
                     value,
-                    self.memory.base(key, value, parent_id),
+                    base,
                     partial(self._dump, what=f"channel {channel!r}"),
                     self.memory.take_written(key),
                     None if self.encryption is None else self.encryption.item_id_key(tk, user_id),
@@ -517,6 +533,7 @@ class CheckpointCodec:
             nodes=nodes,
             lists=lists,
             changed=frozenset(new_versions),
+            refers=refers and parent_id is not None,
         )
 
     def narrowing(self, filter: Mapping[str, Any] | None) -> Mapping[str, Any] | None:

@@ -151,9 +151,13 @@ class CheckpointPlans(Protocol):
         encoded: EncodedCheckpoint,
         record: RecordInput,
         fence: Claim | None = None,
-    ) -> Plan[Any, None]:
+    ) -> Plan[Any, bool]:
         """Store a checkpoint; with ``fence``, only if its owner and number are the
-        thread's current ones, checked atomically with the write (see ``fence.py``)."""
+        thread's current ones, checked atomically with the write (see ``fence.py``).
+
+        False when nothing was stored because ``encoded.refers`` and its parent is not
+        stored (any more): the rows it names may be gone with it. Checked atomically
+        with the write, so a purge, a trim or a deletion after it keeps what it names."""
         ...
 
     def put_writes(
@@ -465,44 +469,61 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         claim = self._claim(config, target)
         codec = self._codec
         user = self._user_of(config, metadata, target.thread_key)
-        encoded = codec.encode_checkpoint(
-            target, config, checkpoint, metadata, new_versions, user_id=user
-        )
-        lines = []
         values = checkpoint.get("channel_values") or {}
+        lines = []
         if self.settings.transcripts and "messages" in new_versions:
             lines = lines_of(values.get("messages"), self._recorded.known(target.thread_key))
-        sizes = (
-            [len(encoded.checkpoint[1]), len(encoded.metadata[1])]
-            + [len(b.data or b"") for b in encoded.blobs]
-            + [len(data) for _, data in encoded.items.values()]
-        )
-        record = record_input(
-            target.checkpoint_ns,
-            values,
-            encoded.metadata_json,
-            sizes,
-            self.settings.index_keys,
-            lines,
-        )
-        if self.encryption is not None:
-            record = self._sealed(record, target.thread_id, user)
+
+        def encode(whole: bool) -> tuple[EncodedCheckpoint, RecordInput, list[int]]:
+            encoded = codec.encode_checkpoint(
+                target, config, checkpoint, metadata, new_versions, user_id=user, whole=whole
+            )
+            sizes = (
+                [len(encoded.checkpoint[1]), len(encoded.metadata[1])]
+                + [len(b.data or b"") for b in encoded.blobs]
+                + [len(data) for _, data in encoded.items.values()]
+            )
+            record = record_input(
+                target.checkpoint_ns,
+                values,
+                encoded.metadata_json,
+                sizes,
+                self.settings.index_keys,
+                lines,
+            )
+            if self.encryption is not None:
+                record = self._sealed(record, target.thread_id, user)
+            return encoded, record, sizes
+
+        put = encode(False)
+
+        def store() -> Plan[Any, None]:
+            nonlocal put
+            encoded, record, _ = put
+            if (yield from self._plans.put(target, encoded, record, claim)):
+                return
+            # Its parent went before it could be stored (a write that revived the
+            # expired thread purged it, and the rows this put builds on with it):
+            # stored whole, it stands alone.
+            put = encode(True)
+            encoded, record, _ = put
+            stored = yield from self._plans.put(target, encoded, record, claim)
+            assert stored, "a checkpoint that names no stored row is always stored"
+
         plan = self._observed_event(
-            self._plans.put(target, encoded, record, claim)
-            if claim is not None
-            else self._plans.put(target, encoded, record),
+            store(),
             ev.CheckpointSaved,
             lambda _: {
                 **_at(target),
                 "checkpoint_id": checkpoint["id"],
-                "bytes_written": sum(sizes),
+                "bytes_written": sum(put[2]),
                 "message_count": sum(len(v) for v in values.values() if isinstance(v, list)),
             },
         )
 
         def stored() -> None:
-            codec.commit(target, encoded)
-            self._recorded.add(target.thread_key, record.lines)
+            codec.commit(target, put[0])
+            self._recorded.add(target.thread_key, put[1].lines)
 
         return plan, target.config(checkpoint["id"]), stored, target, claim
 

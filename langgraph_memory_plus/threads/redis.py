@@ -86,7 +86,7 @@ IN_FLIGHT_MS = 30_000
 (afterwards: for one that crashed there, and removed as stale)."""
 REUSE_ENTRIES = 4096
 """Threads remembered per saver for that (the oldest are forgotten first)."""
-PUT_TS_ARG = 11
+PUT_TS_ARG = 12
 """Where the put script's arguments hold the write's time; the reused step 1's time (or
 empty) follows it (see ``checkpoint/redis/lua.py``)."""
 WRITES_TS_ARG = 8

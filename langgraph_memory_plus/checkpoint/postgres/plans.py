@@ -207,17 +207,42 @@ class PostgresCheckpointPlans:
                 RETURNING t.live_after, t.refused, t.expires_at,
                     coalesce((SELECT p.was_expired FROM prior p), false) AS was_expired
             )"""
+        self._visible = "t.thread_id IS NOT NULL AND (t.expires_at IS NULL OR t.expires_at > now())"
+        self.threads = PostgresThreadIndex(
+            s,
+            settings.index_keys,
+            self._visible,
+            _write_rows,
+            settings.transcript_ttl_seconds,
+            settings.transcripts,
+        )
+        # A put that names its parent's rows (``on_parent``: the blobs of channels it
+        # left unchanged, the items its lists build on) is written only while its parent
+        # is stored (``go``; else the caller stores it whole). The parent is read with a
+        # lock: a write that revived the expired thread, or a trim, may have removed it
+        # after this statement's snapshot, and a lock returns the row as committed (none
+        # then); removed later, the remover waits for this put and sees its checkpoint,
+        # so it keeps what the checkpoint names. The thread's index row is locked first
+        # (``held``): removers hold it before they remove (see ``held_cte``). It is
+        # taken after the thread's row (``ok``) and only for a parent the snapshot has:
+        # a put that finds its parent gone, stored whole next in the same transaction,
+        # holds no row the thread's row is taken after.
+        of_parent = f"""{self._ck} p WHERE p.thread_key = %(tk)s AND p.checkpoint_ns = %(ns)s
+            AND p.checkpoint_id = %(parent)s"""
+        held = self.threads.held_cte(f"SELECT 1 FROM ok WHERE EXISTS (SELECT 1 FROM {of_parent})")
         self._put_payload = f"""
-            parent AS (
-                SELECT p.delta_seeds FROM {self._ck} p
-                WHERE p.thread_key = %(tk)s AND p.checkpoint_ns = %(ns)s
-                    AND p.checkpoint_id = %(parent)s
+            {held}, parent AS (
+                SELECT p.delta_seeds FROM {of_parent}
+                    AND EXISTS (SELECT 1 FROM ok) AND (SELECT count(*) FROM held) >= 0
+                FOR KEY SHARE
+            ), go AS (
+                SELECT 1 FROM ok WHERE NOT %(on_parent)s OR EXISTS (SELECT 1 FROM parent)
             ), blobs AS (
                 INSERT INTO {self._bl} (thread_key, checkpoint_ns, channel, version, type, blob)
                 SELECT %(tk)s, %(ns)s, b.channel, b.version, b.type, b.blob
                 FROM unnest(%(b_ch)b::text[], %(b_ver)b::text[], %(b_ty)b::text[],
                             %(b_bl)b::bytea[]) AS b(channel, version, type, blob)
-                WHERE EXISTS (SELECT 1 FROM ok)
+                WHERE EXISTS (SELECT 1 FROM go)
                 ON CONFLICT (thread_key, checkpoint_ns, channel, version)
                     DO UPDATE SET type = EXCLUDED.type, blob = EXCLUDED.blob
             ), items AS (
@@ -225,7 +250,7 @@ class PostgresCheckpointPlans:
                 SELECT %(tk)s, %(ns)s, i.id, i.type, i.data
                 FROM unnest(%(i_id)b::bytea[], %(i_ty)b::text[], %(i_bl)b::bytea[])
                     AS i(id, type, data)
-                WHERE EXISTS (SELECT 1 FROM ok)
+                WHERE EXISTS (SELECT 1 FROM go)
                 ON CONFLICT DO NOTHING
             ), saved AS (
                 INSERT INTO {self._ck} (thread_key, checkpoint_ns, checkpoint_id,
@@ -245,7 +270,7 @@ class PostgresCheckpointPlans:
                             WHERE %(versions)s::jsonb ? k
                         ) d
                     )
-                FROM ok
+                FROM go
                 ON CONFLICT (thread_key, checkpoint_ns, checkpoint_id) DO UPDATE SET
                     parent_checkpoint_id = EXCLUDED.parent_checkpoint_id,
                     run_id = EXCLUDED.run_id,
@@ -268,15 +293,6 @@ class PostgresCheckpointPlans:
                 ON CONFLICT DO NOTHING
                 RETURNING 1
             )"""
-        self._visible = "t.thread_id IS NOT NULL AND (t.expires_at IS NULL OR t.expires_at > now())"
-        self.threads = PostgresThreadIndex(
-            s,
-            settings.index_keys,
-            self._visible,
-            _write_rows,
-            settings.transcript_ttl_seconds,
-            settings.transcripts,
-        )
         self._put_payload += f", {self.threads.put_cte}"
         self._writes_sql: dict[tuple[str, str, bool, bool], str] = {}
         self._writes_flagged = f"{self._writes_payload}, {self.threads.writes_cte}"
@@ -767,7 +783,7 @@ class PostgresCheckpointPlans:
         encoded: EncodedCheckpoint,
         record: RecordInput,
         fence: Claim | None = None,
-    ) -> Plan[Query, None]:
+    ) -> Plan[Query, bool]:
         sizes = (
             sum(len(b.data or b"") for b in encoded.blobs)
             + sum(len(data) for _, data in encoded.items.values())
@@ -780,6 +796,7 @@ class PostgresCheckpointPlans:
         params.update(
             id=encoded.checkpoint_id,
             parent=encoded.parent_id,
+            on_parent=encoded.refers,
             run_id=encoded.run_id,
             c_type=encoded.checkpoint[0],
             c_blob=encoded.checkpoint[1],
@@ -809,7 +826,7 @@ class PostgresCheckpointPlans:
         # although its checkpoint committed. It costs no round trip: the trim opened a
         # transaction of its own before.
         keep = self.settings.keep_last
-        fast, live_after, refused, was_expired, _ = yield from self._write(
+        fast, live_after, refused, was_expired, saved = yield from self._write(
             params,
             self._put_payload,
             "saved",
@@ -818,15 +835,18 @@ class PostgresCheckpointPlans:
         )
         if not fast:
             if (yield from self._refused(params, live_after, refused, encoded.parent_id, target)):
-                return
-            if was_expired:
+                return True
+            if was_expired:  # revived (stored or not: what expired goes either way)
                 yield from self._purge_expired(
                     target.thread_key, target.checkpoint_ns, encoded.checkpoint_id
                 )
                 yield from self.threads.revived(target.thread_key, record)
+        if not saved:  # its parent is gone (see ``go``): nothing of it was written
+            return False
         if keep is not None:
             yield from self._trim(target.thread_key, target.checkpoint_ns, keep)
             yield from self.threads.refresh([target.thread_key])
+        return True
 
     def put_writes(
         self, target: Target, writes: list[EncodedWrite], fence: Claim | None = None

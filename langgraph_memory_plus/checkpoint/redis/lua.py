@@ -417,6 +417,7 @@ end
 
 # ARGV: ttl_ms, thread_id, ns, checkpoint_id, parent (then, in a subgraph's namespace,
 #       NUL and its run's root checkpoint id), run_id, record, keep_last,
+#       '1' if it names rows of its parent's it does not store (else '0'),
 #       the index record's metadata JSON, title and bytes, the write's time (ms), the
 #       time of the step 1 it reuses (or ''), the transcript's owner, ttl_ms and n,
 #       (message id, role, text)*n,
@@ -425,7 +426,8 @@ end
 #       n, (list node field, children)*n,
 #       then (blob field, value, empty flag) for each new version.
 # Reply: 1 stored, 2 stored and its thread is not idle, 0 refused (deleted thread), 3 not
-# written: the step 1 it reuses no longer holds (see threads/redis.py).
+# written: the step 1 it reuses no longer holds (see threads/redis.py), 4 not written:
+# it names its parent's rows and its parent is gone.
 PUT = r"""
 local ttl, thread_id, ns, cid, parent, run_id, record, keep =
   ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
@@ -438,8 +440,11 @@ if not may_put(ns, parent, root) then
   bury(member, cid)
   return 0
 end
-if not rec_expected(ARGV[13]) then return 3 end  -- see threads/redis.py
-local pos = tx_put(14, ARGV[12])
+if not rec_expected(ARGV[14]) then return 3 end  -- see threads/redis.py
+-- A checkpoint that names its parent's rows (ARGV[9]) is stored only on its parent: an
+-- expired thread's keys went with its rows (see CheckpointPlans.put).
+if ARGV[9] == '1' and redis.call('HEXISTS', K_CK, ns .. '\0' .. parent) == 0 then return 4 end
+local pos = tx_put(15, ARGV[13])
 local function take_list()
   local n = tonumber(ARGV[pos])
   local out = {}
@@ -490,10 +495,10 @@ redis.call('HSET', K_CK, member, record)
 redis.call('ZADD', K_IDX, 0, member)
 set_id(thread_id)
 if keep > 0 then trim(ns, keep) end
-rec_put(thread_id, ns, cid, ARGV[9], ARGV[10], tonumber(ARGV[11]), ARGV[12], ARGV[14])
+rec_put(thread_id, ns, cid, ARGV[10], ARGV[11], tonumber(ARGV[12]), ARGV[13], ARGV[15])
 -- The record keeps each root checkpoint's metadata JSON; FILTER reads it for the
 -- checkpoints of every namespace.
-if ns ~= '' and ARGV[9] ~= '' then redis.call('HSET', K_REC, 'm' .. member, ARGV[9]) end
+if ns ~= '' and ARGV[10] ~= '' then redis.call('HSET', K_REC, 'm' .. member, ARGV[10]) end
 touch(ttl)
 -- 2: a root checkpoint whose writes came first left its thread interrupted or failed
 -- (the writes' step 1 could not know the thread's metadata yet: see threads/redis.py).

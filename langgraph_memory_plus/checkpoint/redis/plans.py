@@ -587,7 +587,7 @@ class RedisCheckpointPlans:
         encoded: EncodedCheckpoint,
         record: RecordInput,
         fence: Claim | None = None,
-    ) -> Plan[Command, None]:
+    ) -> Plan[Command, bool]:
         ns = _no_nul(target.checkpoint_ns, "checkpoint_ns")
         nsz = ns + b"\x00"
         refs = [
@@ -605,6 +605,7 @@ class RedisCheckpointPlans:
             _utf8(encoded.run_id or ""),
             ormsgpack.packb([*encoded.checkpoint, *encoded.metadata, _versions(encoded)]),
             self.settings.keep_last or 0,
+            b"1" if encoded.refers else b"0",
             json.dumps(record.metadata),  # FILTER reads it in every namespace
             _utf8(record.title or ""),
             record.bytes,
@@ -641,10 +642,13 @@ class RedisCheckpointPlans:
         )
         if reply == -1 and fence is not None:
             yield from self._refused_by_fence(target.thread_id, fence)
+        if reply == 4:  # its parent is gone (expired): nothing of it was written
+            return False
         if reply == 0:  # refused: the thread was deleted while this run went on
             yield from self.threads.refused(target.thread_id, record)
         elif reply == 2:  # not idle after all: the sets of its status, as its record says
             yield from self.threads.adopt(target.thread_id)
+        return True
 
     def put_writes(
         self, target: Target, writes: list[EncodedWrite], fence: Claim | None = None

@@ -80,7 +80,8 @@ MAX_PARAMS = 999  # bound parameters per statement before SQLite 3.32
 
 # A write's first read (it opens the write transaction): its thread's row, or NULLs. A
 # put reads in the same statement whether its checkpoint is known, its parent's delta
-# seeds and whether interrupt or error writes of it came first (see ``put``).
+# seeds, whether interrupt or error writes of it came first (see ``put``) and whether
+# its parent is stored.
 ADMIT = """SELECT t.thread_key IS NOT NULL, t.expires_at, t.live_after, t.thread_id IS NOT NULL,
     t.refused{} FROM (SELECT 1) LEFT JOIN lgmp_threads t ON t.thread_key = :tk"""
 ADMIT_WRITES = ADMIT.format("")
@@ -90,7 +91,9 @@ ADMIT_PUT = ADMIT.format(
         AND checkpoint_id = :id),
     (SELECT delta_seeds FROM lgmp_checkpoints WHERE thread_key = :tk AND checkpoint_ns = :ns
         AND checkpoint_id = :parent),
-    {PENDING}"""
+    {PENDING},
+    EXISTS (SELECT 1 FROM lgmp_checkpoints WHERE thread_key = :tk AND checkpoint_ns = :ns
+        AND checkpoint_id = :parent)"""
 )
 
 # Pending writes in: a rewrite of a special write (negative idx) replaces it, others stay.
@@ -733,7 +736,7 @@ class SqliteCheckpointPlans:
         encoded: EncodedCheckpoint,
         record: RecordInput,
         fence: Claim | None = None,
-    ) -> Plan[Query, None]:
+    ) -> Plan[Query, bool]:
         tk, ns = target.thread_key, target.checkpoint_ns
         _no_nul(ns, "checkpoint_ns")
         if any("\x00" in channel for channel in encoded.channel_versions):
@@ -752,8 +755,16 @@ class SqliteCheckpointPlans:
             target, now, encoded.checkpoint_id, lambda _: encoded.parent_id, first[0]
         )
         if expired is None:
-            return
-        known, parent_seeds, pending = first[0][5:]
+            return True
+        known, parent_seeds, pending, parent_found = first[0][5:]
+        if encoded.refers and not parent_found:
+            # Its parent is gone (a write that revived the expired thread purged it,
+            # with rows this checkpoint names): nothing of it is written. What expired
+            # goes all the same.
+            if expired:
+                yield from self._purge_expired(tk, ns, encoded.checkpoint_id)
+                yield from self.threads.revived(tk, record)
+            return False
         yield from _insert_rows(
             "INSERT INTO lgmp_blobs (thread_key, checkpoint_ns, channel, version, type, blob)",
             """ON CONFLICT (thread_key, checkpoint_ns, channel, version) DO UPDATE SET
@@ -831,6 +842,7 @@ class SqliteCheckpointPlans:
         if self.settings.keep_last is not None:
             yield from self._trim(tk, ns, self.settings.keep_last)
             yield from self.threads.refresh([tk])
+        return True
 
     def put_writes(
         self, target: Target, writes: list[EncodedWrite], fence: Claim | None = None
