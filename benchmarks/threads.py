@@ -360,8 +360,8 @@ def _redis_off_scripts() -> dict[str, str]:
 
     cuts = {
         "put": [
-            "rec_put(thread_id, ns, cid, ARGV[9], ARGV[10], tonumber(ARGV[11]), ARGV[12], "
-            "ARGV[14])",
+            "rec_put(thread_id, ns, cid, ARGV[10], ARGV[11], tonumber(ARGV[12]), ARGV[13], "
+            "ARGV[15])",
             "if ns == '' and redis.call('HGET', K_REC, 's') ~= 'idle' then return 2 end",
         ],
         "put_writes": ["if ARGV[8] == '1' then rec_writes(thread_id, ns, cid, ARGV[9]) end"],
