@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import psycopg
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import Checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.graph import START, StateGraph
@@ -23,7 +24,6 @@ from langgraph.types import interrupt
 from pg_race_support import config as _cfg
 from pg_race_support import schema as _schema
 from pg_race_support import xid as _xid
-from langgraph.channels.delta import DeltaChannel
 from typing_extensions import TypedDict
 
 from tests.graphs import extend_items
@@ -222,6 +222,7 @@ KEY = bytes(range(32))
 
 def _gated_graph(gate: threading.Event, inside: threading.Event, *, stop: bool = False) -> Any:
     """``first``, ``second`` (held by the gate), then ``third`` (an interrupt if ``stop``)."""
+
     def first(state: State) -> dict[str, Any]:
         return {"messages": [AIMessage("one", id="one")], "items": ["one"], "note": "kept " * 20}
 
@@ -542,9 +543,7 @@ def test_a_run_whose_user_was_erased_meanwhile_stores_nothing(
 
 
 @pytest.mark.parametrize("how", ["trim", "revive"])
-def test_async_a_run_whose_parent_went_reads_back_whole(
-    async_saver_factory: Any, how: str
-) -> None:
+def test_async_a_run_whose_parent_went_reads_back_whole(async_saver_factory: Any, how: str) -> None:
     """The async savers: a run paused between two steps, its parent trimmed by a second
     run (``keep_last=1``) or purged by a revival; a fresh saver reads its state."""
     import asyncio
@@ -691,3 +690,73 @@ def test_a_delta_channel_run_whose_parent_went_reads_back(saver_factory: Any) ->
         except CorruptDataError:
             return  # refused loudly: the run's state is lost, not silently shortened
     assert state.values.get("items") == ["in", "a", "b", "c", "held", "d"]
+
+
+@pytest.mark.parametrize("how", ["trim", "revive"])
+def test_a_fenced_run_whose_parent_went_reads_back_whole(saver_factory: Any, how: str) -> None:
+    """``fence=True``: the whole re-put passes the run's claim again (its first attempt
+    wrote nothing); the run ends and reads back whole."""
+    thread_id = f"fence-{how}-{uuid.uuid4().hex[:8]}"
+    cfg = {"configurable": {"thread_id": thread_id}}
+    if how == "trim":
+        options: dict[str, Any] = {"keep_last": 1}
+
+        def meanwhile() -> None:  # another run, as another process: its own saver
+            with saver_factory(keep_last=1) as other:
+                _other_run(other, cfg)
+    else:
+        options = {"ttl": {"default_ttl": TTL_S / 60}}
+
+        def meanwhile() -> None:
+            with saver_factory(ttl={"default_ttl": TTL_S / 60}) as other:
+                _revive(other, thread_id)
+
+    with saver_factory(fence=True, **options) as saver:
+        _paused_run(saver, cfg, meanwhile)
+    with saver_factory() as fresh:
+        state = _read_back(fresh, cfg)
+    assert [m.id for m in state.values["messages"]] == ["hi", "one", "two"]
+    assert state.values["items"] == ["hi", "one", "two", "three"]
+    assert state.values["note"] == "kept " * 20
+
+
+@pytest.mark.storage
+def test_pg_a_put_naming_its_parent_s_rows_stays_one_statement(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parent check costs no statement: a run's puts (unchanged channels, lists built
+    on the parent's) are one standalone statement each; a put whose parent went, two."""
+    from pg_race_support import saver_in_schema
+
+    from tests.test_attack_pgrev import _counting
+
+    seen = _counting(monkeypatch)
+    thread_id = f"one-{uuid.uuid4().hex[:8]}"
+    cfg = {"configurable": {"thread_id": thread_id}}
+    with saver_in_schema(pg_url, "lgmp_a_parent", pool_max_size=2) as (saver, _name, _other):
+        gate = threading.Event()
+        gate.set()
+        graph = _gated_graph(gate, threading.Event()).compile(checkpointer=saver)
+        graph.invoke({"messages": [HumanMessage("hi", id="hi")], "items": ["hi"]}, cfg)
+        puts = [q for q in seen if q]
+        seen.clear()
+        parent = saver.put(
+            _cfg(thread_id),
+            _ck({"a": "first", "b": "kept " * 50}, {"a": "1", "b": "1"}),
+            {"step": 0},
+            {"a": "1", "b": "1"},
+        )
+        gone = dict(parent["configurable"], checkpoint_id=str(uuid6(clock_seq=-1)))
+        seen.clear()
+        saver.put(
+            {"configurable": gone},
+            _ck({"a": "second", "b": "kept " * 50}, {"a": "2", "b": "1"}),
+            {"step": 1},
+            {"a": "2"},
+        )
+        whole = list(seen)
+        got = saver.get_tuple(_cfg(thread_id))
+    assert all(q == [True] for q in puts), puts
+    assert whole == [[True], [True]]
+    assert got is not None
+    assert got.checkpoint["channel_values"] == {"a": "second", "b": "kept " * 50}
