@@ -760,3 +760,101 @@ def test_pg_a_put_naming_its_parent_s_rows_stays_one_statement(
     assert whole == [[True], [True]]
     assert got is not None
     assert got.checkpoint["channel_values"] == {"a": "second", "b": "kept " * 50}
+
+
+@pytest.mark.parametrize("remover", ["delete_for_runs", "prune", "trim"])
+def test_a_put_on_a_checkpoint_another_run_s_removal_took_is_stored_whole(
+    saver_factory: Any, remover: str
+) -> None:
+    """A new run's first put builds on the previous run's last checkpoint, removed just
+    before by ``delete_for_runs`` of that run, a ``prune`` keeping only a newer one, or
+    a trim of a third put (``keep_last=1``): stored whole, it reads back with the
+    channel it left unchanged."""
+    thread_id = f"rm-{remover}-{uuid.uuid4().hex[:8]}"
+    big = "kept " * 50
+    options = {"keep_last": 1} if remover == "trim" else {}
+    with saver_factory(**options) as saver:
+        parent = saver.put(
+            _cfg(thread_id),
+            _ck({"a": "first", "b": big, "c": ["x" * 40] * 3}, {"a": "1", "b": "1", "c": "1"}),
+            {"step": 0, "run_id": "r1"},
+            {"a": "1", "b": "1", "c": "1"},
+        )
+        if remover == "delete_for_runs":
+            saver.delete_for_runs(["r1"])
+        else:
+            newer = dict(parent["configurable"])
+            saver.put(
+                {"configurable": newer},
+                _ck({"a": "fork", "b": "other"}, {"a": "9", "b": "9"}),
+                {"step": 1, "run_id": "r3"},
+                {"a": "9", "b": "9"},
+            )
+            if remover == "prune":
+                saver.prune([thread_id], strategy="keep_latest")
+        saver.put(
+            parent,
+            _ck(
+                {"a": "second", "b": big, "c": ["x" * 40] * 3 + ["y"]},
+                {"a": "2", "b": "1", "c": "2"},
+            ),
+            {"step": 1, "run_id": "r2"},
+            {"a": "2", "c": "2"},
+        )
+    with saver_factory() as fresh:
+        got = fresh.get_tuple(_cfg(thread_id))
+        for _ in fresh.list(_cfg(thread_id)):
+            pass
+    assert got is not None
+    assert got.checkpoint["channel_values"] == {
+        "a": "second",
+        "b": big,
+        "c": ["x" * 40] * 3 + ["y"],
+    }
+
+
+@pytest.mark.parametrize("how", ["revive", "sweep"])
+def test_a_subgraph_whose_parent_went_mid_run_reads_back(saver_factory: Any, how: str) -> None:
+    """The gated steps inside a subgraph (``checkpoint_ns`` not empty): the subgraph's
+    next put after the revival or sweep is stored whole in its namespace; the run ends
+    and a fresh saver reads the thread, every namespace's history included."""
+    thread_id = f"sub-{how}-{uuid.uuid4().hex[:8]}"
+    cfg = {"configurable": {"thread_id": thread_id}}
+    gate, inside = threading.Event(), threading.Event()
+
+    def outer() -> Any:
+        b = StateGraph(State)
+        b.add_node("sub", _gated_graph(gate, inside).compile())
+        b.add_edge(START, "sub")
+        return b
+
+    def remove() -> None:
+        if how == "revive":
+            _revive(saver, thread_id)
+        else:
+            time.sleep(TTL_S + 0.2)
+            saver.sweep_expired()
+
+    out: list[Any] = []
+    with saver_factory(ttl={"default_ttl": TTL_S / 60}) as saver:
+        graph = outer().compile(checkpointer=saver)
+        run = threading.Thread(
+            target=lambda: out.append(
+                graph.invoke({"messages": [HumanMessage("hi", id="hi")], "items": ["hi"]}, cfg)
+            ),
+            daemon=True,
+        )
+        run.start()
+        assert inside.wait(10)
+        remove()
+        gate.set()
+        run.join(20)
+    assert out, "the run failed"
+    with saver_factory(ttl={"default_ttl": 60}) as fresh:
+        graph = outer().compile(checkpointer=fresh)
+        state = graph.get_state(cfg, subgraphs=True)
+        for tup in fresh.list({"configurable": {"thread_id": thread_id}}):
+            fresh.get_tuple(tup.config)
+    assert [m.id for m in state.values["messages"]] == ["hi", "one", "two"]
+    assert state.values["items"] == out[0]["items"]
+    assert state.values["note"] == "kept " * 20
