@@ -858,3 +858,65 @@ def test_a_subgraph_whose_parent_went_mid_run_reads_back(saver_factory: Any, how
     assert [m.id for m in state.values["messages"]] == ["hi", "one", "two"]
     assert state.values["items"] == out[0]["items"]
     assert state.values["note"] == "kept " * 20
+
+
+@pytest.mark.parametrize("how", ["revive", "trim"])
+def test_an_encrypted_whole_re_put_leaves_nothing_readable_at_rest(
+    saver_factory: Any, storage: Any, how: str
+) -> None:
+    """Encryption on: a run whose parent went (a revival, a second run's trim) stores
+    its checkpoint whole; nothing of its messages or values is readable in the storage."""
+    import os
+
+    from langgraph_memory_plus.encryption import Encryption
+    from tests.test_erasure import dump_postgres, dump_redis, dump_sqlite, mentions
+
+    marker = f"secret-{uuid.uuid4().hex}"
+    thread_id = f"rest-{how}-{uuid.uuid4().hex[:8]}"
+    cfg = {"configurable": {"thread_id": thread_id, "user_id": "u-rest"}}
+    enc = Encryption({"k1": KEY})
+    gate, inside = threading.Event(), threading.Event()
+
+    def second(state: State) -> dict[str, Any]:
+        inside.set()
+        assert gate.wait(10)
+        return {"messages": [AIMessage(f"two {marker}", id="two")], "items": [f"2 {marker}"]}
+
+    b = StateGraph(State)
+    b.add_node("first", lambda s: {"items": [f"1 {marker}"], "note": f"{marker} " * 10})
+    b.add_node("second", second)
+    b.add_edge(START, "first")
+    b.add_edge("first", "second")
+    options: dict[str, Any] = (
+        {"keep_last": 1} if how == "trim" else {"ttl": {"default_ttl": TTL_S / 60}}
+    )
+    out: list[Any] = []
+    with saver_factory(encryption=enc, **options) as saver:
+        graph = b.compile(checkpointer=saver)
+        run = threading.Thread(
+            target=lambda: out.append(
+                graph.invoke(
+                    {"messages": [HumanMessage(f"hi {marker}", id="hi")], "items": ["hi"]}, cfg
+                )
+            ),
+            daemon=True,
+        )
+        run.start()
+        assert inside.wait(10)
+        if how == "trim":
+            _other_run(saver, cfg)
+        else:
+            _revive(saver, thread_id)
+        gate.set()
+        run.join(20)
+    assert out
+    with saver_factory(encryption=Encryption({"k1": KEY})) as fresh:
+        state = b.compile(checkpointer=fresh).get_state(cfg)
+    assert state.values["note"] == f"{marker} " * 10
+    if storage.kind == "sqlite":
+        rows = dump_sqlite(os.path.join(storage.url, "memory.db"))
+    elif storage.kind == "redis":
+        rows = dump_redis(storage.url, storage.options["key_prefix"])
+    else:
+        rows = dump_postgres(storage.url)
+    assert mentions(rows, [marker.encode()]) == []
