@@ -1373,6 +1373,11 @@ class PostgresCheckpointPlans:
             (list(run_ids),),
             fetch=True,
         )
+        # In a put's order, as prune's: the thread rows, then the index rows, then the
+        # checkpoints. A put locks its parent after the index row (``held``); deleting
+        # the parent first and refreshing the index row after waited crosswise against
+        # a put building on it (DeadlockDetected, tests/test_attack_parent.py).
+        yield from self._lock_for_removal(sorted({bytes(r[0]) for r in touched}))
         freed: Rows = yield Query(
             f"""
             WITH gone AS (
@@ -1409,6 +1414,11 @@ class PostgresCheckpointPlans:
             fetch=True,
         )
         if expired and expired[0][0]:
+            # Its index row before its checkpoints, as a put takes them (it locks its
+            # parent after the index row): deleting first and writing the index row
+            # after waited crosswise against a put that began before the expiry
+            # (DeadlockDetected, tests/test_attack_parent.py).
+            yield self.threads.lock([dst])
             for table in self._history:
                 yield Query(f"DELETE FROM {table} WHERE thread_key = %s", (dst,))
         yield Query(
@@ -1454,6 +1464,19 @@ class PostgresCheckpointPlans:
         yield self.threads.copy_transcript(src, dst)
         yield from self.threads.refresh([dst])
 
+    def _lock_for_removal(self, tks: list[bytes]) -> Plan[Query, None]:
+        """Before removing checkpoints of threads ``tks`` (sorted) that stay: their thread
+        rows (key share: a write's own lock, a deletion's waits for it), then their index
+        rows, the order of a put (its parent is locked after both)."""
+        if not tks:
+            return
+        yield Query(
+            f"SELECT 1 FROM {self._th} WHERE thread_key = ANY(%s) "
+            "ORDER BY thread_key FOR KEY SHARE",
+            (tks,),
+        )
+        yield self.threads.lock(tks)
+
     def prune(self, thread_ids: Sequence[str], keep_latest: bool) -> Plan[Query, None]:
         if not thread_ids:
             return
@@ -1464,12 +1487,7 @@ class PostgresCheckpointPlans:
             # waited crosswise against such a put (DeadlockDetected,
             # tests/test_attack_pgrev.py). Key share: a write's own lock, a deletion's
             # waits for it.
-            yield Query(
-                f"SELECT 1 FROM {self._th} WHERE thread_key = ANY(%s) "
-                "ORDER BY thread_key FOR KEY SHARE",
-                (tks,),
-            )
-            yield self.threads.lock(tks)
+            yield from self._lock_for_removal(tks)
             namespaces: Rows = yield Query(
                 f"SELECT DISTINCT thread_key, checkpoint_ns FROM {self._ck} "
                 "WHERE thread_key = ANY(%s)",
