@@ -368,20 +368,11 @@ def test_an_encrypted_whole_re_put_reads_back(saver_factory: Any) -> None:
 
 
 def test_a_run_whose_thread_was_deleted_meanwhile_is_refused_not_revived(
-    saver_factory: Any, backend: str, request: pytest.FixtureRequest
+    saver_factory: Any,
 ) -> None:
     """``delete_thread`` while the run waits (with a TTL that lapsed too): its next puts
-    are refused, nothing of the thread comes back."""
-    if backend.startswith("redis"):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="Redis DELETE writes no tombstone for a thread whose keys expired "
-                "by themselves (lua.py DELETE: held false, newest ''), so a run that "
-                "predates the deletion revives the thread; PostgreSQL and SQLite keep the "
-                "expired row and refuse it (before b32c4fb too)",
-            )
-        )
+    are refused, nothing of the thread comes back. (Redis wrote no tombstone for a thread
+    whose keys had expired by themselves: the run revived it.)"""
     thread_id = f"del-{uuid.uuid4().hex[:8]}"
     cfg = {"configurable": {"thread_id": thread_id}}
 

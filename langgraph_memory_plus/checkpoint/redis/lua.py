@@ -726,7 +726,6 @@ return out
 DELETE = r"""
 local deleted = redis.call('HMGET', K_REC, unpack(ARGV, 3))
 local newest = redis.call('HGET', K_THREAD, 'live_after') or ''
-local held = newest ~= '' or redis.call('EXISTS', K_THREAD) == 1
 for _, key in ipairs({K_IDX, K_REPLAY}) do
   for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do
     local _, c = split_member(m)
@@ -739,12 +738,12 @@ for _, f in ipairs(redis.call('ZRANGE', K_WIDX, 0, -1)) do
   if before(newest, c) then newest = c end
 end
 redis.call('DEL', unpack(KEYS))
-if held or newest ~= '' then
-  if before(newest, ARGV[2]) then newest = ARGV[2] end
-  local until_ms = now_ms() + tonumber(ARGV[1])
-  redis.call('HSET', K_THREAD, 'live_after', newest, 'until', until_ms)
-  redis.call('PEXPIREAT', K_THREAD, until_ms)
-end
+-- A tombstone even when nothing was there: keys that expired by themselves leave no
+-- trace, and a run that began before the deletion must still be refused.
+if before(newest, ARGV[2]) then newest = ARGV[2] end
+local until_ms = now_ms() + tonumber(ARGV[1])
+redis.call('HSET', K_THREAD, 'live_after', newest, 'until', until_ms)
+redis.call('PEXPIREAT', K_THREAD, until_ms)
 return deleted
 """
 
