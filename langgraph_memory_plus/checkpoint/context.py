@@ -179,13 +179,14 @@ class ContextKeysSaver(CheckpointSaverBase):
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
+        whole: bool = False,
     ) -> tuple[Plan[Any, None], RunnableConfig, Callable[[], None], Target, Claim | None]:
         keys = self.settings.index_keys
         user_key = keys[0] if keys else None
         metadata = run_metadata(config, metadata, user_key)
         config = with_context_keys(config, keys)
         plan, stored_config, stored, target, claim = super()._put_plan(
-            config, checkpoint, metadata, new_versions
+            config, checkpoint, metadata, new_versions, whole
         )
         owner = None if user_key is None else index_value(metadata.get(user_key))
         if owner is None:

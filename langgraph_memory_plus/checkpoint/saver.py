@@ -35,7 +35,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..drivers.bridge import AsyncBridge, SyncBridge
-from ..drivers.plan import Plan
+from ..drivers.plan import Plan, Restart
 from ..encryption import Encryption, Location
 from ..errors import CorruptDataError, InvalidConfigError
 from ..observability import events as ev
@@ -462,9 +462,18 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
+        whole: bool = False,
     ) -> tuple[Plan[Any, None], RunnableConfig, Callable[[], None], Target, Claim | None]:
         """The put's plan, the config it returns, what to do once it is stored, and the
-        target and fence claim (taken, when it has no number yet, before the plan runs)."""
+        target and fence claim (taken, when it has no number yet, before the plan runs).
+
+        The plan raises :class:`Restart` when the checkpoint names rows of its parent's
+        and the parent is gone (a write that revived the expired thread purged it, with
+        those rows): its transaction rolls back, then the caller puts it ``whole``
+        (every channel's value, no list built on a stored one), standing alone. Not in
+        the same transaction: the first try may hold locks (PostgreSQL: the thread
+        index's row) that the whole one, taking the locked path, must take after others.
+        """
         target = read_target(config)
         claim = self._claim(config, target)
         codec = self._codec
@@ -473,42 +482,29 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         lines = []
         if self.settings.transcripts and "messages" in new_versions:
             lines = lines_of(values.get("messages"), self._recorded.known(target.thread_key))
-
-        def encode(whole: bool) -> tuple[EncodedCheckpoint, RecordInput, list[int]]:
-            encoded = codec.encode_checkpoint(
-                target, config, checkpoint, metadata, new_versions, user_id=user, whole=whole
-            )
-            sizes = (
-                [len(encoded.checkpoint[1]), len(encoded.metadata[1])]
-                + [len(b.data or b"") for b in encoded.blobs]
-                + [len(data) for _, data in encoded.items.values()]
-            )
-            record = record_input(
-                target.checkpoint_ns,
-                values,
-                encoded.metadata_json,
-                sizes,
-                self.settings.index_keys,
-                lines,
-            )
-            if self.encryption is not None:
-                record = self._sealed(record, target.thread_id, user)
-            return encoded, record, sizes
-
-        put = encode(False)
+        encoded = codec.encode_checkpoint(
+            target, config, checkpoint, metadata, new_versions, user_id=user, whole=whole
+        )
+        sizes = (
+            [len(encoded.checkpoint[1]), len(encoded.metadata[1])]
+            + [len(b.data or b"") for b in encoded.blobs]
+            + [len(data) for _, data in encoded.items.values()]
+        )
+        record = record_input(
+            target.checkpoint_ns,
+            values,
+            encoded.metadata_json,
+            sizes,
+            self.settings.index_keys,
+            lines,
+        )
+        if self.encryption is not None:
+            record = self._sealed(record, target.thread_id, user)
 
         def store() -> Plan[Any, None]:
-            nonlocal put
-            encoded, record, _ = put
-            if (yield from self._plans.put(target, encoded, record, claim)):
-                return
-            # Its parent went before it could be stored (a write that revived the
-            # expired thread purged it, and the rows this put builds on with it):
-            # stored whole, it stands alone.
-            put = encode(True)
-            encoded, record, _ = put
-            stored = yield from self._plans.put(target, encoded, record, claim)
-            assert stored, "a checkpoint that names no stored row is always stored"
+            if not (yield from self._plans.put(target, encoded, record, claim)):
+                assert encoded.refers, "a checkpoint that names no stored row is stored"
+                raise Restart
 
         plan = self._observed_event(
             store(),
@@ -516,14 +512,14 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
             lambda _: {
                 **_at(target),
                 "checkpoint_id": checkpoint["id"],
-                "bytes_written": sum(put[2]),
+                "bytes_written": sum(sizes),
                 "message_count": sum(len(v) for v in values.values() if isinstance(v, list)),
             },
         )
 
         def stored() -> None:
-            codec.commit(target, put[0])
-            self._recorded.add(target.thread_key, put[1].lines)
+            codec.commit(target, encoded)
+            self._recorded.add(target.thread_key, record.lines)
 
         return plan, target.config(checkpoint["id"]), stored, target, claim
 
@@ -847,7 +843,13 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
             config, checkpoint, metadata, new_versions
         )
         self._take(target, claim)
-        self._run(plan)
+        try:
+            self._run(plan)
+        except Restart:  # its parent went: stored whole (see _put_plan)
+            plan, saved, stored, target, claim = self._put_plan(
+                config, checkpoint, metadata, new_versions, whole=True
+            )
+            self._run(plan)
         stored()
         return saved
 
@@ -936,7 +938,13 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
             config, checkpoint, metadata, new_versions
         )
         await self._atake(target, claim)
-        await self._arun(plan)
+        try:
+            await self._arun(plan)
+        except Restart:  # its parent went: stored whole (see _put_plan)
+            plan, saved, stored, target, claim = self._put_plan(
+                config, checkpoint, metadata, new_versions, whole=True
+            )
+            await self._arun(plan)
         stored()
         return saved
 

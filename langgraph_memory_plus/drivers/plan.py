@@ -24,6 +24,12 @@ Plan = Generator[C, Any, R]
 """A generator yielding commands of type ``C`` and returning ``R``."""
 
 
+class Restart(Exception):
+    """Raised by a plan to undo what it did (the driver rolls its transaction back, as
+    for any exception) so that its caller runs another plan instead: a put whose
+    parent went, put again whole. Not an error: listeners are not told of it."""
+
+
 def before_first_command(first: Plan[C, object], plan: Plan[C, R]) -> Plan[C, R]:
     """``plan`` with ``first`` run just before its first command: after ``plan`` checked
     its arguments (a bad config stays the error it is), in the same run and transaction.

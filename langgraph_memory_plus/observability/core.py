@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from time import perf_counter
 from typing import Any, Protocol, TypeVar
 
-from ..drivers.plan import Plan
+from ..drivers.plan import Plan, Restart
 from .events import MemoryEvent
 
 logger = logging.getLogger("langgraph_memory_plus.observability")
@@ -129,6 +129,8 @@ class Observable:
         start = perf_counter()
         try:
             result = yield from plan
+        except Restart:  # not an error: the caller runs another plan (see there)
+            raise
         except Exception as exc:
             self._emit(events_of(None, perf_counter() - start, exc))
             raise
