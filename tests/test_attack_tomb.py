@@ -287,3 +287,135 @@ def test_redis_two_savers_deleting_and_writing_one_id(saver_factory: Any, space:
         assert got is not None and got.config == c2
         assert got.checkpoint["channel_values"] == {"a": "y"}
         assert a.threads.get(tid) is not None
+
+
+# -- PostgreSQL: removers beside puts on shared thread ids (ms TTL, keep_last=2) -------------
+
+
+def _pg_mix(pg_url: str, kinds: list[str], seconds: float, seed: int) -> dict[str, Any]:
+    """Three runners (a run id spanning two of three shared thread ids; puts building on
+    the latest checkpoint, naming only the changed channel; a write per step; each put
+    read back) beside two removers of ``kinds``. Returns the errors met, by kind."""
+    from datetime import datetime, timezone
+
+    import psycopg
+    from langgraph.checkpoint.base import Checkpoint
+    from langgraph.checkpoint.base.id import uuid6
+    from pg_race_support import saver_in_schema
+
+    from langgraph_memory_plus.errors import CorruptDataError
+    from langgraph_memory_plus.privacy.erasure import erase_user
+
+    def ck(n: int) -> Checkpoint:
+        return Checkpoint(
+            v=4,
+            id=str(uuid6(clock_seq=-1)),
+            ts=datetime.now(timezone.utc).isoformat(),
+            channel_values={"a": f"v{n}", "b": "kept"},
+            channel_versions={"a": str(n), "b": "1"},
+            versions_seen={},
+            updated_channels=None,
+        )
+
+    ids = [f"mix{k}-{uuid.uuid4().hex[:4]}" for k in range(3)]
+    users = ["ua", "ub"]
+    errors: dict[str, str] = {}
+    runs: list[str] = []
+    stop = time.monotonic() + seconds
+
+    def note(kind: str, exc: object) -> None:
+        errors.setdefault(kind, str(exc)[:400])
+
+    with saver_in_schema(
+        pg_url, "lgmp_a_tomb", pool_max_size=6, keep_last=2, ttl={"default_ttl": 0.015 / 60}
+    ) as (saver, _name, _other):
+
+        def runner(w: int) -> None:
+            rng = random.Random(seed * 100 + w)
+            while time.monotonic() < stop:
+                run_id = str(uuid.uuid4())
+                runs.append(run_id)
+                user = rng.choice(users)
+                for tid in rng.sample(ids, 2):
+                    try:
+                        base = {"thread_id": tid, "checkpoint_ns": "", "user_id": user}
+                        latest = saver.get_tuple({"configurable": base})
+                        parent: dict[str, Any] = {"configurable": base}
+                        n, new = 1, {"a": "1", "b": "1"}
+                        if latest is not None:
+                            cid = latest.config["configurable"]["checkpoint_id"]
+                            parent = {"configurable": {**base, "checkpoint_id": cid}}
+                            n = int(latest.checkpoint["channel_versions"].get("a", "0")) + 1
+                            new = {"a": str(n)}
+                        for _ in range(3):
+                            meta = {"step": n, "source": "loop", "run_id": run_id}
+                            c = saver.put(parent, ck(n), {**meta, "user_id": user}, new)
+                            c["configurable"]["user_id"] = user
+                            saver.put_writes(c, [("a", f"w{n}")], f"task-{n}")
+                            got = saver.get_tuple(c)
+                            values = None if got is None else got.checkpoint["channel_values"]
+                            if values is not None and values != {"a": f"v{n}", "b": "kept"}:
+                                note("lost channel", values)
+                            parent, n, new = c, n + 1, {"a": str(n + 1)}
+                    except psycopg.errors.DeadlockDetected as exc:
+                        note("deadlock: put", exc)
+                    except CorruptDataError as exc:
+                        note("corrupt", exc)
+
+        def remover(w: int) -> None:
+            rng = random.Random(seed * 100 + 50 + w)
+            while time.monotonic() < stop:
+                what = rng.choice(kinds)
+                try:
+                    if what == "runs" and runs:
+                        recent = runs[-6:]
+                        rng.shuffle(recent)
+                        saver.delete_for_runs(recent)
+                    elif what == "prune":
+                        saver.prune(rng.sample(ids, 2), strategy="keep_latest")
+                    elif what == "copy":
+                        saver.copy_thread(*rng.sample(ids, 2))
+                    elif what == "delete":
+                        saver.delete_thread(rng.choice(ids))
+                    elif what == "sweep":
+                        saver.sweep_expired()
+                    elif what == "erase":
+                        erase_user(rng.choice(users), checkpointer=saver, tombstone_hours=1e-5)
+                except psycopg.errors.DeadlockDetected as exc:
+                    note(f"deadlock: {what}", exc)
+                except CorruptDataError as exc:
+                    note(f"corrupt: {what}", exc)
+                time.sleep(rng.random() * 0.01)
+
+        workers = [threading.Thread(target=runner, args=(w,), daemon=True) for w in range(3)]
+        workers += [threading.Thread(target=remover, args=(w,), daemon=True) for w in range(2)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join(60)
+    return errors
+
+
+@pytest.mark.storage
+@pytest.mark.parametrize("seed", [11, 13])
+def test_pg_delete_for_runs_prune_and_copy_beside_puts_never_deadlock(
+    pg_url: str, seed: int
+) -> None:
+    """``delete_for_runs`` (two runs' ids spanning threads, shuffled), ``prune`` and
+    ``copy_thread`` beside puts with ``keep_last=2`` and a 15 ms TTL. The removers took
+    the thread rows key share, which lets puts in: a put whose thread's index row was
+    gone (its checkpoints all removed once) inserted it after locking its parent, and a
+    remover holding the parent's deletion waited for that row in its refresh
+    (``DeadlockDetected`` in 5 of 6 runs of 4 s before; the thread rows are now taken
+    ``FOR UPDATE``, as by a deletion). About 4 s."""
+    errors = _pg_mix(pg_url, ["runs", "prune", "copy"], 4.0, seed)
+    assert not errors, errors
+
+
+@pytest.mark.storage
+def test_pg_every_remover_beside_puts_never_deadlocks(pg_url: str) -> None:
+    """Every remover (``delete_for_runs``, ``prune``, ``copy_thread``, ``delete_thread``,
+    ``sweep_expired``, ``erase_user`` of the runs' users, whose writes take the erasure
+    hold's lock) beside the same runs. About 4 s (a guard: clean before too, mostly)."""
+    errors = _pg_mix(pg_url, ["runs", "prune", "copy", "delete", "sweep", "erase"], 4.0, 8)
+    assert not errors, errors
