@@ -1377,11 +1377,15 @@ class PostgresCheckpointPlans:
         # checkpoints. A put locks its parent after the index row (``held``); deleting
         # the parent first and refreshing the index row after waited crosswise against
         # a put building on it (DeadlockDetected, tests/test_attack_parent.py).
-        yield from self._lock_for_removal(sorted({bytes(r[0]) for r in touched}))
+        tks = sorted({bytes(r[0]) for r in touched})
+        yield from self._lock_for_removal(tks)
+        # Only in the threads locked: a checkpoint of the runs stored since the read
+        # above, in another thread, is as one stored after this call (removed without
+        # its rows held, it left that thread's index row stale and could wait crosswise).
         freed: Rows = yield Query(
             f"""
             WITH gone AS (
-                DELETE FROM {self._ck} WHERE run_id = ANY(%s)
+                DELETE FROM {self._ck} WHERE run_id = ANY(%s) AND thread_key = ANY(%s)
                 RETURNING thread_key, checkpoint_ns, checkpoint_id, channel_versions
             ), gone_writes AS (
                 DELETE FROM {self._wr} w USING gone g
@@ -1390,11 +1394,11 @@ class PostgresCheckpointPlans:
             )
             SELECT DISTINCT g.thread_key, g.checkpoint_ns, v.key, v.value
             FROM gone g CROSS JOIN LATERAL jsonb_each_text(g.channel_versions) v""",
-            (list(run_ids),),
+            (list(run_ids), tks),
             fetch=True,
         )
         yield from self._collect_blobs(freed)
-        yield from self.threads.refresh([bytes(r[0]) for r in touched])
+        yield from self.threads.refresh(tks)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> Plan[Query, None]:
         src, dst = thread_key(source_thread_id), thread_key(target_thread_id)
@@ -1466,13 +1470,21 @@ class PostgresCheckpointPlans:
 
     def _lock_for_removal(self, tks: list[bytes]) -> Plan[Query, None]:
         """Before removing checkpoints of threads ``tks`` (sorted) that stay: their thread
-        rows (key share: a write's own lock, a deletion's waits for it), then their index
-        rows, the order of a put (its parent is locked after both)."""
+        rows, then their index rows, the order of a put (its parent is locked after both).
+
+        ``FOR UPDATE``, as a deletion: no write of the threads is under way meanwhile (a
+        put holds its thread row, key share on the fast path, for its whole
+        transaction). Key share let puts in, and a put orders itself against a remover
+        by the index row only while the row exists: one whose row was gone (its
+        checkpoints all removed once) inserted it in its statement after locking its
+        parent, and the remover, holding the parent's deletion, waited for that row in
+        its refresh, or a second remover of the same thread did (``DeadlockDetected``:
+        two ``delete_for_runs``, ``delete_for_runs`` or ``prune`` beside a put with
+        ``keep_last``; tests/test_attack_tomb.py)."""
         if not tks:
             return
         yield Query(
-            f"SELECT 1 FROM {self._th} WHERE thread_key = ANY(%s) "
-            "ORDER BY thread_key FOR KEY SHARE",
+            f"SELECT 1 FROM {self._th} WHERE thread_key = ANY(%s) ORDER BY thread_key FOR UPDATE",
             (tks,),
         )
         yield self.threads.lock(tks)

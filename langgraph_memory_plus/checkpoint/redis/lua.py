@@ -184,9 +184,20 @@ local function refresh(ttl_ms)
 end
 
 -- After a change that is not a write (prune, delete_for_runs), keys it created get the
--- expiry the thread already has.
+-- expiry the thread already has. A thread left with no checkpoints and no writes (or
+-- none to begin with: a deleted thread's tombstone alone) is gone but for its tombstone,
+-- which keeps its own expiry: PERSIST here made every tombstone (one per deleted id,
+-- known or not) and the id of a thread emptied so outlive their day forever.
 local function keep_expiry()
+  if redis.call('EXISTS', K_IDX) == 0 and redis.call('EXISTS', K_WIDX) == 0 then
+    local until_ms = redis.call('HGET', K_THREAD, 'until')
+    for i = 2, N_KEYS do redis.call('DEL', KEYS[i]) end
+    redis.call('HDEL', K_THREAD, 'id')
+    if until_ms then redis.call('PEXPIREAT', K_THREAD, tonumber(until_ms)) end
+    return
+  end
   local left = redis.call('PTTL', K_IDX)
+  if left == -2 then left = redis.call('PTTL', K_WIDX) end
   if left > 0 then
     expire_all_at(now_ms() + left)
   else
