@@ -67,7 +67,9 @@ def test_a_run_on_an_expired_thread_whose_parent_went_stores_whole(
     thread_id = f"gone-{how}-{uuid.uuid4().hex[:8]}"
     cfg = {"configurable": {"thread_id": thread_id}}
     gate, inside = threading.Event(), threading.Event()
+    events: list[Any] = []
     with saver_factory(ttl={"default_ttl": TTL_S / 60}) as saver:
+        saver.add_listener(events.append)
         graph = _graph(gate, inside).compile(checkpointer=saver)
         out: list[Any] = []
         run = threading.Thread(
@@ -86,6 +88,10 @@ def test_a_run_on_an_expired_thread_whose_parent_went_stores_whole(
         gate.set()
         run.join(20)
         assert out, "the run failed"
+    # the put tried on the gone parent and put again whole is one put, not an error
+    saved = [e for e in events if type(e).__name__ == "CheckpointSaved"]
+    assert [e.error for e in saved if e.error is not None] == []
+    assert len({e.checkpoint_id for e in saved}) == len(saved)
     # read back by another saver (a restarted worker: nothing of the run in memory)
     with saver_factory(ttl={"default_ttl": 60}) as fresh:
         graph = _graph(gate, inside).compile(checkpointer=fresh)
