@@ -422,15 +422,16 @@ class PostgresThreadIndex:
             "ix_int": Jsonb(interrupts_json(raw.interrupts)),
         }
 
-    def held_cte(self, after: str) -> str:
-        """A write statement's lock on its thread's row (``held``), taken once ``after``
-        (a query) has a row, for a put to take before it locks its parent checkpoint:
-        whoever removes checkpoints holds the row first (a revival by its expiry trigger,
-        a trim by its put's ``ix``, a prune by :meth:`lock`), so the two are taken in
-        that order everywhere."""
+    @property
+    def held_cte(self) -> str:
+        """A write statement's lock on its thread's row (``held``), taken once the
+        statement's ``ok`` has a row, for a put to take before it locks its parent
+        checkpoint: whoever removes checkpoints holds the row first (a revival by its
+        expiry trigger, a trim by its put's ``ix``, a prune by :meth:`lock`), so the two
+        are taken in that order everywhere."""
         return f"""held AS (
-                SELECT 1 FROM {self._ix} WHERE thread_key = %(tk)s AND EXISTS ({after})
-                FOR NO KEY UPDATE
+                SELECT 1 FROM {self._ix}
+                WHERE thread_key = %(tk)s AND EXISTS (SELECT 1 FROM ok) FOR NO KEY UPDATE
             )"""
 
     def lock(self, tks: Sequence[bytes]) -> Query:

@@ -223,16 +223,13 @@ class PostgresCheckpointPlans:
         # after this statement's snapshot, and a lock returns the row as committed (none
         # then); removed later, the remover waits for this put and sees its checkpoint,
         # so it keeps what the checkpoint names. The thread's index row is locked first
-        # (``held``): removers hold it before they remove (see ``held_cte``). It is
-        # taken after the thread's row (``ok``) and only for a parent the snapshot has:
-        # a put that finds its parent gone, stored whole next in the same transaction,
-        # holds no row the thread's row is taken after.
-        of_parent = f"""{self._ck} p WHERE p.thread_key = %(tk)s AND p.checkpoint_ns = %(ns)s
-            AND p.checkpoint_id = %(parent)s"""
-        held = self.threads.held_cte(f"SELECT 1 FROM ok WHERE EXISTS (SELECT 1 FROM {of_parent})")
+        # (``held``): removers hold it before they remove (see ``held_cte``); both only
+        # once the thread's row is (``ok``).
         self._put_payload = f"""
-            {held}, parent AS (
-                SELECT p.delta_seeds FROM {of_parent}
+            {self.threads.held_cte}, parent AS (
+                SELECT p.delta_seeds FROM {self._ck} p
+                WHERE p.thread_key = %(tk)s AND p.checkpoint_ns = %(ns)s
+                    AND p.checkpoint_id = %(parent)s
                     AND EXISTS (SELECT 1 FROM ok) AND (SELECT count(*) FROM held) >= 0
                 FOR KEY SHARE
             ), go AS (
