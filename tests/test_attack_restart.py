@@ -157,10 +157,14 @@ def test_a_fence_taken_between_the_two_tries_refuses_the_whole_one(
             c1 = _forked(saver, _cfg(thread_id, run_id="r1"))
             c1 = {"configurable": {**c1["configurable"], "run_id": "r1"}}
         calls = _between(saver, lambda: saver.fence.acquire(thread_id, owner="B", force=True))
+        events: list[Any] = []
+        saver.add_listener(events.append)
         c, nv = _c3()
         with pytest.raises(FencedWriteError):
             saver.put(c1, c, {"step": 1}, nv)
         assert calls == [False, True]
+        saved = [e for e in events if type(e).__name__ == "CheckpointSaved"]
+        assert [type(e.error).__name__ for e in saved] == ["FencedWriteError"]
         assert _latest(saver, thread_id) == {"a": "two", "b": KEPT, "m": ["x", "y", "z"]}
         assert len(list(saver.list(_cfg(thread_id)))) == 1
 
@@ -200,11 +204,17 @@ def test_an_erasure_between_the_two_tries_drops_the_whole_one_and_its_lists(
         assert calls == [False, True]
         assert not saver._lists._by_thread.get(thread_key(thread_id))
         latest = _latest(saver, thread_id)
+        found = [r["thread_id"] for r in saver.threads.search(metadata={"user_id": user})]
+        count = saver.threads.count(metadata={"user_id": user})
+        record = saver.threads.get(thread_id)
     assert [e for e in events if type(e).__name__ == "CheckpointSaved"] == []
-    if how == "hold":
+    if how == "hold":  # the thread as it was: c2, one checkpoint, the user's
         assert latest == {"a": "two", "b": KEPT, "m": ["x", "y", "z"]}
-    else:
+        assert found == [thread_id] and count == 1
+        assert record is not None and record["size"]["checkpoints"] == 1
+    else:  # erased, and nothing of the dropped put left in the index
         assert latest is None
+        assert found == [] and count == 0 and record is None
 
 
 # -- what one logical put leaves: events, transcript, index, metrics ----------------------
@@ -218,17 +228,25 @@ def test_a_restarted_put_is_one_event_one_transcript_line_each_and_an_exact_inde
     ``CheckpointSaved`` (no error, the whole encoding's bytes), each message line is
     recorded once, the index counts the one checkpoint kept, and the metrics count three
     puts and no failure."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from prometheus_client import CollectorRegistry
 
+    from langgraph_memory_plus.observability.otel import OpenTelemetryListener
     from langgraph_memory_plus.observability.prometheus import PrometheusListener
 
     registry = CollectorRegistry()
     metrics = PrometheusListener(registry=registry, prefix="ar_")
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    otel = OpenTelemetryListener(tracer_provider=tracer_provider)
     thread_id = f"tx-{uuid.uuid4().hex[:8]}"
     hi, one = HumanMessage("hi there", id="hi"), AIMessage("one", id="one")
     two, three = AIMessage("two", id="two"), AIMessage("three", id="three")
     events: list[Any] = []
-    with saver_factory(keep_last=1, transcripts=True, listeners=[metrics]) as saver:
+    with saver_factory(keep_last=1, transcripts=True, listeners=[metrics, otel]) as saver:
         saver.add_listener(events.append)
         c1 = saver.put(
             _cfg(thread_id),
@@ -271,6 +289,11 @@ def test_a_restarted_put_is_one_event_one_transcript_line_each_and_an_exact_inde
     }
     assert counts.get("ar_checkpoint_bytes_count") == 3
     assert counts.get("ar_write_failures_total", 0) == 0
+    otel.flush()
+    put_spans = [sp for sp in spans.get_finished_spans() if "put" in sp.name.split()[0]]
+    tracer_provider.shutdown()
+    assert len(put_spans) == 3, [sp.name for sp in spans.get_finished_spans()]
+    assert all(sp.status.is_ok for sp in put_spans)
 
 
 # -- a caller's connection inside its own transaction -------------------------------------
@@ -461,3 +484,105 @@ def test_a_forked_thread_imported_into_a_keep_last_1_saver_ends_whole(
         assert len(list(target.list(_cfg(thread_id)))) == 1
     with saver_factory() as fresh:
         assert _latest(fresh, thread_id) == {"a": "three", "b": KEPT, "m": ["x", "y", "w"]}
+
+
+@pytest.mark.parametrize("backend", SERVERS)
+def test_a_put_restarted_after_a_revival_leaves_an_index_true_to_what_is_stored(
+    saver_factory: SaverFactory,
+) -> None:
+    """The TTL lapses and another saver's put revives the thread (purging the parent):
+    the run's next put restarts and is put whole. The index counts and sizes what is
+    stored (the reviving put and the whole one), keeps the title, and the transcript
+    has each message once."""
+    import time
+
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    ttl_s = 0.3
+    thread_id = f"rv-{uuid.uuid4().hex[:8]}"
+    hi, one, two = (
+        HumanMessage("hello title", id="hi"),
+        AIMessage("one", id="one"),
+        AIMessage("two", id="two"),
+    )
+    events: list[Any] = []
+    ttl = {"default_ttl": ttl_s / 60}
+    with saver_factory(ttl=ttl, transcripts=True) as saver, saver_factory(ttl=ttl) as other:
+        saver.add_listener(events.append)
+        other.add_listener(events.append)
+        c1 = saver.put(
+            _cfg(thread_id),
+            _ck({"messages": [hi, one], "b": KEPT}, {"messages": "1", "b": "1"}),
+            {"step": 0},
+            {"messages": "1", "b": "1"},
+        )
+        time.sleep(ttl_s + 0.2)
+        other.put(_cfg(thread_id), empty_checkpoint(), {"source": "input", "step": -1}, {})
+        calls = _between(saver)
+        saver.put(
+            c1,
+            _ck({"messages": [hi, one, two], "b": KEPT}, {"messages": "2", "b": "1"}),
+            {"step": 1},
+            {"messages": "2"},
+        )
+        assert calls == [False, True]
+        record = saver.threads.get(thread_id)
+        stored = list(saver.list(_cfg(thread_id)))
+        lines = saver.threads.transcript(thread_id)
+    saved = {e.checkpoint_id: e for e in events if type(e).__name__ == "CheckpointSaved"}
+    assert [e.error for e in saved.values()] == [None] * 3
+    assert record["status"] == "idle" and record["title"] == "hello title"
+    assert record["size"]["checkpoints"] == len(stored) == 2
+    assert record["size"]["bytes"] == sum(saved[t.checkpoint["id"]].bytes_written for t in stored)
+    assert [line["id"] for line in lines] == ["hi", "one", "two"]
+
+
+@pytest.mark.parametrize("backend", SERVERS)
+def test_per_tenant_keys_seal_the_whole_put_and_its_copy_with_the_user_s_key(
+    saver_factory: SaverFactory,
+) -> None:
+    """Per-tenant keys and transcripts: the restarted put is sealed whole with the
+    user's key (a fresh saver opens it, its transcript too), and so is the copy of the
+    forked thread by a ``keep_last=1`` saver; once the user's key is dropped neither
+    opens."""
+    from langgraph_memory_plus.encryption import Encryption, EncryptionError
+    from tests.test_encryption import DictKeys
+
+    keys = DictKeys()
+    thread_id, user = f"ten-{uuid.uuid4().hex[:8]}", f"u-{uuid.uuid4().hex[:8]}"
+    copy_id = f"{thread_id}-copy"
+
+    def enc() -> Encryption:
+        return Encryption({"k1": KEY}, tenant_keys=keys)
+
+    hi = HumanMessage("secret hello", id="hi")
+    with saver_factory(keep_last=1, encryption=enc(), transcripts=True) as saver:
+        c1 = _forked(saver, _cfg(thread_id, user_id=user), {"user_id": user})
+        c1 = {"configurable": {**c1["configurable"], "user_id": user}}
+        calls = _between(saver)
+        c = _ck(
+            {"a": "three", "b": KEPT, "m": ["x", "y", "w"], "messages": [hi]},
+            {"a": "3", "b": "1", "m": "3", "messages": "1"},
+        )
+        saver.put(c1, c, {"step": 1, "user_id": user}, {"a": "3", "m": "3", "messages": "1"})
+        assert calls == [False, True]
+    with saver_factory(encryption=enc()) as source:
+        # the fork on an unlimited saver, then copied by a keep_last=1 one
+        f1 = _forked(source, _cfg(copy_id + "-src", user_id=user), {"user_id": user})
+        f1 = {"configurable": {**f1["configurable"], "user_id": user}}
+        c, nv = _c3()
+        source.put(f1, c, {"step": 1, "user_id": user}, nv)
+    with saver_factory(keep_last=1, encryption=enc()) as saver:
+        saver.copy_thread(copy_id + "-src", copy_id)
+    wanted = {"a": "three", "b": KEPT, "m": ["x", "y", "w"]}
+    with saver_factory(encryption=enc(), transcripts=True) as fresh:
+        values = _latest(fresh, thread_id)
+        assert [m.id for m in values.pop("messages")] == ["hi"]
+        assert values == wanted
+        assert [line["content"] for line in fresh.threads.transcript(thread_id)] == ["secret hello"]
+        assert _latest(fresh, copy_id) == wanted
+    keys.drop(user)
+    with saver_factory(encryption=enc()) as shredded:
+        for tid in (thread_id, copy_id):
+            with pytest.raises(EncryptionError):
+                shredded.get_tuple(_cfg(tid))
