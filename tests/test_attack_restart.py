@@ -586,3 +586,42 @@ def test_per_tenant_keys_seal_the_whole_put_and_its_copy_with_the_user_s_key(
         for tid in (thread_id, copy_id):
             with pytest.raises(EncryptionError):
                 shredded.get_tuple(_cfg(tid))
+
+
+@pytest.mark.parametrize("backend", SERVERS)
+def test_the_put_after_a_restarted_one_builds_on_the_whole_encoding(
+    saver_factory: SaverFactory,
+) -> None:
+    """A long list (several pages) on a run whose put restarted: the run's next puts
+    build on what the whole put stored (the list memory keeps that, not the first
+    try's encoding on the gone parent); a fresh saver reads every step back."""
+    thread_id = f"mem-{uuid.uuid4().hex[:8]}"
+    base = [f"item {i} " * 4 for i in range(300)]
+    with saver_factory(keep_last=1) as saver:
+        cfg = _cfg(thread_id)
+        c1 = saver.put(
+            cfg,
+            _ck({"m": base, "b": KEPT}, {"m": "1", "b": "1"}),
+            {"step": 0},
+            {"m": "1", "b": "1"},
+        )
+        saver.put(
+            c1, _ck({"m": [*base, "two"], "b": KEPT}, {"m": "2", "b": "1"}), {"step": 1}, {"m": "2"}
+        )
+        calls = _between(saver)
+        m3 = [*base, "three"]
+        c3 = saver.put(c1, _ck({"m": m3, "b": KEPT}, {"m": "3", "b": "1"}), {"step": 1}, {"m": "3"})
+        assert calls == [False, True]
+        m = saver.get_tuple(c3).checkpoint["channel_values"]["m"]  # the view the run goes on with
+        c4 = saver.put(
+            c3, _ck({"m": [*m, "four"], "b": KEPT}, {"m": "4", "b": "1"}), {"step": 2}, {"m": "4"}
+        )
+        saver.put(
+            c4,
+            _ck({"m": [*m, "four", "five"], "b": KEPT}, {"m": "5", "b": "1"}),
+            {"step": 3},
+            {"m": "5"},
+        )
+        assert calls == [False, True, False, False]
+    with saver_factory() as fresh:
+        assert _latest(fresh, thread_id) == {"m": [*base, "three", "four", "five"], "b": KEPT}
