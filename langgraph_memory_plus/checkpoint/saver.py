@@ -732,7 +732,17 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
             plan, _, stored_put, _, _ = self._put_plan(
                 {"configurable": at}, t.checkpoint, t.metadata, new_versions
             )
-            yield from plan
+            try:
+                yield from plan
+            except Restart:
+                # Its parent is gone: this copy trimmed it (``keep_last``) before the
+                # checkpoint forked from it came. Put whole in the copy's transaction,
+                # which holds the target's locks already (the copy is one plan: a
+                # Restart escaping it was the error ``copy_thread`` raised).
+                plan, _, stored_put, _, _ = self._put_plan(
+                    {"configurable": at}, t.checkpoint, t.metadata, new_versions, whole=True
+                )
+                yield from plan
             stored_put()
             at = {"thread_id": target, "checkpoint_ns": ns, "checkpoint_id": cid}
             for task_id, group in itertools.groupby(t.pending_writes or (), key=lambda w: w[0]):
