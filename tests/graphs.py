@@ -14,16 +14,32 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from typing import Annotated, Any
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
 from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.base import Checkpoint
+from langgraph.checkpoint.base.id import uuid6
 from langgraph.graph import END, START, StateGraph, add_messages
 from langgraph.types import interrupt
 from typing_extensions import TypedDict
 
 # ---------------------------------------------------------------------------------------------
 # messages
+
+
+def checkpoint_of(values: dict[str, Any], versions: dict[str, Any]) -> Checkpoint:
+    """A checkpoint of ``values`` at ``versions``, with a fresh id, for direct puts."""
+    return Checkpoint(
+        v=4,
+        id=str(uuid6(clock_seq=-1)),
+        ts=datetime.now(timezone.utc).isoformat(),
+        channel_values=values,
+        channel_versions=versions,
+        versions_seen={},
+        updated_channels=None,
+    )
 
 
 def human(text: str, msg_id: str) -> HumanMessage:

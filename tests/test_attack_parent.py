@@ -9,14 +9,13 @@ import operator
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
 from typing import Annotated, Any
 
 import psycopg
 import pytest
+from graphs import checkpoint_of
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.channels.delta import DeltaChannel
-from langgraph.checkpoint.base import Checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
@@ -37,18 +36,6 @@ class State(TypedDict):
 
 class D(TypedDict, total=False):
     items: Annotated[list[Any], DeltaChannel(extend_items, snapshot_frequency=50)]
-
-
-def _ck(values: dict[str, Any], versions: dict[str, str]) -> Checkpoint:
-    return Checkpoint(
-        v=4,
-        id=str(uuid6(clock_seq=-1)),
-        ts=datetime.now(timezone.utc).isoformat(),
-        channel_values=values,
-        channel_versions=versions,
-        versions_seen={},
-        updated_channels=None,
-    )
 
 
 def _waiters_of(other: psycopg.Connection[Any], xid: int, n: int) -> None:
@@ -96,7 +83,7 @@ def test_pg_delete_for_runs_beside_a_put_on_its_run_s_last_checkpoint_never_dead
         s = f'"{schema}"'
         parent = saver.put(
             _cfg(thread_id),
-            _ck({"a": "first", "b": "kept " * 10}, {"a": "1", "b": "1"}),
+            checkpoint_of({"a": "first", "b": "kept " * 10}, {"a": "1", "b": "1"}),
             {"step": 0, "run_id": "r1"},
             {"a": "1", "b": "1"},
         )
@@ -109,7 +96,7 @@ def test_pg_delete_for_runs_beside_a_put_on_its_run_s_last_checkpoint_never_dead
             try:
                 saver.put(
                     parent,
-                    _ck({"a": "second", "b": "kept " * 10}, {"a": "2", "b": "1"}),
+                    checkpoint_of({"a": "second", "b": "kept " * 10}, {"a": "2", "b": "1"}),
                     {"step": 1, "run_id": "r2"},
                     {"a": "2"},
                 )
@@ -167,7 +154,7 @@ def test_pg_copy_thread_onto_an_expired_thread_beside_a_put_never_deadlocks(
         s = f'"{schema}"'
         parent = saver.put(
             _cfg(dst),
-            _ck({"a": "first", "b": "kept " * 10}, {"a": "1", "b": "1"}),
+            checkpoint_of({"a": "first", "b": "kept " * 10}, {"a": "1", "b": "1"}),
             {"step": 0},
             {"a": "1", "b": "1"},
         )
@@ -180,7 +167,7 @@ def test_pg_copy_thread_onto_an_expired_thread_beside_a_put_never_deadlocks(
             try:
                 saver.put(
                     parent,
-                    _ck({"a": "second", "b": "kept " * 10}, {"a": "2", "b": "1"}),
+                    checkpoint_of({"a": "second", "b": "kept " * 10}, {"a": "2", "b": "1"}),
                     {"step": 1},
                     {"a": "2"},
                 )
@@ -197,7 +184,7 @@ def test_pg_copy_thread_onto_an_expired_thread_beside_a_put_never_deadlocks(
         writer.start()
         _waiters_of(other, hold, 1)
         time.sleep(ttl_s + 0.3)  # the target expires while the put waits
-        saver.put(_cfg(src), _ck({"a": "source"}, {"a": "1"}), {"step": 0}, {"a": "1"})
+        saver.put(_cfg(src), checkpoint_of({"a": "source"}, {"a": "1"}), {"step": 0}, {"a": "1"})
         copier = threading.Thread(target=copy, daemon=True)
         copier.start()
         _waiters_of(other, hold, 2)
@@ -733,7 +720,7 @@ def test_pg_a_put_naming_its_parent_s_rows_stays_one_statement(
         seen.clear()
         parent = saver.put(
             _cfg(thread_id),
-            _ck({"a": "first", "b": "kept " * 50}, {"a": "1", "b": "1"}),
+            checkpoint_of({"a": "first", "b": "kept " * 50}, {"a": "1", "b": "1"}),
             {"step": 0},
             {"a": "1", "b": "1"},
         )
@@ -741,7 +728,7 @@ def test_pg_a_put_naming_its_parent_s_rows_stays_one_statement(
         seen.clear()
         saver.put(
             {"configurable": gone},
-            _ck({"a": "second", "b": "kept " * 50}, {"a": "2", "b": "1"}),
+            checkpoint_of({"a": "second", "b": "kept " * 50}, {"a": "2", "b": "1"}),
             {"step": 1},
             {"a": "2"},
         )
@@ -767,7 +754,9 @@ def test_a_put_on_a_checkpoint_another_run_s_removal_took_is_stored_whole(
     with saver_factory(**options) as saver:
         parent = saver.put(
             _cfg(thread_id),
-            _ck({"a": "first", "b": big, "c": ["x" * 40] * 3}, {"a": "1", "b": "1", "c": "1"}),
+            checkpoint_of(
+                {"a": "first", "b": big, "c": ["x" * 40] * 3}, {"a": "1", "b": "1", "c": "1"}
+            ),
             {"step": 0, "run_id": "r1"},
             {"a": "1", "b": "1", "c": "1"},
         )
@@ -777,7 +766,7 @@ def test_a_put_on_a_checkpoint_another_run_s_removal_took_is_stored_whole(
             newer = dict(parent["configurable"])
             saver.put(
                 {"configurable": newer},
-                _ck({"a": "fork", "b": "other"}, {"a": "9", "b": "9"}),
+                checkpoint_of({"a": "fork", "b": "other"}, {"a": "9", "b": "9"}),
                 {"step": 1, "run_id": "r3"},
                 {"a": "9", "b": "9"},
             )
@@ -785,7 +774,7 @@ def test_a_put_on_a_checkpoint_another_run_s_removal_took_is_stored_whole(
                 saver.prune([thread_id], strategy="keep_latest")
         saver.put(
             parent,
-            _ck(
+            checkpoint_of(
                 {"a": "second", "b": big, "c": ["x" * 40] * 3 + ["y"]},
                 {"a": "2", "b": "1", "c": "2"},
             ),

@@ -17,31 +17,18 @@ import io
 import sqlite3
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import Any
 
 import psycopg
 import pytest
+from graphs import checkpoint_of
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import Checkpoint
-from langgraph.checkpoint.base.id import uuid6
 
 from tests.conftest import AsyncSaverFactory, SaverFactory
 
 SERVERS = ["sqlite", "postgres", "redis"]
 KEY = bytes(range(32))
-
-
-def _ck(values: dict[str, Any], versions: dict[str, str]) -> Checkpoint:
-    return Checkpoint(
-        v=4,
-        id=str(uuid6(clock_seq=-1)),
-        ts=datetime.now(timezone.utc).isoformat(),
-        channel_values=values,
-        channel_versions=versions,
-        versions_seen={},
-        updated_channels=None,
-    )
 
 
 def _cfg(thread_id: str, **more: Any) -> dict[str, Any]:
@@ -53,11 +40,13 @@ KEPT = "kept " * 10
 
 def _c1() -> tuple[Checkpoint, dict[str, str]]:
     versions = {"a": "1", "b": "1", "m": "1"}
-    return _ck({"a": "one", "b": KEPT, "m": ["x", "y"]}, versions), versions
+    return checkpoint_of({"a": "one", "b": KEPT, "m": ["x", "y"]}, versions), versions
 
 
 def _c2() -> tuple[Checkpoint, dict[str, str]]:
-    return _ck({"a": "two", "b": KEPT, "m": ["x", "y", "z"]}, {"a": "2", "b": "1", "m": "2"}), {
+    return checkpoint_of(
+        {"a": "two", "b": KEPT, "m": ["x", "y", "z"]}, {"a": "2", "b": "1", "m": "2"}
+    ), {
         "a": "2",
         "m": "2",
     }
@@ -65,7 +54,9 @@ def _c2() -> tuple[Checkpoint, dict[str, str]]:
 
 def _c3() -> tuple[Checkpoint, dict[str, str]]:
     """Forked from ``c1``: ``b`` unchanged, so it names ``c1``'s blob of ``b``."""
-    return _ck({"a": "three", "b": KEPT, "m": ["x", "y", "w"]}, {"a": "3", "b": "1", "m": "3"}), {
+    return checkpoint_of(
+        {"a": "three", "b": KEPT, "m": ["x", "y", "w"]}, {"a": "3", "b": "1", "m": "3"}
+    ), {
         "a": "3",
         "m": "3",
     }
@@ -250,20 +241,20 @@ def test_a_restarted_put_is_one_event_one_transcript_line_each_and_an_exact_inde
         saver.add_listener(events.append)
         c1 = saver.put(
             _cfg(thread_id),
-            _ck({"messages": [hi, one], "b": KEPT}, {"messages": "1", "b": "1"}),
+            checkpoint_of({"messages": [hi, one], "b": KEPT}, {"messages": "1", "b": "1"}),
             {"step": 0},
             {"messages": "1", "b": "1"},
         )
         saver.put(
             c1,
-            _ck({"messages": [hi, one, two], "b": KEPT}, {"messages": "2", "b": "1"}),
+            checkpoint_of({"messages": [hi, one, two], "b": KEPT}, {"messages": "2", "b": "1"}),
             {"step": 1},
             {"messages": "2"},
         )
         calls = _between(saver)
         saver.put(
             c1,
-            _ck({"messages": [hi, one, three], "b": KEPT}, {"messages": "3", "b": "1"}),
+            checkpoint_of({"messages": [hi, one, three], "b": KEPT}, {"messages": "3", "b": "1"}),
             {"step": 1},
             {"messages": "3"},
         )
@@ -512,7 +503,7 @@ def test_a_put_restarted_after_a_revival_leaves_an_index_true_to_what_is_stored(
         other.add_listener(events.append)
         c1 = saver.put(
             _cfg(thread_id),
-            _ck({"messages": [hi, one], "b": KEPT}, {"messages": "1", "b": "1"}),
+            checkpoint_of({"messages": [hi, one], "b": KEPT}, {"messages": "1", "b": "1"}),
             {"step": 0},
             {"messages": "1", "b": "1"},
         )
@@ -521,7 +512,7 @@ def test_a_put_restarted_after_a_revival_leaves_an_index_true_to_what_is_stored(
         calls = _between(saver)
         saver.put(
             c1,
-            _ck({"messages": [hi, one, two], "b": KEPT}, {"messages": "2", "b": "1"}),
+            checkpoint_of({"messages": [hi, one, two], "b": KEPT}, {"messages": "2", "b": "1"}),
             {"step": 1},
             {"messages": "2"},
         )
@@ -560,7 +551,7 @@ def test_per_tenant_keys_seal_the_whole_put_and_its_copy_with_the_user_s_key(
         c1 = _forked(saver, _cfg(thread_id, user_id=user), {"user_id": user})
         c1 = {"configurable": {**c1["configurable"], "user_id": user}}
         calls = _between(saver)
-        c = _ck(
+        c = checkpoint_of(
             {"a": "three", "b": KEPT, "m": ["x", "y", "w"], "messages": [hi]},
             {"a": "3", "b": "1", "m": "3", "messages": "1"},
         )
@@ -601,24 +592,32 @@ def test_the_put_after_a_restarted_one_builds_on_the_whole_encoding(
         cfg = _cfg(thread_id)
         c1 = saver.put(
             cfg,
-            _ck({"m": base, "b": KEPT}, {"m": "1", "b": "1"}),
+            checkpoint_of({"m": base, "b": KEPT}, {"m": "1", "b": "1"}),
             {"step": 0},
             {"m": "1", "b": "1"},
         )
         saver.put(
-            c1, _ck({"m": [*base, "two"], "b": KEPT}, {"m": "2", "b": "1"}), {"step": 1}, {"m": "2"}
+            c1,
+            checkpoint_of({"m": [*base, "two"], "b": KEPT}, {"m": "2", "b": "1"}),
+            {"step": 1},
+            {"m": "2"},
         )
         calls = _between(saver)
         m3 = [*base, "three"]
-        c3 = saver.put(c1, _ck({"m": m3, "b": KEPT}, {"m": "3", "b": "1"}), {"step": 1}, {"m": "3"})
+        c3 = saver.put(
+            c1, checkpoint_of({"m": m3, "b": KEPT}, {"m": "3", "b": "1"}), {"step": 1}, {"m": "3"}
+        )
         assert calls == [False, True]
         m = saver.get_tuple(c3).checkpoint["channel_values"]["m"]  # the view the run goes on with
         c4 = saver.put(
-            c3, _ck({"m": [*m, "four"], "b": KEPT}, {"m": "4", "b": "1"}), {"step": 2}, {"m": "4"}
+            c3,
+            checkpoint_of({"m": [*m, "four"], "b": KEPT}, {"m": "4", "b": "1"}),
+            {"step": 2},
+            {"m": "4"},
         )
         saver.put(
             c4,
-            _ck({"m": [*m, "four", "five"], "b": KEPT}, {"m": "5", "b": "1"}),
+            checkpoint_of({"m": [*m, "four", "five"], "b": KEPT}, {"m": "5", "b": "1"}),
             {"step": 3},
             {"m": "5"},
         )

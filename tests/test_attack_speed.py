@@ -15,13 +15,12 @@ import asyncio
 import threading
 import time
 import weakref
-from datetime import datetime, timezone
 from typing import Any
 
 import pytest
+from graphs import checkpoint_of
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import Checkpoint
-from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
 
 pytestmark = pytest.mark.storage
@@ -30,18 +29,6 @@ pytestmark = pytest.mark.storage
 def _small(storage: Any) -> dict[str, Any]:
     """Options of a saver that takes few of the shared PostgreSQL server's connections."""
     return {"pool_max_size": 2} if storage.kind == "postgres" else {}
-
-
-def _checkpoint(values: dict[str, Any], versions: dict[str, Any]) -> Checkpoint:
-    return Checkpoint(
-        v=4,
-        id=str(uuid6(clock_seq=-1)),
-        ts=datetime.now(timezone.utc).isoformat(),
-        channel_values=values,
-        channel_versions=versions,
-        versions_seen={},
-        updated_channels=None,
-    )
 
 
 def _cfg(thread_id: str, ns: str = "") -> Any:
@@ -86,7 +73,7 @@ def test_puts_past_sqlites_parameter_limit_read_back_as_in_memory(
         for i in range(3000)
     ]
     versions = {ch: f"{1:032}.{i:016}" for i, ch in enumerate(values)}
-    checkpoint = _checkpoint(values, versions)
+    checkpoint = checkpoint_of(values, versions)
     meta: Any = {"source": "loop", "step": 1, "parents": {}}
     writes = [(f"w{i}", {"n": i, "t": "写"}) for i in range(300)]
     memory = InMemorySaver()
@@ -145,11 +132,11 @@ def test_what_a_read_returns_is_never_what_a_later_read_returns(
     versions = {"messages": "1", "dicts": "1", "state": "1"}
     meta: Any = {"source": "loop", "step": 1, "parents": {}}
     memory = InMemorySaver()
-    memory.put(_cfg(thread_id), _checkpoint(values, versions), meta, versions)
+    memory.put(_cfg(thread_id), checkpoint_of(values, versions), meta, versions)
     expected = _shown(memory.get_tuple(_cfg(thread_id)))
     with saver_factory(**_small(storage)) as saver:
         saver.delete_thread(thread_id)
-        stored = saver.put(_cfg(thread_id), _checkpoint(values, versions), meta, versions)
+        stored = saver.put(_cfg(thread_id), checkpoint_of(values, versions), meta, versions)
         by_id = {"configurable": {**stored["configurable"]}}
         # the put's own objects edited after it
         given = type("Given", (), {"checkpoint": {"channel_values": values}})
@@ -181,7 +168,7 @@ def test_the_same_put_and_writes_sent_twice_match_in_memory(
 
     meta: Any = {"source": "loop", "step": 1, "parents": {}}
     versions = {"a": 1, "b": 2}  # integer versions, as LangGraph's own savers make
-    checkpoint = _checkpoint({"a": "one", "b": "x"}, versions)
+    checkpoint = checkpoint_of({"a": "one", "b": "x"}, versions)
     with saver_factory(**_small(storage)) as saver:
         saver.delete_thread("twice")
         memory = InMemorySaver()
@@ -250,7 +237,7 @@ async def test_cancelled_calls_leave_the_pool_whole(async_saver_factory: Any, st
         for round_ in range(6):
             calls = [
                 asyncio.ensure_future(
-                    saver.aput(_cfg(f"cancel-{n}"), _checkpoint(values, versions), meta, versions)
+                    saver.aput(_cfg(f"cancel-{n}"), checkpoint_of(values, versions), meta, versions)
                     if n % 2
                     else saver.aget_tuple(_cfg(f"cancel-{n - 1}"))
                 )
@@ -262,7 +249,7 @@ async def test_cancelled_calls_leave_the_pool_whole(async_saver_factory: Any, st
             await asyncio.gather(*calls, return_exceptions=True)
         for n in range(1, 24, 2):
             stored = await asyncio.wait_for(
-                saver.aput(_cfg(f"cancel-{n}"), _checkpoint(values, versions), meta, versions),
+                saver.aput(_cfg(f"cancel-{n}"), checkpoint_of(values, versions), meta, versions),
                 timeout=10,
             )
             found = await asyncio.wait_for(saver.aget_tuple(stored), timeout=10)
@@ -327,7 +314,7 @@ def _tagged(n: int, length: int) -> tuple[Checkpoint, dict[str, Any], dict[str, 
     }
     versions = {"a": f"{n:08}", "b": f"{n:08}", "messages": f"{n:08}"}
     meta = {"source": "loop", "step": n, "parents": {}, "n": n}
-    return _checkpoint(values, versions), meta, versions
+    return checkpoint_of(values, versions), meta, versions
 
 
 def _whole(found: Any) -> None:

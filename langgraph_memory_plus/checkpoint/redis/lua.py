@@ -183,19 +183,23 @@ local function refresh(ttl_ms)
   if ttl > 0 then expire_all_at(now_ms() + ttl) end
 end
 
+-- A thread left with no checkpoints and no writes (or none to begin with: a deleted
+-- thread's tombstone alone) is gone but for its tombstone, which keeps its own expiry.
+local function cleared()
+  if redis.call('EXISTS', K_IDX) == 1 or redis.call('EXISTS', K_WIDX) == 1 then return false end
+  local until_ms = redis.call('HGET', K_THREAD, 'until')
+  for i = 2, N_KEYS do redis.call('DEL', KEYS[i]) end
+  redis.call('HDEL', K_THREAD, 'id')
+  if until_ms then redis.call('PEXPIREAT', K_THREAD, tonumber(until_ms)) end
+  return true
+end
+
 -- After a change that is not a write (prune, delete_for_runs), keys it created get the
--- expiry the thread already has. A thread left with no checkpoints and no writes (or
--- none to begin with: a deleted thread's tombstone alone) is gone but for its tombstone,
--- which keeps its own expiry: PERSIST here made every tombstone (one per deleted id,
--- known or not) and the id of a thread emptied so outlive their day forever.
+-- expiry the thread already has; an emptied thread is cleared (PERSIST here made every
+-- tombstone, one per deleted id known or not, and an emptied thread's id outlive their
+-- day forever).
 local function keep_expiry()
-  if redis.call('EXISTS', K_IDX) == 0 and redis.call('EXISTS', K_WIDX) == 0 then
-    local until_ms = redis.call('HGET', K_THREAD, 'until')
-    for i = 2, N_KEYS do redis.call('DEL', KEYS[i]) end
-    redis.call('HDEL', K_THREAD, 'id')
-    if until_ms then redis.call('PEXPIREAT', K_THREAD, tonumber(until_ms)) end
-    return
-  end
+  if cleared() then return end
   local left = redis.call('PTTL', K_IDX)
   if left == -2 then left = redis.call('PTTL', K_WIDX) end
   if left > 0 then
@@ -362,12 +366,7 @@ local function bury(member, cid)
     redis.call('HDEL', K_WRITES, f)
     redis.call('ZREM', K_WIDX, f)
   end
-  if redis.call('EXISTS', K_IDX) == 0 and redis.call('EXISTS', K_WIDX) == 0 then
-    local until_ms = redis.call('HGET', K_THREAD, 'until')
-    for i = 2, N_KEYS do redis.call('DEL', KEYS[i]) end
-    redis.call('HDEL', K_THREAD, 'id')
-    if until_ms then redis.call('PEXPIREAT', K_THREAD, tonumber(until_ms)) end
-  end
+  cleared()
 end
 
 -- Keep the newest `keep` checkpoints of a namespace. Older ones that a kept checkpoint's
