@@ -1494,8 +1494,7 @@ class PostgresCheckpointPlans:
             # In a put's order (its trim with keep_last): the thread rows, then the index
             # rows, then the checkpoints; trimming first and refreshing the index after
             # waited crosswise against such a put (DeadlockDetected,
-            # tests/test_attack_pgrev.py). Key share: a write's own lock, a deletion's
-            # waits for it.
+            # tests/test_attack_pgrev.py; the locks: see _lock_for_removal).
             yield from self._lock_for_removal(tks)
             namespaces: Rows = yield Query(
                 f"SELECT DISTINCT thread_key, checkpoint_ns FROM {self._ck} "

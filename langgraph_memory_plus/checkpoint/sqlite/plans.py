@@ -80,8 +80,8 @@ MAX_PARAMS = 999  # bound parameters per statement before SQLite 3.32
 
 # A write's first read (it opens the write transaction): its thread's row, or NULLs. A
 # put reads in the same statement whether its checkpoint is known, its parent's delta
-# seeds, whether interrupt or error writes of it came first (see ``put``) and whether
-# its parent is stored.
+# seeds ('' for none, NULL when its parent is not stored) and whether interrupt or error
+# writes of it came first (see ``put``).
 ADMIT = """SELECT t.thread_key IS NOT NULL, t.expires_at, t.live_after, t.thread_id IS NOT NULL,
     t.refused{} FROM (SELECT 1) LEFT JOIN lgmp_threads t ON t.thread_key = :tk"""
 ADMIT_WRITES = ADMIT.format("")
@@ -89,11 +89,9 @@ ADMIT_PUT = ADMIT.format(
     f""",
     EXISTS (SELECT 1 FROM lgmp_checkpoints WHERE thread_key = :tk AND checkpoint_ns = :ns
         AND checkpoint_id = :id),
-    (SELECT delta_seeds FROM lgmp_checkpoints WHERE thread_key = :tk AND checkpoint_ns = :ns
-        AND checkpoint_id = :parent),
-    {PENDING},
-    EXISTS (SELECT 1 FROM lgmp_checkpoints WHERE thread_key = :tk AND checkpoint_ns = :ns
-        AND checkpoint_id = :parent)"""
+    (SELECT coalesce(delta_seeds, '') FROM lgmp_checkpoints WHERE thread_key = :tk
+        AND checkpoint_ns = :ns AND checkpoint_id = :parent),
+    {PENDING}"""
 )
 
 # Pending writes in: a rewrite of a special write (negative idx) replaces it, others stay.
@@ -756,8 +754,8 @@ class SqliteCheckpointPlans:
         )
         if expired is None:
             return True
-        known, parent_seeds, pending, parent_found = first[0][5:]
-        if encoded.refers and not parent_found:
+        known, parent_seeds, pending = first[0][5:]
+        if encoded.refers and parent_seeds is None:
             # Its parent is gone (a write that revived the expired thread purged it,
             # with rows this checkpoint names): nothing of it is written. What expired
             # goes all the same.
