@@ -523,3 +523,129 @@ def test_a_thread_dropped_by_the_hold_is_whole_when_the_user_comes_back(target: 
     with target.open() as memory:
         again = chat_graph(lambda text: text).compile(checkpointer=memory.checkpointer)
         assert len(again.get_state(config).values["messages"]) == 31
+
+
+def _writes_then_put(
+    saver: Any, config: dict[str, Any], checkpoint: Any, text: str, task: str
+) -> tuple[Any, Any]:
+    """A put and the writes LangGraph makes on its checkpoint, as two calls (it runs them
+    side by side: the writes may land first)."""
+    on = {"configurable": {**config["configurable"], "checkpoint_id": checkpoint["id"]}}
+
+    def put() -> Any:
+        return saver.put(config, checkpoint, {"source": "input", "step": -1, "parents": {}}, {})
+
+    def writes() -> None:
+        saver.put_writes(on, [("messages", [HumanMessage(text, id=f"h-{task}")])], task)
+
+    return put, writes
+
+
+@pytest.mark.parametrize("dropped", ["put", "writes"])
+def test_writes_that_land_before_their_put_is_dropped_by_the_hold_are_erased(
+    target: Target, dropped: str
+) -> None:
+    """A new thread's first checkpoint and its writes race (LangGraph runs them side by
+    side): the writes land before the erasure begins, the erasure cannot see the thread
+    (no checkpoint, so no index record), and the hold drops the put. The writes must not
+    stay behind, nameless and unerasable (a 1-in-50 find of the two-process test above,
+    on Redis). ``dropped="writes"``: another task's writes on that checkpoint are what
+    the hold drops (the put is dropped after)."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    alice = Marked("alice")
+    with target.open() as memory:
+        saver = memory.checkpointer
+        config = {"configurable": {"thread_id": f"{alice.id}-w", "user_id": alice.id}}
+        checkpoint = empty_checkpoint()
+        put, writes = _writes_then_put(saver, config, checkpoint, alice.text("early"), "t1")
+        writes()  # lands: no hold yet
+        erase_user(alice.id, memory=memory)
+        if dropped == "writes":
+            _writes_then_put(saver, config, checkpoint, alice.text("late"), "t2")[1]()
+        put()  # dropped by the hold
+        assert saver.get_tuple(config) is None
+        assert saver.threads.sessions(alice.id) == []
+    assert mentions(target.dump(), alice.markers) == []
+
+
+@pytest.mark.parametrize("hours", [None, 1e-5])
+def test_a_thread_written_again_during_the_erasure_is_deleted_again(
+    target: Target, hours: float | None
+) -> None:
+    """With no hold (``tombstone_hours=None``) or one shorter than the erasure, a run of
+    the user still going writes a deleted thread again before the erasure's next page:
+    the index lists it again. That raised ``RuntimeError("the thread index still lists
+    threads erasure deleted")`` midway (a PostgreSQL remover beside puts, in CI, with a
+    36 ms hold); it is the user's thread, so it goes again."""
+    alice = Marked("alice")
+    with target.open() as memory:
+        saver = memory.checkpointer
+        app = chat_graph(lambda text: f"re: {text}").compile(checkpointer=saver)
+
+        def run(n: int) -> None:
+            config = {"configurable": {"thread_id": f"{alice.id}-{n}", "user_id": alice.id}}
+            app.invoke(say(alice.text(f"say{n}")), config)
+
+        for n in range(3):
+            run(n)
+        revived: list[int] = []
+
+        def progress(step: Any) -> None:
+            if step.kind == "threads" and not revived:
+                time.sleep(0.1)  # a 36 ms hold (and the tombstone) lapse
+                run(0)  # the first page's thread, written again
+                revived.append(0)
+
+        report = erase_user(
+            alice.id, memory=memory, batch_size=1, progress=progress, tombstone_hours=hours
+        )
+        assert revived and sorted(report.thread_ids) == sorted(f"{alice.id}-{n}" for n in range(3))
+        assert saver.threads.sessions(alice.id) == []
+    assert mentions(target.dump(), alice.markers) == []
+
+
+def test_a_dry_run_lists_a_thread_written_meanwhile_once(target: Target) -> None:
+    """A dry run pages by offset over threads sorted by update: one written during it
+    moves to the end and was met twice (``RuntimeError`` before); it is reported once."""
+    alice = Marked("alice")
+    with target.open() as memory:
+        app = chat_graph(lambda text: text).compile(checkpointer=memory.checkpointer)
+
+        def run(n: int) -> None:
+            config = {"configurable": {"thread_id": f"{alice.id}-{n}", "user_id": alice.id}}
+            app.invoke(say(f"say{n}"), config)
+
+        for n in range(3):
+            run(n)
+        moved: list[int] = []
+
+        def progress(step: Any) -> None:
+            if step.kind == "threads" and not moved:
+                run(0)
+                moved.append(0)
+
+        report = erase_user(alice.id, memory=memory, batch_size=1, progress=progress, dry_run=True)
+        assert sorted(report.thread_ids) == sorted(f"{alice.id}-{n}" for n in range(3))
+        assert report.counts["threads"] == 3
+        assert len(memory.checkpointer.threads.sessions(alice.id)) == 3
+
+
+def test_a_thread_that_keeps_coming_back_stops_the_erasure_with_a_clear_error(
+    target: Target,
+) -> None:
+    """A run rewriting the thread after every deletion (no hold) would keep the erasure
+    going forever: it deletes the thread four times, then says why it stops."""
+    alice = Marked("alice")
+    with target.open() as memory:
+        app = chat_graph(lambda text: text).compile(checkpointer=memory.checkpointer)
+        config = {"configurable": {"thread_id": f"{alice.id}-0", "user_id": alice.id}}
+        app.invoke(say("hi"), config)
+        with pytest.raises(RuntimeError, match="still writing them"):
+            erase_user(
+                alice.id,
+                memory=memory,
+                batch_size=1,
+                progress=lambda step: app.invoke(say("again"), config),
+                tombstone_hours=None,
+            )

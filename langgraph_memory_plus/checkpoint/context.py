@@ -194,7 +194,8 @@ class ContextKeysSaver(CheckpointSaverBase):
         refused: list[bool] = []
 
         def checked() -> Plan[Any, None]:
-            if (yield from self._plans.unless_erased(owner, plan, target.thread_id)) is False:
+            written = self._plans.unless_erased(owner, plan, target, checkpoint["id"])
+            if (yield from written) is False:
                 refused.append(True)
 
         def after() -> None:
@@ -222,7 +223,8 @@ class ContextKeysSaver(CheckpointSaverBase):
         owner = index_value(config_value(config, keys[0])) if keys else None
         if owner is None:  # no erasure hold to check: the write's plan as it is
             return plan
-        return _none(self._plans.unless_erased(owner, plan, target.thread_id))
+        assert target.checkpoint_id is not None  # a write names its checkpoint
+        return _none(self._plans.unless_erased(owner, plan, target, target.checkpoint_id))
 
 
 def _none(plan: Plan[Any, Any]) -> Plan[Any, None]:

@@ -167,11 +167,13 @@ class CheckpointPlans(Protocol):
     def delete_thread(self, thread_id: str) -> Plan[Any, None]: ...
 
     def unless_erased(
-        self, owner: str | None, write: Plan[Any, None], thread_id: str | None = None
+        self, owner: str | None, write: Plan[Any, None], target: Target, checkpoint_id: str
     ) -> Plan[Any, bool | None]:
-        """``write`` unless ``owner`` is held by an erasure; ``thread_id``: the thread it
-        writes (a backend that checks outside the write's transaction deletes it when a
-        hold appeared meanwhile)."""
+        """``write`` unless ``owner`` is held by an erasure. ``target``: the thread and
+        namespace it writes (a backend that checks outside the write's transaction deletes
+        the thread when a hold appeared meanwhile); ``checkpoint_id``: the checkpoint it
+        writes or writes for, whose writes already stored go too when it is dropped and
+        that checkpoint is not stored."""
         ...
 
     def hold_erased(self, owner: str, seconds: float) -> Plan[Any, None]: ...

@@ -18,12 +18,15 @@ thread that survives a crash still points to what is left, and repeating the cal
 finishes the job. Once the threads are gone (their tombstones refuse late writes), their
 transcripts are dropped once more: a run still going may have recorded lines in between.
 A second call reports zeros. Before all that, the saver records an erased-user hold (a
-digest of the user): until it ends (or :func:`lift_erasure`), the saver drops every
-write of the user's runs, so a run still going cannot start a new thread of theirs.
+digest of the user), renewed for every page of their threads: until it ends (or
+:func:`lift_erasure`), the saver drops every write of the user's runs, so a run still
+going cannot start a new thread of theirs. A thread written again after its deletion
+(no hold, or one that lapsed) is listed again and deleted again.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import secrets
 import time
@@ -42,6 +45,9 @@ from ..threads.core import check_user_id, index_value, user_values
 
 Namespace = tuple[str, ...]
 DEFAULT_BATCH_SIZE = 100
+MAX_LISTINGS = 3
+"""How often the erasure deletes a thread that keeps coming back before it gives up."""
+logger = logging.getLogger("langgraph_memory_plus.privacy")
 
 
 @dataclass
@@ -124,11 +130,13 @@ def anonymized(record: Mapping[str, Any], opaque: str) -> dict[str, Any]:
 @dataclass(frozen=True)
 class _Threads:
     """Up to ``limit`` of the user's threads (the user key's value ``value``), from
-    ``offset`` (oldest id first)."""
+    ``offset``: least recently updated first, or by thread id (``by_id``: an order that
+    writes meanwhile do not change, for a dry run's offsets)."""
 
     value: str | int
     offset: int
     limit: int
+    by_id: bool = False
 
 
 @dataclass(frozen=True)
@@ -295,13 +303,33 @@ def _erase(
         # in the user's threads only theirs go (a reused thread id keeps others' lines).
         assert owner is not None
         offset = 0  # deleted threads leave the index: a real run always reads page one
+        listed: dict[str, int] = {}  # how often each thread was listed
         while True:
-            page: list[Any] = yield _Threads(value, offset, batch_size)
+            if listed and saver_hold is not None and not dry_run:
+                # Renewed for every page: a hold shorter than the erasure lapses midway.
+                yield _Hold(owner, saver_hold)
+            page: list[Any] = yield _Threads(value, offset, batch_size, by_id=dry_run)
             if not page:
                 break
             ids = [r["thread_id"] for r in page]
-            if set(ids) & set(report.thread_ids):
-                raise RuntimeError("the thread index still lists threads erasure deleted")
+            again = [i for i in ids if i in listed]
+            for i in ids:
+                listed[i] = listed.get(i, 0) + 1
+            if again and not dry_run:
+                # Written after its deletion: with no hold (or one shorter than the
+                # erasure), a run of the user still going stores its thread again. It is
+                # the user's, so it goes again; a thread that keeps coming back, or an
+                # index that keeps listing what was deleted, stops the erasure.
+                if max(listed[i] for i in again) > MAX_LISTINGS:
+                    raise RuntimeError(
+                        f"thread(s) of the user listed {MAX_LISTINGS + 1} times, deleted "
+                        "each time: a run of the user is still writing them (no erasure "
+                        "hold, or tombstone_hours shorter than the erasure) or the thread "
+                        "index does not drop deleted threads"
+                    )
+                logger.warning(
+                    "deleted again %d thread(s) written since their deletion", len(again)
+                )
             counts["transcript_messages"] += yield _Index("drop_transcripts", (ids, dry_run, owner))
             for record in page:
                 if not dry_run:
@@ -313,8 +341,9 @@ def _erase(
                 counts["transcript_messages"] += yield _Index(
                     "drop_transcripts", (ids, False, owner)
                 )
-            report.thread_ids.extend(ids)
-            counts["threads"] += len(ids)
+            fresh = [i for i in ids if i not in again]
+            report.thread_ids.extend(fresh)
+            counts["threads"] += len(fresh)
             tell("threads", counts["threads"])
             if dry_run:
                 offset += len(page)
@@ -479,7 +508,7 @@ def _shred(report: ErasureReport, target: _Target, user_id: str, drop_key: bool)
 def _search_args(target: _Target, user_id: str, step: _Threads) -> Mapping[str, Any]:
     return {
         "metadata": {target.user_key: step.value},
-        "sort_by": "updated_at",
+        "sort_by": "thread_id" if step.by_id else "updated_at",
         "sort_order": "asc",
         "limit": step.limit,
         "offset": step.offset,
@@ -544,7 +573,8 @@ def erase_user(
     ``store.lift_tombstone(namespace)`` ends it earlier). For as long, the saver drops
     every checkpoint write of the user's runs, new threads included (the erased-user
     hold, placed before the threads are looked for); :func:`lift_erasure` ends both for a
-    returning user. ``None`` or ``0``: no tombstones and no hold.
+    returning user (the hold counts from the last page of the user's threads: it is
+    renewed for each). ``None`` or ``0``: no tombstones and no hold.
 
     ``drop_key``: with per-tenant keys (``Encryption(tenant_keys=...)``), also drop the
     user's key once the erasure is done (crypto-shredding: what it sealed, in backups and

@@ -324,10 +324,11 @@ class PostgresCheckpointPlans:
     # -- erased users -----------------------------------------------------------------
 
     def unless_erased(
-        self, owner: str | None, write: Plan[Query, None], thread_id: str | None = None
+        self, owner: str | None, write: Plan[Query, None], target: Target, checkpoint_id: str
     ) -> Plan[Query, bool | None]:
         """``write``, unless ``owner`` (a user key's indexed form) is held by an erasure
-        (then ``False``: nothing was written).
+        (then ``False``: nothing was written, and :meth:`drop_orphan_writes` of the
+        checkpoint the write was for, ``checkpoint_id`` in ``target``'s namespace).
 
         The write takes a shared advisory lock on the owner first and the hold takes it
         exclusively: an erasure's hold waits for the user's writes under way to commit
@@ -348,9 +349,45 @@ class PostgresCheckpointPlans:
         )
         if rows:
             logger.warning("dropped a write of a run whose user was erased")
+            yield from self.drop_orphan_writes(target, checkpoint_id)
             return False
         yield from write
         return None
+
+    def drop_orphan_writes(self, target: Target, checkpoint_id: str) -> Plan[Query, None]:
+        """Remove the pending writes stored for ``checkpoint_id`` (in ``target``'s thread
+        and namespace) unless that checkpoint is stored: the writes of a put the erasure
+        hold dropped. LangGraph runs a step's put and its writes side by side, so a new
+        thread's writes can land before the hold and its put after: the erasure cannot
+        find a thread with no checkpoint (it has no index record), and nothing else would
+        ever remove them. A thread left empty loses its id, as after a refusal.
+
+        Locks as a remover does (thread row, then index row), before the writes' rows
+        that a concurrent put_writes of the thread takes after its thread row.
+        """
+        tk = target.thread_key
+        params = {"tk": tk, "ns": target.checkpoint_ns, "id": checkpoint_id}
+        yield from self._lock_for_removal([tk])
+        gone: Rows = yield Query(
+            f"""
+            DELETE FROM {self._wr} w WHERE w.thread_key = %(tk)s AND w.checkpoint_ns = %(ns)s
+                AND w.checkpoint_id = %(id)s
+                AND NOT EXISTS (SELECT 1 FROM {self._ck} c WHERE c.thread_key = %(tk)s
+                    AND c.checkpoint_ns = %(ns)s AND c.checkpoint_id = %(id)s)
+            RETURNING 1""",
+            params,
+            fetch=True,
+        )
+        if not gone:
+            return
+        yield Query(
+            f"""UPDATE {self._th} SET thread_id = NULL, expires_at = NULL
+            WHERE thread_key = %(tk)s
+                AND NOT EXISTS (SELECT 1 FROM {self._ck} WHERE thread_key = %(tk)s)
+                AND NOT EXISTS (SELECT 1 FROM {self._wr} WHERE thread_key = %(tk)s)""",
+            params,
+        )
+        yield from self.threads.refresh([tk])
 
     def hold_erased(self, owner: str, seconds: float) -> Plan[Query, None]:
         """Refuse ``owner``'s writes for ``seconds`` (longer holds win)."""

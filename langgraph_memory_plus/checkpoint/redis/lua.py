@@ -771,6 +771,24 @@ keep_expiry()
 return 1
 """
 
+# ARGV: ns, checkpoint id. The pending writes of that checkpoint unless it is stored:
+# those of a put the erasure hold dropped (see RedisPlans.drop_orphan_writes). A thread
+# left empty is cleared. Reply: how many tasks' writes went.
+DROP_ORPHANS = r"""
+local member = ARGV[1] .. '\0' .. ARGV[2]
+if redis.call('HEXISTS', K_CK, member) == 1 then return 0 end
+local fields = write_fields(member)
+for _, f in ipairs(fields) do
+  redis.call('HDEL', K_WRITES, f)
+  redis.call('ZREM', K_WIDX, f)
+end
+if #fields > 0 then
+  rec_refresh()
+  keep_expiry()
+end
+return #fields
+"""
+
 # ARGV: run ids
 DELETE_RUNS = r"""
 local runs = {}
@@ -982,6 +1000,7 @@ SCRIPTS: dict[str, str] = {
         "delete": DELETE,
         "prune_latest": PRUNE_LATEST,
         "delete_runs": DELETE_RUNS,
+        "drop_orphans": DROP_ORPHANS,
         "thread_id": THREAD_ID,
         "resolve": RESOLVE,
         "dump": DUMP,

@@ -336,37 +336,47 @@ class RedisCheckpointPlans:
         return _utf8(f"{self.prefix}:erased:{digest}")
 
     def unless_erased(
-        self, owner: str | None, write: Plan[Command, Any], thread_id: str | None = None
+        self, owner: str | None, write: Plan[Command, Any], target: Target, checkpoint_id: str
     ) -> Plan[Command, Any]:
         """``write``, unless ``owner`` (a user key's indexed form) is held by an erasure
-        (then ``False``: nothing of it is left).
+        (then ``False``: nothing of it is left, and :meth:`drop_orphan_writes` of the
+        checkpoint the write was for, ``checkpoint_id`` in ``target``'s namespace).
 
         On Redis a thread's keys and the hold live in different hash slots, so the check
         cannot run in the write's script. It runs before the write and, when the write
-        starts a thread (``thread_id`` had no checkpoints), again after it: a new thread
-        written as an erasure began, landing after the erasure looked for the user's
-        threads, finds the hold then (erasure places it before it looks), and is deleted
-        as the erasure would have deleted it. A thread that existed before is the
+        starts a thread (``target``'s thread had no checkpoints), again after it: a new
+        thread written as an erasure began, landing after the erasure looked for the
+        user's threads, finds the hold then (erasure places it before it looks), and is
+        deleted as the erasure would have deleted it. A thread that existed before is the
         erasure's to find (and its tombstone refuses the late write).
         """
         if owner is None:
             return (yield from write)
         key = self._erased_key(owner)
-        checks: list[tuple[Any, ...]] = [("EXISTS", key)]
-        if thread_id is not None:
-            checks.append(("EXISTS", self.keys(thread_id)[KINDS.index("ck")]))
-        replies = yield Batch(checks)
-        if replies[0]:
+        keys = self.keys(target.thread_id)
+        held, started = yield Batch([("EXISTS", key), ("EXISTS", keys[KINDS.index("ck")])])
+        if held:
             logger.warning("dropped a write of a run whose user was erased")
+            yield from self.drop_orphan_writes(target, checkpoint_id)
             return False
         result = yield from write
-        if thread_id is not None and not replies[1]:
+        if not started:
             [held] = yield Batch([("EXISTS", key)])
             if held:
                 logger.warning("deleted a thread written as its user was being erased")
-                yield from self.delete_thread(thread_id)
+                yield from self.delete_thread(target.thread_id)
                 return False
         return result
+
+    def drop_orphan_writes(self, target: Target, checkpoint_id: str) -> Plan[Command, None]:
+        """Remove the pending writes stored for ``checkpoint_id`` (in ``target``'s thread
+        and namespace) unless that checkpoint is stored: the writes of a put the erasure
+        hold dropped. LangGraph runs a step's put and its writes side by side, so a new
+        thread's writes can land before the hold (and after this check's second look) and
+        its put after: the erasure cannot find a thread with no checkpoint (it has no
+        index record), and nothing else would ever remove them."""
+        args = [_utf8(target.checkpoint_ns), _utf8(checkpoint_id)]
+        yield Eval("drop_orphans", self.keys(target.thread_id), args)
 
     def hold_erased(self, owner: str, seconds: float) -> Plan[Command, None]:
         """Refuse ``owner``'s writes for ``seconds`` (longer holds win: ``PEXPIRE GT``)."""

@@ -237,10 +237,11 @@ class SqliteCheckpointPlans:
     # -- erased users -----------------------------------------------------------------
 
     def unless_erased(
-        self, owner: str | None, write: Plan[Query, None], thread_id: str | None = None
+        self, owner: str | None, write: Plan[Query, None], target: Target, checkpoint_id: str
     ) -> Plan[Query, bool | None]:
         """``write``, unless ``owner`` (a user key's indexed form) is held by an erasure
-        (then ``False``: nothing was written).
+        (then ``False``: nothing was written, and :meth:`drop_orphan_writes` of the
+        checkpoint the write was for, ``checkpoint_id`` in ``target``'s namespace).
 
         The check opens the write's transaction (``BEGIN IMMEDIATE``): an erasure's hold
         commits before or after it, never in between, so a write either sees the hold or
@@ -257,9 +258,37 @@ class SqliteCheckpointPlans:
         )
         if rows:
             logger.warning("dropped a write of a run whose user was erased")
+            yield from self.drop_orphan_writes(target, checkpoint_id)
             return False
         yield from write
         return None
+
+    def drop_orphan_writes(self, target: Target, checkpoint_id: str) -> Plan[Query, None]:
+        """Remove the pending writes stored for ``checkpoint_id`` (in ``target``'s thread
+        and namespace) unless that checkpoint is stored: the writes of a put the erasure
+        hold dropped. LangGraph runs a step's put and its writes side by side, so a new
+        thread's writes can land before the hold and its put after: the erasure cannot
+        find a thread with no checkpoint (it has no index record), and nothing else would
+        ever remove them. A thread left empty loses its id, as after a refusal."""
+        params = {"tk": target.thread_key, "ns": target.checkpoint_ns, "id": checkpoint_id}
+        gone: int = yield Query(  # the driver's reply without fetch: rows changed
+            """
+            DELETE FROM lgmp_writes AS w WHERE w.thread_key = :tk AND w.checkpoint_ns = :ns
+                AND w.checkpoint_id = :id
+                AND NOT EXISTS (SELECT 1 FROM lgmp_checkpoints c WHERE c.thread_key = :tk
+                    AND c.checkpoint_ns = :ns AND c.checkpoint_id = :id)""",
+            params,
+        )
+        if not gone:
+            return
+        yield Query(
+            """UPDATE lgmp_threads SET thread_id = NULL, expires_at = NULL
+            WHERE thread_key = :tk
+                AND NOT EXISTS (SELECT 1 FROM lgmp_checkpoints WHERE thread_key = :tk)
+                AND NOT EXISTS (SELECT 1 FROM lgmp_writes WHERE thread_key = :tk)""",
+            params,
+        )
+        yield from self.threads.refresh([target.thread_key])
 
     def hold_erased(self, owner: str, seconds: float) -> Plan[Query, None]:
         """Refuse ``owner``'s writes for ``seconds`` (longer holds win)."""
