@@ -380,14 +380,19 @@ class PostgresCheckpointPlans:
         )
         if not gone:
             return
-        yield Query(
+        yield self._nameless_if_empty(params)
+        yield from self.threads.refresh([tk])
+
+    def _nameless_if_empty(self, params: dict[str, Any]) -> Query:
+        """The thread ``params["tk"]``, left with no checkpoints and no writes, becomes
+        a tombstone again: no id, no expiry."""
+        return Query(
             f"""UPDATE {self._th} SET thread_id = NULL, expires_at = NULL
             WHERE thread_key = %(tk)s
                 AND NOT EXISTS (SELECT 1 FROM {self._ck} WHERE thread_key = %(tk)s)
                 AND NOT EXISTS (SELECT 1 FROM {self._wr} WHERE thread_key = %(tk)s)""",
             params,
         )
-        yield from self.threads.refresh([tk])
 
     def hold_erased(self, owner: str, seconds: float) -> Plan[Query, None]:
         """Refuse ``owner``'s writes for ``seconds`` (longer holds win)."""
@@ -1153,13 +1158,7 @@ class PostgresCheckpointPlans:
                     AND c.checkpoint_ns = w.checkpoint_ns AND c.checkpoint_id = w.checkpoint_id)""",
             params,
         )
-        yield Query(
-            f"""UPDATE {self._th} SET thread_id = NULL, expires_at = NULL
-            WHERE thread_key = %(tk)s
-                AND NOT EXISTS (SELECT 1 FROM {self._ck} WHERE thread_key = %(tk)s)
-                AND NOT EXISTS (SELECT 1 FROM {self._wr} WHERE thread_key = %(tk)s)""",
-            params,
-        )
+        yield self._nameless_if_empty(params)
         yield from self._collect_blobs(freed)
         if params.get("tx_id"):
             yield self.threads.refused_lines(params)

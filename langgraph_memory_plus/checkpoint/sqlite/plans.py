@@ -205,6 +205,18 @@ def _narrowing_types(value: Any) -> str | None:
     return None
 
 
+def _nameless_if_empty(tk: bytes) -> Query:
+    """The thread ``tk``, left with no checkpoints and no writes, becomes a tombstone
+    again: no id, no expiry."""
+    return Query(
+        """UPDATE lgmp_threads SET thread_id = NULL, expires_at = NULL
+        WHERE thread_key = :tk
+            AND NOT EXISTS (SELECT 1 FROM lgmp_checkpoints WHERE thread_key = :tk)
+            AND NOT EXISTS (SELECT 1 FROM lgmp_writes WHERE thread_key = :tk)""",
+        {"tk": tk},
+    )
+
+
 class SqliteCheckpointPlans:
     """SQL and decoding for one set of saver settings."""
 
@@ -281,13 +293,7 @@ class SqliteCheckpointPlans:
         )
         if not gone:
             return
-        yield Query(
-            """UPDATE lgmp_threads SET thread_id = NULL, expires_at = NULL
-            WHERE thread_key = :tk
-                AND NOT EXISTS (SELECT 1 FROM lgmp_checkpoints WHERE thread_key = :tk)
-                AND NOT EXISTS (SELECT 1 FROM lgmp_writes WHERE thread_key = :tk)""",
-            params,
-        )
+        yield _nameless_if_empty(target.thread_key)
         yield from self.threads.refresh([target.thread_key])
 
     def hold_erased(self, owner: str, seconds: float) -> Plan[Query, None]:
@@ -728,13 +734,7 @@ class SqliteCheckpointPlans:
                         AND c.checkpoint_id = w.checkpoint_id)""",
             {"tk": tk},
         )
-        yield Query(
-            """UPDATE lgmp_threads SET thread_id = NULL, expires_at = NULL
-            WHERE thread_key = :tk
-                AND NOT EXISTS (SELECT 1 FROM lgmp_checkpoints WHERE thread_key = :tk)
-                AND NOT EXISTS (SELECT 1 FROM lgmp_writes WHERE thread_key = :tk)""",
-            {"tk": tk},
-        )
+        yield _nameless_if_empty(tk)
         yield from self.threads.refresh([tk])
 
     @staticmethod
