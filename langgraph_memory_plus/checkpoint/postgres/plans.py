@@ -355,12 +355,7 @@ class PostgresCheckpointPlans:
         return None
 
     def drop_orphan_writes(self, target: Target, checkpoint_id: str) -> Plan[Query, None]:
-        """Remove the pending writes stored for ``checkpoint_id`` (in ``target``'s thread
-        and namespace) unless that checkpoint is stored: the writes of a put the erasure
-        hold dropped. LangGraph runs a step's put and its writes side by side, so a new
-        thread's writes can land before the hold and its put after: the erasure cannot
-        find a thread with no checkpoint (it has no index record), and nothing else would
-        ever remove them. A thread left empty loses its id, as after a refusal.
+        """:meth:`CheckpointPlans.drop_orphan_writes`, in the dropped write's transaction.
 
         Locks as a remover does (thread row, then index row), before the writes' rows
         that a concurrent put_writes of the thread takes after its thread row.

@@ -369,12 +369,7 @@ class RedisCheckpointPlans:
         return result
 
     def drop_orphan_writes(self, target: Target, checkpoint_id: str) -> Plan[Command, None]:
-        """Remove the pending writes stored for ``checkpoint_id`` (in ``target``'s thread
-        and namespace) unless that checkpoint is stored: the writes of a put the erasure
-        hold dropped. LangGraph runs a step's put and its writes side by side, so a new
-        thread's writes can land before the hold (and after this check's second look) and
-        its put after: the erasure cannot find a thread with no checkpoint (it has no
-        index record), and nothing else would ever remove them."""
+        """:meth:`CheckpointPlans.drop_orphan_writes`, in one script (``drop_orphans``)."""
         args = [_utf8(target.checkpoint_ns), _utf8(checkpoint_id)]
         yield Eval("drop_orphans", self.keys(target.thread_id), args)
 

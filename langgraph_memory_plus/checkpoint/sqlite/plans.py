@@ -276,12 +276,7 @@ class SqliteCheckpointPlans:
         return None
 
     def drop_orphan_writes(self, target: Target, checkpoint_id: str) -> Plan[Query, None]:
-        """Remove the pending writes stored for ``checkpoint_id`` (in ``target``'s thread
-        and namespace) unless that checkpoint is stored: the writes of a put the erasure
-        hold dropped. LangGraph runs a step's put and its writes side by side, so a new
-        thread's writes can land before the hold and its put after: the erasure cannot
-        find a thread with no checkpoint (it has no index record), and nothing else would
-        ever remove them. A thread left empty loses its id, as after a refusal."""
+        """:meth:`CheckpointPlans.drop_orphan_writes`, in the dropped write's transaction."""
         params = {"tk": target.thread_key, "ns": target.checkpoint_ns, "id": checkpoint_id}
         gone: int = yield Query(  # the driver's reply without fetch: rows changed
             """
