@@ -635,7 +635,8 @@ def test_a_thread_that_keeps_coming_back_stops_the_erasure_with_a_clear_error(
     target: Target,
 ) -> None:
     """A run rewriting the thread after every deletion (no hold) would keep the erasure
-    going forever: it deletes the thread four times, then says why it stops."""
+    going forever: it deletes the thread three times and, listed a fourth time (stored
+    again), says why it stops."""
     alice = Marked("alice")
     with target.open() as memory:
         app = chat_graph(lambda text: text).compile(checkpointer=memory.checkpointer)

@@ -176,13 +176,14 @@ class CheckpointPlans(Protocol):
         that checkpoint is not stored."""
         ...
 
-    def drop_orphan_writes(self, target: Target, checkpoint_id: str) -> Plan[Any, None]:
+    def drop_orphan_writes(self, target: Target, checkpoint_id: str, owner: str) -> Plan[Any, None]:
         """Remove the pending writes stored for ``checkpoint_id`` (in ``target``'s thread
         and namespace) unless that checkpoint is stored: the writes of a put the erasure
-        hold dropped. LangGraph runs a step's put and its writes side by side, so a new
-        thread's writes can land before the hold and its put after: the erasure cannot
-        find a thread with no checkpoint (it has no index record), and nothing else would
-        ever remove them. A thread left empty loses its id, as after a refusal."""
+        hold dropped (``owner``'s). LangGraph runs a step's put and its writes side by
+        side, so a new thread's writes can land before the hold and its put after: the
+        erasure cannot find a thread with no checkpoint (it has no index record), and
+        nothing else would ever remove them. A thread left empty loses its id, as after
+        a refusal, and its index entries."""
         ...
 
     def hold_erased(self, owner: str, seconds: float) -> Plan[Any, None]: ...

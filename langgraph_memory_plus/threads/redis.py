@@ -560,18 +560,36 @@ class RedisThreadIndex:
         return total
 
     def drop_owner_sets(self, owner: str) -> Plan[Command, None]:
-        """Erasure, once the user's threads are deleted: the user's own sets go whole.
-        What they still hold is no thread of the user's: a write in flight (its run is
+        """Erasure, once the user's threads are deleted: what the user's own sets still
+        hold that is no thread of theirs goes. That is a write in flight (its run is
         refused by the erasure's hold and deletes its thread), an entry a crashed write
         left, or a thread that moved to another user and was deleted since (its
-        deletion cleans only its last user's sets). Any of them is the erased user's
-        thread id, hidden from reads for ``IN_FLIGHT_MS`` or until a read meets it."""
+        deletion cleans only its last user's sets): each is the erased user's thread id,
+        hidden from reads for ``IN_FLIGHT_MS`` or until a read meets it. An entry whose
+        record is the user's, with that status, stays: a thread a run of the user wrote
+        after the last page, the hold having lapsed (or been lifted) meanwhile, must stay
+        findable, by ``sessions`` and by the next erasure."""
         if not self.index_keys:
             return
         key = self.index_keys[0]
         indexed = (key, owner)
-        sets = [self.set_key(key, owner), *(self.status_key(s, indexed) for s in STORED_STATUSES)]
-        yield Batch([("DEL", name) for name in sets])
+        sets: list[tuple[bytes, str | None]] = [
+            (self.set_key(key, owner), None),
+            *((self.status_key(s, indexed), s) for s in STORED_STATUSES),
+        ]
+        for name, status in sets:
+            [raw] = yield Batch([("ZRANGE", name, 0, -1)])
+            members = [m.decode("utf-8", "surrogatepass") for m in raw]
+            records = yield from self._records(members)
+            gone = [
+                _utf8(tid)
+                for tid, r in zip(members, records, strict=True)
+                if r is None
+                or index_value(r.metadata.get(key)) != owner
+                or (status is not None and r.status != status)
+            ]
+            for start in range(0, len(gone), BATCH):
+                yield Batch([("ZREM", name, *gone[start : start + BATCH])])
 
     def copy_transcript(self, source: str, target: str) -> Plan[Command, None]:
         """``copy_thread``: the source's transcript lines the target lacks (by message
@@ -815,6 +833,22 @@ class RedisThreadIndex:
         ]
         if commands:
             yield Batch(commands)
+
+    def forget_emptied(
+        self, thread_id: str, owner: str, record: StoredRecord | None
+    ) -> Plan[Command, None]:
+        """A thread left with nothing: its entries go, those its last ``record`` names
+        and those a write of ``owner``'s made without one (an interrupt in a subgraph's
+        namespace adds the thread to the sets before any record names it)."""
+        indexed = {self.index_keys[0]: owner} if self.index_keys else {}
+        keys = [
+            self.all_key,
+            *(self.set_key(k, form) for k, form in indexed.items()),
+            *(key for status in STORED_STATUSES for key in self._status_keys(status, indexed)),
+        ]
+        if record is not None:
+            keys += self._keys_of(record, every_status=True)
+        yield Batch([("ZREM", key, _utf8(thread_id)) for key in dict.fromkeys(keys)])
 
     def adopt(self, thread_id: str) -> Plan[Command, None]:
         """After a copy or refresh: the thread's entries as its record says.

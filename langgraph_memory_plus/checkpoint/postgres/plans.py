@@ -349,12 +349,14 @@ class PostgresCheckpointPlans:
         )
         if rows:
             logger.warning("dropped a write of a run whose user was erased")
-            yield from self.drop_orphan_writes(target, checkpoint_id)
+            yield from self.drop_orphan_writes(target, checkpoint_id, owner)
             return False
         yield from write
         return None
 
-    def drop_orphan_writes(self, target: Target, checkpoint_id: str) -> Plan[Query, None]:
+    def drop_orphan_writes(
+        self, target: Target, checkpoint_id: str, owner: str
+    ) -> Plan[Query, None]:
         """:meth:`CheckpointPlans.drop_orphan_writes`, in the dropped write's transaction.
 
         Locks as a remover does (thread row, then index row), before the writes' rows
@@ -375,6 +377,14 @@ class PostgresCheckpointPlans:
         )
         if not gone:
             return
+        # Emptied: a row with no tombstone goes (a nameless one would take the next
+        # put's fast path, which never sets the id); a tombstone's loses its id.
+        yield Query(
+            f"""DELETE FROM {self._th} WHERE thread_key = %(tk)s AND live_after IS NULL
+                AND NOT EXISTS (SELECT 1 FROM {self._ck} WHERE thread_key = %(tk)s)
+                AND NOT EXISTS (SELECT 1 FROM {self._wr} WHERE thread_key = %(tk)s)""",
+            params,
+        )
         yield self._nameless_if_empty(params)
         yield from self.threads.refresh([tk])
 

@@ -46,7 +46,14 @@ from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, Delta
 from ...drivers.plan import Plan
 from ...drivers.redis import Batch, Eval, Scan, glob_escape
 from ...errors import FencedWriteError, InvalidConfigError, ValueTooLargeError, decoding
-from ...threads.core import ERROR, RecordInput, ReindexBatch, checkpoint_time, writes_of_interest
+from ...threads.core import (
+    ERROR,
+    RecordInput,
+    ReindexBatch,
+    checkpoint_time,
+    index_value,
+    writes_of_interest,
+)
 from ...threads.redis import FIELDS, RedisThreadIndex, now_ms, record_of
 from .. import task_writes
 from ..codec import (
@@ -348,7 +355,11 @@ class RedisCheckpointPlans:
         thread written as an erasure began, landing after the erasure looked for the
         user's threads, finds the hold then (erasure places it before it looks), and is
         deleted as the erasure would have deleted it. A thread that existed before is the
-        erasure's to find (and its tombstone refuses the late write).
+        erasure's to find, and its tombstone refuses the late write, but for a put with
+        no parent in the root namespace, which a tombstone lets in (a fresh run's): the
+        second of two runs started together on a new thread. That put looks again too,
+        and deletes the thread if it is filed under the held user (the erasure deleted
+        it, and this put brought it back); another user's thread stays.
         """
         if owner is None:
             return (yield from write)
@@ -357,21 +368,33 @@ class RedisCheckpointPlans:
         held, started = yield Batch([("EXISTS", key), ("EXISTS", keys[KINDS.index("ck")])])
         if held:
             logger.warning("dropped a write of a run whose user was erased")
-            yield from self.drop_orphan_writes(target, checkpoint_id)
+            yield from self.drop_orphan_writes(target, checkpoint_id, owner)
             return False
         result = yield from write
-        if not started:
+        fresh = target.checkpoint_ns == "" and target.checkpoint_id is None
+        if not started or fresh:
             [held] = yield Batch([("EXISTS", key)])
-            if held:
+            if held and (not started or (yield from self._filed_under(target.thread_id, owner))):
                 logger.warning("deleted a thread written as its user was being erased")
                 yield from self.delete_thread(target.thread_id)
                 return False
         return result
 
-    def drop_orphan_writes(self, target: Target, checkpoint_id: str) -> Plan[Command, None]:
+    def _filed_under(self, thread_id: str, owner: str) -> Plan[Command, bool]:
+        """Whether the thread index files ``thread_id`` under ``owner`` (or not at all)."""
+        record = yield from self.threads.get(thread_id)
+        keys = self.threads.index_keys
+        return record is None or (bool(keys) and index_value(record.metadata.get(keys[0])) == owner)
+
+    def drop_orphan_writes(
+        self, target: Target, checkpoint_id: str, owner: str
+    ) -> Plan[Command, None]:
         """:meth:`CheckpointPlans.drop_orphan_writes`, in one script (``drop_orphans``)."""
-        args = [_utf8(target.checkpoint_ns), _utf8(checkpoint_id)]
-        yield Eval("drop_orphans", self.keys(target.thread_id), args)
+        args = [_utf8(target.checkpoint_ns), _utf8(checkpoint_id), *FIELDS]
+        emptied = yield Eval("drop_orphans", self.keys(target.thread_id), args)
+        if emptied:
+            record = record_of(emptied[0])
+            yield from self.threads.forget_emptied(target.thread_id, owner, record)
 
     def hold_erased(self, owner: str, seconds: float) -> Plan[Command, None]:
         """Refuse ``owner``'s writes for ``seconds`` (longer holds win: ``PEXPIRE GT``)."""

@@ -270,12 +270,14 @@ class SqliteCheckpointPlans:
         )
         if rows:
             logger.warning("dropped a write of a run whose user was erased")
-            yield from self.drop_orphan_writes(target, checkpoint_id)
+            yield from self.drop_orphan_writes(target, checkpoint_id, owner)
             return False
         yield from write
         return None
 
-    def drop_orphan_writes(self, target: Target, checkpoint_id: str) -> Plan[Query, None]:
+    def drop_orphan_writes(
+        self, target: Target, checkpoint_id: str, owner: str
+    ) -> Plan[Query, None]:
         """:meth:`CheckpointPlans.drop_orphan_writes`, in the dropped write's transaction."""
         params = {"tk": target.thread_key, "ns": target.checkpoint_ns, "id": checkpoint_id}
         gone: int = yield Query(  # the driver's reply without fetch: rows changed
