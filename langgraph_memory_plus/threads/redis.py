@@ -578,18 +578,20 @@ class RedisThreadIndex:
             *((self.status_key(s, indexed), s) for s in STORED_STATUSES),
         ]
         for name, status in sets:
-            [raw] = yield Batch([("ZRANGE", name, 0, -1)])
-            members = [m.decode("utf-8", "surrogatepass") for m in raw]
-            records = yield from self._records(members)
-            gone = [
-                _utf8(tid)
-                for tid, r in zip(members, records, strict=True)
-                if r is None
-                or index_value(r.metadata.get(key)) != owner
-                or (status is not None and r.status != status)
-            ]
-            for start in range(0, len(gone), BATCH):
-                yield Batch([("ZREM", name, *gone[start : start + BATCH])])
+            [raw] = yield Batch([("ZRANGE", name, 0, -1, "WITHSCORES")])
+            entries = _entries(raw)
+            records = yield from self._records([t for t, _ in entries])
+            gone: list[bytes | int] = []
+            for (tid, score), r in zip(entries, records, strict=True):
+                if (
+                    r is None
+                    or index_value(r.metadata.get(key)) != owner
+                    or (status is not None and r.status != status)
+                ):
+                    gone += [_utf8(tid), score]
+            # at the score read: a write of the user's since (the hold lapsed) moved it up
+            for start in range(0, len(gone), 2 * BATCH):
+                yield Eval("zrem_if", [name], gone[start : start + 2 * BATCH])
 
     def copy_transcript(self, source: str, target: str) -> Plan[Command, None]:
         """``copy_thread``: the source's transcript lines the target lacks (by message
@@ -834,21 +836,38 @@ class RedisThreadIndex:
         if commands:
             yield Batch(commands)
 
-    def forget_emptied(
-        self, thread_id: str, owner: str, record: StoredRecord | None
-    ) -> Plan[Command, None]:
-        """A thread left with nothing: its entries go, those its last ``record`` names
-        and those a write of ``owner``'s made without one (an interrupt in a subgraph's
-        namespace adds the thread to the sets before any record names it)."""
+    def entries(self, thread_id: str, owner: str) -> Plan[Command, list[tuple[bytes, Any]]]:
+        """The thread's entries that a change emptying it should remove, as (set, score)
+        pairs, read before the change for :meth:`forget_entries` after it: ``owner``'s
+        sets (score ``None``: whatever it is; no other user's write adds to them) and
+        those its record names, at the record's time. Those sets are shared: another
+        user's first put on the same id, landing meanwhile, moves its entries up (its
+        step 1) and keeps them. An entry with no record to date it (an interrupt in a
+        subgraph's namespace makes entries before any record) is left to the reads,
+        which take it for a write in flight for ``IN_FLIGHT_MS``, then remove it."""
+        [record] = yield from self._records([thread_id])
         indexed = {self.index_keys[0]: owner} if self.index_keys else {}
-        keys = [
-            self.all_key,
+        own = [
             *(self.set_key(k, form) for k, form in indexed.items()),
-            *(key for status in STORED_STATUSES for key in self._status_keys(status, indexed)),
+            *(self.status_key(s, item) for item in indexed.items() for s in STORED_STATUSES),
         ]
+        out: list[tuple[bytes, Any]] = [(key, None) for key in own]
         if record is not None:
-            keys += self._keys_of(record, every_status=True)
-        yield Batch([("ZREM", key, _utf8(thread_id)) for key in dict.fromkeys(keys)])
+            at = int(record.updated_at * 1000)
+            out += [(key, at) for key in self._keys_of(record, every_status=True) if key not in own]
+        return out
+
+    def forget_entries(
+        self, thread_id: str, entries: Sequence[tuple[bytes, Any]]
+    ) -> Plan[Command, None]:
+        """Remove the :meth:`entries` read before (each dated one only at its score)."""
+        member = _utf8(thread_id)
+        plain = [("ZREM", key, member) for key, score in entries if score is None]
+        if plain:
+            yield Batch(plain)
+        for key, score in entries:
+            if score is not None:
+                yield Eval("zrem_if", [key], [member, score])
 
     def adopt(self, thread_id: str) -> Plan[Command, None]:
         """After a copy or refresh: the thread's entries as its record says.

@@ -771,24 +771,23 @@ keep_expiry()
 return 1
 """
 
-# ARGV: ns, checkpoint id, then the index record's fields to return. The pending writes
+# ARGV: ns, checkpoint id. The pending writes
 # of that checkpoint unless it is stored: those of a put the erasure hold dropped (see
-# CheckpointPlans.drop_orphan_writes). A thread left empty is cleared. Reply: false, or
-# for a thread this emptied its record's fields as they were (all nil if it had none).
+# CheckpointPlans.drop_orphan_writes). A thread left empty is cleared. Reply: 1 if this
+# emptied the thread, else 0.
 DROP_ORPHANS = r"""
 local member = ARGV[1] .. '\0' .. ARGV[2]
-if redis.call('HEXISTS', K_CK, member) == 1 then return false end
+if redis.call('HEXISTS', K_CK, member) == 1 then return 0 end
 local fields = write_fields(member)
-if #fields == 0 then return false end
-local record = redis.call('HMGET', K_REC, unpack(ARGV, 3))
+if #fields == 0 then return 0 end
 for _, f in ipairs(fields) do
   redis.call('HDEL', K_WRITES, f)
   redis.call('ZREM', K_WIDX, f)
 end
 rec_refresh()
 keep_expiry()
-if redis.call('EXISTS', K_IDX) == 1 or redis.call('EXISTS', K_WIDX) == 1 then return false end
-return {record}
+if redis.call('EXISTS', K_IDX) == 1 or redis.call('EXISTS', K_WIDX) == 1 then return 0 end
+return 1
 """
 
 # ARGV: run ids

@@ -357,9 +357,9 @@ class RedisCheckpointPlans:
         deleted as the erasure would have deleted it. A thread that existed before is the
         erasure's to find, and its tombstone refuses the late write, but for a put with
         no parent in the root namespace, which a tombstone lets in (a fresh run's): the
-        second of two runs started together on a new thread. That put looks again too,
-        and deletes the thread if it is filed under the held user (the erasure deleted
-        it, and this put brought it back); another user's thread stays.
+        second of two runs started together on a new thread. That put looks again too.
+        A look that finds the hold deletes the thread only if the index files it under
+        the held user (or nowhere): another user's fresh run may have stored it since.
         """
         if owner is None:
             return (yield from write)
@@ -374,7 +374,9 @@ class RedisCheckpointPlans:
         fresh = target.checkpoint_ns == "" and target.checkpoint_id is None
         if not started or fresh:
             [held] = yield Batch([("EXISTS", key)])
-            if held and (not started or (yield from self._filed_under(target.thread_id, owner))):
+            # filed under another user: a fresh run of theirs stored it since this write
+            # (the erasure deleted this one's) and is not the erasure's to delete
+            if held and (yield from self._filed_under(target.thread_id, owner)):
                 logger.warning("deleted a thread written as its user was being erased")
                 yield from self.delete_thread(target.thread_id)
                 return False
@@ -390,11 +392,11 @@ class RedisCheckpointPlans:
         self, target: Target, checkpoint_id: str, owner: str
     ) -> Plan[Command, None]:
         """:meth:`CheckpointPlans.drop_orphan_writes`, in one script (``drop_orphans``)."""
-        args = [_utf8(target.checkpoint_ns), _utf8(checkpoint_id), *FIELDS]
+        entries = yield from self.threads.entries(target.thread_id, owner)
+        args = [_utf8(target.checkpoint_ns), _utf8(checkpoint_id)]
         emptied = yield Eval("drop_orphans", self.keys(target.thread_id), args)
-        if emptied:
-            record = record_of(emptied[0])
-            yield from self.threads.forget_emptied(target.thread_id, owner, record)
+        if emptied:  # its index entries go, as they were before: a new write keeps its own
+            yield from self.threads.forget_entries(target.thread_id, entries)
 
     def hold_erased(self, owner: str, seconds: float) -> Plan[Command, None]:
         """Refuse ``owner``'s writes for ``seconds`` (longer holds win: ``PEXPIRE GT``)."""
