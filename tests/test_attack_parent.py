@@ -321,9 +321,14 @@ def test_an_interrupt_on_the_step_after_a_whole_re_put_leaves_the_thread_interru
 
     thread_id = f"intr-{uuid.uuid4().hex[:8]}"
     cfg = {"configurable": {"thread_id": thread_id}}
-    with saver_factory(ttl={"default_ttl": TTL_S / 60}) as saver:
+    # The reader is open before the run ends and its first read moves the thread's 0.3 s
+    # expiry to a minute: the thread expiring before the resume ran the graph from its
+    # start (a CI run under load).
+    with (
+        saver_factory(ttl={"default_ttl": 60, "refresh_on_read": True}) as fresh,
+        saver_factory(ttl={"default_ttl": TTL_S / 60}) as saver,
+    ):
         _paused_run(saver, cfg, lambda: _revive(saver, thread_id), stop=True)
-    with saver_factory(ttl={"default_ttl": 60}) as fresh:
         state = _read_back(fresh, cfg, stop=True)
         assert [m.id for m in state.values["messages"]] == ["hi", "one", "two"]
         assert state.next == ("third",)
