@@ -708,6 +708,28 @@ def test_async_fan_out_runs_racing_aerase_user_leave_nothing(target: Target) -> 
     assert left == []
 
 
+def _erase_inside_the_check(saver: Any, memory: Any, alice: Marked) -> tuple[Any, list[Any]]:
+    """Wrap ``unless_erased`` so that ``erase_user(alice)`` runs right after the hold check
+    (the first command) and before the write: a check that ran just before the hold."""
+    plans = saver._plans
+    original = plans.unless_erased
+    erased: list[Any] = []
+
+    def unless_erased(owner: Any, write: Any, target_: Any, checkpoint_id: str) -> Any:
+        steps = original(owner, write, target_, checkpoint_id)
+        reply: Any = None
+        try:
+            while True:
+                command = steps.send(reply)
+                reply = yield command
+                if not erased:
+                    erased.append(erase_user(alice.id, memory=memory))
+        except StopIteration as stop:
+            return stop.value
+
+    return unless_erased, erased
+
+
 @pytest.mark.parametrize("backend", ["redis", "redis-cluster"])
 def test_a_put_checked_before_the_hold_and_landing_after_the_erasure_stores_nothing(
     target: Target,
@@ -723,28 +745,13 @@ def test_a_put_checked_before_the_hold_and_landing_after_the_erasure_stores_noth
         saver = memory.checkpointer
         tid = f"{alice.id}-double"
         saver.put(_config(tid, alice.id), empty_checkpoint(), INPUT, {})  # the first run's
-        plans = saver._plans
-        original = plans.unless_erased
-        erased: list[Any] = []
-
-        def unless_erased(owner: Any, write: Any, target_: Any, checkpoint_id: str) -> Any:
-            steps = original(owner, write, target_, checkpoint_id)
-            reply: Any = None
-            try:
-                while True:
-                    command = steps.send(reply)
-                    reply = yield command
-                    if not erased:  # the hold check has run: now the erasure
-                        erased.append(erase_user(alice.id, memory=memory))
-            except StopIteration as stop:
-                return stop.value
-
-        plans.unless_erased = unless_erased
+        wrapped, erased = _erase_inside_the_check(saver, memory, alice)
+        saver._plans.unless_erased = wrapped
         try:
             late = {**INPUT, "step": 0}
             saver.put(_config(tid, alice.id), empty_checkpoint(), late, {})  # no parent
         finally:
-            del plans.unless_erased
+            del saver._plans.unless_erased
         assert erased and erased[0].thread_ids == [tid]
         assert saver.get_tuple({"configurable": {"thread_id": tid}}) is None
     assert mentions(target.dump(), alice.markers) == []

@@ -21,7 +21,7 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.types import Interrupt
 from test_attack_erasure import Marked
-from test_attack_orphans import INPUT, _config, _on, _write
+from test_attack_orphans import INPUT, _config, _erase_inside_the_check, _on, _write
 from test_erasure import Target, mentions, target
 
 from langgraph_memory_plus import FencedWriteError
@@ -359,28 +359,6 @@ def test_a_thread_alice_writes_while_drop_owner_sets_judges_it_stays_findable(
 
 
 # -- promise 4 and the hold's window on Redis -------------------------------------------------
-
-
-def _erase_inside_the_check(saver: Any, memory: Any, alice: Marked) -> tuple[Any, list[Any]]:
-    """Wrap ``unless_erased`` so that ``erase_user(alice)`` runs right after the hold check
-    (the first command) and before the write: a check that ran just before the hold."""
-    plans = saver._plans
-    original = plans.unless_erased
-    erased: list[Any] = []
-
-    def unless_erased(owner: Any, write: Any, target_: Any, checkpoint_id: str) -> Any:
-        steps = original(owner, write, target_, checkpoint_id)
-        reply: Any = None
-        try:
-            while True:
-                command = steps.send(reply)
-                reply = yield command
-                if not erased:
-                    erased.append(erase_user(alice.id, memory=memory))
-        except StopIteration as stop:
-            return stop.value
-
-    return unless_erased, erased
 
 
 @pytest.mark.xfail(
