@@ -50,6 +50,13 @@ def _write(saver: Any, config: dict[str, Any], checkpoint: Any, text: str, task:
     )
 
 
+def _interrupt(saver: Any, config: Any, checkpoint: Any, text: str, task: str) -> None:
+    """A task's interrupt, stored as LangGraph stores it: a write on ``checkpoint``."""
+    from langgraph.types import Interrupt
+
+    saver.put_writes(_on(config, checkpoint), [("__interrupt__", [Interrupt(text, id="i1")])], task)
+
+
 # -- the orphans the drop cannot see -------------------------------------------------------
 
 
@@ -109,19 +116,13 @@ def test_interrupt_writes_before_their_put_are_erased(
                 "is left to the reads: hidden for IN_FLIGHT_MS, then removed by the next read",
             )
         )
-    from langgraph.types import Interrupt
-
     alice = Marked("alice")
     with target.open() as memory:
         saver = memory.checkpointer
         ns = "" if where == "root" else f"child:{uuid.uuid4()}"
         config = _config(f"{alice.id}-int", alice.id, ns)
         checkpoint = empty_checkpoint()
-        saver.put_writes(
-            _on(config, checkpoint),
-            [("__interrupt__", [Interrupt(value=alice.text("question"), id="i1")])],
-            "t1",
-        )
+        _interrupt(saver, config, checkpoint, alice.text("question"), "t1")
         _write(saver, config, checkpoint, alice.text("early"), "t2")
         erase_user(alice.id, memory=memory)
         saver.put(config, checkpoint, INPUT, {})

@@ -21,7 +21,7 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.types import Interrupt
 from test_attack_erasure import Marked
-from test_attack_orphans import INPUT, _config, _erase_inside_the_check, _on, _write
+from test_attack_orphans import INPUT, _config, _erase_inside_the_check, _interrupt, _on, _write
 from test_erasure import Target, mentions, target
 
 from langgraph_memory_plus import FencedWriteError
@@ -51,11 +51,7 @@ def _empty_by_a_drop(saver: Any, memory: Any, alice: Marked, tid: str) -> dict[s
     root, child = empty_checkpoint(), empty_checkpoint()
     root_cfg = _config(tid, alice.id)
     child_cfg = _config(tid, alice.id, f"child:{uuid.uuid4()}")
-    saver.put_writes(
-        _on(child_cfg, child),
-        [("__interrupt__", [Interrupt(value=alice.text("question"), id="i1")])],
-        "c1",
-    )
+    _interrupt(saver, child_cfg, child, alice.text("question"), "c1")
     _write(saver, root_cfg, root, alice.text("early"), "r1")
     erase_user(alice.id, memory=memory)
     for _ in range(2):

@@ -569,15 +569,7 @@ class RedisThreadIndex:
         record is the user's, with that status, stays: a thread a run of the user wrote
         after the last page, the hold having lapsed (or been lifted) meanwhile, must stay
         findable, by ``sessions`` and by the next erasure."""
-        if not self.index_keys:
-            return
-        key = self.index_keys[0]
-        indexed = (key, owner)
-        sets: list[tuple[bytes, str | None]] = [
-            (self.set_key(key, owner), None),
-            *((self.status_key(s, indexed), s) for s in STORED_STATUSES),
-        ]
-        for name, status in sets:
+        for name, status in self._owner_sets(owner):
             [raw] = yield Batch([("ZRANGE", name, 0, -1, "WITHSCORES")])
             entries = _entries(raw)
             records = yield from self._records([t for t, _ in entries])
@@ -585,13 +577,29 @@ class RedisThreadIndex:
             for (tid, score), r in zip(entries, records, strict=True):
                 if (
                     r is None
-                    or index_value(r.metadata.get(key)) != owner
+                    or not self.owned_by(r, owner)
                     or (status is not None and r.status != status)
                 ):
                     gone += [_utf8(tid), score]
             # at the score read: a write of the user's since (the hold lapsed) moved it up
             for start in range(0, len(gone), 2 * BATCH):
                 yield Eval("zrem_if", [name], gone[start : start + 2 * BATCH])
+
+    def _owner_sets(self, owner: str) -> list[tuple[bytes, str | None]]:
+        """The sets of ``owner``'s own threads (with no user key: none), each with the
+        status it holds (``None``: any)."""
+        if not self.index_keys:
+            return []
+        indexed = (self.index_keys[0], owner)
+        return [
+            (self.set_key(*indexed), None),
+            *((self.status_key(s, indexed), s) for s in STORED_STATUSES),
+        ]
+
+    def owned_by(self, record: StoredRecord, owner: str) -> bool:
+        """Whether ``record`` files its thread under ``owner`` (by the user key)."""
+        keys = self.index_keys
+        return bool(keys) and index_value(record.metadata.get(keys[0])) == owner
 
     def copy_transcript(self, source: str, target: str) -> Plan[Command, None]:
         """``copy_thread``: the source's transcript lines the target lacks (by message
@@ -846,11 +854,7 @@ class RedisThreadIndex:
         subgraph's namespace makes entries before any record) is left to the reads,
         which take it for a write in flight for ``IN_FLIGHT_MS``, then remove it."""
         [record] = yield from self._records([thread_id])
-        indexed = {self.index_keys[0]: owner} if self.index_keys else {}
-        own = [
-            *(self.set_key(k, form) for k, form in indexed.items()),
-            *(self.status_key(s, item) for item in indexed.items() for s in STORED_STATUSES),
-        ]
+        own = [key for key, _ in self._owner_sets(owner)]
         out: list[tuple[bytes, Any]] = [(key, None) for key in own]
         if record is not None:
             at = int(record.updated_at * 1000)

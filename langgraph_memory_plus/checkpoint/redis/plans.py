@@ -46,14 +46,7 @@ from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple, Delta
 from ...drivers.plan import Plan
 from ...drivers.redis import Batch, Eval, Scan, glob_escape
 from ...errors import FencedWriteError, InvalidConfigError, ValueTooLargeError, decoding
-from ...threads.core import (
-    ERROR,
-    RecordInput,
-    ReindexBatch,
-    checkpoint_time,
-    index_value,
-    writes_of_interest,
-)
+from ...threads.core import ERROR, RecordInput, ReindexBatch, checkpoint_time, writes_of_interest
 from ...threads.redis import FIELDS, RedisThreadIndex, now_ms, record_of
 from .. import task_writes
 from ..codec import (
@@ -385,8 +378,7 @@ class RedisCheckpointPlans:
     def _filed_under(self, thread_id: str, owner: str) -> Plan[Command, bool]:
         """Whether the thread index files ``thread_id`` under ``owner`` (or not at all)."""
         record = yield from self.threads.get(thread_id)
-        keys = self.threads.index_keys
-        return record is None or (bool(keys) and index_value(record.metadata.get(keys[0])) == owner)
+        return record is None or self.threads.owned_by(record, owner)
 
     def drop_orphan_writes(
         self, target: Target, checkpoint_id: str, owner: str
