@@ -305,7 +305,7 @@ def test_pg_fence_taken_in_a_callers_transaction_before_the_thread_row_exists(
 
         writer = threading.Thread(target=stale_write, daemon=True)
         writer.start()
-        _wait_for_lock_wait(other, "WITH cur AS%")
+        _wait_for_lock_wait(other, "WITH prior AS%")
         try:
             mine.put(
                 lease.config({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}),
@@ -353,7 +353,7 @@ def test_pg_fenced_writers_takeovers_and_deletions_at_once(pg_url: str, ttl: flo
     run = uuid.uuid4().hex[:6]
     tids = [name.format(f"{run}-{n}") for name in _IDS for n in range(2)]
     user_of = {tid: f"user-{i % 2}-{run}" for i, tid in enumerate(tids)}
-    seconds = 6.0
+    seconds = 3.5
     lock = threading.Lock()
     acquired: list[tuple[str, str, int, float]] = []  # thread, owner, token, when (done)
     deletions: list[tuple[str, float, float, str]] = []  # thread, began, ended, how

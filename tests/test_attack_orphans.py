@@ -463,7 +463,7 @@ def test_drops_beside_puts_deletions_and_erasures_of_the_same_thread(
         ]
         for w in workers:
             w.start()
-        time.sleep(4)
+        time.sleep(2)
         stop.set()
         for w in workers:
             w.join(60)

@@ -405,7 +405,7 @@ def test_pg_runs_beside_delete_for_runs_prune_and_copy_never_deadlock_nor_read_c
     other's parents) beside a fourth that removes their checkpoints: ``delete_for_runs``
     of the runs just done, ``prune`` keeping the latest, ``copy_thread`` onto them. No
     ``DeadlockDetected`` (before: the delete's crosswise order, see above), no
-    ``CorruptDataError``. About 4 s (a guard: it did not meet the deadlock before)."""
+    ``CorruptDataError``. About 2.5 s (a guard: it did not meet the deadlock before)."""
     import random
 
     from pg_race_support import saver_in_schema
@@ -418,7 +418,7 @@ def test_pg_runs_beside_delete_for_runs_prune_and_copy_never_deadlock_nor_read_c
     errors: list[BaseException] = []
     runs: list[str] = []
     done = [0]
-    stop = time.monotonic() + 4.0
+    stop = time.monotonic() + 2.5
     with saver_in_schema(pg_url, "lgmp_a_parent", pool_max_size=5, keep_last=2) as (
         saver,
         _name,

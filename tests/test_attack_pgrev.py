@@ -373,7 +373,7 @@ def test_pg_fenced_runs_with_ms_ttl_and_retention_beside_maintenance_never_deadl
     """Fenced runs (Send workers, nested subgraphs) on a few shared thread ids with a
     20 ms TTL and keep_last=2, while another caller deletes, sweeps, prunes, copies
     and erases users on the same ids: refusals only (a fence lost to a deletion, an
-    erased user's dropped write), never DeadlockDetected, never a hang. About 8 s."""
+    erased user's dropped write), never DeadlockDetected, never a hang. About 4 s."""
     from langgraph_memory_plus.errors import ConflictError
     from langgraph_memory_plus.privacy.erasure import erase_user
     from tests.test_deletion_final import build, cfg, inputs
@@ -381,7 +381,7 @@ def test_pg_fenced_runs_with_ms_ttl_and_retention_beside_maintenance_never_deadl
     ids = [f"chaos-{k}-{uuid.uuid4().hex[:6]}" for k in range(4)]
     unexpected: list[BaseException] = []
     runs, tried = [0], [0]
-    stop = time.monotonic() + 7.0
+    stop = time.monotonic() + 4.0
     with _saver_in_schema(
         pg_url, "lgmp_apgrev", pool_max_size=6, ttl={"default_ttl": 0.02 / 60}, keep_last=2
     ) as (
@@ -616,7 +616,7 @@ def test_pg_async_runs_with_ms_ttl_and_retention_beside_deletions_never_deadlock
 ) -> None:
     """The async saver's runs (Send workers, nested subgraphs; unfenced) on a few shared
     ids with a 15 ms TTL and keep_last=2, while a sync saver on the same schema deletes,
-    sweeps and prunes them: no DeadlockDetected, no hang. About 7 s. Before the fix
+    sweeps and prunes them: no DeadlockDetected, no hang. About 3.5 s. Before the fix
     of prune (thread and index rows locked before its trim), 4-6 DeadlockDetected in
     each run: prune trimmed, then waited for the index row a put with retention held
     while that put's trim waited for the rows prune had deleted."""
@@ -628,7 +628,7 @@ def test_pg_async_runs_with_ms_ttl_and_retention_beside_deletions_never_deadlock
 
     ids = [f"achaos-{k}-{uuid.uuid4().hex[:6]}" for k in range(3)]
     unexpected: list[BaseException] = []
-    stop = time.monotonic() + 6.0
+    stop = time.monotonic() + 3.5
     runs = [0]
     with _schema(pg_url, "lgmp_apgrev") as (schema, _other):
         opts: dict[str, Any] = {
@@ -688,11 +688,11 @@ def test_pg_async_runs_with_ms_ttl_and_retention_beside_deletions_never_deadlock
 def test_pg_prune_beside_puts_with_retention_never_deadlocks(pg_url: str) -> None:
     """prune (keep_latest) trims a thread's checkpoints, then refreshes its index row;
     a put with keep_last takes the index row (its statement's ix), then trims. Puts of
-    one thread in a loop beside prunes of it: no DeadlockDetected. About 4 s."""
+    one thread in a loop beside prunes of it: no DeadlockDetected. About 2.5 s."""
 
     tid = f"prune-{uuid.uuid4().hex[:8]}"
     unexpected: list[BaseException] = []
-    stop = time.monotonic() + 4.0
+    stop = time.monotonic() + 2.5
     done = [0, 0]
     with _saver_in_schema(
         pg_url, "lgmp_apgrev", pool_max_size=4, ttl={"default_ttl": 60.0}, keep_last=2

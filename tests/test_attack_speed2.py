@@ -375,7 +375,7 @@ async def test_async_redis_call_cancelled_while_its_reply_is_late_leaves_no_stal
     from langgraph_memory_plus.drivers.redis import _AsyncWire, _plain, async_client_from_url
 
     proxy, url = await _proxy(redis_url)
-    client = async_client_from_url(url, protocol=protocol, socket_timeout=1.0, pool_max_size=1)
+    client = async_client_from_url(url, protocol=protocol, socket_timeout=0.5, pool_max_size=1)
     try:
         wire = _AsyncWire(client)
         conn = await client.connection_pool.get_connection()
@@ -396,11 +396,11 @@ async def test_async_redis_call_cancelled_while_its_reply_is_late_leaves_no_stal
             assert await wire.send([("ECHO", f"next {round_}".encode())]) == [
                 f"next {round_}".encode()
             ]
-        proxy.delay = 1.5  # past the socket timeout, every retry
+        proxy.delay = 0.8  # past the socket timeout, every retry
         with pytest.raises(redis.TimeoutError):
             await wire.send([("ECHO", b"late")])
         proxy.delay = 0.0
-        await asyncio.sleep(1.6)
+        await asyncio.sleep(0.9)
         assert await wire.send([("ECHO", b"after")]) == [b"after"]
     finally:
         await client.aclose()

@@ -427,6 +427,6 @@ def test_pg_delete_for_runs_prune_and_copy_beside_puts_never_deadlock(
 def test_pg_every_remover_beside_puts_never_deadlocks(pg_url: str) -> None:
     """Every remover (``delete_for_runs``, ``prune``, ``copy_thread``, ``delete_thread``,
     ``sweep_expired``, ``erase_user`` of the runs' users, whose writes take the erasure
-    hold's lock) beside the same runs. About 4 s (a guard: clean before too, mostly)."""
-    errors = _pg_mix(pg_url, ["runs", "prune", "copy", "delete", "sweep", "erase"], 4.0, 8)
+    hold's lock) beside the same runs. About 2.5 s (a guard: clean before too, mostly)."""
+    errors = _pg_mix(pg_url, ["runs", "prune", "copy", "delete", "sweep", "erase"], 2.5, 8)
     assert not errors, errors

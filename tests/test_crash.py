@@ -230,14 +230,14 @@ def crash_rounds(
 def test_postgres_survives_killed_writers(pg_url: str, tmp_path: Path) -> None:
     schema = f"lgmp_crash_{uuid.uuid4().hex[:12]}"
     try:
-        crash_rounds((PostgresSaver, pg_url, {"schema": schema}), tmp_path, 12)
+        crash_rounds((PostgresSaver, pg_url, {"schema": schema}), tmp_path, 8)
     finally:
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def test_sqlite_survives_killed_writers(tmp_path: Path) -> None:
-    crash_rounds((SqliteSaver, str(tmp_path / "crash.db"), {}), tmp_path, 12)
+    crash_rounds((SqliteSaver, str(tmp_path / "crash.db"), {}), tmp_path, 8)
 
 
 @pytest.mark.parametrize("appendonly", ["yes", "no"])
@@ -247,7 +247,7 @@ def test_redis_survives_killed_writers_and_servers(tmp_path: Path, appendonly: s
     try:
         crash_rounds(
             (RedisSaver, server.url(), {"key_prefix": "crash"}), tmp_path,
-            12 if appendonly == "yes" else 10, server=server, appendonly=appendonly == "yes",
+            9 if appendonly == "yes" else 8, server=server, appendonly=appendonly == "yes",
         )  # fmt: skip
     finally:
         server.stop()

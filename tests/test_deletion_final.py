@@ -367,7 +367,7 @@ def test_a_refused_late_write_leaves_the_tombstone_as_it_was(
         assert tombstone_faults(storage, saver, thread_id) == []
 
 
-READ_SECONDS = 2.5
+READ_SECONDS = 1.5
 MESSAGES = 12
 
 

@@ -43,8 +43,8 @@ from langgraph_memory_plus.store.sqlite import AsyncSqliteStore, SqliteStore
 
 pytestmark = pytest.mark.storage
 
-MAX_EXAMPLES = 200
-MATRIX_EXAMPLES = 60
+MAX_EXAMPLES = 140
+MATRIX_EXAMPLES = 40
 """On the server matrix (other versions, poolers): what differs there is the server, not the
 filters or search rules, which the machine's servers run through MAX_EXAMPLES."""
 ALL = 10_000

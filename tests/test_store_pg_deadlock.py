@@ -26,7 +26,7 @@ pytestmark = pytest.mark.storage
 CALLERS = 8
 PER_BATCH = 5
 KEYS = [(("dl", f"n{n}"), f"k{k}") for n in range(2) for k in range(6)]
-SECONDS = {"postgres": 3.0, "sqlite": 1.0, "redis": 1.0}
+SECONDS = {"postgres": 2.0, "sqlite": 1.0, "redis": 1.0}
 
 
 def _batch(rng: random.Random, caller: int, n: int) -> list[PutOp]:
