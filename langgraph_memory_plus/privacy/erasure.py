@@ -139,6 +139,49 @@ class _Threads:
     by_id: bool = False
 
 
+@dataclass
+class _DryCursor:
+    """Where a dry run reads its next page of the user's threads.
+
+    A dry run deletes nothing, so it pages, by thread id: an order writes do not change
+    (every backend orders the ids by their UTF-8 bytes, which is Python's order of the
+    strings too). A deletion meanwhile moves the ids after it forward, so each window
+    reaches one batch back over what was read: up to a batch of deletions between two
+    pages skips nothing. A window that starts past the last id read means more went
+    (what follows may sit before it): the cursor starts over from the first thread,
+    skipping the ids it read, a few times at most.
+    """
+
+    batch_size: int
+    offset: int = 0
+    last: str | None = None
+    restarts: int = 0
+
+    def window(self) -> tuple[int, int]:
+        """The next read's offset and limit."""
+        start = 0 if self.last is None else max(0, self.offset - self.batch_size)
+        return start, self.batch_size + (self.offset - start)
+
+    def take(self, start: int, limit: int, window: list[Any]) -> tuple[list[Any], bool] | None:
+        """The window's threads after the last id read, and whether it reached the end;
+        ``None`` when the cursor starts over."""
+        last = self.last
+        if last is not None and start > 0 and (not window or window[0]["thread_id"] > last):
+            self.restarts += 1
+            if self.restarts > MAX_LISTINGS:
+                raise RuntimeError(
+                    "the user's threads were deleted faster than the dry run could list "
+                    "them: run it again"
+                )
+            self.offset = 0
+            return None
+        page = [r for r in window if last is None or r["thread_id"] > last]
+        if page:
+            self.last = page[-1]["thread_id"]
+        self.offset = start + len(window)
+        return page, len(window) < limit
+
+
 @dataclass(frozen=True)
 class _Index:
     """A plan of the saver's thread index (``method`` of ``saver._plans.threads``, the
@@ -302,15 +345,26 @@ def _erase(
         # Transcript lines are recorded under the owner as the index stores a value;
         # in the user's threads only theirs go (a reused thread id keeps others' lines).
         assert owner is not None
-        offset = 0  # deleted threads leave the index: a real run always reads page one
         listed: dict[str, int] = {}  # how often each thread was listed
+        cursor = _DryCursor(batch_size)
         while True:
             if listed and saver_hold is not None and not dry_run:
                 # Renewed for every page: a hold shorter than the erasure lapses midway.
                 yield _Hold(owner, saver_hold)
-            page: list[Any] = yield _Threads(value, offset, batch_size, by_id=dry_run)
+            if dry_run:
+                start, limit = cursor.window()
+                window: list[Any] = yield _Threads(value, start, limit, by_id=True)
+                taken = cursor.take(start, limit, window)
+                if taken is None:
+                    continue
+                page, ended = taken
+            else:  # deleted threads leave the index: a real run always reads page one
+                page = yield _Threads(value, 0, batch_size)
+                ended = not page
             if not page:
-                break
+                if ended:
+                    break
+                continue
             ids = [r["thread_id"] for r in page]
             again = [i for i in ids if i in listed]
             for i in ids:
@@ -345,8 +399,8 @@ def _erase(
             report.thread_ids.extend(fresh)
             counts["threads"] += len(fresh)
             tell("threads", counts["threads"])
-            if dry_run:
-                offset += len(page)
+            if dry_run and ended:
+                break
         if not dry_run and saver_hold is not None:
             # What the user's own index entries still hold (Redis: sets). Only under the
             # hold: without it a run of the user's may have written a thread since the
