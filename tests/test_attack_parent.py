@@ -351,9 +351,15 @@ def test_an_encrypted_whole_re_put_reads_back(saver_factory: Any) -> None:
     thread_id = f"enc-{uuid.uuid4().hex[:8]}"
     cfg = {"configurable": {"thread_id": thread_id, "user_id": "u1"}}
     enc = Encryption({"k1": KEY})
-    with saver_factory(ttl={"default_ttl": TTL_S / 60}, encryption=enc) as saver:
+    # the reader is open before the run ends, its first read moving the 0.3 s expiry (a
+    # reader opened after it, under load, found the thread expired: a CI run)
+    with (
+        saver_factory(
+            ttl={"default_ttl": 60, "refresh_on_read": True}, encryption=Encryption({"k1": KEY})
+        ) as fresh,
+        saver_factory(ttl={"default_ttl": TTL_S / 60}, encryption=enc) as saver,
+    ):
         _paused_run(saver, cfg, lambda: _revive(saver, thread_id))
-    with saver_factory(ttl={"default_ttl": 60}, encryption=Encryption({"k1": KEY})) as fresh:
         state = _read_back(fresh, cfg)
     assert [m.id for m in state.values["messages"]] == ["hi", "one", "two"]
     assert state.values["note"] == "kept " * 20
@@ -388,9 +394,13 @@ def test_a_run_of_durability_exit_or_async_on_a_revived_thread_reads_back(
     revived mid-run: every read after returns the run's state."""
     thread_id = f"dur-{durability}-{uuid.uuid4().hex[:8]}"
     cfg = {"configurable": {"thread_id": thread_id}}
-    with saver_factory(ttl={"default_ttl": TTL_S / 60}) as saver:
+    # the reader is open before the run ends, its first read moving the 0.3 s expiry (a
+    # reader opened after it, under load, found the thread expired: a CI run)
+    with (
+        saver_factory(ttl={"default_ttl": 60, "refresh_on_read": True}) as fresh,
+        saver_factory(ttl={"default_ttl": TTL_S / 60}) as saver,
+    ):
         _paused_run(saver, cfg, lambda: _revive(saver, thread_id), durability=durability)
-    with saver_factory(ttl={"default_ttl": 60}) as fresh:
         state = _read_back(fresh, cfg)
     assert [m.id for m in state.values["messages"]] == ["hi", "one", "two"]
     assert state.values["items"] == ["hi", "one", "two", "three"]
@@ -480,9 +490,13 @@ def test_a_whole_re_put_with_transcripts_records_each_line_once_and_counts_the_t
     thread_id = f"tx-{uuid.uuid4().hex[:8]}"
     cfg = {"configurable": {"thread_id": thread_id, "user_id": "u-tx"}}
     options = {"transcripts": True, "thread_index_keys": ["user_id"]}
-    with saver_factory(ttl={"default_ttl": TTL_S / 60}, **options) as saver:
+    # the reader is open before the run ends, its first read moving the 0.3 s expiry (a
+    # reader opened after it, under load, found the thread expired: a CI run)
+    with (
+        saver_factory(ttl={"default_ttl": 60, "refresh_on_read": True}, **options) as fresh,
+        saver_factory(ttl={"default_ttl": TTL_S / 60}, **options) as saver,
+    ):
         _paused_run(saver, cfg, lambda: _revive(saver, thread_id))
-    with saver_factory(ttl={"default_ttl": 60}, **options) as fresh:
         state = _read_back(fresh, cfg)
         lines = fresh.threads.transcript(thread_id)
         record = fresh.threads.get(thread_id)
@@ -604,9 +618,13 @@ def test_a_thread_id_with_dots_slashes_nul_and_chinese_whose_parent_went_reads_b
             time.sleep(TTL_S + 0.2)
             saver.sweep_expired()
 
-    with saver_factory(ttl={"default_ttl": TTL_S / 60}) as saver:
+    # the reader is open before the run ends, its first read moving the 0.3 s expiry (a
+    # reader opened after it, under load, found the thread expired: a CI run)
+    with (
+        saver_factory(ttl={"default_ttl": 60, "refresh_on_read": True}) as fresh,
+        saver_factory(ttl={"default_ttl": TTL_S / 60}) as saver,
+    ):
         _paused_run(saver, cfg, remove)
-    with saver_factory(ttl={"default_ttl": 60}) as fresh:
         state = _read_back(fresh, cfg)
         record = fresh.threads.get(thread_id)
     assert [m.id for m in state.values["messages"]] == ["hi", "one", "two"]
