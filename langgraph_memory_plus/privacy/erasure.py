@@ -337,6 +337,7 @@ def _erase(
     # "5" is also the user of a run given user_id=5 (stored as a number)
     values = user_values(user_id)
     owners = [index_value(v) for v in values]
+    reported: set[str] = set()  # a dry run's threads so far, of every value
     if has_saver and saver_hold is not None and not dry_run:
         for owner in owners:
             assert owner is not None  # a string or an int always has one
@@ -358,6 +359,10 @@ def _erase(
                 if taken is None:
                     continue
                 page, ended = taken
+                # A thread run again with the user's other value ("5" then 5) meanwhile
+                # is listed under both: reported once.
+                page = [r for r in page if r["thread_id"] not in reported]
+                reported.update(r["thread_id"] for r in page)
             else:  # deleted threads leave the index: a real run always reads page one
                 page = yield _Threads(value, 0, batch_size)
                 ended = not page
@@ -406,10 +411,12 @@ def _erase(
             # hold: without it a run of the user's may have written a thread since the
             # last page, which must stay findable (by sessions, by the next erasure).
             yield _Index("drop_owner_sets", (owner,))
-        # Lines of the user's threads deleted earlier (transcripts outlive threads).
+        # Lines of the user's threads deleted earlier (transcripts outlive threads), and
+        # this owner's lines in threads listed under the user's other value ("5" and 5):
+        # only this value's threads had this owner's lines counted (and dropped) above.
         while True:
             n: int = yield _Index(
-                "drop_owned_transcripts", (owner, batch_size, dry_run, report.thread_ids)
+                "drop_owned_transcripts", (owner, batch_size, dry_run, list(listed))
             )
             counts["transcript_messages"] += n
             tell("transcript_messages", counts["transcript_messages"])
