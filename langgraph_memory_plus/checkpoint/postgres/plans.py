@@ -1455,12 +1455,14 @@ class PostgresCheckpointPlans:
             (dst,),
             fetch=True,
         )
+        # The target's index row before its history, as a put takes them (its index row,
+        # then its checkpoints, and with retention its trim): a copy inserting the target's
+        # writes first and its index row after waited crosswise against a put with
+        # keep_last whose trim deleted them (DeadlockDetected, tests/test_attack_tomb.py,
+        # 1 CI run); deleting an expired target's history first did against a put that
+        # began before the expiry (tests/test_attack_parent.py).
+        yield self.threads.lock([dst])
         if expired and expired[0][0]:
-            # Its index row before its checkpoints, as a put takes them (it locks its
-            # parent after the index row): deleting first and writing the index row
-            # after waited crosswise against a put that began before the expiry
-            # (DeadlockDetected, tests/test_attack_parent.py).
-            yield self.threads.lock([dst])
             for table in self._history:
                 yield Query(f"DELETE FROM {table} WHERE thread_key = %s", (dst,))
         yield Query(
