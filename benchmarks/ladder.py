@@ -1748,6 +1748,24 @@ def _table(savers: dict[str, dict[str, dict[str, float]]]) -> str:
     return "\n".join([*lines, "", *memory])
 
 
+def _named_table(savers: dict[str, dict[str, dict[str, float]]], names: list[str]) -> str:
+    """Markdown for ``--savers``: each saver named, with ratios to the first one."""
+    lines = [
+        f"| saver | @T | turn p50 ms | cpu ms/turn | p50 / {names[0]} | cpu / {names[0]} |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for length, by_saver in savers.items():
+        base = by_saver[names[0]]
+        for name in names:
+            m = by_saver[name]
+            lines.append(
+                f"| {name} | {length} | {m['turn p50 ms']:.3f} | {m['cpu ms/turn']:.3f} | "
+                f"{m['turn p50 ms'] / base['turn p50 ms']:.3f}x | "
+                f"{m['cpu ms/turn'] / base['cpu ms/turn']:.3f}x |"
+            )
+    return "\n".join(lines)
+
+
 CALLS = ("put", "put_writes", "get_tuple")
 
 
@@ -1841,6 +1859,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="instead: CPU per turn inside each saver call (put, put_writes, get_tuple) "
         "for these savers, e.g. min_sqlite,lad_sqlite5,lad_sqlite6,ours_sqlite",
     )
+    p.add_argument(
+        "--savers",
+        metavar="SLUGS",
+        help="time only these savers' turns; the official ones may be named too "
+        "(e.g. off_sqlite,min_sqlite,lad_sqlite6,ours_sqlite: the ratios to the official "
+        "saver from one run)",
+    )
     return p.parse_args(argv)
 
 
@@ -1852,9 +1877,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     env = tg.Env(pg=args.pg, redis=args.redis)
     load_before = os.getloadavg()
     savers = SAVERS
-    if args.calls:
-        by_slug = {t.slug: t for t in SAVERS}
-        savers = [by_slug[slug.strip()] for slug in args.calls.split(",") if slug.strip()]
+    if args.calls or args.savers:
+        by_slug = {t.slug: t for t in [*SAVERS, tg.OFF_SQLITE, tg.OFF_PG]}
+        named = (args.calls or args.savers).split(",")
+        if unknown := [s for s in named if s.strip() and s.strip() not in by_slug]:
+            raise SystemExit(f"unknown savers {unknown}; known: {sorted(by_slug)}")
+        savers = [by_slug[slug.strip()] for slug in named if slug.strip()]
     samples: dict[str, dict[str, dict[str, list[float]]]] = {
         str(t): {s.name: {} for s in savers} for t in lengths
     }
@@ -1900,7 +1928,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         f"rounds; load average {' '.join(f'{x:.2f}' for x in load_before)} -> "
         f"{' '.join(f'{x:.2f}' for x in out['meta']['load average after'])}"
     )
-    print(_calls_table(medians) if args.calls else _table(medians))
+    if args.calls:
+        print(_calls_table(medians))
+    elif args.savers:
+        print(_named_table(medians, [t.name for t in savers]))
+    else:
+        print(_table(medians))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")
     return out
