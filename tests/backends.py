@@ -5,6 +5,8 @@ PostgreSQL 15 and Redis 7, a local Redis Cluster, SQLite). Marked ``@ALL_SERVERS
 runs on every entry of ``MATRIX``: servers and poolers users run in production, each started
 by a fixture of ``conftest.py`` for the test run. Those cases carry the ``matrix`` mark, so
 ``pytest -m "not matrix"`` leaves them out of a quick local run (CI runs them all).
+A differential test played through both the sync and the async API runs one of the two on
+each matrix server, alternating (``conftest.pytest_collection_modifyitems``).
 
 Adding a server to the matrix is one line in ``MATRIX`` and a fixture that yields its URL.
 """

