@@ -60,12 +60,6 @@ def _interrupt(saver: Any, config: Any, checkpoint: Any, text: str, task: str) -
 # -- the orphans the drop cannot see -------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a new thread's writes that landed before the erasure, whose put never comes "
-    "(the run's process died between the two), stay: no checkpoint, so no index record, "
-    "and no later write of the run to trigger the drop",
-)
 def test_writes_of_a_run_that_died_before_its_put_are_erased(target: Target) -> None:
     """A thread of pending writes only (its put never came: the process died; or the
     hold dropped the put and a write of the same step landed after ``lift_erasure``) is

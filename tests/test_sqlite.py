@@ -279,7 +279,7 @@ def test_a_new_file_gets_the_layout_the_migrations_build(tmp_path: Path) -> None
             assert [item.key for item in store.search(("u",), filter={"kind": "fact"})] == ["k"]
     assert _layout(fresh) == _layout(replayed)
     layout = _layout(fresh)
-    assert layout["lgmp_checkpoint_migrations"] == [(0,), (1,), (2,), (3,), (4,), (5,)]
+    assert layout["lgmp_checkpoint_migrations"] == [(0,), (1,), (2,), (3,), (4,), (5,), (6,)]
     assert layout["lgmp_store_migrations"] == [(0,), (1,), (2,)]
     columns = [c[1] for c in layout["table lgmp_thread_index"]["columns"]]
     assert columns[-2:] == [key_column("user_id"), key_column("team")]
