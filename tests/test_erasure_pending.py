@@ -250,7 +250,8 @@ def test_an_erased_users_writes_under_the_hold_and_after_lift_erasure(target: Ta
 
 def test_a_copy_and_a_ttl_sweep_leave_no_stale_mark(target: Target) -> None:
     """A writes-only thread swept by its TTL goes with its mark (the erasure then
-    reports nothing); the index-filed copy of a thread is erased by the index."""
+    reports nothing); the index-filed copy of a thread is erased by the index, the copy
+    of a writes-only thread by its owner in waiting."""
     alice = User("alice")
     with target.open(ttl=0.01) as memory:  # minutes: 0.6 s
         saver = memory.checkpointer
@@ -267,8 +268,14 @@ def test_a_copy_and_a_ttl_sweep_leave_no_stale_mark(target: Target) -> None:
         _writes(saver, src, alice.id, cp, alice.text("early"))
         saver.put(_config(src, alice.id), cp, INPUT, {})
         saver.copy_thread(src, f"{alice.id}-copy")
+        # a copy of a thread of writes only (SQL copies its writes, and their owner in
+        # waiting; Redis copies no thread without checkpoints)
+        only = f"{alice.id}-only"
+        _writes(saver, only, alice.id, empty_checkpoint(), alice.text("only"))
+        saver.copy_thread(only, f"{alice.id}-only-copy")
         report = erase_user(alice.id, memory=memory)
-        assert sorted(report.thread_ids) == sorted([src, f"{alice.id}-copy"])
+        assert {src, f"{alice.id}-copy", only} <= set(report.thread_ids)
+        assert len(report.thread_ids) == len(set(report.thread_ids))
     assert mentions(target.dump(), alice.markers) == []
 
 
@@ -330,4 +337,55 @@ def test_a_process_killed_before_its_put_leaves_nothing_after_the_erasure(
         report = erase_user(alice.id, memory=memory, batch_size=2)
     assert sorted(dry.thread_ids) == sorted(report.thread_ids) == sorted(tids)
     assert report.counts["threads"] == 3
+    assert mentions(target.dump(), alice.markers) == []
+
+
+# -- a database of the previous release -------------------------------------------------
+
+
+def test_a_database_of_the_previous_release_is_migrated_and_its_threads_found(
+    target: Target, backend: str
+) -> None:
+    """The column and its index dropped and the version unrecorded, as the previous
+    release left a database: ``setup()`` (``from_url`` runs it) adds them back, and a
+    writes-only thread written after is erased. Redis keys need no migration."""
+    alice = User("alice")
+    with target.open() as memory:
+        memory.checkpointer.put(_config("other", "someone"), empty_checkpoint(), INPUT, {})
+    if backend == "sqlite":
+        import sqlite3
+
+        from langgraph_memory_plus.checkpoint.sqlite.plans import CHECKPOINT_MIGRATIONS
+
+        path = target.url.removeprefix("sqlite:///")
+        conn = sqlite3.connect(path)
+        conn.execute("DROP INDEX lgmp_threads_owner_idx")
+        conn.execute("ALTER TABLE lgmp_threads DROP COLUMN owner")
+        latest = len(CHECKPOINT_MIGRATIONS) - 1
+        conn.execute("DELETE FROM lgmp_checkpoint_migrations WHERE v = ?", (latest,))
+        conn.commit()
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(lgmp_threads)")]
+        conn.close()
+        assert "owner" not in columns
+    elif backend == "postgres":
+        import psycopg
+
+        from langgraph_memory_plus.checkpoint.postgres.plans import (
+            CHECKPOINT_MIGRATIONS as PG_MIGRATIONS,
+        )
+
+        with psycopg.connect(target.url, autocommit=True) as conn:
+            conn.execute("DROP INDEX lgmp_threads_owner_idx")
+            conn.execute("ALTER TABLE lgmp_threads DROP COLUMN owner")
+            conn.execute(
+                "DELETE FROM lgmp_checkpoint_migrations WHERE v = %s", (len(PG_MIGRATIONS) - 1,)
+            )
+    with target.open() as memory:
+        saver = memory.checkpointer
+        cp = empty_checkpoint()
+        tid = f"{alice.id}-after-migration"
+        _writes(saver, tid, alice.id, cp, alice.text("after the upgrade"))
+        assert erase_user(alice.id, memory=memory).thread_ids == [tid]
+        assert _stored_writes(saver, tid, cp) == 0
+        assert saver.get_tuple(_config("other", "someone")) is not None
     assert mentions(target.dump(), alice.markers) == []

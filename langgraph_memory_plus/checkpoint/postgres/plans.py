@@ -1502,13 +1502,16 @@ class PostgresCheckpointPlans:
         yield Query(
             f"""
             WITH source AS (
-                SELECT 1 FROM {self._th} t WHERE t.thread_key = %(src)s AND {self._visible}
+                SELECT t.owner FROM {self._th} t WHERE t.thread_key = %(src)s
+                    AND {self._visible}
             ), thread AS (
-                INSERT INTO {self._th} AS t (thread_key, thread_id, expires_at)
-                SELECT %(dst)s, %(dst_id)s, now() + make_interval(secs => %(ttl)s)
+                -- a copy of a thread of writes only keeps its owner in waiting
+                INSERT INTO {self._th} AS t (thread_key, thread_id, expires_at, owner)
+                SELECT %(dst)s, %(dst_id)s, now() + make_interval(secs => %(ttl)s), owner
                 FROM source
                 ON CONFLICT (thread_key) DO UPDATE SET thread_id = EXCLUDED.thread_id,
-                    expires_at = EXCLUDED.expires_at
+                    expires_at = EXCLUDED.expires_at,
+                    owner = coalesce(EXCLUDED.owner, t.owner)
                 RETURNING 1
             ), blobs AS (
                 INSERT INTO {self._bl} (thread_key, checkpoint_ns, channel, version, type, blob)
