@@ -204,9 +204,10 @@ class CheckpointPlans(Protocol):
         and namespace) unless that checkpoint is stored: the writes of a put the erasure
         hold dropped (``owner``'s). LangGraph runs a step's put and its writes side by
         side, so a new thread's writes can land before the hold and its put after: the
-        erasure cannot find a thread with no checkpoint (it has no index record), and
-        nothing else would ever remove them. A thread left empty loses its id, as after
-        a refusal, and its index entries."""
+        erasure finds a thread with no checkpoint (no index record) only by the owner in
+        waiting its writes named (:meth:`pending_threads`), and writes that named no user
+        nothing else would ever remove. A thread left empty loses its id, as after a
+        refusal, and its index entries."""
         ...
 
     def hold_erased(self, owner: str, seconds: float) -> Plan[Any, None]: ...

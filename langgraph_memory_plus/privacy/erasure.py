@@ -1,7 +1,10 @@
 """Forget a user: ``erase_user`` / ``aerase_user`` across every kind of memory.
 
 A user lives in many places: the checkpoints of every thread the thread index
-attributes to them (whatever the thread ids look like), those threads' transcripts,
+attributes to them (whatever the thread ids look like), the threads of pending writes
+only that their runs left (a run that died before its first put: no index record; found
+by the owner in waiting the writes named, see ``CheckpointPlans.pending_threads``),
+those threads' transcripts,
 their session entries (the index records), store items under the namespace templates
 declared as user data (:func:`~langgraph_memory_plus.store.namespaces.declare_user_data`;
 the package's own writers take their defaults from those declarations: profile,
