@@ -389,3 +389,54 @@ def test_a_database_of_the_previous_release_is_migrated_and_its_threads_found(
         assert _stored_writes(saver, tid, cp) == 0
         assert saver.get_tuple(_config("other", "someone")) is not None
     assert mentions(target.dump(), alice.markers) == []
+
+
+# -- what it costs ---------------------------------------------------------------------------
+
+
+def _commands(saver: Any, thread_id: str, checkpoint: Any, owner: str | None) -> list[Any]:
+    """The commands the backend's ``put_writes`` plan sends for one task's writes."""
+    from langgraph_memory_plus.checkpoint.config import read_checkpoint_target
+
+    target = read_checkpoint_target(_config(thread_id, "x", checkpoint))
+    writes = [("messages", [HumanMessage(f"w-{uuid.uuid4().hex}", id="h1")])]
+    encoded = saver._codec.encode_writes(target, writes, f"t-{uuid.uuid4().hex[:6]}", "", None)
+    sent: list[Any] = []
+
+    def counted() -> Any:
+        plan = saver._plans.put_writes(target, encoded, None, owner)
+        reply: Any = None
+        try:
+            while True:
+                command = plan.send(reply)
+                sent.append(command)
+                reply = yield command
+        except StopIteration as stop:
+            return stop.value
+
+    saver._run(counted())
+    return sent
+
+
+def test_writes_on_a_thread_the_index_files_send_nothing_more(target: Target, backend: str) -> None:
+    """The run's user costs a write on a filed thread nothing (SQLite: the one-statement
+    path); on a thread of writes only, SQL records it in the same statements and Redis
+    sends one step more (the user's set), once per call."""
+    from langgraph_memory_plus.threads.core import index_value
+
+    owner = index_value("alice")
+    with target.open() as memory:
+        saver = memory.checkpointer
+        filed, cp = f"filed-{uuid.uuid4().hex[:8]}", empty_checkpoint()
+        saver.put(_config(filed, "alice"), cp, INPUT, {})
+        _commands(saver, filed, cp, None)  # PostgreSQL: the thread row's expiry settles
+        plain = _commands(saver, filed, cp, None)
+        named = _commands(saver, filed, cp, owner)
+        assert len(named) == len(plain)
+        if backend == "sqlite":
+            assert len(named) == 1
+        fresh = [f"new-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+        unnamed = _commands(saver, fresh[0], empty_checkpoint(), None)
+        waiting = _commands(saver, fresh[1], empty_checkpoint(), owner)
+        more = 1 if backend.startswith("redis") else 0
+        assert len(waiting) == len(unnamed) + more
