@@ -216,13 +216,18 @@ def test_bobs_put_between_the_drop_and_forget_emptied_stays_listed(target: Targe
     """Alice's writes land on a new thread id; she is erased; her dropped put empties the
     thread (the drop_orphans script) and, before ``forget_entries`` runs (the next round
     trip), bob's first put on the same id lands. Bob's thread must stay in every set it
-    belongs to: found by ``search()``, ``search(status="idle")`` and ``sessions``."""
+    belongs to: found by ``search()``, ``search(status="idle")`` and ``sessions``.
+
+    The writes name no user (a worker that knows only the thread id): writes naming her
+    make the thread hers in waiting, and the erasure deletes it before her put comes
+    (tests/test_erasure_pending.py); these are left for the put's drop."""
     alice, bob = Marked("alice"), Marked("bob")
     with target.open() as memory:
         saver = memory.checkpointer
         tid = _tid("shared.中/x")
         mine, bobs = empty_checkpoint(), empty_checkpoint()
-        _write(saver, _config(tid, alice.id), mine, alice.text("early"), "a1")
+        nameless = {"configurable": {"thread_id": tid, "checkpoint_ns": ""}}
+        _write(saver, nameless, mine, alice.text("early"), "a1")
         erase_user(alice.id, memory=memory)
         index = saver._plans.threads
         original = index.forget_entries

@@ -215,7 +215,7 @@ def test_setup_puts_the_file_in_wal_mode_and_is_idempotent(tmp_path: Path) -> No
         assert len(list(saver.list(cfg("t")))) == 2
     assert query(path, "PRAGMA journal_mode") == [("wal",)]
     # checkpoint 1: the thread index, 2: its status index, 3: the ids a tombstone refused,
-    # 4: the fences, 5: erased users; store 1: tombstones, 2: fields
+    # 4: the fences, 5: erased users, 6: owners in waiting; store 1: tombstones, 2: fields
     assert query(path, "SELECT v FROM lgmp_checkpoint_migrations") == [
         (0,),
         (1,),
@@ -223,6 +223,7 @@ def test_setup_puts_the_file_in_wal_mode_and_is_idempotent(tmp_path: Path) -> No
         (3,),
         (4,),
         (5,),
+        (6,),
     ]
     assert query(path, "SELECT v FROM lgmp_store_migrations") == [(0,), (1,), (2,)]
     assert query(path, "SELECT count(*) FROM lgmp_store") == [(1,)]
@@ -279,7 +280,7 @@ def test_a_new_file_gets_the_layout_the_migrations_build(tmp_path: Path) -> None
             assert [item.key for item in store.search(("u",), filter={"kind": "fact"})] == ["k"]
     assert _layout(fresh) == _layout(replayed)
     layout = _layout(fresh)
-    assert layout["lgmp_checkpoint_migrations"] == [(0,), (1,), (2,), (3,), (4,), (5,)]
+    assert layout["lgmp_checkpoint_migrations"] == [(0,), (1,), (2,), (3,), (4,), (5,), (6,)]
     assert layout["lgmp_store_migrations"] == [(0,), (1,), (2,)]
     columns = [c[1] for c in layout["table lgmp_thread_index"]["columns"]]
     assert columns[-2:] == [key_column("user_id"), key_column("team")]
@@ -715,6 +716,7 @@ def test_two_processes_write_one_file_at_once_and_lose_nothing(tmp_path: Path) -
         (3,),
         (4,),
         (5,),
+        (6,),
     ]
 
 

@@ -214,13 +214,15 @@ class ContextKeysSaver(CheckpointSaverBase):
         task_id: str,
         task_path: str,
         claim: Claim | None = None,
+        owner: str | None = None,
     ) -> Plan[Any, None]:
+        """``owner``: ignored, the run's user is read from ``config`` here."""
         keys = self.settings.index_keys
         # Only the per-tenant key reads the user of a write (see ``_user_of``).
         if self.encryption is not None and self.encryption.tenant_keys is not None:
             config = with_context_keys(config, keys)
-        plan = super()._put_writes_plan(config, target, writes, task_id, task_path, claim)
         owner = index_value(config_value(config, keys[0])) if keys else None
+        plan = super()._put_writes_plan(config, target, writes, task_id, task_path, claim, owner)
         if owner is None:  # no erasure hold to check: the write's plan as it is
             return plan
         assert target.checkpoint_id is not None  # a write names its checkpoint

@@ -161,8 +161,31 @@ class CheckpointPlans(Protocol):
         ...
 
     def put_writes(
-        self, target: Target, writes: list[EncodedWrite], fence: Claim | None = None
-    ) -> Plan[Any, None]: ...
+        self,
+        target: Target,
+        writes: list[EncodedWrite],
+        fence: Claim | None = None,
+        owner: str | None = None,
+    ) -> Plan[Any, None]:
+        """Store a task's pending writes. ``owner`` (the run's user, as the index stores
+        a value): on a thread not in the thread index (its put has not come), recorded
+        with the writes as the thread's owner in waiting, so that ``erase_user`` finds a
+        thread of pending writes only (:meth:`pending_threads`)."""
+        ...
+
+    def pending_threads(
+        self, owner: str, cursor: Any, limit: int, forget: bool
+    ) -> Plan[Any, tuple[list[str], Any]]:
+        """Up to ``limit`` threads of pending writes only (no thread index record) whose
+        writes named ``owner``, after ``cursor`` (``None``: from the start); returns their
+        ids and the next cursor (``None``: no more). ``forget``: drop marks found stale
+        (a real erasure; a dry run changes nothing)."""
+        ...
+
+    def forget_pending(self, owner: str, thread_ids: Sequence[str]) -> Plan[Any, None]:
+        """After the erasure deleted ``thread_ids``: their owner-in-waiting marks of
+        ``owner`` that live apart from the thread (Redis) go too."""
+        ...
 
     def delete_thread(self, thread_id: str) -> Plan[Any, None]: ...
 
@@ -181,9 +204,10 @@ class CheckpointPlans(Protocol):
         and namespace) unless that checkpoint is stored: the writes of a put the erasure
         hold dropped (``owner``'s). LangGraph runs a step's put and its writes side by
         side, so a new thread's writes can land before the hold and its put after: the
-        erasure cannot find a thread with no checkpoint (it has no index record), and
-        nothing else would ever remove them. A thread left empty loses its id, as after
-        a refusal, and its index entries."""
+        erasure finds a thread with no checkpoint (no index record) only by the owner in
+        waiting its writes named (:meth:`pending_threads`), and writes that named no user
+        nothing else would ever remove. A thread left empty loses its id, as after a
+        refusal, and its index entries."""
         ...
 
     def hold_erased(self, owner: str, seconds: float) -> Plan[Any, None]: ...
@@ -543,13 +567,15 @@ class CheckpointSaverBase(Observable, BaseCheckpointSaver[str], ABC):
         task_id: str,
         task_path: str,
         claim: Claim | None = None,
+        owner: str | None = None,
     ) -> Plan[Any, None]:
-        """``target``: ``config``'s, as :func:`read_checkpoint_target` reads it."""
+        """``target``: ``config``'s, as :func:`read_checkpoint_target` reads it;
+        ``owner``: the run's user as the index stores it (see ``CheckpointPlans``)."""
         user = self._user_of(config, None, target.thread_key)
         encoded = self._codec.encode_writes(target, writes, task_id, task_path, user)
         return self._observed_event(
-            self._plans.put_writes(target, encoded, claim)
-            if claim is not None
+            self._plans.put_writes(target, encoded, claim, owner)
+            if claim is not None or owner is not None
             else self._plans.put_writes(target, encoded),
             ev.WritesSaved,
             lambda _: {

@@ -1,7 +1,10 @@
 """Forget a user: ``erase_user`` / ``aerase_user`` across every kind of memory.
 
 A user lives in many places: the checkpoints of every thread the thread index
-attributes to them (whatever the thread ids look like), those threads' transcripts,
+attributes to them (whatever the thread ids look like), the threads of pending writes
+only that their runs left (a run that died before its first put: no index record; found
+by the owner in waiting the writes named, see ``CheckpointPlans.pending_threads``),
+those threads' transcripts,
 their session entries (the index records), store items under the namespace templates
 declared as user data (:func:`~langgraph_memory_plus.store.namespaces.declare_user_data`;
 the package's own writers take their defaults from those declarations: profile,
@@ -207,6 +210,26 @@ class _DeleteThread:
 
 
 @dataclass(frozen=True)
+class _Pending:
+    """Up to ``limit`` of the user's threads of pending writes only (no index record:
+    their put never came), after ``cursor``; the saver's ``pending_threads`` (``forget``:
+    drop stale marks met, a real run only). Reply: their ids and the next cursor."""
+
+    owner: str
+    cursor: Any
+    limit: int
+    forget: bool
+
+
+@dataclass(frozen=True)
+class _ForgetPending:
+    """After their deletion: the marks of these threads kept apart from them (Redis)."""
+
+    owner: str
+    thread_ids: list[str]
+
+
+@dataclass(frozen=True)
 class _Items:
     namespace: Namespace
     offset: int
@@ -252,6 +275,8 @@ class _PutItems:
 
 _Step = (
     _Threads
+    | _Pending
+    | _ForgetPending
     | _Hold
     | _Index
     | _DeleteThread
@@ -405,6 +430,24 @@ def _erase(
             counts["threads"] += len(fresh)
             tell("threads", counts["threads"])
             if dry_run and ended:
+                break
+        # Threads of pending writes only (their put never came: the run's process died
+        # between the two): not in the index, found by the owner their writes named. A
+        # thread that got its put since is the index's, listed above.
+        cursor_at: Any = None
+        while True:
+            pending, cursor_at = yield _Pending(owner, cursor_at, batch_size, not dry_run)
+            pending = [i for i in pending if i not in reported and i not in listed]
+            if not dry_run:
+                for i in pending:
+                    yield _DeleteThread(i)
+                yield _ForgetPending(owner, pending)
+            reported.update(pending)
+            report.thread_ids.extend(pending)
+            counts["threads"] += len(pending)
+            if pending:
+                tell("threads", counts["threads"])
+            if cursor_at is None:
                 break
         if not dry_run and saver_hold is not None:
             # What the user's own index entries still hold (Redis: sets). Only under the
@@ -576,6 +619,11 @@ def _search_args(target: _Target, user_id: str, step: _Threads) -> Mapping[str, 
     }
 
 
+def _pending_plan(saver: Any, step: _Pending) -> Plan[Any, tuple[list[str], Any]]:
+    plans = saver._plans
+    return plans.pending_threads(step.owner, step.cursor, step.limit, step.forget)  # type: ignore[no-any-return]
+
+
 def _deletes(step: _DeleteItems) -> list[PutOp]:
     return [PutOp(ns, key, None) for ns, key in step.keys]
 
@@ -654,6 +702,10 @@ def erase_user(
             return saver._run(saver._plans.hold_erased(step.owner, step.seconds))
         if isinstance(step, _DeleteThread):
             return saver.delete_thread(step.thread_id)
+        if isinstance(step, _Pending):
+            return saver._run(_pending_plan(saver, step))
+        if isinstance(step, _ForgetPending):
+            return saver._run(saver._plans.forget_pending(step.owner, step.thread_ids))
         assert items is not None
         if isinstance(step, _Items):
             return items.search(step.namespace, **_items_args(step))
@@ -703,6 +755,10 @@ async def aerase_user(
             return await saver._arun(saver._plans.hold_erased(step.owner, step.seconds))
         if isinstance(step, _DeleteThread):
             return await saver.adelete_thread(step.thread_id)
+        if isinstance(step, _Pending):
+            return await saver._arun(_pending_plan(saver, step))
+        if isinstance(step, _ForgetPending):
+            return await saver._arun(saver._plans.forget_pending(step.owner, step.thread_ids))
         assert items is not None
         if isinstance(step, _Items):
             return await items.asearch(step.namespace, **_items_args(step))

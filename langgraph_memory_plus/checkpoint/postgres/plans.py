@@ -49,6 +49,7 @@ from .schema import (
     FENCE_MIGRATION,
     FRESH,
     MIGRATIONS,
+    OWNER_MIGRATION,
     REFUSED_MIGRATION,
     quote_schema,
 )
@@ -63,6 +64,7 @@ CHECKPOINT_MIGRATIONS = (
     REFUSED_MIGRATION,
     FENCE_MIGRATION,
     ERASED_MIGRATION,
+    OWNER_MIGRATION,
 )
 """Every migration of the checkpoint tables, the thread index's included: the version
 ``setup()`` brings a schema to is ``len(CHECKPOINT_MIGRATIONS) - 1``."""
@@ -198,12 +200,14 @@ class PostgresCheckpointPlans:
                 SELECT o.expires_at <= now() AS was_expired FROM {self._th} o
                 WHERE o.thread_key = %(tk)s FOR NO KEY UPDATE
             ), thread AS (
-                INSERT INTO {self._th} AS t (thread_key, thread_id, expires_at)
-                SELECT %(tk)s, %(tid)s, now() + make_interval(secs => %(ttl)s)
+                INSERT INTO {self._th} AS t (thread_key, thread_id, expires_at, owner)
+                SELECT %(tk)s, %(tid)s, now() + make_interval(secs => %(ttl)s), %(owner)s
                 WHERE (SELECT count(*) FROM prior) >= 0
                 ON CONFLICT (thread_key) DO UPDATE SET
                     thread_id = EXCLUDED.thread_id,
-                    expires_at = EXCLUDED.expires_at
+                    expires_at = EXCLUDED.expires_at,
+                    owner = CASE WHEN t.thread_id IS NULL
+                        THEN coalesce(EXCLUDED.owner, t.owner) ELSE t.owner END
                 RETURNING t.live_after, t.refused, t.expires_at,
                     coalesce((SELECT p.was_expired FROM prior p), false) AS was_expired
             )"""
@@ -314,7 +318,7 @@ class PostgresCheckpointPlans:
             [
                 *(
                     statement.format(s=self._s)
-                    for statement in (*FRESH, *FENCE_MIGRATION, *ERASED_MIGRATION)
+                    for statement in (*FRESH, *FENCE_MIGRATION, *ERASED_MIGRATION, *OWNER_MIGRATION)
                 ),
                 *self.threads.fresh(),
             ],
@@ -392,12 +396,34 @@ class PostgresCheckpointPlans:
         """The thread ``params["tk"]``, left with no checkpoints and no writes, becomes
         a tombstone again: no id, no expiry."""
         return Query(
-            f"""UPDATE {self._th} SET thread_id = NULL, expires_at = NULL
+            f"""UPDATE {self._th} SET thread_id = NULL, expires_at = NULL, owner = NULL
             WHERE thread_key = %(tk)s
                 AND NOT EXISTS (SELECT 1 FROM {self._ck} WHERE thread_key = %(tk)s)
                 AND NOT EXISTS (SELECT 1 FROM {self._wr} WHERE thread_key = %(tk)s)""",
             params,
         )
+
+    def pending_threads(
+        self, owner: str, cursor: Any, limit: int, forget: bool
+    ) -> Plan[Query, tuple[list[str], Any]]:
+        """:meth:`CheckpointPlans.pending_threads`: rows whose writes named ``owner``
+        and that have no index row, by thread key after ``cursor`` (a key)."""
+        rows: Rows = yield Query(
+            f"""SELECT t.thread_key, t.thread_id FROM {self._th} t
+            WHERE t.owner = %s AND t.thread_key > %s AND t.thread_id IS NOT NULL
+                AND NOT EXISTS (SELECT 1 FROM {self._s}.lgmp_thread_index i
+                    WHERE i.thread_key = t.thread_key)
+            ORDER BY t.owner, t.thread_key LIMIT %s""",
+            (owner, b"" if cursor is None else cursor, limit),
+            fetch=True,
+        )
+        ids = [bytes(tid).decode("utf-8", "surrogatepass") for _, tid in rows]
+        return ids, (bytes(rows[-1][0]) if len(rows) == limit else None)
+
+    def forget_pending(self, owner: str, thread_ids: Sequence[str]) -> Plan[Query, None]:
+        """Nothing: the mark is the thread row's, cleared by its deletion."""
+        return
+        yield
 
     def hold_erased(self, owner: str, seconds: float) -> Plan[Query, None]:
         """Refuse ``owner``'s writes for ``seconds`` (longer holds win)."""
@@ -658,6 +684,7 @@ class PostgresCheckpointPlans:
             "ttl": ttl,
             "slack": None if ttl is None else min(ttl * TTL_SLACK, MAX_TTL_SLACK_SECONDS),
             "ns": target.checkpoint_ns,
+            "owner": None,  # a put's: the thread index files the thread
         }
 
     def _thread_ctes(self, fast: bool, fenced: bool = False) -> str:
@@ -709,8 +736,8 @@ class PostgresCheckpointPlans:
         # committed, locked (to the end of the statement's transaction).
         return f"""
             {head}, ins AS (
-                INSERT INTO {self._th} AS t (thread_key, thread_id, expires_at)
-                SELECT %(tk)s, %(tid)s, now() + make_interval(secs => %(ttl)s)
+                INSERT INTO {self._th} AS t (thread_key, thread_id, expires_at, owner)
+                SELECT %(tk)s, %(tid)s, now() + make_interval(secs => %(ttl)s), %(owner)s
                 WHERE NOT EXISTS (SELECT FROM cur){gate}
                 ON CONFLICT (thread_key) DO UPDATE SET expires_at = t.expires_at
                 RETURNING live_after, refused, expires_at
@@ -893,7 +920,11 @@ class PostgresCheckpointPlans:
         return True
 
     def put_writes(
-        self, target: Target, writes: list[EncodedWrite], fence: Claim | None = None
+        self,
+        target: Target,
+        writes: list[EncodedWrite],
+        fence: Claim | None = None,
+        owner: str | None = None,
     ) -> Plan[Query, None]:
         if not writes:
             return
@@ -903,6 +934,8 @@ class PostgresCheckpointPlans:
         _check_record(record, writes[0].task_id)
         params = self._thread_params(target)
         params.update(
+            # kept by the thread row these writes create (or revive): see pending_threads
+            owner=owner,
             id=target.checkpoint_id,
             task_id=writes[0].task_id,
             path=writes[0].task_path,
@@ -1395,7 +1428,8 @@ class PostgresCheckpointPlans:
             d4 AS (DELETE FROM {self._it} WHERE thread_key = ANY(%(tks)b)),
             d5 AS ({self.threads.delete_cte("%(tks)b")})
             UPDATE {self._th} t SET thread_id = NULL, expires_at = NULL, deleted_at = now(),
-                live_after = greatest(t.live_after, last.id, %(deleted)s), refused = NULL
+                live_after = greatest(t.live_after, last.id, %(deleted)s), refused = NULL,
+                owner = NULL
             FROM last WHERE t.thread_key = last.tk""",
             {"tks": tks, "deleted": deletion_id()},
         )
@@ -1468,13 +1502,16 @@ class PostgresCheckpointPlans:
         yield Query(
             f"""
             WITH source AS (
-                SELECT 1 FROM {self._th} t WHERE t.thread_key = %(src)s AND {self._visible}
+                SELECT t.owner FROM {self._th} t WHERE t.thread_key = %(src)s
+                    AND {self._visible}
             ), thread AS (
-                INSERT INTO {self._th} AS t (thread_key, thread_id, expires_at)
-                SELECT %(dst)s, %(dst_id)s, now() + make_interval(secs => %(ttl)s)
+                -- a copy of a thread of writes only keeps its owner in waiting
+                INSERT INTO {self._th} AS t (thread_key, thread_id, expires_at, owner)
+                SELECT %(dst)s, %(dst_id)s, now() + make_interval(secs => %(ttl)s), owner
                 FROM source
                 ON CONFLICT (thread_key) DO UPDATE SET thread_id = EXCLUDED.thread_id,
-                    expires_at = EXCLUDED.expires_at
+                    expires_at = EXCLUDED.expires_at,
+                    owner = coalesce(EXCLUDED.owner, t.owner)
                 RETURNING 1
             ), blobs AS (
                 INSERT INTO {self._bl} (thread_key, checkpoint_ns, channel, version, type, blob)
@@ -1581,7 +1618,7 @@ class PostgresCheckpointPlans:
                 DELETE FROM {self._th}
                 WHERE thread_key IN (SELECT thread_key FROM victims WHERE NOT tomb)
             ), bare AS (
-                UPDATE {self._th} SET thread_id = NULL, expires_at = NULL
+                UPDATE {self._th} SET thread_id = NULL, expires_at = NULL, owner = NULL
                 WHERE thread_key IN (SELECT thread_key FROM victims WHERE tomb)
             ), d6 AS ({self.threads.delete_in("SELECT thread_key FROM victims")}
             ), d7 AS ({self.threads.sweep_transcripts("%(n)s")}

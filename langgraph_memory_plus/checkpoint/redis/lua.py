@@ -189,7 +189,7 @@ local function cleared()
   if redis.call('EXISTS', K_IDX) == 1 or redis.call('EXISTS', K_WIDX) == 1 then return false end
   local until_ms = redis.call('HGET', K_THREAD, 'until')
   for i = 2, N_KEYS do redis.call('DEL', KEYS[i]) end
-  redis.call('HDEL', K_THREAD, 'id')
+  redis.call('HDEL', K_THREAD, 'id', 'w')
   if until_ms then redis.call('PEXPIREAT', K_THREAD, tonumber(until_ms)) end
   return true
 end
@@ -519,13 +519,21 @@ return 1
 # ARGV: ttl_ms, thread_id, ns, checkpoint_id, task_id, the task's record (see
 # merge_writes; its writes already deduplicated), the largest record allowed, '1' when
 # the writes hold an interrupt or an error (the index record changes), the time (ms),
-# the root checkpoint id of a subgraph's run ('' if none).
-# Reply: 1 stored, 0 refused (deleted thread), or {size} when the record merged with
-# what an earlier call stored would be larger than allowed (nothing is written then).
+# the root checkpoint id of a subgraph's run ('' if none), then optionally the run's user
+# as the index stores it and '1' once the thread is in that user's pending set.
+# Reply: 1 stored, 0 refused (deleted thread), -2 (nothing written) to be added to the
+# user's pending set first, or {size} when the record merged with what an earlier call
+# stored would be larger than allowed (nothing is written then).
 PUT_WRITES = r"""
 local ttl, thread_id, ns, cid, task_id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local record, max_bytes = ARGV[6], tonumber(ARGV[7])
 if not may_write(ns, cid, ARGV[10]) then return 0 end
+-- The run's user (ARGV[11], '' for none) on a thread the index does not file (no put
+-- stored its metadata): the thread's owner in waiting, in the thread hash ('w'), once
+-- the thread is in the user's set of such threads (ARGV[12] '1'; else -2, nothing
+-- written: the caller adds it there, then writes again).
+local waiting = ARGV[11] ~= nil and ARGV[11] ~= '' and redis.call('HEXISTS', K_REC, 'm') == 0
+if waiting and ARGV[12] ~= '1' then return -2 end
 local field = ns .. '\0' .. cid .. '\0' .. task_id
 local stored = redis.call('HGET', K_WRITES, field)
 if stored then record = merge_writes(stored, record) end
@@ -533,6 +541,7 @@ if #record > max_bytes then return {#record} end
 redis.call('HSET', K_WRITES, field, record)
 redis.call('ZADD', K_WIDX, 0, field)
 set_id(thread_id)
+if waiting then redis.call('HSET', K_THREAD, 'w', ARGV[11]) end
 if ARGV[8] == '1' then rec_writes(thread_id, ns, cid, ARGV[9]) end
 touch(ttl)
 return 1

@@ -672,8 +672,62 @@ class RedisCheckpointPlans:
             yield from self.threads.adopt(target.thread_id)
         return True
 
+    def pending_key(self, owner: str) -> bytes:
+        """The set of ``owner``'s threads of pending writes only (thread ids), in the
+        index's hash slot. An entry goes in before the writes that need it (the script
+        asks for it), so a crash leaves an entry too many, never one too few; the
+        thread hash's ``w`` (the owner in waiting) is what :meth:`pending_threads` checks
+        an entry against: a deleted, expired or since indexed thread's entry is stale."""
+        digest = hashlib.sha256(_utf8(owner)).hexdigest()[:32]
+        return self.threads._name(f"pending:{digest}")
+
+    def pending_threads(
+        self, owner: str, cursor: Any, limit: int, forget: bool
+    ) -> Plan[Command, tuple[list[str], Any]]:
+        """:meth:`CheckpointPlans.pending_threads`: the entries of :meth:`pending_key`
+        (``SSCAN``, its cursor), each checked against its thread."""
+        key = self.pending_key(owner)
+        [(after, members)] = yield Batch(
+            [("SSCAN", key, 0 if cursor is None else cursor, "COUNT", limit)]
+        )
+        ids = sorted({bytes(m).decode("utf-8", "surrogatepass") for m in members})
+        found: list[str] = []
+        if ids:
+            thread, rec = KINDS.index("thread"), KINDS.index("rec")
+            replies = yield Batch(
+                [
+                    cmd
+                    for tid in ids
+                    for cmd in (
+                        ("HGET", self.keys(tid)[thread], b"w"),
+                        ("HEXISTS", self.keys(tid)[rec], b"m"),
+                    )
+                ]
+            )
+            want = _utf8(owner)
+            stale = []
+            for i, tid in enumerate(ids):
+                waiting, filed = replies[2 * i], replies[2 * i + 1]
+                if waiting is not None and bytes(waiting) == want and not int(filed):
+                    found.append(tid)
+                else:
+                    stale.append(tid)
+            if forget and stale:
+                yield from self.forget_pending(owner, stale)
+        nxt = int(after)
+        return found, (None if nxt == 0 else nxt)
+
+    def forget_pending(self, owner: str, thread_ids: Sequence[str]) -> Plan[Command, None]:
+        """The entries of ``thread_ids`` in ``owner``'s pending set go."""
+        if thread_ids:
+            yield Batch([("SREM", self.pending_key(owner), *(_utf8(t) for t in thread_ids))])
+
     def put_writes(
-        self, target: Target, writes: list[EncodedWrite], fence: Claim | None = None
+        self,
+        target: Target,
+        writes: list[EncodedWrite],
+        fence: Claim | None = None,
+        owner: str | None = None,
     ) -> Plan[Command, None]:
         if not writes:
             return
@@ -698,11 +752,42 @@ class RedisCheckpointPlans:
             ts := now_ms(),
             _no_nul(target.root_id or "", "checkpoint_map"),
         ]
+        if owner is not None:  # see pending_key: the script asks for the entry (-2)
+            args += [_utf8(owner), b"0"]
         write = self._fenced_eval(
             Eval("put_writes", self.keys(target.thread_id), args),
             self.fence_key(target.thread_id),
             fence,
         )
+        reply = yield from self._put_writes_step(target, writes, flagged, ts, write)
+        if reply == -2:
+            # A thread the index does not file: entered in the user's set of threads of
+            # pending writes only, then written with its owner in waiting.
+            assert owner is not None
+            enter = ("SADD", self.pending_key(owner), _utf8(target.thread_id))
+            args[11] = b"1"
+            write = self._fenced_eval(
+                Eval("put_writes", self.keys(target.thread_id), args),
+                self.fence_key(target.thread_id),
+                fence,
+            )
+            if flagged:
+                yield Batch([enter])
+                reply = yield from self._put_writes_step(target, writes, flagged, ts, write)
+            else:  # one round trip on a single node
+                reply = yield Batch([enter], write)
+        if reply == -1 and fence is not None:
+            yield from self._refused_by_fence(target.thread_id, fence)
+        if isinstance(reply, list):  # merged with an earlier call's writes: too large
+            raise ValueTooLargeError(what, int(reply[0]), self.max_value_bytes)
+        if flagged and reply == 0 and target.checkpoint_ns != "":  # a root's: writes_intent
+            yield from self.threads.refused(target.thread_id, None)
+
+    def _put_writes_step(
+        self, target: Target, writes: list[EncodedWrite], flagged: bool, ts: int, write: Eval
+    ) -> Plan[Command, Any]:
+        """The writes' script, after its index step 1 when they hold an interrupt or an
+        error (see ``threads.redis``); its reply."""
         if flagged and target.checkpoint_ns == "":
             failed = any(w.channel == ERROR for w in writes)
             status = "error" if failed else "interrupted"
@@ -711,12 +796,7 @@ class RedisCheckpointPlans:
             reply = yield self.threads.intent(target.thread_id, None, ts, write)
         else:
             reply = yield write
-        if reply == -1 and fence is not None:
-            yield from self._refused_by_fence(target.thread_id, fence)
-        if isinstance(reply, list):  # merged with an earlier call's writes: too large
-            raise ValueTooLargeError(what, int(reply[0]), self.max_value_bytes)
-        if flagged and reply == 0 and target.checkpoint_ns != "":  # a root's: writes_intent
-            yield from self.threads.refused(target.thread_id, None)
+        return reply
 
     def delta_history(
         self, codec: CheckpointCodec, target: Target, channels: Sequence[str]

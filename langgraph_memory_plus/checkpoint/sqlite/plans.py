@@ -56,7 +56,13 @@ from ..codec import (
 from ..config import ListQuery, SaverSettings, Target, deletion_id, thread_key
 from ..fence import Claim, FenceState, check, may_take, next_token, now_us
 from ..lists import ID_SIZE, LIST_TYPE, PAGE_SIZE, ListRequest
-from .schema import ERASED_MIGRATION, FENCE_MIGRATION, MIGRATIONS, REFUSED_MIGRATION
+from .schema import (
+    ERASED_MIGRATION,
+    FENCE_MIGRATION,
+    MIGRATIONS,
+    OWNER_MIGRATION,
+    REFUSED_MIGRATION,
+)
 
 logger = logging.getLogger("langgraph_memory_plus.checkpoint.sqlite")
 
@@ -67,6 +73,7 @@ CHECKPOINT_MIGRATIONS = (
     REFUSED_MIGRATION,
     FENCE_MIGRATION,
     ERASED_MIGRATION,
+    OWNER_MIGRATION,
 )
 """Every migration of the checkpoint tables, the thread index's included: the version
 ``setup()`` brings a schema to is ``len(CHECKPOINT_MIGRATIONS) - 1``."""
@@ -209,7 +216,7 @@ def _nameless_if_empty(tk: bytes) -> Query:
     """The thread ``tk``, left with no checkpoints and no writes, becomes a tombstone
     again: no id, no expiry."""
     return Query(
-        """UPDATE lgmp_threads SET thread_id = NULL, expires_at = NULL
+        """UPDATE lgmp_threads SET thread_id = NULL, expires_at = NULL, owner = NULL
         WHERE thread_key = :tk
             AND NOT EXISTS (SELECT 1 FROM lgmp_checkpoints WHERE thread_key = :tk)
             AND NOT EXISTS (SELECT 1 FROM lgmp_writes WHERE thread_key = :tk)""",
@@ -241,6 +248,7 @@ class SqliteCheckpointPlans:
                 *self.threads.fresh(),
                 *FENCE_MIGRATION,
                 *ERASED_MIGRATION,
+                *OWNER_MIGRATION,
             ],
         )
         if not created:
@@ -292,6 +300,28 @@ class SqliteCheckpointPlans:
             return
         yield _nameless_if_empty(target.thread_key)
         yield from self.threads.refresh([target.thread_key])
+
+    def pending_threads(
+        self, owner: str, cursor: Any, limit: int, forget: bool
+    ) -> Plan[Query, tuple[list[str], Any]]:
+        """:meth:`CheckpointPlans.pending_threads`: rows whose writes named ``owner``
+        and that have no index row, by thread key after ``cursor`` (a key)."""
+        rows: Rows = yield Query(
+            f"""SELECT t.thread_key, t.thread_id FROM lgmp_threads t
+            WHERE t.owner = ? AND t.thread_key > ? AND t.thread_id IS NOT NULL
+                AND NOT EXISTS (SELECT 1 FROM {THREAD_INDEX_TABLE} i
+                    WHERE i.thread_key = t.thread_key)
+            ORDER BY t.owner, t.thread_key LIMIT ?""",
+            (owner, b"" if cursor is None else cursor, limit),
+            fetch=True,
+        )
+        ids = [bytes(tid).decode("utf-8", "surrogatepass") for _, tid in rows]
+        return ids, (bytes(rows[-1][0]) if len(rows) == limit else None)
+
+    def forget_pending(self, owner: str, thread_ids: Sequence[str]) -> Plan[Query, None]:
+        """Nothing: the mark is the thread row's, cleared by its deletion."""
+        return
+        yield
 
     def hold_erased(self, owner: str, seconds: float) -> Plan[Query, None]:
         """Refuse ``owner``'s writes for ``seconds`` (longer holds win)."""
@@ -637,6 +667,7 @@ class SqliteCheckpointPlans:
         written_id: str,
         must_exist: Callable[[str], str | None],
         row: tuple[Any, ...],
+        owner: str | None = None,
     ) -> Plan[Query, bool | None]:
         """Admit a write whose first read (:data:`ADMIT`, which took the write lock) gave
         ``row``: create or refresh the thread row.
@@ -644,14 +675,17 @@ class SqliteCheckpointPlans:
         Returns ``None`` when the write is refused (see :meth:`_refuse`), else whether the
         thread had expired (what it held must then go). ``must_exist(live_after)`` names the
         checkpoint a write to a deleted thread needs in order to be kept, or ``None``.
+        ``owner``: pending writes' user, kept on a row they create or name (a thread of
+        writes only is found by it: see :meth:`pending_threads`).
         """
         tk = target.thread_key
         expires = None if self.settings.ttl_seconds is None else now + self.settings.ttl_seconds
         found, expires_at, live_after, named, refused = row[:5]
         if not found:
             yield Query(
-                "INSERT INTO lgmp_threads (thread_key, thread_id, expires_at) VALUES (?, ?, ?)",
-                (tk, _id_bytes(target.thread_id), expires),
+                "INSERT INTO lgmp_threads (thread_key, thread_id, expires_at, owner) "
+                "VALUES (?, ?, ?, ?)",
+                (tk, _id_bytes(target.thread_id), expires, owner),
             )
             return False
         if live_after is not None:
@@ -676,7 +710,13 @@ class SqliteCheckpointPlans:
                 if not exists[0][0]:
                     yield from self._refuse(target, written_id)
                     return None
-        if not (named and expires is None and expires_at is None):  # else it changes nothing
+        if not named and owner is not None:  # writes reviving a deleted (nameless) id
+            yield Query(
+                "UPDATE lgmp_threads SET thread_id = ?, expires_at = ?, owner = ? "
+                "WHERE thread_key = ?",
+                (_id_bytes(target.thread_id), expires, owner, tk),
+            )
+        elif not (named and expires is None and expires_at is None):  # else no change
             yield Query(
                 "UPDATE lgmp_threads SET thread_id = ?, expires_at = ? WHERE thread_key = ?",
                 (_id_bytes(target.thread_id), expires, tk),
@@ -869,7 +909,11 @@ class SqliteCheckpointPlans:
         return True
 
     def put_writes(
-        self, target: Target, writes: list[EncodedWrite], fence: Claim | None = None
+        self,
+        target: Target,
+        writes: list[EncodedWrite],
+        fence: Claim | None = None,
+        owner: str | None = None,
     ) -> Plan[Query, None]:
         if not writes:
             return
@@ -905,6 +949,7 @@ class SqliteCheckpointPlans:
             cid,
             lambda live_after: None if cid > live_after else cid,
             first[0],
+            owner,
         )
         if expired is None:
             return
@@ -1112,7 +1157,7 @@ class SqliteCheckpointPlans:
             yield Query(
                 """
                 UPDATE lgmp_threads SET thread_id = NULL, expires_at = NULL, deleted_at = :now,
-                    refused = NULL,
+                    refused = NULL, owner = NULL,
                     live_after = max(
                         coalesce(live_after, ''),
                         coalesce((SELECT max(checkpoint_id) FROM lgmp_checkpoints
@@ -1169,10 +1214,12 @@ class SqliteCheckpointPlans:
             return
         yield Query(
             """
-            INSERT INTO lgmp_threads (thread_key, thread_id, expires_at) VALUES (?, ?, ?)
+            INSERT INTO lgmp_threads (thread_key, thread_id, expires_at, owner)
+            VALUES (?, ?, ?, (SELECT owner FROM lgmp_threads WHERE thread_key = ?))
             ON CONFLICT (thread_key) DO UPDATE SET thread_id = excluded.thread_id,
-                expires_at = excluded.expires_at""",
-            (dst, _id_bytes(target_thread_id), None if ttl is None else now + ttl),
+                expires_at = excluded.expires_at,
+                owner = coalesce(excluded.owner, lgmp_threads.owner)""",
+            (dst, _id_bytes(target_thread_id), None if ttl is None else now + ttl, src),
         )
         columns = {
             "lgmp_blobs": "checkpoint_ns, channel, version, type, blob",
@@ -1236,7 +1283,7 @@ class SqliteCheckpointPlans:
             kept = [bytes(tk) for tk, _, tomb in chunk if tomb]
             if kept:
                 yield Query(
-                    "UPDATE lgmp_threads SET thread_id = NULL, expires_at = NULL "
+                    "UPDATE lgmp_threads SET thread_id = NULL, expires_at = NULL, owner = NULL "
                     f"WHERE thread_key IN ({_marks(len(kept))})",
                     kept,
                 )

@@ -146,3 +146,15 @@ ERASED_MIGRATION: tuple[str, ...] = (
     ) WITHOUT ROWID
     """,
 )
+
+OWNER_MIGRATION: tuple[str, ...] = (
+    # A thread of pending writes only (its put never came: the run's process died between
+    # the two) has no thread index row; ``owner`` is the user its first writes named (the
+    # user key as the index stores it), so ``erase_user`` finds it. Set when a write
+    # creates the thread's row; cleared when the thread is deleted.
+    "ALTER TABLE lgmp_threads ADD COLUMN owner TEXT",
+    """
+    CREATE INDEX IF NOT EXISTS lgmp_threads_owner_idx
+        ON lgmp_threads (owner, thread_key) WHERE owner IS NOT NULL
+    """,
+)
