@@ -407,12 +407,13 @@ class PostgresCheckpointPlans:
         self, owner: str, cursor: Any, limit: int, forget: bool
     ) -> Plan[Query, tuple[list[str], Any]]:
         """:meth:`CheckpointPlans.pending_threads`: rows whose writes named ``owner``
-        and that have no index row, by thread key after ``cursor`` (a key)."""
+        and that have no root checkpoint (no put filed them: interrupt and error writes
+        alone make an index row, with no user in it), by thread key after ``cursor``."""
         rows: Rows = yield Query(
             f"""SELECT t.thread_key, t.thread_id FROM {self._th} t
             WHERE t.owner = %s AND t.thread_key > %s AND t.thread_id IS NOT NULL
-                AND NOT EXISTS (SELECT 1 FROM {self._s}.lgmp_thread_index i
-                    WHERE i.thread_key = t.thread_key)
+                AND NOT EXISTS (SELECT 1 FROM {self._ck} c
+                    WHERE c.thread_key = t.thread_key AND c.checkpoint_ns = '')
             ORDER BY t.owner, t.thread_key LIMIT %s""",
             (owner, b"" if cursor is None else cursor, limit),
             fetch=True,
