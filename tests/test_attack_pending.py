@@ -156,6 +156,35 @@ def test_writes_naming_the_user_after_writes_naming_none(
     assert mentions(target.dump(), alice.markers) == []
 
 
+# -- an expired thread's id written again -------------------------------------------------
+
+
+@pytest.mark.parametrize("before", ["put", "writes only"])
+def test_writes_reviving_an_expired_thread_name_their_own_user(target: Target, before: str) -> None:
+    """Bob's thread (with a put, or of writes only) expires, unswept; alice's run writes
+    on the same id, writes only. The thread starts over: SQL kept the row's old owner in
+    waiting (none after a put, bob after writes only), so alice's erasure missed her
+    writes, and bob's erasure deleted them."""
+    alice, bob = Marked("alice"), Marked("bob")
+    tid = f"t-{uuid.uuid4().hex[:10]}"
+    with target.open(ttl=0.01) as memory:  # minutes: 0.6 s
+        saver = memory.checkpointer
+        if before == "put":
+            config = {"configurable": {"thread_id": tid, "checkpoint_ns": "", "user_id": bob.id}}
+            saver.put(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
+        else:
+            _chat(saver, _config(tid, bob.id, empty_checkpoint()), bob.text("his"))
+        time.sleep(1.2)
+        _chat(saver, _config(tid, alice.id, empty_checkpoint()), alice.text("hers"))
+        assert erase_user(bob.id, memory=memory).thread_ids == []
+        assert mentions(target.dump(), alice.markers[:1]), "bob's erasure left her writes"
+        report = erase_user(alice.id, memory=memory)
+    assert report.thread_ids == [tid]
+    dump = target.dump()
+    assert mentions(dump, alice.markers) == []
+    assert mentions(dump, bob.markers) == []
+
+
 # -- a real run killed while its first put is stuck -----------------------------------------
 
 RUN = textwrap.dedent(

@@ -206,8 +206,10 @@ class PostgresCheckpointPlans:
                 ON CONFLICT (thread_key) DO UPDATE SET
                     thread_id = EXCLUDED.thread_id,
                     expires_at = EXCLUDED.expires_at,
-                    owner = CASE WHEN t.thread_id IS NULL
-                        THEN coalesce(EXCLUDED.owner, t.owner) ELSE t.owner END
+                    -- an expired thread starts over: its owner in waiting was the old one's
+                    owner = CASE WHEN t.expires_at <= now() THEN EXCLUDED.owner
+                        WHEN t.thread_id IS NULL THEN coalesce(EXCLUDED.owner, t.owner)
+                        ELSE t.owner END
                 RETURNING t.live_after, t.refused, t.expires_at,
                     coalesce((SELECT p.was_expired FROM prior p), false) AS was_expired
             )"""

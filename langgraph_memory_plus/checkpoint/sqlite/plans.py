@@ -711,7 +711,10 @@ class SqliteCheckpointPlans:
                 if not exists[0][0]:
                     yield from self._refuse(target, written_id)
                     return None
-        if not named and owner is not None:  # writes reviving a deleted (nameless) id
+        expired = expires_at is not None and expires_at <= now
+        # writes reviving a deleted (nameless) id, or an expired thread (which starts
+        # over: its owner in waiting, if any, was the old thread's)
+        if expired or (not named and owner is not None):
             yield Query(
                 "UPDATE lgmp_threads SET thread_id = ?, expires_at = ?, owner = ? "
                 "WHERE thread_key = ?",
@@ -722,7 +725,7 @@ class SqliteCheckpointPlans:
                 "UPDATE lgmp_threads SET thread_id = ?, expires_at = ? WHERE thread_key = ?",
                 (_id_bytes(target.thread_id), expires, tk),
             )
-        return expires_at is not None and expires_at <= now
+        return expired
 
     def _refuse(self, target: Target, written_id: str) -> Plan[Query, None]:
         """Drop a write from a run that outlived its deleted thread.
