@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from typing import Any
@@ -153,6 +154,47 @@ def test_writes_naming_the_user_after_writes_naming_none(
         _chat(saver, _config(tid, alice.id, cp), alice.text("hers"))
         report = erase_user(alice.id, memory=memory)
     assert report.thread_ids == [tid]
+    assert mentions(target.dump(), alice.markers) == []
+
+
+# -- an erasure while the user's writes land ------------------------------------------------
+
+
+def test_an_erasure_while_a_run_keeps_writing_new_threads_of_writes_only(target: Target) -> None:
+    """A writer keeps starting writes-only threads of alice while she is erased: what
+    landed before the hold is found and deleted, what comes after is refused; nothing of
+    her is left once both are done."""
+    alice = Marked("alice")
+    stop, started = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def writer(saver: Any) -> None:
+        n = 0
+        try:
+            while not stop.is_set() or n < 5:
+                tid = f"t-{uuid.uuid4().hex[:10]}"
+                _chat(saver, _config(tid, alice.id, empty_checkpoint()), alice.text(f"w{n}"))
+                n += 1
+                if n == 5:
+                    started.set()
+        except BaseException as error:  # pragma: no cover - shown by the assert below
+            errors.append(error)
+            started.set()
+
+    with target.open() as memory:
+        saver = memory.checkpointer
+        thread = threading.Thread(target=writer, args=(saver,))
+        thread.start()
+        try:
+            assert started.wait(20)
+            report = erase_user(alice.id, memory=memory, batch_size=3)
+            time.sleep(0.2)  # writes go on under the hold
+        finally:
+            stop.set()
+            thread.join(30)
+        assert not errors, errors
+        assert report.counts["threads"] >= 5
+        assert len(report.thread_ids) == len(set(report.thread_ids))
     assert mentions(target.dump(), alice.markers) == []
 
 
