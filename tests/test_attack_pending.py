@@ -133,6 +133,52 @@ def test_each_of_two_users_writing_one_writes_only_thread_is_erased(
     assert mentions(target.dump(), who.markers) == []
 
 
+def test_a_copy_onto_another_users_writes_only_thread_leaves_him_his_owner(
+    target: Target, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """``copy_thread`` of alice's writes-only thread onto bob's writes-only thread: SQL
+    gives the target the source's owner in waiting (``coalesce(source's, target's)``),
+    so bob's erasure no longer finds his own thread and his texts stay. (Redis copies
+    no thread without checkpoints: nothing changes there.)"""
+    if backend in ("sqlite", "postgres"):
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True, reason="SQL: a copy replaces the target's owner in waiting"
+            )
+        )
+    alice, bob = Marked("alice"), Marked("bob")
+    src, dst = f"s-{uuid.uuid4().hex[:10]}", f"d-{uuid.uuid4().hex[:10]}"
+    with target.open() as memory:
+        saver = memory.checkpointer
+        _chat(saver, _config(src, alice.id, empty_checkpoint()), alice.text("hers"))
+        _chat(saver, _config(dst, bob.id, empty_checkpoint()), bob.text("his"))
+        saver.copy_thread(src, dst)
+        report = erase_user(bob.id, memory=memory)
+    assert report.thread_ids == [dst]
+    assert mentions(target.dump(), bob.markers) == []
+
+
+def test_the_erased_users_mark_on_a_thread_another_users_put_filed_goes(
+    target: Target,
+) -> None:
+    """Alice's writes land first, then bob's put files the thread under bob: it is his
+    (the index's), but the owner in waiting still named alice; her erasure left her id
+    stored there (SQL: the row's ``owner``; Redis: the thread hash's ``w``)."""
+    alice, bob = Marked("alice"), Marked("bob")
+    tid = f"t-{uuid.uuid4().hex[:10]}"
+    cp = empty_checkpoint()
+    with target.open() as memory:
+        saver = memory.checkpointer
+        _chat(saver, _config(tid, alice.id, cp), f"neutral-{uuid.uuid4().hex}")
+        config = {"configurable": {"thread_id": tid, "checkpoint_ns": "", "user_id": bob.id}}
+        saver.put(config, cp, {"source": "input", "step": -1}, {})
+        assert mentions(target.dump(), [alice.id.encode()]), "her mark is stored"
+        assert erase_user(alice.id, memory=memory, dry_run=True).thread_ids == []
+        assert erase_user(alice.id, memory=memory).thread_ids == []
+        assert erase_user(bob.id, memory=memory, dry_run=True).thread_ids == [tid]
+    assert mentions(target.dump(), [alice.id.encode()]) == []
+
+
 def test_writes_naming_the_user_after_writes_naming_none(
     target: Target, backend: str, request: pytest.FixtureRequest
 ) -> None:

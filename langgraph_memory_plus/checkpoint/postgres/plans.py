@@ -410,7 +410,17 @@ class PostgresCheckpointPlans:
     ) -> Plan[Query, tuple[list[str], Any]]:
         """:meth:`CheckpointPlans.pending_threads`: rows whose writes named ``owner``
         and that have no root checkpoint (no put filed them: interrupt and error writes
-        alone make an index row, with no user in it), by thread key after ``cursor``."""
+        alone make an index row, with no user in it), by thread key after ``cursor``.
+        ``forget`` (first page): ``owner``'s marks on threads a put filed since (under
+        another user: the index's; the owner's own were deleted by the index's pages)
+        are cleared, so that no row keeps the erased user's id."""
+        if forget and cursor is None:
+            yield Query(
+                f"""UPDATE {self._th} t SET owner = NULL
+                WHERE t.owner = %s AND EXISTS (SELECT 1 FROM {self._ck} c
+                    WHERE c.thread_key = t.thread_key AND c.checkpoint_ns = '')""",
+                (owner,),
+            )
         rows: Rows = yield Query(
             f"""SELECT t.thread_key, t.thread_id FROM {self._th} t
             WHERE t.owner = %s AND t.thread_key > %s AND t.thread_id IS NOT NULL

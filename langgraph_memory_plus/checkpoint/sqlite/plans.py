@@ -306,7 +306,17 @@ class SqliteCheckpointPlans:
     ) -> Plan[Query, tuple[list[str], Any]]:
         """:meth:`CheckpointPlans.pending_threads`: rows whose writes named ``owner``
         and that have no root checkpoint (no put filed them: interrupt and error writes
-        alone make an index row, with no user in it), by thread key after ``cursor``."""
+        alone make an index row, with no user in it), by thread key after ``cursor``.
+        ``forget`` (first page): ``owner``'s marks on threads a put filed since (under
+        another user: the index's; the owner's own were deleted by the index's pages)
+        are cleared, so that no row keeps the erased user's id."""
+        if forget and cursor is None:
+            yield Query(
+                """UPDATE lgmp_threads SET owner = NULL
+                WHERE owner = ? AND EXISTS (SELECT 1 FROM lgmp_checkpoints c
+                    WHERE c.thread_key = lgmp_threads.thread_key AND c.checkpoint_ns = '')""",
+                (owner,),
+            )
         rows: Rows = yield Query(
             """SELECT t.thread_key, t.thread_id FROM lgmp_threads t
             WHERE t.owner = ? AND t.thread_key > ? AND t.thread_id IS NOT NULL
