@@ -299,9 +299,19 @@ RUN = textwrap.dedent(
     with from_url(url, transcripts=True, **json.loads(options)) as memory:
         saver = memory.checkpointer
         stuck = threading.Event()
-        saver.put = lambda *a, **k: stuck.wait()  # the put never lands: killed first
+        put = saver.put
+
+        def stuck_put(config, *args, **kwargs):  # the root's put never lands: killed first
+            if config["configurable"].get("checkpoint_ns", ""):
+                return put(config, *args, **kwargs)  # a subgraph's does
+            stuck.wait()
+
+        saver.put = stuck_put
         graph = StateGraph(State)
-        graph.add_node("answer", answer)
+        inner = StateGraph(State)
+        inner.add_node("answer", answer)
+        inner.add_edge(START, "answer")
+        graph.add_node("answer", inner.compile())
         graph.add_node("ask", ask)
         graph.add_edge(START, "answer")
         graph.add_edge(START, "ask")
@@ -315,8 +325,9 @@ RUN = textwrap.dedent(
 
 def test_a_graph_run_with_a_context_user_killed_before_its_first_put(target: Target) -> None:
     """``graph.invoke(..., context={"user_id": ...}, durability="async")`` on a new
-    thread: one node answers, one interrupts; their writes land, the first put never
-    does (stuck, then SIGKILL). Another process's erasure leaves nothing of the user."""
+    thread: one node answers (in a subgraph, whose own puts land), one interrupts; their
+    writes land, the root's first put never does (stuck, then SIGKILL). Another
+    process's erasure leaves nothing of the user."""
     alice = Marked("alice")
     tid = f"t-{uuid.uuid4().hex[:10]}"
     text = alice.text("run")
@@ -344,6 +355,8 @@ def test_a_graph_run_with_a_context_user_killed_before_its_first_put(target: Tar
     finally:
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=60)
+    # the subgraph's checkpoints landed (namespace "answer:<task>"), the root's did not
+    assert mentions(target.dump(), [b"answer:"]), "the subgraph's puts are stored"
     with target.open() as memory:
         assert memory.checkpointer.get_tuple({"configurable": {"thread_id": tid}}) is None
         dry = erase_user(alice.id, memory=memory, dry_run=True)
