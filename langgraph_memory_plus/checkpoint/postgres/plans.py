@@ -206,8 +206,10 @@ class PostgresCheckpointPlans:
                 ON CONFLICT (thread_key) DO UPDATE SET
                     thread_id = EXCLUDED.thread_id,
                     expires_at = EXCLUDED.expires_at,
-                    owner = CASE WHEN t.thread_id IS NULL
-                        THEN coalesce(EXCLUDED.owner, t.owner) ELSE t.owner END
+                    -- an expired thread starts over: its owner in waiting was the old one's
+                    owner = CASE WHEN t.expires_at <= now() THEN EXCLUDED.owner
+                        WHEN t.thread_id IS NULL THEN coalesce(EXCLUDED.owner, t.owner)
+                        ELSE t.owner END
                 RETURNING t.live_after, t.refused, t.expires_at,
                     coalesce((SELECT p.was_expired FROM prior p), false) AS was_expired
             )"""
@@ -407,12 +409,23 @@ class PostgresCheckpointPlans:
         self, owner: str, cursor: Any, limit: int, forget: bool
     ) -> Plan[Query, tuple[list[str], Any]]:
         """:meth:`CheckpointPlans.pending_threads`: rows whose writes named ``owner``
-        and that have no index row, by thread key after ``cursor`` (a key)."""
+        and that have no root checkpoint (no put filed them: interrupt and error writes
+        alone make an index row, with no user in it), by thread key after ``cursor``.
+        ``forget`` (first page): ``owner``'s marks on threads a put filed since (under
+        another user: the index's; the owner's own were deleted by the index's pages)
+        are cleared, so that no row keeps the erased user's id."""
+        if forget and cursor is None:
+            yield Query(
+                f"""UPDATE {self._th} t SET owner = NULL
+                WHERE t.owner = %s AND EXISTS (SELECT 1 FROM {self._ck} c
+                    WHERE c.thread_key = t.thread_key AND c.checkpoint_ns = '')""",
+                (owner,),
+            )
         rows: Rows = yield Query(
             f"""SELECT t.thread_key, t.thread_id FROM {self._th} t
             WHERE t.owner = %s AND t.thread_key > %s AND t.thread_id IS NOT NULL
-                AND NOT EXISTS (SELECT 1 FROM {self._s}.lgmp_thread_index i
-                    WHERE i.thread_key = t.thread_key)
+                AND NOT EXISTS (SELECT 1 FROM {self._ck} c
+                    WHERE c.thread_key = t.thread_key AND c.checkpoint_ns = '')
             ORDER BY t.owner, t.thread_key LIMIT %s""",
             (owner, b"" if cursor is None else cursor, limit),
             fetch=True,

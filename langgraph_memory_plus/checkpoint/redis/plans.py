@@ -705,13 +705,18 @@ class RedisCheckpointPlans:
                 ]
             )
             want = _utf8(owner)
-            stale = []
+            stale, marked = [], []
             for i, tid in enumerate(ids):
                 waiting, filed = replies[2 * i], replies[2 * i + 1]
-                if waiting is not None and bytes(waiting) == want and not int(filed):
+                mine = waiting is not None and bytes(waiting) == want
+                if mine and not int(filed):
                     found.append(tid)
                 else:
                     stale.append(tid)
+                    if mine:  # filed since (another user's: the index's): the mark goes
+                        marked.append(tid)
+            if forget and marked:
+                yield Batch([("HDEL", self.keys(tid)[thread], b"w") for tid in marked])
             if forget and stale:
                 yield from self.forget_pending(owner, stale)
         nxt = int(after)

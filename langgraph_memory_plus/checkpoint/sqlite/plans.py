@@ -305,12 +305,23 @@ class SqliteCheckpointPlans:
         self, owner: str, cursor: Any, limit: int, forget: bool
     ) -> Plan[Query, tuple[list[str], Any]]:
         """:meth:`CheckpointPlans.pending_threads`: rows whose writes named ``owner``
-        and that have no index row, by thread key after ``cursor`` (a key)."""
+        and that have no root checkpoint (no put filed them: interrupt and error writes
+        alone make an index row, with no user in it), by thread key after ``cursor``.
+        ``forget`` (first page): ``owner``'s marks on threads a put filed since (under
+        another user: the index's; the owner's own were deleted by the index's pages)
+        are cleared, so that no row keeps the erased user's id."""
+        if forget and cursor is None:
+            yield Query(
+                """UPDATE lgmp_threads SET owner = NULL
+                WHERE owner = ? AND EXISTS (SELECT 1 FROM lgmp_checkpoints c
+                    WHERE c.thread_key = lgmp_threads.thread_key AND c.checkpoint_ns = '')""",
+                (owner,),
+            )
         rows: Rows = yield Query(
-            f"""SELECT t.thread_key, t.thread_id FROM lgmp_threads t
+            """SELECT t.thread_key, t.thread_id FROM lgmp_threads t
             WHERE t.owner = ? AND t.thread_key > ? AND t.thread_id IS NOT NULL
-                AND NOT EXISTS (SELECT 1 FROM {THREAD_INDEX_TABLE} i
-                    WHERE i.thread_key = t.thread_key)
+                AND NOT EXISTS (SELECT 1 FROM lgmp_checkpoints c
+                    WHERE c.thread_key = t.thread_key AND c.checkpoint_ns = '')
             ORDER BY t.owner, t.thread_key LIMIT ?""",
             (owner, b"" if cursor is None else cursor, limit),
             fetch=True,
@@ -710,7 +721,10 @@ class SqliteCheckpointPlans:
                 if not exists[0][0]:
                     yield from self._refuse(target, written_id)
                     return None
-        if not named and owner is not None:  # writes reviving a deleted (nameless) id
+        expired = expires_at is not None and expires_at <= now
+        # writes reviving a deleted (nameless) id, or an expired thread (which starts
+        # over: its owner in waiting, if any, was the old thread's)
+        if expired or (not named and owner is not None):
             yield Query(
                 "UPDATE lgmp_threads SET thread_id = ?, expires_at = ?, owner = ? "
                 "WHERE thread_key = ?",
@@ -721,7 +735,7 @@ class SqliteCheckpointPlans:
                 "UPDATE lgmp_threads SET thread_id = ?, expires_at = ? WHERE thread_key = ?",
                 (_id_bytes(target.thread_id), expires, tk),
             )
-        return expires_at is not None and expires_at <= now
+        return expired
 
     def _refuse(self, target: Target, written_id: str) -> Plan[Query, None]:
         """Drop a write from a run that outlived its deleted thread.
