@@ -372,6 +372,8 @@ class RedisCheckpointPlans:
             if held and (yield from self._filed_under(target.thread_id, owner)):
                 logger.warning("deleted a thread written as its user was being erased")
                 yield from self.delete_thread(target.thread_id)
+                # its entry in the user's pending set, made after the erasure read it
+                yield from self.forget_pending(owner, [target.thread_id])
                 return False
         return result
 
@@ -389,6 +391,7 @@ class RedisCheckpointPlans:
         emptied = yield Eval("drop_orphans", self.keys(target.thread_id), args)
         if emptied:  # its index entries go, as they were before: a new write keeps its own
             yield from self.threads.forget_entries(target.thread_id, entries)
+            yield from self.forget_pending(owner, [target.thread_id])
 
     def hold_erased(self, owner: str, seconds: float) -> Plan[Command, None]:
         """Refuse ``owner``'s writes for ``seconds`` (longer holds win: ``PEXPIRE GT``)."""
