@@ -1495,10 +1495,13 @@ class PostgresCheckpointPlans:
             "ttl": self.settings.ttl_seconds,
         }
         # An expired target's history is not revived by the copy: it goes first, with
-        # the target's row locked (the copy's upsert takes the same lock, a statement
-        # later), as a write's revival purges it (tests/test_attack_pgrev.py).
+        # the target's row locked, as a write's revival purges it
+        # (tests/test_attack_pgrev.py). FOR UPDATE, not the upsert's weaker lock: a put
+        # that reads the thread row FOR KEY SHARE (a live thread) then waits for the copy,
+        # instead of inserting the target's index row and checkpoints beside it and
+        # meeting the copy's trim crosswise (DeadlockDetected, test_attack_tomb seed 11).
         expired: Rows = yield Query(
-            f"SELECT expires_at <= now() FROM {self._th} WHERE thread_key = %s FOR NO KEY UPDATE",
+            f"SELECT expires_at <= now() FROM {self._th} WHERE thread_key = %s FOR UPDATE",
             (dst,),
             fetch=True,
         )
