@@ -784,6 +784,8 @@ class RedisCheckpointPlans:
                 reply = yield from self._put_writes_step(target, writes, flagged, ts, write)
             else:  # one round trip on a single node
                 reply = yield Batch([enter], write)
+            if reply == 0:  # refused (a deleted thread): the entry made for it goes
+                yield from self.forget_pending(owner, [target.thread_id])
         if reply == -1 and fence is not None:
             yield from self._refused_by_fence(target.thread_id, fence)
         if isinstance(reply, list):  # merged with an earlier call's writes: too large
