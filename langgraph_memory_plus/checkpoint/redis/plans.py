@@ -762,23 +762,22 @@ class RedisCheckpointPlans:
         ]
         if owner is not None:  # see pending_key: the script asks for the entry (-2)
             args += [_utf8(owner), b"0"]
-        write = self._fenced_eval(
-            Eval("put_writes", self.keys(target.thread_id), args),
-            self.fence_key(target.thread_id),
-            fence,
-        )
-        reply = yield from self._put_writes_step(target, writes, flagged, ts, write)
+
+        def script() -> Eval:
+            return self._fenced_eval(
+                Eval("put_writes", self.keys(target.thread_id), args),
+                self.fence_key(target.thread_id),
+                fence,
+            )
+
+        reply = yield from self._put_writes_step(target, writes, flagged, ts, script())
         if reply == -2:
             # A thread the index does not file: entered in the user's set of threads of
             # pending writes only, then written with its owner in waiting.
             assert owner is not None
             enter = ("SADD", self.pending_key(owner), _utf8(target.thread_id))
             args[11] = b"1"
-            write = self._fenced_eval(
-                Eval("put_writes", self.keys(target.thread_id), args),
-                self.fence_key(target.thread_id),
-                fence,
-            )
+            write = script()
             if flagged:
                 yield Batch([enter])
                 reply = yield from self._put_writes_step(target, writes, flagged, ts, write)
